@@ -1,0 +1,77 @@
+// The memory ledger: bytes held per rank by category and tier, current and
+// peak, with padding itemised. The ZeRO paper's model-state accounting
+// (Rajbhandari et al. 2020, section 3.1 / figure 1) is what it reproduces:
+// parameters, gradients, master weights and optimizer states.
+#pragma once
+
+#include <array>
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <string_view>
+
+namespace zeroshard {
+
+/// What the bytes hold.
+enum class MemCategory : int {
+  parameters,        ///< model parameters in the compute dtype (full or shard)
+  gradients,         ///< gradient accumulation buffers (full or shard)
+  master_weights,    ///< fp32 master copy (mixed precision only)
+  optimizer_states,  ///< exp_avg, exp_avg_sq, momentum buffers
+  unsharded,         ///< transient full-unit buffers of stage 3 / stage 2 (all-gather, reduce-scatter)
+  count
+};
+
+/// Where the bytes live: the memory compute runs on (the CPU's RAM in a CPU
+/// build, the GPU's in a CUDA build), host memory used as an offload tier,
+/// or files on NVMe.
+enum class MemTier : int { device, host, nvme, count };
+
+std::string_view mem_category_name(MemCategory c);
+std::string_view mem_tier_name(MemTier t);
+
+/// Per-rank byte counts. Not thread safe: the engine updates it from the
+/// thread that drives it.
+class MemoryLedger {
+ public:
+  /// Records an allocation of `bytes`, of which `padding_bytes` are padding
+  /// (already included in `bytes`).
+  void add(MemCategory c, MemTier t, std::uint64_t bytes, std::uint64_t padding_bytes = 0);
+  /// Records a release matching an earlier add.
+  void remove(MemCategory c, MemTier t, std::uint64_t bytes, std::uint64_t padding_bytes = 0);
+
+  /// Bytes held now in a category (all tiers, padding included).
+  std::uint64_t current(MemCategory c) const;
+  std::uint64_t current(MemCategory c, MemTier t) const;
+  /// Highest value current(c) has had.
+  std::uint64_t peak(MemCategory c) const;
+  /// Padding bytes held now in a category (included in current(c)).
+  std::uint64_t padding(MemCategory c) const;
+  /// Sum over parameters, gradients, master weights and optimizer states
+  /// (the ZeRO paper's "model states"), padding included.
+  std::uint64_t model_state_bytes() const;
+  /// Padding part of model_state_bytes().
+  std::uint64_t model_state_padding() const;
+  /// Highest total over all categories at any moment.
+  std::uint64_t peak_total() const;
+  /// Current total over all categories.
+  std::uint64_t current_total() const;
+
+  /// A table: one row per category (current, of which padding, peak) and
+  /// per tier.
+  std::string table(std::string_view title) const;
+
+ private:
+  static constexpr int kC = static_cast<int>(MemCategory::count);
+  static constexpr int kT = static_cast<int>(MemTier::count);
+  std::array<std::array<std::uint64_t, kT>, kC> cur_{};
+  std::array<std::array<std::uint64_t, kT>, kC> pad_{};
+  std::array<std::uint64_t, kC> peak_{};
+  std::uint64_t total_ = 0;
+  std::uint64_t peak_total_ = 0;
+};
+
+/// Human-readable byte count ("1.50 MiB").
+std::string format_bytes(std::uint64_t bytes);
+
+}  // namespace zeroshard
