@@ -53,8 +53,11 @@ struct EngineConfig {
   /// Throws ConfigError naming the first key whose value is out of range
   /// (stage not 0-3, lr < 0, accumulation < 1, betas outside [0, 1), ...).
   void validate() const;
-  /// Checks train_batch_size == micro x accumulation x world_size when set.
+  /// validate(), then checks train_batch_size == micro x accumulation x
+  /// world_size when set. Throws ConfigError.
   void validate_for_world(int world_size) const;
+  /// validate() with `source` (a file name) in the messages.
+  void validate_in(const std::string& source) const;
 };
 
 }  // namespace zeroshard

@@ -139,11 +139,13 @@ class Engine {
   std::int64_t optimizer_steps() const;
   /// Learning rate of a group (after any override).
   float group_lr(GroupId g) const;
-  /// Optimizer state array `index` of rank's shard of unit u (shard
-  /// elements); stages 0 hold the full buffer. For tests and checkpoints.
+  /// Optimizer state array `index` (see optimizer_state_name) over this
+  /// rank's shard of unit u: layout().unit(u).shard elements, rank r's slice
+  /// of the flat buffer (at stage 0, which holds the full state, the same
+  /// slice of it). For tests and checkpoints.
   std::span<const float> optimizer_state(UnitId u, int index) const;
-  /// Parameter elements of this rank's shard of unit u (the values the
-  /// optimizer updates).
+  /// Parameter elements of this rank's shard of unit u (shard elements;
+  /// the values the optimizer updates).
   std::span<const float> param_shard(UnitId u) const;
 
  private:

@@ -1,0 +1,102 @@
+#include "optimizer/optimizer.h"
+
+#include <cmath>
+
+#include "core/error.h"
+#include "kernels/cpu/adam.h"
+#include "kernels/cpu/sgd.h"
+
+namespace zeroshard {
+
+std::string_view optimizer_name(OptimizerKind kind) {
+  switch (kind) {
+    case OptimizerKind::adam: return "Adam";
+    case OptimizerKind::adamw: return "AdamW";
+    case OptimizerKind::sgd: return "SGD";
+  }
+  return "?";
+}
+
+int optimizer_state_count(const OptimizerHyper& hyper) {
+  if (hyper.kind == OptimizerKind::sgd) return hyper.momentum != 0.0f ? 1 : 0;
+  return 2;
+}
+
+std::string_view optimizer_state_name(const OptimizerHyper& hyper, int index) {
+  ZS_CHECK(index >= 0 && index < optimizer_state_count(hyper), "optimizer state index {} out of range",
+           index);
+  if (hyper.kind == OptimizerKind::sgd) return "momentum_buffer";
+  return index == 0 ? "exp_avg" : "exp_avg_sq";
+}
+
+namespace {
+
+kernels::AdamScalars adam_scalars(const OptimizerHyper& h, float lr, float wd, std::int64_t step,
+                                  float grad_scale) {
+  kernels::AdamScalars s;
+  s.lr = lr;
+  s.beta1 = h.beta1;
+  s.beta2 = h.beta2;
+  s.eps = h.eps;
+  s.weight_decay = wd;
+  s.decay_factor = static_cast<float>(1.0 - static_cast<double>(lr) * static_cast<double>(wd));
+  // torch computes 1 - beta^step in Python floats (double), then uses the
+  // result as a float scalar.
+  s.bias_correction1 = static_cast<float>(1.0 - std::pow(static_cast<double>(h.beta1), step));
+  s.bias_correction2 = static_cast<float>(1.0 - std::pow(static_cast<double>(h.beta2), step));
+  s.grad_scale = grad_scale;
+  s.decoupled = h.kind == OptimizerKind::adamw;
+  return s;
+}
+
+kernels::SgdScalars sgd_scalars(const OptimizerHyper& h, float lr, float wd, std::int64_t step,
+                                float grad_scale) {
+  kernels::SgdScalars s;
+  s.lr = lr;
+  s.momentum = h.momentum;
+  s.dampening = h.dampening;
+  s.weight_decay = wd;
+  s.grad_scale = grad_scale;
+  s.nesterov = h.nesterov;
+  s.first_step = step == 1;
+  return s;
+}
+
+template <bool kReference>
+void update(const OptimizerHyper& h, float lr, float wd, std::int64_t step, float grad_scale,
+            float* param, const float* grad, float* const* states, std::size_t n) {
+  ZS_CHECK(step >= 1, "optimizer step must be >= 1, got {}", step);
+  if (n == 0) return;
+  if (h.kind == OptimizerKind::sgd) {
+    const auto s = sgd_scalars(h, lr, wd, step, grad_scale);
+    float* buf = h.momentum != 0.0f ? states[0] : nullptr;
+    if constexpr (kReference) {
+      kernels::sgd_update_reference(param, grad, buf, n, s);
+    } else {
+      kernels::sgd_update(param, grad, buf, n, s);
+    }
+    return;
+  }
+  const auto s = adam_scalars(h, lr, wd, step, grad_scale);
+  if constexpr (kReference) {
+    kernels::adam_update_reference(param, grad, states[0], states[1], n, s);
+  } else {
+    kernels::adam_update(param, grad, states[0], states[1], n, s);
+  }
+}
+
+}  // namespace
+
+void optimizer_update(const OptimizerHyper& hyper, float lr, float weight_decay, std::int64_t step,
+                      float grad_scale, float* param, const float* grad, float* const* states,
+                      std::size_t n) {
+  update<false>(hyper, lr, weight_decay, step, grad_scale, param, grad, states, n);
+}
+
+void optimizer_update_reference(const OptimizerHyper& hyper, float lr, float weight_decay,
+                                std::int64_t step, float grad_scale, float* param,
+                                const float* grad, float* const* states, std::size_t n) {
+  update<true>(hyper, lr, weight_decay, step, grad_scale, param, grad, states, n);
+}
+
+}  // namespace zeroshard

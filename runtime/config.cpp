@@ -1,0 +1,242 @@
+#include "runtime/config.h"
+
+#include <algorithm>
+#include <cctype>
+#include <fstream>
+#include <set>
+#include <sstream>
+
+#include <nlohmann/json.hpp>
+
+#include "core/error.h"
+
+namespace zeroshard {
+
+namespace {
+
+using nlohmann::json;
+
+// Reads one JSON object, remembering which keys were consumed so that any
+// key left over is reported by name. `path` is the dotted key prefix.
+class Section {
+ public:
+  Section(const json& j, std::string path, const std::string& source)
+      : j_(j), path_(std::move(path)), source_(source) {
+    if (!j_.is_object()) fail_type(path_.empty() ? "<top level>" : path_, "an object");
+  }
+
+  bool has(const char* key) const { return j_.contains(key); }
+
+  std::string key_path(const char* key) const { return path_.empty() ? key : path_ + "." + key; }
+
+  template <class T>
+  void get(const char* key, T& out) {
+    if (!j_.contains(key)) return;
+    used_.insert(key);
+    const json& v = j_.at(key);
+    if constexpr (std::is_same_v<T, bool>) {
+      if (!v.is_boolean()) fail_type(key_path(key), "true or false");
+      out = v.get<bool>();
+    } else if constexpr (std::is_integral_v<T>) {
+      if (!v.is_number_integer()) fail_type(key_path(key), "an integer");
+      out = v.get<T>();
+    } else if constexpr (std::is_floating_point_v<T>) {
+      if (!v.is_number()) fail_type(key_path(key), "a number");
+      out = v.get<T>();
+    } else {
+      if (!v.is_string()) fail_type(key_path(key), "a string");
+      out = v.get<std::string>();
+    }
+  }
+
+  Section sub(const char* key) {
+    used_.insert(key);
+    return Section(j_.at(key), key_path(key), source_);
+  }
+
+  const json& raw(const char* key) {
+    used_.insert(key);
+    return j_.at(key);
+  }
+
+  /// Throws for the first key that was never read.
+  void reject_unknown() const {
+    for (auto it = j_.begin(); it != j_.end(); ++it) {
+      if (!used_.count(it.key())) {
+        throw ConfigError(fmt::format(
+            "{}: unknown or unsupported configuration key \"{}\" (zeroshard rejects keys it does "
+            "not implement rather than ignoring them; see runtime/config.h for the supported keys)",
+            source_, key_path(it.key().c_str())));
+      }
+    }
+  }
+
+  [[noreturn]] void fail_type(const std::string& key, const char* expected) const {
+    throw ConfigError(fmt::format("{}: \"{}\" must be {}", source_, key, expected));
+  }
+
+ private:
+  const json& j_;
+  std::string path_;
+  const std::string& source_;
+  std::set<std::string> used_;
+};
+
+std::string lower(std::string s) {
+  std::transform(s.begin(), s.end(), s.begin(), [](unsigned char c) { return std::tolower(c); });
+  return s;
+}
+
+void parse_optimizer(Section& top, EngineConfig& c, const std::string& source) {
+  Section opt = top.sub("optimizer");
+  std::string type = "AdamW";
+  opt.get("type", type);
+  const std::string t = lower(type);
+  OptimizerHyper& h = c.optimizer;
+  if (t == "adamw") {
+    h.kind = OptimizerKind::adamw;
+  } else if (t == "adam") {
+    h.kind = OptimizerKind::adamw;  // DeepSpeed: adam_w_mode defaults to true
+  } else if (t == "sgd") {
+    h.kind = OptimizerKind::sgd;
+  } else {
+    throw ConfigError(fmt::format(
+        "{}: \"optimizer.type\" is \"{}\"; supported types are Adam, AdamW and SGD", source, type));
+  }
+  if (!opt.has("params")) {
+    opt.reject_unknown();
+    return;
+  }
+  Section p = opt.sub("params");
+  p.get("lr", h.lr);
+  p.get("weight_decay", h.weight_decay);
+  if (h.kind != OptimizerKind::sgd) {
+    if (p.has("betas")) {
+      const json& b = p.raw("betas");
+      if (!b.is_array() || b.size() != 2 || !b[0].is_number() || !b[1].is_number()) {
+        p.fail_type(p.key_path("betas"), "an array of two numbers [beta1, beta2]");
+      }
+      h.beta1 = b[0].get<float>();
+      h.beta2 = b[1].get<float>();
+    }
+    p.get("eps", h.eps);
+    if (t == "adam") {
+      bool adam_w_mode = true;
+      p.get("adam_w_mode", adam_w_mode);
+      h.kind = adam_w_mode ? OptimizerKind::adamw : OptimizerKind::adam;
+    }
+  } else {
+    p.get("momentum", h.momentum);
+    p.get("dampening", h.dampening);
+    p.get("nesterov", h.nesterov);
+  }
+  p.reject_unknown();
+  opt.reject_unknown();
+}
+
+[[noreturn]] void bad_value(const std::string& source, const char* key, const std::string& value,
+                            const char* rule) {
+  throw ConfigError(fmt::format("{}: \"{}\" = {} is invalid: {}", source, key, value, rule));
+}
+
+}  // namespace
+
+EngineConfig EngineConfig::from_json(const nlohmann::json& j, const std::string& source) {
+  EngineConfig c;
+  Section top(j, "", source);
+  std::int64_t tbs = 0;
+  if (top.has("train_batch_size")) {
+    top.get("train_batch_size", tbs);
+    c.train_batch_size = tbs;
+  }
+  top.get("train_micro_batch_size_per_gpu", c.train_micro_batch_size_per_gpu);
+  top.get("gradient_accumulation_steps", c.gradient_accumulation_steps);
+  top.get("gradient_clipping", c.gradient_clipping);
+  top.get("steps_per_print", c.steps_per_print);
+  if (top.has("optimizer")) parse_optimizer(top, c, source);
+  if (top.has("zero_optimization")) {
+    Section z = top.sub("zero_optimization");
+    z.get("stage", c.zero.stage);
+    z.reject_unknown();
+  }
+  top.reject_unknown();
+  c.validate_in(source);
+  return c;
+}
+
+EngineConfig EngineConfig::from_file(const std::string& path) {
+  std::ifstream in(path);
+  if (!in) throw ConfigError(fmt::format("{}: cannot open configuration file", path));
+  std::stringstream ss;
+  ss << in.rdbuf();
+  json j;
+  try {
+    j = json::parse(ss.str());
+  } catch (const json::parse_error& e) {
+    throw ConfigError(fmt::format("{}: invalid JSON at byte {}: {}", path, e.byte, e.what()));
+  }
+  return from_json(j, path);
+}
+
+void EngineConfig::validate() const { validate_in("configuration"); }
+
+void EngineConfig::validate_in(const std::string& source) const {
+  const OptimizerHyper& h = optimizer;
+  if (zero.stage < 0 || zero.stage > 3) {
+    bad_value(source, "zero_optimization.stage", std::to_string(zero.stage), "must be 0, 1, 2 or 3");
+  }
+  if (train_micro_batch_size_per_gpu < 1) {
+    bad_value(source, "train_micro_batch_size_per_gpu",
+              std::to_string(train_micro_batch_size_per_gpu), "must be >= 1");
+  }
+  if (gradient_accumulation_steps < 1) {
+    bad_value(source, "gradient_accumulation_steps", std::to_string(gradient_accumulation_steps),
+              "must be >= 1");
+  }
+  if (train_batch_size && *train_batch_size < 1) {
+    bad_value(source, "train_batch_size", std::to_string(*train_batch_size), "must be >= 1");
+  }
+  if (!(gradient_clipping >= 0.0)) {
+    bad_value(source, "gradient_clipping", fmt::format("{}", gradient_clipping),
+              "must be >= 0 (0 disables clipping)");
+  }
+  if (steps_per_print < 1) {
+    bad_value(source, "steps_per_print", std::to_string(steps_per_print), "must be >= 1");
+  }
+  if (!(h.lr >= 0.0f)) bad_value(source, "optimizer.params.lr", fmt::format("{}", h.lr), "must be >= 0");
+  if (!(h.weight_decay >= 0.0f)) {
+    bad_value(source, "optimizer.params.weight_decay", fmt::format("{}", h.weight_decay),
+              "must be >= 0");
+  }
+  if (h.kind != OptimizerKind::sgd) {
+    if (!(h.beta1 >= 0.0f && h.beta1 < 1.0f) || !(h.beta2 >= 0.0f && h.beta2 < 1.0f)) {
+      bad_value(source, "optimizer.params.betas", fmt::format("[{}, {}]", h.beta1, h.beta2),
+                "each beta must be in [0, 1)");
+    }
+    if (!(h.eps > 0.0f)) bad_value(source, "optimizer.params.eps", fmt::format("{}", h.eps), "must be > 0");
+  } else {
+    if (!(h.momentum >= 0.0f)) {
+      bad_value(source, "optimizer.params.momentum", fmt::format("{}", h.momentum), "must be >= 0");
+    }
+    if (h.nesterov && (h.momentum <= 0.0f || h.dampening != 0.0f)) {
+      bad_value(source, "optimizer.params.nesterov", "true",
+                "Nesterov momentum requires momentum > 0 and dampening 0 (as torch.optim.SGD)");
+    }
+  }
+}
+
+void EngineConfig::validate_for_world(int world_size) const {
+  validate();
+  if (train_batch_size) {
+    const std::int64_t expect = train_micro_batch_size_per_gpu * gradient_accumulation_steps * world_size;
+    if (*train_batch_size != expect) {
+      throw ConfigError(fmt::format(
+          "\"train_batch_size\" = {} does not equal train_micro_batch_size_per_gpu ({}) x "
+          "gradient_accumulation_steps ({}) x world size ({}) = {}",
+          *train_batch_size, train_micro_batch_size_per_gpu, gradient_accumulation_steps,
+          world_size, expect));
+    }
+  }
+}
+
+}  // namespace zeroshard

@@ -1,0 +1,53 @@
+// Helpers shared by the engine tests: the process-wide communicator, config
+// builders and comparisons.
+#pragma once
+
+#include <cmath>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <doctest/doctest.h>
+
+#include "comm/communicator.h"
+#include "runtime/config.h"
+
+namespace zeroshard::testing {
+
+/// The communicator over every rank of this test process group (created
+/// once; MPI finalises at exit).
+inline Communicator& world() {
+  static std::unique_ptr<Communicator> comm = make_world_communicator();
+  return *comm;
+}
+
+/// A config for `stage` with the given optimizer (defaults elsewhere).
+inline EngineConfig make_config(int stage, OptimizerHyper opt = {}, int accumulation = 1,
+                                double clipping = 0.0) {
+  EngineConfig c;
+  c.zero.stage = stage;
+  c.optimizer = opt;
+  c.gradient_accumulation_steps = accumulation;
+  c.gradient_clipping = clipping;
+  return c;
+}
+
+/// |a - b| <= rel * max(|a|, |b|) + abs_floor.
+inline bool close(double a, double b, double rel, double abs_floor = 0.0) {
+  return std::fabs(a - b) <= rel * std::max(std::fabs(a), std::fabs(b)) + abs_floor;
+}
+
+/// Checks two float arrays element by element with `close`; reports the
+/// first mismatch with its index.
+inline void check_close(const std::vector<float>& got, const std::vector<float>& want, double rel,
+                        double abs_floor, const std::string& what) {
+  REQUIRE_MESSAGE(got.size() == want.size(), what << ": size " << got.size() << " vs " << want.size());
+  for (std::size_t i = 0; i < got.size(); ++i) {
+    if (!close(got[i], want[i], rel, abs_floor)) {
+      FAIL_CHECK(what << "[" << i << "]: got " << got[i] << ", want " << want[i]);
+      return;
+    }
+  }
+}
+
+}  // namespace zeroshard::testing
