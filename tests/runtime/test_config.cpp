@@ -1,0 +1,97 @@
+// ds_config parsing: supported keys, DeepSpeed semantics, and errors that
+// name the key and the value.
+#include <cstdio>
+#include <fstream>
+#include <string>
+
+#include <doctest/doctest.h>
+#include <nlohmann/json.hpp>
+
+#include "core/error.h"
+#include "runtime/config.h"
+
+using namespace zeroshard;
+using nlohmann::json;
+
+namespace {
+
+// The message of the ConfigError that parsing `text` throws ("" if none).
+std::string error_of(const std::string& text) {
+  try {
+    EngineConfig::from_json(json::parse(text), "ds.json");
+  } catch (const ConfigError& e) {
+    return e.what();
+  }
+  return "";
+}
+
+}  // namespace
+
+TEST_CASE("a full ds_config parses with DeepSpeed's meanings") {
+  const EngineConfig c = EngineConfig::from_json(json::parse(R"({
+    "train_batch_size": 64, "train_micro_batch_size_per_gpu": 8, "gradient_accumulation_steps": 2,
+    "gradient_clipping": 1.0, "steps_per_print": 5,
+    "optimizer": {"type": "AdamW", "params": {"lr": 3e-4, "betas": [0.8, 0.99], "eps": 1e-6, "weight_decay": 0.1}},
+    "zero_optimization": {"stage": 3}})"));
+  CHECK(c.zero.stage == 3);
+  CHECK(c.train_micro_batch_size_per_gpu == 8);
+  CHECK(c.gradient_accumulation_steps == 2);
+  CHECK(c.gradient_clipping == 1.0);
+  CHECK(c.optimizer.kind == OptimizerKind::adamw);
+  CHECK(c.optimizer.lr == 3e-4f);
+  CHECK(c.optimizer.beta1 == 0.8f);
+  CHECK(c.optimizer.beta2 == 0.99f);
+  CHECK(c.optimizer.eps == 1e-6f);
+  CHECK(c.optimizer.weight_decay == 0.1f);
+  CHECK_NOTHROW(c.validate_for_world(4));
+  CHECK_THROWS_AS(c.validate_for_world(3), ConfigError);
+}
+
+TEST_CASE("optimizer types: Adam is AdamW unless adam_w_mode is false (DeepSpeed); SGD") {
+  auto kind = [](const std::string& t) { return EngineConfig::from_json(json::parse(t)).optimizer.kind; };
+  CHECK(kind(R"({"optimizer": {"type": "Adam"}})") == OptimizerKind::adamw);
+  CHECK(kind(R"({"optimizer": {"type": "adam", "params": {"adam_w_mode": false}}})") == OptimizerKind::adam);
+  const EngineConfig s = EngineConfig::from_json(
+      json::parse(R"({"optimizer": {"type": "SGD", "params": {"lr": 0.1, "momentum": 0.9, "nesterov": true}}})"));
+  CHECK(s.optimizer.kind == OptimizerKind::sgd);
+  CHECK(s.optimizer.momentum == 0.9f);
+  CHECK(s.optimizer.nesterov);
+}
+
+TEST_CASE("errors name the key and the value") {
+  std::string m = error_of(R"({"zero_optimisation": {"stage": 2}})");
+  CHECK(m.find("\"zero_optimisation\"") != std::string::npos);
+  CHECK(m.find("ds.json") != std::string::npos);
+  m = error_of(R"({"zero_optimization": {"stage": 4}})");
+  CHECK(m.find("zero_optimization.stage") != std::string::npos);
+  CHECK(m.find("= 4") != std::string::npos);
+  m = error_of(R"({"optimizer": {"type": "AdamW", "params": {"lr": -0.001}}})");
+  CHECK(m.find("optimizer.params.lr") != std::string::npos);
+  CHECK(m.find("-0.001") != std::string::npos);
+  m = error_of(R"({"gradient_accumulation_steps": 0})");
+  CHECK(m.find("gradient_accumulation_steps") != std::string::npos);
+  CHECK(m.find("= 0") != std::string::npos);
+  m = error_of(R"({"zero_optimization": {"stage": 2, "offload_optimizer": {"device": "cpu"}}})");
+  CHECK(m.find("zero_optimization.offload_optimizer") != std::string::npos);
+  m = error_of(R"({"optimizer": {"type": "Lamb"}})");
+  CHECK(m.find("Lamb") != std::string::npos);
+  m = error_of(R"({"optimizer": {"type": "AdamW", "params": {"betas": [0.9]}}})");
+  CHECK(m.find("optimizer.params.betas") != std::string::npos);
+  m = error_of(R"({"optimizer": {"type": "AdamW", "params": {"momentum": 0.9}}})");
+  CHECK(m.find("optimizer.params.momentum") != std::string::npos);
+  m = error_of(R"({"zero_optimization": {"stage": "3"}})");
+  CHECK(m.find("zero_optimization.stage") != std::string::npos);
+  CHECK(error_of(R"({"zero_optimization": {"stage": 2}})").empty());
+}
+
+TEST_CASE("from_file: missing file and bad JSON name the file and offset") {
+  CHECK_THROWS_WITH_AS(EngineConfig::from_file("/nonexistent/ds.json"),
+                       doctest::Contains("/nonexistent/ds.json"), ConfigError);
+  const std::string path = "test_config_bad.json";
+  {
+    std::ofstream f(path);
+    f << "{\"zero_optimization\": {\"stage\": 2,}}";
+  }
+  CHECK_THROWS_WITH_AS(EngineConfig::from_file(path), doctest::Contains("at byte"), ConfigError);
+  std::remove(path.c_str());
+}
