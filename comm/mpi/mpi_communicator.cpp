@@ -1,0 +1,151 @@
+// MpiCommunicator on MPI-3 non-blocking collectives; see
+// comm/mpi/mpi_communicator.h.
+#include "comm/mpi/mpi_communicator.h"
+
+#include <string>
+#include <utility>
+
+#include "comm/collective_args.h"
+#include "comm/mpi/mpi_check.h"
+#include "comm/mpi/mpi_environment.h"
+#include "comm/mpi/mpi_types.h"
+#include "core/error.h"
+
+namespace zeroshard {
+
+namespace {
+
+// One outstanding MPI request. `call` names the collective that started it,
+// so a failing MPI_Wait is reported as "MPI_Wait on MPI_Iallreduce".
+class MpiWork final : public CommWork::Impl {
+ public:
+  MpiWork(MPI_Request request, const char* call, int rank)
+      : request_(request), call_(call), rank_(rank) {}
+
+  // A request still pending here was neither waited nor tested to
+  // completion (CommWork waits before destroying, so this only happens
+  // after a failed wait); complete it quietly while MPI is still running.
+  ~MpiWork() override {
+    if (request_ != MPI_REQUEST_NULL && !mpi_finalized()) MPI_Wait(&request_, MPI_STATUS_IGNORE);
+  }
+
+  MpiWork(const MpiWork&) = delete;
+  MpiWork& operator=(const MpiWork&) = delete;
+
+  void wait() override {
+    const int rc = MPI_Wait(&request_, MPI_STATUS_IGNORE);
+    if (rc != MPI_SUCCESS) request_ = MPI_REQUEST_NULL;
+    mpi_check(rc, std::string("MPI_Wait on ") + call_, rank_);
+  }
+
+  bool test() override {
+    int done = 0;
+    const int rc = MPI_Test(&request_, &done, MPI_STATUS_IGNORE);
+    if (rc != MPI_SUCCESS) request_ = MPI_REQUEST_NULL;
+    mpi_check(rc, std::string("MPI_Test on ") + call_, rank_);
+    return done != 0;
+  }
+
+ private:
+  MPI_Request request_;
+  const char* call_;
+  int rank_;
+};
+
+CommWork make_work(MPI_Request request, const char* call, int rank) {
+  return CommWork(std::make_unique<MpiWork>(request, call, rank));
+}
+
+}  // namespace
+
+MpiCommunicator::MpiCommunicator(MPI_Comm comm, Ownership ownership)
+    : comm_(comm), ownership_(ownership) {
+  ZS_CHECK(comm != MPI_COMM_NULL, "MpiCommunicator needs a communicator, got MPI_COMM_NULL");
+  try {
+    int initialized = 0;
+    ZS_MPI_CALL(-1, MPI_Initialized, &initialized);
+    if (!initialized || mpi_finalized()) {
+      throw CommError(
+          "MpiCommunicator: MPI is not running; create communicators with "
+          "make_world_communicator() (which initialises MPI) before MPI_Finalize");
+    }
+    ZS_MPI_CALL(-1, MPI_Comm_set_errhandler, comm_, MPI_ERRORS_RETURN);
+    ZS_MPI_CALL(-1, MPI_Comm_rank, comm_, &rank_);
+    ZS_MPI_CALL(rank_, MPI_Comm_size, comm_, &size_);
+  } catch (...) {
+    free_owned();
+    throw;
+  }
+}
+
+MpiCommunicator::~MpiCommunicator() {
+  free_owned();
+}
+
+void MpiCommunicator::free_owned() noexcept {
+  if (ownership_ == Ownership::owned && comm_ != MPI_COMM_NULL && !mpi_finalized()) {
+    MPI_Comm_free(&comm_);
+  }
+  comm_ = MPI_COMM_NULL;
+}
+
+CommWork MpiCommunicator::iall_reduce(void* buf, std::size_t count, DType dtype, ReduceOp op) {
+  check_buffer(buf, count, "all_reduce buf");
+  const int n = mpi_count(count, "MPI_Iallreduce", rank_);
+  MPI_Request request = MPI_REQUEST_NULL;
+  ZS_MPI_CALL(rank_, MPI_Iallreduce, MPI_IN_PLACE, buf, n, mpi_datatype(dtype), mpi_op(dtype, op),
+              comm_, &request);
+  return make_work(request, "MPI_Iallreduce", rank_);
+}
+
+CommWork MpiCommunicator::ireduce_scatter(const void* send, void* recv, std::size_t count,
+                                          DType dtype, ReduceOp op) {
+  check_buffer(send, count, "reduce_scatter send");
+  check_buffer(recv, count, "reduce_scatter recv");
+  const int n = mpi_count(count, "MPI_Ireduce_scatter_block", rank_);
+  check_reduce_scatter_disjoint(send, recv, count, dtype, size_);
+  MPI_Request request = MPI_REQUEST_NULL;
+  ZS_MPI_CALL(rank_, MPI_Ireduce_scatter_block, send, recv, n, mpi_datatype(dtype),
+              mpi_op(dtype, op), comm_, &request);
+  return make_work(request, "MPI_Ireduce_scatter_block", rank_);
+}
+
+CommWork MpiCommunicator::iall_gather(const void* send, void* recv, std::size_t count,
+                                      DType dtype) {
+  check_buffer(send, count, "all_gather send");
+  check_buffer(recv, count, "all_gather recv");
+  const int n = mpi_count(count, "MPI_Iallgather", rank_);
+  const MPI_Datatype type = mpi_datatype(dtype);
+  MPI_Request request = MPI_REQUEST_NULL;
+  if (all_gather_in_place(send, recv, count, dtype, rank_, size_)) {
+    ZS_MPI_CALL(rank_, MPI_Iallgather, MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, recv, n, type, comm_,
+                &request);
+  } else {
+    ZS_MPI_CALL(rank_, MPI_Iallgather, send, n, type, recv, n, type, comm_, &request);
+  }
+  return make_work(request, "MPI_Iallgather", rank_);
+}
+
+CommWork MpiCommunicator::ibroadcast(void* buf, std::size_t count, DType dtype, int root) {
+  check_broadcast_root(root, size_, rank_, "mpi");
+  check_buffer(buf, count, "broadcast buf");
+  const int n = mpi_count(count, "MPI_Ibcast", rank_);
+  MPI_Request request = MPI_REQUEST_NULL;
+  ZS_MPI_CALL(rank_, MPI_Ibcast, buf, n, mpi_datatype(dtype), root, comm_, &request);
+  return make_work(request, "MPI_Ibcast", rank_);
+}
+
+CommWork MpiCommunicator::ibarrier() {
+  MPI_Request request = MPI_REQUEST_NULL;
+  ZS_MPI_CALL(rank_, MPI_Ibarrier, comm_, &request);
+  return make_work(request, "MPI_Ibarrier", rank_);
+}
+
+std::unique_ptr<Communicator> MpiCommunicator::split(int color, int key) {
+  check_split_color(color, rank_, "mpi");
+  MPI_Comm sub = MPI_COMM_NULL;
+  ZS_MPI_CALL(rank_, MPI_Comm_split, comm_, color, key, &sub);
+  return std::make_unique<MpiCommunicator>(sub, Ownership::owned);
+}
+
+}  // namespace zeroshard
