@@ -16,6 +16,8 @@
 
 #include <sys/mman.h>
 
+#include "core/dtype.h"
+
 namespace zeroshard {
 
 /// Alignment of every AlignedBuffer: 4 KiB, which also satisfies O_DIRECT.
@@ -63,6 +65,37 @@ class AlignedBuffer {
   };
   std::unique_ptr<T, Free> data_;
   std::size_t n_ = 0;
+};
+
+/// An AlignedBuffer of `numel` elements of a run-time DType (fp32, bf16,
+/// fp16 or f64). Move-only, zero-initialised. Throws std::bad_alloc.
+class TypedBuffer {
+ public:
+  TypedBuffer() = default;
+  TypedBuffer(std::size_t numel, DType dtype)
+      : mem_(numel * dtype_size(dtype)), dtype_(dtype), numel_(numel) {}
+
+  void* data() { return mem_.data(); }
+  const void* data() const { return mem_.data(); }
+  /// Address of element i.
+  void* at(std::size_t i) { return mem_.data() + i * dtype_size(dtype_); }
+  const void* at(std::size_t i) const { return mem_.data() + i * dtype_size(dtype_); }
+  /// Typed pointer; T must be the storage type of dtype() (not checked).
+  template <class T>
+  T* as() {
+    return reinterpret_cast<T*>(mem_.data());
+  }
+  DType dtype() const { return dtype_; }
+  /// Elements (not bytes).
+  std::size_t numel() const { return numel_; }
+  std::size_t bytes() const { return mem_.size(); }
+  bool empty() const { return numel_ == 0; }
+  void zero() { mem_.zero(); }
+
+ private:
+  AlignedBuffer<std::byte> mem_;
+  DType dtype_ = DType::f32;
+  std::size_t numel_ = 0;
 };
 
 }  // namespace zeroshard

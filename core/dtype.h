@@ -38,6 +38,28 @@ constexpr std::string_view dtype_name(DType t) {
   return "?";
 }
 
+/// Storage type of one bf16 element (bits only; convert with the functions
+/// below). Layout-compatible with uint16_t.
+struct bf16 {
+  std::uint16_t bits;
+};
+/// Storage type of one IEEE binary16 element.
+struct f16 {
+  std::uint16_t bits;
+};
+
+/// The DType of a storage type: float, double, bf16 or f16.
+template <class T>
+constexpr DType dtype_of();
+template <>
+constexpr DType dtype_of<float>() { return DType::f32; }
+template <>
+constexpr DType dtype_of<double>() { return DType::f64; }
+template <>
+constexpr DType dtype_of<bf16>() { return DType::bf16; }
+template <>
+constexpr DType dtype_of<f16>() { return DType::f16; }
+
 /// Bits of a float, and back.
 inline std::uint32_t float_bits(float f) {
   std::uint32_t u;
@@ -103,5 +125,23 @@ inline float f16_to_float(std::uint16_t h) {
   if (exp == 31) return bits_float(sign | 0x7f800000u | (mant << 13));
   return bits_float(sign | ((exp + 112u) << 23) | (mant << 13));
 }
+
+/// Element value as float (exact for every DType but f64, which rounds).
+inline float to_float(float v) { return v; }
+inline float to_float(double v) { return static_cast<float>(v); }
+inline float to_float(bf16 v) { return bf16_to_float(v.bits); }
+inline float to_float(f16 v) { return f16_to_float(v.bits); }
+
+/// float to a storage type, rounding to nearest even.
+template <class T>
+inline T from_float(float v);
+template <>
+inline float from_float<float>(float v) { return v; }
+template <>
+inline double from_float<double>(float v) { return v; }
+template <>
+inline bf16 from_float<bf16>(float v) { return bf16{float_to_bf16(v)}; }
+template <>
+inline f16 from_float<f16>(float v) { return f16{float_to_f16(v)}; }
 
 }  // namespace zeroshard

@@ -1,6 +1,6 @@
 #include "runtime/buffer_pool.h"
 
-#include <algorithm>
+#include <cstring>
 
 namespace zeroshard {
 
@@ -10,6 +10,7 @@ PoolLease& PoolLease::operator=(PoolLease&& o) noexcept {
     pool_ = o.pool_;
     buf_ = std::move(o.buf_);
     n_ = o.n_;
+    dtype_ = o.dtype_;
     o.pool_ = nullptr;
     o.n_ = 0;
   }
@@ -17,42 +18,44 @@ PoolLease& PoolLease::operator=(PoolLease&& o) noexcept {
 }
 
 void PoolLease::release() {
-  if (pool_ != nullptr) pool_->give_back(std::move(buf_), n_);
+  if (pool_ != nullptr) pool_->give_back(std::move(buf_), n_ * dtype_size(dtype_));
   pool_ = nullptr;
   buf_.reset();
   n_ = 0;
 }
 
-PoolLease BufferPool::acquire(std::size_t n, bool zero) {
+PoolLease BufferPool::acquire(std::size_t numel, DType dtype, bool zero) {
   PoolLease lease;
   lease.pool_ = this;
-  lease.n_ = n;
-  ledger_.add(MemCategory::unsharded, MemTier::device, n * sizeof(float));
-  if (n == 0) return lease;
+  lease.n_ = numel;
+  lease.dtype_ = dtype;
+  const std::size_t bytes = numel * dtype_size(dtype);
+  ledger_.add(MemCategory::unsharded, MemTier::device, bytes);
+  if (bytes == 0) return lease;
   // Smallest cached buffer that fits and is not more than twice the request.
   auto best = free_.end();
   for (auto it = free_.begin(); it != free_.end(); ++it) {
     const std::size_t s = (*it)->size();
-    if (s >= n && s <= 2 * n && (best == free_.end() || s < (*best)->size())) best = it;
+    if (s >= bytes && s <= 2 * bytes && (best == free_.end() || s < (*best)->size())) best = it;
   }
   if (best != free_.end()) {
     lease.buf_ = std::move(*best);
     free_.erase(best);
-    if (zero) std::fill_n(lease.buf_->data(), n, 0.0f);
+    if (zero) std::memset(lease.buf_->data(), 0, bytes);
   } else {
-    lease.buf_ = std::make_unique<AlignedBuffer<float>>(n);  // zeroed by construction
-    reserved_ += lease.buf_->bytes();
+    lease.buf_ = std::make_unique<AlignedBuffer<std::byte>>(bytes);  // zeroed by construction
+    reserved_ += bytes;
   }
   return lease;
 }
 
-void BufferPool::give_back(std::unique_ptr<AlignedBuffer<float>> buf, std::size_t n) {
-  ledger_.remove(MemCategory::unsharded, MemTier::device, n * sizeof(float));
+void BufferPool::give_back(std::unique_ptr<AlignedBuffer<std::byte>> buf, std::uint64_t bytes) {
+  ledger_.remove(MemCategory::unsharded, MemTier::device, bytes);
   if (buf) free_.push_back(std::move(buf));
 }
 
 void BufferPool::trim() {
-  for (auto& b : free_) reserved_ -= b->bytes();
+  for (auto& b : free_) reserved_ -= b->size();
   free_.clear();
 }
 

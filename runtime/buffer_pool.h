@@ -1,18 +1,17 @@
-// BufferPool: a caching pool for the transient full-unit buffers of stages
-// 2 and 3 (gathered parameters, full gradients before reduce-scatter,
-// reduce-scatter receive buffers).
+// BufferPool: a caching pool for the transient buffers of the engine (stage 3
+// gathered parameters, full gradients before a reduce-scatter, receive and
+// conversion buffers of reductions).
 //
 // Buffers are allocated once (pre-faulted, see core/aligned_buffer.h) and
 // kept for reuse after release, so a steady-state step never allocates. A
 // released buffer is handed out again for any request of the same or a
-// smaller size within 2x; the cache keeps every buffer it ever allocated
-// (the peak working set), which is what the ledger's peak shows.
+// smaller size within 2x; the cache keeps every buffer it allocated (the
+// peak working set, which is what the ledger's peak shows).
 #pragma once
 
 #include <cstddef>
 #include <cstdint>
 #include <memory>
-#include <span>
 #include <vector>
 
 #include "core/aligned_buffer.h"
@@ -22,8 +21,9 @@ namespace zeroshard {
 
 class BufferPool;
 
-/// A float buffer leased from a BufferPool; returns itself on destruction.
-/// Move-only. Thread safety: as the pool.
+/// A buffer of `numel` elements of `dtype` leased from a BufferPool; it
+/// returns itself to the pool on destruction. Move-only. Thread safety: as
+/// the pool.
 class PoolLease {
  public:
   PoolLease() = default;
@@ -33,30 +33,38 @@ class PoolLease {
   PoolLease& operator=(const PoolLease&) = delete;
   ~PoolLease() { release(); }
 
-  float* data() const { return buf_ ? buf_->data() : nullptr; }
+  void* data() const { return buf_ ? buf_->data() : nullptr; }
+  /// Address of element i.
+  void* at(std::size_t i) const { return static_cast<std::byte*>(data()) + i * dtype_size(dtype_); }
+  template <class T>
+  T* as() const {
+    return static_cast<T*>(data());
+  }
   /// Elements requested (the underlying buffer may be larger).
-  std::size_t size() const { return n_; }
-  std::span<float> span() const { return {data(), n_}; }
-  bool valid() const { return buf_ != nullptr || pool_ != nullptr; }
+  std::size_t numel() const { return n_; }
+  DType dtype() const { return dtype_; }
+  /// True between acquire() and release() (also for 0 elements).
+  bool valid() const { return pool_ != nullptr; }
   /// Returns the buffer to the pool now.
   void release();
 
  private:
   friend class BufferPool;
   BufferPool* pool_ = nullptr;
-  std::unique_ptr<AlignedBuffer<float>> buf_;
+  std::unique_ptr<AlignedBuffer<std::byte>> buf_;
   std::size_t n_ = 0;
+  DType dtype_ = DType::f32;
 };
 
-/// Caching pool of float buffers, accounted in a MemoryLedger under
+/// Caching pool of byte buffers, accounted in a MemoryLedger under
 /// MemCategory::unsharded (bytes leased now; the peak is the working set).
 /// Not thread safe: used by the thread driving the engine.
 class BufferPool {
  public:
   explicit BufferPool(MemoryLedger& ledger) : ledger_(ledger) {}
-  /// Leases a buffer of n floats; zeroed when `zero` is true. Throws
+  /// Leases numel elements of dtype; zeroed when `zero` is true. Throws
   /// std::bad_alloc.
-  PoolLease acquire(std::size_t n, bool zero);
+  PoolLease acquire(std::size_t numel, DType dtype, bool zero);
   /// Bytes of all buffers the pool owns (leased or cached).
   std::uint64_t reserved_bytes() const { return reserved_; }
   /// Frees every cached (not leased) buffer.
@@ -64,9 +72,9 @@ class BufferPool {
 
  private:
   friend class PoolLease;
-  void give_back(std::unique_ptr<AlignedBuffer<float>> buf, std::size_t n);
+  void give_back(std::unique_ptr<AlignedBuffer<std::byte>> buf, std::uint64_t bytes);
   MemoryLedger& ledger_;
-  std::vector<std::unique_ptr<AlignedBuffer<float>>> free_;
+  std::vector<std::unique_ptr<AlignedBuffer<std::byte>>> free_;
   std::uint64_t reserved_ = 0;
 };
 

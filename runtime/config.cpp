@@ -154,6 +154,49 @@ EngineConfig EngineConfig::from_json(const nlohmann::json& j, const std::string&
   top.get("gradient_clipping", c.gradient_clipping);
   top.get("steps_per_print", c.steps_per_print);
   if (top.has("optimizer")) parse_optimizer(top, c, source);
+  if (top.has("bf16")) {
+    Section b = top.sub("bf16");
+    bool enabled = false;
+    b.get("enabled", enabled);
+    b.reject_unknown();
+    if (enabled) c.compute_dtype = DType::bf16;
+  }
+  if (top.has("fp16")) {
+    Section f = top.sub("fp16");
+    bool enabled = false;
+    f.get("enabled", enabled);
+    double scale = 0;
+    f.get("loss_scale", scale);
+    LossScaleConfig& ls = c.loss_scale;
+    ls.dynamic = scale == 0;
+    ls.static_scale = scale;
+    f.get("initial_scale_power", ls.initial_scale_power);
+    f.get("loss_scale_window", ls.loss_scale_window);
+    f.get("hysteresis", ls.hysteresis);
+    f.get("min_loss_scale", ls.min_loss_scale);
+    f.reject_unknown();
+    if (enabled) {
+      if (c.compute_dtype == DType::bf16) {
+        throw ConfigError(fmt::format("{}: \"fp16.enabled\" and \"bf16.enabled\" are both true; choose one", source));
+      }
+      c.compute_dtype = DType::f16;
+    }
+  }
+  if (top.has("communication_data_type")) {
+    std::string t;
+    top.get("communication_data_type", t);
+    if (t == "fp32") {
+      c.communication_data_type = DType::f32;
+    } else if (t == "bf16") {
+      c.communication_data_type = DType::bf16;
+    } else if (t == "fp16") {
+      c.communication_data_type = DType::f16;
+    } else {
+      throw ConfigError(fmt::format("{}: \"communication_data_type\" = \"{}\" is invalid: use fp32, bf16 or fp16",
+                                    source, t));
+    }
+  }
+  if (top.has("scheduler")) c.scheduler = LrSchedule::from_json(top.raw("scheduler"), source);
   if (top.has("zero_optimization")) {
     Section z = top.sub("zero_optimization");
     z.get("stage", c.zero.stage);
@@ -200,6 +243,16 @@ void EngineConfig::validate_in(const std::string& source) const {
     bad_value(source, "gradient_clipping", fmt::format("{}", gradient_clipping),
               "must be >= 0 (0 disables clipping)");
   }
+  const LossScaleConfig& ls = loss_scale;
+  if (!(ls.static_scale >= 0)) bad_value(source, "fp16.loss_scale", fmt::format("{}", ls.static_scale), "must be >= 0");
+  if (ls.initial_scale_power < 0 || ls.initial_scale_power > 64) {
+    bad_value(source, "fp16.initial_scale_power", std::to_string(ls.initial_scale_power), "must be in [0, 64]");
+  }
+  if (ls.loss_scale_window < 1) {
+    bad_value(source, "fp16.loss_scale_window", std::to_string(ls.loss_scale_window), "must be >= 1");
+  }
+  if (ls.hysteresis < 1) bad_value(source, "fp16.hysteresis", std::to_string(ls.hysteresis), "must be >= 1");
+  if (!(ls.min_loss_scale > 0)) bad_value(source, "fp16.min_loss_scale", fmt::format("{}", ls.min_loss_scale), "must be > 0");
   if (steps_per_print < 1) {
     bad_value(source, "steps_per_print", std::to_string(steps_per_print), "must be >= 1");
   }

@@ -12,6 +12,18 @@
 //                                    DeepSpeed: "Adam" means AdamW unless false),
 //                                    momentum, dampening, nesterov (SGD only)
 //   zero_optimization.stage          0, 1, 2 or 3
+//   bf16.enabled                     parameters and gradients in bf16, fp32 master weights
+//   fp16.enabled                     the same in fp16, with loss scaling:
+//   fp16.loss_scale                  0 = dynamic (default), > 0 = static scale
+//   fp16.initial_scale_power         dynamic: first scale 2^power (default 16)
+//   fp16.loss_scale_window           clean steps before the scale doubles (1000)
+//   fp16.hysteresis                  overflows tolerated before halving (2)
+//   fp16.min_loss_scale              floor of the dynamic scale (1)
+//   communication_data_type          "fp32", "bf16" or "fp16": the dtype gradients travel in
+//                                    (default fp32: 16-bit gradients are widened, reduced in
+//                                    fp32 and rounded once)
+//   scheduler                        {type: WarmupLR | WarmupDecayLR | WarmupCosineLR, params}
+//                                    (runtime/lr_schedule.h)
 // Any other key is a ConfigError naming it: zeroshard never ignores a setting
 // it does not implement.
 #pragma once
@@ -22,7 +34,10 @@
 
 #include <nlohmann/json_fwd.hpp>
 
+#include "core/dtype.h"
 #include "optimizer/optimizer.h"
+#include "runtime/loss_scaler.h"
+#include "runtime/lr_schedule.h"
 
 namespace zeroshard {
 
@@ -40,6 +55,10 @@ struct EngineConfig {
   std::int64_t steps_per_print = 10;
   OptimizerHyper optimizer;
   ZeroConfig zero;
+  DType compute_dtype = DType::f32;  ///< f32, bf16 (bf16.enabled) or f16 (fp16.enabled)
+  LossScaleConfig loss_scale;        ///< used when compute_dtype is f16
+  std::optional<DType> communication_data_type;  ///< unset: fp32
+  LrSchedule scheduler;
 
   /// Parses a ds_config object. `source` names the file (or "<string>") in
   /// error messages. Throws ConfigError naming the key for an unknown key,

@@ -7,6 +7,7 @@
 #include <cstring>
 
 #include "core/error.h"
+#include "kernels/cpu/cast.h"
 #include "runtime/engine_state.h"
 
 namespace zeroshard {
@@ -16,9 +17,15 @@ UnitState& EngineState::unit(UnitId u) {
   return units[static_cast<std::size_t>(u)];
 }
 
+double EngineState::lr_at(GroupId g, std::int64_t k) const {
+  return config.scheduler.lr_at(k, g, static_cast<int>(groups.size()),
+                                groups[static_cast<std::size_t>(g)].lr);
+}
+
 Engine::Engine(const EngineConfig& config, Communicator& comm)
     : s_(std::make_unique<EngineState>(config, comm)) {
   config.validate_for_world(comm.world_size());
+  if (config.compute_dtype == DType::f16) s_->scaler = LossScaler(config.loss_scale);
   s_->groups.push_back(
       GroupState{.name = "default", .lr = config.optimizer.lr, .weight_decay = config.optimizer.weight_decay});
 }
@@ -50,36 +57,33 @@ void Engine::finalize() {
   EngineState& s = *s_;
   ZS_CHECK(!s.finalized, "finalize() called twice");
   s.layout.finalize(s.world());
+  // A per-group list in the schedule must match the groups: fail now, not at step 1.
+  for (GroupId g = 0; g < static_cast<GroupId>(s.groups.size()); ++g) s.lr_at(g, 0);
   const int stage = s.stage();
   const int r = s.rank();
+  const DType dt = s.dtype();
   const int nstates = optimizer_state_count(s.config.optimizer);
-  constexpr std::uint64_t f = sizeof(float);
+  const std::uint64_t e = dtype_size(dt), f = sizeof(float);
   s.units.resize(s.layout.units().size());
   for (std::size_t i = 0; i < s.units.size(); ++i) {
     const UnitInfo& info = s.layout.units()[i];
     UnitState& us = s.units[i];
     const std::uint64_t full = info.padded, full_pad = info.padded - info.numel;
     const std::uint64_t shard = info.shard, shard_pad = info.shard - info.logical_in_shard(r);
-
-    if (stage < 3) {
-      us.params = AlignedBuffer<float>(full);
-      s.ledger.add(MemCategory::parameters, MemTier::device, full * f, full_pad * f);
-    } else {
-      us.params = AlignedBuffer<float>(shard);
-      s.ledger.add(MemCategory::parameters, MemTier::device, shard * f, shard_pad * f);
+    const std::uint64_t pn = stage < 3 ? full : shard, pp = stage < 3 ? full_pad : shard_pad;
+    us.params = TypedBuffer(pn, dt);
+    s.ledger.add(MemCategory::parameters, MemTier::device, pn * e, pp * e);
+    const std::uint64_t gn = stage < 2 ? full : shard, gp = stage < 2 ? full_pad : shard_pad;
+    (stage < 2 ? us.grad_full : us.grad_shard) = TypedBuffer(gn, dt);
+    s.ledger.add(MemCategory::gradients, MemTier::device, gn * e, gp * e);
+    const std::uint64_t on = stage == 0 ? full : shard, op = stage == 0 ? full_pad : shard_pad;
+    if (s.mixed()) {
+      us.master = AlignedBuffer<float>(on);
+      s.ledger.add(MemCategory::master_weights, MemTier::device, on * f, op * f);
     }
-    if (stage < 2) {
-      us.grad_full = AlignedBuffer<float>(full);
-      s.ledger.add(MemCategory::gradients, MemTier::device, full * f, full_pad * f);
-    } else {
-      us.grad_shard = AlignedBuffer<float>(shard);
-      s.ledger.add(MemCategory::gradients, MemTier::device, shard * f, shard_pad * f);
-    }
-    const std::uint64_t state_n = stage == 0 ? full : shard;
-    const std::uint64_t state_pad = stage == 0 ? full_pad : shard_pad;
     for (int k = 0; k < nstates; ++k) {
-      us.states.emplace_back(state_n);
-      s.ledger.add(MemCategory::optimizer_states, MemTier::device, state_n * f, state_pad * f);
+      us.states.emplace_back(on);
+      s.ledger.add(MemCategory::optimizer_states, MemTier::device, on * f, op * f);
     }
     if (stage == 0) {
       for (ParamId id : info.params) {
@@ -95,6 +99,22 @@ void Engine::finalize() {
   s.finalized = true;
 }
 
+namespace {
+
+// Copies the part of `values` (parameter p's full values) that falls in
+// [begin, begin + n) of its unit's flat buffer into dst (element 0 = begin),
+// converting to dst_type.
+void copy_window(void* dst, DType dst_type, std::size_t begin, std::size_t n, const ParamInfo& p,
+                 std::span<const float> values) {
+  const std::size_t lo = std::max(begin, p.offset);
+  const std::size_t hi = std::min(begin + n, p.offset + p.numel);
+  if (lo >= hi) return;
+  kernels::cast(static_cast<std::byte*>(dst) + (lo - begin) * dtype_size(dst_type), dst_type,
+                values.data() + (lo - p.offset), DType::f32, hi - lo);
+}
+
+}  // namespace
+
 void Engine::set_parameter(ParamId p, std::span<const float> values) {
   EngineState& s = *s_;
   ZS_CHECK(s.finalized, "set_parameter() before finalize()");
@@ -102,46 +122,76 @@ void Engine::set_parameter(ParamId p, std::span<const float> values) {
   ZS_CHECK(values.size() == info.numel, "set_parameter(\"{}\"): got {} values, parameter has {}",
            info.name, values.size(), info.numel);
   UnitState& us = s.unit(info.unit);
-  if (s.stage() < 3) {
-    std::copy(values.begin(), values.end(), us.params.data() + info.offset);
-    return;
-  }
   const UnitInfo& u = s.info(info.unit);
-  const std::size_t begin = static_cast<std::size_t>(s.rank()) * u.shard;
-  const std::size_t lo = std::max(begin, info.offset);
-  const std::size_t hi = std::min(begin + u.shard, info.offset + info.numel);
-  for (std::size_t i = lo; i < hi; ++i) us.params[i - begin] = values[i - info.offset];
-  if (us.gathered.valid()) {
-    us.gather_work.wait();
-    std::copy(values.begin(), values.end(), us.gathered.data() + info.offset);
+  const std::size_t shard_begin = static_cast<std::size_t>(s.rank()) * u.shard;
+  if (s.stage() < 3) {
+    copy_window(us.params.data(), s.dtype(), 0, u.padded, info, values);
+  } else {
+    copy_window(us.params.data(), s.dtype(), shard_begin, u.shard, info, values);
+    if (us.gathered.valid()) {
+      us.gather_work.wait();
+      copy_window(us.gathered.data(), s.dtype(), 0, u.padded, info, values);
+    }
+  }
+  if (s.mixed()) {
+    if (s.stage() == 0) {
+      copy_window(us.master.data(), DType::f32, 0, u.padded, info, values);
+    } else {
+      copy_window(us.master.data(), DType::f32, shard_begin, u.shard, info, values);
+    }
   }
 }
+
+namespace {
+
+// Full flat buffer of unit u gathered from per-rank shards `shard` (dtype t):
+// a collective over all ranks.
+PoolLease gather_unit(EngineState& s, UnitId u, const void* shard, DType t) {
+  const UnitInfo& info = s.info(u);
+  PoolLease full = s.pool.acquire(info.padded, t, false);
+  s.comm.all_gather(shard, full.data(), info.shard, t);
+  return full;
+}
+
+std::vector<float> widen(const void* full, DType t, const ParamInfo& p) {
+  std::vector<float> out(p.numel);
+  kernels::cast(out.data(), DType::f32, static_cast<const std::byte*>(full) + p.offset * dtype_size(t), t, p.numel);
+  return out;
+}
+
+}  // namespace
 
 std::vector<float> Engine::gather_parameter(ParamId p) {
   EngineState& s = *s_;
   ZS_CHECK(s.finalized, "gather_parameter() before finalize()");
   const ParamInfo& info = s.layout.param(p);
   UnitState& us = s.unit(info.unit);
-  const float* full = nullptr;
-  PoolLease temp;
-  if (s.stage() < 3) {
-    full = us.params.data();
-  } else if (us.gathered.valid()) {
+  if (s.stage() < 3) return widen(us.params.data(), s.dtype(), info);
+  if (us.gathered.valid()) {
     us.gather_work.wait();
-    full = us.gathered.data();
-  } else {
-    const UnitInfo& u = s.info(info.unit);
-    temp = s.pool.acquire(u.padded, false);
-    s.comm.all_gather(us.params.data(), temp.data(), u.shard, DType::f32);
-    full = temp.data();
+    return widen(us.gathered.data(), s.dtype(), info);
   }
-  if (info.numel == 0) return {};
-  return std::vector<float>(full + info.offset, full + info.offset + info.numel);
+  PoolLease full = gather_unit(s, info.unit, us.params.data(), s.dtype());
+  return widen(full.data(), s.dtype(), info);
+}
+
+std::vector<float> Engine::gather_master(ParamId p) {
+  EngineState& s = *s_;
+  if (!s.mixed()) return gather_parameter(p);
+  const ParamInfo& info = s.layout.param(p);
+  UnitState& us = s.unit(info.unit);
+  if (s.stage() == 0) return widen(us.master.data(), DType::f32, info);
+  PoolLease full = gather_unit(s, info.unit, us.master.data(), DType::f32);
+  return widen(full.data(), DType::f32, info);
 }
 
 int Engine::stage() const { return s_->stage(); }
 int Engine::rank() const { return s_->rank(); }
 int Engine::world_size() const { return s_->world(); }
+DType Engine::compute_dtype() const { return s_->dtype(); }
+double Engine::loss_scale() const { return s_->dtype() == DType::f16 ? s_->scaler.scale() : 1.0; }
+const LossScalerState& Engine::loss_scaler_state() const { return s_->scaler.state(); }
+std::int64_t Engine::skipped_steps() const { return s_->scaler.state().overflows; }
 const EngineConfig& Engine::config() const { return s_->config; }
 const FlatLayout& Engine::layout() const { return s_->layout; }
 const MemoryLedger& Engine::ledger() const { return s_->ledger; }
@@ -151,6 +201,11 @@ std::int64_t Engine::optimizer_steps() const { return s_->optimizer_steps; }
 float Engine::group_lr(GroupId g) const {
   ZS_CHECK(g >= 0 && static_cast<std::size_t>(g) < s_->groups.size(), "unknown parameter group {}", g);
   return s_->groups[static_cast<std::size_t>(g)].lr;
+}
+
+double Engine::current_lr(GroupId g) const {
+  ZS_CHECK(g >= 0 && static_cast<std::size_t>(g) < s_->groups.size(), "unknown parameter group {}", g);
+  return s_->lr_at(g, s_->optimizer_steps);
 }
 
 std::span<const float> Engine::optimizer_state(UnitId u, int index) const {
@@ -165,9 +220,15 @@ std::span<const float> Engine::optimizer_state(UnitId u, int index) const {
 
 std::span<const float> Engine::param_shard(UnitId u) const {
   UnitState& us = s_->unit(u);
-  if (s_->stage() == 3) return us.params.span();
   const UnitInfo& info = s_->info(u);
-  return {us.params.data() + static_cast<std::size_t>(s_->rank()) * info.shard, info.shard};
+  const std::size_t begin = static_cast<std::size_t>(s_->rank()) * info.shard;
+  if (s_->mixed()) {
+    if (s_->stage() == 0) return {us.master.data() + begin, info.shard};
+    return us.master.span();
+  }
+  const float* p = us.params.as<float>();
+  if (s_->stage() == 3) return {p, info.shard};
+  return {p + begin, info.shard};
 }
 
 }  // namespace zeroshard

@@ -27,6 +27,20 @@
 // unit's reduce_gradients(), which reduce-scatters it into the rank's
 // gradient shard. step() reduces any unit not yet reduced, in unit order.
 //
+// [Note: mixed precision]
+// With bf16.enabled or fp16.enabled, parameters and gradients are stored in
+// that compute dtype (param_as<bf16>(p), grad_as<bf16>(p)); the optimizer
+// updates fp32 master weights (and fp32 exp_avg/exp_avg_sq) of the local
+// shard and writes the rounded compute copy back in the same pass. Gradients
+// are reduced in fp32 unless communication_data_type says otherwise (the
+// 16-bit buffer is widened, reduced, averaged over ranks and rounded once).
+// In fp16 the loop multiplies its loss gradient by loss_scale(); step()
+// unscales. Before every update the engine checks the reduced gradient
+// shards for Inf/NaN (fused with the norm pass) and all-reduces the flag with
+// the norm: on overflow every rank skips the step together (no parameter,
+// optimizer step count or schedule position changes), in any precision, and
+// the fp16 loss scale backs off (runtime/loss_scaler.h).
+//
 // [Note: SPMD]
 // Every rank must make the same sequence of unshard / reduce_gradients /
 // step calls (they issue collectives). Only data differs between ranks.
@@ -55,10 +69,13 @@ struct ParamGroupOptions {
 
 /// What one step() call did.
 struct StepResult {
-  bool applied = false;         ///< true at an accumulation boundary: the optimizer ran
-  double grad_norm = 0.0;       ///< global L2 norm of the averaged gradient (before clipping); 0 if !applied
+  bool boundary = false;        ///< this call ended an accumulation cycle
+  bool applied = false;         ///< the optimizer ran (boundary and no overflow)
+  bool skipped = false;         ///< boundary, but Inf/NaN gradients: skipped on every rank
+  double grad_norm = 0.0;       ///< global L2 norm of the averaged, unscaled gradient (before clipping)
   double clip_coef = 1.0;       ///< factor applied to the gradient (1 = not clipped)
-  std::int64_t optimizer_step = 0;  ///< optimizer steps taken so far
+  double loss_scale = 1.0;      ///< loss scale used by this step's gradients
+  std::int64_t optimizer_step = 0;  ///< optimizer steps applied so far
 };
 
 class EngineState;  // implementation
@@ -97,8 +114,12 @@ class Engine {
   /// rank); each rank keeps what its stage stores. No collective.
   /// Throws InvariantError if values.size() != numel.
   void set_parameter(ParamId p, std::span<const float> values);
-  /// Full values of parameter p on every rank. Collective at stage 3.
+  /// Full values of parameter p (the compute copy, widened to float) on
+  /// every rank. Collective at stage 3.
   std::vector<float> gather_parameter(ParamId p);
+  /// Full fp32 master values of parameter p (equal to gather_parameter in
+  /// fp32 training). Collective at stages 1-3.
+  std::vector<float> gather_master(ParamId p);
 
   // ---- the training loop ----
 
@@ -110,12 +131,28 @@ class Engine {
   /// Releases one unshard of u; at stage 3 the full buffer is freed when the
   /// count drops to zero. No collective.
   void reshard(UnitId u);
-  /// Full values of parameter p (numel floats). Valid while its unit is
-  /// unsharded (always at stages 0-2). Throws InvariantError otherwise.
-  std::span<float> param(ParamId p);
-  /// Gradient accumulation buffer of p (numel floats, see [Note: gradient
-  /// semantics]). At stage 3 its unit need not be unsharded.
-  std::span<float> grad(ParamId p);
+  /// Full values of parameter p (numel elements of T, which must be the
+  /// storage type of compute_dtype(): float, bf16 or f16). Valid while its
+  /// unit is unsharded (always at stages 0-2). Throws InvariantError
+  /// otherwise, or if T is not the compute dtype.
+  template <class T>
+  std::span<T> param_as(ParamId p) {
+    return {static_cast<T*>(param_data(p, dtype_of<T>())), layout().param(p).numel};
+  }
+  /// Gradient accumulation buffer of p (numel elements of T = the compute
+  /// dtype; see [Note: gradient semantics]). At stage 3 its unit need not be
+  /// unsharded.
+  template <class T>
+  std::span<T> grad_as(ParamId p) {
+    return {static_cast<T*>(grad_data(p, dtype_of<T>())), layout().param(p).numel};
+  }
+  /// param_as<float>: fp32 training.
+  std::span<float> param(ParamId p) { return param_as<float>(p); }
+  /// grad_as<float>: fp32 training.
+  std::span<float> grad(ParamId p) { return grad_as<float>(p); }
+  /// Untyped forms of param_as / grad_as; `expected` must equal compute_dtype().
+  void* param_data(ParamId p, DType expected);
+  void* grad_data(ParamId p, DType expected);
   /// Declares unit u's gradients of this micro-batch complete; starts their
   /// reduction (stages 2/3: reduce-scatter now; stages 0/1: all-reduce at the
   /// accumulation boundary). Collective.
@@ -130,6 +167,18 @@ class Engine {
   // ---- introspection ----
 
   int stage() const;
+  /// Storage dtype of parameters and gradients (f32, bf16 or f16).
+  DType compute_dtype() const;
+  /// Factor the loop multiplies its loss gradient by (fp16: the dynamic or
+  /// static loss scale; 1 otherwise).
+  double loss_scale() const;
+  /// The loss scaler's state (checkpoints save it).
+  const LossScalerState& loss_scaler_state() const;
+  /// Boundary steps skipped for Inf/NaN gradients so far.
+  std::int64_t skipped_steps() const;
+  /// Learning rate group g uses at the next applied step (the schedule's
+  /// value at that step; the group's configured lr without a schedule).
+  double current_lr(GroupId g) const;
   int rank() const;
   int world_size() const;
   const EngineConfig& config() const;
@@ -137,15 +186,17 @@ class Engine {
   const MemoryLedger& ledger() const;
   std::int64_t micro_steps() const;
   std::int64_t optimizer_steps() const;
-  /// Learning rate of a group (after any override).
+  /// Configured learning rate of a group (after any override; the base the
+  /// schedule scales for WarmupCosineLR).
   float group_lr(GroupId g) const;
   /// Optimizer state array `index` (see optimizer_state_name) over this
   /// rank's shard of unit u: layout().unit(u).shard elements, rank r's slice
   /// of the flat buffer (at stage 0, which holds the full state, the same
   /// slice of it). For tests and checkpoints.
   std::span<const float> optimizer_state(UnitId u, int index) const;
-  /// Parameter elements of this rank's shard of unit u (shard elements;
-  /// the values the optimizer updates).
+  /// This rank's shard of unit u as the optimizer sees it (shard elements
+  /// of fp32: the parameters in fp32 training, the master weights in mixed
+  /// precision).
   std::span<const float> param_shard(UnitId u) const;
 
  private:

@@ -10,10 +10,11 @@
 #include "core/aligned_buffer.h"
 #include "runtime/buffer_pool.h"
 #include "runtime/engine.h"
+#include "runtime/loss_scaler.h"
 
 namespace zeroshard {
 
-/// One parameter group's name and effective values.
+/// One parameter group's name and configured values.
 struct GroupState {
   std::string name;
   float lr = 0;
@@ -22,24 +23,29 @@ struct GroupState {
 
 /// Everything the engine holds for one unit on this rank.
 struct UnitState {
-  // Parameters. Stages 0-2: the padded full flat buffer, persistent.
-  // Stage 3: this rank's shard, persistent; `gathered` holds the full buffer
-  // while unsharded (or prefetched).
-  AlignedBuffer<float> params;
+  // Parameters in the compute dtype. Stages 0-2: the padded full flat
+  // buffer, persistent. Stage 3: this rank's shard, persistent; `gathered`
+  // holds the full buffer while unsharded (or prefetched).
+  TypedBuffer params;
   PoolLease gathered;
   CommWork gather_work;  ///< pending all-gather into `gathered`
   int unshard_count = 0;
 
-  // Gradients. Stages 0/1: padded full buffer, persistent (`grad_full`).
-  // Stages 2/3: `grad_lease` is the full buffer of the current micro-batch;
-  // `grad_shard` accumulates the reduce-scattered shard across micro-batches.
-  AlignedBuffer<float> grad_full;
-  PoolLease grad_lease;
-  AlignedBuffer<float> grad_shard;
-  bool reduced = false;  ///< reduce_gradients() seen in this micro-batch
-  CommWork reduce_work;  ///< stages 0/1: pending all-reduce of grad_full
+  // fp32 master weights, mixed precision only: full at stage 0, else shard.
+  AlignedBuffer<float> master;
 
-  // Optimizer states: full padded buffers at stage 0, shards otherwise.
+  // Gradients in the compute dtype. Stages 0/1: padded full buffer,
+  // persistent (`grad_full`). Stages 2/3: `grad_lease` is the full buffer of
+  // the current micro-batch; `grad_shard` accumulates the reduce-scattered
+  // shard across micro-batches.
+  TypedBuffer grad_full;
+  PoolLease grad_lease;
+  TypedBuffer grad_shard;
+  bool reduced = false;     ///< reduce_gradients() seen in this micro-batch
+  CommWork reduce_work;     ///< stages 0/1: pending all-reduce
+  PoolLease reduce_buffer;  ///< stages 0/1: the buffer in the communication dtype, if it differs
+
+  // Optimizer states (fp32): full padded buffers at stage 0, shards otherwise.
   std::vector<AlignedBuffer<float>> states;
   // Parameter runs inside the buffers the optimizer updates (for stage 0 the
   // whole unit, with shard_offset == flat offset; else this rank's shard).
@@ -49,8 +55,8 @@ struct UnitState {
 /// A reduce-scatter in flight (stages 2/3).
 struct PendingReduce {
   UnitId unit = -1;
-  PoolLease send;  ///< full gradient buffer of the micro-batch
-  PoolLease recv;  ///< this rank's reduced block
+  PoolLease send;  ///< full gradient of the micro-batch, in the communication dtype
+  PoolLease recv;  ///< this rank's reduced block, in the communication dtype
   CommWork work;
 };
 
@@ -63,6 +69,7 @@ class EngineState {
   MemoryLedger ledger;
   BufferPool pool;
   FlatLayout layout;
+  LossScaler scaler;
   std::vector<GroupState> groups;
   std::vector<UnitState> units;
   bool finalized = false;
@@ -80,8 +87,16 @@ class EngineState {
   int rank() const { return comm.rank(); }
   int world() const { return comm.world_size(); }
   int stage() const { return config.zero.stage; }
+  DType dtype() const { return config.compute_dtype; }
+  bool mixed() const { return config.compute_dtype != DType::f32; }
+  DType comm_dtype() const { return config.communication_data_type.value_or(DType::f32); }
+  /// Factor applied to reduced gradient sums as they are stored: 16-bit
+  /// buffers hold the mean over ranks (no overflow of the sum), fp32 the sum.
+  float stored_scale() const { return mixed() ? 1.0f / static_cast<float>(world()) : 1.0f; }
   UnitState& unit(UnitId u);
   const UnitInfo& info(UnitId u) const { return layout.unit(u); }
+  /// Learning rate of group g at applied step k (0-based).
+  double lr_at(GroupId g, std::int64_t k) const;
 };
 
 }  // namespace zeroshard
