@@ -54,6 +54,8 @@
 #include <string>
 #include <vector>
 
+#include <nlohmann/json.hpp>
+
 #include "comm/communicator.h"
 #include "runtime/config.h"
 #include "runtime/flat_layout.h"
@@ -163,6 +165,30 @@ class Engine {
   /// local shards, all-gathers the updated shards (stages 1/2), and clears
   /// gradients. Collective.
   StepResult step();
+
+  // ---- checkpoints (runtime/checkpoint.cpp, docs/checkpoint-format.md) ----
+
+  /// Saves a sharded checkpoint to <save_dir>/<tag> (tag "" = "step-%08d" of
+  /// the optimizer step): each rank writes its shards of the fp32 master
+  /// weights and optimizer states, rank 0 the manifest with `client_state`
+  /// (the loop's data position, RNG state, ...). Written to a temporary
+  /// directory, fsynced, renamed into place, then <save_dir>/latest is
+  /// switched; keep_last > 0 then removes older checkpoints. Collective.
+  /// Throws Error in the middle of gradient accumulation, IoError on I/O
+  /// failure (on every rank; the previous checkpoint is untouched). Returns
+  /// the tag.
+  std::string save_checkpoint(const std::string& save_dir, const nlohmann::json& client_state,
+                              int keep_last = 0, const std::string& tag = "");
+  /// Loads <save_dir>/<tag> (tag "" = the one `latest` names) at this
+  /// engine's world size and stage, whatever they were at save time:
+  /// logical tensors are re-sharded; master weights and moments come back
+  /// bit for bit. Checks format version, model (names and shapes; the error
+  /// lists differences), file sizes and CRC-32s before changing anything:
+  /// on error nothing is loaded. Returns the saved client_state. Collective.
+  nlohmann::json load_checkpoint(const std::string& save_dir, const std::string& tag = "");
+  /// Full values of optimizer state `index` of parameter p. Collective at
+  /// stages 1-3.
+  std::vector<float> gather_optimizer_state(ParamId p, int index);
 
   // ---- introspection ----
 

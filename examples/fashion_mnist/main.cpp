@@ -1,0 +1,239 @@
+// fashion_mnist: data-parallel training of an MLP classifier on Fashion-MNIST
+// with its training state sharded by a zeroshard Engine (ZeRO stages 0-3).
+//
+//   mpirun -np 4 fashion_mnist --stage 3 --epochs 2 --report run.json
+//   mpirun -np 4 fashion_mnist --compare-stages --max-steps 20
+//
+// Rank 0 prints per-epoch loss, test accuracy and throughput, then the memory
+// ledger; --compare-stages prints one table of model-state bytes per rank at
+// stages 0-3 against the ZeRO paper's prediction.
+#include <cblas.h>
+#include <fmt/format.h>
+
+#include <CLI/CLI.hpp>
+#include <cerrno>
+#include <charconv>
+#include <cstdio>
+#include <cstring>
+#include <exception>
+#include <fstream>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "comm/communicator.h"
+#include "core/error.h"
+#include "examples/fashion_mnist/compare_stages.h"
+#include "examples/fashion_mnist/idx_dataset.h"
+#include "examples/fashion_mnist/report.h"
+#include "examples/fashion_mnist/trainer.h"
+#include "runtime/config.h"
+#include "runtime/engine.h"
+
+#ifndef ZS_EXAMPLE_OPENBLAS
+#define ZS_EXAMPLE_OPENBLAS 0
+#endif
+
+namespace zeroshard::examples {
+namespace {
+
+constexpr int kClasses = 10;
+
+/// Command-line settings.
+struct Options {
+  std::string config_path;
+  int stage = -1;  ///< -1: from the config (or 3 without one)
+  int epochs = 2;
+  std::string hidden = "1024,1024";
+  std::uint64_t seed = 42;
+  std::string data_dir = "/usr/share/datasets/fashion-mnist";
+  std::int64_t max_steps = 0;
+  std::string report_path;
+  bool compare = false;
+};
+
+/// Hidden layer widths from "1024,1024" (empty string: no hidden layer).
+/// Throws ConfigError naming --hidden on anything but positive integers.
+std::vector<std::int64_t> parse_hidden(const std::string& text) {
+  std::vector<std::int64_t> sizes;
+  if (text.empty()) return sizes;
+  std::size_t pos = 0;
+  while (pos <= text.size()) {
+    const std::size_t comma = std::min(text.find(',', pos), text.size());
+    std::int64_t v = 0;
+    const char* first = text.data() + pos;
+    const char* last = text.data() + comma;
+    const auto [ptr, ec] = std::from_chars(first, last, v);
+    if (ec != std::errc() || ptr != last || v < 1) {
+      throw ConfigError(fmt::format(
+          "--hidden \"{}\": \"{}\" is not a positive integer; give widths like \"1024,1024\"", text,
+          std::string(first, last)));
+    }
+    sizes.push_back(v);
+    pos = comma + 1;
+  }
+  return sizes;
+}
+
+/// The configuration without --config: AdamW (lr 1e-3, betas 0.9/0.999,
+/// eps 1e-8, weight decay 0.01), micro-batch 32, no accumulation, clipping 1.
+EngineConfig default_config() {
+  EngineConfig c;
+  c.train_micro_batch_size_per_gpu = 32;
+  c.gradient_accumulation_steps = 1;
+  c.gradient_clipping = 1.0;
+  c.steps_per_print = 100;
+  c.optimizer.kind = OptimizerKind::adamw;
+  c.optimizer.lr = 1e-3f;
+  c.optimizer.beta1 = 0.9f;
+  c.optimizer.beta2 = 0.999f;
+  c.optimizer.eps = 1e-8f;
+  c.optimizer.weight_decay = 0.01f;
+  c.zero.stage = 3;
+  return c;
+}
+
+EngineConfig make_config(const Options& o, int world_size) {
+  EngineConfig c =
+      o.config_path.empty() ? default_config() : EngineConfig::from_file(o.config_path);
+  if (o.stage >= 0) c.zero.stage = o.stage;
+  c.validate();
+  c.validate_for_world(world_size);
+  return c;
+}
+
+/// Rank 0 opens the report file before training, so that a bad path fails
+/// in seconds rather than after the run; the verdict is broadcast so that
+/// every rank stops together. Throws IoError naming the file. Collective.
+void check_report_path(Communicator& comm, const std::string& path) {
+  double ok = 1.0;
+  std::string why;
+  if (comm.rank() == 0) {
+    errno = 0;
+    std::ofstream probe(path, std::ios::out | std::ios::app);
+    if (!probe) {
+      ok = 0.0;
+      why = std::strerror(errno);
+    }
+  }
+  comm.broadcast(&ok, 1, DType::f64, 0);
+  if (ok == 0.0) {
+    throw IoError(fmt::format("{}: cannot open the report for writing{}", path,
+                              comm.rank() == 0 ? ": " + why : " (on rank 0)"));
+  }
+}
+
+int run(const Options& o) {
+  auto comm = make_world_communicator();
+  const int rank = comm->rank();
+  const int world = comm->world_size();
+#if ZS_EXAMPLE_OPENBLAS
+  // Ranks share the cores: one BLAS thread each avoids oversubscription.
+  if (world > 1) openblas_set_num_threads(1);
+#endif
+  const EngineConfig config = make_config(o, world);
+  if (!o.report_path.empty()) check_report_path(*comm, o.report_path);
+  const LabeledImages train = load_fashion_mnist_split(o.data_dir, "train", kClasses);
+  const LabeledImages test = load_fashion_mnist_split(o.data_dir, "t10k", kClasses);
+
+  RunSpec spec;
+  spec.layer_sizes.push_back(std::int64_t(train.images.pixels_per_image()));
+  for (auto h : parse_hidden(o.hidden)) spec.layer_sizes.push_back(h);
+  spec.layer_sizes.push_back(kClasses);
+  spec.init_seed = o.seed;
+  spec.train.epochs = o.epochs;
+  spec.train.max_steps = o.max_steps;
+  spec.train.seed = o.seed + 1;
+  spec.train.steps_per_print = o.compare ? 0 : config.steps_per_print;
+  spec.train.print_epochs = !o.compare;
+
+  if (rank == 0) {
+    fmt::print(
+        "fashion_mnist: {} train / {} test images, layers {}, world size {} ({}), {} {} "
+        "lr {:g}, micro-batch {} x accumulation {} x {} ranks = global batch {}\n",
+        train.size(), test.size(), fmt::join(spec.layer_sizes, "-"), world, comm->backend(),
+        o.compare ? "stages 0-3" : fmt::format("stage {}", config.zero.stage),
+        optimizer_name(config.optimizer.kind), config.optimizer.lr,
+        config.train_micro_batch_size_per_gpu, config.gradient_accumulation_steps, world,
+        config.train_micro_batch_size_per_gpu * config.gradient_accumulation_steps * world);
+    std::fflush(stdout);
+  }
+
+  nlohmann::json report = {{"program", "fashion_mnist"},
+                           {"config", to_json(config)},
+                           {"world_size", world},
+                           {"layer_sizes", spec.layer_sizes},
+                           {"seed", o.seed},
+                           {"max_steps", o.max_steps}};
+  if (o.compare) {
+    const auto runs = compare_stages(config, *comm, train, test, spec);
+    if (rank == 0) fmt::print("\n{}", stage_table(runs, world, config));
+    report["parameters"] = runs.front().num_parameters;
+    report["compare_stages"] = to_json(runs, world, config);
+  } else {
+    LedgerFigures mine;
+    std::string table;
+    const RunOutcome outcome = train_fresh(config, *comm, train, test, spec, [&](Engine& engine) {
+      mine = LedgerFigures::of(engine.ledger());
+      table = engine.ledger().table(
+          fmt::format("memory ledger, rank {} of {}, stage {}", rank, world, engine.stage()));
+    });
+    const auto all = gather_ledger_figures(*comm, mine);
+    if (rank == 0) {
+      fmt::print("final test accuracy {:.4f} after {} optimizer steps, {:.1f} s\n\n{}",
+                 outcome.result.final_accuracy, outcome.result.optimizer_steps,
+                 outcome.result.wall_seconds, table);
+      if (!table.empty() && table.back() != '\n') fmt::print("\n");
+    }
+    nlohmann::json per_rank = nlohmann::json::array();
+    for (const LedgerFigures& f : all) per_rank.push_back(f.model_state);
+    report["stage"] = config.zero.stage;
+    report["parameters"] = outcome.num_parameters;
+    report["run"] = to_json(outcome.result);
+    report["final_accuracy"] = outcome.result.final_accuracy;
+    report["ledger_rank0"] = to_json(all.front());
+    report["model_state_bytes_per_rank"] = per_rank;
+  }
+  if (rank == 0 && !o.report_path.empty()) write_json_file(o.report_path, report);
+  std::fflush(stdout);
+  return 0;
+}
+
+}  // namespace
+}  // namespace zeroshard::examples
+
+int main(int argc, char** argv) {
+  using zeroshard::examples::Options;
+  Options o;
+  CLI::App app{"Data-parallel MLP training on Fashion-MNIST with ZeRO sharding (zeroshard)"};
+  app.add_option("--config", o.config_path, "ds_config JSON file (DeepSpeed keys)")
+      ->check(CLI::ExistingFile);
+  app.add_option("--stage", o.stage,
+                 "ZeRO stage 0-3; overrides zero_optimization.stage (default without --config: 3)")
+      ->check(CLI::Range(0, 3));
+  app.add_option("--epochs", o.epochs, "passes over the training set")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 1000000));
+  app.add_option("--hidden", o.hidden, "hidden layer widths, comma-separated (\"\" for none)")
+      ->capture_default_str();
+  app.add_option("--seed", o.seed, "seed of the initialisation and the shuffling")
+      ->capture_default_str();
+  app.add_option("--data-dir", o.data_dir, "folder with the Fashion-MNIST .gz IDX files")
+      ->capture_default_str();
+  app.add_option("--max-steps", o.max_steps, "stop after this many optimizer steps (0: no limit)")
+      ->capture_default_str()
+      ->check(CLI::NonNegativeNumber);
+  app.add_option("--report", o.report_path, "write a JSON report to this file (rank 0)");
+  app.add_flag("--compare-stages", o.compare,
+               "train the same steps at stages 0-3 and print one table of model-state bytes");
+  CLI11_PARSE(app, argc, argv);
+
+  try {
+    return zeroshard::examples::run(o);
+  } catch (const zeroshard::Error& e) {
+    std::fprintf(stderr, "fashion_mnist: error: %s\n", e.what());
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "fashion_mnist: unexpected error: %s\n", e.what());
+  }
+  return 1;
+}

@@ -1,0 +1,185 @@
+#include "examples/fashion_mnist/trainer.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <array>
+#include <chrono>
+
+#include "core/error.h"
+
+namespace zeroshard::examples {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double seconds_since(Clock::time_point t0) {
+  return std::chrono::duration<double>(Clock::now() - t0).count();
+}
+
+/// Sums n doubles over ranks in place.
+template <std::size_t N>
+void sum_over_ranks(Communicator& comm, std::array<double, N>& values) {
+  comm.all_reduce(values.data(), N, DType::f64, ReduceOp::sum);
+}
+
+}  // namespace
+
+Trainer::Trainer(Engine& engine, Mlp& mlp, Communicator& comm, const LabeledImages& train,
+                 const LabeledImages& test, TrainOptions options)
+    : engine_(engine),
+      mlp_(mlp),
+      comm_(comm),
+      train_(train),
+      test_(test),
+      options_(options),
+      sampler_(train.size(), std::size_t(engine.config().train_micro_batch_size_per_gpu),
+               std::size_t(engine.config().gradient_accumulation_steps), comm.rank(),
+               comm.world_size(), options.seed) {
+  const std::size_t micro = std::size_t(engine.config().train_micro_batch_size_per_gpu);
+  ZS_CHECK(options_.eval_batch >= 1, "eval_batch must be >= 1");
+  ZS_CHECK(mlp.max_batch() >= std::max(micro, options_.eval_batch),
+           "the MLP's buffers hold {} samples; micro-batch {} and eval batch {} need more",
+           mlp.max_batch(), micro, options_.eval_batch);
+  ZS_CHECK(std::size_t(mlp.layer_sizes().front()) == train.images.pixels_per_image() &&
+               std::size_t(mlp.layer_sizes().front()) == test.images.pixels_per_image(),
+           "the MLP takes {} inputs but images have {} (train) and {} (test) pixels",
+           mlp.layer_sizes().front(), train.images.pixels_per_image(),
+           test.images.pixels_per_image());
+  const std::size_t rows = std::max(micro, options_.eval_batch);
+  batch_x_.resize(rows * train.images.pixels_per_image());
+  batch_y_.resize(rows);
+}
+
+EvalCounts Trainer::evaluate_test() {
+  const auto [begin, end] = rank_slice(test_.size(), comm_.rank(), comm_.world_size());
+  // Every rank makes the same number of evaluate() calls (each issues
+  // unshard collectives at stage 3), sized for the largest slice.
+  const std::size_t largest =
+      (test_.size() + std::size_t(comm_.world_size()) - 1) / std::size_t(comm_.world_size());
+  const std::size_t batches = (largest + options_.eval_batch - 1) / options_.eval_batch;
+  const std::size_t pixels = test_.images.pixels_per_image();
+  EvalCounts local;
+  for (std::size_t b = 0; b < batches; ++b) {
+    const std::size_t first = std::min(end, begin + b * options_.eval_batch);
+    const std::size_t n = std::min(end - first, options_.eval_batch);
+    const std::span<const float> x(test_.images.pixels.data() + first * pixels, n * pixels);
+    const std::span<const std::uint8_t> y(test_.labels.data() + first, n);
+    const EvalCounts c = mlp_.evaluate(x, y, n);
+    local.loss_sum += c.loss_sum;
+    local.correct += c.correct;
+    local.samples += c.samples;
+  }
+  std::array<double, 3> sums{local.loss_sum, double(local.correct), double(local.samples)};
+  sum_over_ranks(comm_, sums);
+  return EvalCounts{sums[0], std::int64_t(sums[1]), std::int64_t(sums[2])};
+}
+
+TrainResult Trainer::run() {
+  const auto run_start = Clock::now();
+  const std::size_t micro = std::size_t(engine_.config().train_micro_batch_size_per_gpu);
+  const std::size_t accumulation = std::size_t(engine_.config().gradient_accumulation_steps);
+  const std::size_t pixels = train_.images.pixels_per_image();
+  const bool rank0 = comm_.rank() == 0;
+  const std::span<float> x(batch_x_.data(), micro * pixels);
+  const std::span<std::uint8_t> y(batch_y_.data(), micro);
+  ZS_CHECK(sampler_.steps_per_epoch() >= 1,
+           "the training set ({} samples) is smaller than one global batch ({} = {} x {} x {})",
+           train_.size(), sampler_.global_batch(), micro, accumulation, comm_.world_size());
+
+  TrainResult result;
+  double last_step_loss_local = 0.0;  // sum over this rank's micro-batches of the last step
+  for (int epoch = 0; epoch < options_.epochs; ++epoch) {
+    if (options_.max_steps > 0 && result.optimizer_steps >= options_.max_steps) break;
+    sampler_.start_epoch(epoch);
+    const auto epoch_start = Clock::now();
+    double epoch_loss_local = 0.0;
+    double print_loss_local = 0.0;
+    std::int64_t print_micro = 0;
+    EpochStats stats;
+    stats.epoch = epoch + 1;
+    std::size_t micro_count = 0;
+    for (std::size_t step = 0; step < sampler_.steps_per_epoch(); ++step) {
+      if (options_.max_steps > 0 && result.optimizer_steps >= options_.max_steps) break;
+      double step_loss = 0.0;
+      StepResult sr;
+      for (std::size_t k = 0; k < accumulation; ++k) {
+        gather_samples(train_, sampler_.micro_batch(step, k), x, y);
+        step_loss += mlp_.forward_backward(x, y, micro);
+        sr = engine_.step();
+        ++micro_count;
+      }
+      ZS_CHECK(sr.boundary,
+               "engine.step() did not end the accumulation cycle after {} "
+               "micro-batches",
+               accumulation);
+      if (sr.skipped) ++result.skipped_steps;
+      ++result.optimizer_steps;
+      ++stats.optimizer_steps;
+      epoch_loss_local += step_loss;
+      print_loss_local += step_loss;
+      print_micro += std::int64_t(accumulation);
+      last_step_loss_local = step_loss;
+      if (options_.steps_per_print > 0 && result.optimizer_steps % options_.steps_per_print == 0) {
+        std::array<double, 2> sums{print_loss_local, double(print_micro)};
+        sum_over_ranks(comm_, sums);
+        if (rank0) {
+          fmt::print(
+              "  step {:6d} | loss {:.4f} (mean of the last {} steps) | grad norm {:.3f}"
+              " | clip {:.3f} | lr {:.3g}{}\n",
+              result.optimizer_steps, sums[0] / sums[1], options_.steps_per_print, sr.grad_norm,
+              sr.clip_coef, engine_.current_lr(0),
+              engine_.compute_dtype() == DType::f16
+                  ? fmt::format(" | loss scale {:g} | skipped {}", sr.loss_scale,
+                                result.skipped_steps)
+                  : std::string());
+          std::fflush(stdout);
+        }
+        print_loss_local = 0.0;
+        print_micro = 0;
+      }
+    }
+    stats.seconds = seconds_since(epoch_start);
+    std::array<double, 2> sums{epoch_loss_local, double(micro_count)};
+    sum_over_ranks(comm_, sums);
+    stats.train_loss = sums[1] > 0 ? sums[0] / sums[1] : 0.0;
+    stats.samples = std::int64_t(sums[1]) * std::int64_t(micro);
+    stats.samples_per_second = stats.seconds > 0 ? double(stats.samples) / stats.seconds : 0.0;
+    const EvalCounts test = evaluate_test();
+    stats.test_loss = test.samples > 0 ? test.loss_sum / double(test.samples) : 0.0;
+    stats.test_accuracy = test.samples > 0 ? double(test.correct) / double(test.samples) : 0.0;
+    result.final_accuracy = stats.test_accuracy;
+    if (rank0 && options_.print_epochs) {
+      fmt::print(
+          "epoch {:3d} | steps {:5d} | train loss {:.4f} | test loss {:.4f} | test accuracy "
+          "{:.4f} | {:.0f} samples/s ({:.1f} s)\n",
+          stats.epoch, stats.optimizer_steps, stats.train_loss, stats.test_loss,
+          stats.test_accuracy, stats.samples_per_second, stats.seconds);
+      std::fflush(stdout);
+    }
+    result.epochs.push_back(stats);
+  }
+  std::array<double, 2> last{last_step_loss_local, double(accumulation)};
+  sum_over_ranks(comm_, last);
+  result.last_step_loss = last[0] / last[1];
+  result.wall_seconds = seconds_since(run_start);
+  return result;
+}
+
+RunOutcome train_fresh(const EngineConfig& config, Communicator& comm, const LabeledImages& train,
+                       const LabeledImages& test, const RunSpec& spec,
+                       const std::function<void(Engine&)>& after) {
+  Engine engine(config, comm);
+  Mlp mlp(engine, spec.layer_sizes,
+          std::max(std::size_t(config.train_micro_batch_size_per_gpu), spec.train.eval_batch));
+  engine.finalize();
+  mlp.initialize(spec.init_seed);
+  Trainer trainer(engine, mlp, comm, train, test, spec.train);
+  RunOutcome outcome;
+  outcome.result = trainer.run();
+  outcome.num_parameters = mlp.num_parameters();
+  if (after) after(engine);
+  return outcome;
+}
+
+}  // namespace zeroshard::examples

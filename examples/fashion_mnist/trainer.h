@@ -1,0 +1,103 @@
+// The data-parallel training loop around an Mlp and its Engine: shuffled
+// rank-disjoint micro-batches, gradient accumulation, per-epoch test
+// evaluation with the counts summed over ranks.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <vector>
+
+#include "comm/communicator.h"
+#include "examples/fashion_mnist/data_parallel.h"
+#include "examples/fashion_mnist/idx_dataset.h"
+#include "examples/fashion_mnist/mlp.h"
+#include "runtime/engine.h"
+
+namespace zeroshard::examples {
+
+/// How long and how loudly to train.
+struct TrainOptions {
+  int epochs = 2;                    ///< passes over the training set
+  std::int64_t max_steps = 0;        ///< stop after this many optimizer steps (0: no limit)
+  std::uint64_t seed = 42;           ///< shuffling seed (same on every rank)
+  std::int64_t steps_per_print = 0;  ///< log every this many optimizer steps on rank 0 (0: never)
+  bool print_epochs = true;          ///< rank 0 prints one line per epoch
+  std::size_t eval_batch = 1000;     ///< samples per evaluation forward pass
+};
+
+/// Figures of one epoch, identical on every rank (reduced over ranks).
+struct EpochStats {
+  int epoch = 0;                     ///< 1-based
+  std::int64_t optimizer_steps = 0;  ///< steps taken in this epoch
+  std::int64_t samples = 0;          ///< training samples over all ranks
+  double train_loss = 0.0;           ///< mean micro-batch loss over the epoch and ranks (nats)
+  double test_loss = 0.0;            ///< mean cross-entropy on the test set (nats)
+  double test_accuracy = 0.0;        ///< fraction of test samples classified correctly
+  double seconds = 0.0;              ///< training time of the epoch (rank 0's clock, no evaluation)
+  double samples_per_second = 0.0;   ///< samples / seconds
+};
+
+/// Figures of a whole run.
+struct TrainResult {
+  std::vector<EpochStats> epochs;
+  std::int64_t optimizer_steps = 0;  ///< global batches stepped (accumulation boundaries)
+  std::int64_t skipped_steps = 0;    ///< of which skipped for Inf/NaN gradients (all ranks agree)
+  double last_step_loss = 0.0;  ///< mean loss of the last optimizer step's micro-batches over ranks
+  double final_accuracy = 0.0;  ///< test accuracy after the last epoch
+  double wall_seconds = 0.0;    ///< whole run including evaluation
+};
+
+/// Drives one Engine + Mlp over a training and a test set. The references
+/// must outlive the Trainer. Thread safety: the thread that drives the Engine.
+class Trainer {
+ public:
+  /// Allocates the batch buffers: micro-batch from the engine's config,
+  /// mlp.max_batch() must be >= both it and options.eval_batch.
+  Trainer(Engine& engine, Mlp& mlp, Communicator& comm, const LabeledImages& train,
+          const LabeledImages& test, TrainOptions options);
+
+  /// Trains options.epochs epochs (or until max_steps), evaluating after
+  /// each. Collective: every rank must call it.
+  TrainResult run();
+
+  /// Test-set loss and accuracy: each rank evaluates its rank_slice of the
+  /// test set in batches of options.eval_batch; the counts are summed over
+  /// ranks with one all_reduce. Collective.
+  EvalCounts evaluate_test();
+
+ private:
+  Engine& engine_;
+  Mlp& mlp_;
+  Communicator& comm_;
+  const LabeledImages& train_;
+  const LabeledImages& test_;
+  TrainOptions options_;
+  DataParallelSampler sampler_;
+  std::vector<float> batch_x_;
+  std::vector<std::uint8_t> batch_y_;
+};
+
+/// What a fresh training run needs besides the engine configuration.
+struct RunSpec {
+  std::vector<std::int64_t> layer_sizes;  ///< {inputs, hidden..., classes}
+  std::uint64_t init_seed = 42;           ///< Mlp::initialize seed (same on every rank)
+  TrainOptions train;                     ///< train.seed drives the shuffling
+};
+
+/// Outcome of train_fresh.
+struct RunOutcome {
+  TrainResult result;
+  std::size_t num_parameters = 0;  ///< Psi
+};
+
+/// Builds a fresh Engine (config over comm), an Mlp declared in it and
+/// initialised from spec.init_seed, trains it with a Trainer and returns the
+/// figures; `after` (if set) is called with the engine after training, before
+/// the engine is destroyed (to read its ledger). Collective. Throws what the
+/// Engine throws (ConfigError for a config the world size cannot run).
+RunOutcome train_fresh(const EngineConfig& config, Communicator& comm, const LabeledImages& train,
+                       const LabeledImages& test, const RunSpec& spec,
+                       const std::function<void(Engine&)>& after = {});
+
+}  // namespace zeroshard::examples

@@ -1,0 +1,201 @@
+// Engine::save_checkpoint / load_checkpoint: sharded, atomic, re-shardable
+// checkpoints. Layout and protocol: docs/checkpoint-format.md.
+#include <algorithm>
+#include <chrono>
+#include <cstdlib>
+#include <filesystem>
+#include <thread>
+
+#include "core/error.h"
+#include "runtime/collective_error.h"
+#include "kernels/cpu/cast.h"
+#include "runtime/checkpoint_files.h"
+#include "runtime/checkpoint_manifest.h"
+#include "runtime/engine.h"
+#include "runtime/engine_state.h"
+#include "zs_config.h"
+
+namespace zeroshard {
+
+namespace fs = std::filesystem;
+using nlohmann::json;
+
+namespace {
+
+// The fp32 arrays a checkpoint holds per unit: the values the optimizer
+// updates, then its states.
+std::vector<std::string> tensor_names(const EngineState& s) {
+  std::vector<std::string> names = {"master"};
+  for (int k = 0; k < optimizer_state_count(s.config.optimizer); ++k) {
+    names.emplace_back(optimizer_state_name(s.config.optimizer, k));
+  }
+  return names;
+}
+
+// Where tensor t of unit u lives on this rank, and the flat-buffer index of
+// its element 0 (0 when the rank holds the full buffer, r*S for a shard).
+float* tensor_data(EngineState& s, UnitId u, std::size_t t, std::size_t& first) {
+  UnitState& us = s.unit(u);
+  const bool full = t == 0 ? (s.mixed() ? s.stage() == 0 : s.stage() < 3) : s.stage() == 0;
+  first = full ? 0 : static_cast<std::size_t>(s.rank()) * s.info(u).shard;
+  if (t > 0) return us.states[t - 1].data();
+  return s.mixed() ? us.master.data() : us.params.as<float>();
+}
+
+// Test hook: ZS_CHECKPOINT_PAUSE_RANK=r makes rank r stop in the middle of
+// writing its file (after the first unit), leave a marker file and sleep,
+// so a test can kill it there.
+void maybe_pause(const std::string& dir, int rank) {
+#if ZS_TEST_HOOKS
+  const char* env = std::getenv("ZS_CHECKPOINT_PAUSE_RANK");
+  if (env != nullptr && std::atoi(env) == rank) {
+    write_file_atomic(dir + "/paused", "paused\n");
+    std::this_thread::sleep_for(std::chrono::minutes(10));
+  }
+#else
+  (void)dir;
+  (void)rank;
+#endif
+}
+
+Manifest make_manifest(const EngineState& s, const std::string& tag, const json& client_state) {
+  Manifest m;
+  m.tag = tag;
+  m.world_size = s.world();
+  m.stage = s.stage();
+  m.compute_dtype = std::string(dtype_name(s.dtype()));
+  m.tensors = tensor_names(s);
+  for (const UnitInfo& u : s.layout.units()) {
+    ManifestUnit mu{.name = u.name, .numel = u.numel, .padded = u.padded, .shard = u.shard, .params = {}};
+    for (ParamId id : u.params) {
+      const ParamInfo& p = s.layout.param(id);
+      mu.params.push_back(ManifestParam{.name = p.name, .shape = p.shape, .numel = p.numel, .offset = p.offset,
+                                        .group = p.group});
+    }
+    m.units.push_back(std::move(mu));
+  }
+  m.optimizer_steps = s.optimizer_steps;
+  m.micro_steps = s.micro_steps;
+  m.scaler = s.scaler.state();
+  const OptimizerHyper& h = s.config.optimizer;
+  m.optimizer = {{"type", optimizer_name(h.kind)}, {"lr", h.lr}, {"betas", {h.beta1, h.beta2}}, {"eps", h.eps},
+                 {"weight_decay", h.weight_decay}, {"momentum", h.momentum}, {"dampening", h.dampening},
+                 {"nesterov", h.nesterov}};
+  m.param_groups = json::array();
+  for (const GroupState& g : s.groups) {
+    m.param_groups.push_back({{"name", g.name}, {"lr", g.lr}, {"weight_decay", g.weight_decay}});
+  }
+  m.scheduler = {{"type", s.config.scheduler.name()}, {"position", s.optimizer_steps}};
+  m.client_state = client_state;
+  return m;
+}
+
+// Removes complete checkpoints beyond the newest keep_last (by optimizer
+// step in their manifests). Only directories with a readable manifest count.
+void prune(const std::string& save_dir, int keep_last, const std::string& keep_tag) {
+  std::vector<std::pair<std::int64_t, fs::path>> found;
+  for (const auto& entry : fs::directory_iterator(save_dir)) {
+    if (!entry.is_directory() || entry.path().filename().string().starts_with(".")) continue;
+    try {
+      const Manifest m = Manifest::read(entry.path().string());
+      if (m.tag != keep_tag) found.emplace_back(m.optimizer_steps, entry.path());
+    } catch (const Error&) {
+    }
+  }
+  std::sort(found.begin(), found.end(), [](const auto& a, const auto& b) { return a.first > b.first; });
+  for (std::size_t i = static_cast<std::size_t>(std::max(0, keep_last - 1)); i < found.size(); ++i) {
+    fs::remove_all(found[i].second);
+  }
+}
+
+}  // namespace
+
+std::string Engine::save_checkpoint(const std::string& save_dir, const json& client_state, int keep_last,
+                                    const std::string& tag_in) {
+  EngineState& s = *s_;
+  ZS_CHECK(s.finalized, "save_checkpoint() before finalize()");
+  const std::int64_t gas = s.config.gradient_accumulation_steps;
+  if (s.micro_steps % gas != 0) {
+    throw Error(fmt::format("save_checkpoint(\"{}\"): called after micro-batch {} of {} of a gradient accumulation "
+                            "cycle; save after the step that ends the cycle (gradients are not saved)",
+                            save_dir, s.micro_steps % gas, gas));
+  }
+  const std::string tag = tag_in.empty() ? fmt::format("step-{:08d}", s.optimizer_steps) : tag_in;
+  const std::string final_dir = save_dir + "/" + tag, tmp_dir = save_dir + "/.tmp-" + tag;
+  const int r = s.rank();
+
+  run_agreed(s.comm, [&] {
+    if (r != 0) return;
+    fs::create_directories(save_dir);
+    fs::remove_all(tmp_dir);  // left by a save that was killed
+    fs::create_directory(tmp_dir);
+  });
+
+  double file_info[2] = {0, 0};  // crc32, bytes of this rank's file
+  run_agreed(s.comm, [&] {
+    CheckpointWriter w(tmp_dir + "/" + rank_file_name(r));
+    const std::size_t ntensors = tensor_names(s).size();
+    for (UnitId u = 0; u < static_cast<UnitId>(s.units.size()); ++u) {
+      const std::size_t shard = s.info(u).shard;
+      for (std::size_t t = 0; t < ntensors; ++t) {
+        std::size_t first = 0;
+        const float* data = tensor_data(s, u, t, first);
+        const std::size_t begin = static_cast<std::size_t>(r) * shard - first;
+        w.write(data + begin, shard * sizeof(float));
+      }
+      if (u == 0) maybe_pause(tmp_dir, r);
+    }
+    w.finish();
+    file_info[0] = w.crc32();
+    file_info[1] = static_cast<double>(w.size());
+  });
+
+  std::vector<double> all_info(2 * static_cast<std::size_t>(s.world()));
+  s.comm.all_gather(file_info, all_info.data(), 2, DType::f64);
+  run_agreed(s.comm, [&] {
+    if (r != 0) return;
+    Manifest m = make_manifest(s, tag, client_state);
+    for (int q = 0; q < s.world(); ++q) {
+      m.files.push_back(ManifestFile{.name = rank_file_name(q), .rank = q,
+                                     .bytes = static_cast<std::uint64_t>(all_info[2 * q + 1]),
+                                     .crc32 = static_cast<std::uint32_t>(all_info[2 * q])});
+    }
+    const std::string text = m.to_json().dump(2) + "\n";
+    CheckpointWriter w(tmp_dir + "/manifest.json");
+    w.write(text.data(), text.size());
+    w.finish();
+    fsync_directory(tmp_dir);
+    if (fs::exists(final_dir)) {
+      // Saving a tag again: move the old one aside first (rename cannot
+      // replace a non-empty directory), and remove it once the new one is in.
+      const std::string old = save_dir + "/.old-" + tag;
+      fs::remove_all(old);
+      rename_durable(final_dir, old, save_dir);
+      rename_durable(tmp_dir, final_dir, save_dir);
+      fs::remove_all(old);
+    } else {
+      rename_durable(tmp_dir, final_dir, save_dir);
+    }
+    write_file_atomic(save_dir + "/latest", tag + "\n");
+    if (keep_last > 0) prune(save_dir, keep_last, tag);
+  });
+  return tag;
+}
+
+std::vector<float> Engine::gather_optimizer_state(ParamId p, int index) {
+  EngineState& s = *s_;
+  const ParamInfo& info = s.layout.param(p);
+  UnitState& us = s.unit(info.unit);
+  ZS_CHECK(index >= 0 && static_cast<std::size_t>(index) < us.states.size(), "optimizer state index {} out of range",
+           index);
+  const float* full = us.states[static_cast<std::size_t>(index)].data();
+  PoolLease lease;
+  if (s.stage() != 0) {
+    lease = s.pool.acquire(s.info(info.unit).padded, DType::f32, false);
+    s.comm.all_gather(full, lease.data(), s.info(info.unit).shard, DType::f32);
+    full = lease.as<float>();
+  }
+  return std::vector<float>(full + info.offset, full + info.offset + info.numel);
+}
+
+}  // namespace zeroshard

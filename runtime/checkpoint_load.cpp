@@ -1,0 +1,208 @@
+// Engine::load_checkpoint: validates a sharded checkpoint completely, reads
+// the logical tensors of this rank's new layout from the old rank files
+// (re-sharding for any old and new world size), and only then replaces the
+// engine's state. Format: docs/checkpoint-format.md.
+#include <map>
+#include <set>
+
+#include "core/error.h"
+#include "runtime/collective_error.h"
+#include "kernels/cpu/cast.h"
+#include "runtime/checkpoint_files.h"
+#include "runtime/checkpoint_manifest.h"
+#include "runtime/engine.h"
+#include "runtime/engine_state.h"
+
+namespace zeroshard {
+
+using nlohmann::json;
+
+namespace {
+
+std::string shape_str(const std::vector<std::int64_t>& s) {
+  return fmt::format("[{}]", fmt::join(s, ", "));
+}
+
+// Differences between the saved model and this engine's, one per line.
+std::vector<std::string> model_differences(const Manifest& m, const FlatLayout& layout) {
+  std::vector<std::string> diffs;
+  std::map<std::string, const ManifestParam*> saved;
+  for (const auto& u : m.units) {
+    for (const auto& p : u.params) saved[p.name] = &p;
+  }
+  std::set<std::string> seen;
+  for (const ParamInfo& p : layout.params()) {
+    seen.insert(p.name);
+    auto it = saved.find(p.name);
+    if (it == saved.end()) {
+      diffs.push_back(fmt::format("parameter \"{}\" {} is not in the checkpoint", p.name, shape_str(p.shape)));
+    } else if (it->second->shape != p.shape) {
+      diffs.push_back(fmt::format("parameter \"{}\": checkpoint shape {}, model shape {}", p.name,
+                                  shape_str(it->second->shape), shape_str(p.shape)));
+    }
+  }
+  for (const auto& [name, p] : saved) {
+    if (!seen.count(name)) diffs.push_back(fmt::format("checkpoint parameter \"{}\" {} is not in the model", name, shape_str(p->shape)));
+  }
+  if (diffs.empty()) {
+    // Same parameters: the unit layout must match too (offsets inside units).
+    if (m.units.size() != layout.units().size()) {
+      diffs.push_back(fmt::format("checkpoint has {} units, the model {}", m.units.size(), layout.units().size()));
+    } else {
+      for (std::size_t u = 0; u < m.units.size(); ++u) {
+        const UnitInfo& info = layout.units()[u];
+        if (m.units[u].name != info.name || m.units[u].numel != info.numel ||
+            m.units[u].params.size() != info.params.size()) {
+          diffs.push_back(fmt::format("unit {}: checkpoint \"{}\" ({} elements), model \"{}\" ({} elements)", u,
+                                      m.units[u].name, m.units[u].numel, info.name, info.numel));
+          continue;
+        }
+        for (std::size_t k = 0; k < info.params.size(); ++k) {
+          if (m.units[u].params[k].name != layout.param(info.params[k]).name) {
+            diffs.push_back(fmt::format("unit \"{}\": parameter {} is \"{}\" in the checkpoint, \"{}\" in the model",
+                                        info.name, k, m.units[u].params[k].name, layout.param(info.params[k]).name));
+          }
+        }
+      }
+    }
+  }
+  return diffs;
+}
+
+// Reads logical elements [lo, hi) of tensor t of unit u from the old rank
+// files into dst (dst[0] = element lo), verifying each file on first use.
+class TensorReader {
+ public:
+  TensorReader(const Manifest& m, std::string dir) : m_(m), dir_(std::move(dir)) {}
+
+  void read(std::size_t u, std::size_t t, std::uint64_t lo, std::uint64_t hi, float* dst) {
+    const std::uint64_t shard = m_.units[u].shard;
+    hi = std::min(hi, m_.units[u].numel);
+    for (std::uint64_t e = lo; e < hi;) {
+      const int q = static_cast<int>(e / shard);
+      const std::uint64_t off = e % shard, n = std::min(hi - e, shard - off);
+      file(q).read(m_.file_offset(u, t) + off * sizeof(float), dst + (e - lo), n * sizeof(float));
+      e += n;
+    }
+  }
+
+ private:
+  const CheckpointReader& file(int q) {
+    auto it = open_.find(q);
+    if (it != open_.end()) return *it->second;
+    const ManifestFile& f = m_.files[static_cast<std::size_t>(q)];
+    auto reader = std::make_unique<CheckpointReader>(dir_ + "/" + f.name);
+    const std::uint64_t size = reader->size();
+    if (size != f.bytes || size != m_.file_bytes()) {
+      throw IoError(fmt::format("{}: {} bytes, the manifest expects {} (truncated or wrong file)", reader->path(), size,
+                                m_.file_bytes()));
+    }
+    const std::uint32_t crc = reader->crc32();
+    if (crc != f.crc32) {
+      throw IoError(fmt::format("{}: CRC-32 {:08x} does not match the manifest's {:08x} (corrupted shard)",
+                                reader->path(), crc, f.crc32));
+    }
+    return *open_.emplace(q, std::move(reader)).first->second;
+  }
+
+  const Manifest& m_;
+  std::string dir_;
+  std::map<int, std::unique_ptr<CheckpointReader>> open_;
+};
+
+// New buffers for one unit, filled before anything in the engine changes.
+struct LoadedUnit {
+  TypedBuffer params;
+  AlignedBuffer<float> master;
+  std::vector<AlignedBuffer<float>> states;
+};
+
+}  // namespace
+
+json Engine::load_checkpoint(const std::string& save_dir, const std::string& tag_in) {
+  EngineState& s = *s_;
+  ZS_CHECK(s.finalized, "load_checkpoint() before finalize()");
+  std::string tag = tag_in;
+  Manifest m;
+  run_agreed(s.comm, [&] {
+    if (tag.empty()) {
+      tag = read_text_file(save_dir + "/latest");
+      while (!tag.empty() && (tag.back() == '\n' || tag.back() == ' ')) tag.pop_back();
+    }
+    m = Manifest::read(save_dir + "/" + tag);
+  });
+  const std::string dir = save_dir + "/" + tag;
+  // Everything below up to the read phase is the same on every rank.
+  const std::vector<std::string> diffs = model_differences(m, s.layout);
+  if (!diffs.empty()) {
+    throw Error(fmt::format("{}/manifest.json is from a different model:\n  {}", dir, fmt::join(diffs, "\n  ")));
+  }
+  std::vector<std::string> names = {"master"};
+  for (int k = 0; k < optimizer_state_count(s.config.optimizer); ++k) {
+    names.emplace_back(optimizer_state_name(s.config.optimizer, k));
+  }
+  if (m.tensors != names) {
+    throw Error(fmt::format("{}/manifest.json holds tensors [{}] but this optimizer ({}) needs [{}]", dir,
+                            fmt::join(m.tensors, ", "), optimizer_name(s.config.optimizer.kind), fmt::join(names, ", ")));
+  }
+
+  const int r = s.rank(), stage = s.stage();
+  std::vector<LoadedUnit> loaded(s.units.size());
+  run_agreed(s.comm, [&] {
+    TensorReader reader(m, dir);
+    for (std::size_t u = 0; u < s.units.size(); ++u) {
+      const UnitInfo& info = s.info(static_cast<UnitId>(u));
+      const std::uint64_t shard_lo = static_cast<std::uint64_t>(r) * info.shard;
+      LoadedUnit& lu = loaded[u];
+      // Optimizer states: full at stage 0, else this rank's shard.
+      const std::uint64_t slo = stage == 0 ? 0 : shard_lo, sn = stage == 0 ? info.padded : info.shard;
+      for (std::size_t k = 1; k < names.size(); ++k) {
+        lu.states.emplace_back(sn);
+        reader.read(u, k, slo, slo + sn, lu.states.back().data());
+      }
+      // Parameters (compute dtype): full at stages 0-2, else the shard; from the masters.
+      const std::uint64_t plo = stage < 3 ? 0 : shard_lo, pn = stage < 3 ? info.padded : info.shard;
+      lu.params = TypedBuffer(pn, s.dtype());
+      if (!s.mixed()) {
+        reader.read(u, 0, plo, plo + pn, lu.params.as<float>());
+        continue;
+      }
+      AlignedBuffer<float> wide(pn);
+      reader.read(u, 0, plo, plo + pn, wide.data());
+      kernels::cast(lu.params.data(), s.dtype(), wide.data(), DType::f32, pn);
+      lu.master = AlignedBuffer<float>(sn);
+      if (stage == 0) {
+        std::copy(wide.data(), wide.data() + sn, lu.master.data());
+      } else {
+        reader.read(u, 0, shard_lo, shard_lo + sn, lu.master.data());
+      }
+    }
+  });
+
+  // Commit: nothing above touched the engine.
+  s.pending.clear();
+  for (std::size_t u = 0; u < s.units.size(); ++u) {
+    UnitState& us = s.units[u];
+    us.gather_work.wait();
+    us.gathered.release();
+    us.grad_lease.release();
+    us.reduce_work.wait();
+    us.reduce_buffer.release();
+    us.unshard_count = 0;
+    us.reduced = false;
+    us.grad_full.zero();
+    us.grad_shard.zero();
+    us.params = std::move(loaded[u].params);
+    if (s.mixed()) us.master = std::move(loaded[u].master);
+    us.states = std::move(loaded[u].states);
+  }
+  s.optimizer_steps = m.optimizer_steps;
+  s.micro_steps = m.optimizer_steps * s.config.gradient_accumulation_steps;
+  if (s.dtype() == DType::f16) s.scaler.set_state(m.scaler);
+  s.recording = true;
+  s.order.clear();
+  s.cursor = 0;
+  return m.client_state;
+}
+
+}  // namespace zeroshard

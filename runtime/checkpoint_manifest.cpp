@@ -1,0 +1,132 @@
+#include "runtime/checkpoint_manifest.h"
+
+#include <fmt/format.h>
+
+#include "core/error.h"
+#include "runtime/checkpoint_files.h"
+
+namespace zeroshard {
+
+using nlohmann::json;
+
+std::string rank_file_name(int r) { return fmt::format("rank-{:05d}.bin", r); }
+
+json Manifest::to_json() const {
+  json units_j = json::array();
+  for (const auto& u : units) {
+    json params_j = json::array();
+    for (const auto& p : u.params) {
+      params_j.push_back({{"name", p.name}, {"shape", p.shape}, {"numel", p.numel}, {"offset", p.offset},
+                          {"group", p.group}});
+    }
+    units_j.push_back({{"name", u.name}, {"numel", u.numel}, {"padded", u.padded}, {"shard", u.shard},
+                       {"params", params_j}});
+  }
+  json files_j = json::array();
+  for (const auto& f : files) {
+    files_j.push_back({{"name", f.name}, {"rank", f.rank}, {"bytes", f.bytes}, {"crc32", f.crc32}});
+  }
+  return json{{"format", "zeroshard-checkpoint"},
+              {"format_version", format_version},
+              {"tag", tag},
+              {"world_size", world_size},
+              {"stage", stage},
+              {"compute_dtype", compute_dtype},
+              {"tensors", tensors},
+              {"units", units_j},
+              {"files", files_j},
+              {"optimizer_steps", optimizer_steps},
+              {"micro_steps", micro_steps},
+              {"loss_scaler",
+               {{"scale", scaler.scale},
+                {"clean_steps", scaler.clean_steps},
+                {"hysteresis_left", scaler.hysteresis_left},
+                {"overflows", scaler.overflows}}},
+              {"optimizer", optimizer},
+              {"param_groups", param_groups},
+              {"scheduler", scheduler},
+              {"client_state", client_state}};
+}
+
+Manifest Manifest::from_json(const json& j, const std::string& path) {
+  Manifest m;
+  try {
+    if (j.value("format", "") != "zeroshard-checkpoint") {
+      throw IoError(fmt::format("{}: not a zeroshard checkpoint manifest (\"format\" is missing or wrong)", path));
+    }
+    m.format_version = j.at("format_version").get<int>();
+    if (m.format_version != kCheckpointFormatVersion) {
+      throw IoError(fmt::format("{}: checkpoint format version {} is not supported by this build (it reads version {})",
+                                path, m.format_version, kCheckpointFormatVersion));
+    }
+    m.tag = j.at("tag").get<std::string>();
+    m.world_size = j.at("world_size").get<int>();
+    m.stage = j.at("stage").get<int>();
+    m.compute_dtype = j.at("compute_dtype").get<std::string>();
+    m.tensors = j.at("tensors").get<std::vector<std::string>>();
+    for (const auto& uj : j.at("units")) {
+      ManifestUnit u;
+      u.name = uj.at("name").get<std::string>();
+      u.numel = uj.at("numel").get<std::uint64_t>();
+      u.padded = uj.at("padded").get<std::uint64_t>();
+      u.shard = uj.at("shard").get<std::uint64_t>();
+      for (const auto& pj : uj.at("params")) {
+        u.params.push_back(ManifestParam{.name = pj.at("name").get<std::string>(),
+                                         .shape = pj.at("shape").get<std::vector<std::int64_t>>(),
+                                         .numel = pj.at("numel").get<std::uint64_t>(),
+                                         .offset = pj.at("offset").get<std::uint64_t>(),
+                                         .group = pj.at("group").get<int>()});
+      }
+      if (u.shard * static_cast<std::uint64_t>(m.world_size) != u.padded || u.numel > u.padded) {
+        throw IoError(fmt::format("{}: unit \"{}\" has an inconsistent layout (numel {}, padded {}, shard {}, {} ranks)",
+                                  path, u.name, u.numel, u.padded, u.shard, m.world_size));
+      }
+      m.units.push_back(std::move(u));
+    }
+    for (const auto& fj : j.at("files")) {
+      m.files.push_back(ManifestFile{.name = fj.at("name").get<std::string>(),
+                                     .rank = fj.at("rank").get<int>(),
+                                     .bytes = fj.at("bytes").get<std::uint64_t>(),
+                                     .crc32 = fj.at("crc32").get<std::uint32_t>()});
+    }
+    if (static_cast<int>(m.files.size()) != m.world_size) {
+      throw IoError(fmt::format("{}: lists {} rank files for world size {}", path, m.files.size(), m.world_size));
+    }
+    m.optimizer_steps = j.at("optimizer_steps").get<std::int64_t>();
+    m.micro_steps = j.at("micro_steps").get<std::int64_t>();
+    const json& ls = j.at("loss_scaler");
+    m.scaler = LossScalerState{.scale = ls.at("scale").get<double>(),
+                               .clean_steps = ls.at("clean_steps").get<std::int64_t>(),
+                               .hysteresis_left = ls.at("hysteresis_left").get<int>(),
+                               .overflows = ls.at("overflows").get<std::int64_t>()};
+    m.optimizer = j.at("optimizer");
+    m.param_groups = j.at("param_groups");
+    m.scheduler = j.at("scheduler");
+    m.client_state = j.value("client_state", json::object());
+  } catch (const json::exception& e) {
+    throw IoError(fmt::format("{}: malformed checkpoint manifest: {}", path, e.what()));
+  }
+  return m;
+}
+
+Manifest Manifest::read(const std::string& dir) {
+  const std::string path = dir + "/manifest.json";
+  json j;
+  try {
+    j = json::parse(read_text_file(path));
+  } catch (const json::parse_error& e) {
+    throw IoError(fmt::format("{}: invalid JSON at byte {}: {}", path, e.byte, e.what()));
+  }
+  return from_json(j, path);
+}
+
+std::uint64_t Manifest::file_offset(std::size_t u, std::size_t t) const {
+  std::uint64_t off = 0;
+  for (std::size_t i = 0; i < u; ++i) off += units[i].shard * tensors.size() * sizeof(float);
+  if (u < units.size()) off += t * units[u].shard * sizeof(float);
+  return off;
+}
+
+std::uint64_t Manifest::file_bytes() const { return file_offset(units.size(), 0); }
+
+}  // namespace zeroshard

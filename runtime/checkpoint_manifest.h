@@ -1,0 +1,78 @@
+// The checkpoint manifest: what a sharded checkpoint holds and how its rank
+// files are laid out. Format documented in docs/checkpoint-format.md.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "runtime/loss_scaler.h"
+
+namespace zeroshard {
+
+/// Version written by this build; loading any other version is an error.
+inline constexpr int kCheckpointFormatVersion = 1;
+
+/// One parameter as saved.
+struct ManifestParam {
+  std::string name;
+  std::vector<std::int64_t> shape;
+  std::uint64_t numel = 0;
+  std::uint64_t offset = 0;  ///< element offset in its unit's flat buffer
+  int group = 0;
+};
+
+/// One unit's flat-buffer layout at save time.
+struct ManifestUnit {
+  std::string name;
+  std::uint64_t numel = 0, padded = 0, shard = 0;
+  std::vector<ManifestParam> params;
+};
+
+/// One rank file.
+struct ManifestFile {
+  std::string name;  ///< relative to the checkpoint directory
+  int rank = 0;
+  std::uint64_t bytes = 0;
+  std::uint32_t crc32 = 0;
+};
+
+/// The parsed manifest.json. Plain value type.
+struct Manifest {
+  int format_version = kCheckpointFormatVersion;
+  std::string tag;
+  int world_size = 1;
+  int stage = 0;
+  std::string compute_dtype = "f32";
+  std::vector<std::string> tensors;  ///< per-unit arrays in each rank file, in order
+  std::vector<ManifestUnit> units;
+  std::vector<ManifestFile> files;
+  std::int64_t optimizer_steps = 0;
+  std::int64_t micro_steps = 0;
+  LossScalerState scaler;
+  nlohmann::json optimizer;     ///< hyper-parameters (informational)
+  nlohmann::json param_groups;  ///< [{name, lr, weight_decay}]
+  nlohmann::json scheduler;     ///< {type, position}
+  nlohmann::json client_state;  ///< the training loop's own state (data position, RNG, ...)
+
+  nlohmann::json to_json() const;
+  /// Parses and validates; `path` names the manifest in errors. Throws
+  /// IoError for an unsupported format version or a malformed manifest.
+  static Manifest from_json(const nlohmann::json& j, const std::string& path);
+  /// Reads <dir>/manifest.json.
+  static Manifest read(const std::string& dir);
+
+  /// Byte offset, in old rank `rank`'s file, of tensor `t` of unit `u`:
+  /// units follow each other, each holding tensors.size() arrays of
+  /// `shard` fp32 elements.
+  std::uint64_t file_offset(std::size_t u, std::size_t t) const;
+  /// Total bytes of one rank file.
+  std::uint64_t file_bytes() const;
+};
+
+/// Name of rank r's file ("rank-00003.bin").
+std::string rank_file_name(int r);
+
+}  // namespace zeroshard
