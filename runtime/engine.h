@@ -65,8 +65,8 @@ namespace zeroshard {
 
 /// Per-group overrides of the optimizer's lr and weight_decay.
 struct ParamGroupOptions {
-  std::optional<float> lr;
-  std::optional<float> weight_decay;
+  std::optional<float> lr{};
+  std::optional<float> weight_decay{};
 };
 
 /// What one step() call did.

@@ -40,7 +40,7 @@ inline bool close(double a, double b, double rel, double abs_floor = 0.0) {
 /// Checks two float arrays element by element with `close`; reports the
 /// first mismatch with its index.
 inline void check_close(const std::vector<float>& got, const std::vector<float>& want, double rel,
-                        double abs_floor, const std::string& what) {
+                        double abs_floor, [[maybe_unused]] const std::string& what) {
   REQUIRE_MESSAGE(got.size() == want.size(), what << ": size " << got.size() << " vs " << want.size());
   for (std::size_t i = 0; i < got.size(); ++i) {
     if (!close(got[i], want[i], rel, abs_floor)) {

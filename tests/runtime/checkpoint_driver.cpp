@@ -1,0 +1,148 @@
+// Checkpoint driver for the re-sharding and kill tests (run by
+// checkpoint_reshard.sh under mpirun at different world sizes):
+//   checkpoint_driver save DIR STAGE     train 5 steps, save; rank 0 writes the
+//                                        gathered masters+moments (DIR/ref-state.bin)
+//                                        and, after one more step, the masters
+//                                        (DIR/ref-next.bin)
+//   checkpoint_driver load DIR STAGE     load at this world size and stage: masters and
+//                                        moments must equal ref-state.bin bit for bit;
+//                                        the next step must match ref-next.bin (1e-6)
+//   checkpoint_driver pause DIR STAGE    save at step 2, then again at step 3 with the
+//                                        pause hook set by the caller (killed there)
+//   checkpoint_driver latest DIR STEPS   `latest` loads and has STEPS optimizer steps
+// Exit code 0 on success, 1 with a message on the first mismatch.
+#include <cstdio>
+#include <cstdlib>
+#include <fstream>
+#include <string>
+#include <vector>
+
+#include <fmt/format.h>
+
+// A plain program: doctest's macros in the shared helpers compile to nothing.
+#define DOCTEST_CONFIG_DISABLE
+#include <doctest/doctest.h>
+
+#include "core/error.h"
+#include "tests/support/ckpt_model.h"
+#include "tests/support/test_world.h"
+
+using namespace zeroshard;
+using namespace zeroshard::testing;
+
+namespace {
+
+EngineConfig config(int stage) {
+  OptimizerHyper h;
+  h.kind = OptimizerKind::adamw;
+  h.lr = 1e-2f;
+  h.weight_decay = 0.05f;
+  return make_config(stage, h);
+}
+
+void write_floats(const std::string& path, const std::vector<float>& v) {
+  std::ofstream(path, std::ios::binary).write(reinterpret_cast<const char*>(v.data()),
+                                              static_cast<std::streamsize>(v.size() * sizeof(float)));
+}
+
+std::vector<float> read_floats(const std::string& path) {
+  std::ifstream in(path, std::ios::binary | std::ios::ate);
+  if (!in) throw IoError("cannot open " + path);
+  std::vector<float> v(static_cast<std::size_t>(in.tellg()) / sizeof(float));
+  in.seekg(0);
+  in.read(reinterpret_cast<char*>(v.data()), static_cast<std::streamsize>(v.size() * sizeof(float)));
+  return v;
+}
+
+std::vector<float> masters(Engine& e, const CkptModel& m) {
+  std::vector<float> out;
+  for (ParamId p : m.params) {
+    const auto v = e.gather_master(p);
+    out.insert(out.end(), v.begin(), v.end());
+  }
+  return out;
+}
+
+int run(const std::string& mode, const std::string& dir, int arg) {
+  Communicator& comm = world();
+  const bool root = comm.rank() == 0;
+  if (mode == "save") {
+    Engine e(config(arg), comm);
+    CkptModel m(e);
+    for (int s = 1; s <= 5; ++s) m.train_step(e, s);
+    e.save_checkpoint(dir, {{"saved_by", comm.world_size()}});
+    const std::vector<float> state = m.state(e);
+    m.train_step(e, 6);
+    const std::vector<float> next = masters(e, m);
+    if (root) {
+      write_floats(dir + "/ref-state.bin", state);
+      write_floats(dir + "/ref-next.bin", next);
+    }
+    return 0;
+  }
+  if (mode == "load") {
+    Engine e(config(arg), comm);
+    CkptModel m(e);
+    const nlohmann::json client = e.load_checkpoint(dir);
+    const std::vector<float> want_state = read_floats(dir + "/ref-state.bin");
+    if (m.state(e) != want_state) {
+      std::fprintf(stderr, "rank %d: loaded masters/moments differ from the saved ones\n", comm.rank());
+      return 1;
+    }
+    if (e.optimizer_steps() != 5) {
+      std::fprintf(stderr, "optimizer step %ld after load, want 5\n", static_cast<long>(e.optimizer_steps()));
+      return 1;
+    }
+    m.train_step(e, 6);
+    const std::vector<float> got = masters(e, m), want = read_floats(dir + "/ref-next.bin");
+    for (std::size_t i = 0; i < got.size(); ++i) {
+      if (!close(got[i], want[i], 1e-6, 1e-9)) {
+        std::fprintf(stderr, "next step element %zu: %.9g vs %.9g (saved by %d ranks)\n", i, got[i], want[i],
+                     client.at("saved_by").get<int>());
+        return 1;
+      }
+    }
+    if (root) std::printf("load OK: saved by %d ranks, loaded by %d\n", client.at("saved_by").get<int>(), comm.world_size());
+    return 0;
+  }
+  if (mode == "pause") {
+    Engine e(config(arg), comm);
+    CkptModel m(e);
+    m.train_step(e, 1);
+    m.train_step(e, 2);
+    const char* hook = std::getenv("ZS_CHECKPOINT_PAUSE_RANK");
+    unsetenv("ZS_CHECKPOINT_PAUSE_RANK");
+    e.save_checkpoint(dir, {});
+    if (hook != nullptr) setenv("ZS_CHECKPOINT_PAUSE_RANK", hook, 1);
+    m.train_step(e, 3);
+    e.save_checkpoint(dir, {});  // the hooked rank stops in here; the test kills the job
+    return 0;
+  }
+  if (mode == "latest") {
+    Engine e(config(1), comm);
+    CkptModel m(e);
+    e.load_checkpoint(dir);
+    if (e.optimizer_steps() != arg) {
+      std::fprintf(stderr, "latest checkpoint has %ld steps, want %d\n", static_cast<long>(e.optimizer_steps()), arg);
+      return 1;
+    }
+    return 0;
+  }
+  std::fprintf(stderr, "unknown mode %s\n", mode.c_str());
+  return 2;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  if (argc != 4) {
+    std::fprintf(stderr, "usage: %s save|load|pause|latest DIR N\n", argv[0]);
+    return 2;
+  }
+  try {
+    return run(argv[1], argv[2], std::atoi(argv[3]));
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "rank %d: %s\n", world().rank(), e.what());
+    return 1;
+  }
+}

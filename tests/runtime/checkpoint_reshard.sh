@@ -1,0 +1,35 @@
+#!/usr/bin/env bash
+# Saves at N = 2, 3, 4 ranks and loads at M = 1, 2, 3, 4, 5, 8 (different
+# stages too); then kills a rank in the middle of a save and checks that the
+# previous checkpoint still loads and `latest` still names it.
+# Usage: checkpoint_reshard.sh MPIRUN DRIVER WORKDIR
+set -euo pipefail
+mpirun="$1"; driver="$2"; work="$3"
+rm -rf "$work"; mkdir -p "$work"
+for n in 2 3 4; do
+  dir="$work/saved-by-$n"
+  "$mpirun" -np "$n" "$driver" save "$dir" $((n - 1))
+  for m in 1 2 3 4 5 8; do
+    "$mpirun" -np "$m" "$driver" load "$dir" $((m % 4))
+  done
+done
+
+# Kill test: rank 1 pauses in the middle of writing its file of the second
+# save; SIGKILL the whole job there.
+dir="$work/killed"
+ZS_CHECKPOINT_PAUSE_RANK=1 setsid "$mpirun" -np 2 "$driver" pause "$dir" 3 &
+job=$!
+for _ in $(seq 1 300); do
+  if ls "$dir"/.tmp-step-00000003/paused >/dev/null 2>&1; then break; fi
+  sleep 0.1
+done
+if ! ls "$dir"/.tmp-step-00000003/paused >/dev/null 2>&1; then
+  echo "the save never reached the pause point"; kill -9 -"$job" || true; exit 1
+fi
+kill -9 -- -"$job" 2>/dev/null || kill -9 "$job"
+wait "$job" 2>/dev/null || true
+pkill -9 -f "$driver pause" 2>/dev/null || true
+grep -qx "step-00000002" "$dir/latest" || { echo "latest no longer names step-00000002:"; cat "$dir/latest"; exit 1; }
+[ ! -e "$dir/step-00000003" ] || { echo "a half-written step-00000003 was renamed into place"; exit 1; }
+"$mpirun" -np 3 "$driver" latest "$dir" 2
+echo "checkpoint re-sharding and kill tests passed"
