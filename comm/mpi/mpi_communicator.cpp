@@ -8,6 +8,7 @@
 #include "comm/collective_args.h"
 #include "comm/mpi/mpi_check.h"
 #include "comm/mpi/mpi_environment.h"
+#include "comm/mpi/mpi_progress.h"
 #include "comm/mpi/mpi_types.h"
 #include "core/error.h"
 
@@ -19,14 +20,18 @@ namespace {
 // so a failing MPI_Wait is reported as "MPI_Wait on MPI_Iallreduce".
 class MpiWork final : public CommWork::Impl {
  public:
+  // Registers with the progress thread ([Note: MPI progress]) until done.
   MpiWork(MPI_Request request, const char* call, int rank)
-      : request_(request), call_(call), rank_(rank) {}
+      : request_(request), call_(call), rank_(rank) {
+    MpiProgress::instance().begin();
+  }
 
   // A request still pending here was neither waited nor tested to
   // completion (CommWork waits before destroying, so this only happens
   // after a failed wait); complete it quietly while MPI is still running.
   ~MpiWork() override {
     if (request_ != MPI_REQUEST_NULL && !mpi_finalized()) MPI_Wait(&request_, MPI_STATUS_IGNORE);
+    MpiProgress::instance().end();
   }
 
   MpiWork(const MpiWork&) = delete;
