@@ -64,24 +64,36 @@ kernels::SgdScalars sgd_scalars(const OptimizerHyper& h, float lr, float wd, std
 
 template <bool kReference>
 void update(const OptimizerHyper& h, float lr, float wd, std::int64_t step, float grad_scale,
-            float* param, const float* grad, float* const* states, std::size_t n) {
+            float* param, const void* grad, DType grad_dtype, float* const* states,
+            void* param_copy, DType copy_dtype, std::size_t n) {
   ZS_CHECK(step >= 1, "optimizer step must be >= 1, got {}", step);
   if (n == 0) return;
   if (h.kind == OptimizerKind::sgd) {
     const auto s = sgd_scalars(h, lr, wd, step, grad_scale);
     float* buf = h.momentum != 0.0f ? states[0] : nullptr;
     if constexpr (kReference) {
-      kernels::sgd_update_reference(param, grad, buf, n, s);
+      if (grad_dtype == DType::f32 && param_copy == nullptr) {
+        kernels::sgd_update_reference(param, static_cast<const float*>(grad), buf, n, s);
+      } else {
+        kernels::sgd_update_reference(param, grad, grad_dtype, buf, param_copy, copy_dtype, n, s);
+      }
     } else {
-      kernels::sgd_update(param, grad, buf, n, s);
+      kernels::sgd_update(param, grad, grad_dtype, buf, param_copy, copy_dtype, n, s);
     }
     return;
   }
   const auto s = adam_scalars(h, lr, wd, step, grad_scale);
   if constexpr (kReference) {
-    kernels::adam_update_reference(param, grad, states[0], states[1], n, s);
+    if (grad_dtype == DType::f32 && param_copy == nullptr) {
+      kernels::adam_update_reference(param, static_cast<const float*>(grad), states[0], states[1],
+                                     n, s);
+    } else {
+      kernels::adam_update_reference(param, grad, grad_dtype, states[0], states[1], param_copy,
+                                     copy_dtype, n, s);
+    }
   } else {
-    kernels::adam_update(param, grad, states[0], states[1], n, s);
+    kernels::adam_update(param, grad, grad_dtype, states[0], states[1], param_copy, copy_dtype, n,
+                         s);
   }
 }
 
@@ -90,13 +102,31 @@ void update(const OptimizerHyper& h, float lr, float wd, std::int64_t step, floa
 void optimizer_update(const OptimizerHyper& hyper, float lr, float weight_decay, std::int64_t step,
                       float grad_scale, float* param, const float* grad, float* const* states,
                       std::size_t n) {
-  update<false>(hyper, lr, weight_decay, step, grad_scale, param, grad, states, n);
+  update<false>(hyper, lr, weight_decay, step, grad_scale, param, grad, DType::f32, states, nullptr,
+                DType::bf16, n);
 }
 
 void optimizer_update_reference(const OptimizerHyper& hyper, float lr, float weight_decay,
                                 std::int64_t step, float grad_scale, float* param,
                                 const float* grad, float* const* states, std::size_t n) {
-  update<true>(hyper, lr, weight_decay, step, grad_scale, param, grad, states, n);
+  update<true>(hyper, lr, weight_decay, step, grad_scale, param, grad, DType::f32, states, nullptr,
+               DType::bf16, n);
+}
+
+void optimizer_update_mixed(const OptimizerHyper& hyper, float lr, float weight_decay,
+                            std::int64_t step, float grad_scale, float* param, const void* grad,
+                            DType grad_dtype, float* const* states, void* param_copy,
+                            DType copy_dtype, std::size_t n) {
+  update<false>(hyper, lr, weight_decay, step, grad_scale, param, grad, grad_dtype, states,
+                param_copy, copy_dtype, n);
+}
+
+void optimizer_update_mixed_reference(const OptimizerHyper& hyper, float lr, float weight_decay,
+                                      std::int64_t step, float grad_scale, float* param,
+                                      const void* grad, DType grad_dtype, float* const* states,
+                                      void* param_copy, DType copy_dtype, std::size_t n) {
+  update<true>(hyper, lr, weight_decay, step, grad_scale, param, grad, grad_dtype, states,
+               param_copy, copy_dtype, n);
 }
 
 }  // namespace zeroshard

@@ -9,13 +9,16 @@
 //  - torch.optim.SGD: g += wd*p; momentum buffer b = g on the first step,
 //    b = momentum*b + (1-dampening)*g after; nesterov uses g + momentum*b.
 // The element-wise kernels live in kernels/cpu (adam.h, sgd.h), each next to
-// its scalar reference.
+// its scalar reference; optimizer_update dispatches to their vectorised,
+// multi-threaded forms (Highway + kernels/cpu/thread_pool.h).
 #pragma once
 
 #include <cstddef>
 #include <cstdint>
 #include <string>
 #include <string_view>
+
+#include "core/dtype.h"
 
 namespace zeroshard {
 
@@ -56,7 +59,11 @@ std::string_view optimizer_state_name(const OptimizerHyper& hyper, int index);
 ///  - lr, weight_decay: this parameter group's values;
 ///  - step: 1-based optimizer step count after this update (for bias
 ///    correction and SGD's first-step momentum initialisation).
-/// Thread safety: touches only the given arrays. Throws nothing.
+/// The work is vectorised and split over the kernel thread pool
+/// (kernels::num_threads(), ZS_NUM_THREADS); the result is bitwise that of
+/// optimizer_update_reference for any thread count.
+/// Thread safety: touches only the given arrays. Throws InvariantError if
+/// step < 1, and ConfigError on first use if ZS_NUM_THREADS is malformed.
 void optimizer_update(const OptimizerHyper& hyper, float lr, float weight_decay, std::int64_t step,
                       float grad_scale, float* param, const float* grad, float* const* states,
                       std::size_t n);
@@ -66,5 +73,23 @@ void optimizer_update(const OptimizerHyper& hyper, float lr, float weight_decay,
 void optimizer_update_reference(const OptimizerHyper& hyper, float lr, float weight_decay,
                                 std::int64_t step, float grad_scale, float* param,
                                 const float* grad, float* const* states, std::size_t n);
+
+/// Mixed-precision form of optimizer_update, one fused pass: grad holds n
+/// elements of grad_dtype (f32, bf16 or f16, converted exactly to fp32);
+/// when param_copy is not null it receives the updated fp32 parameters
+/// rounded to nearest even in copy_dtype (bf16 or f16), e.g. the model's
+/// compute copy of this shard. Other arguments as optimizer_update; bitwise
+/// equal to optimizer_update_mixed_reference. Throws InvariantError on an
+/// unsupported dtype or step < 1.
+void optimizer_update_mixed(const OptimizerHyper& hyper, float lr, float weight_decay,
+                            std::int64_t step, float grad_scale, float* param, const void* grad,
+                            DType grad_dtype, float* const* states, void* param_copy,
+                            DType copy_dtype, std::size_t n);
+
+/// The same update computed by the scalar reference kernels.
+void optimizer_update_mixed_reference(const OptimizerHyper& hyper, float lr, float weight_decay,
+                                      std::int64_t step, float grad_scale, float* param,
+                                      const void* grad, DType grad_dtype, float* const* states,
+                                      void* param_copy, DType copy_dtype, std::size_t n);
 
 }  // namespace zeroshard

@@ -1,14 +1,17 @@
+#include "kernels/cpu/fp_strict.h"  // first: see [Note: strict floating point in kernels]
+
 #include "kernels/cpu/adam.h"
 
 #include <cmath>
+
+#include "kernels/cpu/convert.h"
 
 namespace zeroshard::kernels {
 
 namespace {
 
-// One element of the update; shared by the reference and the kernel so the
-// two cannot drift apart. The kernel differs only in how the loop is
-// compiled (restrict pointers, vectorisation), never in the arithmetic.
+// One element of the update: the definition. The vector kernel
+// (adam_simd.cpp) performs the same operations in the same order per lane.
 inline void adam_element(float& p, float graw, float& m, float& v, const AdamScalars& s,
                          float step_size, float sqrt_bc2) {
   float g = graw * s.grad_scale;
@@ -34,14 +37,17 @@ void adam_update_reference(float* param, const float* grad, float* exp_avg, floa
   }
 }
 
-void adam_update(float* __restrict param, const float* __restrict grad, float* __restrict exp_avg,
-                 float* __restrict exp_avg_sq, std::size_t n, const AdamScalars& s) {
-  const AdamScalars c = s;
-  const float step_size = c.lr / c.bias_correction1;
-  const float sqrt_bc2 = std::sqrt(c.bias_correction2);
-#pragma GCC ivdep
+void adam_update_reference(float* param, const void* grad, DType grad_dtype, float* exp_avg,
+                           float* exp_avg_sq, void* param_copy, DType copy_dtype, std::size_t n,
+                           const AdamScalars& s) {
+  check_kernel_dtype(grad_dtype, "grad");
+  if (param_copy != nullptr) check_copy_dtype(copy_dtype);
+  const float step_size = s.lr / s.bias_correction1;
+  const float sqrt_bc2 = std::sqrt(s.bias_correction2);
   for (std::size_t i = 0; i < n; ++i) {
-    adam_element(param[i], grad[i], exp_avg[i], exp_avg_sq[i], c, step_size, sqrt_bc2);
+    adam_element(param[i], load_as_float(grad, grad_dtype, i), exp_avg[i], exp_avg_sq[i], s,
+                 step_size, sqrt_bc2);
+    if (param_copy != nullptr) store_from_float(param_copy, copy_dtype, i, param[i]);
   }
 }
 

@@ -1,5 +1,6 @@
-// Fused Adam / AdamW update over contiguous fp32 arrays, next to its scalar
-// reference.
+// Fused Adam / AdamW update over contiguous fp32 arrays (gradient in fp32,
+// bf16 or fp16; optional bf16/fp16 copy of the updated parameter written in
+// the same pass), next to its scalar reference.
 //
 // For each element, with g = grad * grad_scale (PyTorch torch.optim.Adam and
 // torch.optim.AdamW documentation, "foreach=False" algorithm):
@@ -11,9 +12,17 @@
 // (AdamW's factor 1 - lr*weight_decay is computed in double and rounded to
 // float once per step, as torch does with a Python float scalar.)
 // where bias_correction{1,2} = 1 - beta{1,2}^step.
+// Kingma & Ba 2015, "Adam"; Loshchilov & Hutter 2019, "Decoupled Weight Decay
+// Regularization" (AdamW).
+//
+// Mixed precision: a bf16/fp16 gradient element is first converted exactly to
+// fp32 (core/dtype.h); the optional parameter copy is the updated fp32 p
+// rounded to nearest even by float_to_bf16 / float_to_f16.
 #pragma once
 
 #include <cstddef>
+
+#include "core/dtype.h"
 
 namespace zeroshard::kernels {
 
@@ -36,10 +45,29 @@ struct AdamScalars {
 void adam_update_reference(float* param, const float* grad, float* exp_avg, float* exp_avg_sq,
                            std::size_t n, const AdamScalars& s);
 
-/// The kernel the engine calls; bitwise equal to the reference (same
-/// operations in the same order per element, vectorised by the compiler).
-/// Arrays must not overlap. Thread safety: touches only its arguments.
+/// Scalar reference of the mixed-precision update: grad holds n elements of
+/// grad_dtype (f32, bf16 or f16); param_copy, when not null, receives n
+/// elements of copy_dtype (bf16 or f16) = the updated param rounded.
+/// Throws InvariantError on any other dtype.
+void adam_update_reference(float* param, const void* grad, DType grad_dtype, float* exp_avg,
+                           float* exp_avg_sq, void* param_copy, DType copy_dtype, std::size_t n,
+                           const AdamScalars& s);
+
+/// The kernel the engine calls: one fused pass, vectorised with Highway
+/// (AVX-512 or AVX2 chosen at run time) and split over kernel_pool()
+/// threads (thread_pool.h); bitwise equal to adam_update_reference for any
+/// thread count and target (NaN payloads aside, see fp_strict.h). Arrays
+/// must not overlap; no alignment required.
+/// Thread safety: touches only its arguments (may be called concurrently).
 void adam_update(float* param, const float* grad, float* exp_avg, float* exp_avg_sq, std::size_t n,
+                 const AdamScalars& s);
+
+/// Mixed-precision form of adam_update (see the reference above for the
+/// arguments); bitwise equal to that reference. Memory traffic per element:
+/// reads 12 + dtype_size(grad_dtype) bytes, writes 12 (+ 2 with a copy).
+/// Throws InvariantError on an unsupported dtype.
+void adam_update(float* param, const void* grad, DType grad_dtype, float* exp_avg,
+                 float* exp_avg_sq, void* param_copy, DType copy_dtype, std::size_t n,
                  const AdamScalars& s);
 
 }  // namespace zeroshard::kernels

@@ -1,27 +1,31 @@
+#include "kernels/cpu/fp_strict.h"  // first: see [Note: strict floating point in kernels]
+
 #include "kernels/cpu/reduce_ops.h"
+
+#include "core/dtype.h"
+#include "kernels/cpu/grad_check.h"
+#include "kernels/cpu/thread_pool.h"
 
 namespace zeroshard::kernels {
 
-void accumulate(float* __restrict dst, const float* __restrict src, std::size_t n) {
+namespace {
+
+void add_range(float* __restrict dst, const float* __restrict src, std::size_t n) {
   for (std::size_t i = 0; i < n; ++i) dst[i] += src[i];
 }
 
+}  // namespace
+
+void accumulate(float* dst, const float* src, std::size_t n) {
+  parallel_for_elements(n, [&](std::size_t b, std::size_t e) { add_range(dst + b, src + b, e - b); });
+}
+
+void accumulate_reference(float* dst, const float* src, std::size_t n) {
+  for (std::size_t i = 0; i < n; ++i) dst[i] = dst[i] + src[i];
+}
+
 double sum_of_squares(const float* x, std::size_t n) {
-  // Eight independent double lanes (vectorisable); lanes are combined in a
-  // fixed order so the value is deterministic.
-  double lane[8] = {0, 0, 0, 0, 0, 0, 0, 0};
-  std::size_t i = 0;
-  for (; i + 8 <= n; i += 8) {
-    for (int k = 0; k < 8; ++k) {
-      const double v = x[i + k];
-      lane[k] += v * v;
-    }
-  }
-  for (int k = 0; i < n; ++i, ++k) {
-    const double v = x[i];
-    lane[k] += v * v;
-  }
-  return ((lane[0] + lane[1]) + (lane[2] + lane[3])) + ((lane[4] + lane[5]) + (lane[6] + lane[7]));
+  return check_gradients(x, DType::f32, n, 1.0f).sum_of_squares;
 }
 
 double sum_of_squares_reference(const float* x, std::size_t n) {

@@ -1,10 +1,15 @@
+#include "kernels/cpu/fp_strict.h"  // first: see [Note: strict floating point in kernels]
+
 #include "kernels/cpu/sgd.h"
+
+#include "kernels/cpu/convert.h"
 
 namespace zeroshard::kernels {
 
 namespace {
 
-// One element, shared by reference and kernel (see adam.cpp).
+// One element of the update: the definition. The vector kernel
+// (sgd_simd.cpp) performs the same operations in the same order per lane.
 inline void sgd_element(float& p, float graw, float* b, const SgdScalars& s) {
   float g = graw * s.grad_scale + s.weight_decay * p;
   if (b != nullptr) {
@@ -24,15 +29,16 @@ void sgd_update_reference(float* param, const float* grad, float* momentum_buffe
   }
 }
 
-void sgd_update(float* __restrict param, const float* __restrict grad,
-                float* __restrict momentum_buffer, std::size_t n, const SgdScalars& s) {
-  const SgdScalars c = s;
-  if (c.momentum != 0.0f) {
-#pragma GCC ivdep
-    for (std::size_t i = 0; i < n; ++i) sgd_element(param[i], grad[i], momentum_buffer + i, c);
-  } else {
-#pragma GCC ivdep
-    for (std::size_t i = 0; i < n; ++i) sgd_element(param[i], grad[i], nullptr, c);
+void sgd_update_reference(float* param, const void* grad, DType grad_dtype,
+                          float* momentum_buffer, void* param_copy, DType copy_dtype,
+                          std::size_t n, const SgdScalars& s) {
+  check_kernel_dtype(grad_dtype, "grad");
+  if (param_copy != nullptr) check_copy_dtype(copy_dtype);
+  const bool use_buf = s.momentum != 0.0f;
+  for (std::size_t i = 0; i < n; ++i) {
+    sgd_element(param[i], load_as_float(grad, grad_dtype, i),
+                use_buf ? momentum_buffer + i : nullptr, s);
+    if (param_copy != nullptr) store_from_float(param_copy, copy_dtype, i, param[i]);
   }
 }
 

@@ -4,9 +4,17 @@
 //   momentum != 0:  b = g on the first step, else b = momentum * b + (1 - dampening) * g
 //                   g = nesterov ? g + momentum * b : b
 //   p = p - lr * g
+// Sutskever et al. 2013, "On the importance of initialization and momentum
+// in deep learning" (the momentum and Nesterov forms torch implements).
+//
+// Mixed precision as in adam.h: a bf16/fp16 gradient is converted exactly to
+// fp32 first; the optional parameter copy is the updated p rounded to nearest
+// even (core/dtype.h).
 #pragma once
 
 #include <cstddef>
+
+#include "core/dtype.h"
 
 namespace zeroshard::kernels {
 
@@ -26,9 +34,26 @@ struct SgdScalars {
 void sgd_update_reference(float* param, const float* grad, float* momentum_buffer, std::size_t n,
                           const SgdScalars& s);
 
-/// The kernel the engine calls; bitwise equal to the reference.
-/// Arrays must not overlap. Thread safety: touches only its arguments.
+/// Scalar reference of the mixed-precision update: grad holds n elements of
+/// grad_dtype (f32, bf16 or f16); param_copy, when not null, receives n
+/// elements of copy_dtype (bf16 or f16). Throws InvariantError on any other
+/// dtype.
+void sgd_update_reference(float* param, const void* grad, DType grad_dtype,
+                          float* momentum_buffer, void* param_copy, DType copy_dtype,
+                          std::size_t n, const SgdScalars& s);
+
+/// The kernel the engine calls: one fused pass, vectorised with Highway
+/// (target chosen at run time) and split over kernel_pool() threads; bitwise
+/// equal to the reference for any thread count and target (NaN payloads
+/// aside, see fp_strict.h). Arrays must not overlap; no alignment required.
+/// Thread safety: touches only its arguments.
 void sgd_update(float* param, const float* grad, float* momentum_buffer, std::size_t n,
                 const SgdScalars& s);
+
+/// Mixed-precision form of sgd_update (arguments as in the reference above);
+/// bitwise equal to that reference. Throws InvariantError on an unsupported
+/// dtype.
+void sgd_update(float* param, const void* grad, DType grad_dtype, float* momentum_buffer,
+                void* param_copy, DType copy_dtype, std::size_t n, const SgdScalars& s);
 
 }  // namespace zeroshard::kernels

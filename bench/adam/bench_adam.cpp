@@ -1,0 +1,175 @@
+// bench_adam: throughput of the CPU AdamW kernels against the memory
+// bandwidth limit of the same machine, measured in the same run.
+//
+// For each size (10M, 100M, 400M parameters; --quick: 1M, 4M) and thread
+// count (1, 2) it times, interleaved, iteration by iteration:
+//   - the limit pass: reads four fp32 arrays and writes three (limit_pass.h);
+//   - AdamW, fp32 gradient (kernels::adam_update);
+//   - AdamW, bf16 gradient + bf16 copy of the updated parameter;
+//   - the scalar reference (kernels::adam_update_reference), run per chunk
+//     on the same threads;
+// over the same buffers (allocated once, pre-faulted), after one warm-up
+// call each, and prints one table: median time, params/s, bytes/s under the
+// row's bytes model, and the ratio to the limit pass's bytes/s.
+#include <algorithm>
+#include <chrono>
+#include <cstdint>
+#include <cstdio>
+#include <functional>
+#include <new>
+#include <string>
+#include <vector>
+
+#include <CLI/CLI.hpp>
+#include <fmt/format.h>
+
+#include "bench/adam/limit_pass.h"
+#include "core/aligned_buffer.h"
+#include "kernels/cpu/adam.h"
+#include "kernels/cpu/convert.h"
+#include "kernels/cpu/simd_targets.h"
+#include "kernels/cpu/thread_pool.h"
+
+namespace {
+
+using namespace zeroshard;
+
+// One row of the table: a kernel over the first n elements of the buffers.
+struct Kernel {
+  std::string name;
+  double bytes_per_param;  // the row's bytes model
+  std::function<void(std::size_t n)> run;
+};
+
+double seconds_of(const std::function<void(std::size_t)>& f, std::size_t n) {
+  const auto t0 = std::chrono::steady_clock::now();
+  f(n);
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  const std::size_t k = v.size() / 2;
+  return v.size() % 2 == 1 ? v[k] : 0.5 * (v[k - 1] + v[k]);
+}
+
+// Deterministic values without a sequential generator (filled in parallel):
+// a hash of i mapped to [-scale, scale].
+void fill(float* x, std::size_t n, std::uint64_t seed, float scale) {
+  kernels::parallel_for_elements(n, [&](std::size_t b, std::size_t e) {
+    for (std::size_t i = b; i < e; ++i) {
+      std::uint64_t h = (i + seed) * 0x9e3779b97f4a7c15ull;
+      h ^= h >> 29;
+      x[i] = scale * (static_cast<float>(h % 2000001) / 1000000.0f - 1.0f);
+    }
+  });
+}
+
+std::string count_name(std::size_t n) {
+  if (n % 1000000 == 0) return fmt::format("{}M", n / 1000000);
+  return fmt::format("{}", n);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"bench_adam: CPU AdamW params/s vs. the 4-read/3-write bandwidth limit"};
+  bool quick = false;
+  int iters = 5;
+  std::vector<std::size_t> sizes;
+  std::vector<int> thread_counts = {1, 2};
+  app.add_flag("--quick", quick, "small run: 1M and 4M parameters, 3 iterations");
+  app.add_option("--iters", iters, "timed iterations per row (the median is reported)")
+      ->check(CLI::PositiveNumber);
+  app.add_option("--sizes", sizes, "parameter counts (default: 10000000 100000000 400000000)");
+  app.add_option("--threads", thread_counts, "thread counts (default: 1 2)");
+  CLI11_PARSE(app, argc, argv);
+  if (sizes.empty()) {
+    sizes = quick ? std::vector<std::size_t>{1000000, 4000000}
+                  : std::vector<std::size_t>{10000000, 100000000, 400000000};
+  }
+  if (quick) iters = std::min(iters, 3);
+  const std::size_t nmax = *std::max_element(sizes.begin(), sizes.end());
+
+  // Allocate once; AlignedBuffer asks for huge pages and zero-fills (pre-faults) every page.
+  const auto t_alloc = std::chrono::steady_clock::now();
+  AlignedBuffer<float> p, g, m, v;
+  AlignedBuffer<std::uint16_t> g16, copy16;
+  try {
+    p = AlignedBuffer<float>(nmax), g = AlignedBuffer<float>(nmax);
+    m = AlignedBuffer<float>(nmax), v = AlignedBuffer<float>(nmax);
+    g16 = AlignedBuffer<std::uint16_t>(nmax), copy16 = AlignedBuffer<std::uint16_t>(nmax);
+  } catch (const std::bad_alloc&) {
+    std::fprintf(stderr, "bench_adam: cannot allocate %.1f GiB for %zu parameters; use --sizes\n",
+                 nmax * 20.0 / (1u << 30), nmax);
+    return 1;
+  }
+  fill(p.data(), nmax, 1, 1.0f);
+  fill(g.data(), nmax, 2, 1e-3f);
+  kernels::f32_to_bf16(g.data(), g16.data(), nmax);
+  const double alloc_s =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - t_alloc).count();
+
+  kernels::AdamScalars s;
+  s.lr = 1e-3f;
+  s.weight_decay = 0.01f;
+  s.decay_factor = static_cast<float>(1.0 - 1e-3 * 0.01);
+  s.bias_correction1 = static_cast<float>(1.0 - 0.6513215599);  // 1 - 0.9^4
+  s.bias_correction2 = static_cast<float>(1.0 - 0.9960059960);  // 1 - 0.999^4
+  s.decoupled = true;
+
+  const std::vector<Kernel> kernels_list = {
+      {"limit: 4 reads + 3 writes fp32", 28.0,
+       [&](std::size_t n) { bench::limit_pass_4r3w(p.data(), g.data(), m.data(), v.data(), n); }},
+      {"AdamW fp32 (SIMD)", 28.0,
+       [&](std::size_t n) { kernels::adam_update(p.data(), g.data(), m.data(), v.data(), n, s); }},
+      {"AdamW bf16 grad + bf16 copy", 28.0,
+       [&](std::size_t n) {
+         kernels::adam_update(p.data(), g16.data(), DType::bf16, m.data(), v.data(),
+                              copy16.data(), DType::bf16, n, s);
+       }},
+      {"AdamW scalar reference fp32", 28.0,
+       [&](std::size_t n) {
+         kernels::parallel_for_elements(n, [&](std::size_t b, std::size_t e) {
+           kernels::adam_update_reference(p.data() + b, g.data() + b, m.data() + b, v.data() + b,
+                                          e - b, s);
+         });
+       }},
+  };
+
+  fmt::print("bench_adam: AdamW on the CPU; SIMD target {}; {} hardware threads; "
+             "{:.1f} GiB allocated and pre-faulted in {:.1f} s; median of {} iterations "
+             "after 1 warm-up, rows interleaved\n",
+             kernels::simd_target_name(), kernels::default_num_threads(),
+             nmax * 20.0 / (1u << 30), alloc_s, iters);
+  fmt::print("bytes model (per parameter): fp32 AdamW reads p,g,m,v (16 B) and writes p,m,v "
+             "(12 B) = 28 B; bf16 row reads p,m,v + bf16 g (14 B) and writes p,m,v + bf16 copy "
+             "(14 B) = 28 B; scalar reference = 28 B; limit pass reads 4 and writes 3 fp32 "
+             "arrays = 28 B\n");
+  fmt::print("ratio = (params/s x B/param) / (limit pass bytes/s, same size and threads)\n\n");
+  fmt::print("{:>6} {:>7}  {:<32} {:>7} {:>10} {:>11} {:>8} {:>10} {:>6}\n", "params", "threads",
+             "kernel", "B/param", "median ms", "Mparams/s", "GB/s", "limit GB/s", "ratio");
+  for (const std::size_t n : sizes) {
+    for (const int threads : thread_counts) {
+      kernels::set_num_threads(threads);
+      std::vector<std::vector<double>> times(kernels_list.size());
+      for (const auto& k : kernels_list) k.run(n);  // warm-up
+      for (int it = 0; it < iters; ++it) {
+        for (std::size_t r = 0; r < kernels_list.size(); ++r) {
+          times[r].push_back(seconds_of(kernels_list[r].run, n));
+        }
+      }
+      const double limit_bps = kernels_list[0].bytes_per_param * n / median(times[0]);
+      for (std::size_t r = 0; r < kernels_list.size(); ++r) {
+        const double t = median(times[r]);
+        const double pps = n / t;
+        const double bps = pps * kernels_list[r].bytes_per_param;
+        fmt::print("{:>6} {:>7}  {:<32} {:>7.0f} {:>10.2f} {:>11.0f} {:>8.1f} {:>10.1f} {:>6.2f}\n",
+                   count_name(n), threads, kernels_list[r].name, kernels_list[r].bytes_per_param,
+                   t * 1e3, pps / 1e6, bps / 1e9, limit_bps / 1e9, bps / limit_bps);
+      }
+    }
+  }
+  kernels::set_num_threads(0);
+  return 0;
+}
