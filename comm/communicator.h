@@ -16,6 +16,7 @@
 #pragma once
 
 #include <cstddef>
+#include <cstdlib>
 #include <memory>
 #include <string>
 
@@ -122,6 +123,12 @@ class Communicator {
   /// New communicator over the ranks that pass the same color, ordered by
   /// (key, old rank), as MPI_Comm_split. Collective over this communicator.
   virtual std::unique_ptr<Communicator> split(int color, int key) = 0;
+
+  /// Ends every process of the job with exit status `code`: what a program
+  /// does when one rank hits an error the others cannot see (they would
+  /// otherwise wait forever in their next collective). MPI: MPI_Abort; the
+  /// default (one process): std::_Exit. Does not return.
+  [[noreturn]] virtual void abort(int code) { std::_Exit(code); }
 
   void all_reduce(void* buf, std::size_t count, DType dtype, ReduceOp op) {
     iall_reduce(buf, count, dtype, op).wait();

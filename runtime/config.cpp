@@ -1,7 +1,12 @@
 #include "runtime/config.h"
 
 #include <algorithm>
+#include <cerrno>
+#include <cstring>
 #include <cctype>
+#include <cmath>
+#include <filesystem>
+#include <limits>
 #include <fstream>
 #include <set>
 #include <sstream>
@@ -39,10 +44,26 @@ class Section {
       out = v.get<bool>();
     } else if constexpr (std::is_integral_v<T>) {
       if (!v.is_number_integer()) fail_type(key_path(key), "an integer");
+      // Values outside T's range are an error quoting the value as written,
+      // never a silent wrap-around.
+      const bool fits = v.is_number_unsigned()
+                            ? v.get<std::uint64_t>() <= static_cast<std::uint64_t>(std::numeric_limits<T>::max())
+                            : v.get<std::int64_t>() >= static_cast<std::int64_t>(std::numeric_limits<T>::min()) &&
+                                  v.get<std::int64_t>() <= static_cast<std::int64_t>(std::numeric_limits<T>::max());
+      if (!fits) {
+        throw ConfigError(fmt::format("{}: \"{}\" = {} is out of range [{}, {}]", source_, key_path(key), v.dump(),
+                                      std::numeric_limits<T>::min(), std::numeric_limits<T>::max()));
+      }
       out = v.get<T>();
     } else if constexpr (std::is_floating_point_v<T>) {
       if (!v.is_number()) fail_type(key_path(key), "a number");
-      out = v.get<T>();
+      const double d = v.get<double>();
+      const T t = static_cast<T>(d);
+      if (!std::isfinite(t) || (d != 0 && t == 0)) {
+        throw ConfigError(fmt::format("{}: \"{}\" = {} cannot be represented as a {}-bit float", source_,
+                                      key_path(key), v.dump(), 8 * sizeof(T)));
+      }
+      out = t;
     } else {
       if (!v.is_string()) fail_type(key_path(key), "a string");
       out = v.get<std::string>();
@@ -116,8 +137,8 @@ void parse_optimizer(Section& top, EngineConfig& c, const std::string& source) {
       if (!b.is_array() || b.size() != 2 || !b[0].is_number() || !b[1].is_number()) {
         p.fail_type(p.key_path("betas"), "an array of two numbers [beta1, beta2]");
       }
-      h.beta1 = b[0].get<float>();
-      h.beta2 = b[1].get<float>();
+      h.beta1 = static_cast<float>(b[0].get<double>());
+      h.beta2 = static_cast<float>(b[1].get<double>());
     }
     p.get("eps", h.eps);
     if (t == "adam") {
@@ -203,13 +224,20 @@ EngineConfig EngineConfig::from_json(const nlohmann::json& j, const std::string&
     z.reject_unknown();
   }
   top.reject_unknown();
+  c.source = source;
   c.validate_in(source);
   return c;
 }
 
 EngineConfig EngineConfig::from_file(const std::string& path) {
+  std::error_code ec;
+  if (std::filesystem::is_directory(path, ec)) {
+    throw ConfigError(fmt::format("{}: is a directory, not a configuration file", path));
+  }
   std::ifstream in(path);
-  if (!in) throw ConfigError(fmt::format("{}: cannot open configuration file", path));
+  if (!in) {
+    throw ConfigError(fmt::format("{}: cannot open configuration file: {}", path, std::strerror(errno)));
+  }
   std::stringstream ss;
   ss << in.rdbuf();
   json j;
@@ -221,7 +249,7 @@ EngineConfig EngineConfig::from_file(const std::string& path) {
   return from_json(j, path);
 }
 
-void EngineConfig::validate() const { validate_in("configuration"); }
+void EngineConfig::validate() const { validate_in(source); }
 
 void EngineConfig::validate_in(const std::string& source) const {
   const OptimizerHyper& h = optimizer;
@@ -284,9 +312,9 @@ void EngineConfig::validate_for_world(int world_size) const {
     const std::int64_t expect = train_micro_batch_size_per_gpu * gradient_accumulation_steps * world_size;
     if (*train_batch_size != expect) {
       throw ConfigError(fmt::format(
-          "\"train_batch_size\" = {} does not equal train_micro_batch_size_per_gpu ({}) x "
+          "{}: \"train_batch_size\" = {} does not equal train_micro_batch_size_per_gpu ({}) x "
           "gradient_accumulation_steps ({}) x world size ({}) = {}",
-          *train_batch_size, train_micro_batch_size_per_gpu, gradient_accumulation_steps,
+          source, *train_batch_size, train_micro_batch_size_per_gpu, gradient_accumulation_steps,
           world_size, expect));
     }
   }

@@ -59,6 +59,7 @@ struct EngineConfig {
   LossScaleConfig loss_scale;        ///< used when compute_dtype is f16
   std::optional<DType> communication_data_type;  ///< unset: fp32
   LrSchedule scheduler;
+  std::string source = "configuration";  ///< file it came from, named in error messages
 
   /// Parses a ds_config object. `source` names the file (or "<string>") in
   /// error messages. Throws ConfigError naming the key for an unknown key,

@@ -146,6 +146,11 @@ CommWork MpiCommunicator::ibarrier() {
   return make_work(request, "MPI_Ibarrier", rank_);
 }
 
+void MpiCommunicator::abort(int code) {
+  MPI_Abort(comm_, code);
+  std::_Exit(code);  // MPI_Abort does not return; this keeps [[noreturn]] honest
+}
+
 std::unique_ptr<Communicator> MpiCommunicator::split(int color, int key) {
   check_split_color(color, rank_, "mpi");
   MPI_Comm sub = MPI_COMM_NULL;

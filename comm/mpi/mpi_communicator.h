@@ -83,6 +83,8 @@ class MpiCommunicator final : public Communicator {
   /// MPI_Comm_split(color, key); returns an owning MpiCommunicator.
   /// color must be >= 0 (CommError otherwise).
   std::unique_ptr<Communicator> split(int color, int key) override;
+  /// MPI_Abort on this communicator (ends every rank of the job).
+  [[noreturn]] void abort(int code) override;
 
  private:
   void free_owned() noexcept;

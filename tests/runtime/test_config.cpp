@@ -84,6 +84,20 @@ TEST_CASE("errors name the key and the value") {
   CHECK(error_of(R"({"zero_optimization": {"stage": 2}})").empty());
 }
 
+TEST_CASE("numbers that do not fit their type are errors quoting the value as written") {
+  std::string m = error_of(R"({"zero_optimization": {"stage": 4294967299}})");
+  CHECK(m.find("zero_optimization.stage") != std::string::npos);
+  CHECK(m.find("4294967299") != std::string::npos);
+  m = error_of(R"({"gradient_accumulation_steps": 18446744073709551615})");
+  CHECK(m.find("18446744073709551615") != std::string::npos);
+  m = error_of(R"({"optimizer": {"type": "AdamW", "params": {"lr": 1e39}}})");
+  CHECK(m.find("optimizer.params.lr") != std::string::npos);
+  CHECK(m.find("1e+39") != std::string::npos);
+  m = error_of(R"({"optimizer": {"type": "AdamW", "params": {"eps": 1e-50}}})");
+  CHECK(m.find("optimizer.params.eps") != std::string::npos);
+  CHECK(m.find("1e-50") != std::string::npos);
+}
+
 TEST_CASE("from_file: missing file and bad JSON name the file and offset") {
   CHECK_THROWS_WITH_AS(EngineConfig::from_file("/nonexistent/ds.json"),
                        doctest::Contains("/nonexistent/ds.json"), ConfigError);
@@ -94,4 +108,8 @@ TEST_CASE("from_file: missing file and bad JSON name the file and offset") {
   }
   CHECK_THROWS_WITH_AS(EngineConfig::from_file(path), doctest::Contains("at byte"), ConfigError);
   std::remove(path.c_str());
+  CHECK_THROWS_WITH_AS(EngineConfig::from_file("."), doctest::Contains("is a directory"), ConfigError);
+  CHECK_THROWS_WITH_AS(EngineConfig::from_file("/nonexistent/ds.json"), doctest::Contains("No such file"), ConfigError);
+  const EngineConfig c = EngineConfig::from_json(nlohmann::json::parse(R"({"train_batch_size": 7})"), "ds.json");
+  CHECK_THROWS_WITH_AS(c.validate_for_world(2), doctest::Contains("ds.json"), ConfigError);
 }

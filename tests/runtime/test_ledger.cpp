@@ -91,3 +91,18 @@ TEST_CASE("stage 3 transient buffers are counted while unsharded and freed after
   CHECK_THROWS_AS(e.param(p), InvariantError);
   CHECK_THROWS_AS(e.reshard(u), InvariantError);
 }
+
+TEST_CASE("grad() after reduce_gradients() in the same micro-batch is an error at every stage") {
+  for (int stage = 0; stage <= 3; ++stage) {
+    CAPTURE(stage);
+    Engine e(make_config(stage), world());
+    const UnitId u = e.add_unit("u");
+    const ParamId p = e.add_parameter(u, "p", {10});
+    e.finalize();
+    e.grad(p)[0] += 1.0f;
+    e.reduce_gradients(u);
+    CHECK_THROWS_WITH_AS(e.grad(p), doctest::Contains("already had reduce_gradients()"), InvariantError);
+    e.step();
+    CHECK_NOTHROW(e.grad(p));  // a new micro-batch
+  }
+}

@@ -1,0 +1,150 @@
+// cuda_adam: how close the fused multi-tensor AdamW kernel (kernels/cuda/
+// adam.h) gets to the device's memory bandwidth.
+//
+// The limit is measured in the same process by a plain copy kernel (reads
+// and writes 8 bytes per float). AdamW moves 28 bytes per parameter (reads
+// param, grad, exp_avg, exp_avg_sq; writes param, exp_avg, exp_avg_sq, all
+// fp32); with bf16 gradients and a bf16 param copy it is 14 read + 14
+// written, also 28. GB/s = bytes moved / median time; ratio = GB/s / copy
+// GB/s. The last line, "bandwidth_ratio R", is what scripts/gpu-check
+// records. Exits 77 ("no CUDA device: skipped") without a GPU.
+#include <cuda_runtime_api.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include <CLI/CLI.hpp>
+
+#include "bench/cuda_adam/copy_kernel.h"
+#include "core/cuda_check.h"
+#include "core/cuda_stream.h"
+#include "core/device_buffer.h"
+#include "kernels/cuda/adam.h"
+
+using namespace zeroshard;
+
+namespace {
+
+// Median milliseconds of `iters` timed runs of `run` on `stream`, after two
+// untimed ones.
+double median_ms(const std::function<void()>& run, int iters, CUstream_st* stream) {
+  CudaEvent start = CudaEvent::create(true);
+  CudaEvent stop = CudaEvent::create(true);
+  run();
+  run();
+  std::vector<double> ms;
+  for (int i = 0; i < iters; ++i) {
+    start.record(stream);
+    run();
+    stop.record(stream);
+    stop.synchronize();
+    ms.push_back(stop.elapsed_ms_since(start));
+  }
+  std::sort(ms.begin(), ms.end());
+  return ms[ms.size() / 2];
+}
+
+struct Row {
+  std::string kernel;
+  std::size_t params;
+  double bytes_per_param;
+  double ms;
+};
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"AdamW on the GPU against the copy bandwidth measured in the same run"};
+  std::size_t params = std::size_t{1} << 28;
+  int iters = 20;
+  int tensors = 64;
+  app.add_option("--params", params, "parameters updated per step")->check(CLI::PositiveNumber);
+  app.add_option("--iters", iters, "timed steps (the median is reported)")
+      ->check(CLI::PositiveNumber);
+  app.add_option("--tensors", tensors, "tensors the parameters are split into for the "
+                                       "multi-tensor row")
+      ->check(CLI::Range(1, 100000));
+  CLI11_PARSE(app, argc, argv);
+
+  if (cuda_device_count() == 0) {
+    std::printf("no CUDA device: skipped\n");
+    return 77;
+  }
+  try {
+    int device = 0;
+    ZS_CUDA_CHECK(cudaGetDevice(&device));
+    cudaDeviceProp prop{};
+    ZS_CUDA_CHECK(cudaGetDeviceProperties(&prop, device));
+    CudaStream stream = CudaStream::create();
+    const std::size_t n = params;
+    DeviceBuffer p(n * 4), g(n * 4), m(n * 4), v(n * 4), g16(n * 2), copy16(n * 2);
+    for (DeviceBuffer* b : {&p, &g, &m, &v, &g16, &copy16}) {
+      ZS_CUDA_CHECK(cudaMemset(b->data(), 0, b->bytes()));
+    }
+
+    kernels::AdamScalars s;
+    s.lr = 1e-3f;
+    s.weight_decay = 0.01f;
+    s.decay_factor = static_cast<float>(1.0 - 1e-3 * 0.01);
+    s.bias_correction1 = 0.1f;
+    s.bias_correction2 = 0.001f;
+
+    kernels::gpu::AdamTensor whole;
+    whole.param = p.as<float>();
+    whole.grad = g.data();
+    whole.exp_avg = m.as<float>();
+    whole.exp_avg_sq = v.as<float>();
+    whole.n = n;
+    kernels::gpu::AdamTensor mixed = whole;
+    mixed.grad = g16.data();
+    mixed.param_copy = copy16.data();
+    std::vector<kernels::gpu::AdamTensor> pieces;
+    const std::size_t piece = (n + static_cast<std::size_t>(tensors) - 1) / tensors;
+    for (std::size_t begin = 0; begin < n; begin += piece) {
+      kernels::gpu::AdamTensor t = whole;
+      t.param += begin;
+      t.grad = g.as<float>() + begin;
+      t.exp_avg += begin;
+      t.exp_avg_sq += begin;
+      t.n = std::min(piece, n - begin);
+      pieces.push_back(t);
+    }
+
+    std::vector<Row> rows;
+    rows.push_back({"copy (limit)", n, 8.0, median_ms([&] {
+                      ZS_CUDA_CHECK(static_cast<cudaError_t>(
+                          bench::launch_copy(p.as<float>(), m.as<float>(), n, stream.get())));
+                    }, iters, stream.get())});
+    rows.push_back({"adamw f32 grad", n, 28.0, median_ms([&] {
+                      kernels::gpu::adam_update(whole, s, DType::f32, DType::bf16, stream.get());
+                    }, iters, stream.get())});
+    rows.push_back({"adamw bf16 grad + bf16 copy", n, 28.0, median_ms([&] {
+                      kernels::gpu::adam_update(mixed, s, DType::bf16, DType::bf16, stream.get());
+                    }, iters, stream.get())});
+    rows.push_back({"adamw f32 grad, " + std::to_string(pieces.size()) + " tensors", n, 28.0,
+                    median_ms([&] {
+                      kernels::gpu::adam_update_multi_tensor(pieces, s, DType::f32, DType::bf16,
+                                                             stream.get());
+                    }, iters, stream.get())});
+
+    const double limit = rows[0].bytes_per_param * static_cast<double>(n) / (rows[0].ms * 1e6);
+    std::printf("# cuda_adam on %s (%d SMs), %zu parameters, median of %d steps\n", prop.name,
+                prop.multiProcessorCount, n, iters);
+    std::printf("%-34s %12s %11s %10s %9s %7s\n", "kernel", "params", "bytes/param", "time_ms",
+                "GB/s", "ratio");
+    for (const Row& r : rows) {
+      const double gbs = r.bytes_per_param * static_cast<double>(r.params) / (r.ms * 1e6);
+      std::printf("%-34s %12zu %11.0f %10.3f %9.1f %7.3f\n", r.kernel.c_str(), r.params,
+                  r.bytes_per_param, r.ms, gbs, gbs / limit);
+    }
+    const double adam_gbs = rows[1].bytes_per_param * static_cast<double>(n) / (rows[1].ms * 1e6);
+    std::printf("bandwidth_ratio %.3f\n", adam_gbs / limit);
+    return 0;
+  } catch (const Error& e) {
+    std::fprintf(stderr, "cuda_adam: %s\n", e.what());
+    return 1;
+  }
+}

@@ -1,0 +1,134 @@
+// NcclCommunicator: the Communicator on NCCL, for buffers in GPU memory.
+//
+// Each collective maps to one NCCL call (counts in elements, as NCCL):
+//   iall_reduce      ncclAllReduce, in place            reduce-scatter stream
+//   ireduce_scatter  ncclReduceScatter                  reduce-scatter stream
+//   iall_gather      ncclAllGather (in place when send == recv + rank * count)
+//                                                       all-gather stream
+//   ibroadcast       ncclBroadcast, in place            reduce-scatter stream
+//   ibarrier         ncclAllReduce of one device word   reduce-scatter stream
+//   split            ncclCommSplit (the result owns its ncclComm and streams)
+// Element types: f32, f64, bf16, f16 map to ncclFloat32, ncclFloat64,
+// ncclBfloat16, ncclFloat16. NCCL reduces bf16/f16 natively (not by the
+// pairwise rule of [Note: 16-bit reductions] in comm/mpi/mpi_types.h); the
+// order of a sum is NCCL's choice.
+//
+// [Note: NCCL streams]
+// Gathers (forward prefetch of the next unit) and reductions (backward
+// gradient reduce-scatter) run on two separate streams so that one never
+// queues behind the other, as FSDP2 does. Every collective first makes its
+// stream wait for the work queued so far on the compute stream (an event
+// recorded there), so it reads the data the compute produced; it then
+// records a completion event on its own stream. CommWork wraps that event:
+// test() is cudaEventQuery, wait() polls it (checking ncclCommGetAsyncError
+// so a failed peer raises CommError instead of hanging) and returns when the
+// collective is complete, so afterwards every stream, and the host, may use
+// the buffers. stream_wait_all_gathers() / stream_wait_reductions() order
+// the compute stream after the queued collectives without blocking the host.
+// A count of 0 enqueues no NCCL call but still records the event.
+//
+// Errors: NCCL failures throw CommError (core/cuda_check.h), CUDA failures
+// DeviceError; a bad root or split colour CommError; null or wrongly
+// overlapping buffers InvariantError.
+#pragma once
+
+#include <memory>
+#include <string>
+
+#include "comm/communicator.h"
+
+struct ncclComm;
+struct CUstream_st;
+
+namespace zeroshard {
+
+/// Communicator over NCCL; all buffers are device pointers on device().
+/// Thread safety: one thread at a time (Communicator contract); the
+/// constructor makes device() the calling thread's current CUDA device, and
+/// calls assume it still is.
+class NcclCommunicator final : public Communicator {
+ public:
+  /// Creates the NCCL communicator over the ranks of `bootstrap` (an MPI or
+  /// self communicator on the host), collectively: rank 0 makes the
+  /// ncclUniqueId and broadcasts its 128 bytes through bootstrap (as 32 f32
+  /// words, bytes unchanged); every rank picks `device`, or, for -1, device
+  /// node_local_rank(bootstrap) % (number of visible devices), sets it
+  /// current and calls ncclCommInitRank. Ranks and world size equal
+  /// bootstrap's. Throws DeviceError without a device, CommError if NCCL
+  /// fails. `bootstrap` is not used after construction.
+  explicit NcclCommunicator(Communicator& bootstrap, int device = -1);
+  /// Waits for queued collectives, then ncclCommDestroy (once the last
+  /// CommWork of this communicator is gone too). Never throws.
+  ~NcclCommunicator() override;
+
+  NcclCommunicator(const NcclCommunicator&) = delete;
+  NcclCommunicator& operator=(const NcclCommunicator&) = delete;
+  NcclCommunicator(NcclCommunicator&&) = delete;
+  NcclCommunicator& operator=(NcclCommunicator&&) = delete;
+
+  /// Rank in this communicator.
+  int rank() const override { return rank_; }
+  /// Number of ranks.
+  int world_size() const override { return size_; }
+  /// "nccl".
+  std::string backend() const override { return "nccl"; }
+  /// The CUDA device this rank's buffers live on.
+  int device() const { return device_; }
+  /// The wrapped ncclComm_t (owned by this object).
+  ncclComm* native() const;
+
+  /// Sets the stream the caller computes on (null: the legacy default
+  /// stream, the initial value); see [Note: NCCL streams].
+  void set_compute_stream(CUstream_st* stream);
+  /// The compute stream set last.
+  CUstream_st* compute_stream() const;
+  /// The stream all-gathers run on.
+  CUstream_st* all_gather_stream() const;
+  /// The stream reduce-scatters, all-reduces, broadcasts and barriers run on.
+  CUstream_st* reduce_scatter_stream() const;
+  /// Makes the compute stream wait (on the device) for every all-gather
+  /// queued so far. Does not block the host.
+  void stream_wait_all_gathers();
+  /// Makes the compute stream wait (on the device) for every reduction,
+  /// broadcast and barrier queued so far. Does not block the host.
+  void stream_wait_reductions();
+
+  /// ncclAllReduce in place over buf[0..count) (device memory).
+  CommWork iall_reduce(void* buf, std::size_t count, DType dtype, ReduceOp op) override;
+  /// ncclReduceScatter: send holds count * world_size() elements, recv
+  /// (count elements, disjoint from send) gets block rank().
+  CommWork ireduce_scatter(const void* send, void* recv, std::size_t count, DType dtype,
+                           ReduceOp op) override;
+  /// ncclAllGather; in place when send == recv + rank() * count elements.
+  CommWork iall_gather(const void* send, void* recv, std::size_t count, DType dtype) override;
+  /// ncclBroadcast in place from root (CommError if root is out of range).
+  CommWork ibroadcast(void* buf, std::size_t count, DType dtype, int root) override;
+  /// All-reduce of one device word; complete once every rank entered it.
+  CommWork ibarrier() override;
+  /// ncclCommSplit(color, key): a new NcclCommunicator on the same device
+  /// with its own streams and this one's compute stream. color must be >= 0
+  /// (CommError otherwise). Collective over this communicator.
+  std::unique_ptr<Communicator> split(int color, int key) override;
+
+  /// Shared by the communicator and its outstanding CommWork handles, which
+  /// keep the NCCL communicator alive until they complete.
+  struct State;
+
+ private:
+  struct Key {
+    explicit Key() = default;
+  };
+
+ public:
+  /// Wraps an initialised state; only this class can name Key (used by the
+  /// public constructor and by split()).
+  NcclCommunicator(Key, std::shared_ptr<State> state);
+
+ private:
+  std::shared_ptr<State> state_;
+  int rank_ = 0;
+  int size_ = 1;
+  int device_ = 0;
+};
+
+}  // namespace zeroshard
