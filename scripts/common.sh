@@ -13,6 +13,12 @@ export OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 export OMPI_MCA_rmaps_base_oversubscribe=1
 export OMPI_MCA_mpi_yield_when_idle=1
 
+# The CUDA toolkit installs nvcc outside PATH; with it on PATH the build
+# compiles and links the CUDA backend (its tests skip without a GPU).
+if [ -x /usr/local/cuda/bin/nvcc ]; then
+  case ":$PATH:" in *:/usr/local/cuda/bin:*) ;; *) export PATH="/usr/local/cuda/bin:$PATH" ;; esac
+fi
+
 zs_build() {
   "$ZS_ROOT/scripts/bootstrap"
   if [ ! -f "$ZS_BUILD_DIR/build.ninja" ]; then
