@@ -239,12 +239,12 @@ void* Engine::grad_data(ParamId p, DType expected) {
   const ParamInfo& info = s.layout.param(p);
   check_dtype(s, info, expected, "grad");
   UnitState& us = s.unit(info.unit);
+  if (s.stage() < 2) return us.grad_full.at(info.offset);
   if (us.reduced) {
     throw InvariantError(fmt::format(
         "grad(\"{}\"): unit \"{}\" already had reduce_gradients() in this micro-batch", info.name,
         s.info(info.unit).name));
   }
-  if (s.stage() < 2) return us.grad_full.at(info.offset);
   if (!us.grad_lease.valid()) us.grad_lease = s.pool.acquire(s.info(info.unit).padded, s.dtype(), true);
   return us.grad_lease.at(info.offset);
 }

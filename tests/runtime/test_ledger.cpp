@@ -92,8 +92,8 @@ TEST_CASE("stage 3 transient buffers are counted while unsharded and freed after
   CHECK_THROWS_AS(e.reshard(u), InvariantError);
 }
 
-TEST_CASE("grad() after reduce_gradients() in the same micro-batch is an error at every stage") {
-  for (int stage = 0; stage <= 3; ++stage) {
+TEST_CASE("grad() after reduce_gradients() in the same micro-batch is an error at stages 2 and 3") {
+  for (int stage = 2; stage <= 3; ++stage) {
     CAPTURE(stage);
     Engine e(make_config(stage), world());
     const UnitId u = e.add_unit("u");
