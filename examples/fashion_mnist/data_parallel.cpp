@@ -44,7 +44,9 @@ DataParallelSampler::DataParallelSampler(std::size_t dataset_size, std::size_t m
   std::iota(perm_.begin(), perm_.end(), SampleIndex{0});
 }
 
-void DataParallelSampler::start_epoch(int epoch) {
+void DataParallelSampler::start_epoch(int epoch, std::size_t first) {
+  ZS_CHECK(first <= perm_.size(), "epoch {} cannot start at sample {} of {}", epoch, first, perm_.size());
+  first_ = first;
   // Each epoch's permutation depends only on (seed, epoch), not on earlier
   // epochs, so a run stopped early and a full run agree epoch by epoch.
   std::iota(perm_.begin(), perm_.end(), SampleIndex{0});
@@ -61,7 +63,7 @@ std::span<const SampleIndex> DataParallelSampler::micro_batch(std::size_t step,
            "micro-batch {} of step {} is outside {} steps x {} micro-batches", k, step,
            steps_per_epoch(), accumulation_);
   const std::size_t begin =
-      step * global_batch() + (k * std::size_t(world_size_) + std::size_t(rank_)) * micro_;
+      first_ + step * global_batch() + (k * std::size_t(world_size_) + std::size_t(rank_)) * micro_;
   return std::span<const SampleIndex>(perm_).subspan(begin, micro_);
 }
 

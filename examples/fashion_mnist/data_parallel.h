@@ -10,6 +10,14 @@
 // slices are disjoint and together cover the global batch. The last
 // incomplete global batch of an epoch is dropped (torch DataLoader's
 // drop_last=True with a DistributedSampler).
+//
+// [Note: resuming the data order]
+// An epoch may start at sample `first` of its permutation (a run resumed
+// from a checkpoint): global batch s is then perm[first + s*G, first +
+// (s+1)*G). The permutation depends only on (seed, epoch), not on the world
+// size or the batch size, so a run resumed at another world size continues
+// at the same global sample position and sees each sample of the epoch at
+// most once.
 #pragma once
 
 #include <cstddef>
@@ -37,14 +45,19 @@ class DataParallelSampler {
                       int rank, int world_size, std::uint64_t seed);
 
   /// Shuffles for `epoch` (0-based): Fisher-Yates driven by
-  /// std::mt19937_64 seeded from (seed, epoch), identical on every rank.
-  /// Allocation-free.
-  void start_epoch(int epoch);
+  /// std::mt19937_64 seeded from (seed, epoch), identical on every rank;
+  /// the epoch's global batches start at sample `first` of the permutation
+  /// (0, or a resumed run's position; see [Note: resuming the data order]).
+  /// Allocation-free. Throws InvariantError if first > dataset size.
+  void start_epoch(int epoch, std::size_t first = 0);
 
   /// Samples in one global batch (micro x accumulation x world size).
   std::size_t global_batch() const { return micro_ * accumulation_ * std::size_t(world_size_); }
-  /// Complete global batches (optimizer steps) per epoch.
-  std::size_t steps_per_epoch() const { return perm_.size() / global_batch(); }
+  /// Complete global batches (optimizer steps) in this epoch from its first
+  /// sample on.
+  std::size_t steps_per_epoch() const { return (perm_.size() - first_) / global_batch(); }
+  /// Samples in the data set (the permutation's length).
+  std::size_t dataset_size() const { return perm_.size(); }
   /// This rank's indices for micro-batch k in [0, accumulation) of global
   /// batch `step` in [0, steps_per_epoch()): `micro` indices.
   std::span<const SampleIndex> micro_batch(std::size_t step, std::size_t k) const;
@@ -55,6 +68,7 @@ class DataParallelSampler {
   int rank_;
   int world_size_;
   std::uint64_t seed_;
+  std::size_t first_ = 0;
   std::vector<SampleIndex> perm_;
 };
 

@@ -165,6 +165,7 @@ nlohmann::json to_json(const TrainResult& result) {
   return {{"epochs", epochs},
           {"optimizer_steps", result.optimizer_steps},
           {"skipped_steps", result.skipped_steps},
+          {"checkpoints", result.checkpoints},
           {"last_step_loss", result.last_step_loss},
           {"final_accuracy", result.final_accuracy},
           {"wall_seconds", result.wall_seconds}};

@@ -75,23 +75,62 @@ EvalCounts Trainer::evaluate_test() {
   return EvalCounts{sums[0], std::int64_t(sums[1]), std::int64_t(sums[2])};
 }
 
+void Trainer::save(const DataPosition& p, TrainResult& result) {
+  const auto t0 = Clock::now();
+  const std::string tag = engine_.save_checkpoint(
+      options_.save_dir,
+      to_client_state(p, options_.seed, sampler_.global_batch(), comm_.world_size()),
+      options_.keep_last, fmt::format("step-{:08d}", p.global_step));
+  result.checkpoints.push_back(tag);
+  if (comm_.rank() == 0) {
+    fmt::print("  saved checkpoint {}/{} at step {} ({:.2f} s)\n", options_.save_dir, tag,
+               p.global_step, seconds_since(t0));
+    std::fflush(stdout);
+  }
+}
+
 TrainResult Trainer::run() {
   const auto run_start = Clock::now();
   const std::size_t micro = std::size_t(engine_.config().train_micro_batch_size_per_gpu);
   const std::size_t accumulation = std::size_t(engine_.config().gradient_accumulation_steps);
   const std::size_t pixels = train_.images.pixels_per_image();
+  const std::size_t global_batch = sampler_.global_batch();
   const bool rank0 = comm_.rank() == 0;
   const std::span<float> x(batch_x_.data(), micro * pixels);
   const std::span<std::uint8_t> y(batch_y_.data(), micro);
-  ZS_CHECK(sampler_.steps_per_epoch() >= 1,
+  ZS_CHECK(sampler_.dataset_size() >= global_batch,
            "the training set ({} samples) is smaller than one global batch ({} = {} x {} x {})",
-           train_.size(), sampler_.global_batch(), micro, accumulation, comm_.world_size());
+           train_.size(), global_batch, micro, accumulation, comm_.world_size());
 
+  const DataPosition& start = options_.start;
+  DataPosition pos = start;
   TrainResult result;
+  result.optimizer_steps = start.global_step;
+  std::int64_t last_saved = start.global_step;
+  const bool saving = !options_.save_dir.empty();
+  const auto max_reached = [&] {
+    return options_.max_steps > 0 && result.optimizer_steps >= options_.max_steps;
+  };
+  // The position to save after a step: the next epoch once no complete
+  // global batch is left in this one.
+  const auto settled = [&](DataPosition p) {
+    if (sampler_.dataset_size() - p.epoch_sample < global_batch) {
+      ++p.epoch;
+      p.epoch_sample = 0;
+      p.step_in_epoch = 0;
+    }
+    return p;
+  };
   double last_step_loss_local = 0.0;  // sum over this rank's micro-batches of the last step
-  for (int epoch = 0; epoch < options_.epochs; ++epoch) {
-    if (options_.max_steps > 0 && result.optimizer_steps >= options_.max_steps) break;
-    sampler_.start_epoch(epoch);
+  for (int epoch = start.epoch; epoch < options_.epochs; ++epoch) {
+    if (max_reached()) break;
+    const bool resumed_epoch = epoch == start.epoch;
+    pos.epoch = epoch;
+    pos.epoch_sample = resumed_epoch ? start.epoch_sample : 0;
+    pos.step_in_epoch = resumed_epoch ? start.step_in_epoch : 0;
+    sampler_.start_epoch(epoch, pos.epoch_sample);
+    // Resumed with a larger global batch than the one left in this epoch.
+    if (sampler_.steps_per_epoch() == 0) continue;
     const auto epoch_start = Clock::now();
     double epoch_loss_local = 0.0;
     double print_loss_local = 0.0;
@@ -100,7 +139,7 @@ TrainResult Trainer::run() {
     stats.epoch = epoch + 1;
     std::size_t micro_count = 0;
     for (std::size_t step = 0; step < sampler_.steps_per_epoch(); ++step) {
-      if (options_.max_steps > 0 && result.optimizer_steps >= options_.max_steps) break;
+      if (max_reached()) break;
       double step_loss = 0.0;
       StepResult sr;
       for (std::size_t k = 0; k < accumulation; ++k) {
@@ -116,6 +155,10 @@ TrainResult Trainer::run() {
       if (sr.skipped) ++result.skipped_steps;
       ++result.optimizer_steps;
       ++stats.optimizer_steps;
+      pos.global_step = result.optimizer_steps;
+      ++pos.step_in_epoch;
+      pos.epoch_sample += global_batch;
+      pos.samples_seen += global_batch;
       epoch_loss_local += step_loss;
       print_loss_local += step_loss;
       print_micro += std::int64_t(accumulation);
@@ -127,8 +170,8 @@ TrainResult Trainer::run() {
           fmt::print(
               "  step {:6d} | loss {:.4f} (mean of the last {} steps) | grad norm {:.3f}"
               " | clip {:.3f} | lr {:.3g}{}\n",
-              result.optimizer_steps, sums[0] / sums[1], options_.steps_per_print, sr.grad_norm,
-              sr.clip_coef, engine_.current_lr(0),
+              result.optimizer_steps, sums[0] / sums[1], print_micro / std::int64_t(accumulation),
+              sr.grad_norm, sr.clip_coef, engine_.current_lr(0),
               engine_.compute_dtype() == DType::f16
                   ? fmt::format(" | loss scale {:g} | skipped {}", sr.loss_scale,
                                 result.skipped_steps)
@@ -137,6 +180,10 @@ TrainResult Trainer::run() {
         }
         print_loss_local = 0.0;
         print_micro = 0;
+      }
+      if (saving && options_.save_every > 0 && pos.global_step % options_.save_every == 0) {
+        save(settled(pos), result);
+        last_saved = pos.global_step;
       }
     }
     stats.seconds = seconds_since(epoch_start);
@@ -159,6 +206,7 @@ TrainResult Trainer::run() {
     }
     result.epochs.push_back(stats);
   }
+  if (saving && pos.global_step != last_saved) save(settled(pos), result);
   std::array<double, 2> last{last_step_loss_local, double(accumulation)};
   sum_over_ranks(comm_, last);
   result.last_step_loss = last[0] / last[1];
@@ -174,7 +222,21 @@ RunOutcome train_fresh(const EngineConfig& config, Communicator& comm, const Lab
           std::max(std::size_t(config.train_micro_batch_size_per_gpu), spec.train.eval_batch));
   engine.finalize();
   mlp.initialize(spec.init_seed);
-  Trainer trainer(engine, mlp, comm, train, test, spec.train);
+  TrainOptions options = spec.train;
+  if (spec.resume) {
+    const Resumed r = resume_latest(engine, comm, options.save_dir);
+    options.start = r.position;
+    if (comm.rank() == 0) {
+      fmt::print("resumed from {} at epoch {} step {} (saved by {} ranks, now {})\n", r.dir,
+                 r.position.epoch + 1, r.position.global_step, r.world_size, comm.world_size());
+      if (r.seed != options.seed) {
+        fmt::print("  (continuing the saved run's shuffling seed {}, not {})\n", r.seed, options.seed);
+      }
+      std::fflush(stdout);
+    }
+    options.seed = r.seed;
+  }
+  Trainer trainer(engine, mlp, comm, train, test, options);
   RunOutcome outcome;
   outcome.result = trainer.run();
   outcome.num_parameters = mlp.num_parameters();

@@ -6,12 +6,14 @@
 #include <cstddef>
 #include <cstdint>
 #include <functional>
+#include <string>
 #include <vector>
 
 #include "comm/communicator.h"
 #include "examples/fashion_mnist/data_parallel.h"
 #include "examples/fashion_mnist/idx_dataset.h"
 #include "examples/fashion_mnist/mlp.h"
+#include "examples/fashion_mnist/resume.h"
 #include "runtime/engine.h"
 
 namespace zeroshard::examples {
@@ -24,6 +26,10 @@ struct TrainOptions {
   std::int64_t steps_per_print = 0;  ///< log every this many optimizer steps on rank 0 (0: never)
   bool print_epochs = true;          ///< rank 0 prints one line per epoch
   std::size_t eval_batch = 1000;     ///< samples per evaluation forward pass
+  std::string save_dir;              ///< save checkpoints here ("": never)
+  std::int64_t save_every = 0;       ///< also save every this many optimizer steps (0: only at the end)
+  int keep_last = 0;                 ///< keep the newest this many checkpoints (0: all)
+  DataPosition start;                ///< where training starts (a resumed run: the saved position)
 };
 
 /// Figures of one epoch, identical on every rank (reduced over ranks).
@@ -41,11 +47,13 @@ struct EpochStats {
 /// Figures of a whole run.
 struct TrainResult {
   std::vector<EpochStats> epochs;
-  std::int64_t optimizer_steps = 0;  ///< global batches stepped (accumulation boundaries)
+  std::int64_t optimizer_steps = 0;  ///< global batches stepped (accumulation boundaries), counting
+                                     ///< those before a resume
   std::int64_t skipped_steps = 0;    ///< of which skipped for Inf/NaN gradients (all ranks agree)
   double last_step_loss = 0.0;  ///< mean loss of the last optimizer step's micro-batches over ranks
   double final_accuracy = 0.0;  ///< test accuracy after the last epoch
   double wall_seconds = 0.0;    ///< whole run including evaluation
+  std::vector<std::string> checkpoints;  ///< tags saved by this run, in order
 };
 
 /// Drives one Engine + Mlp over a training and a test set. The references
@@ -57,8 +65,13 @@ class Trainer {
   Trainer(Engine& engine, Mlp& mlp, Communicator& comm, const LabeledImages& train,
           const LabeledImages& test, TrainOptions options);
 
-  /// Trains options.epochs epochs (or until max_steps), evaluating after
-  /// each. Collective: every rank must call it.
+  /// Trains from options.start to epoch options.epochs (or until
+  /// optimizer step max_steps; both count from the start of training, not
+  /// of this run), evaluating after each epoch. With options.save_dir, saves
+  /// a checkpoint (tag "step-%08d" of the global step, client_state from
+  /// to_client_state) every save_every steps and after the last step.
+  /// Collective: every rank must call it. Throws what
+  /// Engine::save_checkpoint throws.
   TrainResult run();
 
   /// Test-set loss and accuracy: each rank evaluates its rank_slice of the
@@ -67,6 +80,9 @@ class Trainer {
   EvalCounts evaluate_test();
 
  private:
+  /// Saves a checkpoint at data position `p` (after its step). Collective.
+  void save(const DataPosition& p, TrainResult& result);
+
   Engine& engine_;
   Mlp& mlp_;
   Communicator& comm_;
@@ -83,6 +99,7 @@ struct RunSpec {
   std::vector<std::int64_t> layer_sizes;  ///< {inputs, hidden..., classes}
   std::uint64_t init_seed = 42;           ///< Mlp::initialize seed (same on every rank)
   TrainOptions train;                     ///< train.seed drives the shuffling
+  bool resume = false;  ///< load the latest checkpoint of train.save_dir first (see train_fresh)
 };
 
 /// Outcome of train_fresh.
@@ -94,8 +111,12 @@ struct RunOutcome {
 /// Builds a fresh Engine (config over comm), an Mlp declared in it and
 /// initialised from spec.init_seed, trains it with a Trainer and returns the
 /// figures; `after` (if set) is called with the engine after training, before
-/// the engine is destroyed (to read its ledger). Collective. Throws what the
-/// Engine throws (ConfigError for a config the world size cannot run).
+/// the engine is destroyed (to read its ledger). With spec.resume, the
+/// latest checkpoint of spec.train.save_dir is loaded first (resume_latest)
+/// and training continues from its data position with its shuffling seed;
+/// rank 0 prints "resumed from DIR/TAG at epoch E step S (saved by N ranks,
+/// now M)". Collective. Throws what the Engine throws (ConfigError for a
+/// config the world size cannot run) and what resume_latest throws.
 RunOutcome train_fresh(const EngineConfig& config, Communicator& comm, const LabeledImages& train,
                        const LabeledImages& test, const RunSpec& spec,
                        const std::function<void(Engine&)>& after = {});

@@ -1,0 +1,102 @@
+#include "examples/checkpoint/checkpoint_verify.h"
+
+#include <fmt/format.h>
+
+#include <filesystem>
+
+#include "core/error.h"
+
+namespace zeroshard::examples {
+
+namespace fs = std::filesystem;
+
+std::string resolve_checkpoint_dir(const std::string& path) {
+  if (fs::is_regular_file(fs::path(path) / "manifest.json")) return path;
+  const fs::path latest = fs::path(path) / "latest";
+  if (!fs::is_regular_file(latest)) {
+    throw IoError(fmt::format(
+        "{}: not a checkpoint: expected a checkpoint directory with manifest.json or a save "
+        "directory with a `latest` file",
+        path));
+  }
+  std::string tag = read_text_file(latest.string());
+  while (!tag.empty() && (tag.back() == '\n' || tag.back() == ' ' || tag.back() == '\r')) tag.pop_back();
+  const std::string dir = (fs::path(path) / tag).string();
+  if (tag.empty() || !fs::is_regular_file(fs::path(dir) / "manifest.json")) {
+    throw IoError(fmt::format("{}: names checkpoint \"{}\", but {}/manifest.json does not exist",
+                              latest.string(), tag, dir));
+  }
+  return dir;
+}
+
+RankFileCheck check_rank_file(const Manifest& m, const ManifestFile& f, const CheckpointReader& file) {
+  RankFileCheck c;
+  c.path = file.path();
+  c.rank = f.rank;
+  c.expected_bytes = f.bytes;
+  c.expected_crc32 = f.crc32;
+  c.actual_bytes = file.size();
+  if (f.bytes != m.file_bytes()) {
+    c.problem = fmt::format("the manifest lists {} bytes but its unit layout implies {} (inconsistent manifest)",
+                            f.bytes, m.file_bytes());
+    return c;
+  }
+  if (c.actual_bytes != f.bytes) {
+    c.problem = fmt::format("{} bytes, the manifest expects {} (truncated or wrong file)", c.actual_bytes, f.bytes);
+    return c;
+  }
+  c.actual_crc32 = file.crc32();
+  if (c.actual_crc32 != f.crc32) {
+    c.problem = fmt::format("CRC-32 {:08x} does not match the manifest's {:08x} (corrupted shard)", c.actual_crc32,
+                            f.crc32);
+  }
+  return c;
+}
+
+std::vector<RankFileCheck> check_rank_files(const Manifest& m, const std::string& dir) {
+  std::vector<RankFileCheck> out;
+  for (const ManifestFile& f : m.files) {
+    const std::string path = dir + "/" + f.name;
+    try {
+      const CheckpointReader file(path);
+      out.push_back(check_rank_file(m, f, file));
+    } catch (const Error& e) {
+      RankFileCheck c;
+      c.path = path;
+      c.rank = f.rank;
+      c.expected_bytes = f.bytes;
+      c.expected_crc32 = f.crc32;
+      c.problem = e.what();
+      out.push_back(std::move(c));
+    }
+  }
+  return out;
+}
+
+void check_manifest_layout(const Manifest& m, const std::string& where) {
+  for (std::size_t q = 0; q < m.files.size(); ++q) {
+    if (m.files[q].rank != static_cast<int>(q)) {
+      throw IoError(fmt::format("{}: file entry {} (\"{}\") is for rank {}; entries must be in rank order", where, q,
+                                m.files[q].name, m.files[q].rank));
+    }
+  }
+  if (m.tensors.empty() || m.tensors.front() != "master") {
+    throw IoError(fmt::format("{}: the first per-unit tensor must be \"master\" (the fp32 parameter values)", where));
+  }
+  for (const ManifestUnit& u : m.units) {
+    for (const ManifestParam& p : u.params) {
+      std::uint64_t n = 1;
+      for (std::int64_t d : p.shape) {
+        if (d < 0) throw IoError(fmt::format("{}: parameter \"{}\" has a negative dimension", where, p.name));
+        n *= static_cast<std::uint64_t>(d);
+      }
+      if (n != p.numel || p.offset + p.numel > u.numel) {
+        throw IoError(fmt::format(
+            "{}: parameter \"{}\" (numel {}, offset {}) does not fit its shape or unit \"{}\" ({} elements)", where,
+            p.name, p.numel, p.offset, u.name, u.numel));
+      }
+    }
+  }
+}
+
+}  // namespace zeroshard::examples

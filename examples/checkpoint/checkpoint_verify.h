@@ -1,0 +1,54 @@
+// Locating a sharded checkpoint and verifying its rank files against the
+// manifest (size and CRC-32), for the offline tools zs_ckpt_export and
+// zs_ckpt_inspect. Format: docs/checkpoint-format.md.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "runtime/checkpoint_files.h"
+#include "runtime/checkpoint_manifest.h"
+
+namespace zeroshard::examples {
+
+/// The checkpoint directory that `path` names: `path` itself if it holds
+/// manifest.json, else <path>/<tag> where tag is the content of
+/// <path>/latest (a save directory). Throws IoError saying which of the
+/// two was expected when neither exists, or when `latest` names a
+/// directory without a manifest.
+std::string resolve_checkpoint_dir(const std::string& path);
+
+/// The outcome of checking one rank file.
+struct RankFileCheck {
+  std::string path;                  ///< <checkpoint dir>/<file name>
+  int rank = 0;                      ///< the rank that wrote it
+  std::uint64_t expected_bytes = 0;  ///< from the manifest
+  std::uint64_t actual_bytes = 0;    ///< on disk (0 if it cannot be opened)
+  std::uint32_t expected_crc32 = 0;  ///< from the manifest
+  std::uint32_t actual_crc32 = 0;    ///< computed (0 if not computed)
+  std::string problem;               ///< "" if the file is good, else one line saying what is wrong
+
+  /// True if the file matches the manifest.
+  bool ok() const { return problem.empty(); }
+};
+
+/// Checks one open rank file: its size must equal the manifest entry's
+/// `bytes` and the size the unit layout implies (m.file_bytes()); only then
+/// is the CRC-32 computed (zlib polynomial, whole file, streamed in 4 MiB
+/// pieces) and compared. Never throws for a bad file: the result says what
+/// is wrong. Throws IoError only if reading fails.
+RankFileCheck check_rank_file(const Manifest& m, const ManifestFile& f, const CheckpointReader& file);
+
+/// Checks every rank file of the checkpoint in `dir` (one RankFileCheck per
+/// manifest entry, in rank order). A missing or unreadable file is reported
+/// in its result, not thrown.
+std::vector<RankFileCheck> check_rank_files(const Manifest& m, const std::string& dir);
+
+/// Checks that the manifest's layout is self-consistent for reading the
+/// master weights: files listed in rank order 0..world_size-1, tensor 0 is
+/// "master", every parameter's numel is the product of its shape and lies
+/// inside its unit. `where` names the manifest in errors. Throws IoError.
+void check_manifest_layout(const Manifest& m, const std::string& where);
+
+}  // namespace zeroshard::examples

@@ -1,0 +1,70 @@
+// Consolidating a sharded zeroshard checkpoint into one safetensors file of
+// fp32 parameters (the master weights), streamed tensor by tensor.
+//
+// safetensors (https://github.com/huggingface/safetensors): an 8-byte
+// little-endian header length N, N bytes of JSON
+//   {"__metadata__": {...strings...},
+//    "<name>": {"dtype": "F32", "shape": [...], "data_offsets": [begin, end]}, ...}
+// padded with spaces to a multiple of 8, then the tensors' bytes; offsets are
+// relative to the start of the data and the tensors tile it without gaps.
+// Here the tensors appear, in the header and in the data, in the model's
+// order (units, then parameters within a unit). Details:
+// docs/checkpoint-format.md.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "runtime/checkpoint_manifest.h"
+
+namespace zeroshard::examples {
+
+/// One tensor of the export: its parameter and where its bytes go.
+struct ExportTensor {
+  std::size_t unit = 0;           ///< index into Manifest::units
+  const ManifestParam* param = nullptr;  ///< points into the manifest the plan was made from
+  std::uint64_t begin = 0;        ///< byte offset of its data, relative to the data section
+  std::uint64_t end = 0;          ///< one past its last byte (begin + 4 * numel)
+};
+
+/// The layout of an export: tensors in order and the padded header.
+struct ExportPlan {
+  std::vector<ExportTensor> tensors;
+  std::string header;             ///< JSON, space-padded to a multiple of 8 bytes
+  std::uint64_t data_bytes = 0;   ///< sum of the tensors' bytes
+  std::uint64_t largest_bytes = 0;  ///< bytes of the largest tensor (the read buffer's size)
+};
+
+/// Plans the export of manifest `m` (already checked with
+/// check_manifest_layout): __metadata__ holds "format": "pt", "tag",
+/// "optimizer_step", "world_size", "stage", "compute_dtype" (all strings).
+/// The plan points into `m`, which must outlive it. Throws IoError if a
+/// parameter is named "__metadata__".
+ExportPlan plan_safetensors_export(const Manifest& m);
+
+/// What export_safetensors did.
+struct ExportResult {
+  std::string checkpoint_dir;       ///< the resolved checkpoint directory
+  std::string tag;                  ///< its tag
+  std::int64_t optimizer_step = 0;  ///< the manifest's optimizer_steps
+  std::size_t tensors = 0;          ///< tensors written
+  std::uint64_t data_bytes = 0;     ///< bytes of tensor data
+  std::uint64_t file_bytes = 0;     ///< size of the output file
+  std::uint64_t buffer_bytes = 0;   ///< the one read buffer's size (the largest tensor)
+};
+
+/// Writes the master weights of the checkpoint at `ckpt_path` (a checkpoint
+/// directory, or a save directory whose `latest` names one) to `out_path`
+/// as fp32 safetensors. First verifies every rank file (size and CRC-32
+/// against the manifest), then writes the header and, tensor by tensor,
+/// reads the tensor's element ranges from the rank files that hold them
+/// into one reused buffer and appends it: memory stays near the largest
+/// tensor. The output is written to out_path + ".tmp", fsynced and renamed
+/// over out_path (its directory fsynced); on any error the temporary file
+/// is removed and out_path is untouched. Throws IoError (unreadable,
+/// corrupted or truncated checkpoint; write failure). Not thread safe with
+/// another export to the same out_path.
+ExportResult export_safetensors(const std::string& ckpt_path, const std::string& out_path);
+
+}  // namespace zeroshard::examples
