@@ -22,16 +22,6 @@ using nlohmann::json;
 
 namespace {
 
-// The fp32 arrays a checkpoint holds per unit: the values the optimizer
-// updates, then its states.
-std::vector<std::string> tensor_names(const EngineState& s) {
-  std::vector<std::string> names = {"master"};
-  for (int k = 0; k < optimizer_state_count(s.config.optimizer); ++k) {
-    names.emplace_back(optimizer_state_name(s.config.optimizer, k));
-  }
-  return names;
-}
-
 // Where tensor t of unit u lives on this rank, and the flat-buffer index of
 // its element 0 (0 when the rank holds the full buffer, r*S for a shard).
 float* tensor_data(EngineState& s, UnitId u, std::size_t t, std::size_t& first) {
@@ -64,7 +54,7 @@ Manifest make_manifest(const EngineState& s, const std::string& tag, const json&
   m.world_size = s.world();
   m.stage = s.stage();
   m.compute_dtype = std::string(dtype_name(s.dtype()));
-  m.tensors = tensor_names(s);
+  m.tensors = checkpoint_tensor_names(s.config.optimizer);
   for (const UnitInfo& u : s.layout.units()) {
     ManifestUnit mu{.name = u.name, .numel = u.numel, .padded = u.padded, .shard = u.shard, .params = {}};
     for (ParamId id : u.params) {
@@ -134,7 +124,7 @@ std::string Engine::save_checkpoint(const std::string& save_dir, const json& cli
   double file_info[2] = {0, 0};  // crc32, bytes of this rank's file
   run_agreed(s.comm, [&] {
     CheckpointWriter w(tmp_dir + "/" + rank_file_name(r));
-    const std::size_t ntensors = tensor_names(s).size();
+    const std::size_t ntensors = checkpoint_tensor_names(s.config.optimizer).size();
     for (UnitId u = 0; u < static_cast<UnitId>(s.units.size()); ++u) {
       const std::size_t shard = s.info(u).shard;
       for (std::size_t t = 0; t < ntensors; ++t) {

@@ -137,10 +137,7 @@ json Engine::load_checkpoint(const std::string& save_dir, const std::string& tag
   if (!diffs.empty()) {
     throw Error(fmt::format("{}/manifest.json is from a different model:\n  {}", dir, fmt::join(diffs, "\n  ")));
   }
-  std::vector<std::string> names = {"master"};
-  for (int k = 0; k < optimizer_state_count(s.config.optimizer); ++k) {
-    names.emplace_back(optimizer_state_name(s.config.optimizer, k));
-  }
+  const std::vector<std::string> names = checkpoint_tensor_names(s.config.optimizer);
   if (m.tensors != names) {
     throw Error(fmt::format("{}/manifest.json holds tensors [{}] but this optimizer ({}) needs [{}]", dir,
                             fmt::join(m.tensors, ", "), optimizer_name(s.config.optimizer.kind), fmt::join(names, ", ")));

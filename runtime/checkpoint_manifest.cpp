@@ -9,6 +9,12 @@ namespace zeroshard {
 
 using nlohmann::json;
 
+std::vector<std::string> checkpoint_tensor_names(const OptimizerHyper& hyper) {
+  std::vector<std::string> names = {"master"};
+  for (int k = 0; k < optimizer_state_count(hyper); ++k) names.emplace_back(optimizer_state_name(hyper, k));
+  return names;
+}
+
 std::string rank_file_name(int r) { return fmt::format("rank-{:05d}.bin", r); }
 
 json Manifest::to_json() const {

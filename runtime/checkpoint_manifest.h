@@ -8,6 +8,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "optimizer/optimizer.h"
 #include "runtime/loss_scaler.h"
 
 namespace zeroshard {
@@ -71,6 +72,11 @@ struct Manifest {
   /// Total bytes of one rank file.
   std::uint64_t file_bytes() const;
 };
+
+/// The fp32 arrays a checkpoint holds per unit for this optimizer:
+/// "master" (the values the optimizer updates), then its state arrays
+/// ("exp_avg", "exp_avg_sq" / "momentum_buffer").
+std::vector<std::string> checkpoint_tensor_names(const OptimizerHyper& hyper);
 
 /// Name of rank r's file ("rank-00003.bin").
 std::string rank_file_name(int r);
