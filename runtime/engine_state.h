@@ -99,4 +99,11 @@ class EngineState {
   double lr_at(GroupId g, std::int64_t k) const;
 };
 
+/// Stages 2/3: adds n reduced gradient elements (`src`, of `src_type`),
+/// times `scale`, into unit u's gradient shard starting at shard element
+/// `at`, wherever the shard lives (memory or an offload tier). The
+/// reduction code calls it once per reduced block.
+void accumulate_grad_shard(EngineState& s, UnitId u, std::size_t at, const void* src, DType src_type,
+                           std::size_t n, float scale);
+
 }  // namespace zeroshard

@@ -55,9 +55,7 @@ void prefetch_after(EngineState& s, UnitId u) {
 void complete_front_reduce(EngineState& s) {
   PendingReduce& p = s.pending.front();
   p.work.wait();
-  UnitState& us = s.unit(p.unit);
-  kernels::accumulate_cast(us.grad_shard.data(), s.dtype(), p.recv.data(), p.recv.dtype(), p.recv.numel(),
-                           s.stored_scale());
+  accumulate_grad_shard(s, p.unit, 0, p.recv.data(), p.recv.dtype(), p.recv.numel(), s.stored_scale());
   s.pending.pop_front();  // returns the leases to the pool
 }
 
@@ -184,6 +182,12 @@ void clear_gradients(EngineState& s) {
 }
 
 }  // namespace
+
+void accumulate_grad_shard(EngineState& s, UnitId u, std::size_t at, const void* src, DType src_type,
+                           std::size_t n, float scale) {
+  UnitState& us = s.unit(u);
+  kernels::accumulate_cast(us.grad_shard.at(at), s.dtype(), src, src_type, n, scale);
+}
 
 void Engine::unshard(UnitId u) {
   EngineState& s = *s_;
