@@ -10,7 +10,7 @@
 #include <vector>
 
 #include "core/cuda_check.h"
-#include "runtime/memory_ledger.h"
+#include "core/memory_ledger.h"
 
 namespace zeroshard {
 

@@ -16,7 +16,7 @@
 #include <vector>
 
 #include "offload/host_allocator.h"
-#include "runtime/memory_ledger.h"
+#include "core/memory_ledger.h"
 
 namespace zeroshard {
 

@@ -15,7 +15,7 @@
 #include <vector>
 
 #include "core/aligned_buffer.h"
-#include "runtime/memory_ledger.h"
+#include "core/memory_ledger.h"
 
 namespace zeroshard {
 

@@ -24,12 +24,13 @@ namespace {
 
 // Where tensor t of unit u lives on this rank, and the flat-buffer index of
 // its element 0 (0 when the rank holds the full buffer, r*S for a shard).
-float* tensor_data(EngineState& s, UnitId u, std::size_t t, std::size_t& first) {
-  UnitState& us = s.unit(u);
+// Arrays on nvme are read into `holder` (runtime/engine_offload.h).
+const float* tensor_data(EngineState& s, UnitId u, std::size_t t, std::size_t& first, HostBuffer& holder) {
   const bool full = t == 0 ? (s.mixed() ? s.stage() == 0 : s.stage() < 3) : s.stage() == 0;
   first = full ? 0 : static_cast<std::size_t>(s.rank()) * s.info(u).shard;
-  if (t > 0) return us.states[t - 1].data();
-  return s.mixed() ? us.master.data() : us.params.as<float>();
+  const ArrayRef a = t > 0 ? ArrayRef{ArrayKind::state, static_cast<int>(t - 1)}
+                           : ArrayRef{s.mixed() ? ArrayKind::master : ArrayKind::params};
+  return static_cast<const float*>(read_array(s, u, a, holder));
 }
 
 // Test hook: ZS_CHECKPOINT_PAUSE_RANK=r makes rank r stop in the middle of
@@ -129,7 +130,8 @@ std::string Engine::save_checkpoint(const std::string& save_dir, const json& cli
       const std::size_t shard = s.info(u).shard;
       for (std::size_t t = 0; t < ntensors; ++t) {
         std::size_t first = 0;
-        const float* data = tensor_data(s, u, t, first);
+        HostBuffer holder;
+        const float* data = tensor_data(s, u, t, first, holder);
         const std::size_t begin = static_cast<std::size_t>(r) * shard - first;
         w.write(data + begin, shard * sizeof(float));
       }
@@ -178,7 +180,8 @@ std::vector<float> Engine::gather_optimizer_state(ParamId p, int index) {
   UnitState& us = s.unit(info.unit);
   ZS_CHECK(index >= 0 && static_cast<std::size_t>(index) < us.states.size(), "optimizer state index {} out of range",
            index);
-  const float* full = us.states[static_cast<std::size_t>(index)].data();
+  HostBuffer holder;
+  const float* full = static_cast<const float*>(read_array(s, info.unit, {ArrayKind::state, index}, holder));
   PoolLease lease;
   if (s.stage() != 0) {
     lease = s.pool.acquire(s.info(info.unit).padded, DType::f32, false);

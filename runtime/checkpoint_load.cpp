@@ -177,21 +177,33 @@ json Engine::load_checkpoint(const std::string& save_dir, const std::string& tag
   });
 
   // Commit: nothing above touched the engine.
-  s.pending.clear();
+  discard_reduce_buckets(s);
+  clear_offloaded_grads(s);
   for (std::size_t u = 0; u < s.units.size(); ++u) {
     UnitState& us = s.units[u];
+    const UnitId id = static_cast<UnitId>(u);
     us.gather_work.wait();
+    release_param_stage(s, id);
     us.gathered.release();
     us.grad_lease.release();
-    us.reduce_work.wait();
-    us.reduce_buffer.release();
     us.unshard_count = 0;
     us.reduced = false;
     us.grad_full.zero();
     us.grad_shard.zero();
-    us.params = std::move(loaded[u].params);
-    if (s.mixed()) us.master = std::move(loaded[u].master);
-    us.states = std::move(loaded[u].states);
+    // Arrays on an nvme tier go to their swap files; the others move in.
+    LoadedUnit& lu = loaded[u];
+    auto commit = [&](ArrayRef a, auto& dst, auto& src) {
+      if (array_tier(s, id, a) == MemTier::nvme) {
+        store_array(s, id, a, src.data());
+      } else {
+        dst = std::move(src);
+      }
+    };
+    commit({ArrayKind::params}, us.params, lu.params);
+    if (s.mixed()) commit({ArrayKind::master}, us.master, lu.master);
+    for (std::size_t k = 0; k < us.states.size(); ++k) {
+      commit({ArrayKind::state, static_cast<int>(k)}, us.states[k], lu.states[k]);
+    }
   }
   s.optimizer_steps = m.optimizer_steps;
   s.micro_steps = m.optimizer_steps * s.config.gradient_accumulation_steps;

@@ -14,6 +14,7 @@
 #include <nlohmann/json.hpp>
 
 #include "core/error.h"
+#include "offload/aio_config.h"
 
 namespace zeroshard {
 
@@ -70,6 +71,26 @@ class Section {
     }
   }
 
+  /// An element count: a JSON integer, or a number with an integral value
+  /// such as 1e9 (DeepSpeed configs write sizes that way).
+  void get_count(const char* key, std::int64_t& out) {
+    if (!j_.contains(key)) return;
+    const json& v = j_.at(key);
+    if (v.is_number_integer()) {
+      get(key, out);
+      return;
+    }
+    used_.insert(key);
+    const double d = v.is_number() ? v.get<double>() : 0.5;
+    if (!v.is_number() || d != std::floor(d) || !(std::fabs(d) < 9.0e18)) {
+      throw ConfigError(fmt::format("{}: \"{}\" = {} must be a whole number of elements", source_, key_path(key),
+                                    v.dump()));
+    }
+    out = static_cast<std::int64_t>(d);
+  }
+
+  const std::string& source() const { return source_; }
+
   Section sub(const char* key) {
     used_.insert(key);
     return Section(j_.at(key), key_path(key), source_);
@@ -106,6 +127,60 @@ class Section {
 std::string lower(std::string s) {
   std::transform(s.begin(), s.end(), s.begin(), [](unsigned char c) { return std::tolower(c); });
   return s;
+}
+
+OffloadDevice parse_device(Section& sec, const std::string& source) {
+  std::string d = "none";
+  sec.get("device", d);
+  const std::string l = lower(d);
+  if (l == "none") return OffloadDevice::none;
+  if (l == "cpu") return OffloadDevice::cpu;
+  if (l == "nvme") return OffloadDevice::nvme;
+  throw ConfigError(fmt::format("{}: \"{}\" is \"{}\"; expected \"none\", \"cpu\" or \"nvme\"", source,
+                                sec.key_path("device"), d));
+}
+
+// zero_optimization.offload_optimizer / offload_param / sub_group_size
+// (runtime/offload_config.h). Ranges are checked by OffloadConfig::validate.
+void parse_offload(Section& z, OffloadConfig& o) {
+  const std::string& source = z.source();
+  if (z.has("offload_optimizer")) {
+    Section sec = z.sub("offload_optimizer");
+    OffloadOptimizerConfig& c = o.optimizer;
+    c.device = parse_device(sec, source);
+    sec.get("nvme_path", c.nvme_path);
+    sec.get("buffer_count", c.buffer_count);
+    sec.get("pin_memory", c.pin_memory);
+    sec.get("pipeline_read", c.pipeline_read);
+    sec.get("pipeline_write", c.pipeline_write);
+    sec.reject_unknown();
+  }
+  if (z.has("offload_param")) {
+    Section sec = z.sub("offload_param");
+    OffloadParamConfig& c = o.param;
+    c.device = parse_device(sec, source);
+    sec.get("nvme_path", c.nvme_path);
+    sec.get("buffer_count", c.buffer_count);
+    sec.get_count("buffer_size", c.buffer_size);
+    sec.get_count("max_in_cpu", c.max_in_cpu);
+    sec.get("pin_memory", c.pin_memory);
+    sec.reject_unknown();
+  }
+  z.get_count("sub_group_size", o.sub_group_size);
+}
+
+// zero_optimization.reduce_bucket_size / allgather_bucket_size /
+// overlap_comm / contiguous_gradients (runtime/config.h, grad_buckets.h).
+// Ranges are checked by validate_in.
+void parse_overlap(Section& z, ZeroConfig& zc) {
+  z.get_count("reduce_bucket_size", zc.reduce_bucket_size);
+  z.get_count("allgather_bucket_size", zc.allgather_bucket_size);
+  if (z.has("overlap_comm")) {
+    bool overlap = false;
+    z.get("overlap_comm", overlap);
+    zc.overlap_comm = overlap;
+  }
+  z.get("contiguous_gradients", zc.contiguous_gradients);
 }
 
 void parse_optimizer(Section& top, EngineConfig& c, const std::string& source) {
@@ -158,6 +233,23 @@ void parse_optimizer(Section& top, EngineConfig& c, const std::string& source) {
 [[noreturn]] void bad_value(const std::string& source, const char* key, const std::string& value,
                             const char* rule) {
   throw ConfigError(fmt::format("{}: \"{}\" = {} is invalid: {}", source, key, value, rule));
+}
+
+// Ranges of the keys parse_overlap reads.
+void validate_overlap(const ZeroConfig& z, const std::string& source) {
+  if (z.reduce_bucket_size <= 0) {
+    bad_value(source, "zero_optimization.reduce_bucket_size", std::to_string(z.reduce_bucket_size),
+              "must be > 0 (elements)");
+  }
+  if (z.allgather_bucket_size <= 0) {
+    bad_value(source, "zero_optimization.allgather_bucket_size", std::to_string(z.allgather_bucket_size),
+              "must be > 0 (elements)");
+  }
+  if (!z.contiguous_gradients) {
+    bad_value(source, "zero_optimization.contiguous_gradients", "false",
+              "zeroshard's gradients are always in one flat buffer per unit (see runtime/config.h); "
+              "remove the key or set it to true");
+  }
 }
 
 }  // namespace
@@ -221,8 +313,11 @@ EngineConfig EngineConfig::from_json(const nlohmann::json& j, const std::string&
   if (top.has("zero_optimization")) {
     Section z = top.sub("zero_optimization");
     z.get("stage", c.zero.stage);
+    parse_overlap(z, c.zero);
+    parse_offload(z, c.offload);
     z.reject_unknown();
   }
+  if (top.has("aio")) c.offload.aio = AioConfig::from_json(top.raw("aio"), source, "aio");
   top.reject_unknown();
   c.source = source;
   c.validate_in(source);
@@ -256,6 +351,8 @@ void EngineConfig::validate_in(const std::string& source) const {
   if (zero.stage < 0 || zero.stage > 3) {
     bad_value(source, "zero_optimization.stage", std::to_string(zero.stage), "must be 0, 1, 2 or 3");
   }
+  validate_overlap(zero, source);
+  offload.validate(zero.stage, source);
   if (train_micro_batch_size_per_gpu < 1) {
     bad_value(source, "train_micro_batch_size_per_gpu",
               std::to_string(train_micro_batch_size_per_gpu), "must be >= 1");

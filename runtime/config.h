@@ -24,6 +24,33 @@
 //                                    fp32 and rounded once)
 //   scheduler                        {type: WarmupLR | WarmupDecayLR | WarmupCosineLR, params}
 //                                    (runtime/lr_schedule.h)
+//   zero_optimization.reduce_bucket_size     gradient elements per reduction bucket (default 5e8;
+//                                    > 0; a JSON integer or an integral number such as 5e8).
+//                                    During backward, reduce_gradients() packs units' gradients
+//                                    into buckets; a full bucket's all-reduce (stages 0/1) or
+//                                    reduce-scatter (stages 2/3) starts at once; units larger
+//                                    than a bucket are split. At stages 2/3 a bucket holds the
+//                                    same slice of every rank's shard, so its size is rounded
+//                                    down to a multiple of the world size (at least one element
+//                                    per rank). Results do not depend on it (runtime/grad_buckets.h).
+//   zero_optimization.allgather_bucket_size  parameter elements per bucket of the all-gather of
+//                                    updated shards after step() at stages 1/2 (default 5e8; > 0;
+//                                    rounded as above). Stage 3 gathers unit by unit.
+//   zero_optimization.overlap_comm   true: bucket collectives run in the background while
+//                                    backward goes on (at most 2 in flight), and stage 3
+//                                    prefetches the next unit's all-gather; false: each bucket's
+//                                    collective completes before reduce_gradients() returns and
+//                                    stage 3 gathers only on unshard(). Default as DeepSpeed:
+//                                    true at stage 3, false at stages 0-2.
+//   zero_optimization.contiguous_gradients  DeepSpeed copies gradients into one contiguous buffer
+//                                    to avoid fragmentation. zeroshard always keeps gradients in
+//                                    one pre-faulted flat buffer per unit and reduced shards in
+//                                    one flat buffer per unit, and packs buckets into reused pool
+//                                    buffers, so true (the default) changes nothing and false is
+//                                    a ConfigError (there is no fragmented mode to switch to).
+//   zero_optimization.offload_optimizer, zero_optimization.offload_param,
+//   zero_optimization.sub_group_size, aio
+//                                    offload tiers (runtime/offload_config.h)
 // Any other key is a ConfigError naming it: zeroshard never ignores a setting
 // it does not implement.
 #pragma once
@@ -38,12 +65,25 @@
 #include "optimizer/optimizer.h"
 #include "runtime/loss_scaler.h"
 #include "runtime/lr_schedule.h"
+#include "runtime/offload_config.h"
 
 namespace zeroshard {
 
 /// zero_optimization section.
 struct ZeroConfig {
   int stage = 0;  ///< 0 (DDP), 1 (P_os), 2 (P_os+g), 3 (P_os+g+p)
+  /// Gradient elements per reduction bucket (runtime/grad_buckets.h); > 0.
+  std::int64_t reduce_bucket_size = 500000000;
+  /// Parameter elements per bucket of the stage 1/2 post-step all-gather; > 0.
+  std::int64_t allgather_bucket_size = 500000000;
+  /// Overlap collectives with compute; unset = DeepSpeed's default (true at
+  /// stage 3, false at stages 0-2). Read it through overlap().
+  std::optional<bool> overlap_comm;
+  /// Only true is accepted: zeroshard's gradients are always contiguous
+  /// (see the key list above).
+  bool contiguous_gradients = true;
+  /// Whether reductions run in the background and stage 3 prefetches.
+  bool overlap() const { return overlap_comm.value_or(stage == 3); }
 };
 
 /// Whole engine configuration. Plain value type; validate() checks ranges.
@@ -59,6 +99,7 @@ struct EngineConfig {
   LossScaleConfig loss_scale;        ///< used when compute_dtype is f16
   std::optional<DType> communication_data_type;  ///< unset: fp32
   LrSchedule scheduler;
+  OffloadConfig offload;  ///< offload tiers (runtime/offload_config.h)
   std::string source = "configuration";  ///< file it came from, named in error messages
 
   /// Parses a ds_config object. `source` names the file (or "<string>") in

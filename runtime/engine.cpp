@@ -65,25 +65,32 @@ void Engine::finalize() {
   const int nstates = optimizer_state_count(s.config.optimizer);
   const std::uint64_t e = dtype_size(dt), f = sizeof(float);
   s.units.resize(s.layout.units().size());
+  assign_offload_tiers(s);
   for (std::size_t i = 0; i < s.units.size(); ++i) {
     const UnitInfo& info = s.layout.units()[i];
     UnitState& us = s.units[i];
+    const UnitId u = static_cast<UnitId>(i);
     const std::uint64_t full = info.padded, full_pad = info.padded - info.numel;
     const std::uint64_t shard = info.shard, shard_pad = info.shard - info.logical_in_shard(r);
+    // Arrays on nvme get no memory here (runtime/engine_offload.h).
+    auto resident = [&](ArrayKind k, std::uint64_t n) {
+      return array_tier(s, u, {k}) == MemTier::nvme ? 0 : n;
+    };
     const std::uint64_t pn = stage < 3 ? full : shard, pp = stage < 3 ? full_pad : shard_pad;
-    us.params = TypedBuffer(pn, dt);
-    s.ledger.add(MemCategory::parameters, MemTier::device, pn * e, pp * e);
+    us.params = TypedBuffer(resident(ArrayKind::params, pn), dt);
+    s.ledger.add(MemCategory::parameters, array_tier(s, u, {ArrayKind::params}), pn * e, pp * e);
     const std::uint64_t gn = stage < 2 ? full : shard, gp = stage < 2 ? full_pad : shard_pad;
-    (stage < 2 ? us.grad_full : us.grad_shard) = TypedBuffer(gn, dt);
-    s.ledger.add(MemCategory::gradients, MemTier::device, gn * e, gp * e);
+    (stage < 2 ? us.grad_full : us.grad_shard) = TypedBuffer(resident(ArrayKind::grad, gn), dt);
+    s.ledger.add(MemCategory::gradients, array_tier(s, u, {ArrayKind::grad}), gn * e, gp * e);
     const std::uint64_t on = stage == 0 ? full : shard, op = stage == 0 ? full_pad : shard_pad;
+    const MemTier ot = array_tier(s, u, {ArrayKind::master});
     if (s.mixed()) {
-      us.master = AlignedBuffer<float>(on);
-      s.ledger.add(MemCategory::master_weights, MemTier::device, on * f, op * f);
+      us.master = AlignedBuffer<float>(resident(ArrayKind::master, on));
+      s.ledger.add(MemCategory::master_weights, ot, on * f, op * f);
     }
     for (int k = 0; k < nstates; ++k) {
-      us.states.emplace_back(on);
-      s.ledger.add(MemCategory::optimizer_states, MemTier::device, on * f, op * f);
+      us.states.emplace_back(resident(ArrayKind::state, on));
+      s.ledger.add(MemCategory::optimizer_states, ot, on * f, op * f);
     }
     if (stage == 0) {
       for (ParamId id : info.params) {
@@ -124,21 +131,29 @@ void Engine::set_parameter(ParamId p, std::span<const float> values) {
   UnitState& us = s.unit(info.unit);
   const UnitInfo& u = s.info(info.unit);
   const std::size_t shard_begin = static_cast<std::size_t>(s.rank()) * u.shard;
+  // Read, modify, store: arrays on nvme are swapped in for the change.
+  HostBuffer holder;
   if (s.stage() < 3) {
     copy_window(us.params.data(), s.dtype(), 0, u.padded, info, values);
   } else {
-    copy_window(us.params.data(), s.dtype(), shard_begin, u.shard, info, values);
+    if (us.gathered.valid()) us.gather_work.wait();
+    release_param_stage(s, info.unit);  // a swapped-in copy would be stale
+    void* shard = read_array(s, info.unit, {ArrayKind::params}, holder);
+    copy_window(shard, s.dtype(), shard_begin, u.shard, info, values);
+    store_array(s, info.unit, {ArrayKind::params}, shard);
     if (us.gathered.valid()) {
       us.gather_work.wait();
       copy_window(us.gathered.data(), s.dtype(), 0, u.padded, info, values);
     }
   }
   if (s.mixed()) {
+    void* master = read_array(s, info.unit, {ArrayKind::master}, holder);
     if (s.stage() == 0) {
-      copy_window(us.master.data(), DType::f32, 0, u.padded, info, values);
+      copy_window(master, DType::f32, 0, u.padded, info, values);
     } else {
-      copy_window(us.master.data(), DType::f32, shard_begin, u.shard, info, values);
+      copy_window(master, DType::f32, shard_begin, u.shard, info, values);
     }
+    store_array(s, info.unit, {ArrayKind::master}, master);
   }
 }
 
@@ -171,7 +186,8 @@ std::vector<float> Engine::gather_parameter(ParamId p) {
     us.gather_work.wait();
     return widen(us.gathered.data(), s.dtype(), info);
   }
-  PoolLease full = gather_unit(s, info.unit, us.params.data(), s.dtype());
+  PoolLease full = gather_unit(s, info.unit, param_source(s, info.unit), s.dtype());
+  if (!us.gathered.valid()) release_param_stage(s, info.unit);
   return widen(full.data(), s.dtype(), info);
 }
 
@@ -181,7 +197,8 @@ std::vector<float> Engine::gather_master(ParamId p) {
   const ParamInfo& info = s.layout.param(p);
   UnitState& us = s.unit(info.unit);
   if (s.stage() == 0) return widen(us.master.data(), DType::f32, info);
-  PoolLease full = gather_unit(s, info.unit, us.master.data(), DType::f32);
+  HostBuffer holder;
+  PoolLease full = gather_unit(s, info.unit, read_array(s, info.unit, {ArrayKind::master}, holder), DType::f32);
   return widen(full.data(), DType::f32, info);
 }
 
@@ -195,6 +212,13 @@ std::int64_t Engine::skipped_steps() const { return s_->scaler.state().overflows
 const EngineConfig& Engine::config() const { return s_->config; }
 const FlatLayout& Engine::layout() const { return s_->layout; }
 const MemoryLedger& Engine::ledger() const { return s_->ledger; }
+
+OffloadStats Engine::offload_stats() const {
+  if (!s_->offload) return {};
+  const SwapPipelineStats& t = s_->offload->total;
+  return OffloadStats{.bytes_read = t.bytes_read, .bytes_written = t.bytes_written, .read_wait_s = t.read_wait_s,
+                      .write_wait_s = t.write_wait_s, .update_s = t.update_s};
+}
 std::int64_t Engine::micro_steps() const { return s_->micro_steps; }
 std::int64_t Engine::optimizer_steps() const { return s_->optimizer_steps; }
 
@@ -208,27 +232,32 @@ double Engine::current_lr(GroupId g) const {
   return s_->lr_at(g, s_->optimizer_steps);
 }
 
-std::span<const float> Engine::optimizer_state(UnitId u, int index) const {
-  UnitState& us = s_->unit(u);
+std::vector<float> Engine::optimizer_state(UnitId u, int index) const {
+  EngineState& s = *s_;
+  UnitState& us = s.unit(u);
   ZS_CHECK(index >= 0 && static_cast<std::size_t>(index) < us.states.size(),
            "optimizer state index {} out of range ({} states)", index, us.states.size());
-  const auto& st = us.states[static_cast<std::size_t>(index)];
-  if (s_->stage() != 0) return st.span();
-  const UnitInfo& info = s_->info(u);
-  return {st.data() + static_cast<std::size_t>(s_->rank()) * info.shard, info.shard};
+  const UnitInfo& info = s.info(u);
+  HostBuffer holder;
+  const float* st = static_cast<const float*>(read_array(s, u, {ArrayKind::state, index}, holder));
+  if (s.stage() == 0) st += static_cast<std::size_t>(s.rank()) * info.shard;
+  return std::vector<float>(st, st + info.shard);
 }
 
-std::span<const float> Engine::param_shard(UnitId u) const {
-  UnitState& us = s_->unit(u);
-  const UnitInfo& info = s_->info(u);
-  const std::size_t begin = static_cast<std::size_t>(s_->rank()) * info.shard;
-  if (s_->mixed()) {
-    if (s_->stage() == 0) return {us.master.data() + begin, info.shard};
-    return us.master.span();
+std::vector<float> Engine::param_shard(UnitId u) const {
+  EngineState& s = *s_;
+  const UnitInfo& info = s.info(u);
+  const std::size_t begin = static_cast<std::size_t>(s.rank()) * info.shard;
+  HostBuffer holder;
+  const float* p = nullptr;
+  if (s.mixed()) {
+    p = static_cast<const float*>(read_array(s, u, {ArrayKind::master}, holder));
+    if (s.stage() == 0) p += begin;
+  } else {
+    p = static_cast<const float*>(read_array(s, u, {ArrayKind::params}, holder));
+    if (s.stage() < 3) p += begin;
   }
-  const float* p = us.params.as<float>();
-  if (s_->stage() == 3) return {p, info.shard};
-  return {p + begin, info.shard};
+  return std::vector<float>(p, p + info.shard);
 }
 
 }  // namespace zeroshard

@@ -59,7 +59,7 @@
 #include "comm/communicator.h"
 #include "runtime/config.h"
 #include "runtime/flat_layout.h"
-#include "runtime/memory_ledger.h"
+#include "core/memory_ledger.h"
 
 namespace zeroshard {
 
@@ -78,6 +78,16 @@ struct StepResult {
   double clip_coef = 1.0;       ///< factor applied to the gradient (1 = not clipped)
   double loss_scale = 1.0;      ///< loss scale used by this step's gradients
   std::int64_t optimizer_step = 0;  ///< optimizer steps applied so far
+};
+
+/// Swap traffic of the nvme offload tier since finalize() (all zero when
+/// nothing is on nvme). Plain value.
+struct OffloadStats {
+  std::uint64_t bytes_read = 0;     ///< logical bytes read from swap files
+  std::uint64_t bytes_written = 0;  ///< logical bytes written to swap files
+  double read_wait_s = 0;           ///< seconds the engine's thread blocked on swap reads
+  double write_wait_s = 0;          ///< seconds it blocked on swap writes
+  double update_s = 0;              ///< seconds in the optimizer update of swapped sub-groups
 };
 
 class EngineState;  // implementation
@@ -155,9 +165,12 @@ class Engine {
   /// Untyped forms of param_as / grad_as; `expected` must equal compute_dtype().
   void* param_data(ParamId p, DType expected);
   void* grad_data(ParamId p, DType expected);
-  /// Declares unit u's gradients of this micro-batch complete; starts their
-  /// reduction (stages 2/3: reduce-scatter now; stages 0/1: all-reduce at the
-  /// accumulation boundary). Collective.
+  /// Declares unit u's gradients of this micro-batch complete and hands them
+  /// to the reduction buckets (stages 2/3: every micro-batch, reduce-scatter;
+  /// stages 0/1: at the accumulation boundary, all-reduce); a bucket's
+  /// collective starts when it holds reduce_bucket_size elements, in the
+  /// background with overlap_comm, else completed before this returns
+  /// (runtime/grad_buckets.h). Collective.
   void reduce_gradients(UnitId u);
   /// Ends a micro-batch. At every gradient_accumulation_steps-th call:
   /// finishes the reductions, computes the global gradient norm (one
@@ -210,6 +223,8 @@ class Engine {
   const EngineConfig& config() const;
   const FlatLayout& layout() const;
   const MemoryLedger& ledger() const;
+  /// Swap traffic so far (runtime/engine_offload.h).
+  OffloadStats offload_stats() const;
   std::int64_t micro_steps() const;
   std::int64_t optimizer_steps() const;
   /// Configured learning rate of a group (after any override; the base the
@@ -218,12 +233,13 @@ class Engine {
   /// Optimizer state array `index` (see optimizer_state_name) over this
   /// rank's shard of unit u: layout().unit(u).shard elements, rank r's slice
   /// of the flat buffer (at stage 0, which holds the full state, the same
-  /// slice of it). For tests and checkpoints.
-  std::span<const float> optimizer_state(UnitId u, int index) const;
+  /// slice of it). A copy, read from the swap files if the state is on
+  /// nvme. For tests and checkpoints.
+  std::vector<float> optimizer_state(UnitId u, int index) const;
   /// This rank's shard of unit u as the optimizer sees it (shard elements
   /// of fp32: the parameters in fp32 training, the master weights in mixed
-  /// precision).
-  std::span<const float> param_shard(UnitId u) const;
+  /// precision). A copy, read from the swap files if they are on nvme.
+  std::vector<float> param_shard(UnitId u) const;
 
  private:
   std::unique_ptr<EngineState> s_;

@@ -4,12 +4,17 @@
 
 #include <cstdint>
 #include <deque>
+#include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "core/aligned_buffer.h"
+#include "kernels/cpu/cast.h"
 #include "runtime/buffer_pool.h"
 #include "runtime/engine.h"
+#include "runtime/engine_offload.h"
+#include "runtime/grad_buckets.h"
 #include "runtime/loss_scaler.h"
 
 namespace zeroshard {
@@ -42,22 +47,21 @@ struct UnitState {
   PoolLease grad_lease;
   TypedBuffer grad_shard;
   bool reduced = false;     ///< reduce_gradients() seen in this micro-batch
-  CommWork reduce_work;     ///< stages 0/1: pending all-reduce
-  PoolLease reduce_buffer;  ///< stages 0/1: the buffer in the communication dtype, if it differs
 
   // Optimizer states (fp32): full padded buffers at stage 0, shards otherwise.
   std::vector<AlignedBuffer<float>> states;
   // Parameter runs inside the buffers the optimizer updates (for stage 0 the
   // whole unit, with shard_offset == flat offset; else this rank's shard).
   std::vector<ShardSegment> segments;
-};
 
-/// A reduce-scatter in flight (stages 2/3).
-struct PendingReduce {
-  UnitId unit = -1;
-  PoolLease send;  ///< full gradient of the micro-batch, in the communication dtype
-  PoolLease recv;  ///< this rank's reduced block, in the communication dtype
-  CommWork work;
+  // Offload (runtime/engine_offload.h). An array on MemTier::nvme has an
+  // empty buffer above and lives in swap files, one per sub-group.
+  MemTier param_tier = MemTier::device;      ///< stage 3 parameter shard
+  MemTier optimizer_tier = MemTier::device;  ///< master, states, grad shard (stages 2/3)
+  std::vector<SubGroup> subgroups;           ///< shard ranges of the swap files
+  HostBuffer param_stage;                    ///< nvme parameter shard swapped in for an all-gather
+  std::optional<SwapBatch> param_read;       ///< its read in flight
+  kernels::GradStats offloaded_grad_stats;   ///< nvme gradient shard: stats of the boundary micro-batch
 };
 
 class EngineState {
@@ -68,6 +72,7 @@ class EngineState {
   Communicator& comm;
   MemoryLedger ledger;
   BufferPool pool;
+  std::unique_ptr<OffloadRuntime> offload;  ///< set by finalize() when any tier is host or nvme
   FlatLayout layout;
   LossScaler scaler;
   std::vector<GroupState> groups;
@@ -76,7 +81,7 @@ class EngineState {
   std::int64_t micro_steps = 0;
   std::int64_t optimizer_steps = 0;
 
-  std::deque<PendingReduce> pending;  ///< reduce-scatters in issue order
+  GradBuckets buckets;  ///< gradient reduction buckets (runtime/grad_buckets.h)
 
   // Stage 3 prefetch: the unit order of the first micro-batch's unshard
   // calls, recorded once, and a cursor into it.
@@ -89,6 +94,8 @@ class EngineState {
   int stage() const { return config.zero.stage; }
   DType dtype() const { return config.compute_dtype; }
   bool mixed() const { return config.compute_dtype != DType::f32; }
+  /// True while the current micro-batch ends an accumulation cycle.
+  bool boundary() const { return (micro_steps + 1) % config.gradient_accumulation_steps == 0; }
   DType comm_dtype() const { return config.communication_data_type.value_or(DType::f32); }
   /// Factor applied to reduced gradient sums as they are stored: 16-bit
   /// buffers hold the mean over ranks (no overflow of the sum), fp32 the sum.

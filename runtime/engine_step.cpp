@@ -13,10 +13,6 @@ namespace zeroshard {
 
 namespace {
 
-// Reduce-scatters in flight at most (each holds a full gradient buffer).
-constexpr std::size_t kMaxPendingReduces = 2;
-// Elements converted to fp32 at a time for the mixed-precision update.
-constexpr std::size_t kUpdateChunk = 16384;
 
 bool is_boundary(const EngineState& s) {
   return (s.micro_steps + 1) % s.config.gradient_accumulation_steps == 0;
@@ -29,13 +25,20 @@ void start_gather(EngineState& s, UnitId u) {
   UnitState& us = s.unit(u);
   const UnitInfo& info = s.info(u);
   us.gathered = s.pool.acquire(info.padded, s.dtype(), false);
-  us.gather_work = s.comm.iall_gather(us.params.data(), us.gathered.data(), info.shard, s.dtype());
+  us.gather_work = s.comm.iall_gather(param_source(s, u), us.gathered.data(), info.shard, s.dtype());
+}
+
+// Stage 3: the all-gather of u is complete; drop its nvme swap-in buffer.
+void finish_gather(EngineState& s, UnitId u) {
+  s.unit(u).gather_work.wait();
+  release_param_stage(s, u);
 }
 
 // Stage 3 prefetch: follow the recorded unshard order and start the
 // all-gather of the unit expected after u. Every rank makes the same calls,
 // so every rank makes the same decision (the prefetch is a collective).
 void prefetch_after(EngineState& s, UnitId u) {
+  if (!s.config.zero.overlap()) return;  // overlap_comm off: gather on unshard() only
   if (s.recording) {
     s.order.push_back(u);
     return;
@@ -50,128 +53,22 @@ void prefetch_after(EngineState& s, UnitId u) {
   if (s.cursor >= s.order.size()) return;
   const UnitId next = s.order[s.cursor];
   if (next != u && !s.unit(next).gathered.valid()) start_gather(s, next);
-}
-
-void complete_front_reduce(EngineState& s) {
-  PendingReduce& p = s.pending.front();
-  p.work.wait();
-  accumulate_grad_shard(s, p.unit, 0, p.recv.data(), p.recv.dtype(), p.recv.numel(), s.stored_scale());
-  s.pending.pop_front();  // returns the leases to the pool
-}
-
-// Stages 2/3: hand unit u's full gradient of this micro-batch to a
-// reduce-scatter (in the communication dtype); its block is added to the
-// rank's gradient shard when it completes.
-void start_reduce_scatter(EngineState& s, UnitId u) {
-  UnitState& us = s.unit(u);
-  const UnitInfo& info = s.info(u);
-  const DType ct = s.comm_dtype();
-  if (!us.grad_lease.valid()) us.grad_lease = s.pool.acquire(info.padded, s.dtype(), true);
-  PendingReduce p;
-  p.unit = u;
-  if (ct == s.dtype()) {
-    p.send = std::move(us.grad_lease);
-  } else {
-    p.send = s.pool.acquire(info.padded, ct, false);
-    kernels::cast(p.send.data(), ct, us.grad_lease.data(), s.dtype(), info.padded);
-    us.grad_lease.release();
-  }
-  p.recv = s.pool.acquire(info.shard, ct, false);
-  p.work = s.comm.ireduce_scatter(p.send.data(), p.recv.data(), info.shard, ct, ReduceOp::sum);
-  s.pending.push_back(std::move(p));
-  // Retire finished reductions (drives MPI progress) and bound memory.
-  while (!s.pending.empty() && (s.pending.size() > kMaxPendingReduces || s.pending.front().work.test())) {
-    complete_front_reduce(s);
-  }
-}
-
-// Stages 0/1: all-reduce unit u's full gradient (in the communication dtype).
-void start_all_reduce(EngineState& s, UnitId u) {
-  UnitState& us = s.unit(u);
-  const std::size_t n = s.info(u).padded;
-  const DType ct = s.comm_dtype();
-  void* buf = us.grad_full.data();
-  if (ct != s.dtype()) {
-    us.reduce_buffer = s.pool.acquire(n, ct, false);
-    kernels::cast(us.reduce_buffer.data(), ct, buf, s.dtype(), n);
-    buf = us.reduce_buffer.data();
-  }
-  us.reduce_work = s.comm.iall_reduce(buf, n, ct, ReduceOp::sum);
-}
-
-void finish_all_reduce(EngineState& s, UnitId u) {
-  UnitState& us = s.unit(u);
-  us.reduce_work.wait();
-  const std::size_t n = s.info(u).padded;
-  if (us.reduce_buffer.valid()) {
-    kernels::cast(us.grad_full.data(), s.dtype(), us.reduce_buffer.data(), us.reduce_buffer.dtype(), n,
-                  s.stored_scale());
-    us.reduce_buffer.release();
-  } else if (s.stored_scale() != 1.0f) {
-    kernels::cast(us.grad_full.data(), s.dtype(), us.grad_full.data(), s.dtype(), n, s.stored_scale());
-  }
+  // nvme parameters: their read runs one unit ahead of the all-gather.
+  if (s.cursor + 1 < s.order.size()) start_param_fetch(s, s.order[s.cursor + 1], false);
 }
 
 // End of a micro-batch: every unit's gradient reduction is issued in unit
-// order (for those the loop did not reduce itself) and completed.
+// order (for those the loop did not reduce itself) and completed
+// (runtime/grad_buckets.h, [Note: gradient buckets]).
 void finish_reductions(EngineState& s, bool boundary) {
   const UnitId n = static_cast<UnitId>(s.units.size());
-  if (s.stage() >= 2) {
+  if (s.stage() >= 2 || boundary) {
     for (UnitId u = 0; u < n; ++u) {
-      if (!s.unit(u).reduced) start_reduce_scatter(s, u);
+      if (!s.unit(u).reduced) reduce_unit_in_buckets(s, u);
     }
-    while (!s.pending.empty()) complete_front_reduce(s);
-  } else if (boundary) {
-    for (UnitId u = 0; u < n; ++u) {
-      if (!s.unit(u).reduced) start_all_reduce(s, u);
-    }
-    for (UnitId u = 0; u < n; ++u) finish_all_reduce(s, u);
+    complete_reduce_buckets(s);
   }
   for (auto& us : s.units) us.reduced = false;
-}
-
-// This rank's shard of the reduced gradient (every element counted once
-// across ranks, whatever the stage), in the compute dtype.
-void* shard_grads(EngineState& s, UnitId u) {
-  UnitState& us = s.unit(u);
-  if (s.stage() < 2) return offset(us.grad_full.data(), static_cast<std::size_t>(s.rank()) * s.info(u).shard, s.dtype());
-  return us.grad_shard.data();
-}
-
-// Element 0 of the arrays the optimizer walks with UnitState::segments:
-// shard-relative at stages 1-3, flat-buffer-relative at stage 0.
-std::size_t update_base(const EngineState& s, UnitId u) {
-  return s.stage() == 0 ? 0 : static_cast<std::size_t>(s.rank()) * s.info(u).shard;
-}
-
-// Runs the optimizer over unit u's segments. fp32: on the parameters in
-// place. Mixed: on the fp32 master weights, gradients widened chunk by chunk,
-// and the rounded compute copy written back.
-void update_unit(EngineState& s, UnitId u, std::int64_t step, float grad_scale, std::vector<float>& scratch) {
-  UnitState& us = s.unit(u);
-  const DType dt = s.dtype();
-  const std::size_t base = update_base(s, u);
-  const bool grads_full = s.stage() < 2, params_full = s.stage() < 3;
-  void* grads = grads_full ? offset(us.grad_full.data(), base, dt) : us.grad_shard.data();
-  void* params = params_full ? offset(us.params.data(), base, dt) : us.params.data();
-  std::vector<float*> states(us.states.size());
-  for (const ShardSegment& seg : us.segments) {
-    const GroupState& g = s.groups[static_cast<std::size_t>(seg.group)];
-    const float lr = static_cast<float>(s.lr_at(seg.group, step - 1));
-    for (std::size_t off = 0; off < seg.length; off += kUpdateChunk) {
-      const std::size_t i = seg.shard_offset + off, n = std::min(kUpdateChunk, seg.length - off);
-      for (std::size_t k = 0; k < states.size(); ++k) states[k] = us.states[k].data() + i;
-      if (!s.mixed()) {
-        optimizer_update(s.config.optimizer, lr, g.weight_decay, step, grad_scale, static_cast<float*>(params) + i,
-                         static_cast<const float*>(grads) + i, states.data(), n);
-        continue;
-      }
-      kernels::cast(scratch.data(), DType::f32, offset(grads, i, dt), dt, n);
-      optimizer_update(s.config.optimizer, lr, g.weight_decay, step, grad_scale, us.master.data() + i, scratch.data(),
-                       states.data(), n);
-      kernels::cast(offset(params, i, dt), dt, us.master.data() + i, DType::f32, n);
-    }
-  }
 }
 
 void clear_gradients(EngineState& s) {
@@ -179,14 +76,18 @@ void clear_gradients(EngineState& s) {
     us.grad_full.zero();
     us.grad_shard.zero();
   }
+  clear_offloaded_grads(s);
 }
 
 }  // namespace
 
 void accumulate_grad_shard(EngineState& s, UnitId u, std::size_t at, const void* src, DType src_type,
                            std::size_t n, float scale) {
-  UnitState& us = s.unit(u);
-  kernels::accumulate_cast(us.grad_shard.at(at), s.dtype(), src, src_type, n, scale);
+  if (array_tier(s, u, {ArrayKind::grad}) == MemTier::nvme) {
+    accumulate_offloaded_grad(s, u, at, src, src_type, n, scale);
+    return;
+  }
+  kernels::accumulate_cast(s.unit(u).grad_shard.at(at), s.dtype(), src, src_type, n, scale);
 }
 
 void Engine::unshard(UnitId u) {
@@ -196,7 +97,7 @@ void Engine::unshard(UnitId u) {
   if (s.stage() == 3) {
     if (!us.gathered.valid()) start_gather(s, u);
     prefetch_after(s, u);
-    us.gather_work.wait();
+    finish_gather(s, u);
   }
   ++us.unshard_count;
 }
@@ -206,7 +107,7 @@ void Engine::reshard(UnitId u) {
   UnitState& us = s.unit(u);
   ZS_CHECK(us.unshard_count > 0, "reshard(\"{}\") without a matching unshard()", s.info(u).name);
   if (--us.unshard_count == 0 && s.stage() == 3) {
-    us.gather_work.wait();
+    finish_gather(s, u);
     us.gathered.release();
   }
 }
@@ -259,11 +160,8 @@ void Engine::reduce_gradients(UnitId u) {
   UnitState& us = s.unit(u);
   ZS_CHECK(!us.reduced, "reduce_gradients(\"{}\") called twice in one micro-batch", s.info(u).name);
   us.reduced = true;
-  if (s.stage() >= 2) {
-    start_reduce_scatter(s, u);
-  } else if (is_boundary(s)) {
-    start_all_reduce(s, u);
-  }
+  // Stages 2/3 every micro-batch, 0/1 at the boundary: into the buckets.
+  if (s.stage() >= 2 || is_boundary(s)) reduce_unit_in_buckets(s, u);
 }
 
 StepResult Engine::step() {
@@ -283,7 +181,7 @@ StepResult Engine::step() {
   // Global norm and Inf/NaN flag: each rank scans its shard, one all-reduce.
   double stats[2] = {0, 0};
   for (UnitId u = 0; u < n; ++u) {
-    const kernels::GradStats st = kernels::grad_stats(shard_grads(s, u), s.dtype(), s.info(u).shard);
+    const kernels::GradStats st = unit_grad_stats(s, u);
     stats[0] += st.sum_of_squares;
     stats[1] += static_cast<double>(st.nonfinite);
   }
@@ -308,28 +206,25 @@ StepResult Engine::step() {
   const float grad_scale = static_cast<float>(average * result.clip_coef);
 
   const std::int64_t step = ++s.optimizer_steps;
-  std::vector<float> scratch(s.mixed() ? kUpdateChunk : 0);
-  for (UnitId u = 0; u < n; ++u) update_unit(s, u, step, grad_scale, scratch);
+  run_optimizer(s, step, grad_scale);
 
   if (s.stage() == 1 || s.stage() == 2) {
-    // Every rank updated its shard of the full buffer: gather in place.
-    for (UnitId u = 0; u < n; ++u) {
-      UnitState& us = s.unit(u);
-      const UnitInfo& info = s.info(u);
-      us.gather_work = s.comm.iall_gather(offset(us.params.data(), update_base(s, u), s.dtype()),
-                                          us.params.data(), info.shard, s.dtype());
-    }
-    for (auto& us : s.units) us.gather_work.wait();
+    // Every rank updated its shard of the full buffer: gather, in buckets.
+    all_gather_params_in_buckets(s);
   } else if (s.stage() == 3) {
-    // Gathered copies are stale now: drop prefetched ones, refresh held ones.
+    // Gathered and swapped-in copies are stale now: drop prefetched ones,
+    // refresh held ones.
     for (UnitId u = 0; u < n; ++u) {
       UnitState& us = s.unit(u);
-      if (!us.gathered.valid()) continue;
-      us.gather_work.wait();
+      if (!us.gathered.valid()) {
+        release_param_stage(s, u);
+        continue;
+      }
+      finish_gather(s, u);
       us.gathered.release();
       if (us.unshard_count > 0) {
         start_gather(s, u);
-        us.gather_work.wait();
+        finish_gather(s, u);
       }
     }
   }

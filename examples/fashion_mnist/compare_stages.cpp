@@ -4,7 +4,7 @@
 
 #include "core/error.h"
 #include "optimizer/optimizer.h"
-#include "runtime/memory_ledger.h"
+#include "core/memory_ledger.h"
 
 namespace zeroshard::examples {
 namespace {
@@ -62,13 +62,25 @@ double predicted_model_state_ratio(int stage, int world_size, const StateBytesPe
 
 std::vector<StageRun> compare_stages(const EngineConfig& config, Communicator& comm,
                                      const LabeledImages& train, const LabeledImages& test,
-                                     const RunSpec& spec) {
+                                     const RunSpec& spec, const std::string& nvme_path) {
   std::vector<StageRun> runs;
-  for (int stage = 0; stage <= 3; ++stage) {
+  std::vector<std::pair<int, OffloadDevice>> plan = {{0, OffloadDevice::none}, {1, OffloadDevice::none},
+                                                     {2, OffloadDevice::none}, {3, OffloadDevice::none},
+                                                     {3, OffloadDevice::cpu}};
+  if (!nvme_path.empty()) plan.emplace_back(3, OffloadDevice::nvme);
+  for (const auto& [stage, tier] : plan) {
     EngineConfig c = config;
     c.zero.stage = stage;
+    c.offload.optimizer = {};
+    c.offload.param = {};
+    c.offload.optimizer.device = tier;
+    c.offload.param.device = tier;
+    c.offload.optimizer.nvme_path = nvme_path;
+    c.offload.param.nvme_path = nvme_path;
+    c.offload.param.max_in_cpu = 0;
     StageRun run;
     run.stage = stage;
+    run.offload = offload_device_name(tier);
     LedgerFigures mine;
     const RunOutcome outcome = train_fresh(c, comm, train, test, spec, [&](Engine& engine) {
       mine = LedgerFigures::of(engine.ledger());
@@ -78,7 +90,8 @@ std::vector<StageRun> compare_stages(const EngineConfig& config, Communicator& c
     run.ranks = gather_ledger_figures(comm, mine);
     run.shown_rank = pick_rank(run.ranks);
     if (comm.rank() == 0) {
-      fmt::print("stage {}: {} steps in {:.1f} s, last-step loss {:.6f}\n", stage,
+      fmt::print("stage {}{}: {} steps in {:.1f} s, last-step loss {:.6f}\n", stage,
+                 tier == OffloadDevice::none ? "" : fmt::format(" + {} offload", run.offload),
                  run.result.optimizer_steps, run.result.wall_seconds, run.result.last_step_loss);
       std::fflush(stdout);
     }
@@ -99,27 +112,30 @@ std::string stage_table(const std::vector<StageRun>& runs, int world_size,
       optimizer_name(config.optimizer.kind), bytes.parameters, bytes.gradients, bytes.optimizer,
       runs.front().result.optimizer_steps);
   out += fmt::format(
-      "{:>5} | {:>4} | {:>11} | {:>11} | {:>11} | {:>10} | {:>11} | {:>8} | "
-      "{:>8} | {:>10} | {:>8}\n",
-      "stage", "rank", "parameters", "gradients", "optim state", "padding", "total", "ratio",
-      "paper", "final loss", "test acc");
-  out += std::string(126, '-') + "\n";
+      "{:>5} | {:>7} | {:>4} | {:>11} | {:>11} | {:>11} | {:>10} | {:>11} | {:>8} | "
+      "{:>8} | {:>10} | {:>10} | {:>10} | {:>10} | {:>8}\n",
+      "stage", "offload", "rank", "parameters", "gradients", "optim state", "padding", "total", "ratio",
+      "paper", "device", "host", "nvme", "final loss", "test acc");
+  out += std::string(175, '-') + "\n";
   for (const StageRun& run : runs) {
     const LedgerFigures& f = run.ranks[std::size_t(run.shown_rank)];
     out += fmt::format(
-        "{:>5} | {:>4} | {:>11} | {:>11} | {:>11} | {:>10} | {:>11} | {:>8.4f} | {:>8.4f} | "
-        "{:>10.6f} | {:>8.4f}\n",
-        run.stage, run.shown_rank, format_bytes(f.now(MemCategory::parameters)),
+        "{:>5} | {:>7} | {:>4} | {:>11} | {:>11} | {:>11} | {:>10} | {:>11} | {:>8.4f} | {:>8.4f} | "
+        "{:>10} | {:>10} | {:>10} | {:>10.6f} | {:>8.4f}\n",
+        run.stage, run.offload, run.shown_rank, format_bytes(f.now(MemCategory::parameters)),
         format_bytes(f.now(MemCategory::gradients)), format_bytes(optimizer_side(f)),
         format_bytes(f.model_state_padding), format_bytes(f.model_state),
         base > 0 ? double(f.model_state) / base : 0.0,
-        predicted_model_state_ratio(run.stage, world_size, bytes), run.result.last_step_loss,
+        predicted_model_state_ratio(run.stage, world_size, bytes), format_bytes(f.model_state_tier[0]),
+        format_bytes(f.model_state_tier[1]), format_bytes(f.model_state_tier[2]), run.result.last_step_loss,
         run.result.final_accuracy);
   }
   out +=
       "rank: the rank with the most model-state bytes (then the most padding); total = "
       "parameters + gradients + optimizer states (incl. master weights), padding included; "
-      "paper: Rajbhandari et al. 2020, (P + G + K) Psi split per stage; final loss: mean loss "
+      "paper: Rajbhandari et al. 2020, (P + G + K) Psi split per stage; device / host / nvme: "
+      "where the model states are (offload: optimizer state and parameters on the cpu or nvme "
+      "tier, the rank's gradient shard with the optimizer state); final loss: mean loss "
       "of the last optimizer step over ranks\n";
   return out;
 }
@@ -135,6 +151,7 @@ nlohmann::json to_json(const std::vector<StageRun>& runs, int world_size,
         double(runs.front().ranks[std::size_t(runs.front().shown_rank)].model_state);
     const LedgerFigures& f = run.ranks[std::size_t(run.shown_rank)];
     out.push_back({{"stage", run.stage},
+                   {"offload", run.offload},
                    {"shown_rank", run.shown_rank},
                    {"ledger", to_json(f)},
                    {"model_state_bytes_per_rank", per_rank},

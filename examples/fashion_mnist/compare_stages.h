@@ -50,17 +50,21 @@ double predicted_model_state_ratio(int stage, int world_size, const StateBytesPe
 /// Figures of one stage of the comparison.
 struct StageRun {
   int stage = 0;
+  std::string offload = "none";  ///< offload tier of optimizer state and parameters: none, cpu or nvme
   TrainResult result;
   std::size_t num_parameters = 0;    ///< Psi
   std::vector<LedgerFigures> ranks;  ///< every rank's ledger after training
   int shown_rank = 0;  ///< rank the table shows: largest model states, then most padding
 };
 
-/// Trains `spec` at stages 0-3 (config's other settings unchanged), each
-/// from a fresh Engine, and returns the figures. Collective.
+/// Trains `spec` at stages 0-3 without offload, then at stage 3 with the
+/// optimizer state and parameters on the cpu tier and on the nvme tier
+/// (swap files under `nvme_path`; that row is left out when it is empty),
+/// config's other settings unchanged, each from a fresh Engine, and returns
+/// the figures. Collective.
 std::vector<StageRun> compare_stages(const EngineConfig& config, Communicator& comm,
                                      const LabeledImages& train, const LabeledImages& test,
-                                     const RunSpec& spec);
+                                     const RunSpec& spec, const std::string& nvme_path = "");
 
 /// The comparison table (one line per stage): per-rank model-state bytes by
 /// category (parameters, gradients, optimizer states incl. master weights,

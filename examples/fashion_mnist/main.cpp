@@ -56,6 +56,7 @@ struct Options {
   std::int64_t max_steps = 0;
   std::string report_path;
   bool compare = false;
+  std::string nvme_path = "/tmp/zeroshard-swap";  ///< --compare-stages' nvme offload row
   std::string save_dir;         ///< checkpoints go here ("": none)
   std::int64_t save_every = 0;  ///< optimizer steps between checkpoints (0: only at the end)
   int keep_last = 0;            ///< newest checkpoints kept (0: all)
@@ -180,7 +181,7 @@ int run(const Options& o) {
                            {"seed", o.seed},
                            {"max_steps", o.max_steps}};
   if (o.compare) {
-    const auto runs = compare_stages(config, *comm, train, test, spec);
+    const auto runs = compare_stages(config, *comm, train, test, spec, o.nvme_path);
     if (rank == 0) fmt::print("\n{}", stage_table(runs, world, config));
     report["parameters"] = runs.front().num_parameters;
     report["compare_stages"] = to_json(runs, world, config);
@@ -253,8 +254,13 @@ int main(int argc, char** argv) {
                "(any number of ranks; --epochs and --max-steps count from the start of training)")
       ->needs(save_dir);
   app.add_flag("--compare-stages", o.compare,
-               "train the same steps at stages 0-3 and print one table of model-state bytes")
+               "train the same steps at stages 0-3, then stage 3 with cpu and nvme offload, and print "
+               "one table of model-state bytes by stage and tier")
       ->excludes(save_dir);
+  app.add_option("--nvme-path", o.nvme_path,
+                 "swap folder of --compare-stages' nvme offload row (\"\": leave the row out); offload "
+                 "for a single run is set in --config (zero_optimization.offload_optimizer/offload_param)")
+      ->capture_default_str();
   CLI11_PARSE(app, argc, argv);
 
   try {

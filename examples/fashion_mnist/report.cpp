@@ -15,7 +15,7 @@ namespace zeroshard::examples {
 namespace {
 
 // Figures per rank in the all_gather: 3 per category + 4 totals.
-constexpr std::size_t kFiguresPerRank = 3 * kMemCategories + 4;
+constexpr std::size_t kFiguresPerRank = 3 * kMemCategories + 4 + 3;
 
 /// The float's shortest decimal form as a double (0.9f -> 0.9, not
 /// 0.8999999761581421), for a readable report.
@@ -42,6 +42,12 @@ LedgerFigures LedgerFigures::of(const MemoryLedger& ledger) {
   f.model_state_padding = ledger.model_state_padding();
   f.current_total = ledger.current_total();
   f.peak_total = ledger.peak_total();
+  for (int t = 0; t < 3; ++t) {
+    for (MemCategory c : {MemCategory::parameters, MemCategory::gradients, MemCategory::master_weights,
+                          MemCategory::optimizer_states}) {
+      f.model_state_tier[std::size_t(t)] += ledger.current(c, static_cast<MemTier>(t));
+    }
+  }
   return f;
 }
 
@@ -58,6 +64,7 @@ std::vector<LedgerFigures> gather_ledger_figures(Communicator& comm, const Ledge
   send[i++] = double(mine.model_state_padding);
   send[i++] = double(mine.current_total);
   send[i++] = double(mine.peak_total);
+  for (std::uint64_t b : mine.model_state_tier) send[i++] = double(b);
   std::vector<double> recv(kFiguresPerRank * std::size_t(comm.world_size()));
   comm.all_gather(send.data(), recv.data(), kFiguresPerRank, DType::f64);
   std::vector<LedgerFigures> out(std::size_t(comm.world_size()));
@@ -73,6 +80,7 @@ std::vector<LedgerFigures> gather_ledger_figures(Communicator& comm, const Ledge
     out[r].model_state_padding = std::uint64_t(v[j++]);
     out[r].current_total = std::uint64_t(v[j++]);
     out[r].peak_total = std::uint64_t(v[j++]);
+    for (std::uint64_t& b : out[r].model_state_tier) b = std::uint64_t(v[j++]);
   }
   return out;
 }
@@ -89,6 +97,8 @@ nlohmann::json to_json(const LedgerFigures& f) {
   j["model_state_padding_bytes"] = f.model_state_padding;
   j["current_total_bytes"] = f.current_total;
   j["peak_total_bytes"] = f.peak_total;
+  j["model_state_bytes_by_tier"] = {{"device", f.model_state_tier[0]}, {"host", f.model_state_tier[1]},
+                                    {"nvme", f.model_state_tier[2]}};
   return j;
 }
 
@@ -113,6 +123,15 @@ nlohmann::json to_json(const EngineConfig& config) {
   }
   j["optimizer"] = {{"type", std::string(optimizer_name(o.kind))}, {"params", params}};
   j["zero_optimization"] = {{"stage", config.zero.stage}};
+  const OffloadConfig& off = config.offload;
+  if (off.optimizer.device != OffloadDevice::none) {
+    j["zero_optimization"]["offload_optimizer"] = {{"device", offload_device_name(off.optimizer.device)},
+                                                   {"nvme_path", off.optimizer.nvme_path}};
+  }
+  if (off.param.device != OffloadDevice::none) {
+    j["zero_optimization"]["offload_param"] = {{"device", offload_device_name(off.param.device)},
+                                               {"nvme_path", off.param.nvme_path}};
+  }
   if (config.compute_dtype == DType::bf16) j["bf16"] = {{"enabled", true}};
   if (config.compute_dtype == DType::f16) {
     const LossScaleConfig& ls = config.loss_scale;

@@ -11,7 +11,7 @@
 #include "comm/communicator.h"
 #include "examples/fashion_mnist/trainer.h"
 #include "runtime/config.h"
-#include "runtime/memory_ledger.h"
+#include "core/memory_ledger.h"
 
 namespace zeroshard::examples {
 
@@ -26,6 +26,8 @@ struct LedgerFigures {
   std::uint64_t model_state_padding = 0;  ///< padding part of model_state
   std::uint64_t current_total = 0;        ///< all categories now
   std::uint64_t peak_total = 0;           ///< highest total at any moment
+  /// Model-state bytes per tier (device, host, nvme: MemTier order).
+  std::array<std::uint64_t, 3> model_state_tier{};
 
   /// Reads them from a ledger.
   static LedgerFigures of(const MemoryLedger& ledger);

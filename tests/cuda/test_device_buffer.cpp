@@ -10,7 +10,7 @@
 
 #include "core/cuda_stream.h"
 #include "core/device_buffer.h"
-#include "runtime/memory_ledger.h"
+#include "core/memory_ledger.h"
 #include "tests/cuda/cuda_test_util.h"
 
 using namespace zeroshard;

@@ -71,8 +71,8 @@ TEST_CASE("errors name the key and the value") {
   m = error_of(R"({"gradient_accumulation_steps": 0})");
   CHECK(m.find("gradient_accumulation_steps") != std::string::npos);
   CHECK(m.find("= 0") != std::string::npos);
-  m = error_of(R"({"zero_optimization": {"stage": 2, "offload_optimizer": {"device": "cpu"}}})");
-  CHECK(m.find("zero_optimization.offload_optimizer") != std::string::npos);
+  m = error_of(R"({"zero_optimization": {"stage": 2, "offload_optimizer": {"device": "cpu", "fast_init": true}}})");
+  CHECK(m.find("zero_optimization.offload_optimizer.fast_init") != std::string::npos);
   m = error_of(R"({"optimizer": {"type": "Lamb"}})");
   CHECK(m.find("Lamb") != std::string::npos);
   m = error_of(R"({"optimizer": {"type": "AdamW", "params": {"betas": [0.9]}}})");

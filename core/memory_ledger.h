@@ -18,7 +18,7 @@ enum class MemCategory : int {
   gradients,         ///< gradient accumulation buffers (full or shard)
   master_weights,    ///< fp32 master copy (mixed precision only)
   optimizer_states,  ///< exp_avg, exp_avg_sq, momentum buffers
-  unsharded,         ///< transient full-unit buffers of stage 3 / stage 2 (all-gather, reduce-scatter)
+  unsharded,         ///< transient buffers: full units of stage 3 / stage 2 (all-gather, reduce-scatter), offload staging
   count
 };
 

@@ -1,4 +1,4 @@
-#include "runtime/memory_ledger.h"
+#include "core/memory_ledger.h"
 
 #include <fmt/format.h>
 

@@ -1,0 +1,348 @@
+// The engine's offload tiers: tier assignment, whole-array access, the
+// stage 3 parameter swap-in and the gradient shard on nvme. See
+// [Note: offload in the engine] in runtime/engine_offload.h.
+#include "runtime/engine_offload.h"
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstring>
+#include <filesystem>
+
+#include "core/error.h"
+#include "offload/free_space.h"
+#include "runtime/engine_state.h"
+
+namespace zeroshard {
+
+namespace fs = std::filesystem;
+
+namespace {
+
+MemTier tier_of(OffloadDevice d) {
+  switch (d) {
+    case OffloadDevice::none: return MemTier::device;
+    case OffloadDevice::cpu: return MemTier::host;
+    case OffloadDevice::nvme: return MemTier::nvme;
+  }
+  return MemTier::device;
+}
+
+fs::path run_folder(const std::string& base, int rank) {
+  return fs::path(base) / fmt::format("zeroshard-{}-rank{}", ::getpid(), rank);
+}
+
+std::string array_name(ArrayRef a) {
+  switch (a.kind) {
+    case ArrayKind::params: return "param";
+    case ArrayKind::master: return "master";
+    case ArrayKind::state: return fmt::format("state{}", a.state);
+    case ArrayKind::grad: return "grad";
+  }
+  return "?";
+}
+
+SwapDirectory& dir_of(EngineState& s, ArrayRef a) { return *swap_dir(s, a); }
+
+std::string key_of(UnitId u, std::size_t g, ArrayRef a) { return swap_key(u, g, a); }
+
+// Items reading (or writing) every sub-group file of array a of unit u
+// from (into) `buf`; for reads, sub-groups never written are zeroed instead.
+std::vector<SwapItem> unit_items(EngineState& s, UnitId u, ArrayRef a, std::byte* buf, bool reading,
+                                 std::vector<std::string>& keys) {
+  const UnitState& us = s.unit(u);
+  const std::size_t e = dtype_size(array_dtype(s, a));
+  SwapDirectory& dir = dir_of(s, a);
+  keys.clear();
+  for (std::size_t g = 0; g < us.subgroups.size(); ++g) keys.push_back(key_of(u, g, a));
+  std::vector<SwapItem> items;
+  for (std::size_t g = 0; g < us.subgroups.size(); ++g) {
+    const SubGroup& sg = us.subgroups[g];
+    const std::uint64_t bytes = (sg.end - sg.begin) * e;
+    std::byte* at = buf + sg.begin * e;
+    if (reading && dir.find(keys[g]) == nullptr) {
+      std::memset(at, 0, bytes);
+      continue;
+    }
+    items.push_back(SwapItem{.key = keys[g], .buffer = {at, SwapDirectory::padded_size(bytes)}, .bytes = bytes});
+  }
+  return items;
+}
+
+// Waits for `batch`, adding the blocked time to the read or write total.
+void timed_wait(EngineState& s, SwapBatch& batch, bool write) {
+  const auto t0 = std::chrono::steady_clock::now();
+  batch.wait();
+  const double dt = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  (write ? s.offload->total.write_wait_s : s.offload->total.read_wait_s) += dt;
+}
+
+std::uint64_t item_bytes(const std::vector<SwapItem>& items) {
+  std::uint64_t n = 0;
+  for (const SwapItem& it : items) n += it.bytes;
+  return n;
+}
+
+}  // namespace
+
+std::string swap_key(UnitId u, std::size_t g, ArrayRef a) { return fmt::format("u{}.g{}.{}", u, g, array_name(a)); }
+
+SwapDirectory* swap_dir(EngineState& s, ArrayRef a) {
+  SwapDirectory* d = a.kind == ArrayKind::params ? s.offload->param_dir.get() : s.offload->optimizer_dir.get();
+  ZS_CHECK(d != nullptr, "no swap directory for array {}", array_name(a));
+  return d;
+}
+
+DType array_dtype(const EngineState& s, ArrayRef a) {
+  return a.kind == ArrayKind::params || a.kind == ArrayKind::grad ? s.dtype() : DType::f32;
+}
+
+OffloadRuntime::OffloadRuntime(EngineState& s, std::uint64_t optimizer_bytes, std::uint64_t param_bytes)
+    : host(s.ledger) {
+  const OffloadConfig& c = s.config.offload;
+  if (!c.uses_nvme()) return;
+  io = make_io_engine(c.aio);
+  if (c.optimizer.device == OffloadDevice::nvme) {
+    const fs::path p = run_folder(c.optimizer.nvme_path, s.rank()) / "optimizer";
+    fs::create_directories(p.parent_path());
+    check_free_space(p.parent_path(), optimizer_bytes + (c.param.nvme_path == c.optimizer.nvme_path ? param_bytes : 0));
+    optimizer_dir = std::make_unique<SwapDirectory>(*io, p, c.aio);
+  }
+  if (c.param.device == OffloadDevice::nvme) {
+    const fs::path p = run_folder(c.param.nvme_path, s.rank()) / "param";
+    fs::create_directories(p.parent_path());
+    check_free_space(p.parent_path(), param_bytes);
+    param_dir = std::make_unique<SwapDirectory>(*io, p, c.aio);
+  }
+}
+
+OffloadRuntime::~OffloadRuntime() {
+  grad_writes.clear();
+  for (auto* dir : {optimizer_dir.get(), param_dir.get()}) {
+    if (dir == nullptr) continue;
+    std::error_code ec;
+    try {
+      dir->remove_all();
+    } catch (const std::exception& e) {
+      fmt::print(stderr, "zeroshard: could not remove swap files in {}: {}\n", dir->path().string(), e.what());
+    }
+    fs::remove(dir->path(), ec);
+    fs::remove(dir->path().parent_path(), ec);  // only if empty: both tiers may share it
+  }
+}
+
+void assign_offload_tiers(EngineState& s) {
+  const OffloadConfig& c = s.config.offload;
+  const std::size_t sg = c.sub_group_elements();
+  const MemTier opt = tier_of(c.optimizer.device), param = tier_of(c.param.device);
+  std::int64_t in_cpu = c.param.max_in_cpu;
+  std::uint64_t opt_bytes = 0, param_bytes = 0;
+  const std::uint64_t f = sizeof(float), e = dtype_size(s.dtype());
+  const int nstates = optimizer_state_count(s.config.optimizer);
+  for (std::size_t i = 0; i < s.units.size(); ++i) {
+    UnitState& us = s.units[i];
+    const UnitInfo& info = s.layout.units()[i];
+    const std::size_t shard = info.shard;
+    for (std::size_t b = 0; b < shard; b += sg) us.subgroups.push_back(SubGroup{b, std::min(shard, b + sg)});
+    if (s.stage() == 0 || shard == 0) continue;
+    us.optimizer_tier = opt;
+    if (opt == MemTier::nvme) {
+      opt_bytes += shard * f * static_cast<std::uint64_t>(nstates + (s.mixed() ? 1 : 0));
+      if (s.stage() >= 2) opt_bytes += shard * e;
+    }
+    if (s.stage() != 3) continue;
+    us.param_tier = param;
+    if (param == MemTier::nvme && static_cast<std::int64_t>(shard) <= in_cpu) {
+      us.param_tier = MemTier::host;  // offload_param.max_in_cpu
+      in_cpu -= static_cast<std::int64_t>(shard);
+    }
+    if (us.param_tier == MemTier::nvme) {
+      if (static_cast<std::int64_t>(shard) > c.param.buffer_size) {
+        throw ConfigError(fmt::format(
+            "{}: unit \"{}\" has a parameter shard of {} elements, more than "
+            "zero_optimization.offload_param.buffer_size ({}); raise buffer_size",
+            s.config.source, info.name, shard, c.param.buffer_size));
+      }
+      param_bytes += shard * e;
+    }
+  }
+  if (opt != MemTier::device || param != MemTier::device) {
+    s.offload = std::make_unique<OffloadRuntime>(s, opt_bytes, param_bytes);
+  }
+}
+
+MemTier array_tier(const EngineState& s, UnitId u, ArrayRef a) {
+  const UnitState& us = s.units[static_cast<std::size_t>(u)];
+  if (a.kind == ArrayKind::params) return s.stage() == 3 ? us.param_tier : MemTier::device;
+  if (a.kind == ArrayKind::grad && s.stage() < 2) return MemTier::device;
+  return us.optimizer_tier;
+}
+
+std::size_t array_numel(const EngineState& s, UnitId u, ArrayRef a) {
+  const UnitInfo& info = s.info(u);
+  const int stage = s.stage();
+  switch (a.kind) {
+    case ArrayKind::params: return stage < 3 ? info.padded : info.shard;
+    case ArrayKind::grad: return stage < 2 ? info.padded : info.shard;
+    default: return stage == 0 ? info.padded : info.shard;
+  }
+}
+
+namespace {
+
+std::byte* resident(EngineState& s, UnitId u, ArrayRef a) {
+  UnitState& us = s.unit(u);
+  switch (a.kind) {
+    case ArrayKind::params: return static_cast<std::byte*>(us.params.data());
+    case ArrayKind::master: return reinterpret_cast<std::byte*>(us.master.data());
+    case ArrayKind::state: return reinterpret_cast<std::byte*>(us.states[static_cast<std::size_t>(a.state)].data());
+    case ArrayKind::grad:
+      return static_cast<std::byte*>(s.stage() < 2 ? us.grad_full.data() : us.grad_shard.data());
+  }
+  return nullptr;
+}
+
+}  // namespace
+
+void* read_array(EngineState& s, UnitId u, ArrayRef a, HostBuffer& holder) {
+  if (array_tier(s, u, a) != MemTier::nvme) return resident(s, u, a);
+  if (a.kind == ArrayKind::grad) finish_grad_writes(s);
+  const std::size_t bytes = array_numel(s, u, a) * dtype_size(array_dtype(s, a));
+  holder = s.offload->host.acquire(bytes, MemCategory::unsharded);
+  std::vector<std::string> keys;
+  const auto items = unit_items(s, u, a, holder.data(), true, keys);
+  SwapBatch batch = dir_of(s, a).read(items);
+  timed_wait(s, batch, false);
+  s.offload->total.bytes_read += item_bytes(items);
+  return holder.data();
+}
+
+void store_array(EngineState& s, UnitId u, ArrayRef a, const void* src) {
+  const std::size_t bytes = array_numel(s, u, a) * dtype_size(array_dtype(s, a));
+  if (array_tier(s, u, a) != MemTier::nvme) {
+    std::byte* dst = resident(s, u, a);
+    if (dst != src && bytes > 0) std::memcpy(dst, src, bytes);
+    return;
+  }
+  // Writes need 4 KiB aligned buffers padded to 4 KiB: stage through the pool.
+  HostBuffer buf = s.offload->host.acquire(bytes, MemCategory::unsharded);
+  if (bytes > 0) std::memcpy(buf.data(), src, bytes);
+  std::vector<std::string> keys;
+  const auto items = unit_items(s, u, a, buf.data(), false, keys);
+  SwapBatch batch = dir_of(s, a).write(items);
+  timed_wait(s, batch, true);
+  s.offload->total.bytes_written += item_bytes(items);
+}
+
+bool start_param_fetch(EngineState& s, UnitId u, bool required) {
+  UnitState& us = s.unit(u);
+  if (s.stage() != 3 || us.param_tier != MemTier::nvme || us.param_stage.valid()) return true;
+  OffloadRuntime& off = *s.offload;
+  const int limit = s.config.offload.param.buffer_count;
+  if (off.params_staged >= limit) {
+    if (!required) return false;
+    throw InvariantError(fmt::format(
+        "unshard(\"{}\"): all {} parameter swap-in buffers are in use (zero_optimization.offload_param."
+        "buffer_count); reshard units earlier or raise buffer_count",
+        s.info(u).name, limit));
+  }
+  const ArrayRef a{ArrayKind::params};
+  us.param_stage = off.host.acquire(array_numel(s, u, a) * dtype_size(s.dtype()), MemCategory::unsharded);
+  ++off.params_staged;
+  std::vector<std::string> keys;
+  const auto items = unit_items(s, u, a, us.param_stage.data(), true, keys);
+  us.param_read = off.param_dir->read(items);
+  off.total.bytes_read += item_bytes(items);
+  return true;
+}
+
+const void* param_source(EngineState& s, UnitId u) {
+  UnitState& us = s.unit(u);
+  if (s.stage() != 3 || us.param_tier != MemTier::nvme) return us.params.data();
+  start_param_fetch(s, u, true);
+  if (us.param_read) {
+    timed_wait(s, *us.param_read, false);
+    us.param_read.reset();
+  }
+  return us.param_stage.data();
+}
+
+void release_param_stage(EngineState& s, UnitId u) {
+  UnitState& us = s.unit(u);
+  if (!us.param_stage.valid()) return;
+  if (us.param_read) {
+    us.param_read->wait();
+    us.param_read.reset();
+  }
+  us.param_stage.release();
+  --s.offload->params_staged;
+}
+
+void accumulate_offloaded_grad(EngineState& s, UnitId u, std::size_t at, const void* src, DType src_type,
+                               std::size_t n, float scale) {
+  UnitState& us = s.unit(u);
+  OffloadRuntime& off = *s.offload;
+  SwapDirectory& dir = *off.optimizer_dir;
+  const DType dt = s.dtype();
+  const std::size_t e = dtype_size(dt), se = dtype_size(src_type);
+  const ArrayRef a{ArrayKind::grad};
+  for (std::size_t g = 0; g < us.subgroups.size(); ++g) {
+    const SubGroup& sg = us.subgroups[g];
+    const std::size_t lo = std::max(sg.begin, at), hi = std::min(sg.end, at + n);
+    if (lo >= hi) continue;
+    const std::string key = key_of(u, g, a);
+    const std::uint64_t bytes = (sg.end - sg.begin) * e;
+    // A key being written would be read at its previous generation.
+    finish_grad_writes(s);
+    HostBuffer buf = off.host.acquire(bytes, MemCategory::unsharded);
+    if (dir.find(key) != nullptr) {
+      SwapBatch read = dir.read(key, buf.capacity_span());
+      timed_wait(s, read, false);
+      off.total.bytes_read += bytes;
+    } else {
+      std::memset(buf.data(), 0, bytes);
+    }
+    std::byte* part = buf.data() + (lo - sg.begin) * e;
+    kernels::accumulate_cast(part, dt, static_cast<const std::byte*>(src) + (lo - at) * se, src_type, hi - lo, scale);
+    if (s.boundary()) {
+      const kernels::GradStats st = kernels::grad_stats(part, dt, hi - lo);
+      us.offloaded_grad_stats.sum_of_squares += st.sum_of_squares;
+      us.offloaded_grad_stats.nonfinite += st.nonfinite;
+    }
+    SwapBatch batch = dir.write(key, buf.capacity_span(), bytes);
+    off.total.bytes_written += bytes;
+    off.grad_writes.push_back(PendingGradWrite{std::move(buf), std::move(batch)});
+  }
+}
+
+void finish_grad_writes(EngineState& s) {
+  if (!s.offload) return;
+  auto& q = s.offload->grad_writes;
+  while (!q.empty()) {
+    // Pop first: a throwing wait must not be retried by a later call.
+    PendingGradWrite w = std::move(q.front());
+    q.pop_front();
+    timed_wait(s, w.batch, true);
+  }
+}
+
+void clear_offloaded_grads(EngineState& s) {
+  if (!s.offload || !s.offload->optimizer_dir || s.stage() < 2) return;
+  finish_grad_writes(s);
+  for (UnitId u = 0; u < static_cast<UnitId>(s.units.size()); ++u) {
+    UnitState& us = s.unit(u);
+    us.offloaded_grad_stats = {};
+    if (us.optimizer_tier != MemTier::nvme) continue;
+    for (std::size_t g = 0; g < us.subgroups.size(); ++g) s.offload->optimizer_dir->remove(key_of(u, g, {ArrayKind::grad}));
+  }
+}
+
+kernels::GradStats unit_grad_stats(EngineState& s, UnitId u) {
+  if (array_tier(s, u, {ArrayKind::grad}) == MemTier::nvme) return s.unit(u).offloaded_grad_stats;
+  const std::size_t first = s.stage() < 2 ? static_cast<std::size_t>(s.rank()) * s.info(u).shard : 0;
+  const std::byte* g = resident(s, u, {ArrayKind::grad}) + first * dtype_size(s.dtype());
+  return kernels::grad_stats(g, s.dtype(), s.info(u).shard);
+}
+
+}  // namespace zeroshard

@@ -1,0 +1,154 @@
+// The optimizer part of Engine::step(): runs the update over every unit's
+// local shard, in memory or sub-group by sub-group through the swap
+// pipeline (runtime/engine_offload.h, offload/swap_pipeline.h).
+#include <algorithm>
+
+#include "core/error.h"
+#include "runtime/engine_offload.h"
+#include "runtime/engine_state.h"
+
+namespace zeroshard {
+
+namespace {
+
+// Elements converted to fp32 at a time for the mixed-precision update.
+constexpr std::size_t kUpdateChunk = 16384;
+
+// The arrays of one unit over update indices [begin, end) (shard-relative at
+// stages 1-3, flat at stage 0); every pointer addresses element `begin`.
+struct UpdateView {
+  std::size_t begin = 0;
+  std::size_t end = 0;
+  std::byte* params = nullptr;  ///< compute dtype (fp32 training: the optimizer's weights)
+  const std::byte* grads = nullptr;
+  float* master = nullptr;      ///< mixed precision only
+  std::vector<float*> states;
+};
+
+// Runs the optimizer over unit u's segments inside the view. fp32: on the
+// parameters in place. Mixed: on the fp32 master weights, gradients widened
+// chunk by chunk, and the rounded compute copy written back.
+void update_view(EngineState& s, UnitId u, std::int64_t step, float grad_scale, const UpdateView& v,
+                 std::vector<float>& scratch) {
+  UnitState& us = s.unit(u);
+  const DType dt = s.dtype();
+  const std::size_t e = dtype_size(dt);
+  std::vector<float*> st(v.states.size());
+  for (const ShardSegment& seg : us.segments) {
+    const std::size_t lo = std::max(seg.shard_offset, v.begin);
+    const std::size_t hi = std::min(seg.shard_offset + seg.length, v.end);
+    if (lo >= hi) continue;
+    const GroupState& g = s.groups[static_cast<std::size_t>(seg.group)];
+    const float lr = static_cast<float>(s.lr_at(seg.group, step - 1));
+    for (std::size_t i = lo; i < hi; i += kUpdateChunk) {
+      const std::size_t n = std::min(kUpdateChunk, hi - i), r = i - v.begin;
+      for (std::size_t k = 0; k < st.size(); ++k) st[k] = v.states[k] + r;
+      if (!s.mixed()) {
+        optimizer_update(s.config.optimizer, lr, g.weight_decay, step, grad_scale,
+                         reinterpret_cast<float*>(v.params) + r, reinterpret_cast<const float*>(v.grads) + r,
+                         st.data(), n);
+        continue;
+      }
+      kernels::cast(scratch.data(), DType::f32, v.grads + r * e, dt, n);
+      optimizer_update(s.config.optimizer, lr, g.weight_decay, step, grad_scale, v.master + r, scratch.data(),
+                       st.data(), n);
+      kernels::cast(v.params + r * e, dt, v.master + r, DType::f32, n);
+    }
+  }
+}
+
+// Unit u's resident arrays over [begin, end), or nullptr where an array is
+// on nvme (the pipeline supplies those).
+UpdateView resident_view(EngineState& s, UnitId u, std::size_t begin, std::size_t end) {
+  UnitState& us = s.unit(u);
+  const DType dt = s.dtype();
+  const std::size_t e = dtype_size(dt);
+  // Element 0 of the update index space inside full buffers.
+  const std::size_t base = s.stage() == 0 ? 0 : static_cast<std::size_t>(s.rank()) * s.info(u).shard;
+  UpdateView v{.begin = begin, .end = end};
+  auto at = [&](ArrayRef a, void* data, std::size_t first, std::size_t size) -> std::byte* {
+    if (array_tier(s, u, a) == MemTier::nvme) return nullptr;
+    return static_cast<std::byte*>(data) + (first + begin) * size;
+  };
+  v.params = at({ArrayKind::params}, us.params.data(), s.stage() < 3 ? base : 0, e);
+  v.grads = at({ArrayKind::grad}, s.stage() < 2 ? us.grad_full.data() : us.grad_shard.data(),
+               s.stage() < 2 ? base : 0, e);
+  if (s.mixed()) v.master = reinterpret_cast<float*>(at({ArrayKind::master}, us.master.data(), 0, sizeof(float)));
+  for (std::size_t k = 0; k < us.states.size(); ++k) {
+    v.states.push_back(
+        reinterpret_cast<float*>(at({ArrayKind::state, static_cast<int>(k)}, us.states[k].data(), 0, sizeof(float))));
+  }
+  return v;
+}
+
+// The arrays of unit u the pipeline swaps, in slot order.
+std::vector<ArrayRef> swapped_arrays(const EngineState& s, UnitId u) {
+  std::vector<ArrayRef> out;
+  std::vector<ArrayRef> all{{ArrayKind::params}, {ArrayKind::grad}};
+  if (s.mixed()) all.push_back({ArrayKind::master});
+  const int nstates = optimizer_state_count(s.config.optimizer);
+  for (int k = 0; k < nstates; ++k) all.push_back({ArrayKind::state, k});
+  for (ArrayRef a : all) {
+    if (array_tier(s, u, a) == MemTier::nvme) out.push_back(a);
+  }
+  return out;
+}
+
+}  // namespace
+
+void run_optimizer(EngineState& s, std::int64_t step, float grad_scale) {
+  std::vector<float> scratch(s.mixed() ? kUpdateChunk : 0);
+  const UnitId n = static_cast<UnitId>(s.units.size());
+  const bool any_nvme = s.offload && s.offload->io;
+  if (!any_nvme) {
+    for (UnitId u = 0; u < n; ++u) {
+      const std::size_t end = s.stage() == 0 ? s.info(u).padded : s.info(u).shard;
+      update_view(s, u, step, grad_scale, resident_view(s, u, 0, end), scratch);
+    }
+    return;
+  }
+  finish_grad_writes(s);
+  // Every sub-group of every unit, in order.
+  std::vector<std::pair<UnitId, std::size_t>> work;
+  for (UnitId u = 0; u < n; ++u) {
+    for (std::size_t g = 0; g < s.unit(u).subgroups.size(); ++g) work.emplace_back(u, g);
+  }
+  std::vector<std::vector<ArrayRef>> arrays(static_cast<std::size_t>(n));
+  for (UnitId u = 0; u < n; ++u) arrays[static_cast<std::size_t>(u)] = swapped_arrays(s, u);
+  // Parameter slots use param_dir, the others optimizer_dir (one pass).
+  OffloadRuntime& off = *s.offload;
+  const OffloadOptimizerConfig& oc = s.config.offload.optimizer;
+  const SwapPipelineOptions options{.buffer_count = oc.buffer_count, .pipeline_read = oc.pipeline_read,
+                                    .pipeline_write = oc.pipeline_write};
+  auto slots = [&](std::size_t i) {
+    const auto [u, g] = work[i];
+    const SubGroup& sg = s.unit(u).subgroups[g];
+    std::vector<SwapSlot> out;
+    for (ArrayRef a : arrays[static_cast<std::size_t>(u)]) {
+      out.push_back(SwapSlot{.key = swap_key(u, g, a),
+                             .bytes = (sg.end - sg.begin) * dtype_size(array_dtype(s, a)),
+                             .write_back = a.kind != ArrayKind::grad,
+                             .dir = swap_dir(s, a)});
+    }
+    return out;
+  };
+  auto update = [&](std::size_t i, std::span<std::byte* const> data) {
+    const auto [u, g] = work[i];
+    const SubGroup& sg = s.unit(u).subgroups[g];
+    UpdateView v = resident_view(s, u, sg.begin, sg.end);
+    const auto& list = arrays[static_cast<std::size_t>(u)];
+    for (std::size_t k = 0; k < list.size(); ++k) {
+      switch (list[k].kind) {
+        case ArrayKind::params: v.params = data[k]; break;
+        case ArrayKind::grad: v.grads = data[k]; break;
+        case ArrayKind::master: v.master = reinterpret_cast<float*>(data[k]); break;
+        case ArrayKind::state: v.states[static_cast<std::size_t>(list[k].state)] = reinterpret_cast<float*>(data[k]); break;
+      }
+    }
+    update_view(s, u, step, grad_scale, v, scratch);
+  };
+  off.last_step = run_swap_pipeline(off.host, options, MemCategory::unsharded, work.size(), slots, update);
+  off.total += off.last_step;
+}
+
+}  // namespace zeroshard
