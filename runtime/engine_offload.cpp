@@ -279,8 +279,10 @@ void release_param_stage(EngineState& s, UnitId u) {
   --s.offload->params_staged;
 }
 
-void accumulate_offloaded_grad(EngineState& s, UnitId u, std::size_t at, const void* src, DType src_type,
-                               std::size_t n, float scale) {
+namespace {
+
+void accumulate_offloaded_grad_or_throw(EngineState& s, UnitId u, std::size_t at, const void* src, DType src_type,
+                                        std::size_t n, float scale) {
   UnitState& us = s.unit(u);
   OffloadRuntime& off = *s.offload;
   SwapDirectory& dir = *off.optimizer_dir;
@@ -313,6 +315,39 @@ void accumulate_offloaded_grad(EngineState& s, UnitId u, std::size_t at, const v
     SwapBatch batch = dir.write(key, buf.capacity_span(), bytes);
     off.total.bytes_written += bytes;
     off.grad_writes.push_back(PendingGradWrite{std::move(buf), std::move(batch)});
+  }
+}
+
+}  // namespace
+
+void accumulate_offloaded_grad(EngineState& s, UnitId u, std::size_t at, const void* src, DType src_type,
+                               std::size_t n, float scale) {
+  if (!s.offload->deferred_error.empty()) return;  // step() will fail anyway
+  try {
+    accumulate_offloaded_grad_or_throw(s, u, at, src, src_type, n, scale);
+  } catch (const std::exception& e) {
+    s.offload->deferred_error = e.what();
+  }
+}
+
+void finish_offloaded_reductions(EngineState& s) {
+  OffloadRuntime& off = *s.offload;
+  try {
+    finish_grad_writes(s);
+  } catch (const std::exception& e) {
+    if (off.deferred_error.empty()) off.deferred_error = e.what();
+  }
+  if (off.deferred_error.empty()) return;
+  const std::string err = std::move(off.deferred_error);
+  off.deferred_error.clear();
+  throw IoError(err);
+}
+
+void prefetch_param(EngineState& s, UnitId u) {
+  try {
+    start_param_fetch(s, u, false);
+  } catch (const std::exception&) {
+    release_param_stage(s, u);
   }
 }
 

@@ -80,6 +80,7 @@ struct OffloadRuntime {
   std::unique_ptr<SwapDirectory> param_dir;
   std::deque<PendingGradWrite> grad_writes;
   int params_staged = 0;               ///< param_stage buffers held now
+  std::string deferred_error;          ///< first swap I/O error of the reductions
   SwapPipelineStats last_step;         ///< I/O of the last optimizer step
   SwapPipelineStats total;             ///< all swap I/O so far (pipeline, unshard, gradients)
 };
@@ -122,6 +123,13 @@ void accumulate_offloaded_grad(EngineState& s, UnitId u, std::size_t at, const v
                                std::size_t n, float scale);
 /// Waits for every gradient write in flight. Throws IoError.
 void finish_grad_writes(EngineState& s);
+/// finish_grad_writes, then throws the first I/O error the reductions
+/// deferred (accumulate_grad_shard does not throw: its errors would strike
+/// one rank between collectives). step() calls it through run_agreed.
+void finish_offloaded_reductions(EngineState& s);
+/// The prefetch's start_param_fetch: errors are dropped (the fetch is
+/// retried, and its error agreed on, when the unit is unsharded).
+void prefetch_param(EngineState& s, UnitId u);
 /// Drops the gradients held on nvme (the next cycle starts from zeros).
 void clear_offloaded_grads(EngineState& s);
 /// Sum of squares and Inf/NaN count of this rank's reduced gradient shard

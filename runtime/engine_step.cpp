@@ -6,6 +6,7 @@
 
 #include "core/error.h"
 #include "kernels/cpu/cast.h"
+#include "runtime/collective_error.h"
 #include "runtime/engine.h"
 #include "runtime/engine_state.h"
 
@@ -25,7 +26,14 @@ void start_gather(EngineState& s, UnitId u) {
   UnitState& us = s.unit(u);
   const UnitInfo& info = s.info(u);
   us.gathered = s.pool.acquire(info.padded, s.dtype(), false);
-  us.gather_work = s.comm.iall_gather(param_source(s, u), us.gathered.data(), info.shard, s.dtype());
+  const void* src = nullptr;
+  if (us.param_tier == MemTier::nvme) {
+    // A failed swap-in must stop every rank before the all-gather.
+    run_agreed(s.comm, [&] { src = param_source(s, u); });
+  } else {
+    src = us.params.data();
+  }
+  us.gather_work = s.comm.iall_gather(src, us.gathered.data(), info.shard, s.dtype());
 }
 
 // Stage 3: the all-gather of u is complete; drop its nvme swap-in buffer.
@@ -54,7 +62,7 @@ void prefetch_after(EngineState& s, UnitId u) {
   const UnitId next = s.order[s.cursor];
   if (next != u && !s.unit(next).gathered.valid()) start_gather(s, next);
   // nvme parameters: their read runs one unit ahead of the all-gather.
-  if (s.cursor + 1 < s.order.size()) start_param_fetch(s, s.order[s.cursor + 1], false);
+  if (s.cursor + 1 < s.order.size()) prefetch_param(s, s.order[s.cursor + 1]);
 }
 
 // End of a micro-batch: every unit's gradient reduction is issued in unit
@@ -178,6 +186,8 @@ StepResult Engine::step() {
   if (!result.boundary) return result;
 
   const UnitId n = static_cast<UnitId>(s.units.size());
+  // Swap I/O errors of the reductions surface here, on every rank together.
+  if (s.offload) run_agreed(s.comm, [&] { finish_offloaded_reductions(s); });
   // Global norm and Inf/NaN flag: each rank scans its shard, one all-reduce.
   double stats[2] = {0, 0};
   for (UnitId u = 0; u < n; ++u) {
@@ -206,7 +216,11 @@ StepResult Engine::step() {
   const float grad_scale = static_cast<float>(average * result.clip_coef);
 
   const std::int64_t step = ++s.optimizer_steps;
-  run_optimizer(s, step, grad_scale);
+  if (s.offload) {
+    run_agreed(s.comm, [&] { run_optimizer(s, step, grad_scale); });
+  } else {
+    run_optimizer(s, step, grad_scale);
+  }
 
   if (s.stage() == 1 || s.stage() == 2) {
     // Every rank updated its shard of the full buffer: gather, in buckets.

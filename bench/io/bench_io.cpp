@@ -38,8 +38,12 @@
 #include "offload/io_engine.h"
 #include "offload/os_error.h"
 #include "offload/swap_directory.h"
+#include "bench/io/raw_direct_io.h"
 
 using namespace zeroshard;
+using zeroshard::bench::Pass;
+using zeroshard::bench::raw_read;
+using zeroshard::bench::raw_write;
 
 namespace {
 
@@ -49,44 +53,6 @@ double seconds_of(const std::function<void()>& f) {
   const auto t0 = Clock::now();
   f();
   return std::chrono::duration<double>(Clock::now() - t0).count();
-}
-
-// The shard files of one path and their staging buffers.
-struct Pass {
-  std::filesystem::path dir;
-  std::string prefix;
-  std::size_t shards = 0;
-  std::size_t shard_bytes = 0;
-  std::vector<std::span<std::byte>> buffers;  // shard i uses buffers[i % size]
-
-  std::filesystem::path file(std::size_t i) const { return dir / fmt::format("{}_{}.bin", prefix, i); }
-  std::byte* buffer(std::size_t i) const { return buffers[i % buffers.size()].data(); }
-};
-
-void raw_write(const Pass& p) {
-  for (std::size_t i = 0; i < p.shards; ++i) {
-    FileHandle f = FileHandle::open(p.file(i), FileMode::write_create, true);
-    std::size_t done = 0;
-    while (done < p.shard_bytes) {
-      const ssize_t n = ::pwrite(f.fd(), p.buffer(i) + done, p.shard_bytes - done, static_cast<off_t>(done));
-      if (n <= 0) throw IoError(io_failure_message("write of", f.path(), done, p.shard_bytes - done, n < 0 ? errno : EIO));
-      done += static_cast<std::size_t>(n);
-    }
-    f.sync_data();
-    f.close();
-  }
-}
-
-void raw_read(const Pass& p) {
-  for (std::size_t i = 0; i < p.shards; ++i) {
-    FileHandle f = FileHandle::open(p.file(i), FileMode::read, true);
-    std::size_t done = 0;
-    while (done < p.shard_bytes) {
-      const ssize_t n = ::pread(f.fd(), p.buffer(i) + done, p.shard_bytes - done, static_cast<off_t>(done));
-      if (n <= 0) throw IoError(io_failure_message("read of", f.path(), done, p.shard_bytes - done, n < 0 ? errno : EIO));
-      done += static_cast<std::size_t>(n);
-    }
-  }
 }
 
 void engine_pass(IoEngine& engine, const Pass& p, IoOp op) {

@@ -10,9 +10,12 @@
 #include <vector>
 
 #include <doctest/doctest.h>
+#include <fmt/format.h>
 
 #include "core/error.h"
 #include "kernels/cpu/cast.h"
+#include "offload/fault_injection.h"
+#include "zs_config.h"
 #include "runtime/engine.h"
 #include "tests/support/test_world.h"
 
@@ -61,10 +64,10 @@ struct Model {
   explicit Model(const EngineConfig& cfg, std::size_t name_pad = 0) : e(cfg, world()) {
     int p = 0;
     for (std::size_t u = 0; u < kUnits.size(); ++u) {
-      units.push_back(e.add_unit("unit" + std::to_string(u)));
+      units.push_back(e.add_unit(fmt::format("unit{}", u)));
       params.emplace_back();
       for (const auto& shape : kUnits[u]) {
-        params.back().push_back(e.add_parameter(units.back(), std::string(name_pad, 'n') + "p" + std::to_string(p++), shape));
+        params.back().push_back(e.add_parameter(units.back(), fmt::format("{:n>{}}p{}", "", name_pad, p++), shape));
       }
     }
     e.finalize();
@@ -251,7 +254,7 @@ TEST_CASE("nvme swap files: short names for 10,000 long-named parameters, remove
     Engine e(c, world());
     const UnitId u = e.add_unit(std::string(300, 'u'));
     std::vector<ParamId> ps;
-    for (int i = 0; i < 10000; ++i) ps.push_back(e.add_parameter(u, std::string(240, 'x') + std::to_string(i), {1}));
+    for (int i = 0; i < 10000; ++i) ps.push_back(e.add_parameter(u, fmt::format("{:x>240}{}", "", i), {1}));
     e.finalize();
     for (ParamId p : ps) e.grad(p)[0] = 1.0f;
     e.step();
@@ -309,3 +312,31 @@ TEST_CASE("offload configuration errors name the key") {
   CHECK_THROWS_WITH_AS(Model(config(3, DType::f32, 1, small, OptimizerKind::adamw)),
                        doctest::Contains("offload_param.buffer_size"), ConfigError);
 }
+
+#if ZS_TEST_HOOKS
+TEST_CASE("swap I/O errors reach the caller of step() and unshard() on every rank, without a hang") {
+  OffloadConfig o = nvme();
+  o.param.device = OffloadDevice::nvme;
+  o.param.nvme_path = swap_root().string();
+  o.param.max_in_cpu = 0;
+  const EngineConfig c = config(3, DType::f32, 1, o, OptimizerKind::adamw);
+  // Rank 0 only: the others must learn of it through the engine.
+  for (const IoOp op : {IoOp::write, IoOp::read}) {
+    const std::string what = op == IoOp::write ? "write" : "read";
+    CAPTURE(what);
+    Model m(c);
+    m.step(1);
+    if (world().rank() == 0) inject_io_fault(IoFault{.op = op, .nth = 2, .err = EIO});
+    std::string message;
+    try {
+      m.step(2);
+    } catch (const IoError& e) {
+      message = e.what();
+    }
+    clear_io_fault();
+    CHECK(message.find("Input/output error") != std::string::npos);
+    if (world().world_size() > 1) CHECK(message.find("rank 0") != std::string::npos);
+    world().barrier();
+  }
+}
+#endif
