@@ -140,30 +140,31 @@ OffloadDevice parse_device(Section& sec, const std::string& source) {
                                 sec.key_path("device"), d));
 }
 
+// The keys offload_optimizer and offload_param share.
+template <class Tier>
+void parse_tier(Section& sec, Tier& t, const std::string& source) {
+  t.device = parse_device(sec, source);
+  sec.get("nvme_path", t.nvme_path);
+  sec.get("buffer_count", t.buffer_count);
+  sec.get("pin_memory", t.pin_memory);
+}
+
 // zero_optimization.offload_optimizer / offload_param / sub_group_size
 // (runtime/offload_config.h). Ranges are checked by OffloadConfig::validate.
 void parse_offload(Section& z, OffloadConfig& o) {
   const std::string& source = z.source();
   if (z.has("offload_optimizer")) {
     Section sec = z.sub("offload_optimizer");
-    OffloadOptimizerConfig& c = o.optimizer;
-    c.device = parse_device(sec, source);
-    sec.get("nvme_path", c.nvme_path);
-    sec.get("buffer_count", c.buffer_count);
-    sec.get("pin_memory", c.pin_memory);
-    sec.get("pipeline_read", c.pipeline_read);
-    sec.get("pipeline_write", c.pipeline_write);
+    parse_tier(sec, o.optimizer, source);
+    sec.get("pipeline_read", o.optimizer.pipeline_read);
+    sec.get("pipeline_write", o.optimizer.pipeline_write);
     sec.reject_unknown();
   }
   if (z.has("offload_param")) {
     Section sec = z.sub("offload_param");
-    OffloadParamConfig& c = o.param;
-    c.device = parse_device(sec, source);
-    sec.get("nvme_path", c.nvme_path);
-    sec.get("buffer_count", c.buffer_count);
-    sec.get_count("buffer_size", c.buffer_size);
-    sec.get_count("max_in_cpu", c.max_in_cpu);
-    sec.get("pin_memory", c.pin_memory);
+    parse_tier(sec, o.param, source);
+    sec.get_count("buffer_size", o.param.buffer_size);
+    sec.get_count("max_in_cpu", o.param.max_in_cpu);
     sec.reject_unknown();
   }
   z.get_count("sub_group_size", o.sub_group_size);
