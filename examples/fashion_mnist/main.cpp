@@ -5,13 +5,16 @@
 //   mpirun -np 4 fashion_mnist --compare-stages --max-steps 20
 //   mpirun -np 4 fashion_mnist --save-dir ckpt --save-every 200 --max-steps 400
 //   mpirun -np 2 fashion_mnist --save-dir ckpt --resume --max-steps 800
+//   mpirun -np 8 fashion_mnist --device cuda --epochs 1      # one rank per GPU
 //
 // Rank 0 prints per-epoch loss, test accuracy and throughput, then the memory
 // ledger; --save-dir saves sharded checkpoints (every --save-every
 // optimizer steps and at the end) that --resume continues from, at any
 // world size (docs/checkpoint-format.md); --compare-stages prints one table
 // of model-state bytes per rank at stages 0-3 against the ZeRO paper's
-// prediction.
+// prediction. --device cuda runs the MLP's GEMMs with cuBLAS on the GPU of
+// the rank's node-local rank (the Engine stays in host memory; see
+// cuda_mlp.h).
 #include <cblas.h>
 #include <fmt/format.h>
 
@@ -30,6 +33,7 @@
 #include "core/error.h"
 #include "examples/checkpoint/error_message.h"
 #include "examples/fashion_mnist/compare_stages.h"
+#include "examples/fashion_mnist/compute_device.h"
 #include "examples/fashion_mnist/idx_dataset.h"
 #include "examples/fashion_mnist/report.h"
 #include "examples/fashion_mnist/trainer.h"
@@ -61,6 +65,7 @@ struct Options {
   std::int64_t save_every = 0;  ///< optimizer steps between checkpoints (0: only at the end)
   int keep_last = 0;            ///< newest checkpoints kept (0: all)
   bool resume = false;          ///< continue from the latest checkpoint in save_dir
+  std::string device = "cpu";   ///< --device: cpu or cuda (compute_device.h)
 };
 
 /// Hidden layer widths from "1024,1024" (empty string: no hidden layer).
@@ -143,6 +148,9 @@ int run(const Options& o) {
   if (world > 1) openblas_set_num_threads(1);
 #endif
   const EngineConfig config = make_config(o, world);
+  // Before the data is read: no GPU (or a build without CUDA) fails in seconds.
+  const ComputeDevice device = parse_compute_device(o.device);
+  const std::string device_text = select_compute_device(device, *comm);
   if (!o.report_path.empty()) check_report_path(*comm, o.report_path);
   const LabeledImages train = load_fashion_mnist_split(o.data_dir, "train", kClasses);
   const LabeledImages test = load_fashion_mnist_split(o.data_dir, "t10k", kClasses);
@@ -161,22 +169,26 @@ int run(const Options& o) {
   spec.train.save_every = o.save_every;
   spec.train.keep_last = o.keep_last;
   spec.resume = o.resume;
+  spec.device = device;
 
   if (rank == 0) {
     fmt::print(
         "fashion_mnist: {} train / {} test images, layers {}, world size {} ({}), {} {} "
-        "lr {:g}, micro-batch {} x accumulation {} x {} ranks = global batch {}\n",
+        "lr {:g}, micro-batch {} x accumulation {} x {} ranks = global batch {}, device {}{}\n",
         train.size(), test.size(), fmt::join(spec.layer_sizes, "-"), world, comm->backend(),
         o.compare ? "stages 0-3" : fmt::format("stage {}", config.zero.stage),
         optimizer_name(config.optimizer.kind), config.optimizer.lr,
         config.train_micro_batch_size_per_gpu, config.gradient_accumulation_steps, world,
-        config.train_micro_batch_size_per_gpu * config.gradient_accumulation_steps * world);
+        config.train_micro_batch_size_per_gpu * config.gradient_accumulation_steps * world,
+        device_text, world > 1 && device == ComputeDevice::cuda ? " on rank 0" : "");
     std::fflush(stdout);
   }
 
   nlohmann::json report = {{"program", "fashion_mnist"},
                            {"config", to_json(config)},
                            {"world_size", world},
+                           {"device", compute_device_name(device)},
+                           {"device_rank0", device_text},
                            {"layer_sizes", spec.layer_sizes},
                            {"seed", o.seed},
                            {"max_steps", o.max_steps}};
@@ -261,6 +273,11 @@ int main(int argc, char** argv) {
                  "swap folder of --compare-stages' nvme offload row (\"\": leave the row out); offload "
                  "for a single run is set in --config (zero_optimization.offload_optimizer/offload_param)")
       ->capture_default_str();
+  app.add_option("--device", o.device,
+                 "where the MLP's forward and backward run: cpu (OpenBLAS) or cuda (cuBLAS, one "
+                 "GPU per rank chosen by the node-local rank; the Engine stays in host memory)")
+      ->capture_default_str()
+      ->check(CLI::IsMember({"cpu", "cuda"}));
   CLI11_PARSE(app, argc, argv);
 
   try {

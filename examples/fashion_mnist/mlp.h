@@ -24,21 +24,17 @@
 #include <vector>
 
 #include "core/dtype.h"
+#include "examples/fashion_mnist/classifier.h"
 #include "runtime/engine.h"
 
 namespace zeroshard::examples {
 
-/// Loss and accuracy counts of a forward pass over some samples.
-struct EvalCounts {
-  double loss_sum = 0.0;     ///< sum over samples of the cross-entropy (nats)
-  std::int64_t correct = 0;  ///< samples whose arg-max logit is the label
-  std::int64_t samples = 0;  ///< samples evaluated
-};
-
-/// The MLP. Holds a reference to the Engine (which must outlive it) and its
-/// own activation buffers, allocated once for up to max_batch samples.
-/// Thread safety: one thread, the one that drives the Engine.
-class Mlp {
+/// The MLP on the CPU (OpenBLAS). Holds a reference to the Engine (which
+/// must outlive it) and its own activation buffers, allocated once for up to
+/// max_batch samples. It also declares the parameters that CudaMlp
+/// (cuda_mlp.h) computes with on a GPU. Thread safety: one thread, the one
+/// that drives the Engine.
+class Mlp final : public Classifier {
  public:
   /// Declares one unit per layer in `engine` (which must not be finalized
   /// yet): "fc<l>" with "fc<l>.weight" [out, in] in the default group and
@@ -62,26 +58,28 @@ class Mlp {
   /// not call engine.step(). Returns the mean loss (nats, unscaled).
   /// Collective at every stage (unshard/reduce_gradients). Allocation-free.
   double forward_backward(std::span<const float> x, std::span<const std::uint8_t> labels,
-                          std::size_t n);
+                          std::size_t n) override;
 
   /// Forward only over n <= max_batch samples (n may be 0: the unshard /
   /// reshard collectives are still issued so that ranks stay in step).
   /// Returns the loss sum and the number of correct predictions.
   EvalCounts evaluate(std::span<const float> x, std::span<const std::uint8_t> labels,
-                      std::size_t n);
+                      std::size_t n) override;
 
   /// Number of Linear layers (K).
   int num_layers() const { return static_cast<int>(units_.size()); }
   /// {inputs, hidden..., classes}.
-  const std::vector<std::int64_t>& layer_sizes() const { return sizes_; }
+  const std::vector<std::int64_t>& layer_sizes() const override { return sizes_; }
   /// Total parameter elements (Psi).
-  std::size_t num_parameters() const;
+  std::size_t num_parameters() const override;
   /// Unit and parameter ids of layer l in [0, num_layers()).
   UnitId unit(int l) const { return units_.at(std::size_t(l)); }
   ParamId weight(int l) const { return weights_.at(std::size_t(l)); }
   ParamId bias(int l) const { return biases_.at(std::size_t(l)); }
   /// Largest n accepted by forward_backward/evaluate.
-  std::size_t max_batch() const { return max_batch_; }
+  std::size_t max_batch() const override { return max_batch_; }
+  /// The Engine the parameters live in.
+  Engine& engine() const { return engine_; }
 
  private:
   /// Forward through every layer, keeping each layer's output in acts_;

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <array>
 #include <chrono>
+#include <memory>
 
 #include "core/error.h"
 
@@ -25,7 +26,7 @@ void sum_over_ranks(Communicator& comm, std::array<double, N>& values) {
 
 }  // namespace
 
-Trainer::Trainer(Engine& engine, Mlp& mlp, Communicator& comm, const LabeledImages& train,
+Trainer::Trainer(Engine& engine, Classifier& mlp, Communicator& comm, const LabeledImages& train,
                  const LabeledImages& test, TrainOptions options)
     : engine_(engine),
       mlp_(mlp),
@@ -236,7 +237,9 @@ RunOutcome train_fresh(const EngineConfig& config, Communicator& comm, const Lab
     }
     options.seed = r.seed;
   }
-  Trainer trainer(engine, mlp, comm, train, test, options);
+  const std::unique_ptr<Classifier> on_device = make_device_classifier(mlp, spec.device);
+  Trainer trainer(engine, on_device ? *on_device : static_cast<Classifier&>(mlp), comm, train, test,
+                  options);
   RunOutcome outcome;
   outcome.result = trainer.run();
   outcome.num_parameters = mlp.num_parameters();

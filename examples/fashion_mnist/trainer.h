@@ -1,4 +1,5 @@
-// The data-parallel training loop around an Mlp and its Engine: shuffled
+// The data-parallel training loop around a Classifier (the MLP on the CPU or
+// on a GPU) and its Engine: shuffled
 // rank-disjoint micro-batches, gradient accumulation, per-epoch test
 // evaluation with the counts summed over ranks.
 #pragma once
@@ -10,6 +11,8 @@
 #include <vector>
 
 #include "comm/communicator.h"
+#include "examples/fashion_mnist/classifier.h"
+#include "examples/fashion_mnist/compute_device.h"
 #include "examples/fashion_mnist/data_parallel.h"
 #include "examples/fashion_mnist/idx_dataset.h"
 #include "examples/fashion_mnist/mlp.h"
@@ -56,13 +59,13 @@ struct TrainResult {
   std::vector<std::string> checkpoints;  ///< tags saved by this run, in order
 };
 
-/// Drives one Engine + Mlp over a training and a test set. The references
+/// Drives one Engine + Classifier over a training and a test set. The references
 /// must outlive the Trainer. Thread safety: the thread that drives the Engine.
 class Trainer {
  public:
   /// Allocates the batch buffers: micro-batch from the engine's config,
-  /// mlp.max_batch() must be >= both it and options.eval_batch.
-  Trainer(Engine& engine, Mlp& mlp, Communicator& comm, const LabeledImages& train,
+  /// model.max_batch() must be >= both it and options.eval_batch.
+  Trainer(Engine& engine, Classifier& model, Communicator& comm, const LabeledImages& train,
           const LabeledImages& test, TrainOptions options);
 
   /// Trains from options.start to epoch options.epochs (or until
@@ -84,7 +87,7 @@ class Trainer {
   void save(const DataPosition& p, TrainResult& result);
 
   Engine& engine_;
-  Mlp& mlp_;
+  Classifier& mlp_;
   Communicator& comm_;
   const LabeledImages& train_;
   const LabeledImages& test_;
@@ -100,6 +103,8 @@ struct RunSpec {
   std::uint64_t init_seed = 42;           ///< Mlp::initialize seed (same on every rank)
   TrainOptions train;                     ///< train.seed drives the shuffling
   bool resume = false;  ///< load the latest checkpoint of train.save_dir first (see train_fresh)
+  ComputeDevice device = ComputeDevice::cpu;  ///< where forward/backward run (--device); cuda
+                                             ///< needs select_compute_device first
 };
 
 /// Outcome of train_fresh.
@@ -109,14 +114,16 @@ struct RunOutcome {
 };
 
 /// Builds a fresh Engine (config over comm), an Mlp declared in it and
-/// initialised from spec.init_seed, trains it with a Trainer and returns the
+/// initialised from spec.init_seed, computed on spec.device
+/// (make_device_classifier), trains it with a Trainer and returns the
 /// figures; `after` (if set) is called with the engine after training, before
 /// the engine is destroyed (to read its ledger). With spec.resume, the
 /// latest checkpoint of spec.train.save_dir is loaded first (resume_latest)
 /// and training continues from its data position with its shuffling seed;
 /// rank 0 prints "resumed from DIR/TAG at epoch E step S (saved by N ranks,
 /// now M)". Collective. Throws what the Engine throws (ConfigError for a
-/// config the world size cannot run) and what resume_latest throws.
+/// config the world size cannot run), what resume_latest throws, and what
+/// make_device_classifier throws.
 RunOutcome train_fresh(const EngineConfig& config, Communicator& comm, const LabeledImages& train,
                        const LabeledImages& test, const RunSpec& spec,
                        const std::function<void(Engine&)>& after = {});
