@@ -41,6 +41,17 @@
 // optimizer step count or schedule position changes), in any precision, and
 // the fp16 loss scale backs off (runtime/loss_scaler.h).
 //
+// [Note: offload]
+// zero_optimization.offload_optimizer / offload_param (runtime/offload_config.h)
+// move the rank's optimizer state, gradient shard (stages 2/3) and stage 3
+// parameter shards to the host tier or to NVMe swap files; the results are
+// bitwise those without offload. step() then streams the state through the
+// swap pipeline sub-group by sub-group, and unshard() swaps a unit's
+// parameter shard in ahead of its all-gather (runtime/engine_offload.h).
+// A swap I/O error raises the same IoError on every rank (from step() or
+// unshard()); the offloaded state may then be partly updated, so reload a
+// checkpoint to continue.
+//
 // [Note: SPMD]
 // Every rank must make the same sequence of unshard / reduce_gradients /
 // step calls (they issue collectives). Only data differs between ranks.
