@@ -65,7 +65,9 @@ UpdateView resident_view(EngineState& s, UnitId u, std::size_t begin, std::size_
   const std::size_t e = dtype_size(dt);
   // Element 0 of the update index space inside full buffers.
   const std::size_t base = s.stage() == 0 ? 0 : static_cast<std::size_t>(s.rank()) * s.info(u).shard;
-  UpdateView v{.begin = begin, .end = end};
+  UpdateView v;
+  v.begin = begin;
+  v.end = end;
   auto at = [&](ArrayRef a, void* data, std::size_t first, std::size_t size) -> std::byte* {
     if (array_tier(s, u, a) == MemTier::nvme) return nullptr;
     return static_cast<std::byte*>(data) + (first + begin) * size;

@@ -19,8 +19,6 @@ bool is_boundary(const EngineState& s) {
   return (s.micro_steps + 1) % s.config.gradient_accumulation_steps == 0;
 }
 
-std::byte* offset(void* p, std::size_t i, DType t) { return static_cast<std::byte*>(p) + i * dtype_size(t); }
-
 // Stage 3: starts the all-gather of unit u's shards into a leased full buffer.
 void start_gather(EngineState& s, UnitId u) {
   UnitState& us = s.unit(u);
