@@ -8,6 +8,7 @@
 #include "comm/collective_args.h"
 #include "comm/mpi/mpi_check.h"
 #include "comm/mpi/mpi_environment.h"
+#include "comm/mpi/mpi_nbc_tuning.h"
 #include "comm/mpi/mpi_progress.h"
 #include "comm/mpi/mpi_types.h"
 #include "core/error.h"
@@ -20,10 +21,11 @@ namespace {
 // so a failing MPI_Wait is reported as "MPI_Wait on MPI_Iallreduce".
 class MpiWork final : public CommWork::Impl {
  public:
-  // Registers with the progress thread ([Note: MPI progress]) until done.
-  MpiWork(MPI_Request request, const char* call, int rank)
+  // Registers with the progress thread ([Note: MPI progress]) until done;
+  // `bytes`: the collective's largest buffer.
+  MpiWork(MPI_Request request, const char* call, int rank, std::size_t bytes)
       : request_(request), call_(call), rank_(rank) {
-    MpiProgress::instance().begin();
+    MpiProgress::instance().begin(bytes);
   }
 
   // A request still pending here was neither waited nor tested to
@@ -31,34 +33,52 @@ class MpiWork final : public CommWork::Impl {
   // after a failed wait); complete it quietly while MPI is still running.
   ~MpiWork() override {
     if (request_ != MPI_REQUEST_NULL && !mpi_finalized()) MPI_Wait(&request_, MPI_STATUS_IGNORE);
-    MpiProgress::instance().end();
+    unregister();
   }
 
   MpiWork(const MpiWork&) = delete;
   MpiWork& operator=(const MpiWork&) = delete;
 
   void wait() override {
-    const int rc = MPI_Wait(&request_, MPI_STATUS_IGNORE);
-    if (rc != MPI_SUCCESS) request_ = MPI_REQUEST_NULL;
-    mpi_check(rc, std::string("MPI_Wait on ") + call_, rank_);
+    int rc = MPI_SUCCESS;
+    {
+      // This thread drives progress inside MPI_Wait; the progress thread
+      // pauses meanwhile, and finds nothing left to poll for afterwards
+      // ([Note: MPI progress]).
+      const MpiProgress::WaitScope waiting(MpiProgress::instance());
+      rc = MPI_Wait(&request_, MPI_STATUS_IGNORE);
+      if (rc != MPI_SUCCESS) request_ = MPI_REQUEST_NULL;
+      unregister();
+    }
+    if (rc != MPI_SUCCESS) mpi_check(rc, std::string("MPI_Wait on ") + call_, rank_);
   }
 
   bool test() override {
     int done = 0;
     const int rc = MPI_Test(&request_, &done, MPI_STATUS_IGNORE);
-    if (rc != MPI_SUCCESS) request_ = MPI_REQUEST_NULL;
-    mpi_check(rc, std::string("MPI_Test on ") + call_, rank_);
+    if (rc != MPI_SUCCESS) {
+      request_ = MPI_REQUEST_NULL;
+      mpi_check(rc, std::string("MPI_Test on ") + call_, rank_);
+    }
+    if (done != 0) unregister();
     return done != 0;
   }
 
  private:
+  // Tells the progress thread this collective no longer needs it (once).
+  void unregister() {
+    if (registered_) MpiProgress::instance().end();
+    registered_ = false;
+  }
+
   MPI_Request request_;
   const char* call_;
   int rank_;
+  bool registered_ = true;
 };
 
-CommWork make_work(MPI_Request request, const char* call, int rank) {
-  return CommWork(std::make_unique<MpiWork>(request, call, rank));
+CommWork make_work(MPI_Request request, const char* call, int rank, std::size_t bytes) {
+  return CommWork(std::make_unique<MpiWork>(request, call, rank, bytes));
 }
 
 }  // namespace
@@ -98,9 +118,12 @@ CommWork MpiCommunicator::iall_reduce(void* buf, std::size_t count, DType dtype,
   check_buffer(buf, count, "all_reduce buf");
   const int n = mpi_count(count, "MPI_Iallreduce", rank_);
   MPI_Request request = MPI_REQUEST_NULL;
+  // Held until the call has started: [Note: libnbc all-reduce algorithm].
+  const auto algorithm =
+      select_iallreduce_algorithm(count * dtype_size(dtype), count, size_);
   ZS_MPI_CALL(rank_, MPI_Iallreduce, MPI_IN_PLACE, buf, n, mpi_datatype(dtype), mpi_op(dtype, op),
               comm_, &request);
-  return make_work(request, "MPI_Iallreduce", rank_);
+  return make_work(request, "MPI_Iallreduce", rank_, count * dtype_size(dtype));
 }
 
 CommWork MpiCommunicator::ireduce_scatter(const void* send, void* recv, std::size_t count,
@@ -112,7 +135,8 @@ CommWork MpiCommunicator::ireduce_scatter(const void* send, void* recv, std::siz
   MPI_Request request = MPI_REQUEST_NULL;
   ZS_MPI_CALL(rank_, MPI_Ireduce_scatter_block, send, recv, n, mpi_datatype(dtype),
               mpi_op(dtype, op), comm_, &request);
-  return make_work(request, "MPI_Ireduce_scatter_block", rank_);
+  return make_work(request, "MPI_Ireduce_scatter_block", rank_,
+                   count * dtype_size(dtype) * static_cast<std::size_t>(size_));
 }
 
 CommWork MpiCommunicator::iall_gather(const void* send, void* recv, std::size_t count,
@@ -128,7 +152,8 @@ CommWork MpiCommunicator::iall_gather(const void* send, void* recv, std::size_t 
   } else {
     ZS_MPI_CALL(rank_, MPI_Iallgather, send, n, type, recv, n, type, comm_, &request);
   }
-  return make_work(request, "MPI_Iallgather", rank_);
+  return make_work(request, "MPI_Iallgather", rank_,
+                   count * dtype_size(dtype) * static_cast<std::size_t>(size_));
 }
 
 CommWork MpiCommunicator::ibroadcast(void* buf, std::size_t count, DType dtype, int root) {
@@ -137,13 +162,13 @@ CommWork MpiCommunicator::ibroadcast(void* buf, std::size_t count, DType dtype, 
   const int n = mpi_count(count, "MPI_Ibcast", rank_);
   MPI_Request request = MPI_REQUEST_NULL;
   ZS_MPI_CALL(rank_, MPI_Ibcast, buf, n, mpi_datatype(dtype), root, comm_, &request);
-  return make_work(request, "MPI_Ibcast", rank_);
+  return make_work(request, "MPI_Ibcast", rank_, count * dtype_size(dtype));
 }
 
 CommWork MpiCommunicator::ibarrier() {
   MPI_Request request = MPI_REQUEST_NULL;
   ZS_MPI_CALL(rank_, MPI_Ibarrier, comm_, &request);
-  return make_work(request, "MPI_Ibarrier", rank_);
+  return make_work(request, "MPI_Ibarrier", rank_, 0);
 }
 
 void MpiCommunicator::abort(int code) {

@@ -8,6 +8,8 @@
 //   ibroadcast       MPI_Ibcast
 //   ibarrier         MPI_Ibarrier
 //   split            MPI_Comm_split (the result owns and frees its MPI_Comm)
+// MPI_Iallreduce runs with libnbc's ring algorithm for messages of 64 KiB and
+// more ([Note: libnbc all-reduce algorithm] in comm/mpi/mpi_nbc_tuning.h).
 // Element types and operators map as comm/mpi/mpi_types.h describes (bf16
 // and f16 sums follow [Note: 16-bit reductions] there). The returned
 // CommWork wraps the MPI_Request; wait() is MPI_Wait and test() MPI_Test.

@@ -31,13 +31,15 @@ MpiProgress::~MpiProgress() {
   if (thread_.joinable()) thread_.join();
 }
 
-void MpiProgress::begin() {
+void MpiProgress::begin(std::size_t bytes) {
   if (!enabled_) return;
+  bool wake = false;
   {
     std::lock_guard<std::mutex> lock(mu_);
-    ++outstanding_;
+    wake = outstanding_++ == 0;  // otherwise the thread is polling or a waiter drives MPI
+    if (wake) yield_first_ = bytes >= kYieldMinBytes;
   }
-  cv_.notify_one();
+  if (wake) cv_.notify_one();
 }
 
 void MpiProgress::end() {
@@ -46,12 +48,47 @@ void MpiProgress::end() {
   --outstanding_;
 }
 
+void MpiProgress::begin_wait() {
+  if (!enabled_) return;
+  std::lock_guard<std::mutex> lock(mu_);
+  ++waiting_;
+}
+
+void MpiProgress::end_wait() {
+  if (!enabled_) return;
+  bool wake = false;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    wake = --waiting_ == 0 && outstanding_ > 0;
+  }
+  if (wake) cv_.notify_one();
+}
+
+bool MpiProgress::should_poll() const {
+  return outstanding_ > 0 && waiting_ == 0;
+}
+
 void MpiProgress::run() {
   const auto interval = std::chrono::microseconds(interval_us_);
   std::unique_lock<std::mutex> lock(mu_);
+  bool idle = true;
   while (true) {
-    cv_.wait(lock, [this] { return stop_ || outstanding_ > 0; });
-    if (stop_) return;
+    if (idle) {
+      cv_.wait(lock, [this] { return stop_ || should_poll(); });
+      if (stop_) return;
+      // A caller that waits at once (a blocking collective) is usually in
+      // MPI_Wait before this thread runs: cv_.wait then sees nothing to
+      // poll for and sleeps on, with no probe. For a large collective the
+      // thread first yields once ([Note: MPI progress]).
+      if (yield_first_) {
+        lock.unlock();
+        std::this_thread::yield();
+        lock.lock();
+        if (stop_) return;
+        if (!should_poll()) continue;
+      }
+      idle = false;
+    }
     lock.unlock();
     if (!mpi_finalized()) {
       int flag = 0;
@@ -60,6 +97,8 @@ void MpiProgress::run() {
     }
     std::this_thread::sleep_for(interval);
     lock.lock();
+    if (stop_) return;
+    idle = !should_poll();
   }
 }
 

@@ -34,6 +34,36 @@ void convert(const void* src, DType src_dtype, void* dst, DType dst_dtype, std::
 void convert_reference(const void* src, DType src_dtype, void* dst, DType dst_dtype,
                        std::size_t n);
 
+/// dst[i] = round_dst(float(src[i]) * scale) for i < n, between any two of
+/// f32, bf16, f16 (the same dtype included): float() is the exact widening
+/// and round_dst the narrowing of core/dtype.h; the product is one fp32
+/// multiply, skipped when scale == 1 (so scale 1 is the plain conversion; an
+/// equal 16-bit dtype then still goes through float, which quiets a
+/// signalling NaN as float_to_bf16/float_to_f16 do, and f32 -> f32 is a
+/// copy). dst may equal src when the dtypes are equal (in place); other
+/// overlaps are not allowed. Vectorised (Highway, chosen at run time), split
+/// over kernel_pool() threads, bitwise equal to the reference up to NaN
+/// payloads (fp_strict.h). Throws InvariantError for f64. Thread safety:
+/// touches only its arguments.
+void convert_scaled(const void* src, DType src_dtype, void* dst, DType dst_dtype, std::size_t n,
+                    float scale);
+
+/// Scalar reference of convert_scaled().
+void convert_scaled_reference(const void* src, DType src_dtype, void* dst, DType dst_dtype,
+                              std::size_t n, float scale);
+
+/// dst[i] = round_dst(float(dst[i]) + float(src[i]) * scale) for i < n, in
+/// fp32 (one multiply, then one add; no fused multiply-add) and rounded to
+/// dst_dtype once; dtypes any of f32, bf16, f16. src and dst must not
+/// overlap. As convert_scaled otherwise (threads, dispatch, bitwise equal to
+/// the reference up to NaN payloads, InvariantError for f64).
+void accumulate_scaled(const void* src, DType src_dtype, void* dst, DType dst_dtype,
+                       std::size_t n, float scale);
+
+/// Scalar reference of accumulate_scaled().
+void accumulate_scaled_reference(const void* src, DType src_dtype, void* dst, DType dst_dtype,
+                                 std::size_t n, float scale);
+
 /// Element i of an array of dtype t (f32, bf16 or f16) as fp32 (exact).
 inline float load_as_float(const void* base, DType t, std::size_t i) {
   switch (t) {

@@ -42,4 +42,11 @@ GradCheck grad_check_reference(void* grad, DType dtype, std::size_t n, float sca
   return r;
 }
 
+std::size_t count_nonfinite_reference(const void* data, DType dtype, std::size_t n) {
+  check_kernel_dtype(dtype, "count_nonfinite data");
+  std::size_t count = 0;
+  for (std::size_t i = 0; i < n; ++i) count += !std::isfinite(load_as_float(data, dtype, i));
+  return count;
+}
+
 }  // namespace zeroshard::kernels

@@ -51,6 +51,16 @@ GradCheck check_gradients(const void* grad, DType dtype, std::size_t n, float sc
 GradCheck grad_check_reference(void* grad, DType dtype, std::size_t n, float scale,
                                bool write_back);
 
+/// Number of the n elements of dtype (f32, bf16 or f16) that are Inf or NaN
+/// (what a caller asks after found_inf_or_nan, e.g. to report how many).
+/// Vectorised (Highway, target chosen at run time) and split over
+/// kernel_pool() threads; the count does not depend on either. Throws
+/// InvariantError for f64. Thread safety: read only. Allocates nothing.
+std::size_t count_nonfinite(const void* data, DType dtype, std::size_t n);
+
+/// Scalar reference of count_nonfinite.
+std::size_t count_nonfinite_reference(const void* data, DType dtype, std::size_t n);
+
 /// First element of part p (p <= kGradCheckParts) of an n-element array in
 /// the fixed summation order above.
 std::size_t grad_check_part_begin(std::size_t n, std::size_t p);

@@ -1,7 +1,7 @@
 // Vector gradient pass (unscale, Inf/NaN check, sum of squares; Highway,
-// compiled once per target and chosen at run time) and the public entry
-// points, which split the fixed parts of grad_check.h over kernel_pool()
-// threads. Lane structure and combination order are those of the reference
+// compiled once per target and chosen at run time), the vector Inf/NaN
+// count, and the public entry points, which split the fixed parts of
+// grad_check.h (or, for the count, the elements) over kernel_pool() threads. Lane structure and combination order are those of the reference
 // (16 double lanes per part whatever the vector width), so the sum is bitwise
 // equal to grad_check_reference.
 //
@@ -16,6 +16,7 @@
 #define HWY_TARGET_INCLUDE "kernels/cpu/grad_check_simd.cpp"
 #include <hwy/foreach_target.h>  // IWYU pragma: keep
 
+#include <atomic>
 #include <cmath>
 
 #include <hwy/highway.h>
@@ -118,7 +119,35 @@ void Parts(void* base, std::size_t n, float scale, std::size_t p_begin, std::siz
   }
 }
 
+// Inf/NaN elements among len elements at base (already offset).
+template <Fmt kF>
+std::size_t CountNonfiniteLoop(const void* base, std::size_t len) {
+  const hn::ScalableTag<float> df;
+  const std::size_t lanes = hn::Lanes(df);
+  std::size_t count = 0, i = 0;
+  for (; i + lanes <= len; i += lanes) {
+    count += hn::CountTrue(df, hn::Not(hn::IsFinite(LoadAsF32<kF>(df, base, i))));
+  }
+  if (i < len) {  // zero padding is finite: only the real elements can count
+    constexpr std::size_t es = fmt_size(kF);
+    TailBuffer t;
+    const auto x = LoadAsF32<kF>(df, t.load(Advance(base, i, es), len - i, es), 0);
+    count += hn::CountTrue(df, hn::Not(hn::IsFinite(x)));
+  }
+  return count;
+}
+
 }  // namespace
+
+// Inf/NaN elements among n elements of dtype at data (validated by the
+// caller; pointer already offset).
+std::size_t CountNonfinite(const void* data, DType dtype, std::size_t n) {
+  switch (dtype) {
+    case DType::bf16: return CountNonfiniteLoop<Fmt::bf16>(data, n);
+    case DType::f16: return CountNonfiniteLoop<Fmt::f16>(data, n);
+    default: return CountNonfiniteLoop<Fmt::f32>(data, n);
+  }
+}
 
 // Sums parts [p_begin, p_end) of the n-element array into part_sums[p];
 // dtype validated by the caller (write_back only with f32).
@@ -140,6 +169,7 @@ HWY_AFTER_NAMESPACE();
 namespace zeroshard::kernels {
 
 HWY_EXPORT(GradCheckParts);
+HWY_EXPORT(CountNonfinite);
 
 namespace {
 
@@ -167,6 +197,19 @@ GradCheck run_grad_check(void* grad, DType dtype, std::size_t n, float scale, bo
 
 GradCheck unscale_and_check(float* grad, std::size_t n, float scale) {
   return run_grad_check(grad, DType::f32, n, scale, true);
+}
+
+std::size_t count_nonfinite(const void* data, DType dtype, std::size_t n) {
+  check_kernel_dtype(dtype, "count_nonfinite data");
+  if (n == 0) return 0;
+  const auto kernel = HWY_DYNAMIC_DISPATCH(CountNonfinite);
+  const std::size_t es = dtype_size(dtype);
+  std::atomic<std::size_t> count{0};
+  parallel_for_elements(n, [&](std::size_t b, std::size_t e) {
+    count.fetch_add(kernel(static_cast<const unsigned char*>(data) + b * es, dtype, e - b),
+                    std::memory_order_relaxed);
+  });
+  return count.load();
 }
 
 GradCheck check_gradients(const void* grad, DType dtype, std::size_t n, float scale) {
