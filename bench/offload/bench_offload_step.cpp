@@ -105,7 +105,8 @@ int main(int argc, char** argv) {
     auto comm = make_world_communicator();
     std::filesystem::create_directories(dir);
     // The disk limit: 4 files of raw_mib MiB, written then read, best of 2.
-    bench::Pass p{.dir = dir, .prefix = "raw", .shards = 4, .shard_bytes = static_cast<std::size_t>(raw_mib) << 20};
+    bench::Pass p{.dir = dir, .prefix = "raw", .shards = 4, .shard_bytes = static_cast<std::size_t>(raw_mib) << 20,
+                  .buffers = {}};
     AlignedBuffer<std::byte> buf(p.shard_bytes);
     std::fill_n(buf.data(), p.shard_bytes, std::byte{0x5a});
     p.buffers.push_back(buf.span());

@@ -116,7 +116,7 @@ std::string stage_table(const std::vector<StageRun>& runs, int world_size,
       "{:>8} | {:>10} | {:>10} | {:>10} | {:>10} | {:>8}\n",
       "stage", "offload", "rank", "parameters", "gradients", "optim state", "padding", "total", "ratio",
       "paper", "device", "host", "nvme", "final loss", "test acc");
-  out += std::string(175, '-') + "\n";
+  out += fmt::format("{:->175}\n", "");
   for (const StageRun& run : runs) {
     const LedgerFigures& f = run.ranks[std::size_t(run.shown_rank)];
     out += fmt::format(
