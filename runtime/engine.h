@@ -152,7 +152,8 @@ class Engine {
   /// Collective at stage 3.
   void unshard(UnitId u);
   /// Releases one unshard of u; at stage 3 the full buffer is freed when the
-  /// count drops to zero. No collective.
+  /// count drops to zero, unless the recorded order says u is unsharded
+  /// again next (then it is kept for that unshard). No collective.
   void reshard(UnitId u);
   /// Full values of parameter p (numel elements of T, which must be the
   /// storage type of compute_dtype(): float, bf16 or f16). Valid while its

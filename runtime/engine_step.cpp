@@ -114,7 +114,11 @@ void Engine::reshard(UnitId u) {
   ZS_CHECK(us.unshard_count > 0, "reshard(\"{}\") without a matching unshard()", s.info(u).name);
   if (--us.unshard_count == 0 && s.stage() == 3) {
     finish_gather(s, u);
-    us.gathered.release();
+    // Reuse: when the recorded order says u is unsharded next (the last
+    // unit of forward is the first of backward), keep it gathered rather
+    // than free and all-gather it again (DeepSpeed's reuse distance 0).
+    const bool next_is_u = !s.recording && s.cursor < s.order.size() && s.order[s.cursor] == u;
+    if (!next_is_u) us.gathered.release();
   }
 }
 
