@@ -12,6 +12,7 @@
 
 #include "core/error.h"
 #include "offload/free_space.h"
+#include "offload/pinned_host_allocator.h"
 #include "runtime/engine_state.h"
 
 namespace zeroshard {
@@ -98,8 +99,20 @@ DType array_dtype(const EngineState& s, ArrayRef a) {
   return a.kind == ArrayKind::params || a.kind == ArrayKind::grad ? s.dtype() : DType::f32;
 }
 
+namespace {
+
+// offload_*.pin_memory: page-locked staging and host-tier buffers.
+std::shared_ptr<HostAllocator> host_allocator(const OffloadConfig& c) {
+  const bool opt = c.optimizer.device != OffloadDevice::none && c.optimizer.pin_memory;
+  const bool param = c.param.device != OffloadDevice::none && c.param.pin_memory;
+  return make_host_allocator(opt || param, opt ? "zero_optimization.offload_optimizer.pin_memory"
+                                               : "zero_optimization.offload_param.pin_memory");
+}
+
+}  // namespace
+
 OffloadRuntime::OffloadRuntime(EngineState& s, std::uint64_t optimizer_bytes, std::uint64_t param_bytes)
-    : host(s.ledger) {
+    : host(s.ledger, host_allocator(s.config.offload)) {
   const OffloadConfig& c = s.config.offload;
   if (!c.uses_nvme()) return;
   io = make_io_engine(c.aio);

@@ -50,13 +50,6 @@ void OffloadConfig::validate(int stage, const std::string& source) const {
   if (param.buffer_count < 2) bad(source, op + ".buffer_count", std::to_string(param.buffer_count), "must be >= 2");
   if (param.buffer_size < 1) bad(source, op + ".buffer_size", std::to_string(param.buffer_size), "must be >= 1");
   if (param.max_in_cpu < 0) bad(source, op + ".max_in_cpu", std::to_string(param.max_in_cpu), "must be >= 0");
-  if (optimizer.pin_memory) {
-    bad(source, oo + ".pin_memory", "true",
-        "is not supported: the engine's state is in host memory already; use false");
-  }
-  if (param.pin_memory) {
-    bad(source, op + ".pin_memory", "true", "is not supported: the engine's state is in host memory already; use false");
-  }
   if (sub_group_size < 1) {
     bad(source, "zero_optimization.sub_group_size", std::to_string(sub_group_size), "must be >= 1");
   }

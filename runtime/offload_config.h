@@ -18,9 +18,11 @@
 //                   >= 1): sub-group i uses set i % buffer_count, so with 3 or
 //                   more the read of i+1, the update of i and the write of
 //                   i-1 overlap; fewer serialise them.
-//   pin_memory      only false is accepted: the engine's state is in host
-//                   memory already (CPU engine), so page-locked staging would
-//                   serve no device copy; true is a ConfigError.
+//   pin_memory      host-tier and staging buffers in page-locked memory
+//                   (cudaHostAlloc; offload/pinned_host_allocator.h), what
+//                   asynchronous host-device copies need. Needs a CUDA build
+//                   and a visible device: otherwise finalize() throws a
+//                   ConfigError naming the key (default false).
 //   pipeline_read   read sub-group i+1 while i is updated (default true);
 //                   false reads each sub-group just before its update.
 //   pipeline_write  let the write of sub-group i run while later ones are

@@ -11,6 +11,8 @@
 #include "core/cuda_stream.h"
 #include "core/device_buffer.h"
 #include "core/memory_ledger.h"
+#include "offload/host_pool.h"
+#include "offload/pinned_host_allocator.h"
 #include "tests/cuda/cuda_test_util.h"
 
 using namespace zeroshard;
@@ -146,4 +148,22 @@ TEST_CASE("CachingDeviceAllocator frees its cache and retries when cudaMalloc ru
   DeviceBlock second = alloc.allocate(big + (std::size_t{64} << 20), MemCategory::parameters);
   CHECK(!second.empty());
   CHECK(alloc.stats().cached_bytes == 0);
+}
+
+TEST_CASE("HostPool with pin_memory hands out page-locked memory, accounted on the host tier") {
+  MemoryLedger ledger;
+  HostPool pool(ledger, make_host_allocator(true, "zero_optimization.offload_optimizer.pin_memory"));
+  CHECK(pool.allocator().pinned());
+  HostBuffer b = pool.acquire(3 * 4096 + 5, MemCategory::optimizer_states);
+  cudaPointerAttributes attr{};
+  REQUIRE(cudaPointerGetAttributes(&attr, b.data()) == cudaSuccess);
+  CHECK(attr.type == cudaMemoryTypeHost);
+  CHECK(ledger.current(MemCategory::optimizer_states, MemTier::host) == b.capacity());
+  // A pinned buffer round-trips through the device.
+  DeviceBuffer d(b.size());
+  std::memset(b.data(), 0x5a, b.size());
+  REQUIRE(cudaMemcpy(d.data(), b.data(), b.size(), cudaMemcpyHostToDevice) == cudaSuccess);
+  std::memset(b.data(), 0, b.size());
+  REQUIRE(cudaMemcpy(b.data(), d.data(), b.size(), cudaMemcpyDeviceToHost) == cudaSuccess);
+  CHECK(static_cast<unsigned char>(b.data()[b.size() - 1]) == 0x5a);
 }
