@@ -10,6 +10,7 @@
 #include <fstream>
 #include <set>
 #include <sstream>
+#include <vector>
 
 #include <nlohmann/json.hpp>
 
@@ -325,6 +326,52 @@ EngineConfig EngineConfig::from_json(const nlohmann::json& j, const std::string&
   return c;
 }
 
+namespace {
+
+// json::parse, but a key that appears twice in one object is a ConfigError
+// naming it (nlohmann keeps the last one silently; a ds_config with two
+// "device" keys would run with whichever came last).
+json parse_rejecting_duplicates(const std::string& text, const std::string& source) {
+  struct Frame {
+    std::string path;  // dotted path of this object or array
+    std::string last;  // last key read in it
+    std::set<std::string> keys;
+  };
+  std::vector<Frame> stack;
+  auto child_path = [&]() {
+    if (stack.empty()) return std::string();
+    const Frame& top = stack.back();
+    return top.path.empty() ? top.last : top.path + "." + top.last;
+  };
+  auto cb = [&](int, json::parse_event_t event, json& parsed) {
+    switch (event) {
+      case json::parse_event_t::object_start:
+      case json::parse_event_t::array_start:
+        stack.push_back(Frame{child_path(), "", {}});
+        break;
+      case json::parse_event_t::object_end:
+      case json::parse_event_t::array_end:
+        if (!stack.empty()) stack.pop_back();
+        break;
+      case json::parse_event_t::key: {
+        Frame& top = stack.back();
+        top.last = parsed.get<std::string>();
+        if (!top.keys.insert(top.last).second) {
+          throw ConfigError(fmt::format("{}: key \"{}\" appears twice; each key may be given once", source,
+                                        top.path.empty() ? top.last : top.path + "." + top.last));
+        }
+        break;
+      }
+      case json::parse_event_t::value:
+        break;
+    }
+    return true;
+  };
+  return json::parse(text, cb);
+}
+
+}  // namespace
+
 EngineConfig EngineConfig::from_file(const std::string& path) {
   std::error_code ec;
   if (std::filesystem::is_directory(path, ec)) {
@@ -338,7 +385,7 @@ EngineConfig EngineConfig::from_file(const std::string& path) {
   ss << in.rdbuf();
   json j;
   try {
-    j = json::parse(ss.str());
+    j = parse_rejecting_duplicates(ss.str(), path);
   } catch (const json::parse_error& e) {
     throw ConfigError(fmt::format("{}: invalid JSON at byte {}: {}", path, e.byte, e.what()));
   }

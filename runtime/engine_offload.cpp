@@ -3,7 +3,12 @@
 // [Note: offload in the engine] in runtime/engine_offload.h.
 #include "runtime/engine_offload.h"
 
+#include <signal.h>
 #include <unistd.h>
+
+#include <cctype>
+#include <cerrno>
+#include <cstdlib>
 
 #include <algorithm>
 #include <chrono>
@@ -30,8 +35,56 @@ MemTier tier_of(OffloadDevice d) {
   return MemTier::device;
 }
 
+std::string host_name() {
+  char buf[256] = {};
+  if (::gethostname(buf, sizeof(buf) - 1) != 0) return "host";
+  std::string h(buf);
+  for (char& ch : h) {
+    if (!std::isalnum(static_cast<unsigned char>(ch)) && ch != '-') ch = '_';
+  }
+  return h.empty() ? "host" : h;
+}
+
+// This process's swap folder under `base`: zeroshard-<host>-<pid>-rank<r>
+// (the host in the name keeps a shared filesystem's folders apart).
 fs::path run_folder(const std::string& base, int rank) {
-  return fs::path(base) / fmt::format("zeroshard-{}-rank{}", ::getpid(), rank);
+  return fs::path(base) / fmt::format("zeroshard-{}-{}-rank{}", host_name(), ::getpid(), rank);
+}
+
+// Removes swap folders a killed run of this host left under `base`: those
+// named for this host whose process no longer exists. One log line each.
+void remove_stale_folders(const fs::path& base) {
+  const std::string prefix = fmt::format("zeroshard-{}-", host_name());
+  std::error_code ec;
+  for (const auto& entry : fs::directory_iterator(base, ec)) {
+    const std::string name = entry.path().filename().string();
+    if (name.rfind(prefix, 0) != 0) continue;
+    const std::string rest = name.substr(prefix.size());
+    const std::size_t dash = rest.find("-rank");
+    if (dash == std::string::npos || dash == 0) continue;
+    char* end = nullptr;
+    const long pid = std::strtol(rest.c_str(), &end, 10);
+    if (end != rest.c_str() + dash || pid <= 0 || pid == ::getpid()) continue;
+    if (::kill(static_cast<pid_t>(pid), 0) == 0 || errno != ESRCH) continue;
+    std::error_code rm;
+    const auto n = fs::remove_all(entry.path(), rm);
+    if (!rm) fmt::print(stderr, "zeroshard: removed {} ({} files) left by an earlier run (process {} is gone)\n",
+                        entry.path().string(), n, pid);
+  }
+}
+
+// Creates this run's folder for the tier whose nvme_path is `base`.
+// Throws IoError naming `key` and the path.
+fs::path make_swap_folder(const std::string& base, const std::string& key, int rank, const char* tier) {
+  const fs::path folder = run_folder(base, rank);
+  std::error_code ec;
+  fs::create_directories(folder / tier, ec);
+  if (ec) {
+    throw IoError(fmt::format("\"{}\" = \"{}\": cannot create the swap folder {}: {}", key, base,
+                              (folder / tier).string(), ec.message()));
+  }
+  remove_stale_folders(base);
+  return folder / tier;
 }
 
 std::string array_name(ArrayRef a) {
@@ -111,22 +164,37 @@ std::shared_ptr<HostAllocator> host_allocator(const OffloadConfig& c) {
 
 }  // namespace
 
-OffloadRuntime::OffloadRuntime(EngineState& s, std::uint64_t optimizer_bytes, std::uint64_t param_bytes)
+OffloadRuntime::OffloadRuntime(EngineState& s, std::uint64_t optimizer_bytes, std::uint64_t param_bytes,
+                               std::uint64_t in_flight_bytes)
     : host(s.ledger, host_allocator(s.config.offload)) {
   const OffloadConfig& c = s.config.offload;
   if (!c.uses_nvme()) return;
   io = make_io_engine(c.aio);
-  if (c.optimizer.device == OffloadDevice::nvme) {
-    const fs::path p = run_folder(c.optimizer.nvme_path, s.rank()) / "optimizer";
-    fs::create_directories(p.parent_path());
-    check_free_space(p.parent_path(), optimizer_bytes + (c.param.nvme_path == c.optimizer.nvme_path ? param_bytes : 0));
-    optimizer_dir = std::make_unique<SwapDirectory>(*io, p, c.aio);
-  }
-  if (c.param.device == OffloadDevice::nvme) {
-    const fs::path p = run_folder(c.param.nvme_path, s.rank()) / "param";
-    fs::create_directories(p.parent_path());
-    check_free_space(p.parent_path(), param_bytes);
-    param_dir = std::make_unique<SwapDirectory>(*io, p, c.aio);
+  std::vector<fs::path> made;
+  try {
+    if (c.optimizer.device == OffloadDevice::nvme) {
+      const fs::path p = make_swap_folder(c.optimizer.nvme_path, "zero_optimization.offload_optimizer.nvme_path",
+                                          s.rank(), "optimizer");
+      made.push_back(p);
+      const bool shared = c.param.device == OffloadDevice::nvme && c.param.nvme_path == c.optimizer.nvme_path;
+      check_free_space(p, optimizer_bytes + (shared ? param_bytes : 0) + in_flight_bytes);
+      optimizer_dir = std::make_unique<SwapDirectory>(*io, p, c.aio);
+    }
+    if (c.param.device == OffloadDevice::nvme) {
+      const fs::path p =
+          make_swap_folder(c.param.nvme_path, "zero_optimization.offload_param.nvme_path", s.rank(), "param");
+      made.push_back(p);
+      check_free_space(p, param_bytes + in_flight_bytes);
+      param_dir = std::make_unique<SwapDirectory>(*io, p, c.aio);
+    }
+  } catch (...) {
+    // Leave nothing behind: the folders made here are still empty.
+    std::error_code ec;
+    for (const fs::path& p : made) {
+      fs::remove(p, ec);
+      fs::remove(p.parent_path(), ec);
+    }
+    throw;
   }
 }
 
@@ -181,7 +249,14 @@ void assign_offload_tiers(EngineState& s) {
     }
   }
   if (opt != MemTier::device || param != MemTier::device) {
-    s.offload = std::make_unique<OffloadRuntime>(s, opt_bytes, param_bytes);
+    // A write goes to a temporary next to the file it replaces: room for
+    // every staging set's sub-group (all arrays) and a unit's parameters.
+    std::uint64_t largest = 0;
+    for (const UnitInfo& info : s.layout.units()) largest = std::max<std::uint64_t>(largest, info.shard);
+    const std::uint64_t arrays = static_cast<std::uint64_t>(nstates + 2 + (s.mixed() ? 1 : 0));
+    const std::uint64_t in_flight = static_cast<std::uint64_t>(c.optimizer.buffer_count) * arrays * f *
+                                        std::min<std::uint64_t>(largest, sg) + largest * e;
+    s.offload = std::make_unique<OffloadRuntime>(s, opt_bytes, param_bytes, in_flight);
   }
 }
 

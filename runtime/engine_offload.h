@@ -66,9 +66,14 @@ struct PendingGradWrite {
 /// What the engine holds for its offload tiers. Created by finalize() when
 /// any tier is host or nvme. Not thread safe (the engine's thread).
 struct OffloadRuntime {
-  /// Opens the swap directories the configuration needs (after checking
-  /// free space for `optimizer_bytes` / `param_bytes`). Throws IoError.
-  OffloadRuntime(EngineState& s, std::uint64_t optimizer_bytes, std::uint64_t param_bytes);
+  /// Opens the swap directories the configuration needs, in this run's
+  /// folder <nvme_path>/zeroshard-<host>-<pid>-rank<r> (removing folders of
+  /// this host's runs whose process is gone), after checking free space for
+  /// `optimizer_bytes` / `param_bytes` plus `in_flight_bytes` of temporary
+  /// files. Throws IoError naming the config key and path, or the space
+  /// needed; nothing is left behind then.
+  OffloadRuntime(EngineState& s, std::uint64_t optimizer_bytes, std::uint64_t param_bytes,
+                 std::uint64_t in_flight_bytes);
   /// Removes the swap files and this run's folders.
   ~OffloadRuntime();
   OffloadRuntime(const OffloadRuntime&) = delete;

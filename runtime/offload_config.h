@@ -12,8 +12,10 @@
 //                   "nvme" keeps them in swap files under nvme_path, read and
 //                   written sub-group by sub-group during step().
 //   nvme_path       directory for the swap files (required with "nvme"); the
-//                   engine writes under <nvme_path>/zeroshard-<pid>-rank<r>/
-//                   and removes that folder when it is destroyed.
+//                   engine writes under <nvme_path>/zeroshard-<host>-<pid>-
+//                   rank<r>/ and removes that folder when it is destroyed;
+//                   folders of this host's earlier runs whose process is gone
+//                   (killed) are removed when the next run starts there.
 //   buffer_count    staging buffer sets of the sub-group pipeline (default 4,
 //                   >= 1): sub-group i uses set i % buffer_count, so with 3 or
 //                   more the read of i+1, the update of i and the write of

@@ -125,12 +125,26 @@ nlohmann::json to_json(const EngineConfig& config) {
   j["zero_optimization"] = {{"stage", config.zero.stage}};
   const OffloadConfig& off = config.offload;
   if (off.optimizer.device != OffloadDevice::none) {
-    j["zero_optimization"]["offload_optimizer"] = {{"device", offload_device_name(off.optimizer.device)},
-                                                   {"nvme_path", off.optimizer.nvme_path}};
+    const OffloadOptimizerConfig& o = off.optimizer;
+    j["zero_optimization"]["offload_optimizer"] = {
+        {"device", offload_device_name(o.device)}, {"nvme_path", o.nvme_path},
+        {"buffer_count", o.buffer_count},          {"pin_memory", o.pin_memory},
+        {"pipeline_read", o.pipeline_read},        {"pipeline_write", o.pipeline_write}};
   }
   if (off.param.device != OffloadDevice::none) {
-    j["zero_optimization"]["offload_param"] = {{"device", offload_device_name(off.param.device)},
-                                               {"nvme_path", off.param.nvme_path}};
+    const OffloadParamConfig& p = off.param;
+    j["zero_optimization"]["offload_param"] = {
+        {"device", offload_device_name(p.device)}, {"nvme_path", p.nvme_path},  {"buffer_count", p.buffer_count},
+        {"buffer_size", p.buffer_size},            {"max_in_cpu", p.max_in_cpu}, {"pin_memory", p.pin_memory}};
+  }
+  if (off.optimizer.device != OffloadDevice::none || off.param.device != OffloadDevice::none) {
+    j["zero_optimization"]["sub_group_size"] = off.sub_group_size;
+    const AioConfig& a = off.aio;
+    j["aio"] = {{"block_size", a.block_size},
+                {"queue_depth", a.queue_depth},
+                {"intra_op_parallelism", a.intra_op_parallelism},
+                {"single_submit", a.single_submit},
+                {"overlap_events", a.overlap_events}};
   }
   if (config.compute_dtype == DType::bf16) j["bf16"] = {{"enabled", true}};
   if (config.compute_dtype == DType::f16) {

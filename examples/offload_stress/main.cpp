@@ -282,10 +282,18 @@ int main(int argc, char** argv) {
   app.add_option("--buffer-count", o.buffer_count, "staging buffer sets of the swap pipeline")->check(CLI::Range(1, 64));
   app.add_flag("!--no-verify", o.verify, "skip the checksums (timing runs)");
   CLI11_PARSE(app, argc, argv);
+  // CLI::Range lets NaN through (every comparison with it is false).
+  if (!(o.params >= 1.0) || !(o.sub_group_size >= 1.0)) {
+    fmt::print(stderr, "zs_offload_stress: --params and --sub-group-size must be numbers >= 1\n");
+    return 2;
+  }
   try {
     return run(o);
   } catch (const Error& err) {
     fmt::print(stderr, "zs_offload_stress: {}\n", err.what());
+    return 2;
+  } catch (const std::exception& err) {
+    fmt::print(stderr, "zs_offload_stress: unexpected error: {}\n", err.what());
     return 2;
   }
 }

@@ -109,6 +109,21 @@ TEST_CASE("from_file: missing file and bad JSON name the file and offset") {
   CHECK_THROWS_WITH_AS(EngineConfig::from_file(path), doctest::Contains("at byte"), ConfigError);
   std::remove(path.c_str());
   CHECK_THROWS_WITH_AS(EngineConfig::from_file("."), doctest::Contains("is a directory"), ConfigError);
+  // A key given twice is an error naming its path, at any depth; the same
+  // key in two different objects is fine.
+  const std::string dup = "test_config_dup.json";
+  auto write = [&](const char* text) {
+    std::ofstream f(dup);
+    f << text;
+  };
+  write(R"({"zero_optimization": {"stage": 2, "offload_optimizer": {"device": "nvme", "device": "cpu"}}})");
+  CHECK_THROWS_WITH_AS(EngineConfig::from_file(dup), doctest::Contains("\"zero_optimization.offload_optimizer.device\" appears twice"),
+                       ConfigError);
+  write(R"({"zero_optimization": {"stage": 2}, "zero_optimization": {"stage": 3}})");
+  CHECK_THROWS_WITH_AS(EngineConfig::from_file(dup), doctest::Contains("\"zero_optimization\" appears twice"), ConfigError);
+  write(R"({"optimizer": {"type": "SGD", "params": {"lr": 0.1}}, "scheduler": {"type": "WarmupLR", "params": {"warmup_num_steps": 2}}})");
+  CHECK(EngineConfig::from_file(dup).optimizer.lr == doctest::Approx(0.1f));
+  std::remove(dup.c_str());
   CHECK_THROWS_WITH_AS(EngineConfig::from_file("/nonexistent/ds.json"), doctest::Contains("No such file"), ConfigError);
   const EngineConfig c = EngineConfig::from_json(nlohmann::json::parse(R"({"train_batch_size": 7})"), "ds.json");
   CHECK_THROWS_WITH_AS(c.validate_for_world(2), doctest::Contains("ds.json"), ConfigError);
