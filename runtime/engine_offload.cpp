@@ -381,29 +381,47 @@ void accumulate_offloaded_grad_or_throw(EngineState& s, UnitId u, std::size_t at
     const SubGroup& sg = us.subgroups[g];
     const std::size_t lo = std::max(sg.begin, at), hi = std::min(sg.end, at + n);
     if (lo >= hi) continue;
-    const std::string key = key_of(u, g, a);
-    const std::uint64_t bytes = (sg.end - sg.begin) * e;
-    // A key being written would be read at its previous generation.
-    finish_grad_writes(s);
-    HostBuffer buf = off.host.acquire(bytes, MemCategory::unsharded);
-    if (dir.find(key) != nullptr) {
-      SwapBatch read = dir.read(key, buf.capacity_span());
-      timed_wait(s, read, false);
-      off.total.bytes_read += bytes;
-    } else {
-      std::memset(buf.data(), 0, bytes);
+    OpenGradSubGroup& open = off.open_grad;
+    if (open.unit != u || open.subgroup != g || !open.buffer.valid()) {
+      // Write back the sub-group held so far; a key being written would be
+      // read at its previous generation, so wait for every write first.
+      finish_grad_writes(s);
+      const std::string key = key_of(u, g, a);
+      const std::uint64_t bytes = (sg.end - sg.begin) * e;
+      open.buffer = off.host.acquire(bytes, MemCategory::unsharded);
+      if (dir.find(key) != nullptr) {
+        SwapBatch read = dir.read(key, open.buffer.capacity_span());
+        timed_wait(s, read, false);
+        off.total.bytes_read += bytes;
+      } else {
+        std::memset(open.buffer.data(), 0, bytes);
+      }
+      open.unit = u;
+      open.subgroup = g;
+      open.bytes = bytes;
     }
-    std::byte* part = buf.data() + (lo - sg.begin) * e;
+    std::byte* part = open.buffer.data() + (lo - sg.begin) * e;
     kernels::accumulate_cast(part, dt, static_cast<const std::byte*>(src) + (lo - at) * se, src_type, hi - lo, scale);
     if (s.boundary()) {
       const kernels::GradStats st = kernels::grad_stats(part, dt, hi - lo);
       us.offloaded_grad_stats.sum_of_squares += st.sum_of_squares;
       us.offloaded_grad_stats.nonfinite += st.nonfinite;
     }
-    SwapBatch batch = dir.write(key, buf.capacity_span(), bytes);
-    off.total.bytes_written += bytes;
-    off.grad_writes.push_back(PendingGradWrite{std::move(buf), std::move(batch)});
   }
+}
+
+// Starts writing the open gradient sub-group back (into grad_writes).
+void flush_open_grad(EngineState& s) {
+  OffloadRuntime& off = *s.offload;
+  OpenGradSubGroup& open = off.open_grad;
+  if (!open.buffer.valid()) return;
+  HostBuffer buf = std::move(open.buffer);
+  const UnitId u = open.unit;
+  open.unit = -1;
+  SwapBatch batch = off.optimizer_dir->write(key_of(u, open.subgroup, {ArrayKind::grad}), buf.capacity_span(),
+                                             open.bytes);
+  off.total.bytes_written += open.bytes;
+  off.grad_writes.push_back(PendingGradWrite{std::move(buf), std::move(batch)});
 }
 
 }  // namespace
@@ -441,6 +459,7 @@ void prefetch_param(EngineState& s, UnitId u) {
 
 void finish_grad_writes(EngineState& s) {
   if (!s.offload) return;
+  flush_open_grad(s);
   auto& q = s.offload->grad_writes;
   while (!q.empty()) {
     // Pop first: a throwing wait must not be retried by a later call.
@@ -452,6 +471,7 @@ void finish_grad_writes(EngineState& s) {
 
 void clear_offloaded_grads(EngineState& s) {
   if (!s.offload || !s.offload->optimizer_dir || s.stage() < 2) return;
+  s.offload->open_grad = {};  // discarded, not written
   finish_grad_writes(s);
   for (UnitId u = 0; u < static_cast<UnitId>(s.units.size()); ++u) {
     UnitState& us = s.unit(u);

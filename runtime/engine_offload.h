@@ -63,6 +63,16 @@ struct PendingGradWrite {
   SwapBatch batch;
 };
 
+/// The gradient sub-group being accumulated in memory: consecutive reduced
+/// blocks of one sub-group (small reduction buckets) cost one read and one
+/// write, not one each.
+struct OpenGradSubGroup {
+  UnitId unit = -1;  ///< -1: none open
+  std::size_t subgroup = 0;
+  std::uint64_t bytes = 0;  ///< logical bytes of the sub-group
+  HostBuffer buffer;
+};
+
 /// What the engine holds for its offload tiers. Created by finalize() when
 /// any tier is host or nvme. Not thread safe (the engine's thread).
 struct OffloadRuntime {
@@ -83,6 +93,7 @@ struct OffloadRuntime {
   std::unique_ptr<IoEngine> io;        ///< null without nvme tiers
   std::unique_ptr<SwapDirectory> optimizer_dir;
   std::unique_ptr<SwapDirectory> param_dir;
+  OpenGradSubGroup open_grad;
   std::deque<PendingGradWrite> grad_writes;
   int params_staged = 0;               ///< param_stage buffers held now
   std::string deferred_error;          ///< first swap I/O error of the reductions

@@ -28,11 +28,16 @@
 //    block max(1, allgather_bucket_size / world size)) of the updated shards;
 //    a bucket that is exactly one unit is gathered in place.
 // Every element goes through the same casts and the same collective
-// (all-reduce or reduce-scatter over the same ranks) as without buckets, and
-// MPI combines an element's operands in an order that does not depend on its
-// position in the message (Open MPI's libnbc: in-place all-reduce and
-// reduce_scatter_block use one fixed tree), so results are bitwise the same
-// for every bucket size (tests/runtime/test_grad_buckets.cpp).
+// (all-reduce or reduce-scatter over the same ranks) as without buckets.
+// Whether the sums are bitwise the same for every bucket size depends on
+// the order MPI adds an element's operands in: libnbc's reduce_scatter_block
+// and its tree all-reduce use one fixed order (bitwise equal, tested in
+// tests/runtime/test_grad_buckets.cpp), but the ring all-reduce that
+// comm/mpi selects for messages of 64 KiB and more (mpi_nbc_tuning.h) starts
+// each element's sum at a rank that depends on its position in the message,
+// so at world sizes >= 3 stage 0/1 results may differ in the last bits
+// between bucket sizes that put a gradient in messages of different sizes.
+// For a given configuration the results are deterministic.
 // With overlap_comm, at most kMaxBucketsInFlight buckets are in flight
 // (bounding memory) and finished ones are retired whenever a bucket starts;
 // without it each bucket completes before the call that started it returns.
