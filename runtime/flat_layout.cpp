@@ -15,7 +15,9 @@ std::size_t UnitInfo::logical_in_shard(int r) const {
 
 UnitId FlatLayout::add_unit(std::string name) {
   ZS_CHECK(world_size_ == 0, "add_unit(\"{}\") after finalize()", name);
-  units_.push_back(UnitInfo{.name = std::move(name)});
+  UnitInfo info;
+  info.name = std::move(name);
+  units_.push_back(std::move(info));
   return static_cast<UnitId>(units_.size() - 1);
 }
 

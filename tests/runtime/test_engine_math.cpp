@@ -7,6 +7,7 @@
 #include <vector>
 
 #include <doctest/doctest.h>
+#include <fmt/format.h>
 
 #include "runtime/engine.h"
 #include "tests/support/test_world.h"
@@ -101,11 +102,11 @@ void check_shapes(const std::vector<std::vector<std::int64_t>>& shapes, const st
     const GroupId g1 = e.add_param_group("second", {.lr = 5e-3f, .weight_decay = 0.0f});
     std::vector<UnitId> units;
     for (int u = 0; u <= *std::max_element(unit_of.begin(), unit_of.end()); ++u) {
-      units.push_back(e.add_unit("unit" + std::to_string(u)));
+      units.push_back(e.add_unit(fmt::format("unit{}", u)));
     }
     std::vector<ParamId> ids;
     for (std::size_t p = 0; p < shapes.size(); ++p) {
-      ids.push_back(e.add_parameter(units[unit_of[p]], "p" + std::to_string(p), shapes[p], group_of[p] ? g1 : 0));
+      ids.push_back(e.add_parameter(units[unit_of[p]], fmt::format("p{}", p), shapes[p], group_of[p] ? g1 : 0));
     }
     e.finalize();
     // Reference state, full and unsharded.
@@ -137,7 +138,7 @@ void check_shapes(const std::vector<std::vector<std::int64_t>>& shapes, const st
     for (std::size_t p = 0; p < shapes.size(); ++p) {
       CAPTURE(p);
       CHECK(e.layout().param(ids[p]).shape == shapes[p]);
-      check_close(e.gather_parameter(ids[p]), ref[p], 1e-6, 1e-7, "p" + std::to_string(p));
+      check_close(e.gather_parameter(ids[p]), ref[p], 1e-6, 1e-7, fmt::format("p{}", p));
     }
   }
 }

@@ -17,6 +17,7 @@
 #include <vector>
 
 #include <doctest/doctest.h>
+#include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
 #include "core/error.h"
@@ -85,11 +86,11 @@ RunResult train(const EngineConfig& cfg) {
   std::vector<UnitId> units;
   std::vector<std::vector<ParamId>> params;
   for (std::size_t u = 0; u < kUnits.size(); ++u) {
-    units.push_back(e.add_unit("u" + std::to_string(u)));
+    units.push_back(e.add_unit(fmt::format("u{}", u)));
     params.emplace_back();
     for (std::size_t k = 0; k < kUnits[u].size(); ++k) {
       params.back().push_back(
-          e.add_parameter(units.back(), "u" + std::to_string(u) + ".p" + std::to_string(k), {kUnits[u][k]}));
+          e.add_parameter(units.back(), fmt::format("u{}.p{}", u, k), {kUnits[u][k]}));
     }
   }
   e.finalize();
