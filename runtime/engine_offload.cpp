@@ -97,19 +97,15 @@ std::string array_name(ArrayRef a) {
   return "?";
 }
 
-SwapDirectory& dir_of(EngineState& s, ArrayRef a) { return *swap_dir(s, a); }
-
-std::string key_of(UnitId u, std::size_t g, ArrayRef a) { return swap_key(u, g, a); }
-
 // Items reading (or writing) every sub-group file of array a of unit u
 // from (into) `buf`; for reads, sub-groups never written are zeroed instead.
 std::vector<SwapItem> unit_items(EngineState& s, UnitId u, ArrayRef a, std::byte* buf, bool reading,
                                  std::vector<std::string>& keys) {
   const UnitState& us = s.unit(u);
   const std::size_t e = dtype_size(array_dtype(s, a));
-  SwapDirectory& dir = dir_of(s, a);
+  SwapDirectory& dir = *swap_dir(s, a);
   keys.clear();
-  for (std::size_t g = 0; g < us.subgroups.size(); ++g) keys.push_back(key_of(u, g, a));
+  for (std::size_t g = 0; g < us.subgroups.size(); ++g) keys.push_back(swap_key(u, g, a));
   std::vector<SwapItem> items;
   for (std::size_t g = 0; g < us.subgroups.size(); ++g) {
     const SubGroup& sg = us.subgroups[g];
@@ -277,9 +273,7 @@ std::size_t array_numel(const EngineState& s, UnitId u, ArrayRef a) {
   }
 }
 
-namespace {
-
-std::byte* resident(EngineState& s, UnitId u, ArrayRef a) {
+std::byte* resident_data(EngineState& s, UnitId u, ArrayRef a) {
   UnitState& us = s.unit(u);
   switch (a.kind) {
     case ArrayKind::params: return static_cast<std::byte*>(us.params.data());
@@ -291,16 +285,14 @@ std::byte* resident(EngineState& s, UnitId u, ArrayRef a) {
   return nullptr;
 }
 
-}  // namespace
-
 void* read_array(EngineState& s, UnitId u, ArrayRef a, HostBuffer& holder) {
-  if (array_tier(s, u, a) != MemTier::nvme) return resident(s, u, a);
+  if (array_tier(s, u, a) != MemTier::nvme) return resident_data(s, u, a);
   if (a.kind == ArrayKind::grad) finish_grad_writes(s);
   const std::size_t bytes = array_numel(s, u, a) * dtype_size(array_dtype(s, a));
   holder = s.offload->host.acquire(bytes, MemCategory::unsharded);
   std::vector<std::string> keys;
   const auto items = unit_items(s, u, a, holder.data(), true, keys);
-  SwapBatch batch = dir_of(s, a).read(items);
+  SwapBatch batch = swap_dir(s, a)->read(items);
   timed_wait(s, batch, false);
   s.offload->total.bytes_read += item_bytes(items);
   return holder.data();
@@ -309,7 +301,7 @@ void* read_array(EngineState& s, UnitId u, ArrayRef a, HostBuffer& holder) {
 void store_array(EngineState& s, UnitId u, ArrayRef a, const void* src) {
   const std::size_t bytes = array_numel(s, u, a) * dtype_size(array_dtype(s, a));
   if (array_tier(s, u, a) != MemTier::nvme) {
-    std::byte* dst = resident(s, u, a);
+    std::byte* dst = resident_data(s, u, a);
     if (dst != src && bytes > 0) std::memcpy(dst, src, bytes);
     return;
   }
@@ -318,7 +310,7 @@ void store_array(EngineState& s, UnitId u, ArrayRef a, const void* src) {
   if (bytes > 0) std::memcpy(buf.data(), src, bytes);
   std::vector<std::string> keys;
   const auto items = unit_items(s, u, a, buf.data(), false, keys);
-  SwapBatch batch = dir_of(s, a).write(items);
+  SwapBatch batch = swap_dir(s, a)->write(items);
   timed_wait(s, batch, true);
   s.offload->total.bytes_written += item_bytes(items);
 }
@@ -386,7 +378,7 @@ void accumulate_offloaded_grad_or_throw(EngineState& s, UnitId u, std::size_t at
       // Write back the sub-group held so far; a key being written would be
       // read at its previous generation, so wait for every write first.
       finish_grad_writes(s);
-      const std::string key = key_of(u, g, a);
+      const std::string key = swap_key(u, g, a);
       const std::uint64_t bytes = (sg.end - sg.begin) * e;
       open.buffer = off.host.acquire(bytes, MemCategory::unsharded);
       if (dir.find(key) != nullptr) {
@@ -418,7 +410,7 @@ void flush_open_grad(EngineState& s) {
   HostBuffer buf = std::move(open.buffer);
   const UnitId u = open.unit;
   open.unit = -1;
-  SwapBatch batch = off.optimizer_dir->write(key_of(u, open.subgroup, {ArrayKind::grad}), buf.capacity_span(),
+  SwapBatch batch = off.optimizer_dir->write(swap_key(u, open.subgroup, {ArrayKind::grad}), buf.capacity_span(),
                                              open.bytes);
   off.total.bytes_written += open.bytes;
   off.grad_writes.push_back(PendingGradWrite{std::move(buf), std::move(batch)});
@@ -477,14 +469,14 @@ void clear_offloaded_grads(EngineState& s) {
     UnitState& us = s.unit(u);
     us.offloaded_grad_stats = {};
     if (us.optimizer_tier != MemTier::nvme) continue;
-    for (std::size_t g = 0; g < us.subgroups.size(); ++g) s.offload->optimizer_dir->remove(key_of(u, g, {ArrayKind::grad}));
+    for (std::size_t g = 0; g < us.subgroups.size(); ++g) s.offload->optimizer_dir->remove(swap_key(u, g, {ArrayKind::grad}));
   }
 }
 
 kernels::GradStats unit_grad_stats(EngineState& s, UnitId u) {
   if (array_tier(s, u, {ArrayKind::grad}) == MemTier::nvme) return s.unit(u).offloaded_grad_stats;
   const std::size_t first = s.stage() < 2 ? static_cast<std::size_t>(s.rank()) * s.info(u).shard : 0;
-  const std::byte* g = resident(s, u, {ArrayKind::grad}) + first * dtype_size(s.dtype());
+  const std::byte* g = resident_data(s, u, {ArrayKind::grad}) + first * dtype_size(s.dtype());
   return kernels::grad_stats(g, s.dtype(), s.info(u).shard);
 }
 

@@ -115,6 +115,9 @@ MemTier array_tier(const EngineState& s, UnitId u, ArrayRef a);
 /// Elements of array a of unit u on this rank (full or shard, by stage).
 std::size_t array_numel(const EngineState& s, UnitId u, ArrayRef a);
 
+/// Element 0 of array a of unit u in memory (its resident buffer; empty
+/// when the array is on nvme).
+std::byte* resident_data(EngineState& s, UnitId u, ArrayRef a);
 /// Whole array a of unit u readable in memory: a pointer into the resident
 /// buffer, or `holder` filled from the swap files. Throws IoError.
 void* read_array(EngineState& s, UnitId u, ArrayRef a, HostBuffer& holder);

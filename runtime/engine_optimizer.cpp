@@ -60,25 +60,21 @@ void update_view(EngineState& s, UnitId u, std::int64_t step, float grad_scale, 
 // Unit u's resident arrays over [begin, end), or nullptr where an array is
 // on nvme (the pipeline supplies those).
 UpdateView resident_view(EngineState& s, UnitId u, std::size_t begin, std::size_t end) {
-  UnitState& us = s.unit(u);
-  const DType dt = s.dtype();
-  const std::size_t e = dtype_size(dt);
-  // Element 0 of the update index space inside full buffers.
+  // Element 0 of the update index space inside full buffers (0 at stage 0).
   const std::size_t base = s.stage() == 0 ? 0 : static_cast<std::size_t>(s.rank()) * s.info(u).shard;
+  auto at = [&](ArrayRef a) -> std::byte* {
+    if (array_tier(s, u, a) == MemTier::nvme) return nullptr;
+    const std::size_t first = array_numel(s, u, a) == s.info(u).padded ? base : 0;
+    return resident_data(s, u, a) + (first + begin) * dtype_size(array_dtype(s, a));
+  };
   UpdateView v;
   v.begin = begin;
   v.end = end;
-  auto at = [&](ArrayRef a, void* data, std::size_t first, std::size_t size) -> std::byte* {
-    if (array_tier(s, u, a) == MemTier::nvme) return nullptr;
-    return static_cast<std::byte*>(data) + (first + begin) * size;
-  };
-  v.params = at({ArrayKind::params}, us.params.data(), s.stage() < 3 ? base : 0, e);
-  v.grads = at({ArrayKind::grad}, s.stage() < 2 ? us.grad_full.data() : us.grad_shard.data(),
-               s.stage() < 2 ? base : 0, e);
-  if (s.mixed()) v.master = reinterpret_cast<float*>(at({ArrayKind::master}, us.master.data(), 0, sizeof(float)));
-  for (std::size_t k = 0; k < us.states.size(); ++k) {
-    v.states.push_back(
-        reinterpret_cast<float*>(at({ArrayKind::state, static_cast<int>(k)}, us.states[k].data(), 0, sizeof(float))));
+  v.params = at({ArrayKind::params});
+  v.grads = at({ArrayKind::grad});
+  if (s.mixed()) v.master = reinterpret_cast<float*>(at({ArrayKind::master}));
+  for (std::size_t k = 0; k < s.unit(u).states.size(); ++k) {
+    v.states.push_back(reinterpret_cast<float*>(at({ArrayKind::state, static_cast<int>(k)})));
   }
   return v;
 }

@@ -14,11 +14,6 @@ namespace zeroshard {
 
 namespace {
 
-
-bool is_boundary(const EngineState& s) {
-  return (s.micro_steps + 1) % s.config.gradient_accumulation_steps == 0;
-}
-
 // Stage 3: starts the all-gather of unit u's shards into a leased full buffer.
 void start_gather(EngineState& s, UnitId u) {
   UnitState& us = s.unit(u);
@@ -171,14 +166,14 @@ void Engine::reduce_gradients(UnitId u) {
   ZS_CHECK(!us.reduced, "reduce_gradients(\"{}\") called twice in one micro-batch", s.info(u).name);
   us.reduced = true;
   // Stages 2/3 every micro-batch, 0/1 at the boundary: into the buckets.
-  if (s.stage() >= 2 || is_boundary(s)) reduce_unit_in_buckets(s, u);
+  if (s.stage() >= 2 || s.boundary()) reduce_unit_in_buckets(s, u);
 }
 
 StepResult Engine::step() {
   EngineState& s = *s_;
   ZS_CHECK(s.finalized, "step() before finalize()");
   StepResult result;
-  result.boundary = is_boundary(s);
+  result.boundary = s.boundary();
   result.loss_scale = loss_scale();
   finish_reductions(s, result.boundary);
   ++s.micro_steps;
