@@ -29,8 +29,6 @@ std::string_view optimizer_state_name(const OptimizerHyper& hyper, int index) {
   return index == 0 ? "exp_avg" : "exp_avg_sq";
 }
 
-namespace {
-
 kernels::AdamScalars adam_scalars(const OptimizerHyper& h, float lr, float wd, std::int64_t step,
                                   float grad_scale) {
   kernels::AdamScalars s;
@@ -61,6 +59,8 @@ kernels::SgdScalars sgd_scalars(const OptimizerHyper& h, float lr, float wd, std
   s.first_step = step == 1;
   return s;
 }
+
+namespace {
 
 template <bool kReference>
 void update(const OptimizerHyper& h, float lr, float wd, std::int64_t step, float grad_scale,

@@ -19,6 +19,8 @@
 #include <string_view>
 
 #include "core/dtype.h"
+#include "kernels/cpu/adam.h"
+#include "kernels/cpu/sgd.h"
 
 namespace zeroshard {
 
@@ -49,6 +51,17 @@ int optimizer_state_count(const OptimizerHyper& hyper);
 
 /// Names of those state arrays ("exp_avg", "exp_avg_sq", "momentum_buffer").
 std::string_view optimizer_state_name(const OptimizerHyper& hyper, int index);
+
+/// The per-call scalars of an Adam/AdamW update at 1-based `step`, derived
+/// as torch does (bias corrections 1 - beta^step in double, rounded to
+/// float); what optimizer_update passes to kernels/cpu/adam.h and the
+/// engine's CUDA path to kernels/cuda/adam.h.
+kernels::AdamScalars adam_scalars(const OptimizerHyper& h, float lr, float weight_decay, std::int64_t step,
+                                  float grad_scale);
+/// The per-call scalars of an SGD update at 1-based `step` (first_step
+/// when step == 1).
+kernels::SgdScalars sgd_scalars(const OptimizerHyper& h, float lr, float weight_decay, std::int64_t step,
+                                float grad_scale);
 
 /// Applies one update to n contiguous elements.
 ///  - param: fp32 values, updated in place (the master weights);

@@ -1,6 +1,5 @@
 #include "runtime/buffer_pool.h"
 
-#include <cstring>
 
 namespace zeroshard {
 
@@ -20,7 +19,7 @@ PoolLease& PoolLease::operator=(PoolLease&& o) noexcept {
 void PoolLease::release() {
   if (pool_ != nullptr) pool_->give_back(std::move(buf_), n_ * dtype_size(dtype_));
   pool_ = nullptr;
-  buf_.reset();
+  buf_ = DeviceArray{};
   n_ = 0;
 }
 
@@ -35,27 +34,28 @@ PoolLease BufferPool::acquire(std::size_t numel, DType dtype, bool zero) {
   // Smallest cached buffer that fits and is not more than twice the request.
   auto best = free_.end();
   for (auto it = free_.begin(); it != free_.end(); ++it) {
-    const std::size_t s = (*it)->size();
-    if (s >= bytes && s <= 2 * bytes && (best == free_.end() || s < (*best)->size())) best = it;
+    const std::size_t s = it->bytes();
+    if (s >= bytes && s <= 2 * bytes && (best == free_.end() || s < best->bytes())) best = it;
   }
   if (best != free_.end()) {
     lease.buf_ = std::move(*best);
     free_.erase(best);
-    if (zero) std::memset(lease.buf_->data(), 0, bytes);
+    if (zero) ops_.zero(lease.buf_.data(), bytes);
   } else {
-    lease.buf_ = std::make_unique<AlignedBuffer<std::byte>>(bytes);  // zeroed by construction
-    reserved_ += bytes;
+    // f64 elements: 8-byte granules, zeroed by construction.
+    lease.buf_ = ops_.allocate((bytes + 7) / 8, DType::f64);
+    reserved_ += lease.buf_.bytes();
   }
   return lease;
 }
 
-void BufferPool::give_back(std::unique_ptr<AlignedBuffer<std::byte>> buf, std::uint64_t bytes) {
+void BufferPool::give_back(DeviceArray buf, std::uint64_t bytes) {
   ledger_.remove(MemCategory::unsharded, MemTier::device, bytes);
-  if (buf) free_.push_back(std::move(buf));
+  if (!buf.empty()) free_.push_back(std::move(buf));
 }
 
 void BufferPool::trim() {
-  for (auto& b : free_) reserved_ -= b->size();
+  for (auto& b : free_) reserved_ -= b.bytes();
   free_.clear();
 }
 

@@ -2,7 +2,8 @@
 // gathered parameters, full gradients before a reduce-scatter, receive and
 // conversion buffers of reductions).
 //
-// Buffers are allocated once (pre-faulted, see core/aligned_buffer.h) and
+// Buffers live in the engine's compute device memory (runtime/device_ops.h:
+// host memory, pre-faulted, or GPU memory). They are allocated once and
 // kept for reuse after release, so a steady-state step never allocates. A
 // released buffer is handed out again for any request of the same or a
 // smaller size within 2x; the cache keeps every buffer it allocated (the
@@ -14,8 +15,8 @@
 #include <memory>
 #include <vector>
 
-#include "core/aligned_buffer.h"
 #include "core/memory_ledger.h"
+#include "runtime/device_ops.h"
 
 namespace zeroshard {
 
@@ -33,7 +34,8 @@ class PoolLease {
   PoolLease& operator=(const PoolLease&) = delete;
   ~PoolLease() { release(); }
 
-  void* data() const { return buf_ ? buf_->data() : nullptr; }
+  /// Element 0, in the pool's DeviceOps memory space (nullptr for 0 elements).
+  void* data() const { return buf_.data(); }
   /// Address of element i.
   void* at(std::size_t i) const { return static_cast<std::byte*>(data()) + i * dtype_size(dtype_); }
   template <class T>
@@ -51,19 +53,20 @@ class PoolLease {
  private:
   friend class BufferPool;
   BufferPool* pool_ = nullptr;
-  std::unique_ptr<AlignedBuffer<std::byte>> buf_;
+  DeviceArray buf_;
   std::size_t n_ = 0;
   DType dtype_ = DType::f32;
 };
 
-/// Caching pool of byte buffers, accounted in a MemoryLedger under
+/// Caching pool of byte buffers from a DeviceOps, accounted in a MemoryLedger under
 /// MemCategory::unsharded (bytes leased now; the peak is the working set).
 /// Not thread safe: used by the thread driving the engine.
 class BufferPool {
  public:
-  explicit BufferPool(MemoryLedger& ledger) : ledger_(ledger) {}
+  /// `ledger` and `ops` must outlive the pool.
+  BufferPool(MemoryLedger& ledger, DeviceOps& ops) : ledger_(ledger), ops_(ops) {}
   /// Leases numel elements of dtype; zeroed when `zero` is true. Throws
-  /// std::bad_alloc.
+  /// what DeviceOps::allocate throws.
   PoolLease acquire(std::size_t numel, DType dtype, bool zero);
   /// Bytes of all buffers the pool owns (leased or cached).
   std::uint64_t reserved_bytes() const { return reserved_; }
@@ -72,9 +75,10 @@ class BufferPool {
 
  private:
   friend class PoolLease;
-  void give_back(std::unique_ptr<AlignedBuffer<std::byte>> buf, std::uint64_t bytes);
+  void give_back(DeviceArray buf, std::uint64_t bytes);
   MemoryLedger& ledger_;
-  std::vector<std::unique_ptr<AlignedBuffer<std::byte>>> free_;
+  DeviceOps& ops_;
+  std::vector<DeviceArray> free_;
   std::uint64_t reserved_ = 0;
 };
 

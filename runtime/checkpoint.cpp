@@ -115,7 +115,7 @@ std::string Engine::save_checkpoint(const std::string& save_dir, const json& cli
   const std::string final_dir = save_dir + "/" + tag, tmp_dir = save_dir + "/.tmp-" + tag;
   const int r = s.rank();
 
-  run_agreed(s.comm, [&] {
+  run_agreed(s.host_comm, [&] {
     if (r != 0) return;
     fs::create_directories(save_dir);
     fs::remove_all(tmp_dir);  // left by a save that was killed
@@ -123,7 +123,7 @@ std::string Engine::save_checkpoint(const std::string& save_dir, const json& cli
   });
 
   double file_info[2] = {0, 0};  // crc32, bytes of this rank's file
-  run_agreed(s.comm, [&] {
+  run_agreed(s.host_comm, [&] {
     CheckpointWriter w(tmp_dir + "/" + rank_file_name(r));
     const std::size_t ntensors = checkpoint_tensor_names(s.config.optimizer).size();
     for (UnitId u = 0; u < static_cast<UnitId>(s.units.size()); ++u) {
@@ -143,8 +143,8 @@ std::string Engine::save_checkpoint(const std::string& save_dir, const json& cli
   });
 
   std::vector<double> all_info(2 * static_cast<std::size_t>(s.world()));
-  s.comm.all_gather(file_info, all_info.data(), 2, DType::f64);
-  run_agreed(s.comm, [&] {
+  s.host_comm.all_gather(file_info, all_info.data(), 2, DType::f64);
+  run_agreed(s.host_comm, [&] {
     if (r != 0) return;
     Manifest m = make_manifest(s, tag, client_state);
     for (int q = 0; q < s.world(); ++q) {
@@ -182,11 +182,10 @@ std::vector<float> Engine::gather_optimizer_state(ParamId p, int index) {
            index);
   HostBuffer holder;
   const float* full = static_cast<const float*>(read_array(s, info.unit, {ArrayKind::state, index}, holder));
-  PoolLease lease;
+  std::vector<std::byte> gathered;
   if (s.stage() != 0) {
-    lease = s.pool.acquire(s.info(info.unit).padded, DType::f32, false);
-    s.comm.all_gather(full, lease.data(), s.info(info.unit).shard, DType::f32);
-    full = lease.as<float>();
+    gathered = gather_host(s, info.unit, full, DType::f32);
+    full = reinterpret_cast<const float*>(gathered.data());
   }
   return std::vector<float>(full + info.offset, full + info.offset + info.numel);
 }

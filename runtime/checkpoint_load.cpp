@@ -5,6 +5,7 @@
 #include <map>
 #include <set>
 
+#include "core/aligned_buffer.h"
 #include "core/error.h"
 #include "runtime/collective_error.h"
 #include "kernels/cpu/cast.h"
@@ -124,7 +125,7 @@ json Engine::load_checkpoint(const std::string& save_dir, const std::string& tag
   ZS_CHECK(s.finalized, "load_checkpoint() before finalize()");
   std::string tag = tag_in;
   Manifest m;
-  run_agreed(s.comm, [&] {
+  run_agreed(s.host_comm, [&] {
     if (tag.empty()) {
       tag = read_text_file(save_dir + "/latest");
       while (!tag.empty() && (tag.back() == '\n' || tag.back() == ' ')) tag.pop_back();
@@ -145,7 +146,7 @@ json Engine::load_checkpoint(const std::string& save_dir, const std::string& tag
 
   const int r = s.rank(), stage = s.stage();
   std::vector<LoadedUnit> loaded(s.units.size());
-  run_agreed(s.comm, [&] {
+  run_agreed(s.host_comm, [&] {
     TensorReader reader(m, dir);
     for (std::size_t u = 0; u < s.units.size(); ++u) {
       const UnitInfo& info = s.info(static_cast<UnitId>(u));
@@ -188,21 +189,14 @@ json Engine::load_checkpoint(const std::string& save_dir, const std::string& tag
     us.grad_lease.release();
     us.unshard_count = 0;
     us.reduced = false;
-    us.grad_full.zero();
-    us.grad_shard.zero();
-    // Arrays on an nvme tier go to their swap files; the others move in.
+    s.ops->zero(us.grad_full.data(), us.grad_full.bytes());
+    s.ops->zero(us.grad_shard.data(), us.grad_shard.bytes());
+    // Into the resident buffers (on the compute device) or the swap files.
     LoadedUnit& lu = loaded[u];
-    auto commit = [&](ArrayRef a, auto& dst, auto& src) {
-      if (array_tier(s, id, a) == MemTier::nvme) {
-        store_array(s, id, a, src.data());
-      } else {
-        dst = std::move(src);
-      }
-    };
-    commit({ArrayKind::params}, us.params, lu.params);
-    if (s.mixed()) commit({ArrayKind::master}, us.master, lu.master);
+    store_array(s, id, {ArrayKind::params}, lu.params.data());
+    if (s.mixed()) store_array(s, id, {ArrayKind::master}, lu.master.data());
     for (std::size_t k = 0; k < us.states.size(); ++k) {
-      commit({ArrayKind::state, static_cast<int>(k)}, us.states[k], lu.states[k]);
+      store_array(s, id, {ArrayKind::state, static_cast<int>(k)}, lu.states[k].data());
     }
   }
   s.optimizer_steps = m.optimizer_steps;

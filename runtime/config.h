@@ -69,6 +69,13 @@
 
 namespace zeroshard {
 
+/// Where an Engine keeps parameters, gradients and optimizer state and runs
+/// its element-wise work: cpu (host memory, kernels/cpu) or cuda (GPU
+/// memory, kernels/cuda, collectives on NCCL). Chosen by the Engine
+/// constructor, not by the ds_config file (DeepSpeed takes it from the
+/// model's torch device). See [Note: compute device] in runtime/device_ops.h.
+enum class ComputeDevice { cpu, cuda };
+
 /// zero_optimization section.
 struct ZeroConfig {
   int stage = 0;  ///< 0 (DDP), 1 (P_os), 2 (P_os+g), 3 (P_os+g+p)

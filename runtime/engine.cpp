@@ -22,9 +22,42 @@ double EngineState::lr_at(GroupId g, std::int64_t k) const {
                                 groups[static_cast<std::size_t>(g)].lr);
 }
 
+namespace {
+
+// Checks that the configuration fits the compute device before anything is
+// allocated on it.
+void check_device_config(const EngineConfig& config, Communicator& nccl, Communicator& host) {
+  config.validate_for_world(host.world_size());
+  if (nccl.world_size() != host.world_size() || nccl.rank() != host.rank()) {
+    throw ConfigError(fmt::format(
+        "cuda engine: the device communicator (rank {} of {}) and the host communicator (rank {} of {}) must "
+        "span the same ranks in the same order",
+        nccl.rank(), nccl.world_size(), host.rank(), host.world_size()));
+  }
+  if (config.offload.optimizer.device != OffloadDevice::none || config.offload.param.device != OffloadDevice::none) {
+    throw ConfigError(fmt::format(
+        "{}: zero_optimization.offload_optimizer / offload_param are not available on the cuda compute device "
+        "yet; use the cpu engine (Engine(config, comm)) for offload",
+        config.source));
+  }
+}
+
+}  // namespace
+
 Engine::Engine(const EngineConfig& config, Communicator& comm)
-    : s_(std::make_unique<EngineState>(config, comm)) {
-  config.validate_for_world(comm.world_size());
+    : s_(std::make_unique<EngineState>(config, comm, comm, make_cpu_ops())) {
+  init();
+}
+
+Engine::Engine(const EngineConfig& config, Communicator& nccl, Communicator& host)
+    : s_((check_device_config(config, nccl, host),
+          std::make_unique<EngineState>(config, nccl, host, make_cuda_ops(nccl)))) {
+  init();
+}
+
+void Engine::init() {
+  const EngineConfig& config = s_->config;
+  config.validate_for_world(s_->comm.world_size());
   if (config.compute_dtype == DType::f16) s_->scaler = LossScaler(config.loss_scale);
   s_->groups.push_back(
       GroupState{.name = "default", .lr = config.optimizer.lr, .weight_decay = config.optimizer.weight_decay});
@@ -77,19 +110,20 @@ void Engine::finalize() {
       return array_tier(s, u, {k}) == MemTier::nvme ? 0 : n;
     };
     const std::uint64_t pn = stage < 3 ? full : shard, pp = stage < 3 ? full_pad : shard_pad;
-    us.params = TypedBuffer(resident(ArrayKind::params, pn), dt);
+    DeviceOps& ops = *s.ops;
+    us.params = ops.allocate(resident(ArrayKind::params, pn), dt);
     s.ledger.add(MemCategory::parameters, array_tier(s, u, {ArrayKind::params}), pn * e, pp * e);
     const std::uint64_t gn = stage < 2 ? full : shard, gp = stage < 2 ? full_pad : shard_pad;
-    (stage < 2 ? us.grad_full : us.grad_shard) = TypedBuffer(resident(ArrayKind::grad, gn), dt);
+    (stage < 2 ? us.grad_full : us.grad_shard) = ops.allocate(resident(ArrayKind::grad, gn), dt);
     s.ledger.add(MemCategory::gradients, array_tier(s, u, {ArrayKind::grad}), gn * e, gp * e);
     const std::uint64_t on = stage == 0 ? full : shard, op = stage == 0 ? full_pad : shard_pad;
     const MemTier ot = array_tier(s, u, {ArrayKind::master});
     if (s.mixed()) {
-      us.master = AlignedBuffer<float>(resident(ArrayKind::master, on));
+      us.master = ops.allocate(resident(ArrayKind::master, on), DType::f32);
       s.ledger.add(MemCategory::master_weights, ot, on * f, op * f);
     }
     for (int k = 0; k < nstates; ++k) {
-      us.states.emplace_back(resident(ArrayKind::state, on));
+      us.states.push_back(ops.allocate(resident(ArrayKind::state, on), DType::f32));
       s.ledger.add(MemCategory::optimizer_states, ot, on * f, op * f);
     }
     if (stage == 0) {
@@ -122,6 +156,46 @@ void copy_window(void* dst, DType dst_type, std::size_t begin, std::size_t n, co
 
 }  // namespace
 
+namespace {
+
+// Runs edit(host pointer) on `bytes` bytes of compute-device memory at p:
+// in place on the cpu device, through a host copy on a GPU.
+template <class Edit>
+void edit_device_bytes(EngineState& s, void* p, std::size_t bytes, Edit&& edit) {
+  if (s.ops->device() == ComputeDevice::cpu) {
+    edit(p);
+    return;
+  }
+  std::vector<std::byte> host(bytes);
+  s.ops->download(host.data(), p, bytes);
+  edit(static_cast<void*>(host.data()));
+  s.ops->upload(p, host.data(), bytes);
+}
+
+std::vector<float> widen_host(const void* full, DType t, const ParamInfo& p) {
+  std::vector<float> out(p.numel);
+  kernels::cast(out.data(), DType::f32, static_cast<const std::byte*>(full) + p.offset * dtype_size(t), t, p.numel);
+  return out;
+}
+
+// Parameter p's values (in t) out of a full flat buffer in device memory.
+std::vector<float> widen(EngineState& s, const void* full, DType t, const ParamInfo& p) {
+  std::vector<std::byte> host(p.numel * dtype_size(t));
+  s.ops->download(host.data(), static_cast<const std::byte*>(full) + p.offset * dtype_size(t), host.size());
+  ParamInfo at0 = p;
+  at0.offset = 0;
+  return widen_host(host.data(), t, at0);
+}
+
+}  // namespace
+
+std::vector<std::byte> gather_host(EngineState& s, UnitId u, const void* shard, DType t) {
+  const UnitInfo& info = s.info(u);
+  std::vector<std::byte> full(info.padded * dtype_size(t));
+  s.host_comm.all_gather(shard, full.data(), info.shard, t);
+  return full;
+}
+
 void Engine::set_parameter(ParamId p, std::span<const float> values) {
   EngineState& s = *s_;
   ZS_CHECK(s.finalized, "set_parameter() before finalize()");
@@ -131,10 +205,13 @@ void Engine::set_parameter(ParamId p, std::span<const float> values) {
   UnitState& us = s.unit(info.unit);
   const UnitInfo& u = s.info(info.unit);
   const std::size_t shard_begin = static_cast<std::size_t>(s.rank()) * u.shard;
-  // Read, modify, store: arrays on nvme are swapped in for the change.
+  // Read, modify, store: arrays on nvme are swapped in for the change,
+  // arrays on a GPU copied through host memory.
   HostBuffer holder;
   if (s.stage() < 3) {
-    copy_window(us.params.data(), s.dtype(), 0, u.padded, info, values);
+    void* full = read_array(s, info.unit, {ArrayKind::params}, holder);
+    copy_window(full, s.dtype(), 0, u.padded, info, values);
+    store_array(s, info.unit, {ArrayKind::params}, full);
   } else {
     if (us.gathered.valid()) us.gather_work.wait();
     release_param_stage(s, info.unit);  // a swapped-in copy would be stale
@@ -142,8 +219,8 @@ void Engine::set_parameter(ParamId p, std::span<const float> values) {
     copy_window(shard, s.dtype(), shard_begin, u.shard, info, values);
     store_array(s, info.unit, {ArrayKind::params}, shard);
     if (us.gathered.valid()) {
-      us.gather_work.wait();
-      copy_window(us.gathered.data(), s.dtype(), 0, u.padded, info, values);
+      edit_device_bytes(s, us.gathered.data(), u.padded * dtype_size(s.dtype()),
+                        [&](void* full) { copy_window(full, s.dtype(), 0, u.padded, info, values); });
     }
   }
   if (s.mixed()) {
@@ -157,38 +234,20 @@ void Engine::set_parameter(ParamId p, std::span<const float> values) {
   }
 }
 
-namespace {
-
-// Full flat buffer of unit u gathered from per-rank shards `shard` (dtype t):
-// a collective over all ranks.
-PoolLease gather_unit(EngineState& s, UnitId u, const void* shard, DType t) {
-  const UnitInfo& info = s.info(u);
-  PoolLease full = s.pool.acquire(info.padded, t, false);
-  s.comm.all_gather(shard, full.data(), info.shard, t);
-  return full;
-}
-
-std::vector<float> widen(const void* full, DType t, const ParamInfo& p) {
-  std::vector<float> out(p.numel);
-  kernels::cast(out.data(), DType::f32, static_cast<const std::byte*>(full) + p.offset * dtype_size(t), t, p.numel);
-  return out;
-}
-
-}  // namespace
-
 std::vector<float> Engine::gather_parameter(ParamId p) {
   EngineState& s = *s_;
   ZS_CHECK(s.finalized, "gather_parameter() before finalize()");
   const ParamInfo& info = s.layout.param(p);
   UnitState& us = s.unit(info.unit);
-  if (s.stage() < 3) return widen(us.params.data(), s.dtype(), info);
+  if (s.stage() < 3) return widen(s, us.params.data(), s.dtype(), info);
   if (us.gathered.valid()) {
     us.gather_work.wait();
-    return widen(us.gathered.data(), s.dtype(), info);
+    return widen(s, us.gathered.data(), s.dtype(), info);
   }
-  PoolLease full = gather_unit(s, info.unit, param_source(s, info.unit), s.dtype());
-  if (!us.gathered.valid()) release_param_stage(s, info.unit);
-  return widen(full.data(), s.dtype(), info);
+  HostBuffer holder;
+  const std::vector<std::byte> full =
+      gather_host(s, info.unit, read_array(s, info.unit, {ArrayKind::params}, holder), s.dtype());
+  return widen_host(full.data(), s.dtype(), info);
 }
 
 std::vector<float> Engine::gather_master(ParamId p) {
@@ -196,13 +255,15 @@ std::vector<float> Engine::gather_master(ParamId p) {
   if (!s.mixed()) return gather_parameter(p);
   const ParamInfo& info = s.layout.param(p);
   UnitState& us = s.unit(info.unit);
-  if (s.stage() == 0) return widen(us.master.data(), DType::f32, info);
+  if (s.stage() == 0) return widen(s, us.master.data(), DType::f32, info);
   HostBuffer holder;
-  PoolLease full = gather_unit(s, info.unit, read_array(s, info.unit, {ArrayKind::master}, holder), DType::f32);
-  return widen(full.data(), DType::f32, info);
+  const std::vector<std::byte> full =
+      gather_host(s, info.unit, read_array(s, info.unit, {ArrayKind::master}, holder), DType::f32);
+  return widen_host(full.data(), DType::f32, info);
 }
 
 int Engine::stage() const { return s_->stage(); }
+ComputeDevice Engine::device() const { return s_->ops->device(); }
 int Engine::rank() const { return s_->rank(); }
 int Engine::world_size() const { return s_->world(); }
 DType Engine::compute_dtype() const { return s_->dtype(); }

@@ -52,6 +52,19 @@
 // unshard()); the offloaded state may then be partly updated, so reload a
 // checkpoint to continue.
 //
+// [Note: engine on a GPU]
+// Engine(config, nccl, host) keeps every array in GPU memory and runs the
+// casts, reductions' bookkeeping, gradient checks and the fused optimizer on
+// the device (runtime/device_ops.h): param_as / grad_as then return device
+// pointers, which the loop reads and adds into with its own kernels. The
+// engine's work is ordered on the NcclCommunicator's compute stream
+// (set_compute_stream; the legacy default stream unless set): the loop must
+// queue its kernels there too (or synchronise) so that a gradient is
+// complete before reduce_gradients(u) and a parameter is read only after
+// unshard(u). set_parameter / gather_* / checkpoints copy through host
+// memory. Offload tiers are not available on the GPU engine yet (a
+// ConfigError says so).
+//
 // [Note: SPMD]
 // Every rank must make the same sequence of unshard / reduce_gradients /
 // step calls (they issue collectives). Only data differs between ranks.
@@ -108,9 +121,20 @@ class EngineState;  // implementation
 /// collective says so; those must be called in the same order on all ranks.
 class Engine {
  public:
-  /// Validates config (ConfigError) against comm's world size. comm must
-  /// outlive the engine.
+  /// An engine on the cpu compute device: arrays in host memory, every
+  /// collective on `comm`. Validates config (ConfigError) against comm's
+  /// world size. comm must outlive the engine.
   Engine(const EngineConfig& config, Communicator& comm);
+  /// An engine on the cuda compute device ([Note: engine on a GPU]):
+  /// arrays in the memory of nccl's device, their collectives on `nccl`
+  /// (an NcclCommunicator, comm/nccl), the host-side messages (global norm
+  /// and Inf/NaN flag, agreed errors, checkpoint metadata) on `host`, a
+  /// host communicator over the same ranks in the same order (the one nccl
+  /// was bootstrapped from). Both must outlive the engine. Throws
+  /// ConfigError in a build without CUDA, when `nccl` is not an
+  /// NcclCommunicator, when the ranks differ, or when an offload tier is
+  /// configured; DeviceError if the device fails.
+  Engine(const EngineConfig& config, Communicator& nccl, Communicator& host);
   ~Engine();
   Engine(const Engine&) = delete;
   Engine& operator=(const Engine&) = delete;
@@ -218,6 +242,8 @@ class Engine {
   // ---- introspection ----
 
   int stage() const;
+  /// The compute device chosen by the constructor.
+  ComputeDevice device() const;
   /// Storage dtype of parameters and gradients (f32, bf16 or f16).
   DType compute_dtype() const;
   /// Factor the loop multiplies its loss gradient by (fp16: the dynamic or
@@ -254,6 +280,7 @@ class Engine {
   std::vector<float> param_shard(UnitId u) const;
 
  private:
+  void init();  // the constructors' common part
   std::unique_ptr<EngineState> s_;
 };
 

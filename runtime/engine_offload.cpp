@@ -286,9 +286,14 @@ std::byte* resident_data(EngineState& s, UnitId u, ArrayRef a) {
 }
 
 void* read_array(EngineState& s, UnitId u, ArrayRef a, HostBuffer& holder) {
-  if (array_tier(s, u, a) != MemTier::nvme) return resident_data(s, u, a);
-  if (a.kind == ArrayKind::grad) finish_grad_writes(s);
   const std::size_t bytes = array_numel(s, u, a) * dtype_size(array_dtype(s, a));
+  if (array_tier(s, u, a) != MemTier::nvme) {
+    if (s.ops->device() == ComputeDevice::cpu) return resident_data(s, u, a);
+    holder = s.staging.acquire(bytes, MemCategory::unsharded);  // a host copy of the device array
+    s.ops->download(holder.data(), resident_data(s, u, a), bytes);
+    return holder.data();
+  }
+  if (a.kind == ArrayKind::grad) finish_grad_writes(s);
   holder = s.offload->host.acquire(bytes, MemCategory::unsharded);
   std::vector<std::string> keys;
   const auto items = unit_items(s, u, a, holder.data(), true, keys);
@@ -301,8 +306,7 @@ void* read_array(EngineState& s, UnitId u, ArrayRef a, HostBuffer& holder) {
 void store_array(EngineState& s, UnitId u, ArrayRef a, const void* src) {
   const std::size_t bytes = array_numel(s, u, a) * dtype_size(array_dtype(s, a));
   if (array_tier(s, u, a) != MemTier::nvme) {
-    std::byte* dst = resident_data(s, u, a);
-    if (dst != src && bytes > 0) std::memcpy(dst, src, bytes);
+    s.ops->upload(resident_data(s, u, a), src, bytes);  // no-op when src is the resident buffer
     return;
   }
   // Writes need 4 KiB aligned buffers padded to 4 KiB: stage through the pool.
@@ -477,7 +481,7 @@ kernels::GradStats unit_grad_stats(EngineState& s, UnitId u) {
   if (array_tier(s, u, {ArrayKind::grad}) == MemTier::nvme) return s.unit(u).offloaded_grad_stats;
   const std::size_t first = s.stage() < 2 ? static_cast<std::size_t>(s.rank()) * s.info(u).shard : 0;
   const std::byte* g = resident_data(s, u, {ArrayKind::grad}) + first * dtype_size(s.dtype());
-  return kernels::grad_stats(g, s.dtype(), s.info(u).shard);
+  return s.ops->grad_stats(g, s.dtype(), s.info(u).shard);
 }
 
 }  // namespace zeroshard

@@ -11,9 +11,6 @@ namespace zeroshard {
 
 namespace {
 
-// Elements converted to fp32 at a time for the mixed-precision update.
-constexpr std::size_t kUpdateChunk = 16384;
-
 // The arrays of one unit over update indices [begin, end) (shard-relative at
 // stages 1-3, flat at stage 0); every pointer addresses element `begin`.
 struct UpdateView {
@@ -25,11 +22,10 @@ struct UpdateView {
   std::vector<float*> states;
 };
 
-// Runs the optimizer over unit u's segments inside the view. fp32: on the
-// parameters in place. Mixed: on the fp32 master weights, gradients widened
-// chunk by chunk, and the rounded compute copy written back.
-void update_view(EngineState& s, UnitId u, std::int64_t step, float grad_scale, const UpdateView& v,
-                 std::vector<float>& scratch) {
+// Runs the optimizer over unit u's segments inside the view, on the compute
+// device (runtime/device_ops.h). fp32: on the parameters in place. Mixed: on
+// the fp32 master weights, and the rounded compute copy written back.
+void update_view(EngineState& s, UnitId u, std::int64_t step, float grad_scale, const UpdateView& v) {
   UnitState& us = s.unit(u);
   const DType dt = s.dtype();
   const std::size_t e = dtype_size(dt);
@@ -40,20 +36,17 @@ void update_view(EngineState& s, UnitId u, std::int64_t step, float grad_scale, 
     if (lo >= hi) continue;
     const GroupState& g = s.groups[static_cast<std::size_t>(seg.group)];
     const float lr = static_cast<float>(s.lr_at(seg.group, step - 1));
-    for (std::size_t i = lo; i < hi; i += kUpdateChunk) {
-      const std::size_t n = std::min(kUpdateChunk, hi - i), r = i - v.begin;
-      for (std::size_t k = 0; k < st.size(); ++k) st[k] = v.states[k] + r;
-      if (!s.mixed()) {
-        optimizer_update(s.config.optimizer, lr, g.weight_decay, step, grad_scale,
-                         reinterpret_cast<float*>(v.params) + r, reinterpret_cast<const float*>(v.grads) + r,
-                         st.data(), n);
-        continue;
-      }
-      kernels::cast(scratch.data(), DType::f32, v.grads + r * e, dt, n);
-      optimizer_update(s.config.optimizer, lr, g.weight_decay, step, grad_scale, v.master + r, scratch.data(),
-                       st.data(), n);
-      kernels::cast(v.params + r * e, dt, v.master + r, DType::f32, n);
+    const std::size_t r = lo - v.begin;
+    for (std::size_t k = 0; k < st.size(); ++k) st[k] = v.states[k] + r;
+    UpdateArrays a{.grads = v.grads + r * e, .grad_dtype = dt, .states = st};
+    if (s.mixed()) {
+      a.weights = v.master + r;
+      a.copy = v.params + r * e;
+      a.copy_dtype = dt;
+    } else {
+      a.weights = reinterpret_cast<float*>(v.params) + r;
     }
+    s.ops->update(s.config.optimizer, lr, g.weight_decay, step, grad_scale, a, hi - lo);
   }
 }
 
@@ -95,13 +88,12 @@ std::vector<ArrayRef> swapped_arrays(const EngineState& s, UnitId u) {
 }  // namespace
 
 void run_optimizer(EngineState& s, std::int64_t step, float grad_scale) {
-  std::vector<float> scratch(s.mixed() ? kUpdateChunk : 0);
   const UnitId n = static_cast<UnitId>(s.units.size());
   const bool any_nvme = s.offload && s.offload->io;
   if (!any_nvme) {
     for (UnitId u = 0; u < n; ++u) {
       const std::size_t end = s.stage() == 0 ? s.info(u).padded : s.info(u).shard;
-      update_view(s, u, step, grad_scale, resident_view(s, u, 0, end), scratch);
+      update_view(s, u, step, grad_scale, resident_view(s, u, 0, end));
     }
     return;
   }
@@ -143,7 +135,7 @@ void run_optimizer(EngineState& s, std::int64_t step, float grad_scale) {
         case ArrayKind::state: v.states[static_cast<std::size_t>(list[k].state)] = reinterpret_cast<float*>(data[k]); break;
       }
     }
-    update_view(s, u, step, grad_scale, v, scratch);
+    update_view(s, u, step, grad_scale, v);
   };
   off.last_step = run_swap_pipeline(off.host, options, MemCategory::unsharded, work.size(), slots, update);
   off.total += off.last_step;

@@ -9,9 +9,9 @@
 #include <string>
 #include <vector>
 
-#include "core/aligned_buffer.h"
 #include "kernels/cpu/cast.h"
 #include "runtime/buffer_pool.h"
+#include "runtime/device_ops.h"
 #include "runtime/engine.h"
 #include "runtime/engine_offload.h"
 #include "runtime/grad_buckets.h"
@@ -26,30 +26,31 @@ struct GroupState {
   float weight_decay = 0;
 };
 
-/// Everything the engine holds for one unit on this rank.
+/// Everything the engine holds for one unit on this rank. Resident arrays
+/// live in the compute device's memory (runtime/device_ops.h).
 struct UnitState {
   // Parameters in the compute dtype. Stages 0-2: the padded full flat
   // buffer, persistent. Stage 3: this rank's shard, persistent; `gathered`
   // holds the full buffer while unsharded (or prefetched).
-  TypedBuffer params;
+  DeviceArray params;
   PoolLease gathered;
   CommWork gather_work;  ///< pending all-gather into `gathered`
   int unshard_count = 0;
 
   // fp32 master weights, mixed precision only: full at stage 0, else shard.
-  AlignedBuffer<float> master;
+  DeviceArray master;
 
   // Gradients in the compute dtype. Stages 0/1: padded full buffer,
   // persistent (`grad_full`). Stages 2/3: `grad_lease` is the full buffer of
   // the current micro-batch; `grad_shard` accumulates the reduce-scattered
   // shard across micro-batches.
-  TypedBuffer grad_full;
+  DeviceArray grad_full;
   PoolLease grad_lease;
-  TypedBuffer grad_shard;
+  DeviceArray grad_shard;
   bool reduced = false;     ///< reduce_gradients() seen in this micro-batch
 
   // Optimizer states (fp32): full padded buffers at stage 0, shards otherwise.
-  std::vector<AlignedBuffer<float>> states;
+  std::vector<DeviceArray> states;
   // Parameter runs inside the buffers the optimizer updates (for stage 0 the
   // whole unit, with shard_offset == flat offset; else this rank's shard).
   std::vector<ShardSegment> segments;
@@ -66,12 +67,20 @@ struct UnitState {
 
 class EngineState {
  public:
-  EngineState(const EngineConfig& c, Communicator& comm) : config(c), comm(comm), pool(ledger) {}
+  /// `comm` carries the collectives of the arrays (in `ops`' memory),
+  /// `host_comm` the host-side messages (norm and overflow flag, agreed
+  /// errors, checkpoint metadata and gathers of host copies); the same
+  /// object for the cpu device.
+  EngineState(const EngineConfig& c, Communicator& comm, Communicator& host_comm, std::unique_ptr<DeviceOps> ops)
+      : config(c), comm(comm), host_comm(host_comm), ops(std::move(ops)), pool(ledger, *this->ops), staging(ledger) {}
 
   EngineConfig config;
   Communicator& comm;
+  Communicator& host_comm;
   MemoryLedger ledger;
+  std::unique_ptr<DeviceOps> ops;  ///< the compute device's memory and kernels
   BufferPool pool;
+  HostPool staging;  ///< host copies of device arrays (read_array on the cuda device)
   std::unique_ptr<OffloadRuntime> offload;  ///< set by finalize() when any tier is host or nvme
   FlatLayout layout;
   LossScaler scaler;
@@ -105,6 +114,11 @@ class EngineState {
   /// Learning rate of group g at applied step k (0-based).
   double lr_at(GroupId g, std::int64_t k) const;
 };
+
+/// Unit u's full flat buffer (padded elements of t, host memory) gathered
+/// from every rank's `shard` (host memory, shard elements) on host_comm.
+/// Collective.
+std::vector<std::byte> gather_host(EngineState& s, UnitId u, const void* shard, DType t);
 
 /// Stages 2/3: adds n reduced gradient elements (`src`, of `src_type`),
 /// times `scale`, into unit u's gradient shard starting at shard element

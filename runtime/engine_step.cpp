@@ -5,7 +5,6 @@
 #include <cmath>
 
 #include "core/error.h"
-#include "kernels/cpu/cast.h"
 #include "runtime/collective_error.h"
 #include "runtime/engine.h"
 #include "runtime/engine_state.h"
@@ -22,7 +21,7 @@ void start_gather(EngineState& s, UnitId u) {
   const void* src = nullptr;
   if (us.param_tier == MemTier::nvme) {
     // A failed swap-in must stop every rank before the all-gather.
-    run_agreed(s.comm, [&] { src = param_source(s, u); });
+    run_agreed(s.host_comm, [&] { src = param_source(s, u); });
   } else {
     src = us.params.data();
   }
@@ -74,8 +73,8 @@ void finish_reductions(EngineState& s, bool boundary) {
 
 void clear_gradients(EngineState& s) {
   for (auto& us : s.units) {
-    us.grad_full.zero();
-    us.grad_shard.zero();
+    s.ops->zero(us.grad_full.data(), us.grad_full.bytes());
+    s.ops->zero(us.grad_shard.data(), us.grad_shard.bytes());
   }
   clear_offloaded_grads(s);
 }
@@ -88,7 +87,7 @@ void accumulate_grad_shard(EngineState& s, UnitId u, std::size_t at, const void*
     accumulate_offloaded_grad(s, u, at, src, src_type, n, scale);
     return;
   }
-  kernels::accumulate_cast(s.unit(u).grad_shard.at(at), s.dtype(), src, src_type, n, scale);
+  s.ops->accumulate_cast(s.unit(u).grad_shard.at(at), s.dtype(), src, src_type, n, scale);
 }
 
 void Engine::unshard(UnitId u) {
@@ -184,7 +183,7 @@ StepResult Engine::step() {
 
   const UnitId n = static_cast<UnitId>(s.units.size());
   // Swap I/O errors of the reductions surface here, on every rank together.
-  if (s.offload) run_agreed(s.comm, [&] { finish_offloaded_reductions(s); });
+  if (s.offload) run_agreed(s.host_comm, [&] { finish_offloaded_reductions(s); });
   // Global norm and Inf/NaN flag: each rank scans its shard, one all-reduce.
   double stats[2] = {0, 0};
   for (UnitId u = 0; u < n; ++u) {
@@ -192,7 +191,7 @@ StepResult Engine::step() {
     stats[0] += st.sum_of_squares;
     stats[1] += static_cast<double>(st.nonfinite);
   }
-  s.comm.all_reduce(stats, 2, DType::f64, ReduceOp::sum);
+  s.host_comm.all_reduce(stats, 2, DType::f64, ReduceOp::sum);
   // Stored gradients are sums over ranks (fp32) or means (16-bit), of
   // loss-scaled micro-batch means: scale to the mean of the unscaled loss.
   const double ranks = s.mixed() ? 1.0 : static_cast<double>(s.world());
@@ -214,7 +213,7 @@ StepResult Engine::step() {
 
   const std::int64_t step = ++s.optimizer_steps;
   if (s.offload) {
-    run_agreed(s.comm, [&] { run_optimizer(s, step, grad_scale); });
+    run_agreed(s.host_comm, [&] { run_optimizer(s, step, grad_scale); });
   } else {
     run_optimizer(s, step, grad_scale);
   }

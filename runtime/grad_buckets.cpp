@@ -3,10 +3,8 @@
 #include "runtime/grad_buckets.h"
 
 #include <algorithm>
-#include <cstring>
 
 #include "core/error.h"
-#include "kernels/cpu/cast.h"
 #include "runtime/engine_state.h"
 
 namespace zeroshard {
@@ -15,14 +13,16 @@ namespace {
 
 std::byte* elem(void* p, std::size_t i, DType t) { return static_cast<std::byte*>(p) + i * dtype_size(t); }
 
-// dst[0..n) = src[0..n) converted from src_type to dst_type, times scale
-// (a plain copy when nothing changes: bitwise what kernels::cast gives).
-void convert(void* dst, DType dst_type, const void* src, DType src_type, std::size_t n, float scale = 1.0f) {
+// dst[0..n) = src[0..n) converted from src_type to dst_type, times scale,
+// on the compute device (a plain copy when nothing changes: bitwise what a
+// cast gives).
+void convert(EngineState& s, void* dst, DType dst_type, const void* src, DType src_type, std::size_t n,
+             float scale = 1.0f) {
   if (n == 0) return;
   if (dst_type == src_type && scale == 1.0f) {
-    std::memmove(dst, src, n * dtype_size(dst_type));
+    s.ops->move(dst, src, n * dtype_size(dst_type));
   } else {
-    kernels::cast(dst, dst_type, src, src_type, n, scale);
+    s.ops->cast(dst, dst_type, src, src_type, n, scale);
   }
 }
 
@@ -71,8 +71,8 @@ void start_collective(EngineState& s, Bucket& b) {
       if (!b.in_place && b.fill < b.capacity) {
         // Blocks were packed at stride `capacity`: close the gaps (left moves, in rank order).
         for (std::size_t r = 1; r < world; ++r) {
-          std::memmove(elem(b.send.data(), r * b.fill, t), elem(b.send.data(), r * b.capacity, t),
-                       b.fill * dtype_size(t));
+          s.ops->move(elem(b.send.data(), r * b.fill, t), elem(b.send.data(), r * b.capacity, t),
+                      b.fill * dtype_size(t));
         }
       }
       b.recv = s.pool.acquire(b.fill, t, false);
@@ -102,7 +102,7 @@ void finish_collective(EngineState& s, Bucket& b) {
       for (const BucketPiece& p : b.pieces) {
         void* dst = elem(s.unit(p.unit).grad_full.data(), p.offset, s.dtype());
         const void* src = b.in_place ? dst : b.send.at(p.pos);
-        if (!b.in_place || s.stored_scale() != 1.0f) convert(dst, s.dtype(), src, t, p.n, s.stored_scale());
+        if (!b.in_place || s.stored_scale() != 1.0f) convert(s, dst, s.dtype(), src, t, p.n, s.stored_scale());
       }
       break;
     case BucketKind::reduce_scatter:
@@ -116,7 +116,7 @@ void finish_collective(EngineState& s, Bucket& b) {
         const UnitInfo& info = s.info(p.unit);
         void* full = s.unit(p.unit).params.data();
         for (std::size_t r = 0; r < static_cast<std::size_t>(s.world()); ++r) {
-          std::memcpy(elem(full, r * info.shard + p.offset, t), b.recv.at(r * b.fill + p.pos), p.n * dtype_size(t));
+          s.ops->move(elem(full, r * info.shard + p.offset, t), b.recv.at(r * b.fill + p.pos), p.n * dtype_size(t));
         }
       }
       break;
@@ -166,7 +166,7 @@ void pack_all_reduce(EngineState& s, UnitId u) {
     }
     if (b.pieces.empty()) open_packed(s, b, BucketKind::all_reduce, cap);
     const std::size_t n = std::min(b.capacity - b.fill, padded - a);
-    convert(b.send.at(b.fill), ct, elem(grads, a, dt), dt, n);
+    convert(s, b.send.at(b.fill), ct, elem(grads, a, dt), dt, n);
     b.pieces.push_back(BucketPiece{.unit = u, .offset = a, .n = n, .pos = b.fill});
     b.fill += n;
     a += n;
@@ -199,7 +199,7 @@ void pack_reduce_scatter(EngineState& s, UnitId u) {
     if (b.pieces.empty()) open_packed(s, b, BucketKind::reduce_scatter, cap);
     const std::size_t n = std::min(b.capacity - b.fill, info.shard - a);
     for (std::size_t r = 0; r < world; ++r) {
-      convert(b.send.at(r * b.capacity + b.fill), ct, us.grad_lease.at(r * info.shard + a), dt, n);
+      convert(s, b.send.at(r * b.capacity + b.fill), ct, us.grad_lease.at(r * info.shard + a), dt, n);
     }
     b.pieces.push_back(BucketPiece{.unit = u, .offset = a, .n = n, .pos = b.fill});
     b.fill += n;
@@ -253,7 +253,7 @@ void all_gather_params_in_buckets(EngineState& s) {
       }
       if (b.pieces.empty()) open_packed(s, b, BucketKind::all_gather, cap);
       const std::size_t n = std::min(b.capacity - b.fill, shard - a);
-      std::memcpy(b.send.at(b.fill), elem(full, rank * shard + a, dt), n * dtype_size(dt));
+      s.ops->move(b.send.at(b.fill), elem(full, rank * shard + a, dt), n * dtype_size(dt));
       b.pieces.push_back(BucketPiece{.unit = u, .offset = a, .n = n, .pos = b.fill});
       b.fill += n;
       a += n;

@@ -8,13 +8,11 @@
 #include <string_view>
 
 #include "comm/communicator.h"
+#include "runtime/config.h"  // ComputeDevice: the device that computes the MLP
 #include "examples/fashion_mnist/classifier.h"
 #include "examples/fashion_mnist/mlp.h"
 
 namespace zeroshard::examples {
-
-/// The device that computes the MLP's forward and backward.
-enum class ComputeDevice { cpu, cuda };
 
 /// "cpu" or "cuda".
 std::string_view compute_device_name(ComputeDevice d);

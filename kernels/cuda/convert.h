@@ -23,4 +23,17 @@ namespace zeroshard::kernels::gpu {
 void convert(const void* src, DType src_dtype, void* dst, DType dst_dtype, std::size_t n,
              CUstream_st* stream);
 
+/// Enqueues dst[i] = convert(src[i] * scale), as kernels/cpu/convert.h's
+/// convert_scaled_reference (bitwise; scale 1 skips the multiply, so it is
+/// convert()). Arguments, errors and thread safety as convert().
+void convert_scaled(const void* src, DType src_dtype, void* dst, DType dst_dtype, std::size_t n,
+                    float scale, CUstream_st* stream);
+
+/// Enqueues dst[i] = convert(float(dst[i]) + float(src[i]) * scale), a
+/// multiply then an add, never fused, rounded once to dst_dtype: bitwise
+/// kernels/cpu/convert.h's accumulate_scaled_reference (NaN payloads
+/// aside). src and dst must not overlap. Errors as convert().
+void accumulate_scaled(const void* src, DType src_dtype, void* dst, DType dst_dtype, std::size_t n,
+                       float scale, CUstream_st* stream);
+
 }  // namespace zeroshard::kernels::gpu

@@ -56,6 +56,16 @@ cudaError_t launch_sgd(std::span<const SgdTensor> tensors, const SgdDeviceScalar
 cudaError_t launch_convert(const void* src, DType src_dtype, void* dst, DType dst_dtype,
                            std::size_t n, cudaStream_t stream);
 
+/// launch_convert with dst = convert(src * scale); scale 1 skips the
+/// multiply. Returns the launch error.
+cudaError_t launch_convert_scaled(const void* src, DType src_dtype, void* dst, DType dst_dtype,
+                                  std::size_t n, float scale, cudaStream_t stream);
+
+/// dst = convert(widen(dst) + widen(src) * scale), unfused. Returns the
+/// launch error.
+cudaError_t launch_accumulate_scaled(const void* src, DType src_dtype, void* dst, DType dst_dtype,
+                                     std::size_t n, float scale, cudaStream_t stream);
+
 /// Launches the two-pass scale / Inf-NaN check / sum of squares over grad
 /// (f32, bf16 or f16; write_back only for f32). Returns the first launch
 /// error.

@@ -1,7 +1,8 @@
 // The conversion kernel against kernels/cpu/convert.h's convert_reference,
 // bitwise: every 16-bit pattern as input, special fp32 values (signed
 // zeros, subnormals, ties, overflow, Inf, NaN payloads) and random bit
-// patterns, every dtype pair, and the standard sizes.
+// patterns, every dtype pair, and the standard sizes; the scaled forms
+// against convert_scaled_reference / accumulate_scaled_reference.
 #include <cstdint>
 #include <cstring>
 #include <limits>
@@ -10,6 +11,7 @@
 #include <vector>
 
 #include <doctest/doctest.h>
+#include <fmt/format.h>
 
 #include "kernels/cpu/convert.h"
 #include "kernels/cuda/convert.h"
@@ -91,6 +93,29 @@ TEST_CASE("cuda convert: standard sizes") {
     for (const DType from : kTypes) {
       for (const DType to : kTypes) {
         check_convert(gradient_bytes(values, from), from, to, "n=" + std::to_string(n));
+      }
+    }
+  }
+}
+
+TEST_CASE("cuda convert_scaled and accumulate_scaled: bitwise the CPU references") {
+  // Finite inputs (no NaN payload question); scale 1 takes convert()'s path.
+  for (const std::size_t n : kSizes) {
+    const std::vector<float> a = random_floats(n, 11 + n, 100.0f), b = random_floats(n, 17 + n, 3.0f);
+    for (const float scale : {1.0f, 0.25f, 1.0f / 3.0f, 65536.0f}) {
+      for (const DType from : kTypes) {
+        for (const DType to : kTypes) {
+          const std::string what = fmt::format("n={} scale={} {} -> {}", n, scale, dtype_name(from), dtype_name(to));
+          const std::vector<std::uint8_t> src = gradient_bytes(a, from), dst0 = gradient_bytes(b, to);
+          std::vector<std::uint8_t> want_c(dst0.size()), want_a = dst0;
+          kernels::convert_scaled_reference(src.data(), from, want_c.data(), to, n, scale);
+          kernels::accumulate_scaled_reference(src.data(), from, want_a.data(), to, n, scale);
+          DeviceBuffer d_src = upload(src), d_c(dst0.size()), d_a = upload(dst0);
+          kernels::gpu::convert_scaled(d_src.data(), from, d_c.data(), to, n, scale, nullptr);
+          kernels::gpu::accumulate_scaled(d_src.data(), from, d_a.data(), to, n, scale, nullptr);
+          CHECK_MESSAGE(download<std::uint8_t>(d_c.data(), want_c.size()) == want_c, "convert_scaled " << what);
+          CHECK_MESSAGE(download<std::uint8_t>(d_a.data(), want_a.size()) == want_a, "accumulate_scaled " << what);
+        }
       }
     }
   }

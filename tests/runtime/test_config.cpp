@@ -8,7 +8,10 @@
 #include <nlohmann/json.hpp>
 
 #include "core/error.h"
+#include "comm/self/self_communicator.h"
 #include "runtime/config.h"
+#include "runtime/engine.h"
+#include "zs_config.h"
 
 using namespace zeroshard;
 using nlohmann::json;
@@ -127,4 +130,34 @@ TEST_CASE("from_file: missing file and bad JSON name the file and offset") {
   CHECK_THROWS_WITH_AS(EngineConfig::from_file("/nonexistent/ds.json"), doctest::Contains("No such file"), ConfigError);
   const EngineConfig c = EngineConfig::from_json(nlohmann::json::parse(R"({"train_batch_size": 7})"), "ds.json");
   CHECK_THROWS_WITH_AS(c.validate_for_world(2), doctest::Contains("ds.json"), ConfigError);
+}
+
+TEST_CASE("the cuda engine constructor refuses what it cannot run, naming why") {
+  // Without a GPU (or without CUDA in the build) nothing here touches a device:
+  // the checks come first. tests/cuda/test_engine_device.cpp runs it on a GPU.
+  SelfCommunicator self;
+  EngineConfig cfg;
+  cfg.zero.stage = 2;
+  std::string what;
+  try {
+    Engine e(cfg, self, self);
+  } catch (const ConfigError& e) {
+    what = e.what();
+  }
+  INFO(what);
+  if (ZS_HAVE_CUDA) {
+    CHECK(what.find("needs an NcclCommunicator") != std::string::npos);
+    CHECK(what.find("\"self\"") != std::string::npos);
+  } else {
+    CHECK(what.find("needs a CUDA build") != std::string::npos);
+  }
+  cfg.offload.optimizer.device = OffloadDevice::cpu;
+  what.clear();
+  try {
+    Engine e(cfg, self, self);
+  } catch (const ConfigError& e) {
+    what = e.what();
+  }
+  CHECK(what.find("offload_optimizer / offload_param are not available on the cuda compute device") !=
+        std::string::npos);
 }

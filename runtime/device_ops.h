@@ -1,0 +1,133 @@
+// Where the engine keeps the arrays compute uses, and the element-wise
+// operations on them: the one seam between the engine's logic and its
+// memory space. Used by the engine (runtime/engine_state.h) and its buffer
+// pool (runtime/buffer_pool.h).
+//
+// [Note: compute device]
+// An Engine runs on one compute device (runtime/engine.h, ComputeDevice):
+//   - cpu: arrays in host memory (4 KiB-aligned, pre-faulted), operations on
+//     kernels/cpu (Highway, thread pool), collectives on a host communicator
+//     (MPI or self);
+//   - cuda: arrays in GPU memory (cudaMalloc, allocated once and cached),
+//     operations on kernels/cuda, enqueued in order on the device
+//     communicator's compute stream (NcclCommunicator::compute_stream()), so
+//     every NCCL collective, which first waits for that stream, sees their
+//     results; collectives of parameters and gradients on NCCL.
+// Everything the engine decides (layout, buckets, order of collectives,
+// loss scale, skips) is the same code on both; only DeviceOps differs. The
+// cuda operations are bitwise the cpu ones (kernels/cuda: [Note: bitwise
+// GPU kernels]) except the sum of squares of the gradient statistics, whose
+// double summation order differs (kernels/cuda/grad_check.h), so a clipped
+// step can differ in the last bits.
+#pragma once
+
+#include <cstddef>
+#include <memory>
+#include <span>
+
+#include "core/dtype.h"
+#include "kernels/cpu/cast.h"
+#include "optimizer/optimizer.h"
+#include "runtime/config.h"
+
+namespace zeroshard {
+
+class Communicator;
+
+/// Owning array of `numel()` elements of `dtype()` in a DeviceOps' memory
+/// space (host memory for cpu, device memory for cuda). Move-only; the
+/// memory goes back when the last owner is destroyed. Thread safety: as a
+/// plain pointer.
+class DeviceArray {
+ public:
+  DeviceArray() = default;
+  /// Wraps `data`, kept alive by `memory`.
+  DeviceArray(std::shared_ptr<void> memory, void* data, std::size_t numel, DType dtype)
+      : memory_(std::move(memory)), data_(data), numel_(numel), dtype_(dtype) {}
+  DeviceArray(DeviceArray&& o) noexcept = default;
+  DeviceArray& operator=(DeviceArray&& o) noexcept = default;
+  DeviceArray(const DeviceArray&) = delete;
+  DeviceArray& operator=(const DeviceArray&) = delete;
+
+  /// Element 0 (nullptr when empty); a device pointer for cuda.
+  void* data() const { return data_; }
+  /// Address of element i.
+  void* at(std::size_t i) const { return static_cast<std::byte*>(data_) + i * dtype_size(dtype_); }
+  /// The pointer as T* (T must be the storage type of dtype(); not checked).
+  template <class T>
+  T* as() const {
+    return static_cast<T*>(data_);
+  }
+  std::size_t numel() const { return numel_; }
+  DType dtype() const { return dtype_; }
+  std::size_t bytes() const { return numel_ * dtype_size(dtype_); }
+  bool empty() const { return numel_ == 0; }
+
+ private:
+  std::shared_ptr<void> memory_;
+  void* data_ = nullptr;
+  std::size_t numel_ = 0;
+  DType dtype_ = DType::f32;
+};
+
+/// The arrays of one optimizer update over n elements, all in the ops'
+/// memory space: `weights` are the fp32 values the optimizer updates (the
+/// parameters in fp32 training, the master weights in mixed precision),
+/// `grads` n elements of grad_dtype, `states` optimizer_state_count arrays,
+/// `copy` (mixed precision, else null) receives the updated weights rounded
+/// to copy_dtype.
+struct UpdateArrays {
+  float* weights = nullptr;
+  const void* grads = nullptr;
+  DType grad_dtype = DType::f32;
+  std::span<float* const> states;
+  void* copy = nullptr;
+  DType copy_dtype = DType::bf16;
+};
+
+/// Memory and element-wise operations of one compute device. Every pointer
+/// argument addresses the ops' memory space unless its name says host.
+/// Operations may run asynchronously in one order (the cuda stream); those
+/// that return or fill host data complete first. Thread safety: one thread
+/// (the engine's). Errors: std::bad_alloc / DeviceOutOfMemoryError on
+/// allocation, DeviceError for CUDA failures, InvariantError for bad
+/// arguments.
+class DeviceOps {
+ public:
+  virtual ~DeviceOps() = default;
+  virtual ComputeDevice device() const = 0;
+  /// A new array of numel elements of dtype, zeroed.
+  virtual DeviceArray allocate(std::size_t numel, DType dtype) = 0;
+  /// Sets `bytes` bytes at p to zero bits.
+  virtual void zero(void* p, std::size_t bytes) = 0;
+  /// Copies `bytes` bytes; the ranges may overlap (memmove).
+  virtual void move(void* dst, const void* src, std::size_t bytes) = 0;
+  /// Copies `bytes` bytes to host memory; returns once host_dst holds them.
+  virtual void download(void* host_dst, const void* src, std::size_t bytes) = 0;
+  /// Copies `bytes` bytes from host memory; host_src may be reused on return.
+  virtual void upload(void* dst, const void* host_src, std::size_t bytes) = 0;
+  /// kernels::cast: dst[i] = src[i] * scale converted (kernels/cpu/cast.h).
+  virtual void cast(void* dst, DType dst_type, const void* src, DType src_type, std::size_t n,
+                    float scale) = 0;
+  /// kernels::accumulate_cast: dst[i] += src[i] * scale (kernels/cpu/cast.h).
+  virtual void accumulate_cast(void* dst, DType dst_type, const void* src, DType src_type, std::size_t n,
+                               float scale) = 0;
+  /// Sum of squares and Inf/NaN count of n elements (completes first). The
+  /// cuda form reports a count of 1 for "some", not the number.
+  virtual kernels::GradStats grad_stats(const void* data, DType type, std::size_t n) = 0;
+  /// One optimizer update (optimizer/optimizer.h) over n elements of `a`.
+  virtual void update(const OptimizerHyper& hyper, float lr, float weight_decay, std::int64_t step,
+                      float grad_scale, const UpdateArrays& a, std::size_t n) = 0;
+};
+
+/// Ops on host memory and kernels/cpu. Never throws.
+std::unique_ptr<DeviceOps> make_cpu_ops();
+
+/// Ops on the current CUDA device for an engine whose collectives run on
+/// `device_comm`, which must be an NcclCommunicator (its compute stream
+/// orders the operations). Throws ConfigError in a build without CUDA or
+/// when device_comm is not NCCL (naming its backend), DeviceError without a
+/// usable device.
+std::unique_ptr<DeviceOps> make_cuda_ops(Communicator& device_comm);
+
+}  // namespace zeroshard

@@ -1,0 +1,132 @@
+// DeviceOps on a CUDA device (runtime/device_ops.h, [Note: compute device]):
+// arrays in device memory, operations from kernels/cuda enqueued on the
+// NcclCommunicator's compute stream. Compiled in CUDA builds only.
+#include <cuda_runtime_api.h>
+
+#include <algorithm>
+#include <vector>
+
+#include "comm/nccl/nccl_communicator.h"
+#include "core/cuda_check.h"
+#include "core/device_buffer.h"
+#include "core/error.h"
+#include "kernels/cuda/adam.h"
+#include "kernels/cuda/convert.h"
+#include "kernels/cuda/grad_check.h"
+#include "kernels/cuda/sgd.h"
+#include "runtime/device_ops.h"
+
+namespace zeroshard {
+
+namespace {
+
+class CudaOps final : public DeviceOps {
+ public:
+  explicit CudaOps(NcclCommunicator& comm)
+      : comm_(comm),
+        workspace_(kernels::gpu::grad_check_workspace_bytes()),
+        result_(sizeof(kernels::GradCheck)) {}
+
+  ComputeDevice device() const override { return ComputeDevice::cuda; }
+
+  DeviceArray allocate(std::size_t numel, DType dtype) override {
+    auto mem = std::make_shared<DeviceBuffer>(numel * dtype_size(dtype));
+    zero(mem->data(), mem->bytes());
+    void* data = mem->data();
+    return DeviceArray(std::move(mem), data, numel, dtype);
+  }
+  void zero(void* p, std::size_t bytes) override {
+    if (bytes > 0) ZS_CUDA_CHECK(cudaMemsetAsync(p, 0, bytes, stream()));
+  }
+  void move(void* dst, const void* src, std::size_t bytes) override {
+    if (bytes == 0 || dst == src) return;
+    const auto* d = static_cast<const std::byte*>(dst);
+    const auto* s = static_cast<const std::byte*>(src);
+    if (d + bytes <= s || s + bytes <= d) {
+      ZS_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, stream()));
+      return;
+    }
+    // Overlapping ranges (cudaMemcpy's are undefined): through a scratch buffer.
+    if (scratch_.bytes() < bytes) scratch_ = DeviceBuffer(bytes);
+    ZS_CUDA_CHECK(cudaMemcpyAsync(scratch_.data(), src, bytes, cudaMemcpyDeviceToDevice, stream()));
+    ZS_CUDA_CHECK(cudaMemcpyAsync(dst, scratch_.data(), bytes, cudaMemcpyDeviceToDevice, stream()));
+  }
+  void download(void* host_dst, const void* src, std::size_t bytes) override {
+    if (bytes == 0) return;
+    ZS_CUDA_CHECK(cudaMemcpyAsync(host_dst, src, bytes, cudaMemcpyDeviceToHost, stream()));
+    ZS_CUDA_CHECK(cudaStreamSynchronize(stream()));
+  }
+  void upload(void* dst, const void* host_src, std::size_t bytes) override {
+    if (bytes == 0) return;
+    ZS_CUDA_CHECK(cudaMemcpyAsync(dst, host_src, bytes, cudaMemcpyHostToDevice, stream()));
+    ZS_CUDA_CHECK(cudaStreamSynchronize(stream()));
+  }
+  void cast(void* dst, DType dst_type, const void* src, DType src_type, std::size_t n, float scale) override {
+    if (n == 0) return;
+    if (src == dst && src_type == dst_type) {
+      if (scale != 1.0f) kernels::gpu::convert_scaled(scratch_for(src, n, src_type), src_type, dst, dst_type, n, scale, stream());
+      return;
+    }
+    kernels::gpu::convert_scaled(src, src_type, dst, dst_type, n, scale, stream());
+  }
+  void accumulate_cast(void* dst, DType dst_type, const void* src, DType src_type, std::size_t n,
+                       float scale) override {
+    kernels::gpu::accumulate_scaled(src, src_type, dst, dst_type, n, scale, stream());
+  }
+  kernels::GradStats grad_stats(const void* data, DType type, std::size_t n) override {
+    kernels::gpu::check_gradients(data, type, n, 1.0f, result_.as<kernels::GradCheck>(), workspace_.data(),
+                                  stream());
+    kernels::GradCheck r;
+    download(&r, result_.data(), sizeof(r));
+    return kernels::GradStats{.sum_of_squares = r.sum_of_squares, .nonfinite = r.found_inf_or_nan ? 1u : 0u};
+  }
+  void update(const OptimizerHyper& hyper, float lr, float weight_decay, std::int64_t step, float grad_scale,
+              const UpdateArrays& a, std::size_t n) override {
+    if (n == 0) return;
+    if (hyper.kind == OptimizerKind::sgd) {
+      const kernels::gpu::SgdTensor t{.param = a.weights, .grad = a.grads,
+                                      .momentum_buffer = a.states.empty() ? nullptr : a.states[0],
+                                      .param_copy = a.copy, .n = n};
+      kernels::gpu::sgd_update(t, sgd_scalars(hyper, lr, weight_decay, step, grad_scale), a.grad_dtype,
+                               a.copy_dtype, stream());
+      return;
+    }
+    ZS_CHECK(a.states.size() == 2, "Adam update with {} state arrays", a.states.size());
+    const kernels::gpu::AdamTensor t{.param = a.weights, .grad = a.grads, .exp_avg = a.states[0],
+                                     .exp_avg_sq = a.states[1], .param_copy = a.copy, .n = n};
+    kernels::gpu::adam_update(t, adam_scalars(hyper, lr, weight_decay, step, grad_scale), a.grad_dtype,
+                              a.copy_dtype, stream());
+  }
+
+ private:
+  CUstream_st* stream() const { return comm_.compute_stream(); }
+  // In-place scaling: the kernels take non-overlapping arrays, so the source
+  // goes through the scratch buffer first.
+  const void* scratch_for(const void* src, std::size_t n, DType t) {
+    const std::size_t bytes = n * dtype_size(t);
+    if (scratch_.bytes() < bytes) scratch_ = DeviceBuffer(bytes);
+    ZS_CUDA_CHECK(cudaMemcpyAsync(scratch_.data(), src, bytes, cudaMemcpyDeviceToDevice, stream()));
+    return scratch_.data();
+  }
+
+  NcclCommunicator& comm_;
+  DeviceBuffer workspace_;  ///< grad_check's
+  DeviceBuffer result_;     ///< one GradCheck
+  DeviceBuffer scratch_;    ///< overlapping moves and in-place casts; grows, never shrinks
+};
+
+}  // namespace
+
+std::unique_ptr<DeviceOps> make_cuda_ops(Communicator& device_comm) {
+  auto* nccl = dynamic_cast<NcclCommunicator*>(&device_comm);
+  if (nccl == nullptr) {
+    throw ConfigError(fmt::format(
+        "an Engine on the cuda compute device needs an NcclCommunicator (comm/nccl) for its device buffers; "
+        "got a \"{}\" communicator",
+        device_comm.backend()));
+  }
+  ZS_CUDA_CHECK(cudaSetDevice(nccl->device()));
+  return std::make_unique<CudaOps>(*nccl);
+}
+
+}  // namespace zeroshard
