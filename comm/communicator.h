@@ -92,7 +92,8 @@ class CommWork {
 };
 
 /// Collectives over a fixed group of ranks. See the file comment for the
-/// conventions. Blocking calls are the non-blocking ones followed by wait().
+/// conventions. Blocking calls are, by default, the non-blocking ones
+/// followed by wait(); backends may override them with native blocking calls.
 class Communicator {
  public:
   virtual ~Communicator() = default;
@@ -130,19 +131,39 @@ class Communicator {
   /// default (one process): std::_Exit. Does not return.
   [[noreturn]] virtual void abort(int code) { std::_Exit(code); }
 
-  void all_reduce(void* buf, std::size_t count, DType dtype, ReduceOp op) {
+  // Blocking collectives. Each has the arguments, results and errors of its
+  // non-blocking form (same checks, same count limits) and returns once this
+  // rank's part is complete. The default is the non-blocking call followed
+  // by wait(); a backend overrides them with its own blocking calls where
+  // those are faster (MpiCommunicator: MPI_Allreduce, ...). Every rank must
+  // use the same form for the same collective, as MPI matches blocking and
+  // non-blocking collectives separately.
+
+  /// Blocking iall_reduce: buf[0..count) on every rank becomes the
+  /// reduction over ranks. Throws what iall_reduce and wait() throw.
+  virtual void all_reduce(void* buf, std::size_t count, DType dtype, ReduceOp op) {
     iall_reduce(buf, count, dtype, op).wait();
   }
-  void reduce_scatter(const void* send, void* recv, std::size_t count, DType dtype, ReduceOp op) {
+  /// Blocking ireduce_scatter: recv (count elements) receives block rank()
+  /// of the reduction of send (count * world_size() elements). Throws what
+  /// ireduce_scatter and wait() throw.
+  virtual void reduce_scatter(const void* send, void* recv, std::size_t count, DType dtype,
+                              ReduceOp op) {
     ireduce_scatter(send, recv, count, dtype, op).wait();
   }
-  void all_gather(const void* send, void* recv, std::size_t count, DType dtype) {
+  /// Blocking iall_gather: recv (count * world_size() elements) receives
+  /// every rank's count elements in rank order; send may be recv + rank() *
+  /// count (in place). Throws what iall_gather and wait() throw.
+  virtual void all_gather(const void* send, void* recv, std::size_t count, DType dtype) {
     iall_gather(send, recv, count, dtype).wait();
   }
-  void broadcast(void* buf, std::size_t count, DType dtype, int root) {
+  /// Blocking ibroadcast: buf[0..count) on root is copied to every rank.
+  /// Throws what ibroadcast (bad root) and wait() throw.
+  virtual void broadcast(void* buf, std::size_t count, DType dtype, int root) {
     ibroadcast(buf, count, dtype, root).wait();
   }
-  void barrier() { ibarrier().wait(); }
+  /// Blocking ibarrier: returns once every rank has entered it.
+  virtual void barrier() { ibarrier().wait(); }
 };
 
 /// Returns the communicator over every process of the job: MPI_COMM_WORLD

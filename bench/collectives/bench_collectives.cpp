@@ -1,6 +1,9 @@
 // bench_collectives: all_reduce, reduce_scatter and all_gather through the
 // zeroshard Communicator against the raw MPI call on the same buffers, in
 // the same run (bench/README.md, "## collectives"). Run under mpirun.
+// The Communicator path is its blocking call (all_reduce, ...), or with
+// --nonblocking the non-blocking form followed by wait() (iall_reduce(...)
+// .wait(), what the Engine uses).
 //
 // For each collective and message size (fp32, sum), the two paths run
 // interleaved iteration by iteration (their order alternating), each
@@ -155,26 +158,44 @@ void raw_check(int rc, const char* call) {
   }
 }
 
-// Runs one collective through our Communicator (path 0) or the raw MPI call
-// (path 1) on the shared buffers.
-void run_path(int path, Op op, const Shape& s, Communicator& comm, Buffers& b) {
+// Runs one collective through our Communicator: its blocking call, or the
+// non-blocking form followed by wait().
+void run_communicator(Op op, const Shape& s, bool nonblocking, Communicator& comm, Buffers& b) {
+  switch (op) {
+    case Op::all_reduce:
+      if (nonblocking) {
+        return comm.iall_reduce(b.big.data(), s.total, DType::f32, ReduceOp::sum).wait();
+      }
+      return comm.all_reduce(b.big.data(), s.total, DType::f32, ReduceOp::sum);
+    case Op::reduce_scatter:
+      if (nonblocking) {
+        return comm.ireduce_scatter(b.big.data(), b.small.data(), s.block, DType::f32,
+                                    ReduceOp::sum).wait();
+      }
+      return comm.reduce_scatter(b.big.data(), b.small.data(), s.block, DType::f32, ReduceOp::sum);
+    case Op::all_gather:
+      if (nonblocking) {
+        return comm.iall_gather(b.small.data(), b.big.data(), s.block, DType::f32).wait();
+      }
+      return comm.all_gather(b.small.data(), b.big.data(), s.block, DType::f32);
+  }
+}
+
+// Runs one collective through our Communicator (path 0, see
+// run_communicator) or the raw MPI call (path 1) on the shared buffers.
+void run_path(int path, Op op, const Shape& s, bool nonblocking, Communicator& comm, Buffers& b) {
+  if (path == 0) return run_communicator(op, s, nonblocking, comm, b);
   const int block = static_cast<int>(s.block);  // < INT_MAX: main() bounds --max-bytes
   switch (op) {
     case Op::all_reduce:
-      if (path == 0) return comm.all_reduce(b.big.data(), s.total, DType::f32, ReduceOp::sum);
       return raw_check(MPI_Allreduce(MPI_IN_PLACE, b.big.data(), static_cast<int>(s.total),
                                      MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD),
                        "MPI_Allreduce");
     case Op::reduce_scatter:
-      if (path == 0) {
-        return comm.reduce_scatter(b.big.data(), b.small.data(), s.block, DType::f32,
-                                   ReduceOp::sum);
-      }
       return raw_check(MPI_Reduce_scatter_block(b.big.data(), b.small.data(), block, MPI_FLOAT,
                                                 MPI_SUM, MPI_COMM_WORLD),
                        "MPI_Reduce_scatter_block");
     case Op::all_gather:
-      if (path == 0) return comm.all_gather(b.small.data(), b.big.data(), s.block, DType::f32);
       return raw_check(MPI_Allgather(b.small.data(), block, MPI_FLOAT, b.big.data(), block, MPI_FLOAT,
                                      MPI_COMM_WORLD),
                        "MPI_Allgather");
@@ -189,6 +210,7 @@ struct Options {
   int warmup = 5;
   std::string op = "all";
   bool quick = false;
+  bool nonblocking = false;
 };
 
 // Result of one path at one size.
@@ -208,7 +230,7 @@ void measure(Op op, const Shape& s, const Options& o, Communicator& comm, Buffer
       const int path = it % 2 == 0 ? k : 1 - k;  // alternate which path goes first
       raw_check(MPI_Barrier(MPI_COMM_WORLD), "MPI_Barrier");
       const double t0 = MPI_Wtime();
-      run_path(path, op, s, comm, b);
+      run_path(path, op, s, o.nonblocking, comm, b);
       const double t = MPI_Wtime() - t0;
       double tmax = 0;
       raw_check(MPI_Reduce(&t, &tmax, 1, MPI_DOUBLE, MPI_MAX, 0, MPI_COMM_WORLD), "MPI_Reduce");
@@ -218,7 +240,7 @@ void measure(Op op, const Shape& s, const Options& o, Communicator& comm, Buffer
   for (int path = 0; path < 2; ++path) {
     fill_inputs(op, s, r, b);
     raw_check(MPI_Barrier(MPI_COMM_WORLD), "MPI_Barrier");
-    run_path(path, op, s, comm, b);
+    run_path(path, op, s, o.nonblocking, comm, b);
     const std::uint64_t wrong = count_wrong(op, s, r, n, b);
     std::uint64_t total = 0;
     raw_check(MPI_Reduce(&wrong, &total, 1, MPI_UINT64_T, MPI_SUM, 0, MPI_COMM_WORLD),
@@ -250,7 +272,10 @@ std::pair<double, bool> run_op(Op op, const Options& o, Communicator& comm, Buff
                "iterations after {} warm-up, paths interleaved\n",
                op_name(op), n, op == Op::all_gather ? "" : " sum", factor, op == Op::all_reduce ? "2(n-1)/n" : "(n-1)/n", o.iters,
                o.warmup);
-    fmt::print("# {:>50}   {:<38}   {}\n", "zeroshard Communicator", "", raw_call_name(op));
+    fmt::print("# {:>50}   {:<38}   {}\n",
+               o.nonblocking ? "zeroshard Communicator (non-blocking + wait)"
+                             : "zeroshard Communicator",
+               "", raw_call_name(op));
     fmt::print("# {:>10} {:>12} {:>6} {:>6} {:>10} {:>8} {:>8} {:>6}   {:>10} {:>8} {:>8} {:>6} "
                "{:>6}\n",
                "size", "count", "type", "redop", "time", "algbw", "busbw", "#wrong", "time",
@@ -320,8 +345,9 @@ int run(const Options& o) {
                progress.enabled() ? "on" : "off",
                iallreduce_algorithm_selection_active() ? "on" : "off", o.min_bytes, o.max_bytes,
                o.step);
-    fmt::print("time = median over iterations of max over ranks; ratio = busbw(Communicator) / "
-               "busbw(raw MPI) at the same size\n");
+    fmt::print("Communicator path: {}; time = median over iterations of max over ranks; "
+               "ratio = busbw(Communicator) / busbw(raw MPI) at the same size\n",
+               o.nonblocking ? "non-blocking call + wait()" : "blocking call");
   }
   std::vector<std::pair<Op, std::pair<double, bool>>> results;
   for (const Op op : ops) results.emplace_back(op, run_op(op, o, *comm, b));
@@ -360,6 +386,9 @@ int main(int argc, char** argv) {
       ->check(CLI::NonNegativeNumber);
   app.add_option("--op", o.op, "collective to run")
       ->check(CLI::IsMember({"all", "all_reduce", "reduce_scatter", "all_gather"}));
+  app.add_flag("--nonblocking", o.nonblocking,
+               "time the Communicator's non-blocking calls followed by wait() (the Engine's "
+               "path) instead of its blocking calls");
   app.add_flag("--quick", o.quick, "small run for tests: 1 KiB to 256 KiB, x4, 5 iterations");
   CLI11_PARSE(app, argc, argv);
   if (o.quick) {

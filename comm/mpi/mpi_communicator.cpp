@@ -1,5 +1,4 @@
-// MpiCommunicator on MPI-3 non-blocking collectives; see
-// comm/mpi/mpi_communicator.h.
+// MpiCommunicator on MPI-3 collectives; see comm/mpi/mpi_communicator.h.
 #include "comm/mpi/mpi_communicator.h"
 
 #include <string>
@@ -81,6 +80,80 @@ CommWork make_work(MPI_Request request, const char* call, int rank, std::size_t 
   return CommWork(std::make_unique<MpiWork>(request, call, rank, bytes));
 }
 
+// The MPI arguments of one collective, after the checks that its blocking
+// and non-blocking forms share (null buffers, overlap, count <= INT_MAX,
+// broadcast root). `call` names the MPI call in a count error. For
+// all_gather, send/send_count/send_type are MPI_IN_PLACE, 0 and
+// MPI_DATATYPE_NULL in the in-place form.
+struct MpiArgs {
+  int count = 0;
+  MPI_Datatype type = MPI_DATATYPE_NULL;
+  MPI_Op op = MPI_OP_NULL;
+  const void* send = nullptr;
+  int send_count = 0;
+  MPI_Datatype send_type = MPI_DATATYPE_NULL;
+};
+
+MpiArgs all_reduce_args(const void* buf, std::size_t count, DType dtype, ReduceOp op,
+                        const char* call, int rank) {
+  check_buffer(buf, count, "all_reduce buf");
+  MpiArgs a;
+  a.count = mpi_count(count, call, rank);
+  a.type = mpi_datatype(dtype);
+  a.op = mpi_op(dtype, op);
+  return a;
+}
+
+MpiArgs reduce_scatter_args(const void* send, const void* recv, std::size_t count, DType dtype,
+                            ReduceOp op, const char* call, int rank, int size) {
+  check_buffer(send, count, "reduce_scatter send");
+  check_buffer(recv, count, "reduce_scatter recv");
+  MpiArgs a;
+  a.count = mpi_count(count, call, rank);
+  check_reduce_scatter_disjoint(send, recv, count, dtype, size);
+  a.type = mpi_datatype(dtype);
+  a.op = mpi_op(dtype, op);
+  return a;
+}
+
+MpiArgs all_gather_args(const void* send, const void* recv, std::size_t count, DType dtype,
+                        const char* call, int rank, int size) {
+  check_buffer(send, count, "all_gather send");
+  check_buffer(recv, count, "all_gather recv");
+  MpiArgs a;
+  a.count = mpi_count(count, call, rank);
+  a.type = mpi_datatype(dtype);
+  if (all_gather_in_place(send, recv, count, dtype, rank, size)) {
+    a.send = MPI_IN_PLACE;
+  } else {
+    a.send = send;
+    a.send_count = a.count;
+    a.send_type = a.type;
+  }
+  return a;
+}
+
+MpiArgs broadcast_args(const void* buf, std::size_t count, DType dtype, int root,
+                       const char* call, int rank, int size) {
+  check_broadcast_root(root, size, rank, "mpi");
+  check_buffer(buf, count, "broadcast buf");
+  MpiArgs a;
+  a.count = mpi_count(count, call, rank);
+  a.type = mpi_datatype(dtype);
+  return a;
+}
+
+// Held around a blocking collective: like MPI_Wait, the call drives Open
+// MPI's progress engine for every outstanding request, so the progress
+// thread pauses meanwhile ([Note: MPI progress]).
+class BlockingScope {
+ public:
+  BlockingScope() : waiting_(MpiProgress::instance()) {}
+
+ private:
+  MpiProgress::WaitScope waiting_;
+};
+
 }  // namespace
 
 MpiCommunicator::MpiCommunicator(MPI_Comm comm, Ownership ownership)
@@ -115,53 +188,40 @@ void MpiCommunicator::free_owned() noexcept {
 }
 
 CommWork MpiCommunicator::iall_reduce(void* buf, std::size_t count, DType dtype, ReduceOp op) {
-  check_buffer(buf, count, "all_reduce buf");
-  const int n = mpi_count(count, "MPI_Iallreduce", rank_);
+  const MpiArgs a = all_reduce_args(buf, count, dtype, op, "MPI_Iallreduce", rank_);
   MPI_Request request = MPI_REQUEST_NULL;
   // Held until the call has started: [Note: libnbc all-reduce algorithm].
   const auto algorithm =
       select_iallreduce_algorithm(count * dtype_size(dtype), count, size_);
-  ZS_MPI_CALL(rank_, MPI_Iallreduce, MPI_IN_PLACE, buf, n, mpi_datatype(dtype), mpi_op(dtype, op),
-              comm_, &request);
+  ZS_MPI_CALL(rank_, MPI_Iallreduce, MPI_IN_PLACE, buf, a.count, a.type, a.op, comm_, &request);
   return make_work(request, "MPI_Iallreduce", rank_, count * dtype_size(dtype));
 }
 
 CommWork MpiCommunicator::ireduce_scatter(const void* send, void* recv, std::size_t count,
                                           DType dtype, ReduceOp op) {
-  check_buffer(send, count, "reduce_scatter send");
-  check_buffer(recv, count, "reduce_scatter recv");
-  const int n = mpi_count(count, "MPI_Ireduce_scatter_block", rank_);
-  check_reduce_scatter_disjoint(send, recv, count, dtype, size_);
+  const MpiArgs a =
+      reduce_scatter_args(send, recv, count, dtype, op, "MPI_Ireduce_scatter_block", rank_, size_);
   MPI_Request request = MPI_REQUEST_NULL;
-  ZS_MPI_CALL(rank_, MPI_Ireduce_scatter_block, send, recv, n, mpi_datatype(dtype),
-              mpi_op(dtype, op), comm_, &request);
+  ZS_MPI_CALL(rank_, MPI_Ireduce_scatter_block, send, recv, a.count, a.type, a.op, comm_,
+              &request);
   return make_work(request, "MPI_Ireduce_scatter_block", rank_,
                    count * dtype_size(dtype) * static_cast<std::size_t>(size_));
 }
 
 CommWork MpiCommunicator::iall_gather(const void* send, void* recv, std::size_t count,
                                       DType dtype) {
-  check_buffer(send, count, "all_gather send");
-  check_buffer(recv, count, "all_gather recv");
-  const int n = mpi_count(count, "MPI_Iallgather", rank_);
-  const MPI_Datatype type = mpi_datatype(dtype);
+  const MpiArgs a = all_gather_args(send, recv, count, dtype, "MPI_Iallgather", rank_, size_);
   MPI_Request request = MPI_REQUEST_NULL;
-  if (all_gather_in_place(send, recv, count, dtype, rank_, size_)) {
-    ZS_MPI_CALL(rank_, MPI_Iallgather, MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, recv, n, type, comm_,
-                &request);
-  } else {
-    ZS_MPI_CALL(rank_, MPI_Iallgather, send, n, type, recv, n, type, comm_, &request);
-  }
+  ZS_MPI_CALL(rank_, MPI_Iallgather, a.send, a.send_count, a.send_type, recv, a.count, a.type,
+              comm_, &request);
   return make_work(request, "MPI_Iallgather", rank_,
                    count * dtype_size(dtype) * static_cast<std::size_t>(size_));
 }
 
 CommWork MpiCommunicator::ibroadcast(void* buf, std::size_t count, DType dtype, int root) {
-  check_broadcast_root(root, size_, rank_, "mpi");
-  check_buffer(buf, count, "broadcast buf");
-  const int n = mpi_count(count, "MPI_Ibcast", rank_);
+  const MpiArgs a = broadcast_args(buf, count, dtype, root, "MPI_Ibcast", rank_, size_);
   MPI_Request request = MPI_REQUEST_NULL;
-  ZS_MPI_CALL(rank_, MPI_Ibcast, buf, n, mpi_datatype(dtype), root, comm_, &request);
+  ZS_MPI_CALL(rank_, MPI_Ibcast, buf, a.count, a.type, root, comm_, &request);
   return make_work(request, "MPI_Ibcast", rank_, count * dtype_size(dtype));
 }
 
@@ -169,6 +229,38 @@ CommWork MpiCommunicator::ibarrier() {
   MPI_Request request = MPI_REQUEST_NULL;
   ZS_MPI_CALL(rank_, MPI_Ibarrier, comm_, &request);
   return make_work(request, "MPI_Ibarrier", rank_, 0);
+}
+
+void MpiCommunicator::all_reduce(void* buf, std::size_t count, DType dtype, ReduceOp op) {
+  const MpiArgs a = all_reduce_args(buf, count, dtype, op, "MPI_Allreduce", rank_);
+  const BlockingScope blocking;
+  ZS_MPI_CALL(rank_, MPI_Allreduce, MPI_IN_PLACE, buf, a.count, a.type, a.op, comm_);
+}
+
+void MpiCommunicator::reduce_scatter(const void* send, void* recv, std::size_t count, DType dtype,
+                                     ReduceOp op) {
+  const MpiArgs a =
+      reduce_scatter_args(send, recv, count, dtype, op, "MPI_Reduce_scatter_block", rank_, size_);
+  const BlockingScope blocking;
+  ZS_MPI_CALL(rank_, MPI_Reduce_scatter_block, send, recv, a.count, a.type, a.op, comm_);
+}
+
+void MpiCommunicator::all_gather(const void* send, void* recv, std::size_t count, DType dtype) {
+  const MpiArgs a = all_gather_args(send, recv, count, dtype, "MPI_Allgather", rank_, size_);
+  const BlockingScope blocking;
+  ZS_MPI_CALL(rank_, MPI_Allgather, a.send, a.send_count, a.send_type, recv, a.count, a.type,
+              comm_);
+}
+
+void MpiCommunicator::broadcast(void* buf, std::size_t count, DType dtype, int root) {
+  const MpiArgs a = broadcast_args(buf, count, dtype, root, "MPI_Bcast", rank_, size_);
+  const BlockingScope blocking;
+  ZS_MPI_CALL(rank_, MPI_Bcast, buf, a.count, a.type, root, comm_);
+}
+
+void MpiCommunicator::barrier() {
+  const BlockingScope blocking;
+  ZS_MPI_CALL(rank_, MPI_Barrier, comm_);
 }
 
 void MpiCommunicator::abort(int code) {

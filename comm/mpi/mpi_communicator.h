@@ -1,4 +1,4 @@
-// MpiCommunicator: the Communicator on MPI-3 non-blocking collectives.
+// MpiCommunicator: the Communicator on MPI-3 collectives.
 //
 // Each collective maps to one MPI call (counts in elements, as MPI):
 //   iall_reduce      MPI_Iallreduce(MPI_IN_PLACE, buf, ...)
@@ -8,6 +8,20 @@
 //   ibroadcast       MPI_Ibcast
 //   ibarrier         MPI_Ibarrier
 //   split            MPI_Comm_split (the result owns and frees its MPI_Comm)
+// and the blocking forms to MPI's blocking collectives, with the same
+// argument checks, type/operator mapping and in-place rule:
+//   all_reduce       MPI_Allreduce(MPI_IN_PLACE, buf, ...)
+//   reduce_scatter   MPI_Reduce_scatter_block
+//   all_gather       MPI_Allgather (MPI_IN_PLACE as iall_gather)
+//   broadcast        MPI_Bcast
+//   barrier          MPI_Barrier
+// A blocking call skips the non-blocking path's fixed cost (request, libnbc
+// schedule, progress-thread bookkeeping: a few microseconds at 2 ranks, tens
+// at 4 ranks on 2 cores, bench/README.md "## collectives") and runs Open MPI's "tuned" algorithms,
+// which are not libnbc's: a sum may combine ranks in another order, so for
+// data whose sums round (fp32 in general, [Note: 16-bit reductions]) the
+// blocking and non-blocking forms may differ in the last bits; for data
+// whose partial sums are exact they agree bit for bit.
 // MPI_Iallreduce runs with libnbc's ring algorithm for messages of 64 KiB and
 // more ([Note: libnbc all-reduce algorithm] in comm/mpi/mpi_nbc_tuning.h).
 // Element types and operators map as comm/mpi/mpi_types.h describes (bf16
@@ -15,7 +29,8 @@
 // CommWork wraps the MPI_Request; wait() is MPI_Wait and test() MPI_Test.
 // OpenMPI progresses non-blocking collectives only inside MPI calls (it has
 // no progress thread by default), so a collective advances while the caller
-// waits, tests or makes other MPI calls, not while it only computes.
+// waits, tests or makes other MPI calls (blocking collectives included), not
+// while it only computes; [Note: MPI progress] in comm/mpi/mpi_progress.h.
 //
 // Errors: every MPI return code is checked by mpi_check (comm/mpi/mpi_check.h)
 // and becomes a CommError naming the call, MPI's message and the rank; the
@@ -70,18 +85,41 @@ class MpiCommunicator final : public Communicator {
   /// The wrapped MPI communicator (still owned by this object if owned).
   MPI_Comm native() const { return comm_; }
 
-  /// MPI_Iallreduce with MPI_IN_PLACE over buf[0..count).
+  /// MPI_Iallreduce with MPI_IN_PLACE over buf[0..count). Throws
+  /// InvariantError for a null buf with count > 0, CommError for count >
+  /// INT_MAX or an MPI failure (naming MPI_Iallreduce, or MPI_Wait on it).
   CommWork iall_reduce(void* buf, std::size_t count, DType dtype, ReduceOp op) override;
   /// MPI_Ireduce_scatter_block: send holds count * world_size() elements,
-  /// recv (count elements, disjoint from send) gets block rank().
+  /// recv (count elements, disjoint from send) gets block rank(). Throws
+  /// InvariantError for null or overlapping buffers, CommError as iall_reduce.
   CommWork ireduce_scatter(const void* send, void* recv, std::size_t count, DType dtype,
                            ReduceOp op) override;
-  /// MPI_Iallgather; in place when send == recv + rank() * count elements.
+  /// MPI_Iallgather; in place (MPI_IN_PLACE) when send == recv + rank() *
+  /// count elements. Throws InvariantError for null buffers or send
+  /// overlapping recv any other way, CommError as iall_reduce.
   CommWork iall_gather(const void* send, void* recv, std::size_t count, DType dtype) override;
-  /// MPI_Ibcast from root (CommError naming root and world size if out of range).
+  /// MPI_Ibcast from root. Throws CommError naming root and world size if
+  /// root is out of range, InvariantError and CommError as iall_reduce.
   CommWork ibroadcast(void* buf, std::size_t count, DType dtype, int root) override;
-  /// MPI_Ibarrier.
+  /// MPI_Ibarrier. Throws CommError on an MPI failure.
   CommWork ibarrier() override;
+
+  /// MPI_Allreduce with MPI_IN_PLACE over buf[0..count); the checks and
+  /// errors of iall_reduce (CommError naming MPI_Allreduce).
+  void all_reduce(void* buf, std::size_t count, DType dtype, ReduceOp op) override;
+  /// MPI_Reduce_scatter_block; the buffers, checks and errors of
+  /// ireduce_scatter (CommError naming MPI_Reduce_scatter_block).
+  void reduce_scatter(const void* send, void* recv, std::size_t count, DType dtype,
+                      ReduceOp op) override;
+  /// MPI_Allgather, in place under iall_gather's rule; its checks and
+  /// errors (CommError naming MPI_Allgather).
+  void all_gather(const void* send, void* recv, std::size_t count, DType dtype) override;
+  /// MPI_Bcast from root; the checks and errors of ibroadcast (CommError
+  /// naming MPI_Bcast).
+  void broadcast(void* buf, std::size_t count, DType dtype, int root) override;
+  /// MPI_Barrier. Throws CommError on an MPI failure.
+  void barrier() override;
+
   /// MPI_Comm_split(color, key); returns an owning MpiCommunicator.
   /// color must be >= 0 (CommError otherwise).
   std::unique_ptr<Communicator> split(int color, int key) override;

@@ -76,7 +76,7 @@ void MpiProgress::run() {
     if (idle) {
       cv_.wait(lock, [this] { return stop_ || should_poll(); });
       if (stop_) return;
-      // A caller that waits at once (a blocking collective) is usually in
+      // A caller that waits at once (i*().wait()) is usually in
       // MPI_Wait before this thread runs: cv_.wait then sees nothing to
       // poll for and sleeps on, with no probe. For a large collective the
       // thread first yields once ([Note: MPI progress]).

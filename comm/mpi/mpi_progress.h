@@ -12,8 +12,10 @@
 // While a thread is blocked in MpiWork::wait() (MPI_Wait drives Open MPI's
 // progress engine itself, for every outstanding request) the thread does not
 // poll: it is woken when the first collective starts, and a caller that
-// waits at once (a blocking collective) is usually inside MPI_Wait before
-// the thread runs, so it sleeps on without a probe. When that collective
+// waits at once (i*().wait()) is usually inside MPI_Wait before
+// the thread runs, so it sleeps on without a probe. MpiCommunicator's
+// blocking collectives (MPI_Allreduce, ...) drive the progress engine the
+// same way and hold a WaitScope too. When that collective
 // moves at least kYieldMinBytes, the thread yields its core once before
 // checking. Neither end() nor a waiter leaving MPI_Wait with nothing
 // outstanding wakes it. Measured with bench/collectives on 2 ranks and 2

@@ -8,6 +8,7 @@
 #include <cmath>
 #include <cstring>
 #include <string>
+#include <utility>
 
 #include "comm/mpi/mpi_check.h"
 #include "comm/mpi/mpi_communicator.h"
@@ -73,19 +74,32 @@ TEST_CASE("mpi: failing MPI calls become CommError naming call, MPI message and 
   CHECK_NOTHROW(mpi_check(MPI_SUCCESS, "MPI_Fake", 0));
 }
 
-TEST_CASE("mpi: counts above INT_MAX throw CommError naming the count") {
+// The blocking forms (MPI_Allreduce, ...) and the non-blocking ones
+// (MPI_Iallreduce, ...) share the count check; each message names its call.
+TEST_CASE("mpi: counts above INT_MAX throw CommError naming the count and the call") {
   std::unique_ptr<Communicator> w = make_world_communicator();
   const std::size_t huge = static_cast<std::size_t>(INT_MAX) + 1;
   float x[2] = {0, 0};
   const std::string expected = std::to_string(huge);
-  for (const std::string& m :
-       {message_of([&] { w->all_reduce(x, huge, DType::f32, ReduceOp::sum); }),
-        message_of([&] { w->broadcast(x, huge, DType::bf16, 0); }),
-        message_of([&] { w->all_gather(x, x, huge, DType::f64); }),
-        message_of([&] { w->reduce_scatter(x, x + 1, huge, DType::f16, ReduceOp::max); })}) {
+  const std::pair<std::string, std::string> cases[] = {
+      {"MPI_Allreduce", message_of([&] { w->all_reduce(x, huge, DType::f32, ReduceOp::sum); })},
+      {"MPI_Bcast", message_of([&] { w->broadcast(x, huge, DType::bf16, 0); })},
+      {"MPI_Allgather", message_of([&] { w->all_gather(x, x, huge, DType::f64); })},
+      {"MPI_Reduce_scatter_block",
+       message_of([&] { w->reduce_scatter(x, x + 1, huge, DType::f16, ReduceOp::max); })},
+      {"MPI_Iallreduce",
+       message_of([&] { (void)w->iall_reduce(x, huge, DType::f32, ReduceOp::sum); })},
+      {"MPI_Ibcast", message_of([&] { (void)w->ibroadcast(x, huge, DType::bf16, 0); })},
+      {"MPI_Iallgather", message_of([&] { (void)w->iall_gather(x, x, huge, DType::f64); })},
+      {"MPI_Ireduce_scatter_block",
+       message_of([&] { (void)w->ireduce_scatter(x, x + 1, huge, DType::f16, ReduceOp::max); })},
+  };
+  for (const auto& [call, m] : cases) {
     INFO(m);
     CHECK(m.find(expected) != std::string::npos);
     CHECK(m.find("INT_MAX") != std::string::npos);
+    CHECK(m.find(call + ":") != std::string::npos);
+    CHECK(m.find(fmt::format("rank {}", w->rank())) != std::string::npos);
   }
   CHECK(mpi_count(static_cast<std::size_t>(INT_MAX), "MPI_Fake", 0) == INT_MAX);
   // Nothing was started: the communicator is still in step on every rank.
@@ -102,6 +116,11 @@ TEST_CASE("mpi: overlapping buffers that MPI cannot handle are rejected") {
   // send overlaps recv but is not recv + rank * count (rank * 4 != 1)
   CHECK_THROWS_AS(w->all_gather(buf.data() + 1, buf.data(), 4, DType::f32), InvariantError);
   CHECK_THROWS_AS(w->all_reduce(nullptr, 1, DType::f32, ReduceOp::sum), InvariantError);
+  // The non-blocking forms apply the same checks.
+  CHECK_THROWS_AS(w->ireduce_scatter(buf.data(), buf.data() + 1, 4, DType::f32, ReduceOp::sum),
+                  InvariantError);
+  CHECK_THROWS_AS(w->iall_gather(buf.data() + 1, buf.data(), 4, DType::f32), InvariantError);
+  CHECK_THROWS_AS(w->iall_reduce(nullptr, 1, DType::f32, ReduceOp::sum), InvariantError);
   w->barrier();
 }
 
