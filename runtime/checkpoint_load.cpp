@@ -185,12 +185,12 @@ json Engine::load_checkpoint(const std::string& save_dir, const std::string& tag
     const UnitId id = static_cast<UnitId>(u);
     us.gather_work.wait();
     release_param_stage(s, id);
+    us.param_upload.release();
     us.gathered.release();
     us.grad_lease.release();
     us.unshard_count = 0;
     us.reduced = false;
-    s.ops->zero(us.grad_full.data(), us.grad_full.bytes());
-    s.ops->zero(us.grad_shard.data(), us.grad_shard.bytes());
+    zero_grads(s, id);
     // Into the resident buffers (on the compute device) or the swap files.
     LoadedUnit& lu = loaded[u];
     store_array(s, id, {ArrayKind::params}, lu.params.data());

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <map>
 #include <vector>
 
 #include "core/aligned_buffer.h"
@@ -17,9 +18,10 @@ namespace {
 // Elements converted to fp32 at a time for the mixed-precision update.
 constexpr std::size_t kUpdateChunk = 16384;
 
-class CpuOps final : public DeviceOps {
+class CpuOps : public DeviceOps {
  public:
   ComputeDevice device() const override { return ComputeDevice::cpu; }
+  bool host_addressable() const override { return true; }
 
   DeviceArray allocate(std::size_t numel, DType dtype) override {
     auto mem = std::make_shared<AlignedBuffer<std::byte>>(numel * dtype_size(dtype));  // zeroed
@@ -34,6 +36,10 @@ class CpuOps final : public DeviceOps {
   }
   void download(void* host_dst, const void* src, std::size_t bytes) override { move(host_dst, src, bytes); }
   void upload(void* dst, const void* host_src, std::size_t bytes) override { move(dst, host_src, bytes); }
+  void download_async(void* host_dst, const void* src, std::size_t bytes) override { download(host_dst, src, bytes); }
+  void upload_async(void* dst, const void* host_src, std::size_t bytes) override { upload(dst, host_src, bytes); }
+  OpsFence fence() override { return {}; }
+  void wait(const OpsFence&) override {}
   void cast(void* dst, DType dst_type, const void* src, DType src_type, std::size_t n, float scale) override {
     kernels::cast(dst, dst_type, src, src_type, n, scale);
   }
@@ -69,9 +75,102 @@ class CpuOps final : public DeviceOps {
   std::vector<float> scratch_;
 };
 
+// The allocations of a SimulatedDeviceOps, shared with the arrays' deleters.
+struct Allocations {
+  std::map<const std::byte*, std::size_t> ranges;  // begin -> bytes
+};
+
+class SimulatedDeviceOps final : public CpuOps {
+ public:
+  bool host_addressable() const override { return false; }
+
+  DeviceArray allocate(std::size_t numel, DType dtype) override {
+    const std::size_t bytes = numel * dtype_size(dtype);
+    auto buf = std::make_unique<AlignedBuffer<std::byte>>(std::max<std::size_t>(bytes, 1));
+    std::byte* data = buf->data();
+    allocations_->ranges[data] = bytes;
+    std::shared_ptr<void> mem(buf.release(), [reg = allocations_](void* p) {
+      auto* b = static_cast<AlignedBuffer<std::byte>*>(p);
+      reg->ranges.erase(b->data());
+      delete b;
+    });
+    return DeviceArray(std::move(mem), data, numel, dtype);
+  }
+  void zero(void* p, std::size_t bytes) override {
+    check_device(p, bytes, "zero");
+    CpuOps::zero(p, bytes);
+  }
+  void move(void* dst, const void* src, std::size_t bytes) override {
+    check_device(dst, bytes, "move dst");
+    check_device(src, bytes, "move src");
+    CpuOps::move(dst, src, bytes);
+  }
+  void download(void* host_dst, const void* src, std::size_t bytes) override {
+    check_device(src, bytes, "download src");
+    check_host(host_dst, bytes, "download host_dst");
+    std::memcpy(host_dst, src, bytes);
+  }
+  void upload(void* dst, const void* host_src, std::size_t bytes) override {
+    check_device(dst, bytes, "upload dst");
+    check_host(host_src, bytes, "upload host_src");
+    if (bytes > 0) std::memcpy(dst, host_src, bytes);
+  }
+  void cast(void* dst, DType dst_type, const void* src, DType src_type, std::size_t n, float scale) override {
+    check_device(dst, n * dtype_size(dst_type), "cast dst");
+    check_device(src, n * dtype_size(src_type), "cast src");
+    CpuOps::cast(dst, dst_type, src, src_type, n, scale);
+  }
+  void accumulate_cast(void* dst, DType dst_type, const void* src, DType src_type, std::size_t n,
+                       float scale) override {
+    check_device(dst, n * dtype_size(dst_type), "accumulate_cast dst");
+    check_device(src, n * dtype_size(src_type), "accumulate_cast src");
+    CpuOps::accumulate_cast(dst, dst_type, src, src_type, n, scale);
+  }
+  kernels::GradStats grad_stats(const void* data, DType type, std::size_t n) override {
+    check_device(data, n * dtype_size(type), "grad_stats");
+    return CpuOps::grad_stats(data, type, n);
+  }
+  void update(const OptimizerHyper& hyper, float lr, float weight_decay, std::int64_t step, float grad_scale,
+              const UpdateArrays& a, std::size_t n) override {
+    check_device(a.weights, n * sizeof(float), "update weights");
+    check_device(a.grads, n * dtype_size(a.grad_dtype), "update grads");
+    for (float* st : a.states) check_device(st, n * sizeof(float), "update state");
+    if (a.copy != nullptr) check_device(a.copy, n * dtype_size(a.copy_dtype), "update copy");
+    CpuOps::update(hyper, lr, weight_decay, step, grad_scale, a, n);
+  }
+
+ private:
+  // The allocation that contains p, or ranges.end().
+  auto containing(const void* p) const {
+    const auto* b = static_cast<const std::byte*>(p);
+    auto it = allocations_->ranges.upper_bound(b);
+    if (it == allocations_->ranges.begin()) return allocations_->ranges.end();
+    --it;
+    return b < it->first + std::max<std::size_t>(it->second, 1) ? it : allocations_->ranges.end();
+  }
+  void check_device(const void* p, std::size_t bytes, const char* what) const {
+    if (bytes == 0) return;
+    auto it = containing(p);
+    const auto* b = static_cast<const std::byte*>(p);
+    ZS_CHECK(it != allocations_->ranges.end() && b + bytes <= it->first + it->second,
+             "simulated device: {} ({} bytes at {}) is not device memory", what, bytes, p);
+  }
+  void check_host(const void* p, std::size_t bytes, const char* what) const {
+    if (bytes == 0) return;
+    const auto* b = static_cast<const std::byte*>(p);
+    auto it = allocations_->ranges.lower_bound(b);
+    const bool after = it != allocations_->ranges.end() && it->first < b + bytes;
+    ZS_CHECK(!after && containing(p) == allocations_->ranges.end(),
+             "simulated device: {} ({} bytes at {}) is device memory, not host memory", what, bytes, p);
+  }
+
+  std::shared_ptr<Allocations> allocations_ = std::make_shared<Allocations>();
+};
+
 }  // namespace
 
 std::unique_ptr<DeviceOps> make_cpu_ops() { return std::make_unique<CpuOps>(); }
+std::unique_ptr<DeviceOps> make_simulated_device_ops() { return std::make_unique<SimulatedDeviceOps>(); }
 
 #if !ZS_HAVE_CUDA
 std::unique_ptr<DeviceOps> make_cuda_ops(Communicator&) {

@@ -14,7 +14,11 @@
 //     every NCCL collective, which first waits for that stream, sees their
 //     results; collectives of parameters and gradients on NCCL.
 // Everything the engine decides (layout, buckets, order of collectives,
-// loss scale, skips) is the same code on both; only DeviceOps differs. The
+// loss scale, skips) is the same code on both; only DeviceOps differs.
+// Arrays on the host and nvme offload tiers are in host memory whatever the
+// device (EngineState::host_ops), so a GPU engine with offload copies between
+// the two (runtime/engine_optimizer.cpp, [Note: optimizer on the host for a
+// GPU engine]). The
 // cuda operations are bitwise the cpu ones (kernels/cuda: [Note: bitwise
 // GPU kernels]) except the sum of squares of the gradient statistics, whose
 // double summation order differs (kernels/cuda/grad_check.h), so a clipped
@@ -85,6 +89,12 @@ struct UpdateArrays {
   DType copy_dtype = DType::bf16;
 };
 
+/// A point in a DeviceOps' order of operations (DeviceOps::fence()); empty
+/// for ops that complete every operation before returning.
+struct OpsFence {
+  std::shared_ptr<void> event;
+};
+
 /// Memory and element-wise operations of one compute device. Every pointer
 /// argument addresses the ops' memory space unless its name says host.
 /// Operations may run asynchronously in one order (the cuda stream); those
@@ -96,6 +106,10 @@ class DeviceOps {
  public:
   virtual ~DeviceOps() = default;
   virtual ComputeDevice device() const = 0;
+  /// True when the ops' memory is the host's (the engine then reads and
+  /// writes it directly); false for a separate memory space, which the
+  /// engine reaches only through download / upload.
+  virtual bool host_addressable() const = 0;
   /// A new array of numel elements of dtype, zeroed.
   virtual DeviceArray allocate(std::size_t numel, DType dtype) = 0;
   /// Sets `bytes` bytes at p to zero bits.
@@ -106,6 +120,17 @@ class DeviceOps {
   virtual void download(void* host_dst, const void* src, std::size_t bytes) = 0;
   /// Copies `bytes` bytes from host memory; host_src may be reused on return.
   virtual void upload(void* dst, const void* host_src, std::size_t bytes) = 0;
+  /// Enqueues a copy of `bytes` bytes to host memory (page-locked memory
+  /// lets it run in the background); host_dst holds them once a fence()
+  /// taken afterwards is waited for.
+  virtual void download_async(void* host_dst, const void* src, std::size_t bytes) = 0;
+  /// Enqueues a copy from host memory; host_src must stay unchanged until a
+  /// fence() taken afterwards is waited for.
+  virtual void upload_async(void* dst, const void* host_src, std::size_t bytes) = 0;
+  /// Marks the operations enqueued so far.
+  virtual OpsFence fence() = 0;
+  /// Returns once every operation enqueued before `f` was taken is done.
+  virtual void wait(const OpsFence& f) = 0;
   /// kernels::cast: dst[i] = src[i] * scale converted (kernels/cpu/cast.h).
   virtual void cast(void* dst, DType dst_type, const void* src, DType src_type, std::size_t n,
                     float scale) = 0;
@@ -122,6 +147,15 @@ class DeviceOps {
 
 /// Ops on host memory and kernels/cpu. Never throws.
 std::unique_ptr<DeviceOps> make_cpu_ops();
+
+/// Ops that compute with kernels/cpu on host memory but present it as a
+/// separate memory space (device() cpu, host_addressable() false), and
+/// check every call: a pointer argument must lie inside memory these ops
+/// allocated, and a host_* argument outside it (InvariantError naming the
+/// call otherwise). Lets tests drive the engine's GPU data flow (staging,
+/// downloads, uploads) on machines without a GPU; collectives see plain
+/// host memory, so any host communicator serves.
+std::unique_ptr<DeviceOps> make_simulated_device_ops();
 
 /// Ops on the current CUDA device for an engine whose collectives run on
 /// `device_comm`, which must be an NcclCommunicator (its compute stream

@@ -8,6 +8,7 @@
 
 #include "comm/nccl/nccl_communicator.h"
 #include "core/cuda_check.h"
+#include "core/cuda_stream.h"
 #include "core/device_buffer.h"
 #include "core/error.h"
 #include "kernels/cuda/adam.h"
@@ -28,6 +29,7 @@ class CudaOps final : public DeviceOps {
         result_(sizeof(kernels::GradCheck)) {}
 
   ComputeDevice device() const override { return ComputeDevice::cuda; }
+  bool host_addressable() const override { return false; }
 
   DeviceArray allocate(std::size_t numel, DType dtype) override {
     auto mem = std::make_shared<DeviceBuffer>(numel * dtype_size(dtype));
@@ -60,6 +62,20 @@ class CudaOps final : public DeviceOps {
     if (bytes == 0) return;
     ZS_CUDA_CHECK(cudaMemcpyAsync(dst, host_src, bytes, cudaMemcpyHostToDevice, stream()));
     ZS_CUDA_CHECK(cudaStreamSynchronize(stream()));
+  }
+  void download_async(void* host_dst, const void* src, std::size_t bytes) override {
+    if (bytes > 0) ZS_CUDA_CHECK(cudaMemcpyAsync(host_dst, src, bytes, cudaMemcpyDeviceToHost, stream()));
+  }
+  void upload_async(void* dst, const void* host_src, std::size_t bytes) override {
+    if (bytes > 0) ZS_CUDA_CHECK(cudaMemcpyAsync(dst, host_src, bytes, cudaMemcpyHostToDevice, stream()));
+  }
+  OpsFence fence() override {
+    auto event = std::make_shared<CudaEvent>(CudaEvent::create());
+    event->record(stream());
+    return OpsFence{std::move(event)};
+  }
+  void wait(const OpsFence& f) override {
+    if (f.event) static_cast<CudaEvent*>(f.event.get())->synchronize();
   }
   void cast(void* dst, DType dst_type, const void* src, DType src_type, std::size_t n, float scale) override {
     if (n == 0) return;

@@ -34,10 +34,11 @@ void check_device_config(const EngineConfig& config, Communicator& nccl, Communi
         "span the same ranks in the same order",
         nccl.rank(), nccl.world_size(), host.rank(), host.world_size()));
   }
-  if (config.offload.optimizer.device != OffloadDevice::none || config.offload.param.device != OffloadDevice::none) {
+  if (config.offload.param.device != OffloadDevice::none && config.offload.optimizer.device == OffloadDevice::none) {
+    // The optimizer would run on the device with its parameters in host memory.
     throw ConfigError(fmt::format(
-        "{}: zero_optimization.offload_optimizer / offload_param are not available on the cuda compute device "
-        "yet; use the cpu engine (Engine(config, comm)) for offload",
+        "{}: zero_optimization.offload_param needs offload_optimizer on the cuda compute device (the update runs "
+        "where the optimizer state is); set offload_optimizer.device to \"cpu\" or \"nvme\" too",
         config.source));
   }
 }
@@ -50,8 +51,13 @@ Engine::Engine(const EngineConfig& config, Communicator& comm)
 }
 
 Engine::Engine(const EngineConfig& config, Communicator& nccl, Communicator& host)
-    : s_((check_device_config(config, nccl, host),
-          std::make_unique<EngineState>(config, nccl, host, make_cuda_ops(nccl)))) {
+    : Engine(config, nccl, host, (check_device_config(config, nccl, host), make_cuda_ops(nccl))) {}
+
+Engine::Engine(const EngineConfig& config, Communicator& device_comm, Communicator& host_comm,
+               std::unique_ptr<DeviceOps> ops) {
+  ZS_CHECK(ops != nullptr, "Engine: null DeviceOps");
+  if (!ops->host_addressable()) check_device_config(config, device_comm, host_comm);
+  s_ = std::make_unique<EngineState>(config, device_comm, host_comm, std::move(ops));
   init();
 }
 
@@ -110,20 +116,20 @@ void Engine::finalize() {
       return array_tier(s, u, {k}) == MemTier::nvme ? 0 : n;
     };
     const std::uint64_t pn = stage < 3 ? full : shard, pp = stage < 3 ? full_pad : shard_pad;
-    DeviceOps& ops = *s.ops;
-    us.params = ops.allocate(resident(ArrayKind::params, pn), dt);
+    auto ops = [&](ArrayKind k) -> DeviceOps& { return array_ops(s, u, {k}); };
+    us.params = ops(ArrayKind::params).allocate(resident(ArrayKind::params, pn), dt);
     s.ledger.add(MemCategory::parameters, array_tier(s, u, {ArrayKind::params}), pn * e, pp * e);
     const std::uint64_t gn = stage < 2 ? full : shard, gp = stage < 2 ? full_pad : shard_pad;
-    (stage < 2 ? us.grad_full : us.grad_shard) = ops.allocate(resident(ArrayKind::grad, gn), dt);
+    (stage < 2 ? us.grad_full : us.grad_shard) = ops(ArrayKind::grad).allocate(resident(ArrayKind::grad, gn), dt);
     s.ledger.add(MemCategory::gradients, array_tier(s, u, {ArrayKind::grad}), gn * e, gp * e);
     const std::uint64_t on = stage == 0 ? full : shard, op = stage == 0 ? full_pad : shard_pad;
     const MemTier ot = array_tier(s, u, {ArrayKind::master});
     if (s.mixed()) {
-      us.master = ops.allocate(resident(ArrayKind::master, on), DType::f32);
+      us.master = ops(ArrayKind::master).allocate(resident(ArrayKind::master, on), DType::f32);
       s.ledger.add(MemCategory::master_weights, ot, on * f, op * f);
     }
     for (int k = 0; k < nstates; ++k) {
-      us.states.push_back(ops.allocate(resident(ArrayKind::state, on), DType::f32));
+      us.states.push_back(ops(ArrayKind::state).allocate(resident(ArrayKind::state, on), DType::f32));
       s.ledger.add(MemCategory::optimizer_states, ot, on * f, op * f);
     }
     if (stage == 0) {
@@ -162,7 +168,7 @@ namespace {
 // in place on the cpu device, through a host copy on a GPU.
 template <class Edit>
 void edit_device_bytes(EngineState& s, void* p, std::size_t bytes, Edit&& edit) {
-  if (s.ops->device() == ComputeDevice::cpu) {
+  if (s.ops->host_addressable()) {
     edit(p);
     return;
   }

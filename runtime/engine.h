@@ -62,8 +62,12 @@
 // queue its kernels there too (or synchronise) so that a gradient is
 // complete before reduce_gradients(u) and a parameter is read only after
 // unshard(u). set_parameter / gather_* / checkpoints copy through host
-// memory. Offload tiers are not available on the GPU engine yet (a
-// ConfigError says so).
+// memory. With offload_optimizer the update runs on the host (ZeRO-Offload;
+// [Note: optimizer on the host for a GPU engine] in
+// runtime/engine_optimizer.cpp): reduced gradient blocks come down to the
+// host tier as they arrive, updated parameters go up after the update;
+// offload_param (which needs offload_optimizer here) keeps stage 3 shards
+// in host memory or on nvme and uploads each before its all-gather.
 //
 // [Note: SPMD]
 // Every rank must make the same sequence of unshard / reduce_gradients /
@@ -115,6 +119,7 @@ struct OffloadStats {
 };
 
 class EngineState;  // implementation
+class DeviceOps;    // runtime/device_ops.h
 
 /// ZeRO engine over one data-parallel communicator.
 /// Thread safety: one thread drives an Engine. Every method that issues a
@@ -132,9 +137,16 @@ class Engine {
   /// host communicator over the same ranks in the same order (the one nccl
   /// was bootstrapped from). Both must outlive the engine. Throws
   /// ConfigError in a build without CUDA, when `nccl` is not an
-  /// NcclCommunicator, when the ranks differ, or when an offload tier is
-  /// configured; DeviceError if the device fails.
+  /// NcclCommunicator, when the ranks differ, or for offload_param without
+  /// offload_optimizer; DeviceError if the device fails.
   Engine(const EngineConfig& config, Communicator& nccl, Communicator& host);
+  /// An engine on the compute device `ops` (runtime/device_ops.h), whose
+  /// memory `device_comm`'s collectives must accept; host messages on
+  /// `host_comm`. The two constructors above are this one with cpu and cuda
+  /// ops; tests use make_simulated_device_ops() to run the GPU data flow on
+  /// a CPU. Errors as the cuda constructor.
+  Engine(const EngineConfig& config, Communicator& device_comm, Communicator& host_comm,
+         std::unique_ptr<DeviceOps> ops);
   ~Engine();
   Engine(const Engine&) = delete;
   Engine& operator=(const Engine&) = delete;

@@ -263,6 +263,21 @@ MemTier array_tier(const EngineState& s, UnitId u, ArrayRef a) {
   return us.optimizer_tier;
 }
 
+bool in_device_memory(const EngineState& s, UnitId u, ArrayRef a) {
+  return !s.ops->host_addressable() && array_tier(s, u, a) == MemTier::device;
+}
+
+DeviceOps& array_ops(EngineState& s, UnitId u, ArrayRef a) {
+  return array_tier(s, u, a) == MemTier::device ? *s.ops : *s.host_ops;
+}
+
+const void* host_copy(EngineState& s, const void* src, std::size_t bytes, HostBuffer& holder) {
+  if (s.ops->host_addressable()) return src;
+  holder = (s.offload ? s.offload->host : s.staging).acquire(bytes, MemCategory::unsharded);
+  s.ops->download(holder.data(), src, bytes);
+  return holder.data();
+}
+
 std::size_t array_numel(const EngineState& s, UnitId u, ArrayRef a) {
   const UnitInfo& info = s.info(u);
   const int stage = s.stage();
@@ -288,10 +303,8 @@ std::byte* resident_data(EngineState& s, UnitId u, ArrayRef a) {
 void* read_array(EngineState& s, UnitId u, ArrayRef a, HostBuffer& holder) {
   const std::size_t bytes = array_numel(s, u, a) * dtype_size(array_dtype(s, a));
   if (array_tier(s, u, a) != MemTier::nvme) {
-    if (s.ops->device() == ComputeDevice::cpu) return resident_data(s, u, a);
-    holder = s.staging.acquire(bytes, MemCategory::unsharded);  // a host copy of the device array
-    s.ops->download(holder.data(), resident_data(s, u, a), bytes);
-    return holder.data();
+    if (!in_device_memory(s, u, a)) return resident_data(s, u, a);
+    return const_cast<void*>(host_copy(s, resident_data(s, u, a), bytes, holder));
   }
   if (a.kind == ArrayKind::grad) finish_grad_writes(s);
   holder = s.offload->host.acquire(bytes, MemCategory::unsharded);
@@ -306,7 +319,7 @@ void* read_array(EngineState& s, UnitId u, ArrayRef a, HostBuffer& holder) {
 void store_array(EngineState& s, UnitId u, ArrayRef a, const void* src) {
   const std::size_t bytes = array_numel(s, u, a) * dtype_size(array_dtype(s, a));
   if (array_tier(s, u, a) != MemTier::nvme) {
-    s.ops->upload(resident_data(s, u, a), src, bytes);  // no-op when src is the resident buffer
+    array_ops(s, u, a).upload(resident_data(s, u, a), src, bytes);  // no-op when src is the resident buffer
     return;
   }
   // Writes need 4 KiB aligned buffers padded to 4 KiB: stage through the pool.
@@ -481,7 +494,7 @@ kernels::GradStats unit_grad_stats(EngineState& s, UnitId u) {
   if (array_tier(s, u, {ArrayKind::grad}) == MemTier::nvme) return s.unit(u).offloaded_grad_stats;
   const std::size_t first = s.stage() < 2 ? static_cast<std::size_t>(s.rank()) * s.info(u).shard : 0;
   const std::byte* g = resident_data(s, u, {ArrayKind::grad}) + first * dtype_size(s.dtype());
-  return s.ops->grad_stats(g, s.dtype(), s.info(u).shard);
+  return array_ops(s, u, {ArrayKind::grad}).grad_stats(g, s.dtype(), s.info(u).shard);
 }
 
 }  // namespace zeroshard

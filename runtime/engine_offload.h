@@ -37,6 +37,7 @@
 #include "offload/io_engine.h"
 #include "offload/swap_directory.h"
 #include "offload/swap_pipeline.h"
+#include "runtime/device_ops.h"
 #include "runtime/flat_layout.h"
 
 namespace zeroshard {
@@ -112,6 +113,16 @@ SwapDirectory* swap_dir(EngineState& s, ArrayRef a);
 DType array_dtype(const EngineState& s, ArrayRef a);
 /// Tier of array a of unit u.
 MemTier array_tier(const EngineState& s, UnitId u, ArrayRef a);
+/// True when array a of unit u is in memory the host cannot address: the
+/// device tier of an engine whose DeviceOps is not host_addressable().
+bool in_device_memory(const EngineState& s, UnitId u, ArrayRef a);
+/// The ops of the memory array a of unit u lives in: the compute device's
+/// for the device tier, host memory's for the host and nvme tiers.
+DeviceOps& array_ops(EngineState& s, UnitId u, ArrayRef a);
+/// `bytes` bytes at src (memory of the compute device) readable by the host:
+/// src itself on a host_addressable device, else a copy in `holder`.
+const void* host_copy(EngineState& s, const void* src, std::size_t bytes, HostBuffer& holder);
+
 /// Elements of array a of unit u on this rank (full or shard, by stage).
 std::size_t array_numel(const EngineState& s, UnitId u, ArrayRef a);
 

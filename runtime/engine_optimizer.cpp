@@ -2,6 +2,7 @@
 // local shard, in memory or sub-group by sub-group through the swap
 // pipeline (runtime/engine_offload.h, offload/swap_pipeline.h).
 #include <algorithm>
+#include <cstring>
 
 #include "core/error.h"
 #include "runtime/engine_offload.h"
@@ -22,10 +23,12 @@ struct UpdateView {
   std::vector<float*> states;
 };
 
-// Runs the optimizer over unit u's segments inside the view, on the compute
-// device (runtime/device_ops.h). fp32: on the parameters in place. Mixed: on
-// the fp32 master weights, and the rounded compute copy written back.
-void update_view(EngineState& s, UnitId u, std::int64_t step, float grad_scale, const UpdateView& v) {
+// Runs the optimizer over unit u's segments inside the view with `ops`
+// (runtime/device_ops.h), whose memory every pointer of v addresses. fp32:
+// on the parameters in place. Mixed: on the fp32 master weights, and the
+// rounded compute copy written back.
+void update_view(EngineState& s, DeviceOps& ops, UnitId u, std::int64_t step, float grad_scale,
+                 const UpdateView& v) {
   UnitState& us = s.unit(u);
   const DType dt = s.dtype();
   const std::size_t e = dtype_size(dt);
@@ -46,7 +49,7 @@ void update_view(EngineState& s, UnitId u, std::int64_t step, float grad_scale, 
     } else {
       a.weights = reinterpret_cast<float*>(v.params) + r;
     }
-    s.ops->update(s.config.optimizer, lr, g.weight_decay, step, grad_scale, a, hi - lo);
+    ops.update(s.config.optimizer, lr, g.weight_decay, step, grad_scale, a, hi - lo);
   }
 }
 
@@ -72,6 +75,63 @@ UpdateView resident_view(EngineState& s, UnitId u, std::size_t begin, std::size_
   return v;
 }
 
+// [Note: optimizer on the host for a GPU engine]
+// With offload_optimizer on a GPU engine (ZeRO-Offload), the master
+// weights and optimizer states are in host memory (or swapped through it)
+// and the update runs there, on kernels/cpu. The view's arrays that are in
+// device memory (the gradients at stage 1, the parameters unless
+// offload_param moved them) are staged through host buffers (page-locked
+// with pin_memory): gradients, and fp32 parameters (which the update
+// changes in place), are downloaded first; the updated parameters are
+// uploaded after. In memory, every unit's downloads are enqueued before the
+// first update, and each upload right after its unit's update, so the copies
+// run while the CPU updates other units.
+struct StagedView {
+  UpdateView view;           ///< every pointer in host memory
+  HostBuffer grads, params;  ///< staging buffers (invalid: not staged)
+  std::byte* device_params = nullptr;  ///< where `params` goes back to
+  std::size_t param_bytes = 0;
+  OpsFence downloaded;       ///< the downloads are done once this is waited for
+};
+
+// Enqueues the downloads of v's device-memory arrays into host buffers.
+StagedView stage_view(EngineState& s, UnitId u, const UpdateView& v) {
+  StagedView st;
+  st.view = v;
+  HostPool& pool = s.offload->host;
+  const std::size_t n = v.end - v.begin, e = dtype_size(s.dtype());
+  if (in_device_memory(s, u, {ArrayKind::grad})) {
+    st.grads = pool.acquire(n * e, MemCategory::unsharded);
+    s.ops->download_async(st.grads.data(), v.grads, n * e);
+    st.view.grads = st.grads.data();
+  }
+  if (in_device_memory(s, u, {ArrayKind::params})) {
+    st.params = pool.acquire(n * e, MemCategory::unsharded);
+    st.device_params = v.params;
+    st.param_bytes = n * e;
+    if (s.mixed()) {
+      std::memset(st.params.data(), 0, n * e);  // padding between segments goes back as the zeros it was
+    } else {
+      s.ops->download_async(st.params.data(), v.params, n * e);
+    }
+    st.view.params = st.params.data();
+  }
+  st.downloaded = s.ops->fence();
+  return st;
+}
+
+// Waits for st's downloads, updates on the host, enqueues the upload.
+void update_staged(EngineState& s, UnitId u, std::int64_t step, float grad_scale, StagedView& st) {
+  s.ops->wait(st.downloaded);
+  update_view(s, *s.host_ops, u, step, grad_scale, st.view);
+  if (st.params.valid()) s.ops->upload_async(st.device_params, st.params.data(), st.param_bytes);
+}
+
+// True when unit u's update runs on the host with staged device arrays.
+bool needs_staging(const EngineState& s, UnitId u) {
+  return !s.ops->host_addressable() && s.units[static_cast<std::size_t>(u)].optimizer_tier != MemTier::device;
+}
+
 // The arrays of unit u the pipeline swaps, in slot order.
 std::vector<ArrayRef> swapped_arrays(const EngineState& s, UnitId u) {
   std::vector<ArrayRef> out;
@@ -91,10 +151,20 @@ void run_optimizer(EngineState& s, std::int64_t step, float grad_scale) {
   const UnitId n = static_cast<UnitId>(s.units.size());
   const bool any_nvme = s.offload && s.offload->io;
   if (!any_nvme) {
+    // [Note: optimizer on the host for a GPU engine]: downloads first.
+    std::vector<StagedView> staged(static_cast<std::size_t>(n));
     for (UnitId u = 0; u < n; ++u) {
-      const std::size_t end = s.stage() == 0 ? s.info(u).padded : s.info(u).shard;
-      update_view(s, u, step, grad_scale, resident_view(s, u, 0, end));
+      if (needs_staging(s, u)) staged[static_cast<std::size_t>(u)] = stage_view(s, u, resident_view(s, u, 0, s.info(u).shard));
     }
+    for (UnitId u = 0; u < n; ++u) {
+      if (needs_staging(s, u)) {
+        update_staged(s, u, step, grad_scale, staged[static_cast<std::size_t>(u)]);
+      } else {
+        const std::size_t end = s.stage() == 0 ? s.info(u).padded : s.info(u).shard;
+        update_view(s, *s.ops, u, step, grad_scale, resident_view(s, u, 0, end));
+      }
+    }
+    s.ops->wait(s.ops->fence());  // the uploads read the staging buffers
     return;
   }
   finish_grad_writes(s);
@@ -135,7 +205,14 @@ void run_optimizer(EngineState& s, std::int64_t step, float grad_scale) {
         case ArrayKind::state: v.states[static_cast<std::size_t>(list[k].state)] = reinterpret_cast<float*>(data[k]); break;
       }
     }
-    update_view(s, u, step, grad_scale, v);
+    if (needs_staging(s, u)) {
+      StagedView st = stage_view(s, u, v);
+      update_staged(s, u, step, grad_scale, st);
+      s.ops->wait(s.ops->fence());
+    } else {
+      update_view(s, array_tier(s, u, {ArrayKind::master}) == MemTier::device ? *s.ops : *s.host_ops, u, step,
+                  grad_scale, v);
+    }
   };
   off.last_step = run_swap_pipeline(off.host, options, MemCategory::unsharded, work.size(), slots, update);
   off.total += off.last_step;

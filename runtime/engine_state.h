@@ -62,6 +62,7 @@ struct UnitState {
   std::vector<SubGroup> subgroups;           ///< shard ranges of the swap files
   HostBuffer param_stage;                    ///< nvme parameter shard swapped in for an all-gather
   std::optional<SwapBatch> param_read;       ///< its read in flight
+  PoolLease param_upload;  ///< host/nvme parameter shard copied to the compute device for an all-gather
   kernels::GradStats offloaded_grad_stats;   ///< nvme gradient shard: stats of the boundary micro-batch
 };
 
@@ -72,13 +73,20 @@ class EngineState {
   /// errors, checkpoint metadata and gathers of host copies); the same
   /// object for the cpu device.
   EngineState(const EngineConfig& c, Communicator& comm, Communicator& host_comm, std::unique_ptr<DeviceOps> ops)
-      : config(c), comm(comm), host_comm(host_comm), ops(std::move(ops)), pool(ledger, *this->ops), staging(ledger) {}
+      : config(c),
+        comm(comm),
+        host_comm(host_comm),
+        ops(std::move(ops)),
+        host_ops(make_cpu_ops()),
+        pool(ledger, *this->ops),
+        staging(ledger) {}
 
   EngineConfig config;
   Communicator& comm;
   Communicator& host_comm;
   MemoryLedger ledger;
-  std::unique_ptr<DeviceOps> ops;  ///< the compute device's memory and kernels
+  std::unique_ptr<DeviceOps> ops;       ///< the compute device's memory and kernels
+  std::unique_ptr<DeviceOps> host_ops;  ///< host memory: arrays on the host and nvme tiers
   BufferPool pool;
   HostPool staging;  ///< host copies of device arrays (read_array on the cuda device)
   std::unique_ptr<OffloadRuntime> offload;  ///< set by finalize() when any tier is host or nvme
@@ -119,6 +127,9 @@ class EngineState {
 /// from every rank's `shard` (host memory, shard elements) on host_comm.
 /// Collective.
 std::vector<std::byte> gather_host(EngineState& s, UnitId u, const void* shard, DType t);
+
+/// Sets unit u's gradient buffers (full or shard) to zero, wherever they are.
+void zero_grads(EngineState& s, UnitId u);
 
 /// Stages 2/3: adds n reduced gradient elements (`src`, of `src_type`),
 /// times `scale`, into unit u's gradient shard starting at shard element

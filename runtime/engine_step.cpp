@@ -25,12 +25,19 @@ void start_gather(EngineState& s, UnitId u) {
   } else {
     src = us.params.data();
   }
+  if (us.param_tier != MemTier::device && !s.ops->host_addressable()) {
+    // A shard in host memory goes to the compute device for the collective.
+    us.param_upload = s.pool.acquire(info.shard, s.dtype(), false);
+    s.ops->upload_async(us.param_upload.data(), src, info.shard * dtype_size(s.dtype()));
+    src = us.param_upload.data();
+  }
   us.gather_work = s.comm.iall_gather(src, us.gathered.data(), info.shard, s.dtype());
 }
 
 // Stage 3: the all-gather of u is complete; drop its nvme swap-in buffer.
 void finish_gather(EngineState& s, UnitId u) {
   s.unit(u).gather_work.wait();
+  s.unit(u).param_upload.release();
   release_param_stage(s, u);
 }
 
@@ -72,22 +79,34 @@ void finish_reductions(EngineState& s, bool boundary) {
 }
 
 void clear_gradients(EngineState& s) {
-  for (auto& us : s.units) {
-    s.ops->zero(us.grad_full.data(), us.grad_full.bytes());
-    s.ops->zero(us.grad_shard.data(), us.grad_shard.bytes());
-  }
+  for (UnitId u = 0; u < static_cast<UnitId>(s.units.size()); ++u) zero_grads(s, u);
   clear_offloaded_grads(s);
 }
 
 }  // namespace
 
+void zero_grads(EngineState& s, UnitId u) {
+  UnitState& us = s.unit(u);
+  DeviceOps& ops = array_ops(s, u, {ArrayKind::grad});
+  ops.zero(us.grad_full.data(), us.grad_full.bytes());
+  ops.zero(us.grad_shard.data(), us.grad_shard.bytes());
+}
+
 void accumulate_grad_shard(EngineState& s, UnitId u, std::size_t at, const void* src, DType src_type,
                            std::size_t n, float scale) {
-  if (array_tier(s, u, {ArrayKind::grad}) == MemTier::nvme) {
-    accumulate_offloaded_grad(s, u, at, src, src_type, n, scale);
+  const MemTier tier = array_tier(s, u, {ArrayKind::grad});
+  if (tier == MemTier::device) {
+    s.ops->accumulate_cast(s.unit(u).grad_shard.at(at), s.dtype(), src, src_type, n, scale);
     return;
   }
-  s.ops->accumulate_cast(s.unit(u).grad_shard.at(at), s.dtype(), src, src_type, n, scale);
+  // The shard is in host memory or on nvme: the reduced block comes to the host.
+  HostBuffer holder;
+  const void* host_src = host_copy(s, src, n * dtype_size(src_type), holder);
+  if (tier == MemTier::nvme) {
+    accumulate_offloaded_grad(s, u, at, host_src, src_type, n, scale);
+  } else {
+    s.host_ops->accumulate_cast(s.unit(u).grad_shard.at(at), s.dtype(), host_src, src_type, n, scale);
+  }
 }
 
 void Engine::unshard(UnitId u) {
