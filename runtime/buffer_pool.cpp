@@ -31,19 +31,20 @@ PoolLease BufferPool::acquire(std::size_t numel, DType dtype, bool zero) {
   const std::size_t bytes = numel * dtype_size(dtype);
   ledger_.add(MemCategory::unsharded, MemTier::device, bytes);
   if (bytes == 0) return lease;
+  // Buffers are f64 arrays (8-byte granules): sizes compare in granules.
+  const std::size_t want = (bytes + 7) / 8 * 8;
   // Smallest cached buffer that fits and is not more than twice the request.
   auto best = free_.end();
   for (auto it = free_.begin(); it != free_.end(); ++it) {
     const std::size_t s = it->bytes();
-    if (s >= bytes && s <= 2 * bytes && (best == free_.end() || s < best->bytes())) best = it;
+    if (s >= want && s <= 2 * want && (best == free_.end() || s < best->bytes())) best = it;
   }
   if (best != free_.end()) {
     lease.buf_ = std::move(*best);
     free_.erase(best);
     if (zero) ops_.zero(lease.buf_.data(), bytes);
   } else {
-    // f64 elements: 8-byte granules, zeroed by construction.
-    lease.buf_ = ops_.allocate((bytes + 7) / 8, DType::f64);
+    lease.buf_ = ops_.allocate(want / 8, DType::f64);  // zeroed by construction
     reserved_ += lease.buf_.bytes();
   }
   return lease;

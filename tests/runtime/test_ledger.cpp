@@ -8,6 +8,8 @@
 #include <doctest/doctest.h>
 
 #include "core/error.h"
+#include "runtime/buffer_pool.h"
+#include "runtime/device_ops.h"
 #include "runtime/engine.h"
 #include "tests/support/test_world.h"
 
@@ -104,5 +106,26 @@ TEST_CASE("grad() after reduce_gradients() in the same micro-batch is an error a
     CHECK_THROWS_WITH_AS(e.grad(p), doctest::Contains("already had reduce_gradients()"), InvariantError);
     e.step();
     CHECK_NOTHROW(e.grad(p));  // a new micro-batch
+  }
+}
+
+TEST_CASE("the buffer pool reuses its buffers: a steady state allocates nothing, for any request size") {
+  MemoryLedger ledger;
+  auto ops = make_cpu_ops();
+  BufferPool pool(ledger, *ops);
+  for (const std::size_t numel : {std::size_t{1}, std::size_t{3}, std::size_t{1000}}) {
+    for (const DType t : {DType::bf16, DType::f32}) {
+      pool.trim();
+      { PoolLease a = pool.acquire(numel, t, true); }
+      const std::uint64_t reserved = pool.reserved_bytes();
+      CHECK(reserved >= numel * dtype_size(t));
+      for (int i = 0; i < 100; ++i) {
+        PoolLease a = pool.acquire(numel, t, true);
+        CHECK(static_cast<const unsigned char*>(a.data())[0] == 0);  // zeroed on reuse
+        static_cast<unsigned char*>(a.data())[0] = 7;
+      }
+      CHECK(pool.reserved_bytes() == reserved);
+      CHECK(ledger.current(MemCategory::unsharded) == 0);
+    }
   }
 }
