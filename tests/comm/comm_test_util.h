@@ -11,6 +11,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -18,6 +19,13 @@
 #include "core/dtype.h"
 
 namespace zeroshard::test {
+
+/// The communicator over every rank of the test job, shared by the suites
+/// of one program (created once; MPI finalises at exit).
+inline Communicator& world() {
+  static std::unique_ptr<Communicator> w = make_world_communicator();
+  return *w;
+}
 
 /// Element counts every collective is tested with (0 and 1 find edge cases,
 /// 7 and 57 are odd sizes, 10001 spans many cache lines and MPI segments).

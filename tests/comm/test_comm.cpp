@@ -20,11 +20,7 @@ namespace zeroshard {
 namespace {
 
 using test::Bytes;
-
-Communicator& world() {
-  static std::unique_ptr<Communicator> w = make_world_communicator();
-  return *w;
-}
+using test::world;
 
 // Expected reduction of test::value over every rank, folded in rank order.
 Bytes expected_reduction(DType t, ReduceOp op, int world_size, std::size_t count,

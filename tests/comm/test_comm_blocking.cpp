@@ -27,11 +27,7 @@ namespace zeroshard {
 namespace {
 
 using test::Bytes;
-
-Communicator& world() {
-  static std::unique_ptr<Communicator> w = make_world_communicator();
-  return *w;
-}
+using test::world;
 
 // Integer input of element i on rank r, in [-15, 15].
 double int_value(int r, std::size_t i, int salt) {
