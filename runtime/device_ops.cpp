@@ -20,11 +20,20 @@ constexpr std::size_t kUpdateChunk = 16384;
 
 class CpuOps : public DeviceOps {
  public:
+  explicit CpuOps(std::shared_ptr<HostAllocator> allocator = nullptr) : allocator_(std::move(allocator)) {}
   ComputeDevice device() const override { return ComputeDevice::cpu; }
   bool host_addressable() const override { return true; }
 
   DeviceArray allocate(std::size_t numel, DType dtype) override {
-    auto mem = std::make_shared<AlignedBuffer<std::byte>>(numel * dtype_size(dtype));  // zeroed
+    const std::size_t bytes = numel * dtype_size(dtype);
+    if (allocator_ && bytes > 0) {
+      const std::size_t rounded = (bytes + kBufferAlignment - 1) / kBufferAlignment * kBufferAlignment;
+      void* p = allocator_->allocate(rounded);
+      std::memset(p, 0, rounded);
+      std::shared_ptr<void> mem(p, [a = allocator_, rounded](void* q) { a->deallocate(q, rounded); });
+      return DeviceArray(std::move(mem), p, numel, dtype);
+    }
+    auto mem = std::make_shared<AlignedBuffer<std::byte>>(bytes);  // zeroed
     void* data = mem->data();
     return DeviceArray(std::move(mem), data, numel, dtype);
   }
@@ -36,6 +45,7 @@ class CpuOps : public DeviceOps {
   }
   void download(void* host_dst, const void* src, std::size_t bytes) override { move(host_dst, src, bytes); }
   void upload(void* dst, const void* host_src, std::size_t bytes) override { move(dst, host_src, bytes); }
+  void download_settled(void* host_dst, const void* src, std::size_t bytes) override { download(host_dst, src, bytes); }
   void download_async(void* host_dst, const void* src, std::size_t bytes) override { download(host_dst, src, bytes); }
   void upload_async(void* dst, const void* host_src, std::size_t bytes) override { upload(dst, host_src, bytes); }
   OpsFence fence() override { return {}; }
@@ -72,6 +82,7 @@ class CpuOps : public DeviceOps {
   }
 
  private:
+  std::shared_ptr<HostAllocator> allocator_;
   std::vector<float> scratch_;
 };
 
@@ -83,6 +94,20 @@ struct Allocations {
 class SimulatedDeviceOps final : public CpuOps {
  public:
   bool host_addressable() const override { return false; }
+
+  // Asynchronous copies are queued and run at the next other operation or
+  // wait(), as a stream would order them.
+  void download_async(void* host_dst, const void* src, std::size_t bytes) override {
+    check_device(src, bytes, "download_async src");
+    check_host(host_dst, bytes, "download_async host_dst");
+    pending_.push_back({host_dst, src, bytes});
+  }
+  void upload_async(void* dst, const void* host_src, std::size_t bytes) override {
+    check_device(dst, bytes, "upload_async dst");
+    check_host(host_src, bytes, "upload_async host_src");
+    pending_.push_back({dst, host_src, bytes});
+  }
+  void wait(const OpsFence&) override { flush(); }
 
   DeviceArray allocate(std::size_t numel, DType dtype) override {
     const std::size_t bytes = numel * dtype_size(dtype);
@@ -97,41 +122,49 @@ class SimulatedDeviceOps final : public CpuOps {
     return DeviceArray(std::move(mem), data, numel, dtype);
   }
   void zero(void* p, std::size_t bytes) override {
+    flush();
     check_device(p, bytes, "zero");
     CpuOps::zero(p, bytes);
   }
   void move(void* dst, const void* src, std::size_t bytes) override {
+    flush();
     check_device(dst, bytes, "move dst");
     check_device(src, bytes, "move src");
     CpuOps::move(dst, src, bytes);
   }
   void download(void* host_dst, const void* src, std::size_t bytes) override {
+    flush();
     check_device(src, bytes, "download src");
     check_host(host_dst, bytes, "download host_dst");
     std::memcpy(host_dst, src, bytes);
   }
   void upload(void* dst, const void* host_src, std::size_t bytes) override {
+    flush();
     check_device(dst, bytes, "upload dst");
     check_host(host_src, bytes, "upload host_src");
     if (bytes > 0) std::memcpy(dst, host_src, bytes);
   }
   void cast(void* dst, DType dst_type, const void* src, DType src_type, std::size_t n, float scale) override {
+    flush();
     check_device(dst, n * dtype_size(dst_type), "cast dst");
     check_device(src, n * dtype_size(src_type), "cast src");
     CpuOps::cast(dst, dst_type, src, src_type, n, scale);
   }
   void accumulate_cast(void* dst, DType dst_type, const void* src, DType src_type, std::size_t n,
                        float scale) override {
+    flush();
     check_device(dst, n * dtype_size(dst_type), "accumulate_cast dst");
     check_device(src, n * dtype_size(src_type), "accumulate_cast src");
     CpuOps::accumulate_cast(dst, dst_type, src, src_type, n, scale);
   }
   kernels::GradStats grad_stats(const void* data, DType type, std::size_t n) override {
+    flush();
     check_device(data, n * dtype_size(type), "grad_stats");
     return CpuOps::grad_stats(data, type, n);
   }
   void update(const OptimizerHyper& hyper, float lr, float weight_decay, std::int64_t step, float grad_scale,
               const UpdateArrays& a, std::size_t n) override {
+    flush();
     check_device(a.weights, n * sizeof(float), "update weights");
     check_device(a.grads, n * dtype_size(a.grad_dtype), "update grads");
     for (float* st : a.states) check_device(st, n * sizeof(float), "update state");
@@ -164,12 +197,27 @@ class SimulatedDeviceOps final : public CpuOps {
              "simulated device: {} ({} bytes at {}) is device memory, not host memory", what, bytes, p);
   }
 
+  struct Copy {
+    void* dst;
+    const void* src;
+    std::size_t bytes;
+  };
+  void flush() {
+    for (const Copy& c : pending_) {
+      if (c.bytes > 0) std::memcpy(c.dst, c.src, c.bytes);
+    }
+    pending_.clear();
+  }
+
   std::shared_ptr<Allocations> allocations_ = std::make_shared<Allocations>();
+  std::vector<Copy> pending_;
 };
 
 }  // namespace
 
-std::unique_ptr<DeviceOps> make_cpu_ops() { return std::make_unique<CpuOps>(); }
+std::unique_ptr<DeviceOps> make_cpu_ops(std::shared_ptr<HostAllocator> allocator) {
+  return std::make_unique<CpuOps>(std::move(allocator));
+}
 std::unique_ptr<DeviceOps> make_simulated_device_ops() { return std::make_unique<SimulatedDeviceOps>(); }
 
 #if !ZS_HAVE_CUDA

@@ -31,6 +31,7 @@
 
 #include "core/dtype.h"
 #include "kernels/cpu/cast.h"
+#include "offload/host_allocator.h"
 #include "optimizer/optimizer.h"
 #include "runtime/config.h"
 
@@ -120,6 +121,11 @@ class DeviceOps {
   virtual void download(void* host_dst, const void* src, std::size_t bytes) = 0;
   /// Copies `bytes` bytes from host memory; host_src may be reused on return.
   virtual void upload(void* dst, const void* host_src, std::size_t bytes) = 0;
+  /// download() of memory that no enqueued operation writes any more (the
+  /// output of a collective whose CommWork completed): the copy need not
+  /// wait for the rest of the queue (cuda: a side stream), so the host does
+  /// not stall behind the loop's queued kernels.
+  virtual void download_settled(void* host_dst, const void* src, std::size_t bytes) = 0;
   /// Enqueues a copy of `bytes` bytes to host memory (page-locked memory
   /// lets it run in the background); host_dst holds them once a fence()
   /// taken afterwards is waited for.
@@ -145,14 +151,19 @@ class DeviceOps {
                       float grad_scale, const UpdateArrays& a, std::size_t n) = 0;
 };
 
-/// Ops on host memory and kernels/cpu. Never throws.
-std::unique_ptr<DeviceOps> make_cpu_ops();
+/// Ops on host memory and kernels/cpu; arrays from `allocator` when given
+/// (e.g. page-locked memory for offload_*.pin_memory), else pre-faulted
+/// 4 KiB-aligned pageable memory. Never throws.
+std::unique_ptr<DeviceOps> make_cpu_ops(std::shared_ptr<HostAllocator> allocator = nullptr);
 
 /// Ops that compute with kernels/cpu on host memory but present it as a
 /// separate memory space (device() cpu, host_addressable() false), and
 /// check every call: a pointer argument must lie inside memory these ops
 /// allocated, and a host_* argument outside it (InvariantError naming the
-/// call otherwise). Lets tests drive the engine's GPU data flow (staging,
+/// call otherwise). Like a stream, asynchronous copies complete only at
+/// wait(): done at the next other operation (queue order), but a host
+/// buffer read before wait() sees stale bytes, and one changed before
+/// wait() is what gets uploaded, so a missing wait shows in the results. Lets tests drive the engine's GPU data flow (staging,
 /// downloads, uploads) on machines without a GPU; collectives see plain
 /// host memory, so any host communicator serves.
 std::unique_ptr<DeviceOps> make_simulated_device_ops();

@@ -25,6 +25,7 @@ class CudaOps final : public DeviceOps {
  public:
   explicit CudaOps(NcclCommunicator& comm)
       : comm_(comm),
+        side_(CudaStream::create()),
         workspace_(kernels::gpu::grad_check_workspace_bytes()),
         result_(sizeof(kernels::GradCheck)) {}
 
@@ -62,6 +63,11 @@ class CudaOps final : public DeviceOps {
     if (bytes == 0) return;
     ZS_CUDA_CHECK(cudaMemcpyAsync(dst, host_src, bytes, cudaMemcpyHostToDevice, stream()));
     ZS_CUDA_CHECK(cudaStreamSynchronize(stream()));
+  }
+  void download_settled(void* host_dst, const void* src, std::size_t bytes) override {
+    if (bytes == 0) return;
+    ZS_CUDA_CHECK(cudaMemcpyAsync(host_dst, src, bytes, cudaMemcpyDeviceToHost, side_.get()));
+    side_.synchronize();
   }
   void download_async(void* host_dst, const void* src, std::size_t bytes) override {
     if (bytes > 0) ZS_CUDA_CHECK(cudaMemcpyAsync(host_dst, src, bytes, cudaMemcpyDeviceToHost, stream()));
@@ -126,6 +132,7 @@ class CudaOps final : public DeviceOps {
   }
 
   NcclCommunicator& comm_;
+  CudaStream side_;         ///< download_settled's copies
   DeviceBuffer workspace_;  ///< grad_check's
   DeviceBuffer result_;     ///< one GradCheck
   DeviceBuffer scratch_;    ///< overlapping moves and in-place casts; grows, never shrinks

@@ -11,6 +11,7 @@
 #include <cstdlib>
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <cstring>
 #include <filesystem>
@@ -45,10 +46,12 @@ std::string host_name() {
   return h.empty() ? "host" : h;
 }
 
-// This process's swap folder under `base`: zeroshard-<host>-<pid>-rank<r>
-// (the host in the name keeps a shared filesystem's folders apart).
-fs::path run_folder(const std::string& base, int rank) {
-  return fs::path(base) / fmt::format("zeroshard-{}-{}-rank{}", host_name(), ::getpid(), rank);
+// This engine's swap folder under `base`:
+// zeroshard-<host>-<pid>-rank<r>-e<k>, k counting this process's engines (the
+// host in the name keeps a shared filesystem's folders apart; k keeps two
+// engines of one process apart).
+fs::path run_folder(const std::string& base, int rank, int engine) {
+  return fs::path(base) / fmt::format("zeroshard-{}-{}-rank{}-e{}", host_name(), ::getpid(), rank, engine);
 }
 
 // Removes swap folders a killed run of this host left under `base`: those
@@ -75,8 +78,8 @@ void remove_stale_folders(const fs::path& base) {
 
 // Creates this run's folder for the tier whose nvme_path is `base`.
 // Throws IoError naming `key` and the path.
-fs::path make_swap_folder(const std::string& base, const std::string& key, int rank, const char* tier) {
-  const fs::path folder = run_folder(base, rank);
+fs::path make_swap_folder(const std::string& base, const std::string& key, int rank, int engine, const char* tier) {
+  const fs::path folder = run_folder(base, rank, engine);
   std::error_code ec;
   fs::create_directories(folder / tier, ec);
   if (ec) {
@@ -165,12 +168,14 @@ OffloadRuntime::OffloadRuntime(EngineState& s, std::uint64_t optimizer_bytes, st
     : host(s.ledger, host_allocator(s.config.offload)) {
   const OffloadConfig& c = s.config.offload;
   if (!c.uses_nvme()) return;
+  static std::atomic<int> engines{0};
+  const int engine = engines++;
   io = make_io_engine(c.aio);
   std::vector<fs::path> made;
   try {
     if (c.optimizer.device == OffloadDevice::nvme) {
       const fs::path p = make_swap_folder(c.optimizer.nvme_path, "zero_optimization.offload_optimizer.nvme_path",
-                                          s.rank(), "optimizer");
+                                          s.rank(), engine, "optimizer");
       made.push_back(p);
       const bool shared = c.param.device == OffloadDevice::nvme && c.param.nvme_path == c.optimizer.nvme_path;
       check_free_space(p, optimizer_bytes + (shared ? param_bytes : 0) + in_flight_bytes);
@@ -178,7 +183,7 @@ OffloadRuntime::OffloadRuntime(EngineState& s, std::uint64_t optimizer_bytes, st
     }
     if (c.param.device == OffloadDevice::nvme) {
       const fs::path p =
-          make_swap_folder(c.param.nvme_path, "zero_optimization.offload_param.nvme_path", s.rank(), "param");
+          make_swap_folder(c.param.nvme_path, "zero_optimization.offload_param.nvme_path", s.rank(), engine, "param");
       made.push_back(p);
       check_free_space(p, param_bytes + in_flight_bytes);
       param_dir = std::make_unique<SwapDirectory>(*io, p, c.aio);
@@ -253,6 +258,9 @@ void assign_offload_tiers(EngineState& s) {
     const std::uint64_t in_flight = static_cast<std::uint64_t>(c.optimizer.buffer_count) * arrays * f *
                                         std::min<std::uint64_t>(largest, sg) + largest * e;
     s.offload = std::make_unique<OffloadRuntime>(s, opt_bytes, param_bytes, in_flight);
+    // Host-tier arrays come from the same allocator as the staging buffers
+    // (page-locked with pin_memory).
+    if (auto allocator = host_allocator(c); allocator->pinned()) s.host_ops = make_cpu_ops(std::move(allocator));
   }
 }
 
@@ -271,10 +279,14 @@ DeviceOps& array_ops(EngineState& s, UnitId u, ArrayRef a) {
   return array_tier(s, u, a) == MemTier::device ? *s.ops : *s.host_ops;
 }
 
-const void* host_copy(EngineState& s, const void* src, std::size_t bytes, HostBuffer& holder) {
+const void* host_copy(EngineState& s, const void* src, std::size_t bytes, HostBuffer& holder, bool settled) {
   if (s.ops->host_addressable()) return src;
   holder = (s.offload ? s.offload->host : s.staging).acquire(bytes, MemCategory::unsharded);
-  s.ops->download(holder.data(), src, bytes);
+  if (settled) {
+    s.ops->download_settled(holder.data(), src, bytes);
+  } else {
+    s.ops->download(holder.data(), src, bytes);
+  }
   return holder.data();
 }
 

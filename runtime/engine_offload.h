@@ -78,7 +78,7 @@ struct OpenGradSubGroup {
 /// any tier is host or nvme. Not thread safe (the engine's thread).
 struct OffloadRuntime {
   /// Opens the swap directories the configuration needs, in this run's
-  /// folder <nvme_path>/zeroshard-<host>-<pid>-rank<r> (removing folders of
+  /// folder <nvme_path>/zeroshard-<host>-<pid>-rank<r>-e<k> (removing folders of
   /// this host's runs whose process is gone), after checking free space for
   /// `optimizer_bytes` / `param_bytes` plus `in_flight_bytes` of temporary
   /// files. Throws IoError naming the config key and path, or the space
@@ -121,7 +121,9 @@ bool in_device_memory(const EngineState& s, UnitId u, ArrayRef a);
 DeviceOps& array_ops(EngineState& s, UnitId u, ArrayRef a);
 /// `bytes` bytes at src (memory of the compute device) readable by the host:
 /// src itself on a host_addressable device, else a copy in `holder`.
-const void* host_copy(EngineState& s, const void* src, std::size_t bytes, HostBuffer& holder);
+/// `settled`: nothing queued writes src any more (a completed collective's
+/// output), so the copy need not wait for the queue (DeviceOps::download_settled).
+const void* host_copy(EngineState& s, const void* src, std::size_t bytes, HostBuffer& holder, bool settled = false);
 
 /// Elements of array a of unit u on this rank (full or shard, by stage).
 std::size_t array_numel(const EngineState& s, UnitId u, ArrayRef a);

@@ -85,7 +85,9 @@ UpdateView resident_view(EngineState& s, UnitId u, std::size_t begin, std::size_
 // changes in place), are downloaded first; the updated parameters are
 // uploaded after. In memory, every unit's downloads are enqueued before the
 // first update, and each upload right after its unit's update, so the copies
-// run while the CPU updates other units.
+// run while the CPU updates other units. The staging holds the gradient and
+// parameter shards of every staged unit at once (kept by the host pool for
+// the next step): host memory of twice the shard in the compute dtype.
 struct StagedView {
   UpdateView view;           ///< every pointer in host memory
   HostBuffer grads, params;  ///< staging buffers (invalid: not staged)
@@ -153,16 +155,25 @@ void run_optimizer(EngineState& s, std::int64_t step, float grad_scale) {
   if (!any_nvme) {
     // [Note: optimizer on the host for a GPU engine]: downloads first.
     std::vector<StagedView> staged(static_cast<std::size_t>(n));
-    for (UnitId u = 0; u < n; ++u) {
-      if (needs_staging(s, u)) staged[static_cast<std::size_t>(u)] = stage_view(s, u, resident_view(s, u, 0, s.info(u).shard));
-    }
-    for (UnitId u = 0; u < n; ++u) {
-      if (needs_staging(s, u)) {
-        update_staged(s, u, step, grad_scale, staged[static_cast<std::size_t>(u)]);
-      } else {
-        const std::size_t end = s.stage() == 0 ? s.info(u).padded : s.info(u).shard;
-        update_view(s, *s.ops, u, step, grad_scale, resident_view(s, u, 0, end));
+    try {
+      for (UnitId u = 0; u < n; ++u) {
+        if (needs_staging(s, u)) staged[static_cast<std::size_t>(u)] = stage_view(s, u, resident_view(s, u, 0, s.info(u).shard));
       }
+      for (UnitId u = 0; u < n; ++u) {
+        if (needs_staging(s, u)) {
+          update_staged(s, u, step, grad_scale, staged[static_cast<std::size_t>(u)]);
+        } else {
+          const std::size_t end = s.stage() == 0 ? s.info(u).padded : s.info(u).shard;
+          update_view(s, *s.ops, u, step, grad_scale, resident_view(s, u, 0, end));
+        }
+      }
+    } catch (...) {
+      // No staging buffer goes back to the pool under a copy in flight.
+      try {
+        s.ops->wait(s.ops->fence());
+      } catch (...) {
+      }
+      throw;
     }
     s.ops->wait(s.ops->fence());  // the uploads read the staging buffers
     return;

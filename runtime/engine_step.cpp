@@ -101,7 +101,7 @@ void accumulate_grad_shard(EngineState& s, UnitId u, std::size_t at, const void*
   }
   // The shard is in host memory or on nvme: the reduced block comes to the host.
   HostBuffer holder;
-  const void* host_src = host_copy(s, src, n * dtype_size(src_type), holder);
+  const void* host_src = host_copy(s, src, n * dtype_size(src_type), holder, /*settled=*/true);
   if (tier == MemTier::nvme) {
     accumulate_offloaded_grad(s, u, at, host_src, src_type, n, scale);
   } else {

@@ -13,7 +13,8 @@
 //                   written sub-group by sub-group during step().
 //   nvme_path       directory for the swap files (required with "nvme"); the
 //                   engine writes under <nvme_path>/zeroshard-<host>-<pid>-
-//                   rank<r>/ and removes that folder when it is destroyed;
+//                   rank<r>-e<k>/ (k: the process's k-th engine) and removes
+//                   that folder when it is destroyed;
 //                   folders of this host's earlier runs whose process is gone
 //                   (killed) are removed when the next run starts there.
 //   buffer_count    staging buffer sets of the sub-group pipeline (default 4,

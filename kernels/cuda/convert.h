@@ -24,7 +24,8 @@ void convert(const void* src, DType src_dtype, void* dst, DType dst_dtype, std::
              CUstream_st* stream);
 
 /// Enqueues dst[i] = convert(src[i] * scale), as kernels/cpu/convert.h's
-/// convert_scaled_reference (bitwise; scale 1 skips the multiply, so it is
+/// convert_scaled_reference (bitwise, NaN payloads aside: the GPU's multiply
+/// returns the canonical NaN; scale 1 skips the multiply, so it is
 /// convert()). Arguments, errors and thread safety as convert().
 void convert_scaled(const void* src, DType src_dtype, void* dst, DType dst_dtype, std::size_t n,
                     float scale, CUstream_st* stream);

@@ -35,7 +35,9 @@ TEST_CASE("cuda engine: every configuration bitwise equal to the cpu engine") {
     if (bytes > 0) ZS_CUDA_CHECK(cudaMemcpy(dst, src, bytes, to_host ? cudaMemcpyDeviceToHost : cudaMemcpyHostToDevice));
   };
   const auto root = std::filesystem::temp_directory_path() / "zs-test-cuda-engine";
-  for (const DeviceCase& c : device_cases(root)) {
+  // Offload cases with pinned host buffers, so that the copies really run in
+  // the background (tests/runtime/test_simulated_device.cpp covers pageable).
+  for (const DeviceCase& c : device_cases(root, /*pin_memory=*/true)) {
     INFO(c.name);
     Engine cpu(without_offload(c.config), host);
     Engine gpu(c.config, nccl, host);

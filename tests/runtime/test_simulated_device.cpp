@@ -8,7 +8,10 @@
 // compute with kernels/cpu and reduce with the same MPI calls, so master
 // weights, optimizer states and gradient norms are bitwise equal (norms with
 // nvme gradients to 1e-12: summed per reduced block); a pointer
-// of the wrong memory space fails the run with the operation's name.
+// of the wrong memory space fails the run with the operation's name, and an
+// asynchronous copy whose host buffer is used before the engine waits for it
+// gives stale bytes (the simulated queue completes copies only when waited
+// for, or before the next operation or collective).
 #include <unistd.h>
 
 #include <cstring>
@@ -33,6 +36,40 @@ const DeviceCopy kMemcpy = [](void* dst, const void* src, std::size_t bytes, boo
   if (bytes > 0) std::memcpy(dst, src, bytes);
 };
 
+// The device communicator of the simulated engine: every collective first
+// completes the ops' queue, as an NCCL collective first waits for the
+// compute stream ([Note: NCCL streams]); then MPI on the same memory.
+class QueueOrderedComm final : public Communicator {
+ public:
+  QueueOrderedComm(Communicator& inner, DeviceOps& ops) : inner_(inner), ops_(ops) {}
+  int rank() const override { return inner_.rank(); }
+  int world_size() const override { return inner_.world_size(); }
+  std::string backend() const override { return "simulated"; }
+  CommWork iall_reduce(void* buf, std::size_t count, DType dtype, ReduceOp op) override {
+    settle();
+    return inner_.iall_reduce(buf, count, dtype, op);
+  }
+  CommWork ireduce_scatter(const void* send, void* recv, std::size_t count, DType dtype, ReduceOp op) override {
+    settle();
+    return inner_.ireduce_scatter(send, recv, count, dtype, op);
+  }
+  CommWork iall_gather(const void* send, void* recv, std::size_t count, DType dtype) override {
+    settle();
+    return inner_.iall_gather(send, recv, count, dtype);
+  }
+  CommWork ibroadcast(void* buf, std::size_t count, DType dtype, int root) override {
+    settle();
+    return inner_.ibroadcast(buf, count, dtype, root);
+  }
+  CommWork ibarrier() override { return inner_.ibarrier(); }
+  std::unique_ptr<Communicator> split(int color, int key) override { return inner_.split(color, key); }
+
+ private:
+  void settle() { ops_.wait(ops_.fence()); }
+  Communicator& inner_;
+  DeviceOps& ops_;
+};
+
 }  // namespace
 
 TEST_CASE("simulated device: every configuration bitwise equal to the cpu engine") {
@@ -41,7 +78,9 @@ TEST_CASE("simulated device: every configuration bitwise equal to the cpu engine
   for (const DeviceCase& c : device_cases(root)) {
     INFO(c.name);
     Engine cpu(without_offload(c.config), comm);
-    Engine sim(c.config, comm, comm, make_simulated_device_ops());
+    std::unique_ptr<DeviceOps> ops = make_simulated_device_ops();
+    QueueOrderedComm device_comm(comm, *ops);
+    Engine sim(c.config, device_comm, comm, std::move(ops));
     const DeviceRun want = run_device_model(cpu, kMemcpy);
     const DeviceRun got = run_device_model(sim, kMemcpy);
     // nvme gradients take their sum of squares block by block as they are

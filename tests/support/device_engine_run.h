@@ -130,8 +130,9 @@ struct DeviceCase {
 /// momentum} x accumulation {1, 2} x {small buckets with overlap, one
 /// bucket without}, plus offload at stages 1-3: offload_optimizer cpu and
 /// nvme, and at stage 3 with offload_param cpu and nvme (nvme files under
-/// `swap_root`).
-inline std::vector<DeviceCase> device_cases(const std::filesystem::path& swap_root) {
+/// `swap_root`); `pin_memory` sets offload_*.pin_memory in those (page-locked
+/// staging and host tier: needs CUDA and a device).
+inline std::vector<DeviceCase> device_cases(const std::filesystem::path& swap_root, bool pin_memory = false) {
   struct Precision {
     DType dtype;
     OptimizerKind kind;
@@ -170,6 +171,7 @@ inline std::vector<DeviceCase> device_cases(const std::filesystem::path& swap_ro
         c.zero.reduce_bucket_size = 1000;
         c.gradient_accumulation_steps = 2;
         c.offload.optimizer.device = o.optimizer;
+        c.offload.optimizer.pin_memory = c.offload.param.pin_memory = pin_memory;
         c.offload.optimizer.nvme_path = swap_root.string();
         c.offload.param.device = o.param;
         c.offload.param.nvme_path = (swap_root / "param").string();
