@@ -18,11 +18,10 @@
 // Arrays on the host and nvme offload tiers are in host memory whatever the
 // device (EngineState::host_ops), so a GPU engine with offload copies between
 // the two (runtime/engine_optimizer.cpp, [Note: optimizer on the host for a
-// GPU engine]). The
-// cuda operations are bitwise the cpu ones (kernels/cuda: [Note: bitwise
-// GPU kernels]) except the sum of squares of the gradient statistics, whose
-// double summation order differs (kernels/cuda/grad_check.h), so a clipped
-// step can differ in the last bits.
+// GPU engine]). The cuda operations are bitwise the cpu ones (kernels/cuda:
+// [Note: bitwise GPU kernels]) except the sum of squares of the gradient
+// statistics, whose double summation order differs (kernels/cuda/
+// grad_check.h), so a clipped step can differ in the last bits.
 #pragma once
 
 #include <cstddef>
@@ -163,9 +162,12 @@ std::unique_ptr<DeviceOps> make_cpu_ops(std::shared_ptr<HostAllocator> allocator
 /// call otherwise). Like a stream, asynchronous copies complete only at
 /// wait(): done at the next other operation (queue order), but a host
 /// buffer read before wait() sees stale bytes, and one changed before
-/// wait() is what gets uploaded, so a missing wait shows in the results. Lets tests drive the engine's GPU data flow (staging,
-/// downloads, uploads) on machines without a GPU; collectives see plain
-/// host memory, so any host communicator serves.
+/// wait() is what gets uploaded, so a missing wait shows in the results.
+/// Lets tests drive the engine's GPU data flow (staging, downloads,
+/// uploads) on machines without a GPU. Collectives see plain host memory;
+/// the device communicator must complete the queue (wait(fence())) before
+/// each collective, as NCCL waits for the compute stream
+/// (tests/runtime/test_simulated_device.cpp does).
 std::unique_ptr<DeviceOps> make_simulated_device_ops();
 
 /// Ops on the current CUDA device for an engine whose collectives run on
