@@ -164,18 +164,41 @@ void copy_window(void* dst, DType dst_type, std::size_t begin, std::size_t n, co
 
 namespace {
 
-// Runs edit(host pointer) on `bytes` bytes of compute-device memory at p:
-// in place on the cpu device, through a host copy on a GPU.
-template <class Edit>
-void edit_device_bytes(EngineState& s, void* p, std::size_t bytes, Edit&& edit) {
+// copy_window into memory of the compute device at dst: the window is
+// converted on the host and uploaded alone (not the whole buffer).
+void copy_window_to(EngineState& s, void* dst, DType dst_type, std::size_t begin, std::size_t n, const ParamInfo& p,
+                    std::span<const float> values) {
   if (s.ops->host_addressable()) {
-    edit(p);
+    copy_window(dst, dst_type, begin, n, p, values);
     return;
   }
-  std::vector<std::byte> host(bytes);
-  s.ops->download(host.data(), p, bytes);
-  edit(static_cast<void*>(host.data()));
-  s.ops->upload(p, host.data(), bytes);
+  const std::size_t lo = std::max(begin, p.offset);
+  const std::size_t hi = std::min(begin + n, p.offset + p.numel);
+  if (lo >= hi) return;
+  std::vector<std::byte> host((hi - lo) * dtype_size(dst_type));
+  kernels::cast(host.data(), dst_type, values.data() + (lo - p.offset), DType::f32, hi - lo);
+  s.ops->upload(static_cast<std::byte*>(dst) + (lo - begin) * dtype_size(dst_type), host.data(), host.size());
+}
+
+// Writes parameter p's part of array a of unit u, whose element 0 is flat
+// index `begin` (n elements): in place in memory, a window upload on a GPU,
+// read-modify-write of the swap files on nvme.
+void set_array_window(EngineState& s, UnitId u, ArrayRef a, std::size_t begin, std::size_t n, const ParamInfo& p,
+                      std::span<const float> values) {
+  const DType t = array_dtype(s, a);
+  if (array_tier(s, u, a) != MemTier::nvme) {
+    void* dst = resident_data(s, u, a);
+    if (in_device_memory(s, u, a)) {
+      copy_window_to(s, dst, t, begin, n, p, values);
+    } else {
+      copy_window(dst, t, begin, n, p, values);
+    }
+    return;
+  }
+  HostBuffer holder;
+  void* data = read_array(s, u, a, holder);
+  copy_window(data, t, begin, n, p, values);
+  store_array(s, u, a, data);
 }
 
 std::vector<float> widen_host(const void* full, DType t, const ParamInfo& p) {
@@ -211,32 +234,18 @@ void Engine::set_parameter(ParamId p, std::span<const float> values) {
   UnitState& us = s.unit(info.unit);
   const UnitInfo& u = s.info(info.unit);
   const std::size_t shard_begin = static_cast<std::size_t>(s.rank()) * u.shard;
-  // Read, modify, store: arrays on nvme are swapped in for the change,
-  // arrays on a GPU copied through host memory.
-  HostBuffer holder;
   if (s.stage() < 3) {
-    void* full = read_array(s, info.unit, {ArrayKind::params}, holder);
-    copy_window(full, s.dtype(), 0, u.padded, info, values);
-    store_array(s, info.unit, {ArrayKind::params}, full);
+    set_array_window(s, info.unit, {ArrayKind::params}, 0, u.padded, info, values);
   } else {
     if (us.gathered.valid()) us.gather_work.wait();
     release_param_stage(s, info.unit);  // a swapped-in copy would be stale
-    void* shard = read_array(s, info.unit, {ArrayKind::params}, holder);
-    copy_window(shard, s.dtype(), shard_begin, u.shard, info, values);
-    store_array(s, info.unit, {ArrayKind::params}, shard);
-    if (us.gathered.valid()) {
-      edit_device_bytes(s, us.gathered.data(), u.padded * dtype_size(s.dtype()),
-                        [&](void* full) { copy_window(full, s.dtype(), 0, u.padded, info, values); });
-    }
+    set_array_window(s, info.unit, {ArrayKind::params}, shard_begin, u.shard, info, values);
+    if (us.gathered.valid()) copy_window_to(s, us.gathered.data(), s.dtype(), 0, u.padded, info, values);
   }
   if (s.mixed()) {
-    void* master = read_array(s, info.unit, {ArrayKind::master}, holder);
-    if (s.stage() == 0) {
-      copy_window(master, DType::f32, 0, u.padded, info, values);
-    } else {
-      copy_window(master, DType::f32, shard_begin, u.shard, info, values);
-    }
-    store_array(s, info.unit, {ArrayKind::master}, master);
+    const bool full = s.stage() == 0;
+    set_array_window(s, info.unit, {ArrayKind::master}, full ? 0 : shard_begin, full ? u.padded : u.shard, info,
+                     values);
   }
 }
 
