@@ -15,9 +15,6 @@ namespace zeroshard {
 
 namespace {
 
-// Elements converted to fp32 at a time for the mixed-precision update.
-constexpr std::size_t kUpdateChunk = 16384;
-
 class CpuOps : public DeviceOps {
  public:
   explicit CpuOps(std::shared_ptr<HostAllocator> allocator = nullptr) : allocator_(std::move(allocator)) {}
@@ -60,30 +57,16 @@ class CpuOps : public DeviceOps {
   kernels::GradStats grad_stats(const void* data, DType type, std::size_t n) override {
     return kernels::grad_stats(data, type, n);
   }
-  // fp32: on the weights in place. Mixed: gradients widened chunk by chunk,
-  // the rounded compute copy written back (bitwise the fused mixed kernel).
+  // One fused pass (optimizer_update_mixed): fp32 on the weights in place;
+  // mixed precision widens the gradients and writes the rounded copy.
   void update(const OptimizerHyper& hyper, float lr, float weight_decay, std::int64_t step, float grad_scale,
               const UpdateArrays& a, std::size_t n) override {
-    if (a.copy == nullptr && a.grad_dtype == DType::f32) {
-      optimizer_update(hyper, lr, weight_decay, step, grad_scale, a.weights, static_cast<const float*>(a.grads),
-                       a.states.data(), n);
-      return;
-    }
-    scratch_.resize(kUpdateChunk);
-    std::vector<float*> st(a.states.size());
-    const std::size_t ge = dtype_size(a.grad_dtype), ce = dtype_size(a.copy_dtype);
-    for (std::size_t i = 0; i < n; i += kUpdateChunk) {
-      const std::size_t m = std::min(kUpdateChunk, n - i);
-      for (std::size_t k = 0; k < st.size(); ++k) st[k] = a.states[k] + i;
-      kernels::cast(scratch_.data(), DType::f32, static_cast<const std::byte*>(a.grads) + i * ge, a.grad_dtype, m);
-      optimizer_update(hyper, lr, weight_decay, step, grad_scale, a.weights + i, scratch_.data(), st.data(), m);
-      if (a.copy != nullptr) kernels::cast(static_cast<std::byte*>(a.copy) + i * ce, a.copy_dtype, a.weights + i, DType::f32, m);
-    }
+    optimizer_update_mixed(hyper, lr, weight_decay, step, grad_scale, a.weights, a.grads, a.grad_dtype,
+                           a.states.data(), a.copy, a.copy_dtype, n);
   }
 
  private:
   std::shared_ptr<HostAllocator> allocator_;
-  std::vector<float> scratch_;
 };
 
 // The allocations of a SimulatedDeviceOps, shared with the arrays' deleters.
