@@ -221,8 +221,9 @@ void run_optimizer(EngineState& s, std::int64_t step, float grad_scale) {
       update_staged(s, u, step, grad_scale, st);
       s.ops->wait(s.ops->fence());
     } else {
-      update_view(s, array_tier(s, u, {ArrayKind::master}) == MemTier::device ? *s.ops : *s.host_ops, u, step,
-                  grad_scale, v);
+      // Not staged: every array of the view is in host memory (swap buffers,
+      // host tier, or a host_addressable device's).
+      update_view(s, *s.host_ops, u, step, grad_scale, v);
     }
   };
   off.last_step = run_swap_pipeline(off.host, options, MemCategory::unsharded, work.size(), slots, update);
