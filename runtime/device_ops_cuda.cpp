@@ -49,10 +49,8 @@ class CudaOps final : public DeviceOps {
       ZS_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, stream()));
       return;
     }
-    // Overlapping ranges (cudaMemcpy's are undefined): through a scratch buffer.
-    if (scratch_.bytes() < bytes) scratch_ = DeviceBuffer(bytes);
-    ZS_CUDA_CHECK(cudaMemcpyAsync(scratch_.data(), src, bytes, cudaMemcpyDeviceToDevice, stream()));
-    ZS_CUDA_CHECK(cudaMemcpyAsync(dst, scratch_.data(), bytes, cudaMemcpyDeviceToDevice, stream()));
+    // Overlapping ranges (cudaMemcpy's are undefined): through the scratch buffer.
+    ZS_CUDA_CHECK(cudaMemcpyAsync(dst, copy_to_scratch(src, bytes), bytes, cudaMemcpyDeviceToDevice, stream()));
   }
   void download(void* host_dst, const void* src, std::size_t bytes) override {
     if (bytes == 0) return;
@@ -86,7 +84,7 @@ class CudaOps final : public DeviceOps {
   void cast(void* dst, DType dst_type, const void* src, DType src_type, std::size_t n, float scale) override {
     if (n == 0) return;
     if (src == dst && src_type == dst_type) {
-      if (scale != 1.0f) kernels::gpu::convert_scaled(scratch_for(src, n, src_type), src_type, dst, dst_type, n, scale, stream());
+      if (scale != 1.0f) kernels::gpu::convert_scaled(copy_to_scratch(src, n * dtype_size(src_type)), src_type, dst, dst_type, n, scale, stream());
       return;
     }
     kernels::gpu::convert_scaled(src, src_type, dst, dst_type, n, scale, stream());
@@ -122,10 +120,10 @@ class CudaOps final : public DeviceOps {
 
  private:
   CUstream_st* stream() const { return comm_.compute_stream(); }
-  // In-place scaling: the kernels take non-overlapping arrays, so the source
-  // goes through the scratch buffer first.
-  const void* scratch_for(const void* src, std::size_t n, DType t) {
-    const std::size_t bytes = n * dtype_size(t);
+  // Enqueues a copy of `bytes` bytes at src into the scratch buffer and
+  // returns it: the source of an overlapping move or an in-place cast (the
+  // kernels take non-overlapping arrays).
+  const void* copy_to_scratch(const void* src, std::size_t bytes) {
     if (scratch_.bytes() < bytes) scratch_ = DeviceBuffer(bytes);
     ZS_CUDA_CHECK(cudaMemcpyAsync(scratch_.data(), src, bytes, cudaMemcpyDeviceToDevice, stream()));
     return scratch_.data();
