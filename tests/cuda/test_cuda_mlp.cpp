@@ -111,6 +111,14 @@ void compare_gradients(Model& gpu, Model& cpu, double rel, double rel_of_max) {
   }
 }
 
+// One micro-batch of s (n samples) forward and backward on both models; the
+// losses agree to 1e-5 (GEMM summation orders differ).
+void check_forward_backward(Model& gpu, Model& cpu, const Samples& s, std::size_t n) {
+  const double loss_cpu = cpu.model().forward_backward(s.x, s.y, n);
+  const double loss_gpu = gpu.model().forward_backward(s.x, s.y, n);
+  CHECK(loss_gpu == doctest::Approx(loss_cpu).epsilon(1e-5));
+}
+
 }  // namespace
 
 TEST_CASE("cuda mlp: fp32 loss and every gradient match the CPU MLP") {
@@ -126,9 +134,7 @@ TEST_CASE("cuda mlp: fp32 loss and every gradient match the CPU MLP") {
       Model cpu(sizes, 32, config, *comm, false);
       Model gpu(sizes, 32, config, *comm, true);
       const Samples s = fixed_samples(n, std::size_t(sizes.front()), 10, 7 + n);
-      const double loss_cpu = cpu.model().forward_backward(s.x, s.y, n);
-      const double loss_gpu = gpu.model().forward_backward(s.x, s.y, n);
-      CHECK(loss_gpu == doctest::Approx(loss_cpu).epsilon(1e-5));
+      check_forward_backward(gpu, cpu, s, n);
       compare_gradients(gpu, cpu, 1e-4, 1e-5);
     }
   }
@@ -142,9 +148,7 @@ TEST_CASE("cuda mlp: gradients accumulate over micro-batches as on the CPU") {
   Model gpu(sizes, 8, config, *comm, true);
   for (std::uint64_t k = 0; k < 2; ++k) {
     const Samples s = fixed_samples(8, 100, 10, 100 + k);
-    const double loss_cpu = cpu.model().forward_backward(s.x, s.y, 8);
-    const double loss_gpu = gpu.model().forward_backward(s.x, s.y, 8);
-    CHECK(loss_gpu == doctest::Approx(loss_cpu).epsilon(1e-5));
+    check_forward_backward(gpu, cpu, s, 8);
   }
   compare_gradients(gpu, cpu, 1e-4, 1e-5);
 }
@@ -156,9 +160,7 @@ TEST_CASE("cuda mlp: bf16 gradients match the CPU MLP within one bf16 step") {
   Model cpu(sizes, 16, config, *comm, false);
   Model gpu(sizes, 16, config, *comm, true);
   const Samples s = fixed_samples(16, 784, 10, 99);
-  const double loss_cpu = cpu.model().forward_backward(s.x, s.y, 16);
-  const double loss_gpu = gpu.model().forward_backward(s.x, s.y, 16);
-  CHECK(loss_gpu == doctest::Approx(loss_cpu).epsilon(1e-5));
+  check_forward_backward(gpu, cpu, s, 16);
   compare_gradients(gpu, cpu, 1.0 / 128, 1e-5);
 }
 
