@@ -28,6 +28,13 @@ int pick_rank(const std::vector<LedgerFigures>& ranks) {
   return best;
 }
 
+// Steps of each stage's run left out of its step time (the first steps of a
+// fresh Engine grow its buffer pool and fault in pages), and the steps of the
+// untimed run before the comparison (first use of MPI's connections, the
+// BLAS threads, the data set's pages).
+constexpr std::size_t kWarmupSteps = 3;
+constexpr std::int64_t kProcessWarmupSteps = 5;
+
 }  // namespace
 
 StateBytesPerParam StateBytesPerParam::of(const EngineConfig& config) {
@@ -68,6 +75,18 @@ std::vector<StageRun> compare_stages(const EngineConfig& config, Communicator& c
                                                      {2, OffloadDevice::none}, {3, OffloadDevice::none},
                                                      {3, OffloadDevice::cpu}};
   if (!nvme_path.empty()) plan.emplace_back(3, OffloadDevice::nvme);
+  {
+    // Untimed warm-up, so that the first stage does not absorb the
+    // process's first-use costs.
+    RunSpec warm = spec;
+    warm.train.max_steps = kProcessWarmupSteps;
+    warm.train.steps_per_print = 0;
+    warm.train.print_epochs = false;
+    warm.train.save_dir.clear();
+    warm.train.epochs = 1;
+    warm.resume = false;
+    train_fresh(config, comm, train, test, warm);
+  }
   for (const auto& [stage, tier] : plan) {
     EngineConfig c = config;
     c.zero.stage = stage;
@@ -89,10 +108,12 @@ std::vector<StageRun> compare_stages(const EngineConfig& config, Communicator& c
     run.num_parameters = outcome.num_parameters;
     run.ranks = gather_ledger_figures(comm, mine);
     run.shown_rank = pick_rank(run.ranks);
+    run.step_seconds = median_step_seconds(run.result, kWarmupSteps);
     if (comm.rank() == 0) {
-      fmt::print("stage {}{}: {} steps in {:.1f} s, last-step loss {:.6f}\n", stage,
-                 tier == OffloadDevice::none ? "" : fmt::format(" + {} offload", run.offload),
-                 run.result.optimizer_steps, run.result.wall_seconds, run.result.last_step_loss);
+      fmt::print("stage {}{}: {} steps in {:.1f} s ({:.1f} ms per step after {} warm-up steps), last-step loss {:.6f}\n",
+                 stage, tier == OffloadDevice::none ? "" : fmt::format(" + {} offload", run.offload),
+                 run.result.optimizer_steps, run.result.wall_seconds, 1e3 * run.step_seconds, kWarmupSteps,
+                 run.result.last_step_loss);
       std::fflush(stdout);
     }
     runs.push_back(std::move(run));
@@ -113,22 +134,22 @@ std::string stage_table(const std::vector<StageRun>& runs, int world_size,
       runs.front().result.optimizer_steps);
   out += fmt::format(
       "{:>5} | {:>7} | {:>4} | {:>11} | {:>11} | {:>11} | {:>10} | {:>11} | {:>8} | "
-      "{:>8} | {:>10} | {:>10} | {:>10} | {:>10} | {:>8}\n",
+      "{:>8} | {:>10} | {:>10} | {:>10} | {:>10} | {:>8} | {:>8}\n",
       "stage", "offload", "rank", "parameters", "gradients", "optim state", "padding", "total", "ratio",
-      "paper", "device", "host", "nvme", "final loss", "test acc");
-  out += fmt::format("{:->175}\n", "");
+      "paper", "device", "host", "nvme", "final loss", "test acc", "step ms");
+  out += fmt::format("{:->186}\n", "");
   for (const StageRun& run : runs) {
     const LedgerFigures& f = run.ranks[std::size_t(run.shown_rank)];
     out += fmt::format(
         "{:>5} | {:>7} | {:>4} | {:>11} | {:>11} | {:>11} | {:>10} | {:>11} | {:>8.4f} | {:>8.4f} | "
-        "{:>10} | {:>10} | {:>10} | {:>10.6f} | {:>8.4f}\n",
+        "{:>10} | {:>10} | {:>10} | {:>10.6f} | {:>8.4f} | {:>8.2f}\n",
         run.stage, run.offload, run.shown_rank, format_bytes(f.now(MemCategory::parameters)),
         format_bytes(f.now(MemCategory::gradients)), format_bytes(optimizer_side(f)),
         format_bytes(f.model_state_padding), format_bytes(f.model_state),
         base > 0 ? double(f.model_state) / base : 0.0,
         predicted_model_state_ratio(run.stage, world_size, bytes), format_bytes(f.model_state_tier[0]),
         format_bytes(f.model_state_tier[1]), format_bytes(f.model_state_tier[2]), run.result.last_step_loss,
-        run.result.final_accuracy);
+        run.result.final_accuracy, 1e3 * run.step_seconds);
   }
   out +=
       "rank: the rank with the most model-state bytes (then the most padding); total = "
@@ -136,7 +157,8 @@ std::string stage_table(const std::vector<StageRun>& runs, int world_size,
       "paper: Rajbhandari et al. 2020, (P + G + K) Psi split per stage; device / host / nvme: "
       "where the model states are (offload: optimizer state and parameters on the cpu or nvme "
       "tier, the rank's gradient shard with the optimizer state); final loss: mean loss "
-      "of the last optimizer step over ranks\n";
+      "of the last optimizer step over ranks; step ms: rank 0's median optimizer-step time, "
+      "leaving out each stage's first steps, after an untimed warm-up run of the whole process\n";
   return out;
 }
 
@@ -157,6 +179,7 @@ nlohmann::json to_json(const std::vector<StageRun>& runs, int world_size,
                    {"model_state_bytes_per_rank", per_rank},
                    {"ratio_to_stage0", base > 0 ? double(f.model_state) / base : 0.0},
                    {"paper_ratio", predicted_model_state_ratio(run.stage, world_size, bytes)},
+                   {"step_seconds_median", run.step_seconds},
                    {"run", to_json(run.result)}});
   }
   return out;

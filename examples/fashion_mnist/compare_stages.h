@@ -55,21 +55,24 @@ struct StageRun {
   std::size_t num_parameters = 0;    ///< Psi
   std::vector<LedgerFigures> ranks;  ///< every rank's ledger after training
   int shown_rank = 0;  ///< rank the table shows: largest model states, then most padding
+  double step_seconds = 0.0;  ///< rank 0's median step time after the stage's warm-up steps
 };
 
 /// Trains `spec` at stages 0-3 without offload, then at stage 3 with the
 /// optimizer state and parameters on the cpu tier and on the nvme tier
 /// (swap files under `nvme_path`; that row is left out when it is empty),
 /// config's other settings unchanged, each from a fresh Engine, and returns
-/// the figures. Collective.
+/// the figures. An untimed warm-up run comes first, and each stage's step
+/// time leaves out its own first steps, so no stage absorbs the process's
+/// or its engine's first-use costs. Collective.
 std::vector<StageRun> compare_stages(const EngineConfig& config, Communicator& comm,
                                      const LabeledImages& train, const LabeledImages& test,
                                      const RunSpec& spec, const std::string& nvme_path = "");
 
 /// The comparison table (one line per stage): per-rank model-state bytes by
 /// category (parameters, gradients, optimizer states incl. master weights,
-/// padding), total, ratio to stage 0, the paper's ratio, final loss and test
-/// accuracy. `config` gives the bytes per parameter for the prediction.
+/// padding), total, ratio to stage 0, the paper's ratio, final loss, test
+/// accuracy and median step time. `config` gives the bytes per parameter for the prediction.
 std::string stage_table(const std::vector<StageRun>& runs, int world_size,
                         const EngineConfig& config);
 

@@ -143,12 +143,14 @@ TrainResult Trainer::run() {
       if (max_reached()) break;
       double step_loss = 0.0;
       StepResult sr;
+      const auto step_start = Clock::now();
       for (std::size_t k = 0; k < accumulation; ++k) {
         gather_samples(train_, sampler_.micro_batch(step, k), x, y);
         step_loss += mlp_.forward_backward(x, y, micro);
         sr = engine_.step();
         ++micro_count;
       }
+      result.step_seconds.push_back(seconds_since(step_start));
       ZS_CHECK(sr.boundary,
                "engine.step() did not end the accumulation cycle after {} "
                "micro-batches",
@@ -213,6 +215,15 @@ TrainResult Trainer::run() {
   result.last_step_loss = last[0] / last[1];
   result.wall_seconds = seconds_since(run_start);
   return result;
+}
+
+double median_step_seconds(const TrainResult& result, std::size_t warmup) {
+  if (result.step_seconds.size() <= warmup) return 0.0;
+  std::vector<double> t(result.step_seconds.begin() + std::ptrdiff_t(warmup), result.step_seconds.end());
+  const auto mid = t.begin() + std::ptrdiff_t(t.size() / 2);
+  std::nth_element(t.begin(), mid, t.end());
+  if (t.size() % 2 == 1) return *mid;
+  return 0.5 * (*mid + *std::max_element(t.begin(), mid));
 }
 
 RunOutcome train_fresh(const EngineConfig& config, Communicator& comm, const LabeledImages& train,

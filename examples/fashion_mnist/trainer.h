@@ -56,6 +56,10 @@ struct TrainResult {
   double last_step_loss = 0.0;  ///< mean loss of the last optimizer step's micro-batches over ranks
   double final_accuracy = 0.0;  ///< test accuracy after the last epoch
   double wall_seconds = 0.0;    ///< whole run including evaluation
+  /// Seconds of each optimizer step of this run on this rank's clock, from
+  /// its first micro-batch's forward to its boundary step() returning
+  /// (logging, checkpoints and evaluation excluded).
+  std::vector<double> step_seconds;
   std::vector<std::string> checkpoints;  ///< tags saved by this run, in order
 };
 
@@ -106,6 +110,11 @@ struct RunSpec {
   ComputeDevice device = ComputeDevice::cpu;  ///< where forward/backward run (--device); cuda
                                              ///< needs select_compute_device first
 };
+
+/// Median of step_seconds after dropping the first `warmup` steps (their
+/// first-use costs: page faults, pool growth, MPI connection set-up); 0 when
+/// no step is left.
+double median_step_seconds(const TrainResult& result, std::size_t warmup);
 
 /// Outcome of train_fresh.
 struct RunOutcome {
