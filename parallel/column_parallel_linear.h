@@ -38,10 +38,14 @@ namespace zeroshard::parallel {
 class ColumnParallelLinear {
  public:
   /// A layer of `in_features` inputs and `out_features` outputs split over
-  /// `tp_group` (kept by reference; must outlive the layer). Throws
-  /// ConfigError when in_features or out_features is 0.
+  /// `tp_group` (kept by reference; must outlive the layer). `granule`
+  /// rows move together: the split is [Note: uneven split] over
+  /// out_features / granule blocks of `granule` rows (1: single rows; an
+  /// attention's heads: a head's rows). Throws ConfigError when
+  /// in_features or out_features is 0, or granule is 0 or does not divide
+  /// out_features.
   ColumnParallelLinear(Communicator& tp_group, std::size_t in_features, std::size_t out_features,
-                       bool bias = true);
+                       bool bias = true, std::size_t granule = 1);
 
   std::size_t in_features() const { return in_; }
   std::size_t out_features() const { return out_; }

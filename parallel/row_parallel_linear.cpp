@@ -11,13 +11,19 @@ constexpr const char* kName = "RowParallelLinear";
 }
 
 RowParallelLinear::RowParallelLinear(Communicator& tp_group, std::size_t in_features,
-                                     std::size_t out_features, bool bias)
+                                     std::size_t out_features, bool bias,
+                                     std::size_t granule)
     : tp_(tp_group), in_(in_features), out_(out_features), bias_(bias) {
   if (in_ == 0 || out_ == 0) {
     throw ConfigError(fmt::format("{}: in_features={} and out_features={} must both be >= 1",
                                   kName, in_, out_));
   }
-  slice_ = split_slice(in_, tp_.world_size(), tp_.rank());
+  if (granule == 0 || in_ % granule != 0) {
+    throw ConfigError(fmt::format("{}: granule={} must be >= 1 and divide in_features={}", kName,
+                                  granule, in_));
+  }
+  const Slice blocks = split_slice(in_ / granule, tp_.world_size(), tp_.rank());
+  slice_ = Slice{blocks.begin * granule, blocks.size * granule};
 }
 
 void RowParallelLinear::forward(std::span<const float> x, std::size_t tokens,

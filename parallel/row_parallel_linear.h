@@ -28,10 +28,14 @@ namespace zeroshard::parallel {
 class RowParallelLinear {
  public:
   /// A layer of `in_features` inputs and `out_features` outputs split over
-  /// `tp_group` (kept by reference; must outlive the layer). Throws
-  /// ConfigError when in_features or out_features is 0.
+  /// `tp_group` (kept by reference; must outlive the layer). `granule`
+  /// columns move together: the split is [Note: uneven split] over
+  /// in_features / granule blocks of `granule` columns (1: single columns; an
+  /// attention's heads: a head's columns). Throws ConfigError when
+  /// in_features or out_features is 0, or granule is 0 or does not divide
+  /// in_features.
   RowParallelLinear(Communicator& tp_group, std::size_t in_features, std::size_t out_features,
-                    bool bias = true);
+                    bool bias = true, std::size_t granule = 1);
 
   std::size_t in_features() const { return in_; }
   std::size_t out_features() const { return out_; }

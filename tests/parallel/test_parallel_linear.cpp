@@ -254,6 +254,33 @@ TEST_CASE("column-parallel then row-parallel (Megatron's MLP pairing) matches th
   }
 }
 
+TEST_CASE("a granule keeps blocks of rows (columns) on one rank") {
+  // 21 = 7 blocks of 3: tp = 4 gives 2, 2, 2, 1 blocks, i.e. 6, 6, 6, 3 rows.
+  for (MeshShape shape : tptest::factorisations(tptest::world().world_size())) {
+    Mesh mesh(tptest::world(), shape);
+    const Slice blocks = split_slice(7, shape.tp, mesh.tp_rank());
+    const Slice want{3 * blocks.begin, 3 * blocks.size};
+    ColumnParallelLinear col(mesh.tp_group(), 5, 21, true, 3);
+    RowParallelLinear row(mesh.tp_group(), 21, 5, true, 3);
+    CHECK(col.out_slice() == want);
+    CHECK(row.in_slice() == want);
+    CHECK(col.weight_elements() == want.size * 5);
+    CHECK(row.weight_elements() == 5 * want.size);
+    // The layer computes the same Y on its block-aligned slice.
+    const LinearCase c{4, 5, 21, true};
+    const LinearData d = make_data(c, 777 + 100 * static_cast<std::uint32_t>(mesh.dp_rank()));
+    const LinearRef r = reference(c, d);
+    std::vector<float> y(c.tokens * want.size);
+    col.forward(d.x, c.tokens, take_rows(d.w, 21, 5, want), sub(d.b, want), y);
+    CHECK(count_outside(y, ref_cols(r.y, c.tokens, 21, want.begin, want.size),
+                        5 + static_cast<std::size_t>(shape.tp) + 2, "granule y") == 0);
+  }
+  Communicator& w = tptest::world();
+  CHECK_THROWS_AS(ColumnParallelLinear(w, 5, 21, true, 4), ConfigError);
+  CHECK_THROWS_AS(ColumnParallelLinear(w, 5, 21, true, 0), ConfigError);
+  CHECK_THROWS_AS(RowParallelLinear(w, 21, 5, true, 4), ConfigError);
+}
+
 TEST_CASE("parallel linear layers refuse a zero width and mismatched buffers") {
   Communicator& w = tptest::world();
   CHECK_THROWS_AS(ColumnParallelLinear(w, 0, 7), ConfigError);
