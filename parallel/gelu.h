@@ -1,0 +1,22 @@
+// The GELU activation in the tanh form GPT-2 uses (Hendrycks & Gimpel, 2016,
+// "Gaussian Error Linear Units"; torch.nn.GELU(approximate='tanh')):
+//   gelu(x) = 0.5 x (1 + tanh(c (x + a x^3))),  c = sqrt(2/pi), a = 0.044715
+//   gelu'(x) = 0.5 (1 + t) + 0.5 x (1 - t^2) c (1 + 3 a x^2),  t = tanh(...)
+// Element-wise, so in a Megatron MLP it runs on each rank's column-parallel
+// slice of the hidden activations with no communication. Computed in fp64,
+// stored as fp32. Thread safety: pure functions.
+#pragma once
+
+#include <span>
+
+namespace zeroshard::parallel {
+
+/// y[i] = gelu(x[i]) for every element; y may alias x. Throws
+/// InvariantError when the sizes differ.
+void gelu_forward(std::span<const float> x, std::span<float> y);
+
+/// dx[i] = dy[i] * gelu'(x[i]) from forward's input x; dx may alias dy.
+/// Throws InvariantError when the sizes differ.
+void gelu_backward(std::span<const float> x, std::span<const float> dy, std::span<float> dx);
+
+}  // namespace zeroshard::parallel

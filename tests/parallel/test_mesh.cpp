@@ -1,0 +1,142 @@
+// Mesh tests (comm/mesh.h) at world sizes 1-4: coordinates, group sizes,
+// ranks and membership for every (dp, tp) factorisation of the world, checked
+// with collectives over each group; bad shapes give a ConfigError naming the
+// sizes and the world size on every rank. Checks come after the collectives
+// of each case, so a failure on one rank never leaves the others waiting.
+#include <doctest/doctest.h>
+
+#include <string>
+#include <vector>
+
+#include "comm/mesh.h"
+#include "core/error.h"
+#include "parallel_test_util.h"
+
+namespace zeroshard {
+namespace {
+
+using tptest::factorisations;
+using tptest::world;
+
+// The world ranks of a group's members, gathered over the group itself.
+std::vector<int> gathered_world_ranks(Communicator& group, int world_rank) {
+  std::vector<double> all(static_cast<std::size_t>(group.world_size()));
+  const double mine = world_rank;
+  group.all_gather(&mine, all.data(), 1, DType::f64);
+  return std::vector<int>(all.begin(), all.end());
+}
+
+TEST_CASE("mesh: coordinates and groups for every dp x tp factorisation of the world") {
+  Communicator& w = world();
+  const int n = w.world_size();
+  const int me = w.rank();
+  for (MeshShape shape : factorisations(n)) {
+    CAPTURE(shape.dp);
+    CAPTURE(shape.tp);
+    Mesh mesh(w, shape);
+    // Megatron order: the tensor-parallel coordinate varies fastest.
+    CHECK(mesh.dp_size() == shape.dp);
+    CHECK(mesh.tp_size() == shape.tp);
+    CHECK(mesh.dp_rank() == me / shape.tp);
+    CHECK(mesh.tp_rank() == me % shape.tp);
+    CHECK(mesh.coord() == MeshCoord{me / shape.tp, me % shape.tp});
+    CHECK(Mesh::world_rank_of(shape, mesh.coord()) == me);
+    CHECK(&mesh.world() == &w);
+
+    CHECK(mesh.tp_group().world_size() == shape.tp);
+    CHECK(mesh.tp_group().rank() == mesh.tp_rank());
+    CHECK(mesh.dp_group().world_size() == shape.dp);
+    CHECK(mesh.dp_group().rank() == mesh.dp_rank());
+
+    // Membership, as the groups themselves see it: the members of this
+    // rank's tp group are dp_rank * tp + 0..tp-1 (adjacent), those of its dp
+    // group tp_rank + 0..dp-1 times tp.
+    std::vector<int> want_tp, want_dp;
+    for (int t = 0; t < shape.tp; ++t) want_tp.push_back(mesh.dp_rank() * shape.tp + t);
+    for (int d = 0; d < shape.dp; ++d) want_dp.push_back(d * shape.tp + mesh.tp_rank());
+    CHECK(gathered_world_ranks(mesh.tp_group(), me) == want_tp);
+    CHECK(gathered_world_ranks(mesh.dp_group(), me) == want_dp);
+    CHECK(mesh.tp_group_world_ranks() == want_tp);
+    CHECK(mesh.dp_group_world_ranks() == want_dp);
+
+    // A reduction over each group sums exactly its members: tp groups are
+    // disjoint and cover the world (and so are the dp groups).
+    double sums[2] = {static_cast<double>(me), 1.0};
+    mesh.tp_group().all_reduce(sums, 2, DType::f64, ReduceOp::sum);
+    double want_sum = 0;
+    for (int r : want_tp) want_sum += r;
+    CHECK(sums[0] == want_sum);
+    CHECK(sums[1] == shape.tp);
+    double dp_sums[2] = {static_cast<double>(me), 1.0};
+    mesh.dp_group().all_reduce(dp_sums, 2, DType::f64, ReduceOp::sum);
+    double want_dp_sum = 0;
+    for (int r : want_dp) want_dp_sum += r;
+    CHECK(dp_sums[0] == want_dp_sum);
+    CHECK(dp_sums[1] == shape.dp);
+  }
+}
+
+TEST_CASE("mesh: world_rank_of and coord_of are inverse for shapes up to 4 x 4") {
+  for (int dp = 1; dp <= 4; ++dp) {
+    for (int tp = 1; tp <= 4; ++tp) {
+      const MeshShape shape{dp, tp};
+      for (int r = 0; r < dp * tp; ++r) {
+        const MeshCoord c = Mesh::coord_of(shape, r);
+        CHECK(c.dp_rank == r / tp);
+        CHECK(c.tp_rank == r % tp);
+        CHECK(Mesh::world_rank_of(shape, c) == r);
+      }
+      CHECK_THROWS_AS(Mesh::coord_of(shape, dp * tp), ConfigError);
+      CHECK_THROWS_AS(Mesh::coord_of(shape, -1), ConfigError);
+      CHECK_THROWS_AS(Mesh::world_rank_of(shape, MeshCoord{dp, 0}), ConfigError);
+      CHECK_THROWS_AS(Mesh::world_rank_of(shape, MeshCoord{0, tp}), ConfigError);
+    }
+  }
+}
+
+// The ConfigError message a bad shape gives, or "" when none is thrown.
+std::string mesh_error(Communicator& w, MeshShape shape) {
+  try {
+    Mesh mesh(w, shape);
+  } catch (const ConfigError& e) {
+    return e.what();
+  }
+  return "";
+}
+
+bool contains(const std::string& s, const std::string& part) {
+  return s.find(part) != std::string::npos;
+}
+
+TEST_CASE("mesh: a bad shape is a ConfigError naming dp, tp and the world size") {
+  Communicator& w = world();
+  const int n = w.world_size();
+  const std::string world_size = "world size " + std::to_string(n);
+  const std::vector<MeshShape> bad = {
+      {n, 2}, {1, n + 1}, {n + 1, 1}, {2, 2 * n}, {n, 0}, {0, n}, {0, 0}, {-1, -n}, {n, -1}};
+  for (MeshShape shape : bad) {
+    CAPTURE(shape.dp);
+    CAPTURE(shape.tp);
+    const std::string msg = mesh_error(w, shape);
+    CHECK(contains(msg, "dp=" + std::to_string(shape.dp)));
+    CHECK(contains(msg, "tp=" + std::to_string(shape.tp)));
+    CHECK(contains(msg, world_size));
+    if (shape.dp > 0 && shape.tp > 0) {
+      CHECK(contains(msg, "does not equal"));
+    } else {
+      CHECK(contains(msg, "must both be positive"));
+    }
+  }
+  if (n == 4) {
+    // 4 ranks do not split as 3 x 1 or 1 x 3 (3 does not divide 4).
+    CHECK(contains(mesh_error(w, {1, 3}), "= 3 does not equal the world size 4"));
+    CHECK(contains(mesh_error(w, {3, 1}), "= 3 does not equal the world size 4"));
+  }
+  // Every rank threw before communicating: the world still works.
+  double one = 1.0;
+  w.all_reduce(&one, 1, DType::f64, ReduceOp::sum);
+  CHECK(one == n);
+}
+
+}  // namespace
+}  // namespace zeroshard
