@@ -1,0 +1,110 @@
+#!/usr/bin/env bash
+# The multi-node driver: zeroshard's MPI jobs across test hosts that talk
+# real TCP (scripts/testbed, [Note: testbed layout]). Usage:
+#   run_multinode.sh SOURCE_ROOT BUILD_ROOT
+# It brings up 3 test hosts and runs, each under a time limit:
+#  (a) the comm suites (test_comm: test_comm.cpp, test_comm_blocking.cpp,
+#      test_self.cpp, test_mpi.cpp) on 2 hosts x 1 rank, 2 hosts x 2 ranks
+#      and 3 hosts x 1 rank, and test_node_groups on the same layouts with
+#      ZS_EXPECT_NODES set (leaders must be ranks 0 and 2 on 2 x 2);
+#  (b) test_stage_equivalence at world size 4, once on this machine alone
+#      (plain mpirun, shared memory) and once on 2 hosts x 2 ranks, each
+#      writing a digest (ZS_STAGE_EQUIVALENCE_DIGEST) of every run's losses
+#      and final parameters; the two digests must be identical, bit for bit
+#      ([Note: reduction order across hosts]);
+#  (c) the main job, examples/fashion_mnist, at stage 3 for a few steps on
+#      2 hosts x 1 rank;
+# and brings the testbed down at the end, also on failure or interruption.
+# Exits 77 (Meson's "skipped") with one line saying why when network
+# namespaces cannot be created here (not root, or no CAP_NET_ADMIN).
+#
+# [Note: reduction order across hosts]
+# Open MPI picks its reduction algorithms (coll/tuned for the blocking
+# collectives, coll/libnbc for the non-blocking ones, with the ring that
+# comm/mpi/mpi_nbc_tuning.h selects) from the communicator size and the
+# message size only, not from the transport (shared memory or TCP) or from
+# which ranks share a host; so at the same world size the order of every
+# sum, and with it every bit of the result, is the same on one host and
+# across hosts, which (b) checks. What would change it: a topology-aware
+# component such as coll/han (off by default in Open MPI 4.1: priority 0)
+# reduces inside each node first, so its sums depend on the placement;
+# another world size changes the algorithms' partitions.
+set -euo pipefail
+
+src="${1:?usage: run_multinode.sh SOURCE_ROOT BUILD_ROOT}"
+build="${2:?usage: run_multinode.sh SOURCE_ROOT BUILD_ROOT}"
+testbed="$src/scripts/testbed"
+export ZS_TESTBED_PREFIX="${ZS_TESTBED_PREFIX:-zsmt}"
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+export OMPI_MCA_rmaps_base_oversubscribe=1 OMPI_MCA_mpi_yield_when_idle=1
+export OPENBLAS_NUM_THREADS=1
+
+skip() { echo "multinode: skipped: $*"; exit 77; }
+[ "$(id -u)" = 0 ] || skip "needs root with CAP_NET_ADMIN to create network namespaces (running as uid $(id -u))"
+command -v ip >/dev/null || skip "iproute2 (ip) is not installed (scripts/bootstrap installs it)"
+probe="$ZS_TESTBED_PREFIX-probe$$"
+if ! err=$(ip netns add "$probe" 2>&1); then
+  skip "cannot create network namespaces (needs CAP_NET_ADMIN): $err"
+fi
+ip netns delete "$probe"
+
+t0=$SECONDS
+work=$(mktemp -d /tmp/zs-multinode.XXXXXX)
+cleanup() {
+  "$testbed" down || echo "multinode: testbed down failed" >&2
+  rm -rf "$work"
+}
+trap cleanup EXIT
+trap 'exit 130' INT TERM
+
+step() { printf '\n=== multinode [%3ds] %s\n' $((SECONDS - t0)) "$*"; }
+# run LIMIT_S DESCRIPTION CMD...: CMD under a time limit, its output shown.
+run() {
+  local limit="$1" what="$2"
+  shift 2
+  step "$what"
+  local s=$SECONDS rc=0
+  timeout --kill-after=10 "$limit" "$@" || rc=$?
+  if [ "$rc" != 0 ]; then
+    echo "multinode: FAILED ($what): exit status $rc$([ "$rc" = 124 ] && echo ", over the ${limit} s limit")" >&2
+    exit 1
+  fi
+  echo "multinode: ok ($what) in $((SECONDS - s)) s"
+}
+tb_mpirun=("$testbed" mpirun)
+
+step "bringing up 3 test hosts"
+"$testbed" up 3
+
+# doctest's --minimal keeps the output of passing runs to one line per rank.
+comm="$build/tests/test_comm"
+groups="$build/tests/test_node_groups"
+run 120 "comm suites, 2 hosts x 1 rank" "${tb_mpirun[@]}" -np 2 --host zs-host0,zs-host1 "$comm" --minimal --no-colors
+run 120 "comm suites, 2 hosts x 2 ranks" "${tb_mpirun[@]}" -np 4 --host zs-host0:2,zs-host1:2 "$comm" --minimal --no-colors
+run 120 "comm suites, 3 hosts x 1 rank" "${tb_mpirun[@]}" -np 3 --host zs-host0,zs-host1,zs-host2 "$comm" --minimal --no-colors
+run 60 "node groups, 2 hosts x 2 ranks" "${tb_mpirun[@]}" -np 4 --host zs-host0:2,zs-host1:2 -x ZS_EXPECT_NODES=2 "$groups" --minimal --no-colors
+run 60 "node groups, 3 hosts x 1 rank" "${tb_mpirun[@]}" -np 3 --host zs-host0,zs-host1,zs-host2 -x ZS_EXPECT_NODES=3 "$groups" --minimal --no-colors
+
+stage="$build/tests/test_stage_equivalence"
+run 120 "stage equivalence, 4 ranks on this machine (shared memory)" \
+  env ZS_STAGE_EQUIVALENCE_DIGEST="$work/one-host.txt" mpirun -np 4 "$stage" --minimal --no-colors
+run 120 "stage equivalence, 2 hosts x 2 ranks (TCP)" \
+  "${tb_mpirun[@]}" -np 4 --host zs-host0:2,zs-host1:2 -x ZS_STAGE_EQUIVALENCE_DIGEST="$work/two-hosts.txt" "$stage" --minimal --no-colors
+step "stage equivalence: one host against two hosts, bit for bit"
+lines=$(wc -l <"$work/one-host.txt")
+[ "$lines" = 16 ] || { echo "multinode: FAILED: expected 16 digest lines (2 optimizers x 2 sizes x 4 stages), got $lines" >&2; exit 1; }
+if ! diff "$work/one-host.txt" "$work/two-hosts.txt"; then
+  echo "multinode: FAILED: the runs across 2 hosts differ from the run on one host (lines above)" >&2
+  exit 1
+fi
+echo "multinode: ok: all $lines runs (losses and final parameters) bitwise equal"
+
+run 150 "fashion_mnist stage 3, 20 steps, 2 hosts x 1 rank" \
+  "${tb_mpirun[@]}" -np 2 --host zs-host0,zs-host1 "$build/examples/fashion_mnist" --stage 3 --epochs 1 --max-steps 20
+
+step "bringing the testbed down"
+trap - EXIT
+cleanup
+left=$(ip netns list | awk '{print $1}' | grep -c "^$ZS_TESTBED_PREFIX-" || true)
+[ "$left" = 0 ] || { echo "multinode: FAILED: $left namespaces left after down" >&2; exit 1; }
+echo "multinode: all passed in $((SECONDS - t0)) s"
