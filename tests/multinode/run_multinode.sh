@@ -25,10 +25,18 @@
 # message size only, not from the transport (shared memory or TCP) or from
 # which ranks share a host; so at the same world size the order of every
 # sum, and with it every bit of the result, is the same on one host and
-# across hosts, which (b) checks. What would change it: a topology-aware
-# component such as coll/han (off by default in Open MPI 4.1: priority 0)
-# reduces inside each node first, so its sums depend on the placement;
-# another world size changes the algorithms' partitions.
+# across hosts, which (b) checks. Measured at world size 4 against one
+# host: 2 hosts x 2 ranks by slot and round-robin (--map-by node), 4 hosts
+# x 1, 4 ranks on one test host over TCP, all bitwise equal, and 3 hosts
+# x 1 equal to 3 ranks on one host. What changes it is a topology-aware
+# component: coll/han (Open MPI 4.1: priority 0, off unless asked for)
+# reduces inside each node first. Forced on (--mca coll_han_priority 100)
+# with the round-robin placement, the loss means (a blocking f64
+# all-reduce, han's) differed in the last bit while the parameters stayed
+# equal (the Engine's gradient collectives are non-blocking or
+# reduce-scatters, which han does not implement); with the block
+# placement han pairs ranks as tuned's recursive doubling does and nothing
+# differed. Another world size changes the algorithms' partitions.
 set -euo pipefail
 
 src="${1:?usage: run_multinode.sh SOURCE_ROOT BUILD_ROOT}"
