@@ -14,6 +14,9 @@
 #      ([Note: reduction order across hosts]);
 #  (c) the main job, examples/fashion_mnist, at stage 3 for a few steps on
 #      2 hosts x 1 rank;
+#  (d) scripts/zs-launch running the main job on 3 hosts with checkpoints,
+#      zs-host2's processes killed mid-run: it must resume on 2 hosts from
+#      the 3-rank checkpoint and finish;
 # and brings the testbed down at the end, also on failure or interruption.
 # Exits 77 (Meson's "skipped") with one line saying why when network
 # namespaces cannot be created here (not root, or no CAP_NET_ADMIN).
@@ -109,6 +112,33 @@ echo "multinode: ok: all $lines runs (losses and final parameters) bitwise equal
 
 run 150 "fashion_mnist stage 3, 20 steps, 2 hosts x 1 rank" \
   "${tb_mpirun[@]}" -np 2 --host zs-host0,zs-host1 "$build/examples/fashion_mnist" --stage 3 --epochs 1 --max-steps 20
+
+# (d) scripts/zs-launch: host 2's processes are killed once the first
+# checkpoint is complete; the job must go on from it on hosts 0 and 1.
+step "zs-launch: 3 hosts, zs-host2 killed after the first checkpoint"
+ckpt="$work/elastic-ckpt"
+(
+  for _ in $(seq 1 600); do [ -e "$ckpt/latest" ] && break; sleep 0.2; done
+  pids=$(ip netns pids "$ZS_TESTBED_PREFIX-h2" | tr '\n' ' ')
+  echo "multinode: killing zs-host2's processes ($pids)"
+  # shellcheck disable=SC2086
+  [ -z "$pids" ] || kill -9 $pids
+) &
+killer=$!
+rc=0
+timeout --kill-after=10 150 "$src/scripts/zs-launch" --hosts zs-host0,zs-host1,zs-host2 --ranks-per-host 1 \
+  --save-dir "$ckpt" --max-restarts 1 --mpirun "$testbed mpirun" --log "$work/elastic.log" -- \
+  "$build/examples/fashion_mnist" --stage 3 --epochs 1 --save-every 10 --max-steps 40 >"$work/elastic.out" 2>&1 || rc=$?
+wait "$killer" || true
+cat "$work/elastic.log"
+grep -a "resumed from\|final test accuracy" "$work/elastic.out" || true
+for want in "failed host(s): zs-host2" "start: 2 ranks on zs-host0 zs-host1, resuming from" "job finished on zs-host0 zs-host1"; do
+  grep -qF "$want" "$work/elastic.log" || { echo "multinode: FAILED (zs-launch): no '$want' in its log (exit status $rc)" >&2; tail -30 "$work/elastic.out" >&2; exit 1; }
+done
+grep -q "saved by 3 ranks, now 2" "$work/elastic.out" || { echo "multinode: FAILED (zs-launch): the restart did not resume the 3-rank checkpoint" >&2; exit 1; }
+grep -q "after 40 optimizer steps" "$work/elastic.out" || { echo "multinode: FAILED (zs-launch): the job did not reach step 40" >&2; exit 1; }
+[ "$rc" = 0 ] || { echo "multinode: FAILED (zs-launch): exit status $rc" >&2; exit 1; }
+echo "multinode: ok (zs-launch restarted on 2 hosts from the checkpoint and finished)"
 
 step "bringing the testbed down"
 trap - EXIT
