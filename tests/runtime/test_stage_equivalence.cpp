@@ -2,6 +2,11 @@
 // single-process reference: a 10-layer MLP whose first and last layers share
 // weight and bias, hidden sizes 4 and 36, 5 AdamW steps on fixed data.
 // Also: gradient accumulation (4 micro-batches of 2 == one batch of 8).
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <string_view>
 #include <vector>
 
 #include <doctest/doctest.h>
@@ -101,6 +106,34 @@ struct ReferenceMlp {
   }
 };
 
+// With ZS_STAGE_EQUIVALENCE_DIGEST=<file>, rank 0 appends one line per run
+// (optimizer, hidden size, stage): the 5 losses as hex floats and an
+// FNV-1a hash of the final parameters' bytes, so two launches (one host,
+// several hosts: tests/multinode) can be compared bit for bit.
+struct Digest {
+  std::uint64_t hash = 1469598103934665603ull;
+  std::vector<double> losses;
+  void add(const std::vector<float>& v) {
+    for (float x : v) {
+      unsigned char b[sizeof x];
+      std::memcpy(b, &x, sizeof x);
+      for (unsigned char c : b) hash = (hash ^ c) * 1099511628211ull;
+    }
+  }
+  void write(std::string_view optimizer, int hidden, int stage) const {
+    const char* path = std::getenv("ZS_STAGE_EQUIVALENCE_DIGEST");
+    if (path == nullptr || *path == '\0' || world().rank() != 0) return;
+    std::FILE* f = std::fopen(path, "a");
+    REQUIRE_MESSAGE(f != nullptr, "cannot append to ZS_STAGE_EQUIVALENCE_DIGEST=" << path);
+    std::fprintf(f, "%.*s hidden=%d stage=%d params=%016llx losses", static_cast<int>(optimizer.size()),
+                 optimizer.data(), hidden, stage,
+                 static_cast<unsigned long long>(hash));
+    for (double l : losses) std::fprintf(f, " %a", l);
+    std::fprintf(f, "\n");
+    std::fclose(f);
+  }
+};
+
 double global_mean(double local) {
   world().all_reduce(&local, 1, DType::f64, ReduceOp::sum);
   return local / world().world_size();
@@ -147,8 +180,10 @@ TEST_CASE("stages 0-3 equal the unsharded reference, tied first/last layer") {
         CAPTURE(hidden);
         CAPTURE(stage);
         EngineMlp mlp(make_config(stage, c.hyper), shape);
+        Digest digest;
         for (int s = 0; s < 5; ++s) {
           const double loss = global_mean(mlp.micro_batch(lx, lt, local));
+          digest.losses.push_back(loss);
           const StepResult res = mlp.engine.step();
           CHECK(res.applied);
           CHECK(res.optimizer_step == s + 1);
@@ -158,6 +193,8 @@ TEST_CASE("stages 0-3 equal the unsharded reference, tied first/last layer") {
           const auto w = mlp.engine.gather_parameter(mlp.w[p]), b = mlp.engine.gather_parameter(mlp.b[p]);
           check_close(w, ref.w[p], c.param_rel, 1e-7, "weight " + std::to_string(p));
           check_close(b, ref.b[p], c.param_rel, 1e-7, "bias " + std::to_string(p));
+          digest.add(w);
+          digest.add(b);
           if (stage == 0) {
             stage0.push_back(w);
             stage0.push_back(b);
@@ -166,6 +203,7 @@ TEST_CASE("stages 0-3 equal the unsharded reference, tied first/last layer") {
             CHECK(b == stage0[2 * p + 1]);
           }
         }
+        digest.write(optimizer_name(c.hyper.kind), hidden, stage);
         if (stage < 3) {
           // The tied uses read the same storage: layer 9's parameters are layer 0's.
           CHECK(mlp.engine.param(mlp.w[shape.owner(9)]).data() == mlp.engine.param(mlp.w[0]).data());

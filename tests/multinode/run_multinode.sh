@@ -1,0 +1,148 @@
+#!/usr/bin/env bash
+# The multi-node driver: zeroshard's MPI jobs across test hosts that talk
+# real TCP (scripts/testbed, [Note: testbed layout]). Usage:
+#   run_multinode.sh SOURCE_ROOT BUILD_ROOT
+# It brings up 3 test hosts and runs, each under a time limit:
+#  (a) the comm suites (test_comm: test_comm.cpp, test_comm_blocking.cpp,
+#      test_self.cpp, test_mpi.cpp) on 2 hosts x 1 rank, 2 hosts x 2 ranks
+#      and 3 hosts x 1 rank, and test_node_groups on the same layouts with
+#      ZS_EXPECT_NODES set (leaders must be ranks 0 and 2 on 2 x 2);
+#  (b) test_stage_equivalence at world size 4, once on this machine alone
+#      (plain mpirun, shared memory) and once on 2 hosts x 2 ranks, each
+#      writing a digest (ZS_STAGE_EQUIVALENCE_DIGEST) of every run's losses
+#      and final parameters; the two digests must be identical, bit for bit
+#      ([Note: reduction order across hosts]);
+#  (c) the main job, examples/fashion_mnist, at stage 3 for a few steps on
+#      2 hosts x 1 rank;
+#  (d) scripts/zs-launch running the main job on 3 hosts with checkpoints,
+#      zs-host2's processes killed mid-run: it must resume on 2 hosts from
+#      the 3-rank checkpoint and finish;
+# and brings the testbed down at the end, also on failure or interruption.
+# Exits 77 (Meson's "skipped") with one line saying why when network
+# namespaces cannot be created here (not root, or no CAP_NET_ADMIN).
+#
+# [Note: reduction order across hosts]
+# Open MPI picks its reduction algorithms (coll/tuned for the blocking
+# collectives, coll/libnbc for the non-blocking ones, with the ring that
+# comm/mpi/mpi_nbc_tuning.h selects) from the communicator size and the
+# message size only, not from the transport (shared memory or TCP) or from
+# which ranks share a host; so at the same world size the order of every
+# sum, and with it every bit of the result, is the same on one host and
+# across hosts, which (b) checks. Measured at world size 4 against one
+# host: 2 hosts x 2 ranks by slot and round-robin (--map-by node), 4 hosts
+# x 1, 4 ranks on one test host over TCP, all bitwise equal, and 3 hosts
+# x 1 equal to 3 ranks on one host. What changes it is a topology-aware
+# component: coll/han (Open MPI 4.1: priority 0, off unless asked for)
+# reduces inside each node first. Forced on (--mca coll_han_priority 100)
+# with the round-robin placement, the loss means (a blocking f64
+# all-reduce, han's) differed in the last bit while the parameters stayed
+# equal (the Engine's gradient collectives are non-blocking or
+# reduce-scatters, which han does not implement); with the block
+# placement han pairs ranks as tuned's recursive doubling does and nothing
+# differed. Another world size changes the algorithms' partitions.
+set -euo pipefail
+
+src="${1:?usage: run_multinode.sh SOURCE_ROOT BUILD_ROOT}"
+build="${2:?usage: run_multinode.sh SOURCE_ROOT BUILD_ROOT}"
+testbed="$src/scripts/testbed"
+export ZS_TESTBED_PREFIX="${ZS_TESTBED_PREFIX:-zsmt}"
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+export OMPI_MCA_rmaps_base_oversubscribe=1 OMPI_MCA_mpi_yield_when_idle=1
+export OPENBLAS_NUM_THREADS=1
+
+skip() { echo "multinode: skipped: $*"; exit 77; }
+[ "$(id -u)" = 0 ] || skip "needs root with CAP_NET_ADMIN to create network namespaces (running as uid $(id -u))"
+command -v ip >/dev/null || skip "iproute2 (ip) is not installed (scripts/bootstrap installs it)"
+probe="$ZS_TESTBED_PREFIX-probe$$"
+if ! err=$(ip netns add "$probe" 2>&1); then
+  skip "cannot create network namespaces (needs CAP_NET_ADMIN): $err"
+fi
+ip netns delete "$probe"
+
+t0=$SECONDS
+work=$(mktemp -d /tmp/zs-multinode.XXXXXX)
+cleanup() {
+  "$testbed" down || echo "multinode: testbed down failed" >&2
+  rm -rf "$work"
+}
+trap cleanup EXIT
+trap 'exit 130' INT TERM
+
+step() { printf '\n=== multinode [%3ds] %s\n' $((SECONDS - t0)) "$*"; }
+# run LIMIT_S DESCRIPTION CMD...: CMD under a time limit, its output shown.
+run() {
+  local limit="$1" what="$2"
+  shift 2
+  step "$what"
+  local s=$SECONDS rc=0
+  timeout --kill-after=10 "$limit" "$@" || rc=$?
+  if [ "$rc" != 0 ]; then
+    echo "multinode: FAILED ($what): exit status $rc$([ "$rc" = 124 ] && echo ", over the ${limit} s limit")" >&2
+    exit 1
+  fi
+  echo "multinode: ok ($what) in $((SECONDS - s)) s"
+}
+tb_mpirun=("$testbed" mpirun)
+
+step "bringing up 3 test hosts"
+"$testbed" up 3
+
+# doctest's --minimal keeps the output of passing runs to one line per rank.
+comm="$build/tests/test_comm"
+groups="$build/tests/test_node_groups"
+run 120 "comm suites, 2 hosts x 1 rank" "${tb_mpirun[@]}" -np 2 --host zs-host0,zs-host1 "$comm" --minimal --no-colors
+run 120 "comm suites, 2 hosts x 2 ranks" "${tb_mpirun[@]}" -np 4 --host zs-host0:2,zs-host1:2 "$comm" --minimal --no-colors
+run 120 "comm suites, 3 hosts x 1 rank" "${tb_mpirun[@]}" -np 3 --host zs-host0,zs-host1,zs-host2 "$comm" --minimal --no-colors
+run 60 "node groups, 2 hosts x 2 ranks" "${tb_mpirun[@]}" -np 4 --host zs-host0:2,zs-host1:2 -x ZS_EXPECT_NODES=2 "$groups" --minimal --no-colors
+run 60 "node groups, 3 hosts x 1 rank" "${tb_mpirun[@]}" -np 3 --host zs-host0,zs-host1,zs-host2 -x ZS_EXPECT_NODES=3 "$groups" --minimal --no-colors
+
+stage="$build/tests/test_stage_equivalence"
+run 120 "stage equivalence, 4 ranks on this machine (shared memory)" \
+  env ZS_STAGE_EQUIVALENCE_DIGEST="$work/one-host.txt" mpirun -np 4 "$stage" --minimal --no-colors
+run 120 "stage equivalence, 2 hosts x 2 ranks (TCP)" \
+  "${tb_mpirun[@]}" -np 4 --host zs-host0:2,zs-host1:2 -x ZS_STAGE_EQUIVALENCE_DIGEST="$work/two-hosts.txt" "$stage" --minimal --no-colors
+step "stage equivalence: one host against two hosts, bit for bit"
+lines=$(wc -l <"$work/one-host.txt")
+[ "$lines" = 16 ] || { echo "multinode: FAILED: expected 16 digest lines (2 optimizers x 2 sizes x 4 stages), got $lines" >&2; exit 1; }
+if ! diff "$work/one-host.txt" "$work/two-hosts.txt"; then
+  echo "multinode: FAILED: the runs across 2 hosts differ from the run on one host (lines above)" >&2
+  exit 1
+fi
+echo "multinode: ok: all $lines runs (losses and final parameters) bitwise equal"
+
+run 150 "fashion_mnist stage 3, 20 steps, 2 hosts x 1 rank" \
+  "${tb_mpirun[@]}" -np 2 --host zs-host0,zs-host1 "$build/examples/fashion_mnist" --stage 3 --epochs 1 --max-steps 20
+
+# (d) scripts/zs-launch: host 2's processes are killed once the first
+# checkpoint is complete; the job must go on from it on hosts 0 and 1.
+step "zs-launch: 3 hosts, zs-host2 killed after the first checkpoint"
+ckpt="$work/elastic-ckpt"
+(
+  for _ in $(seq 1 600); do [ -e "$ckpt/latest" ] && break; sleep 0.2; done
+  pids=$(ip netns pids "$ZS_TESTBED_PREFIX-h2" | tr '\n' ' ')
+  echo "multinode: killing zs-host2's processes ($pids)"
+  # shellcheck disable=SC2086
+  [ -z "$pids" ] || kill -9 $pids
+) &
+killer=$!
+rc=0
+timeout --kill-after=10 150 "$src/scripts/zs-launch" --hosts zs-host0,zs-host1,zs-host2 --ranks-per-host 1 \
+  --save-dir "$ckpt" --max-restarts 1 --mpirun "$testbed mpirun" --log "$work/elastic.log" -- \
+  "$build/examples/fashion_mnist" --stage 3 --epochs 1 --save-every 10 --max-steps 40 >"$work/elastic.out" 2>&1 || rc=$?
+wait "$killer" || true
+cat "$work/elastic.log"
+grep -a "resumed from\|final test accuracy" "$work/elastic.out" || true
+for want in "failed host(s): zs-host2" "start: 2 ranks on zs-host0 zs-host1, resuming from" "job finished on zs-host0 zs-host1"; do
+  grep -qF "$want" "$work/elastic.log" || { echo "multinode: FAILED (zs-launch): no '$want' in its log (exit status $rc)" >&2; tail -30 "$work/elastic.out" >&2; exit 1; }
+done
+grep -q "saved by 3 ranks, now 2" "$work/elastic.out" || { echo "multinode: FAILED (zs-launch): the restart did not resume the 3-rank checkpoint" >&2; exit 1; }
+grep -q "after 40 optimizer steps" "$work/elastic.out" || { echo "multinode: FAILED (zs-launch): the job did not reach step 40" >&2; exit 1; }
+[ "$rc" = 0 ] || { echo "multinode: FAILED (zs-launch): exit status $rc" >&2; exit 1; }
+echo "multinode: ok (zs-launch restarted on 2 hosts from the checkpoint and finished)"
+
+step "bringing the testbed down"
+trap - EXIT
+cleanup
+left=$(ip netns list | awk '{print $1}' | grep -c "^$ZS_TESTBED_PREFIX-" || true)
+[ "$left" = 0 ] || { echo "multinode: FAILED: $left namespaces left after down" >&2; exit 1; }
+echo "multinode: all passed in $((SECONDS - t0)) s"
