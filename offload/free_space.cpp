@@ -31,13 +31,17 @@ std::uint64_t available_bytes(const std::filesystem::path& dir) {
   return static_cast<std::uint64_t>(st.f_bavail) * static_cast<std::uint64_t>(st.f_frsize);
 }
 
-void check_free_space(const std::filesystem::path& dir, std::uint64_t bytes_needed) {
+void check_free_space(const std::filesystem::path& dir, std::uint64_t bytes_needed, int ranks) {
   const std::uint64_t avail = available_bytes(dir);
-  if (bytes_needed <= avail) return;
+  const auto n = static_cast<std::uint64_t>(ranks < 1 ? 1 : ranks);
+  const std::uint64_t total = bytes_needed > UINT64_MAX / n ? UINT64_MAX : bytes_needed * n;
+  if (total <= avail) return;
   throw IoError(fmt::format(
-      "{}: not enough free space for NVMe offload: the configuration needs {} but only {} are "
+      "{}: not enough free space for NVMe offload: the configuration needs {}{} but only {} are "
       "available; free {} there, point the nvme path to a larger filesystem, or offload less",
-      dir.string(), human(bytes_needed), human(avail), human(bytes_needed - avail)));
+      dir.string(), human(total),
+      n > 1 ? fmt::format(" ({} for each of the {} ranks writing to this file system)", human(bytes_needed), n) : "",
+      human(avail), human(total - avail)));
 }
 
 }  // namespace zeroshard

@@ -13,11 +13,14 @@ namespace zeroshard {
 /// directory if statvfs fails.
 std::uint64_t available_bytes(const std::filesystem::path& dir);
 
-/// Throws IoError "<dir>: the offload configuration needs X but only Y are
-/// available ..." when `bytes_needed` exceeds available_bytes(dir). Because
-/// SwapDirectory writes each new generation next to the previous one before
-/// switching, `bytes_needed` should be the padded size of every swap file
-/// plus the largest batch written at once.
-void check_free_space(const std::filesystem::path& dir, std::uint64_t bytes_needed);
+/// Throws IoError "<dir>: not enough free space for NVMe offload: the
+/// configuration needs X but only Y are available ..." when `bytes_needed`
+/// x `ranks` exceeds available_bytes(dir). Because SwapDirectory writes
+/// each new generation next to the previous one before switching,
+/// `bytes_needed` should be one rank's padded size of every swap file plus
+/// the largest batch written at once; `ranks` is the number of ranks
+/// writing as much to the same file system (runtime/swap_sharing.h), named
+/// in the message when > 1.
+void check_free_space(const std::filesystem::path& dir, std::uint64_t bytes_needed, int ranks = 1);
 
 }  // namespace zeroshard

@@ -4,6 +4,8 @@
 #include <chrono>
 #include <cstdlib>
 #include <filesystem>
+#include <csignal>
+#include <string_view>
 #include <thread>
 
 #include "core/error.h"
@@ -13,6 +15,7 @@
 #include "runtime/checkpoint_manifest.h"
 #include "runtime/engine.h"
 #include "runtime/engine_state.h"
+#include "runtime/storage_phase.h"
 #include "zs_config.h"
 
 namespace zeroshard {
@@ -47,6 +50,82 @@ void maybe_pause(const std::string& dir, int rank) {
   (void)dir;
   (void)rank;
 #endif
+}
+
+// Test hooks of the crash-atomic save ([Note: crash points of a save]):
+// ZS_CHECKPOINT_CRASH_AT=<point> makes rank 0 kill itself (SIGKILL) when it
+// reaches that point; ZS_CHECKPOINT_FAIL_RANK=r makes rank r's file write
+// fail (IoError) after its first unit.
+void maybe_crash(const char* point, int rank) {
+#if ZS_TEST_HOOKS
+  const char* env = std::getenv("ZS_CHECKPOINT_CRASH_AT");
+  if (rank == 0 && env != nullptr && std::string_view(env) == point) ::raise(SIGKILL);
+#else
+  (void)point;
+  (void)rank;
+#endif
+}
+
+void maybe_fail(int rank) {
+#if ZS_TEST_HOOKS
+  const char* env = std::getenv("ZS_CHECKPOINT_FAIL_RANK");
+  if (env != nullptr && std::atoi(env) == rank) {
+    throw IoError(fmt::format("injected failure of rank {}'s checkpoint file (ZS_CHECKPOINT_FAIL_RANK)", rank));
+  }
+#else
+  (void)rank;
+#endif
+}
+
+// Rank 0, before a save: removes what killed or failed saves left in
+// save_dir (.tmp-* directories, and .old-* ones whose tag exists again),
+// and renames an .old-<tag> back to <tag> when <tag> is missing (a save
+// killed between the two renames of the fallback without RENAME_EXCHANGE).
+void sweep_leftovers(const std::string& save_dir) {
+  for (const auto& entry : fs::directory_iterator(save_dir)) {
+    const std::string name = entry.path().filename().string();
+    if (name.starts_with(".tmp-")) {
+      fs::remove_all(entry.path());
+    } else if (name.starts_with(".old-")) {
+      const fs::path tag = entry.path().parent_path() / name.substr(5);
+      if (fs::exists(tag)) {
+        fs::remove_all(entry.path());
+      } else {
+        rename_durable(entry.path().string(), tag.string(), save_dir);
+      }
+    }
+  }
+}
+
+// Rank 0: puts the complete checkpoint in tmp_dir in place as final_dir
+// (replacing a checkpoint of the same tag) and points `latest` at it.
+void publish(const std::string& save_dir, const std::string& tmp_dir, const std::string& final_dir,
+             const std::string& tag) {
+  if (!fs::exists(final_dir)) {
+    rename_durable(tmp_dir, final_dir, save_dir);
+    maybe_crash("renamed", 0);
+    write_file_atomic(save_dir + "/latest", tag + "\n");
+    maybe_crash("latest", 0);
+    return;
+  }
+  if (exchange_durable(tmp_dir, final_dir, save_dir)) {
+    // final_dir is the new checkpoint, tmp_dir the old one.
+    maybe_crash("renamed", 0);
+    write_file_atomic(save_dir + "/latest", tag + "\n");
+    maybe_crash("latest", 0);
+    fs::remove_all(tmp_dir);
+    return;
+  }
+  // No RENAME_EXCHANGE on this file system: two renames (a crash between
+  // them is repaired by the next save's sweep_leftovers).
+  const std::string old = save_dir + "/.old-" + tag;
+  fs::remove_all(old);
+  rename_durable(final_dir, old, save_dir);
+  rename_durable(tmp_dir, final_dir, save_dir);
+  maybe_crash("renamed", 0);
+  write_file_atomic(save_dir + "/latest", tag + "\n");
+  maybe_crash("latest", 0);
+  fs::remove_all(old);
 }
 
 Manifest make_manifest(const EngineState& s, const std::string& tag, const json& client_state) {
@@ -99,28 +178,11 @@ void prune(const std::string& save_dir, int keep_last, const std::string& keep_t
   }
 }
 
-}  // namespace
-
-std::string Engine::save_checkpoint(const std::string& save_dir, const json& client_state, int keep_last,
-                                    const std::string& tag_in) {
-  EngineState& s = *s_;
-  ZS_CHECK(s.finalized, "save_checkpoint() before finalize()");
-  const std::int64_t gas = s.config.gradient_accumulation_steps;
-  if (s.micro_steps % gas != 0) {
-    throw Error(fmt::format("save_checkpoint(\"{}\"): called after micro-batch {} of {} of a gradient accumulation "
-                            "cycle; save after the step that ends the cycle (gradients are not saved)",
-                            save_dir, s.micro_steps % gas, gas));
-  }
-  const std::string tag = tag_in.empty() ? fmt::format("step-{:08d}", s.optimizer_steps) : tag_in;
-  const std::string final_dir = save_dir + "/" + tag, tmp_dir = save_dir + "/.tmp-" + tag;
+// Phases 2 and 3 of the save protocol (docs/checkpoint-format.md), each agreed.
+void write_checkpoint(EngineState& s, const std::string& save_dir, const std::string& tmp_dir,
+                      const std::string& final_dir, const std::string& tag, const json& client_state,
+                      int keep_last) {
   const int r = s.rank();
-
-  run_agreed(s.host_comm, [&] {
-    if (r != 0) return;
-    fs::create_directories(save_dir);
-    fs::remove_all(tmp_dir);  // left by a save that was killed
-    fs::create_directory(tmp_dir);
-  });
 
   double file_info[2] = {0, 0};  // crc32, bytes of this rank's file
   run_agreed(s.host_comm, [&] {
@@ -135,9 +197,13 @@ std::string Engine::save_checkpoint(const std::string& save_dir, const json& cli
         const std::size_t begin = static_cast<std::size_t>(r) * shard - first;
         w.write(data + begin, shard * sizeof(float));
       }
-      if (u == 0) maybe_pause(tmp_dir, r);
+      if (u == 0) {
+        maybe_pause(tmp_dir, r);
+        maybe_fail(r);
+      }
     }
     w.finish();
+    maybe_crash("files", r);
     file_info[0] = w.crc32();
     file_info[1] = static_cast<double>(w.size());
   });
@@ -152,25 +218,51 @@ std::string Engine::save_checkpoint(const std::string& save_dir, const json& cli
                                      .bytes = static_cast<std::uint64_t>(all_info[2 * q + 1]),
                                      .crc32 = static_cast<std::uint32_t>(all_info[2 * q])});
     }
-    const std::string text = m.to_json().dump(2) + "\n";
+    const std::string text = m.to_text();
     CheckpointWriter w(tmp_dir + "/manifest.json");
     w.write(text.data(), text.size());
     w.finish();
     fsync_directory(tmp_dir);
-    if (fs::exists(final_dir)) {
-      // Saving a tag again: move the old one aside first (rename cannot
-      // replace a non-empty directory), and remove it once the new one is in.
-      const std::string old = save_dir + "/.old-" + tag;
-      fs::remove_all(old);
-      rename_durable(final_dir, old, save_dir);
-      rename_durable(tmp_dir, final_dir, save_dir);
-      fs::remove_all(old);
-    } else {
-      rename_durable(tmp_dir, final_dir, save_dir);
-    }
-    write_file_atomic(save_dir + "/latest", tag + "\n");
+    maybe_crash("manifest", r);
+    publish(save_dir, tmp_dir, final_dir, tag);
     if (keep_last > 0) prune(save_dir, keep_last, tag);
   });
+}
+
+}  // namespace
+
+std::string Engine::save_checkpoint(const std::string& save_dir, const json& client_state, int keep_last,
+                                    const std::string& tag_in) {
+  EngineState& s = *s_;
+  ZS_CHECK(s.finalized, "save_checkpoint() before finalize()");
+  check_usable(s, "save_checkpoint()");
+  const std::int64_t gas = s.config.gradient_accumulation_steps;
+  if (s.micro_steps % gas != 0) {
+    throw Error(fmt::format("save_checkpoint(\"{}\"): called after micro-batch {} of {} of a gradient accumulation "
+                            "cycle; save after the step that ends the cycle (gradients are not saved)",
+                            save_dir, s.micro_steps % gas, gas));
+  }
+  const std::string tag = tag_in.empty() ? fmt::format("step-{:08d}", s.optimizer_steps) : tag_in;
+  const std::string final_dir = save_dir + "/" + tag, tmp_dir = save_dir + "/.tmp-" + tag;
+  const int r = s.rank();
+
+  run_agreed(s.host_comm, [&] {
+    if (r != 0) return;
+    fs::create_directories(save_dir);
+    sweep_leftovers(save_dir);  // left by saves that were killed or failed
+    fs::create_directory(tmp_dir);
+  });
+  try {
+    write_checkpoint(s, save_dir, tmp_dir, final_dir, tag, client_state, keep_last);
+  } catch (const AgreedError&) {
+    // Every rank failed this save: nothing of it is left behind (a disk that
+    // filled up is freed again).
+    if (r == 0) {
+      std::error_code ec;
+      fs::remove_all(tmp_dir, ec);
+    }
+    throw;
+  }
   return tag;
 }
 

@@ -126,6 +126,16 @@ void rename_durable(const std::string& from, const std::string& to, const std::s
   fsync_directory(parent);
 }
 
+bool exchange_durable(const std::string& a, const std::string& b, const std::string& parent) {
+  if (::renameat2(AT_FDCWD, a.c_str(), AT_FDCWD, b.c_str(), RENAME_EXCHANGE) != 0) {
+    const int err = errno;
+    if (err == EINVAL || err == ENOSYS || err == ENOTSUP) return false;
+    throw IoError(fmt::format("exchanging {} and {}: {} (errno {})", a, b, std::strerror(err), err));
+  }
+  fsync_directory(parent);
+  return true;
+}
+
 void write_file_atomic(const std::string& path, const std::string& text) {
   const std::string tmp = path + ".tmp";
   CheckpointWriter w(tmp);

@@ -66,5 +66,11 @@ std::string read_text_file(const std::string& path);
 void fsync_directory(const std::string& dir);
 /// Renames `from` to `to` (atomic on one file system) and fsyncs the parent.
 void rename_durable(const std::string& from, const std::string& to, const std::string& parent);
+/// Swaps `a` and `b` (two existing directories or files on one file
+/// system) in one atomic step, renameat2(RENAME_EXCHANGE), and fsyncs the
+/// parent: at every instant both names exist. Returns false, changing
+/// nothing, when the file system does not support the exchange (EINVAL,
+/// ENOSYS, ENOTSUP); throws IoError for any other failure.
+bool exchange_durable(const std::string& a, const std::string& b, const std::string& parent);
 
 }  // namespace zeroshard

@@ -13,6 +13,7 @@
 #include "runtime/checkpoint_manifest.h"
 #include "runtime/engine.h"
 #include "runtime/engine_state.h"
+#include "runtime/storage_phase.h"
 
 namespace zeroshard {
 
@@ -118,12 +119,38 @@ struct LoadedUnit {
   std::vector<AlignedBuffer<float>> states;
 };
 
+// Replaces the engine's state with `loaded`, on this rank alone.
+void commit_loaded(EngineState& s, std::vector<LoadedUnit>& loaded) {
+  discard_reduce_buckets(s);
+  clear_offloaded_grads(s);
+  for (std::size_t u = 0; u < s.units.size(); ++u) {
+    UnitState& us = s.units[u];
+    const UnitId id = static_cast<UnitId>(u);
+    us.gather_work.wait();
+    release_param_stage(s, id);
+    us.param_upload.release();
+    us.gathered.release();
+    us.grad_lease.release();
+    us.unshard_count = 0;
+    us.reduced = false;
+    zero_grads(s, id);
+    // Into the resident buffers (on the compute device) or the swap files.
+    LoadedUnit& lu = loaded[u];
+    store_array(s, id, {ArrayKind::params}, lu.params.data());
+    if (s.mixed()) store_array(s, id, {ArrayKind::master}, lu.master.data());
+    for (std::size_t k = 0; k < us.states.size(); ++k) {
+      store_array(s, id, {ArrayKind::state, static_cast<int>(k)}, lu.states[k].data());
+    }
+  }
+}
+
 }  // namespace
 
 json Engine::load_checkpoint(const std::string& save_dir, const std::string& tag_in) {
   EngineState& s = *s_;
   ZS_CHECK(s.finalized, "load_checkpoint() before finalize()");
   std::string tag = tag_in;
+  const int r = s.rank();
   Manifest m;
   run_agreed(s.host_comm, [&] {
     if (tag.empty()) {
@@ -133,18 +160,29 @@ json Engine::load_checkpoint(const std::string& save_dir, const std::string& tag
     m = Manifest::read(save_dir + "/" + tag);
   });
   const std::string dir = save_dir + "/" + tag;
-  // Everything below up to the read phase is the same on every rank.
+  // Every rank read the same manifest (the same file): the checks below up
+  // to the read phase then come out the same on every rank.
+  double crc[2] = {static_cast<double>(m.body_crc32), -static_cast<double>(m.body_crc32)};
+  s.host_comm.all_reduce(crc, 2, DType::f64, ReduceOp::max);
+  if (crc[0] != -crc[1]) {
+    throw AgreedIoError(fmt::format("{}/manifest.json: the ranks read different manifests (CRC-32 from {:08x} to "
+                                    "{:08x}); every rank must see the same save directory",
+                                    dir, static_cast<std::uint32_t>(-crc[1]), static_cast<std::uint32_t>(crc[0])),
+                        r);
+  }
   const std::vector<std::string> diffs = model_differences(m, s.layout);
   if (!diffs.empty()) {
-    throw Error(fmt::format("{}/manifest.json is from a different model:\n  {}", dir, fmt::join(diffs, "\n  ")));
+    throw AgreedConfigError(
+        fmt::format("{}/manifest.json is from a different model:\n  {}", dir, fmt::join(diffs, "\n  ")), r);
   }
   const std::vector<std::string> names = checkpoint_tensor_names(s.config.optimizer);
   if (m.tensors != names) {
-    throw Error(fmt::format("{}/manifest.json holds tensors [{}] but this optimizer ({}) needs [{}]", dir,
-                            fmt::join(m.tensors, ", "), optimizer_name(s.config.optimizer.kind), fmt::join(names, ", ")));
+    throw AgreedConfigError(fmt::format("{}/manifest.json holds tensors [{}] but this optimizer ({}) needs [{}]", dir,
+                            fmt::join(m.tensors, ", "), optimizer_name(s.config.optimizer.kind), fmt::join(names, ", ")),
+                            r);
   }
 
-  const int r = s.rank(), stage = s.stage();
+  const int stage = s.stage();
   std::vector<LoadedUnit> loaded(s.units.size());
   run_agreed(s.host_comm, [&] {
     TensorReader reader(m, dir);
@@ -177,28 +215,10 @@ json Engine::load_checkpoint(const std::string& save_dir, const std::string& tag
     }
   });
 
-  // Commit: nothing above touched the engine.
-  discard_reduce_buckets(s);
-  clear_offloaded_grads(s);
-  for (std::size_t u = 0; u < s.units.size(); ++u) {
-    UnitState& us = s.units[u];
-    const UnitId id = static_cast<UnitId>(u);
-    us.gather_work.wait();
-    release_param_stage(s, id);
-    us.param_upload.release();
-    us.gathered.release();
-    us.grad_lease.release();
-    us.unshard_count = 0;
-    us.reduced = false;
-    zero_grads(s, id);
-    // Into the resident buffers (on the compute device) or the swap files.
-    LoadedUnit& lu = loaded[u];
-    store_array(s, id, {ArrayKind::params}, lu.params.data());
-    if (s.mixed()) store_array(s, id, {ArrayKind::master}, lu.master.data());
-    for (std::size_t k = 0; k < us.states.size(); ++k) {
-      store_array(s, id, {ArrayKind::state, static_cast<int>(k)}, lu.states[k].data());
-    }
-  }
+  // Commit: nothing above touched the engine. Its writes (swap files on
+  // nvme) are agreed: [Note: storage phases] in runtime/storage_phase.h.
+  run_storage_phase(s, fmt::format("load_checkpoint(\"{}\")", dir), [&] { commit_loaded(s, loaded); }, true);
+  s.unusable.clear();
   s.optimizer_steps = m.optimizer_steps;
   s.micro_steps = m.optimizer_steps * s.config.gradient_accumulation_steps;
   if (s.dtype() == DType::f16) s.scaler.set_state(m.scaler);

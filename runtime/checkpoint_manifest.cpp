@@ -1,9 +1,12 @@
 #include "runtime/checkpoint_manifest.h"
 
+#include <zlib.h>
+
 #include <fmt/format.h>
 
 #include "core/error.h"
 #include "runtime/checkpoint_files.h"
+#include "runtime/manifest_checks.h"
 
 namespace zeroshard {
 
@@ -54,6 +57,25 @@ json Manifest::to_json() const {
               {"client_state", client_state}};
 }
 
+namespace {
+
+std::uint32_t crc_of(const std::string& text) {
+  uLong crc = ::crc32(0L, Z_NULL, 0);
+  for (std::size_t off = 0; off < text.size(); off += (1u << 30)) {
+    const std::size_t len = std::min<std::size_t>(text.size() - off, 1u << 30);
+    crc = ::crc32(crc, reinterpret_cast<const Bytef*>(text.data() + off), static_cast<uInt>(len));
+  }
+  return static_cast<std::uint32_t>(crc);
+}
+
+}  // namespace
+
+std::string Manifest::to_text() const {
+  json j = to_json();
+  j["manifest_crc32"] = crc_of(j.dump());
+  return j.dump(2) + "\n";
+}
+
 Manifest Manifest::from_json(const json& j, const std::string& path) {
   Manifest m;
   try {
@@ -61,9 +83,21 @@ Manifest Manifest::from_json(const json& j, const std::string& path) {
       throw IoError(fmt::format("{}: not a zeroshard checkpoint manifest (\"format\" is missing or wrong)", path));
     }
     m.format_version = j.at("format_version").get<int>();
-    if (m.format_version != kCheckpointFormatVersion) {
-      throw IoError(fmt::format("{}: checkpoint format version {} is not supported by this build (it reads version {})",
-                                path, m.format_version, kCheckpointFormatVersion));
+    if (m.format_version < kOldestCheckpointFormatVersion || m.format_version > kCheckpointFormatVersion) {
+      throw IoError(fmt::format(
+          "{}: checkpoint format version {} is not supported by this build (it reads versions {} to {})", path,
+          m.format_version, kOldestCheckpointFormatVersion, kCheckpointFormatVersion));
+    }
+    json body = j;
+    body.erase("manifest_crc32");
+    m.body_crc32 = crc_of(body.dump());
+    if (m.format_version >= 2) {
+      const std::uint32_t want = j.at("manifest_crc32").get<std::uint32_t>();
+      if (m.body_crc32 != want) {
+        throw IoError(fmt::format("{}: manifest_crc32: the body's CRC-32 is {:08x}, the manifest says {:08x} (the "
+                                  "manifest was edited or corrupted)",
+                                  path, m.body_crc32, want));
+      }
     }
     m.tag = j.at("tag").get<std::string>();
     m.world_size = j.at("world_size").get<int>();
@@ -83,10 +117,6 @@ Manifest Manifest::from_json(const json& j, const std::string& path) {
                                          .offset = pj.at("offset").get<std::uint64_t>(),
                                          .group = pj.at("group").get<int>()});
       }
-      if (u.shard * static_cast<std::uint64_t>(m.world_size) != u.padded || u.numel > u.padded) {
-        throw IoError(fmt::format("{}: unit \"{}\" has an inconsistent layout (numel {}, padded {}, shard {}, {} ranks)",
-                                  path, u.name, u.numel, u.padded, u.shard, m.world_size));
-      }
       m.units.push_back(std::move(u));
     }
     for (const auto& fj : j.at("files")) {
@@ -94,9 +124,6 @@ Manifest Manifest::from_json(const json& j, const std::string& path) {
                                      .rank = fj.at("rank").get<int>(),
                                      .bytes = fj.at("bytes").get<std::uint64_t>(),
                                      .crc32 = fj.at("crc32").get<std::uint32_t>()});
-    }
-    if (static_cast<int>(m.files.size()) != m.world_size) {
-      throw IoError(fmt::format("{}: lists {} rank files for world size {}", path, m.files.size(), m.world_size));
     }
     m.optimizer_steps = j.at("optimizer_steps").get<std::int64_t>();
     m.micro_steps = j.at("micro_steps").get<std::int64_t>();
@@ -112,14 +139,17 @@ Manifest Manifest::from_json(const json& j, const std::string& path) {
   } catch (const json::exception& e) {
     throw IoError(fmt::format("{}: malformed checkpoint manifest: {}", path, e.what()));
   }
+  validate_manifest(m, path);
   return m;
 }
 
 Manifest Manifest::read(const std::string& dir) {
   const std::string path = dir + "/manifest.json";
   json j;
+  const std::string text = read_text_file(path);
+  check_json_depth(text, path);
   try {
-    j = json::parse(read_text_file(path));
+    j = json::parse(text);
   } catch (const json::parse_error& e) {
     throw IoError(fmt::format("{}: invalid JSON at byte {}: {}", path, e.byte, e.what()));
   }

@@ -13,8 +13,12 @@
 
 namespace zeroshard {
 
-/// Version written by this build; loading any other version is an error.
-inline constexpr int kCheckpointFormatVersion = 1;
+/// Version written by this build. Version 2 added `manifest_crc32`; this
+/// build also reads version 1 (without that checksum, otherwise the same
+/// format); any other version is an error.
+inline constexpr int kCheckpointFormatVersion = 2;
+/// Oldest version this build reads.
+inline constexpr int kOldestCheckpointFormatVersion = 1;
 
 /// One parameter as saved.
 struct ManifestParam {
@@ -58,12 +62,23 @@ struct Manifest {
   nlohmann::json scheduler;     ///< {type, position}
   nlohmann::json client_state;  ///< the training loop's own state (data position, RNG, ...)
 
+  /// The manifest as JSON, without `manifest_crc32`.
   nlohmann::json to_json() const;
+  /// The text of manifest.json: to_json() plus `manifest_crc32`, the
+  /// CRC-32 (zlib) of to_json().dump() (compact, keys sorted), indented.
+  std::string to_text() const;
   /// Parses and validates; `path` names the manifest in errors. Throws
-  /// IoError for an unsupported format version or a malformed manifest.
+  /// IoError for an unsupported format version, a `manifest_crc32` that
+  /// does not match the body (version 2), a malformed manifest, or any
+  /// field validate_manifest (runtime/manifest_checks.h) refuses.
   static Manifest from_json(const nlohmann::json& j, const std::string& path);
-  /// Reads <dir>/manifest.json.
+  /// Reads and validates <dir>/manifest.json (nesting depth capped first:
+  /// check_json_depth). Throws IoError naming the file.
   static Manifest read(const std::string& dir);
+
+  /// CRC-32 of the body as read (to_json().dump() without manifest_crc32),
+  /// for every version. Loaders compare it across ranks.
+  std::uint32_t body_crc32 = 0;
 
   /// Byte offset, in old rank `rank`'s file, of tensor `t` of unit `u`:
   /// units follow each other, each holding tensors.size() arrays of

@@ -8,7 +8,10 @@
 
 #include "core/error.h"
 #include "kernels/cpu/cast.h"
+#include "runtime/collective_error.h"
 #include "runtime/engine_state.h"
+#include "runtime/model_fingerprint.h"
+#include "runtime/storage_phase.h"
 
 namespace zeroshard {
 
@@ -92,9 +95,10 @@ ParamId Engine::add_parameter(UnitId unit, std::string name, std::vector<std::in
   return s_->layout.add_param(unit, std::move(name), std::move(shape), group);
 }
 
-void Engine::finalize() {
-  EngineState& s = *s_;
-  ZS_CHECK(!s.finalized, "finalize() called twice");
+namespace {
+
+// finalize()'s local work: the layout, the offload tiers and every buffer.
+void allocate_state(EngineState& s) {
   s.layout.finalize(s.world());
   // A per-group list in the schedule must match the groups: fail now, not at step 1.
   for (GroupId g = 0; g < static_cast<GroupId>(s.groups.size()); ++g) s.lr_at(g, 0);
@@ -143,6 +147,18 @@ void Engine::finalize() {
       us.segments = s.layout.segments(static_cast<UnitId>(i), r);
     }
   }
+}
+
+}  // namespace
+
+void Engine::finalize() {
+  EngineState& s = *s_;
+  ZS_CHECK(!s.finalized, "finalize() called twice");
+  // Every rank must have built the same model and configuration ([Note: model fingerprint]) and
+  // allocated its state (free space, memory): agreed, so that no rank is left in a collective.
+  check_same_model(s.host_comm, s.config, s.layout, s.groups.size());
+  s.swap_sharers = count_swap_sharers(s.host_comm, s.config.offload);  // the free-space check counts them all
+  run_agreed(s.host_comm, [&] { allocate_state(s); });
   s.finalized = true;
 }
 
@@ -225,12 +241,10 @@ std::vector<std::byte> gather_host(EngineState& s, UnitId u, const void* shard, 
   return full;
 }
 
-void Engine::set_parameter(ParamId p, std::span<const float> values) {
-  EngineState& s = *s_;
-  ZS_CHECK(s.finalized, "set_parameter() before finalize()");
-  const ParamInfo& info = s.layout.param(p);
-  ZS_CHECK(values.size() == info.numel, "set_parameter(\"{}\"): got {} values, parameter has {}",
-           info.name, values.size(), info.numel);
+namespace {
+
+// set_parameter's writes, on this rank alone.
+void write_parameter(EngineState& s, const ParamInfo& info, std::span<const float> values) {
   UnitState& us = s.unit(info.unit);
   const UnitInfo& u = s.info(info.unit);
   const std::size_t shard_begin = static_cast<std::size_t>(s.rank()) * u.shard;
@@ -247,6 +261,17 @@ void Engine::set_parameter(ParamId p, std::span<const float> values) {
     set_array_window(s, info.unit, {ArrayKind::master}, full ? 0 : shard_begin, full ? u.padded : u.shard, info,
                      values);
   }
+}
+
+}  // namespace
+
+void Engine::set_parameter(ParamId p, std::span<const float> values) {
+  EngineState& s = *s_;
+  ZS_CHECK(s.finalized, "set_parameter() before finalize()");
+  const ParamInfo& info = s.layout.param(p);
+  ZS_CHECK(values.size() == info.numel, "set_parameter(\"{}\"): got {} values, parameter has {}",
+           info.name, values.size(), info.numel);
+  run_storage_phase(s, fmt::format("set_parameter(\"{}\")", info.name), [&] { write_parameter(s, info, values); });
 }
 
 std::vector<float> Engine::gather_parameter(ParamId p) {

@@ -164,13 +164,21 @@ class Engine {
   ParamId add_parameter(UnitId unit, std::string name, std::vector<std::int64_t> shape,
                         GroupId group = 0);
   /// Lays out flat buffers for the world size, allocates (parameters zero).
-  /// No collective.
+  /// Collective: first checks that every rank declared the same model with
+  /// the same configuration ([Note: model fingerprint],
+  /// runtime/model_fingerprint.h), then agrees on the allocation. Throws,
+  /// on every rank, AgreedConfigError naming the first difference between
+  /// ranks, or the AgreedError of a rank whose allocation failed (free
+  /// space for nvme offload, a bad offload setting).
   void finalize();
 
   // ---- values ----
 
   /// Sets parameter p from its full values (numel floats, the same on every
-  /// rank); each rank keeps what its stage stores. No collective.
+  /// rank); each rank keeps what its stage stores. No collective, except
+  /// with state on nvme: then the swap-file writes are agreed ([Note:
+  /// storage phases], runtime/storage_phase.h) and an I/O error on any rank
+  /// throws AgreedIoError on every rank and leaves the engine unusable.
   /// Throws InvariantError if values.size() != numel.
   void set_parameter(ParamId p, std::span<const float> values);
   /// Full values of parameter p (the compute copy, widened to float) on
@@ -235,9 +243,10 @@ class Engine {
   /// (the loop's data position, RNG state, ...). Written to a temporary
   /// directory, fsynced, renamed into place, then <save_dir>/latest is
   /// switched; keep_last > 0 then removes older checkpoints. Collective.
-  /// Throws Error in the middle of gradient accumulation, IoError on I/O
-  /// failure (on every rank; the previous checkpoint is untouched). Returns
-  /// the tag.
+  /// Throws Error in the middle of gradient accumulation, AgreedIoError on
+  /// I/O failure (on every rank; the previous checkpoint is untouched and
+  /// the failed save's temporary directory removed). Re-saving an existing
+  /// tag is crash-atomic (docs/checkpoint-format.md). Returns the tag.
   std::string save_checkpoint(const std::string& save_dir, const nlohmann::json& client_state,
                               int keep_last = 0, const std::string& tag = "");
   /// Loads <save_dir>/<tag> (tag "" = the one `latest` names) at this
@@ -246,6 +255,9 @@ class Engine {
   /// bit for bit. Checks format version, model (names and shapes; the error
   /// lists differences), file sizes and CRC-32s before changing anything:
   /// on error nothing is loaded. Returns the saved client_state. Collective.
+  /// Every error is an AgreedError, the same on every rank; a failure while
+  /// writing the loaded state (swap files on nvme) leaves the engine
+  /// unusable until a load succeeds ([Note: storage phases]).
   nlohmann::json load_checkpoint(const std::string& save_dir, const std::string& tag = "");
   /// Full values of optimizer state `index` of parameter p. Collective at
   /// stages 1-3.

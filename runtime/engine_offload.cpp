@@ -178,14 +178,14 @@ OffloadRuntime::OffloadRuntime(EngineState& s, std::uint64_t optimizer_bytes, st
                                           s.rank(), engine, "optimizer");
       made.push_back(p);
       const bool shared = c.param.device == OffloadDevice::nvme && c.param.nvme_path == c.optimizer.nvme_path;
-      check_free_space(p, optimizer_bytes + (shared ? param_bytes : 0) + in_flight_bytes);
+      check_free_space(p, optimizer_bytes + (shared ? param_bytes : 0) + in_flight_bytes, s.swap_sharers.optimizer);
       optimizer_dir = std::make_unique<SwapDirectory>(*io, p, c.aio);
     }
     if (c.param.device == OffloadDevice::nvme) {
       const fs::path p =
           make_swap_folder(c.param.nvme_path, "zero_optimization.offload_param.nvme_path", s.rank(), engine, "param");
       made.push_back(p);
-      check_free_space(p, param_bytes + in_flight_bytes);
+      check_free_space(p, param_bytes + in_flight_bytes, s.swap_sharers.param);
       param_dir = std::make_unique<SwapDirectory>(*io, p, c.aio);
     }
   } catch (...) {

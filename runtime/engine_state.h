@@ -16,6 +16,7 @@
 #include "runtime/engine_offload.h"
 #include "runtime/grad_buckets.h"
 #include "runtime/loss_scaler.h"
+#include "runtime/swap_sharing.h"
 
 namespace zeroshard {
 
@@ -105,6 +106,13 @@ class EngineState {
   std::vector<UnitId> order;
   bool recording = true;
   std::size_t cursor = 0;
+
+  /// Why the state may not be used ("" = usable): an agreed failure left it
+  /// partly written ([Note: storage phases], runtime/storage_phase.h).
+  std::string unusable;
+  /// Ranks whose swap files share this rank's file systems (counted by
+  /// finalize(); runtime/swap_sharing.h).
+  SwapSharers swap_sharers;
 
   int rank() const { return comm.rank(); }
   int world() const { return comm.world_size(); }

@@ -8,6 +8,7 @@
 #include "runtime/collective_error.h"
 #include "runtime/engine.h"
 #include "runtime/engine_state.h"
+#include "runtime/storage_phase.h"
 
 namespace zeroshard {
 
@@ -112,6 +113,7 @@ void accumulate_grad_shard(EngineState& s, UnitId u, std::size_t at, const void*
 void Engine::unshard(UnitId u) {
   EngineState& s = *s_;
   ZS_CHECK(s.finalized, "unshard() before finalize()");
+  check_usable(s, "unshard()");
   UnitState& us = s.unit(u);
   if (s.stage() == 3) {
     if (!us.gathered.valid()) start_gather(s, u);
@@ -190,6 +192,7 @@ void Engine::reduce_gradients(UnitId u) {
 StepResult Engine::step() {
   EngineState& s = *s_;
   ZS_CHECK(s.finalized, "step() before finalize()");
+  check_usable(s, "step()");
   StepResult result;
   result.boundary = s.boundary();
   result.loss_scale = loss_scale();

@@ -73,30 +73,4 @@ std::vector<RankFileCheck> check_rank_files(const Manifest& m, const std::string
   return out;
 }
 
-void check_manifest_layout(const Manifest& m, const std::string& where) {
-  for (std::size_t q = 0; q < m.files.size(); ++q) {
-    if (m.files[q].rank != static_cast<int>(q)) {
-      throw IoError(fmt::format("{}: file entry {} (\"{}\") is for rank {}; entries must be in rank order", where, q,
-                                m.files[q].name, m.files[q].rank));
-    }
-  }
-  if (m.tensors.empty() || m.tensors.front() != "master") {
-    throw IoError(fmt::format("{}: the first per-unit tensor must be \"master\" (the fp32 parameter values)", where));
-  }
-  for (const ManifestUnit& u : m.units) {
-    for (const ManifestParam& p : u.params) {
-      std::uint64_t n = 1;
-      for (std::int64_t d : p.shape) {
-        if (d < 0) throw IoError(fmt::format("{}: parameter \"{}\" has a negative dimension", where, p.name));
-        n *= static_cast<std::uint64_t>(d);
-      }
-      if (n != p.numel || p.offset + p.numel > u.numel) {
-        throw IoError(fmt::format(
-            "{}: parameter \"{}\" (numel {}, offset {}) does not fit its shape or unit \"{}\" ({} elements)", where,
-            p.name, p.numel, p.offset, u.name, u.numel));
-      }
-    }
-  }
-}
-
 }  // namespace zeroshard::examples

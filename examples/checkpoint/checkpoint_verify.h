@@ -45,10 +45,4 @@ RankFileCheck check_rank_file(const Manifest& m, const ManifestFile& f, const Ch
 /// in its result, not thrown.
 std::vector<RankFileCheck> check_rank_files(const Manifest& m, const std::string& dir);
 
-/// Checks that the manifest's layout is self-consistent for reading the
-/// master weights: files listed in rank order 0..world_size-1, tensor 0 is
-/// "master", every parameter's numel is the product of its shape and lies
-/// inside its unit. `where` names the manifest in errors. Throws IoError.
-void check_manifest_layout(const Manifest& m, const std::string& where);
-
 }  // namespace zeroshard::examples

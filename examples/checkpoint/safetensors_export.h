@@ -36,8 +36,8 @@ struct ExportPlan {
   std::uint64_t largest_bytes = 0;  ///< bytes of the largest tensor (the read buffer's size)
 };
 
-/// Plans the export of manifest `m` (already checked with
-/// check_manifest_layout): __metadata__ holds "format": "pt", "tag",
+/// Plans the export of manifest `m` (validated by Manifest::read,
+/// runtime/manifest_checks.h): __metadata__ holds "format": "pt", "tag",
 /// "optimizer_step", "world_size", "stage", "compute_dtype" (all strings).
 /// The plan points into `m`, which must outlive it. Throws IoError if a
 /// parameter is named "__metadata__".

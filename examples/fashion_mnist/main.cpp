@@ -32,11 +32,14 @@
 #include "comm/communicator.h"
 #include "core/error.h"
 #include "examples/checkpoint/error_message.h"
+#include "examples/job_error.h"
 #include "examples/fashion_mnist/compare_stages.h"
 #include "examples/fashion_mnist/compute_device.h"
 #include "examples/fashion_mnist/idx_dataset.h"
+#include "examples/fashion_mnist/preflight.h"
 #include "examples/fashion_mnist/report.h"
 #include "examples/fashion_mnist/trainer.h"
+#include "runtime/collective_error.h"
 #include "runtime/config.h"
 #include "runtime/engine.h"
 
@@ -48,6 +51,7 @@ namespace zeroshard::examples {
 namespace {
 
 constexpr int kClasses = 10;
+constexpr std::int64_t kPixels = 28 * 28;  ///< Fashion-MNIST images
 
 /// Command-line settings.
 struct Options {
@@ -152,13 +156,26 @@ int run(const Options& o) {
   const ComputeDevice device = parse_compute_device(o.device);
   const std::string device_text = select_compute_device(device, *comm);
   if (!o.report_path.empty()) check_report_path(*comm, o.report_path);
+  if (!o.save_dir.empty()) check_save_dir(*comm, o.save_dir);
+  // A model or micro-batch too large for the memory is refused here, naming the option (not by a
+  // std::bad_alloc during the allocation).
+  std::vector<std::int64_t> layer_sizes;
+  run_agreed(*comm, [&] {
+    layer_sizes = {kPixels};
+    for (auto h : parse_hidden(o.hidden)) layer_sizes.push_back(h);
+    layer_sizes.push_back(kClasses);
+    check_model_fits(layer_sizes, o.hidden, static_cast<std::uint64_t>(config.train_micro_batch_size_per_gpu),
+                     TrainOptions{}.eval_batch, physical_memory_bytes());
+  });
   const LabeledImages train = load_fashion_mnist_split(o.data_dir, "train", kClasses);
   const LabeledImages test = load_fashion_mnist_split(o.data_dir, "t10k", kClasses);
 
   RunSpec spec;
-  spec.layer_sizes.push_back(std::int64_t(train.images.pixels_per_image()));
-  for (auto h : parse_hidden(o.hidden)) spec.layer_sizes.push_back(h);
-  spec.layer_sizes.push_back(kClasses);
+  if (train.images.pixels_per_image() != static_cast<std::size_t>(kPixels)) {
+    throw IoError(fmt::format("{}: images of {} pixels, expected {} (28 x 28)", o.data_dir,
+                              train.images.pixels_per_image(), kPixels));
+  }
+  spec.layer_sizes = layer_sizes;
   spec.init_seed = o.seed;
   spec.train.epochs = o.epochs;
   spec.train.max_steps = o.max_steps;
@@ -282,18 +299,9 @@ int main(int argc, char** argv) {
 
   try {
     return zeroshard::examples::run(o);
-  } catch (const zeroshard::examples::ResumeError& e) {
-    // Raised identically on every rank: reported once.
-    if (e.rank() == 0) {
-      std::fprintf(stderr, "fashion_mnist: error: %s\n",
-                   zeroshard::examples::one_line_message(e.what()).c_str());
-    }
-  } catch (const zeroshard::Error& e) {
-    std::fprintf(stderr, "fashion_mnist: error: %s\n",
-                 zeroshard::examples::one_line_message(e.what()).c_str());
   } catch (const std::exception& e) {
-    std::fprintf(stderr, "fashion_mnist: unexpected error: %s\n",
-                 zeroshard::examples::one_line_message(e.what()).c_str());
+    // Agreed errors (ResumeError, checkpoint I/O, ...): rank 0 reports, all return 1; any
+    // other error ends every rank (examples/job_error.h).
+    return zeroshard::examples::end_job_with_error("fashion_mnist", e);
   }
-  return 1;
 }

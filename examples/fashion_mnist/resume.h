@@ -56,15 +56,11 @@ inline nlohmann::json to_client_state(const DataPosition& p, std::uint64_t seed,
 }
 
 /// A resume failure that every rank raised with the same message (so one
-/// rank, rank 0, reports it). Thread safety: plain value type.
-class ResumeError : public Error {
+/// rank, rank 0, reports it; rank() is the rank that threw this copy).
+/// Thread safety: plain value type.
+class ResumeError : public Error, public AgreedError {
  public:
-  ResumeError(const std::string& what, int rank) : Error(what), rank_(rank) {}
-  /// The rank that threw this copy.
-  int rank() const { return rank_; }
-
- private:
-  int rank_;
+  ResumeError(const std::string& what, int rank) : Error(what), AgreedError(rank) {}
 };
 
 /// What resume_latest loaded.
@@ -82,10 +78,15 @@ struct Resumed {
 /// client_state. Every failure is agreed across the ranks of `comm` (the
 /// engine's communicator) and thrown on all of them as ResumeError: no
 /// checkpoint in save_dir (no `latest`), what Engine::load_checkpoint
-/// throws (a different model, corrupted shards: nothing is loaded), or a
-/// client_state without the job's keys (a checkpoint not saved by this job;
-/// the engine's state has then been replaced). Collective.
-inline Resumed resume_latest(Engine& engine, Communicator& comm, const std::string& save_dir) {
+/// throws as an AgreedError (a different model, corrupted shards or
+/// manifest: nothing is loaded; a failed commit: the engine is unusable),
+/// or a client_state without the job's keys or with values no run of the
+/// job saves (epoch outside [0, 10^6), epoch_sample beyond `dataset_size`,
+/// negative counters, global_batch or world_size 0; the engine's state has then been
+/// replaced). Any other exception (not agreed) propagates unchanged.
+/// Collective.
+inline Resumed resume_latest(Engine& engine, Communicator& comm, const std::string& save_dir,
+                             std::size_t dataset_size) {
   Resumed r;
   try {
     const std::string latest = save_dir + "/latest";
@@ -93,8 +94,9 @@ inline Resumed resume_latest(Engine& engine, Communicator& comm, const std::stri
     double missing = std::filesystem::is_regular_file(latest) ? 0.0 : 1.0;
     comm.all_reduce(&missing, 1, DType::f64, ReduceOp::max);
     if (missing != 0.0) {
-      throw IoError(fmt::format("--resume: no checkpoint in {} ({} does not exist); run with --save-dir {} first",
-                                save_dir, latest, save_dir));
+      throw ResumeError(fmt::format("--resume: no checkpoint in {} ({} does not exist); run with --save-dir {} first",
+                                    save_dir, latest, save_dir),
+                        comm.rank());
     }
     run_agreed(comm, [&] {
       r.tag = read_text_file(latest);
@@ -102,6 +104,8 @@ inline Resumed resume_latest(Engine& engine, Communicator& comm, const std::stri
     });
     r.dir = save_dir + "/" + r.tag;
     const nlohmann::json cs = engine.load_checkpoint(save_dir, r.tag);
+    // load_checkpoint agreed on the manifest: what follows is the same on every rank.
+    const std::string where = r.dir + "/manifest.json: client_state";
     try {
       r.position.epoch = cs.at("epoch").get<int>();
       r.position.step_in_epoch = cs.at("step_in_epoch").get<std::int64_t>();
@@ -112,10 +116,30 @@ inline Resumed resume_latest(Engine& engine, Communicator& comm, const std::stri
       r.global_batch = cs.at("global_batch").get<std::size_t>();
       r.world_size = cs.at("world_size").get<int>();
     } catch (const nlohmann::json::exception& e) {
-      throw Error(fmt::format("{}/manifest.json: client_state {} is not fashion_mnist's data position ({})", r.dir,
-                              cs.dump(), e.what()));
+      throw ResumeError(fmt::format("{} {} is not fashion_mnist's data position ({})", where, cs.dump(), e.what()),
+                        comm.rank());
     }
+    auto refuse = [&](const char* key, const std::string& why) {
+      throw ResumeError(fmt::format("{}.{}: {}", where, key, why), comm.rank());
+    };
+    if (r.position.epoch < 0 || r.position.epoch >= 1000000) {
+      refuse("epoch", fmt::format("{} is not an epoch of a run (0 to 999999)", r.position.epoch));
+    }
+    if (r.position.epoch_sample > dataset_size) {
+      refuse("epoch_sample", fmt::format("{} is beyond the {} training samples of an epoch", r.position.epoch_sample,
+                                         dataset_size));
+    }
+    if (r.position.global_step < 0) refuse("global_step", fmt::format("{} is negative", r.position.global_step));
+    if (r.position.step_in_epoch < 0 || r.position.step_in_epoch > r.position.global_step) {
+      refuse("step_in_epoch", fmt::format("{} is not between 0 and global_step ({})", r.position.step_in_epoch,
+                                          r.position.global_step));
+    }
+    if (r.global_batch == 0) refuse("global_batch", "0 is not a batch size");
+    if (r.world_size < 1) refuse("world_size", fmt::format("{} is not a number of ranks", r.world_size));
+  } catch (const ResumeError&) {
+    throw;
   } catch (const Error& e) {
+    if (!is_agreed(e)) throw;  // this rank's alone: the caller ends the job
     throw ResumeError(e.what(), comm.rank());
   }
   return r;

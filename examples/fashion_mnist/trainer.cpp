@@ -236,7 +236,7 @@ RunOutcome train_fresh(const EngineConfig& config, Communicator& comm, const Lab
   mlp.initialize(spec.init_seed);
   TrainOptions options = spec.train;
   if (spec.resume) {
-    const Resumed r = resume_latest(engine, comm, options.save_dir);
+    const Resumed r = resume_latest(engine, comm, options.save_dir, train.size());
     options.start = r.position;
     if (comm.rank() == 0) {
       fmt::print("resumed from {} at epoch {} step {} (saved by {} ranks, now {})\n", r.dir,

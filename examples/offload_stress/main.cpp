@@ -31,6 +31,7 @@
 
 #include "comm/communicator.h"
 #include "core/error.h"
+#include "examples/job_error.h"
 #include "optimizer/optimizer.h"
 #include "runtime/engine.h"
 
@@ -289,11 +290,9 @@ int main(int argc, char** argv) {
   }
   try {
     return run(o);
-  } catch (const Error& err) {
-    fmt::print(stderr, "zs_offload_stress: {}\n", err.what());
-    return 2;
   } catch (const std::exception& err) {
-    fmt::print(stderr, "zs_offload_stress: unexpected error: {}\n", err.what());
+    // An agreed error ends every rank normally; any other ends the job (examples/job_error.h).
+    examples::end_job_with_error("zs_offload_stress", err);
     return 2;
   }
 }

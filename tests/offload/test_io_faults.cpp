@@ -104,6 +104,20 @@ TEST_CASE("check_free_space names the directory, the need and what is available"
   CHECK_THROWS_AS(available_bytes(tmp.path() / "does-not-exist"), IoError);
 }
 
+TEST_CASE("check_free_space counts every rank writing to the file system") {
+  TempDir tmp;
+  const std::uint64_t avail = available_bytes(tmp.path());
+  REQUIRE(avail > 1024 * 1024);
+  // Each rank's share fits alone (with slack for other writers), not three times over.
+  const std::uint64_t share = avail / 2;
+  CHECK_NOTHROW(check_free_space(tmp.path(), share, 1));
+  const std::string msg = io_error_of([&] { check_free_space(tmp.path(), share, 3); });
+  CHECK(msg.find("for each of the 3 ranks writing to this file system") != std::string::npos);
+  CHECK(msg.find(std::to_string(share * 3)) != std::string::npos);
+  // Huge counts saturate instead of wrapping around to a small need.
+  CHECK_THROWS_AS(check_free_space(tmp.path(), std::uint64_t{1} << 62, 1 << 30), IoError);
+}
+
 #if ZS_TEST_HOOKS
 
 TEST_CASE("injected EIO on a write and on a read: IoError, earlier state readable") {

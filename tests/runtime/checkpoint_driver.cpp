@@ -9,6 +9,9 @@
 //                                        the next step must match ref-next.bin (1e-6)
 //   checkpoint_driver pause DIR STAGE    save at step 2, then again at step 3 with the
 //                                        pause hook set by the caller (killed there)
+//   checkpoint_driver resave DIR STEPS   train STEPS steps, save as tag "fixed"; one more
+//                                        step, save "fixed" again with the crash hook
+//                                        (ZS_CHECKPOINT_CRASH_AT) set by the caller
 //   checkpoint_driver latest DIR STEPS   `latest` loads and has STEPS optimizer steps
 // Exit code 0 on success, 1 with a message on the first mismatch.
 #include <cstdio>
@@ -118,6 +121,19 @@ int run(const std::string& mode, const std::string& dir, int arg) {
     e.save_checkpoint(dir, {});  // the hooked rank stops in here; the test kills the job
     return 0;
   }
+  if (mode == "resave") {
+    Engine e(config(3), comm);
+    CkptModel m(e);
+    for (int s = 1; s <= arg; ++s) m.train_step(e, s);
+    const char* hook = std::getenv("ZS_CHECKPOINT_CRASH_AT");
+    const std::string point = hook != nullptr ? hook : "";
+    unsetenv("ZS_CHECKPOINT_CRASH_AT");
+    e.save_checkpoint(dir, {}, 0, "fixed");
+    if (!point.empty()) setenv("ZS_CHECKPOINT_CRASH_AT", point.c_str(), 1);
+    m.train_step(e, arg + 1);
+    e.save_checkpoint(dir, {}, 0, "fixed");  // rank 0 kills itself in here when hooked
+    return 0;
+  }
   if (mode == "latest") {
     Engine e(config(1), comm);
     CkptModel m(e);
@@ -136,7 +152,7 @@ int run(const std::string& mode, const std::string& dir, int arg) {
 
 int main(int argc, char** argv) {
   if (argc != 4) {
-    std::fprintf(stderr, "usage: %s save|load|pause|latest DIR N\n", argv[0]);
+    std::fprintf(stderr, "usage: %s save|load|pause|resave|latest DIR N\n", argv[0]);
     return 2;
   }
   try {

@@ -1,7 +1,10 @@
 #!/usr/bin/env bash
 # Saves at N = 2, 3, 4 ranks and loads at M = 1, 2, 3, 4, 5, 8 (different
 # stages too); then kills a rank in the middle of a save and checks that the
-# previous checkpoint still loads and `latest` still names it.
+# previous checkpoint still loads and `latest` still names it; then re-saves
+# an existing tag and kills rank 0 at every crash point of the save: `latest`
+# must always name a complete checkpoint (the old or the new one), and the
+# next save must sweep what the killed one left.
 # Usage: checkpoint_reshard.sh MPIRUN DRIVER WORKDIR
 set -euo pipefail
 mpirun="$1"; driver="$2"; work="$3"
@@ -32,4 +35,19 @@ pkill -9 -f "$driver pause" 2>/dev/null || true
 grep -qx "step-00000002" "$dir/latest" || { echo "latest no longer names step-00000002:"; cat "$dir/latest"; exit 1; }
 [ ! -e "$dir/step-00000003" ] || { echo "a half-written step-00000003 was renamed into place"; exit 1; }
 "$mpirun" -np 3 "$driver" latest "$dir" 2
-echo "checkpoint re-sharding and kill tests passed"
+# Crash points of a re-save of tag "fixed" (after 2 steps, then after 3):
+# before the exchange the old checkpoint (2 steps) must load, after it the new one.
+for spec in files:2 manifest:2 renamed:3 latest:3; do
+  point="${spec%%:*}"; steps="${spec##*:}"
+  dir="$work/crash-$point"
+  if ZS_CHECKPOINT_CRASH_AT="$point" timeout 300 "$mpirun" -np 2 "$driver" resave "$dir" 2 >/dev/null 2>&1; then
+    echo "the re-save did not crash at $point"; exit 1
+  fi
+  grep -qx "fixed" "$dir/latest" || { echo "crash at $point: latest does not name fixed"; exit 1; }
+  [ -f "$dir/fixed/manifest.json" ] || { echo "crash at $point: latest names a missing checkpoint"; exit 1; }
+  timeout 300 "$mpirun" -np 3 "$driver" latest "$dir" "$steps" || { echo "crash at $point: wrong checkpoint"; exit 1; }
+  timeout 300 "$mpirun" -np 2 "$driver" resave "$dir" 4
+  if ls -d "$dir"/.tmp-* "$dir"/.old-* >/dev/null 2>&1; then echo "crash at $point: leftovers not swept"; ls -a "$dir"; exit 1; fi
+  timeout 300 "$mpirun" -np 1 "$driver" latest "$dir" 5
+done
+echo "checkpoint re-sharding, kill and crash-point tests passed"

@@ -1,0 +1,51 @@
+// How the example programs end after an error, following the rule of
+// [Note: agreeing on errors] (runtime/collective_error.h). Header-only.
+#pragma once
+
+#include <cstdio>
+#include <exception>
+#include <memory>
+#include <string>
+
+#include "comm/communicator.h"
+#include "core/error.h"
+#include "examples/checkpoint/error_message.h"
+#include "runtime/collective_error.h"
+
+namespace zeroshard::examples {
+
+/// Reports the exception `e` that ended `program`'s main on stderr (one
+/// line) and returns the exit status 1, or does not return:
+///  - an AgreedError was thrown on every rank with the same message: rank 0
+///    prints "<program>: error: <message>" and every rank returns 1;
+///  - any other exception may be this rank's alone while the others wait in
+///    a collective: this rank prints "<program>: error on rank R of N
+///    (ending every rank): <message>" and ends the whole job with
+///    Communicator::abort(1) (MPI_Abort); with one rank it returns 1.
+/// Never throws.
+inline int end_job_with_error(const char* program, const std::exception& e) noexcept {
+  const std::string text = one_line_message(e.what());
+  const char* what = dynamic_cast<const Error*>(&e) != nullptr ? "error" : "unexpected error";
+  if (const auto* agreed = dynamic_cast<const AgreedError*>(&e)) {
+    if (agreed->rank() == 0) std::fprintf(stderr, "%s: %s: %s\n", program, what, text.c_str());
+    return 1;
+  }
+  std::unique_ptr<Communicator> world;
+  try {
+    world = make_world_communicator();
+  } catch (...) {
+    // MPI itself failed to start: this process is alone.
+  }
+  if (world == nullptr || world->world_size() == 1) {
+    std::fprintf(stderr, "%s: %s: %s\n", program, what, text.c_str());
+    return 1;
+  }
+  std::fprintf(stderr, "%s: %s on rank %d of %d (ending every rank): %s\n", program, what, world->rank(),
+               world->world_size(), text.c_str());
+  std::fflush(stderr);
+  std::fflush(stdout);
+  world->abort(1);
+  return 1;  // not reached: abort() ends the process
+}
+
+}  // namespace zeroshard::examples
