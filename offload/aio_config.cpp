@@ -1,5 +1,6 @@
 #include "offload/aio_config.h"
 
+#include <cstdint>
 
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
@@ -18,6 +19,10 @@ constexpr std::uint64_t kMaxBlockSize = std::uint64_t{1} << 30;  // io_uring len
 
 std::int64_t get_int(const nlohmann::json& v, const std::string& source, const std::string& key) {
   if (!v.is_number_integer()) fail(source, key, fmt::format("must be an integer, got {}", v.dump()));
+  // Above INT64_MAX get<int64_t> would wrap (18446744073709551615 -> -1).
+  if (v.is_number_unsigned() && v.get<std::uint64_t>() > static_cast<std::uint64_t>(INT64_MAX)) {
+    fail(source, key, fmt::format("= {} is out of range (at most {})", v.dump(), INT64_MAX));
+  }
   return v.get<std::int64_t>();
 }
 

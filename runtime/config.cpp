@@ -23,6 +23,29 @@ namespace {
 
 using nlohmann::json;
 
+// [Note: bounded config JSON]
+// A ds_config is a few levels deep (zero_optimization.offload_param.device),
+// but the reader takes any file. Nesting deeper than kMaxConfigDepth levels
+// is refused before nlohmann-json builds the value (a 100,000-deep array
+// would overflow the stack wherever the value is later copied or dumped),
+// naming the file and the byte offset of the bracket that goes too deep.
+// Key paths are built only when an error names one, never per level, and a
+// value or key quoted in a message is cut to a short prefix (brief()), so
+// a huge value costs no more memory than the parse itself.
+constexpr int kMaxConfigDepth = 32;
+constexpr std::size_t kMaxQuoted = 64;
+
+// `s` itself when short, else its first kMaxQuoted bytes, "...", and its
+// length.
+std::string brief(const std::string& s) {
+  if (s.size() <= kMaxQuoted) return s;
+  return fmt::format("{}... ({} bytes)", s.substr(0, kMaxQuoted), s.size());
+}
+
+// A JSON value as written, cut by brief(). Only called on values within
+// the depth cap (dump() recurses).
+std::string brief(const json& v) { return brief(v.dump()); }
+
 // Reads one JSON object, remembering which keys were consumed so that any
 // key left over is reported by name. `path` is the dotted key prefix.
 class Section {
@@ -53,7 +76,7 @@ class Section {
                             : v.get<std::int64_t>() >= static_cast<std::int64_t>(std::numeric_limits<T>::min()) &&
                                   v.get<std::int64_t>() <= static_cast<std::int64_t>(std::numeric_limits<T>::max());
       if (!fits) {
-        throw ConfigError(fmt::format("{}: \"{}\" = {} is out of range [{}, {}]", source_, key_path(key), v.dump(),
+        throw ConfigError(fmt::format("{}: \"{}\" = {} is out of range [{}, {}]", source_, key_path(key), brief(v),
                                       std::numeric_limits<T>::min(), std::numeric_limits<T>::max()));
       }
       out = v.get<T>();
@@ -63,7 +86,7 @@ class Section {
       const T t = static_cast<T>(d);
       if (!std::isfinite(t) || (d != 0 && t == 0)) {
         throw ConfigError(fmt::format("{}: \"{}\" = {} cannot be represented as a {}-bit float", source_,
-                                      key_path(key), v.dump(), 8 * sizeof(T)));
+                                      key_path(key), brief(v), 8 * sizeof(T)));
       }
       out = t;
     } else {
@@ -85,7 +108,7 @@ class Section {
     const double d = v.is_number() ? v.get<double>() : 0.5;
     if (!v.is_number() || d != std::floor(d) || !(std::fabs(d) < 9.0e18)) {
       throw ConfigError(fmt::format("{}: \"{}\" = {} must be a whole number of elements", source_, key_path(key),
-                                    v.dump()));
+                                    brief(v)));
     }
     out = static_cast<std::int64_t>(d);
   }
@@ -109,7 +132,7 @@ class Section {
         throw ConfigError(fmt::format(
             "{}: unknown or unsupported configuration key \"{}\" (zeroshard rejects keys it does "
             "not implement rather than ignoring them; see runtime/config.h for the supported keys)",
-            source_, key_path(it.key().c_str())));
+            source_, brief(key_path(it.key().c_str()))));
       }
     }
   }
@@ -138,7 +161,7 @@ OffloadDevice parse_device(Section& sec, const std::string& source) {
   if (l == "cpu") return OffloadDevice::cpu;
   if (l == "nvme") return OffloadDevice::nvme;
   throw ConfigError(fmt::format("{}: \"{}\" is \"{}\"; expected \"none\", \"cpu\" or \"nvme\"", source,
-                                sec.key_path("device"), d));
+                                sec.key_path("device"), brief(d)));
 }
 
 // The keys offload_optimizer and offload_param share.
@@ -199,7 +222,7 @@ void parse_optimizer(Section& top, EngineConfig& c, const std::string& source) {
     h.kind = OptimizerKind::sgd;
   } else {
     throw ConfigError(fmt::format(
-        "{}: \"optimizer.type\" is \"{}\"; supported types are Adam, AdamW and SGD", source, type));
+        "{}: \"optimizer.type\" is \"{}\"; supported types are Adam, AdamW and SGD", source, brief(type)));
   }
   if (!opt.has("params")) {
     opt.reject_unknown();
@@ -254,9 +277,32 @@ void validate_overlap(const ZeroConfig& z, const std::string& source) {
   }
 }
 
+// from_json's counterpart of check_nesting, for a value built by the
+// caller: throws a ConfigError naming the top-level key under which objects
+// and arrays nest deeper than kMaxConfigDepth. Iterative (an explicit
+// stack), so a deep value cannot overflow the call stack here.
+void check_depth(const json& j, const std::string& source) {
+  if (!j.is_object()) return;  // Section reports the wrong type
+  std::vector<std::pair<const json*, int>> todo;
+  for (auto it = j.begin(); it != j.end(); ++it) {
+    todo.assign(1, {&it.value(), 2});
+    while (!todo.empty()) {
+      const auto [v, depth] = todo.back();
+      todo.pop_back();
+      if (!v->is_structured()) continue;
+      if (depth > kMaxConfigDepth) {
+        throw ConfigError(fmt::format("{}: \"{}\" holds objects and arrays nested deeper than {} levels", source,
+                                      brief(it.key()), kMaxConfigDepth));
+      }
+      for (const json& child : *v) todo.emplace_back(&child, depth + 1);
+    }
+  }
+}
+
 }  // namespace
 
 EngineConfig EngineConfig::from_json(const nlohmann::json& j, const std::string& source) {
+  check_depth(j, source);
   EngineConfig c;
   Section top(j, "", source);
   std::int64_t tbs = 0;
@@ -308,7 +354,7 @@ EngineConfig EngineConfig::from_json(const nlohmann::json& j, const std::string&
       c.communication_data_type = DType::f16;
     } else {
       throw ConfigError(fmt::format("{}: \"communication_data_type\" = \"{}\" is invalid: use fp32, bf16 or fp16",
-                                    source, t));
+                                    source, brief(t)));
     }
   }
   if (top.has("scheduler")) c.scheduler = LrSchedule::from_json(top.raw("scheduler"), source);
@@ -328,46 +374,101 @@ EngineConfig EngineConfig::from_json(const nlohmann::json& j, const std::string&
 
 namespace {
 
+// Throws a ConfigError naming `source` and the byte offset of the first
+// '[' or '{' that nests deeper than kMaxConfigDepth (brackets inside
+// strings do not count). A linear scan before parsing: see [Note: bounded
+// config JSON].
+void check_nesting(const std::string& text, const std::string& source) {
+  int depth = 0;
+  bool in_string = false, escaped = false;
+  for (std::size_t i = 0; i < text.size(); ++i) {
+    const char ch = text[i];
+    if (in_string) {
+      if (escaped) {
+        escaped = false;
+      } else if (ch == '\\') {
+        escaped = true;
+      } else if (ch == '"') {
+        in_string = false;
+      }
+    } else if (ch == '"') {
+      in_string = true;
+    } else if (ch == '{' || ch == '[') {
+      if (++depth > kMaxConfigDepth) {
+        throw ConfigError(fmt::format("{}: objects and arrays nest deeper than {} levels at byte {}", source,
+                                      kMaxConfigDepth, i));
+      }
+    } else if (ch == '}' || ch == ']') {
+      --depth;
+    }
+  }
+}
+
 // json::parse, but a key that appears twice in one object is a ConfigError
 // naming it (nlohmann keeps the last one silently; a ds_config with two
-// "device" keys would run with whichever came last).
+// "device" keys would run with whichever came last), and so is a number
+// nlohmann-json cannot hold (1e400), naming the key it belongs to.
 json parse_rejecting_duplicates(const std::string& text, const std::string& source) {
+  check_nesting(text, source);
+  // One frame per open object or array. A frame keeps the key last read
+  // (objects) or the index of the element being read (arrays); the dotted
+  // path is put together only for an error message.
   struct Frame {
-    std::string path;  // dotted path of this object or array
-    std::string last;  // last key read in it
+    bool array = false;
+    std::size_t index = 0;
+    std::string last;
     std::set<std::string> keys;
   };
   std::vector<Frame> stack;
-  auto child_path = [&]() {
-    if (stack.empty()) return std::string();
-    const Frame& top = stack.back();
-    return top.path.empty() ? top.last : top.path + "." + top.last;
+  auto path = [&]() {
+    std::string p;
+    for (const Frame& f : stack) {
+      if (f.array) {
+        p += fmt::format("[{}]", f.index);
+      } else if (!f.last.empty()) {
+        p += (p.empty() ? "" : ".") + f.last;
+      }
+    }
+    return p.empty() ? std::string("<top level>") : p;
+  };
+  auto next_element = [&]() {
+    if (!stack.empty() && stack.back().array) ++stack.back().index;
   };
   auto cb = [&](int, json::parse_event_t event, json& parsed) {
     switch (event) {
       case json::parse_event_t::object_start:
       case json::parse_event_t::array_start:
-        stack.push_back(Frame{child_path(), "", {}});
+        stack.push_back(Frame{event == json::parse_event_t::array_start, 0, "", {}});
         break;
       case json::parse_event_t::object_end:
       case json::parse_event_t::array_end:
         if (!stack.empty()) stack.pop_back();
+        next_element();
         break;
       case json::parse_event_t::key: {
         Frame& top = stack.back();
         top.last = parsed.get<std::string>();
         if (!top.keys.insert(top.last).second) {
           throw ConfigError(fmt::format("{}: key \"{}\" appears twice; each key may be given once", source,
-                                        top.path.empty() ? top.last : top.path + "." + top.last));
+                                        brief(path())));
         }
         break;
       }
       case json::parse_event_t::value:
+        next_element();
         break;
     }
     return true;
   };
-  return json::parse(text, cb);
+  try {
+    return json::parse(text, cb);
+  } catch (const json::parse_error& e) {
+    throw ConfigError(fmt::format("{}: invalid JSON at byte {}: {}", source, e.byte, brief(std::string(e.what()))));
+  } catch (const json::exception& e) {
+    // nlohmann-json's out_of_range 406 (a number beyond double's range):
+    // the parse stopped at the value of the key `path()` names.
+    throw ConfigError(fmt::format("{}: \"{}\": {}", source, brief(path()), brief(std::string(e.what()))));
+  }
 }
 
 }  // namespace
@@ -383,13 +484,7 @@ EngineConfig EngineConfig::from_file(const std::string& path) {
   }
   std::stringstream ss;
   ss << in.rdbuf();
-  json j;
-  try {
-    j = parse_rejecting_duplicates(ss.str(), path);
-  } catch (const json::parse_error& e) {
-    throw ConfigError(fmt::format("{}: invalid JSON at byte {}: {}", path, e.byte, e.what()));
-  }
-  return from_json(j, path);
+  return from_json(parse_rejecting_duplicates(ss.str(), path), path);
 }
 
 void EngineConfig::validate() const { validate_in(source); }
@@ -453,15 +548,23 @@ void EngineConfig::validate_in(const std::string& source) const {
 
 void EngineConfig::validate_for_world(int world_size) const {
   validate();
-  if (train_batch_size) {
-    const std::int64_t expect = train_micro_batch_size_per_gpu * gradient_accumulation_steps * world_size;
-    if (*train_batch_size != expect) {
-      throw ConfigError(fmt::format(
-          "{}: \"train_batch_size\" = {} does not equal train_micro_batch_size_per_gpu ({}) x "
-          "gradient_accumulation_steps ({}) x world size ({}) = {}",
-          source, *train_batch_size, train_micro_batch_size_per_gpu, gradient_accumulation_steps,
-          world_size, expect));
-    }
+  // Checked: the global batch must fit int64 whether or not
+  // train_batch_size is given (callers multiply it out, e.g. to print it),
+  // and a wrapped product must never match train_batch_size.
+  std::int64_t global = 0;
+  if (__builtin_mul_overflow(train_micro_batch_size_per_gpu, gradient_accumulation_steps, &global) ||
+      __builtin_mul_overflow(global, static_cast<std::int64_t>(world_size), &global)) {
+    throw ConfigError(fmt::format(
+        "{}: the global batch, train_micro_batch_size_per_gpu ({}) x gradient_accumulation_steps ({}) x "
+        "world size ({}), overflows a 64-bit integer",
+        source, train_micro_batch_size_per_gpu, gradient_accumulation_steps, world_size));
+  }
+  if (train_batch_size && *train_batch_size != global) {
+    throw ConfigError(fmt::format(
+        "{}: \"train_batch_size\" = {} does not equal train_micro_batch_size_per_gpu ({}) x "
+        "gradient_accumulation_steps ({}) x world size ({}) = {}",
+        source, *train_batch_size, train_micro_batch_size_per_gpu, gradient_accumulation_steps, world_size,
+        global));
   }
 }
 

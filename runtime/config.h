@@ -111,18 +111,22 @@ struct EngineConfig {
 
   /// Parses a ds_config object. `source` names the file (or "<string>") in
   /// error messages. Throws ConfigError naming the key for an unknown key,
-  /// a wrong JSON type, or an invalid value.
+  /// a wrong JSON type, an invalid value, or objects and arrays nested more
+  /// than 32 levels deep (see [Note: bounded config JSON] in config.cpp).
+  /// Values quoted in messages are cut to a short prefix.
   static EngineConfig from_json(const nlohmann::json& j, const std::string& source = "<json>");
   /// Reads and parses a ds_config file. Throws ConfigError if it cannot be
-  /// read or parsed (message names the file and, for syntax errors, the byte
-  /// offset), and as from_json.
+  /// read or parsed: the message names the file and, for syntax errors and
+  /// nesting deeper than 32 levels, the byte offset; for a number beyond
+  /// the range of a double (1e400), the key. Then as from_json.
   static EngineConfig from_file(const std::string& path);
 
   /// Throws ConfigError naming the first key whose value is out of range
   /// (stage not 0-3, lr < 0, accumulation < 1, betas outside [0, 1), ...).
   void validate() const;
-  /// validate(), then checks train_batch_size == micro x accumulation x
-  /// world_size when set. Throws ConfigError.
+  /// validate(), then checks that micro x accumulation x world_size (the
+  /// global batch) fits int64 and equals train_batch_size when that is set.
+  /// Throws ConfigError.
   void validate_for_world(int world_size) const;
   /// validate() with `source` (a file name) in the messages.
   void validate_in(const std::string& source) const;

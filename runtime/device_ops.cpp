@@ -119,7 +119,7 @@ class SimulatedDeviceOps final : public CpuOps {
     flush();
     check_device(src, bytes, "download src");
     check_host(host_dst, bytes, "download host_dst");
-    std::memcpy(host_dst, src, bytes);
+    if (bytes > 0) std::memcpy(host_dst, src, bytes);
   }
   void upload(void* dst, const void* host_src, std::size_t bytes) override {
     flush();

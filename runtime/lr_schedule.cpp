@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdint>
 #include <numbers>
 #include <set>
 
@@ -64,6 +65,10 @@ LrSchedule LrSchedule::from_json(const json& j, const std::string& source) {
     const json& v = it.value();
     auto integer = [&]() {
       if (!v.is_number_integer()) throw ConfigError(fmt::format("{}: \"{}\" must be an integer", source, key));
+      // Above INT64_MAX get<int64_t> would wrap (18446744073709551615 -> -1).
+      if (v.is_number_unsigned() && v.get<std::uint64_t>() > static_cast<std::uint64_t>(INT64_MAX)) {
+        throw ConfigError(fmt::format("{}: \"{}\" = {} is out of range (at most {})", source, key, v.dump(), INT64_MAX));
+      }
       return v.get<std::int64_t>();
     };
     auto number = [&]() {

@@ -91,6 +91,22 @@ class IdxReader {
     }
   }
 
+  /// Reads `n` bytes into a vector that grows as the data arrives (16 MiB
+  /// at a time), so a header that claims far more than a truncated file
+  /// holds fails with "truncated" before gigabytes are allocated (found by
+  /// fuzz/fuzz_idx.cpp).
+  std::vector<std::uint8_t> read_items(std::uint64_t n, const char* what) {
+    constexpr std::uint64_t kChunk = std::uint64_t{1} << 24;
+    std::vector<std::uint8_t> out;
+    while (out.size() < n) {
+      const std::size_t have = out.size();
+      const std::size_t len = static_cast<std::size_t>(std::min<std::uint64_t>(n - have, kChunk));
+      out.resize(have + len);
+      read_exact(out.data() + have, len, what);
+    }
+    return out;
+  }
+
   /// Throws if any byte follows the expected data.
   void expect_end() {
     std::uint8_t extra = 0;
@@ -140,8 +156,7 @@ IdxImages read_idx_images(const std::string& path) {
   out.rows = dims[1];
   out.cols = dims[2];
   const std::size_t n = out.count * out.rows * out.cols;
-  std::vector<std::uint8_t> bytes(n);
-  reader.read_exact(bytes.data(), n, "the pixels");
+  const std::vector<std::uint8_t> bytes = reader.read_items(n, "the pixels");
   reader.expect_end();
   out.pixels.resize(n);
   constexpr float kScale = 1.0f / 255.0f;
@@ -153,8 +168,7 @@ IdxImages read_idx_images(const std::string& path) {
 std::vector<std::uint8_t> read_idx_labels(const std::string& path) {
   IdxReader reader(path);
   const auto dims = reader.read_header(1, "label");
-  std::vector<std::uint8_t> labels(dims[0]);
-  reader.read_exact(labels.data(), labels.size(), "the labels");
+  std::vector<std::uint8_t> labels = reader.read_items(dims[0], "the labels");
   reader.expect_end();
   return labels;
 }

@@ -45,7 +45,7 @@ inline SafetensorsFile read_safetensors(const std::string& path) {
   SafetensorsFile f;
   for (int i = 7; i >= 0; --i) f.header_bytes = (f.header_bytes << 8) | static_cast<unsigned char>(bytes[i]);
   if (f.header_bytes % 8 != 0) throw std::runtime_error("header length is not a multiple of 8");
-  if (8 + f.header_bytes > bytes.size()) throw std::runtime_error("header runs past the end of the file");
+  if (f.header_bytes > bytes.size() - 8) throw std::runtime_error("header runs past the end of the file");
   std::string text = bytes.substr(8, f.header_bytes);
   const std::size_t last = text.find_last_not_of(' ');
   if (last == std::string::npos || text[last] != '}') throw std::runtime_error("header is not a JSON object padded with spaces");
@@ -64,9 +64,17 @@ inline SafetensorsFile read_safetensors(const std::string& path) {
     if (off.size() != 2 || off[0] > off[1] || off[1] > data_size) throw std::runtime_error(name + ": bad data_offsets");
     t.begin = off[0];
     t.end = off[1];
+    // Checked: a negative dimension or a product that overflows (which
+    // could wrap to the byte count) is an error, not a huge allocation.
     std::uint64_t numel = 1;
-    for (auto d : t.shape) numel *= static_cast<std::uint64_t>(d);
-    if (t.end - t.begin != numel * 4) throw std::runtime_error(name + ": data_offsets do not match the shape");
+    for (auto d : t.shape) {
+      if (d < 0 || __builtin_mul_overflow(numel, static_cast<std::uint64_t>(d), &numel)) {
+        throw std::runtime_error(name + ": shape has a negative or too large dimension");
+      }
+    }
+    if (numel > (t.end - t.begin) / 4 || t.end - t.begin != numel * 4) {
+      throw std::runtime_error(name + ": data_offsets do not match the shape");
+    }
     t.values.resize(numel);
     if (numel > 0) std::memcpy(t.values.data(), bytes.data() + 8 + f.header_bytes + t.begin, numel * 4);
     ranges.emplace_back(t.begin, t.end);

@@ -149,6 +149,24 @@ TEST_CASE("idx reader: bad magic, truncation, trailing bytes and missing files n
     CHECK(msg.find(path) != std::string::npos);
     CHECK(msg.find("truncated") != std::string::npos);
   }
+  SUBCASE("header claims ~2e9 items that a short file lacks: truncated, not a 2 GB allocation") {
+    // fuzz/corpus/idx/oom_labels_header_claims_2e9 (found by fuzz_idx): the
+    // reader allocated the whole claimed size before reading.
+    for (const bool images : {false, true}) {
+      const std::string path = dir.file(images ? "huge-images.gz" : "huge-labels.gz");
+      write_gz(path, images ? idx_bytes(0x00000803, {2000, 1000, 1000}, pixel_ramp(7))
+                            : idx_bytes(0x00000801, {0x7e000000}, {1, 2, 3, 4, 5, 6, 7}));
+      const std::string msg = io_error_of([&] {
+        if (images) {
+          read_idx_images(path);
+        } else {
+          read_idx_labels(path);
+        }
+      });
+      CHECK(msg.find(path) != std::string::npos);
+      CHECK(msg.find("truncated") != std::string::npos);
+    }
+  }
   SUBCASE("file ends inside the header") {
     const std::string path = dir.file("header.gz");
     write_gz(path, {0, 0, 8, 3, 0, 0});

@@ -75,7 +75,9 @@ class OffsetArray {
   T* data() { return data_; }
   std::size_t size() const { return n_; }
   T& operator[](std::size_t i) { return data_[i]; }
-  void assign(const std::vector<T>& v) { std::memcpy(data_, v.data(), n_ * sizeof(T)); }
+  void assign(const std::vector<T>& v) {
+    if (n_ > 0) std::memcpy(data_, v.data(), n_ * sizeof(T));
+  }
   std::vector<T> to_vector() const { return std::vector<T>(data_, data_ + n_); }
 
  private:

@@ -25,7 +25,7 @@ std::vector<float> random_vector(std::size_t n, std::uint64_t seed, float scale)
 }
 
 bool bitwise_equal(const std::vector<float>& a, const std::vector<float>& b) {
-  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
+  return a.size() == b.size() && (a.empty() || std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0);
 }
 
 OptimizerHyper hyper(OptimizerKind kind) {

@@ -3,6 +3,7 @@
 #include <cstdio>
 #include <fstream>
 #include <string>
+#include <utility>
 
 #include <doctest/doctest.h>
 #include <nlohmann/json.hpp>
@@ -26,6 +27,35 @@ std::string error_of(const std::string& text) {
     return e.what();
   }
   return "";
+}
+
+// The message of the ConfigError that EngineConfig::from_file throws for a
+// file holding `text` ("" if none); the file is test_config_scratch.json.
+std::string file_error_of(const std::string& text) {
+  const std::string path = "test_config_scratch.json";
+  {
+    std::ofstream f(path, std::ios::binary);
+    f << text;
+  }
+  std::string what;
+  try {
+    EngineConfig::from_file(path);
+  } catch (const ConfigError& e) {
+    what = e.what();
+  }
+  std::remove(path.c_str());
+  return what;
+}
+
+// `depth` arrays, each the only element of the one before: [[[...]]].
+json nested_arrays(int depth) {
+  json root = json::array();
+  json* inner = &root;
+  for (int i = 1; i < depth; ++i) {
+    inner->push_back(json::array());
+    inner = &inner->back();
+  }
+  return root;
 }
 
 }  // namespace
@@ -160,4 +190,104 @@ TEST_CASE("the cuda engine constructor refuses what it cannot run, naming why") 
     what = e.what();
   }
   CHECK(what.find("offload_param needs offload_optimizer on the cuda compute device") != std::string::npos);
+}
+
+TEST_CASE("nesting deeper than 32 levels is an error naming the file and the byte offset") {
+  // 100,000 levels: before the cap this overflowed the stack (or, with a
+  // key path per level, needed gigabytes).
+  const int deep = 100000;
+  std::string text = "{\"a\": " + std::string(deep, '[') + std::string(deep, ']') + "}";
+  std::string m = file_error_of(text);
+  INFO(m.substr(0, 300));
+  CHECK(m.find("test_config_scratch.json") != std::string::npos);
+  // '{' at byte 0 is level 1; the '[' at byte 6 level 2, so level 33 is byte 37.
+  CHECK(m.find("deeper than 32 levels at byte 37") != std::string::npos);
+  // 32 levels parse; brackets inside strings do not count.
+  text = "{\"a\": " + std::string(31, '[') + std::string(31, ']') + "}";
+  CHECK(file_error_of(text).find("unknown or unsupported configuration key \"a\"") != std::string::npos);
+  CHECK(file_error_of("{\"optimizer\": {\"type\": \"" + std::string(100, '[') + "\"}}").find("optimizer.type") !=
+        std::string::npos);
+  // A deep value built by the caller and handed to from_json.
+  json j = {{"zero_optimization", {{"reduce_bucket_size", nested_arrays(deep)}}}};
+  m.clear();
+  try {
+    EngineConfig::from_json(j, "ds.json");
+  } catch (const ConfigError& e) {
+    m = e.what();
+  }
+  CHECK(m.find("ds.json: \"zero_optimization\" holds objects and arrays nested deeper than 32 levels") !=
+        std::string::npos);
+  j = {{"zero_optimization", {{"reduce_bucket_size", nested_arrays(30)}}}};
+  CHECK(error_of(j.dump()).find("\"zero_optimization.reduce_bucket_size\" = [[[[") != std::string::npos);
+}
+
+TEST_CASE("a long bad value or key is quoted by a short prefix") {
+  const std::string zeros = "[" + std::string(20000, '0') + "]";  // not JSON: digits run together
+  json big = json::array();
+  for (int i = 0; i < 100000; ++i) big.push_back(i);
+  std::string m = error_of(json{{"zero_optimization", {{"reduce_bucket_size", big}}}}.dump());
+  INFO(m.substr(0, 300));
+  CHECK(m.find("zero_optimization.reduce_bucket_size") != std::string::npos);
+  CHECK(m.find("[0,1,2,3,") != std::string::npos);
+  CHECK(m.find("bytes)") != std::string::npos);
+  CHECK(m.size() < 400);
+  m = error_of(json{{"optimizer", {{"type", std::string(100000, 'x')}}}}.dump());
+  CHECK(m.find("optimizer.type") != std::string::npos);
+  CHECK(m.size() < 400);
+  m = error_of(json{{std::string(100000, 'k'), 1}}.dump());
+  CHECK(m.find("unknown or unsupported configuration key \"kkkk") != std::string::npos);
+  CHECK(m.size() < 400);
+  m = file_error_of("{\"gradient_clipping\": " + zeros + "}");
+  CHECK(m.find("invalid JSON at byte") != std::string::npos);
+  CHECK(m.size() < 400);
+}
+
+TEST_CASE("a key given twice inside an array element is named with the element's index") {
+  const std::string m = file_error_of(R"({"x": [1, {"k": 1}, {"k": 1, "k": 2}]})");
+  CHECK(m.find("key \"x[2].k\" appears twice") != std::string::npos);
+}
+
+TEST_CASE("a number beyond the range of a double is a ConfigError naming the file and the key") {
+  std::string m = file_error_of(R"({"gradient_clipping": 1e400})");
+  INFO(m);
+  CHECK(m.find("test_config_scratch.json") != std::string::npos);
+  CHECK(m.find("\"gradient_clipping\"") != std::string::npos);
+  CHECK(m.find("1e400") != std::string::npos);
+  m = file_error_of(R"({"scheduler": {"type": "WarmupLR", "params": {"warmup_max_lr": [0.1, -1e999]}}})");
+  CHECK(m.find("\"scheduler.params.warmup_max_lr[1]\"") != std::string::npos);
+}
+
+TEST_CASE("the global batch check refuses a product that overflows int64 instead of wrapping") {
+  // (2^62 + 1) x 4 wraps to 4: before the check it matched train_batch_size 4.
+  const EngineConfig c = EngineConfig::from_json(json::parse(
+      R"({"train_batch_size": 4, "train_micro_batch_size_per_gpu": 4611686018427387905, "gradient_accumulation_steps": 4})"),
+      "ds.json");
+  CHECK_THROWS_WITH_AS(c.validate_for_world(1), doctest::Contains("overflows a 64-bit integer"), ConfigError);
+  // 2^31 x 2^31 fits; x 4 ranks does not.
+  EngineConfig d = EngineConfig::from_json(json::parse(
+      R"({"train_batch_size": 1, "train_micro_batch_size_per_gpu": 2147483648, "gradient_accumulation_steps": 2147483648})"));
+  CHECK_THROWS_WITH_AS(d.validate_for_world(4), doctest::Contains("world size (4)"), ConfigError);
+  CHECK_THROWS_WITH_AS(d.validate_for_world(1), doctest::Contains("= 4611686018427387904"), ConfigError);
+  d.train_batch_size = std::int64_t{1} << 62;
+  CHECK_NOTHROW(d.validate_for_world(1));
+  // Without train_batch_size the product must still fit (callers print it).
+  d.train_batch_size.reset();
+  CHECK_NOTHROW(d.validate_for_world(1));
+  CHECK_THROWS_WITH_AS(d.validate_for_world(4), doctest::Contains("overflows a 64-bit integer"), ConfigError);
+}
+
+TEST_CASE("integers above INT64_MAX are quoted as written, not as -1") {
+  const std::pair<const char*, const char*> cases[] = {
+      {R"({"scheduler": {"type": "WarmupLR", "params": {"warmup_num_steps": 18446744073709551615}}})",
+       "\"scheduler.params.warmup_num_steps\" = 18446744073709551615"},
+      {R"({"aio": {"block_size": 18446744073709551615}})", "\"aio.block_size\" = 18446744073709551615"},
+      {R"({"train_batch_size": 9223372036854775808})", "\"train_batch_size\" = 9223372036854775808"},
+  };
+  for (const auto& [text, quoted] : cases) {
+    const std::string m = error_of(text);
+    INFO(m);
+    CHECK(m.find("ds.json") != std::string::npos);
+    CHECK(m.find(quoted) != std::string::npos);
+    CHECK(m.find("-1") == std::string::npos);
+  }
 }
