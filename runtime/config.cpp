@@ -1,21 +1,22 @@
 #include "runtime/config.h"
 
 #include <algorithm>
-#include <cerrno>
-#include <cstring>
 #include <cctype>
+#include <cerrno>
 #include <cmath>
+#include <cstring>
 #include <filesystem>
-#include <limits>
 #include <fstream>
 #include <set>
 #include <sstream>
-#include <vector>
 
 #include <nlohmann/json.hpp>
 
 #include "core/error.h"
 #include "offload/aio_config.h"
+#include "runtime/config_diagnostics.h"
+#include "runtime/config_keys.h"
+#include "runtime/config_normalize.h"
 
 namespace zeroshard {
 
@@ -23,457 +24,283 @@ namespace {
 
 using nlohmann::json;
 
-// [Note: bounded config JSON]
-// A ds_config is a few levels deep (zero_optimization.offload_param.device),
-// but the reader takes any file. Nesting deeper than kMaxConfigDepth levels
-// is refused before nlohmann-json builds the value (a 100,000-deep array
-// would overflow the stack wherever the value is later copied or dumped),
-// naming the file and the byte offset of the bracket that goes too deep.
-// Key paths are built only when an error names one, never per level, and a
-// value or key quoted in a message is cut to a short prefix (brief()), so
-// a huge value costs no more memory than the parse itself.
-constexpr int kMaxConfigDepth = 32;
-constexpr std::size_t kMaxQuoted = 64;
-
-// `s` itself when short, else its first kMaxQuoted bytes, "...", and its
-// length.
-std::string brief(const std::string& s) {
-  if (s.size() <= kMaxQuoted) return s;
-  return fmt::format("{}... ({} bytes)", s.substr(0, kMaxQuoted), s.size());
-}
-
-// A JSON value as written, cut by brief(). Only called on values within
-// the depth cap (dump() recurses).
-std::string brief(const json& v) { return brief(v.dump()); }
-
-// Reads one JSON object, remembering which keys were consumed so that any
-// key left over is reported by name. `path` is the dotted key prefix.
-class Section {
- public:
-  Section(const json& j, std::string path, const std::string& source)
-      : j_(j), path_(std::move(path)), source_(source) {
-    if (!j_.is_object()) fail_type(path_.empty() ? "<top level>" : path_, "an object");
-  }
-
-  bool has(const char* key) const { return j_.contains(key); }
-
-  std::string key_path(const char* key) const { return path_.empty() ? key : path_ + "." + key; }
-
-  template <class T>
-  void get(const char* key, T& out) {
-    if (!j_.contains(key)) return;
-    used_.insert(key);
-    const json& v = j_.at(key);
-    if constexpr (std::is_same_v<T, bool>) {
-      if (!v.is_boolean()) fail_type(key_path(key), "true or false");
-      out = v.get<bool>();
-    } else if constexpr (std::is_integral_v<T>) {
-      if (!v.is_number_integer()) fail_type(key_path(key), "an integer");
-      // Values outside T's range are an error quoting the value as written,
-      // never a silent wrap-around.
-      const bool fits = v.is_number_unsigned()
-                            ? v.get<std::uint64_t>() <= static_cast<std::uint64_t>(std::numeric_limits<T>::max())
-                            : v.get<std::int64_t>() >= static_cast<std::int64_t>(std::numeric_limits<T>::min()) &&
-                                  v.get<std::int64_t>() <= static_cast<std::int64_t>(std::numeric_limits<T>::max());
-      if (!fits) {
-        throw ConfigError(fmt::format("{}: \"{}\" = {} is out of range [{}, {}]", source_, key_path(key), brief(v),
-                                      std::numeric_limits<T>::min(), std::numeric_limits<T>::max()));
-      }
-      out = v.get<T>();
-    } else if constexpr (std::is_floating_point_v<T>) {
-      if (!v.is_number()) fail_type(key_path(key), "a number");
-      const double d = v.get<double>();
-      const T t = static_cast<T>(d);
-      if (!std::isfinite(t) || (d != 0 && t == 0)) {
-        throw ConfigError(fmt::format("{}: \"{}\" = {} cannot be represented as a {}-bit float", source_,
-                                      key_path(key), brief(v), 8 * sizeof(T)));
-      }
-      out = t;
-    } else {
-      if (!v.is_string()) fail_type(key_path(key), "a string");
-      out = v.get<std::string>();
-    }
-  }
-
-  /// An element count: a JSON integer, or a number with an integral value
-  /// such as 1e9 (DeepSpeed configs write sizes that way).
-  void get_count(const char* key, std::int64_t& out) {
-    if (!j_.contains(key)) return;
-    const json& v = j_.at(key);
-    if (v.is_number_integer()) {
-      get(key, out);
-      return;
-    }
-    used_.insert(key);
-    const double d = v.is_number() ? v.get<double>() : 0.5;
-    if (!v.is_number() || d != std::floor(d) || !(std::fabs(d) < 9.0e18)) {
-      throw ConfigError(fmt::format("{}: \"{}\" = {} must be a whole number of elements", source_, key_path(key),
-                                    brief(v)));
-    }
-    out = static_cast<std::int64_t>(d);
-  }
-
-  const std::string& source() const { return source_; }
-
-  Section sub(const char* key) {
-    used_.insert(key);
-    return Section(j_.at(key), key_path(key), source_);
-  }
-
-  const json& raw(const char* key) {
-    used_.insert(key);
-    return j_.at(key);
-  }
-
-  /// Throws for the first key that was never read.
-  void reject_unknown() const {
-    for (auto it = j_.begin(); it != j_.end(); ++it) {
-      if (!used_.count(it.key())) {
-        throw ConfigError(fmt::format(
-            "{}: unknown or unsupported configuration key \"{}\" (zeroshard rejects keys it does "
-            "not implement rather than ignoring them; see runtime/config.h for the supported keys)",
-            source_, brief(key_path(it.key().c_str()))));
-      }
-    }
-  }
-
-  [[noreturn]] void fail_type(const std::string& key, const char* expected) const {
-    throw ConfigError(fmt::format("{}: \"{}\" must be {}", source_, key, expected));
-  }
-
- private:
-  const json& j_;
-  std::string path_;
-  const std::string& source_;
-  std::set<std::string> used_;
-};
-
 std::string lower(std::string s) {
   std::transform(s.begin(), s.end(), s.begin(), [](unsigned char c) { return std::tolower(c); });
   return s;
 }
 
-OffloadDevice parse_device(Section& sec, const std::string& source) {
-  std::string d = "none";
-  sec.get("device", d);
-  const std::string l = lower(d);
-  if (l == "none") return OffloadDevice::none;
-  if (l == "cpu") return OffloadDevice::cpu;
-  if (l == "nvme") return OffloadDevice::nvme;
-  throw ConfigError(fmt::format("{}: \"{}\" is \"{}\"; expected \"none\", \"cpu\" or \"nvme\"", source,
-                                sec.key_path("device"), brief(d)));
-}
+// Reads values the key check found well-typed (runtime/config_normalize.h):
+// a key that is absent or was reported leaves `out` unchanged.
+class Reader {
+ public:
+  Reader(const json& doc, const std::set<std::string>& bad) : doc_(doc), bad_(bad) {}
 
-// The keys offload_optimizer and offload_param share.
-template <class Tier>
-void parse_tier(Section& sec, Tier& t, const std::string& source) {
-  t.device = parse_device(sec, source);
-  sec.get("nvme_path", t.nvme_path);
-  sec.get("buffer_count", t.buffer_count);
-  sec.get("pin_memory", t.pin_memory);
-}
-
-// zero_optimization.offload_optimizer / offload_param / sub_group_size
-// (runtime/offload_config.h). Ranges are checked by OffloadConfig::validate.
-void parse_offload(Section& z, OffloadConfig& o) {
-  const std::string& source = z.source();
-  if (z.has("offload_optimizer")) {
-    Section sec = z.sub("offload_optimizer");
-    parse_tier(sec, o.optimizer, source);
-    sec.get("pipeline_read", o.optimizer.pipeline_read);
-    sec.get("pipeline_write", o.optimizer.pipeline_write);
-    sec.reject_unknown();
+  const json* at(const std::string& path) const {
+    if (bad_.count(path)) return nullptr;
+    return json_at(doc_, path);
   }
-  if (z.has("offload_param")) {
-    Section sec = z.sub("offload_param");
-    parse_tier(sec, o.param, source);
-    sec.get_count("buffer_size", o.param.buffer_size);
-    sec.get_count("max_in_cpu", o.param.max_in_cpu);
-    sec.reject_unknown();
+  template <class T>
+  bool get(const std::string& path, T& out) const {
+    const json* v = at(path);
+    if (!v) return false;
+    if constexpr (std::is_integral_v<T> && !std::is_same_v<T, bool>) {
+      out = v->is_number_integer() ? v->get<T>() : static_cast<T>(v->get<double>());
+    } else if constexpr (std::is_floating_point_v<T>) {
+      out = static_cast<T>(v->get<double>());
+    } else {
+      out = v->get<T>();
+    }
+    return true;
   }
-  z.get_count("sub_group_size", o.sub_group_size);
+
+ private:
+  const json& doc_;
+  const std::set<std::string>& bad_;
+};
+
+// The ConfigError text of a section reader (LrSchedule, AioConfig) recorded
+// as a problem, without its "<source>: " prefix.
+void record(ConfigDiagnostics& d, const ConfigError& e) {
+  const std::string what = e.what(), prefix = d.source() + ": ";
+  d.problem(what.rfind(prefix, 0) == 0 ? what.substr(prefix.size()) : what);
 }
 
-// zero_optimization.reduce_bucket_size / allgather_bucket_size /
-// overlap_comm / contiguous_gradients (runtime/config.h, grad_buckets.h).
-// Ranges are checked by validate_in.
-void parse_overlap(Section& z, ZeroConfig& zc) {
-  z.get_count("reduce_bucket_size", zc.reduce_bucket_size);
-  z.get_count("allgather_bucket_size", zc.allgather_bucket_size);
-  if (z.has("overlap_comm")) {
-    bool overlap = false;
-    z.get("overlap_comm", overlap);
-    zc.overlap_comm = overlap;
+// A copy of `section` without the keys the table accepts without effect
+// (the section readers refuse keys they do not know).
+json without_no_effect_keys(const json& section, const std::string& path) {
+  json out = section;
+  for (auto it = section.begin(); it != section.end(); ++it) {
+    const ConfigKey* row = find_config_key(path + "." + it.key());
+    if (row && row->status == KeyStatus::no_effect) out.erase(it.key());
   }
-  z.get("contiguous_gradients", zc.contiguous_gradients);
+  if (out.contains("params") && out["params"].is_object()) {
+    out["params"] = without_no_effect_keys(section["params"], path + ".params");
+  }
+  return out;
 }
 
-void parse_optimizer(Section& top, EngineConfig& c, const std::string& source) {
-  Section opt = top.sub("optimizer");
-  std::string type = "AdamW";
-  opt.get("type", type);
-  const std::string t = lower(type);
+void read_optimizer(const Reader& r, EngineConfig& c, ConfigDiagnostics& d) {
   OptimizerHyper& h = c.optimizer;
-  if (t == "adamw") {
-    h.kind = OptimizerKind::adamw;
-  } else if (t == "adam") {
-    h.kind = OptimizerKind::adamw;  // DeepSpeed: adam_w_mode defaults to true
+  std::string type = "AdamW";
+  r.get("optimizer.type", type);
+  const std::string t = lower(type);
+  if (t == "adamw" || t == "adam") {
+    h.kind = OptimizerKind::adamw;  // DeepSpeed: Adam's adam_w_mode defaults to true
   } else if (t == "sgd") {
     h.kind = OptimizerKind::sgd;
   } else {
-    throw ConfigError(fmt::format(
-        "{}: \"optimizer.type\" is \"{}\"; supported types are Adam, AdamW and SGD", source, brief(type)));
+    d.bad_value("optimizer.type", type,
+                "is not supported: zeroshard implements Adam, AdamW and SGD (DeepSpeed's Lamb, OneBitAdam, "
+                "OneBitLamb, ZeroOneAdam, Adagrad, Lion and others are not); use AdamW or SGD");
   }
-  if (!opt.has("params")) {
-    opt.reject_unknown();
-    return;
+  r.get("optimizer.params.lr", h.lr);
+  r.get("optimizer.params.weight_decay", h.weight_decay);
+  if (const json* b = r.at("optimizer.params.betas")) {
+    h.beta1 = static_cast<float>((*b)[0].get<double>());
+    h.beta2 = static_cast<float>((*b)[1].get<double>());
   }
-  Section p = opt.sub("params");
-  p.get("lr", h.lr);
-  p.get("weight_decay", h.weight_decay);
+  r.get("optimizer.params.eps", h.eps);
+  bool adam_w_mode = true;
+  if (t == "adam" && r.get("optimizer.params.adam_w_mode", adam_w_mode) && !adam_w_mode) h.kind = OptimizerKind::adam;
+  r.get("optimizer.params.momentum", h.momentum);
+  r.get("optimizer.params.dampening", h.dampening);
+  r.get("optimizer.params.nesterov", h.nesterov);
+}
+
+void read_precision(const Reader& r, EngineConfig& c, ConfigDiagnostics& d) {
+  bool bf16 = false, fp16 = false;
+  r.get("bf16.enabled", bf16);
+  r.get("fp16.enabled", fp16);
+  if (bf16 && fp16) d.problem("\"fp16.enabled\" and \"bf16.enabled\" are both true; choose one");
+  if (bf16) c.compute_dtype = DType::bf16;
+  if (fp16 && !bf16) c.compute_dtype = DType::f16;
+  LossScaleConfig& ls = c.loss_scale;
+  double scale = 0;
+  r.get("fp16.loss_scale", scale);
+  ls.dynamic = scale == 0;
+  ls.static_scale = scale;
+  r.get("fp16.initial_scale_power", ls.initial_scale_power);
+  r.get("fp16.loss_scale_window", ls.loss_scale_window);
+  r.get("fp16.hysteresis", ls.hysteresis);
+  r.get("fp16.min_loss_scale", ls.min_loss_scale);
+  std::string comm;
+  if (r.get("communication_data_type", comm)) {
+    if (comm == "fp32") {
+      c.communication_data_type = DType::f32;
+    } else if (comm == "bf16") {
+      c.communication_data_type = DType::bf16;
+    } else if (comm == "fp16") {
+      c.communication_data_type = DType::f16;
+    } else {
+      d.bad_value("communication_data_type", comm, "is invalid: use fp32, bf16 or fp16");
+    }
+  }
+}
+
+OffloadDevice read_device(const Reader& r, const std::string& path, ConfigDiagnostics& d) {
+  std::string dev = "none";
+  r.get(path, dev);
+  const std::string l = lower(dev);
+  if (l == "none") return OffloadDevice::none;
+  if (l == "cpu") return OffloadDevice::cpu;
+  if (l == "nvme") return OffloadDevice::nvme;
+  d.bad_value(path, dev, "is invalid: expected \"none\", \"cpu\" or \"nvme\"");
+  return OffloadDevice::none;
+}
+
+void read_zero(const Reader& r, const std::set<std::string>& bad, EngineConfig& c, ConfigDiagnostics& d) {
+  const std::string z = "zero_optimization.";
+  r.get(z + "stage", c.zero.stage);
+  r.get(z + "reduce_bucket_size", c.zero.reduce_bucket_size);
+  r.get(z + "allgather_bucket_size", c.zero.allgather_bucket_size);
+  bool overlap = false;
+  if (r.get(z + "overlap_comm", overlap)) c.zero.overlap_comm = overlap;
+  r.get(z + "contiguous_gradients", c.zero.contiguous_gradients);
+  OffloadConfig& o = c.offload;
+  r.get(z + "sub_group_size", o.sub_group_size);
+  const std::string oo = z + "offload_optimizer.", op = z + "offload_param.";
+  o.optimizer.device = read_device(r, oo + "device", d);
+  r.get(oo + "nvme_path", o.optimizer.nvme_path);
+  r.get(oo + "buffer_count", o.optimizer.buffer_count);
+  r.get(oo + "pin_memory", o.optimizer.pin_memory);
+  r.get(oo + "pipeline_read", o.optimizer.pipeline_read);
+  r.get(oo + "pipeline_write", o.optimizer.pipeline_write);
+  o.param.device = read_device(r, op + "device", d);
+  r.get(op + "nvme_path", o.param.nvme_path);
+  r.get(op + "buffer_count", o.param.buffer_count);
+  r.get(op + "buffer_size", o.param.buffer_size);
+  r.get(op + "max_in_cpu", o.param.max_in_cpu);
+  r.get(op + "pin_memory", o.param.pin_memory);
+  if (const json* a = r.at("aio")) {
+    // AioConfig reads the section itself; its keys were type-checked above.
+    bool clean = true;
+    for (auto it = a->begin(); it != a->end(); ++it) clean = clean && !bad.count("aio." + it.key());
+    if (clean) {
+      try {
+        o.aio = AioConfig::from_json(*a, d.source(), "aio");
+      } catch (const ConfigError& e) {
+        record(d, e);
+      }
+    }
+  }
+}
+
+void read_scheduler(const Reader& r, const std::set<std::string>& bad, EngineConfig& c, ConfigDiagnostics& d) {
+  const json* s = r.at("scheduler");
+  if (!s) return;
+  for (const std::string& p : bad) {
+    if (p.rfind("scheduler.", 0) == 0) return;  // reported already
+  }
+  try {
+    c.scheduler = LrSchedule::from_json(without_no_effect_keys(*s, "scheduler"), d.source());
+  } catch (const ConfigError& e) {
+    record(d, e);
+  }
+}
+
+// Range checks of validate_in, each failure recorded.
+void collect_range_problems(const EngineConfig& c, ConfigDiagnostics& d) {
+  auto bad = [&](const char* key, const std::string& value, const char* rule) {
+    d.problem(fmt::format("\"{}\" = {} is invalid: {}", key, value, rule));
+  };
+  const OptimizerHyper& h = c.optimizer;
+  if (c.zero.stage < 0 || c.zero.stage > 3) {
+    bad("zero_optimization.stage", std::to_string(c.zero.stage), "must be 0, 1, 2 or 3");
+  }
+  if (c.zero.reduce_bucket_size <= 0) {
+    bad("zero_optimization.reduce_bucket_size", std::to_string(c.zero.reduce_bucket_size), "must be > 0 (elements)");
+  }
+  if (c.zero.allgather_bucket_size <= 0) {
+    bad("zero_optimization.allgather_bucket_size", std::to_string(c.zero.allgather_bucket_size),
+        "must be > 0 (elements)");
+  }
+  if (!c.zero.contiguous_gradients) {
+    bad("zero_optimization.contiguous_gradients", "false",
+        "zeroshard's gradients are always in one flat buffer per unit (docs/config.md); remove the key or set it "
+        "to true");
+  }
+  c.offload.collect_problems(c.zero.stage, d);
+  if (c.train_micro_batch_size_per_gpu < 1) {
+    bad("train_micro_batch_size_per_gpu", std::to_string(c.train_micro_batch_size_per_gpu), "must be >= 1");
+  }
+  if (c.gradient_accumulation_steps < 1) {
+    bad("gradient_accumulation_steps", std::to_string(c.gradient_accumulation_steps), "must be >= 1");
+  }
+  if (c.train_batch_size && *c.train_batch_size < 1) {
+    bad("train_batch_size", std::to_string(*c.train_batch_size), "must be >= 1");
+  }
+  if (!(c.gradient_clipping >= 0.0)) {
+    bad("gradient_clipping", fmt::format("{}", c.gradient_clipping), "must be >= 0 (0 disables clipping)");
+  }
+  const LossScaleConfig& ls = c.loss_scale;
+  if (!(ls.static_scale >= 0)) bad("fp16.loss_scale", fmt::format("{}", ls.static_scale), "must be >= 0");
+  if (ls.initial_scale_power < 0 || ls.initial_scale_power > 64) {
+    bad("fp16.initial_scale_power", std::to_string(ls.initial_scale_power), "must be in [0, 64]");
+  }
+  if (ls.loss_scale_window < 1) bad("fp16.loss_scale_window", std::to_string(ls.loss_scale_window), "must be >= 1");
+  if (ls.hysteresis < 1) bad("fp16.hysteresis", std::to_string(ls.hysteresis), "must be >= 1");
+  if (!(ls.min_loss_scale > 0)) bad("fp16.min_loss_scale", fmt::format("{}", ls.min_loss_scale), "must be > 0");
+  if (c.steps_per_print < 1) bad("steps_per_print", std::to_string(c.steps_per_print), "must be >= 1");
+  if (!(h.lr >= 0.0f)) bad("optimizer.params.lr", fmt::format("{}", h.lr), "must be >= 0");
+  if (!(h.weight_decay >= 0.0f)) bad("optimizer.params.weight_decay", fmt::format("{}", h.weight_decay), "must be >= 0");
   if (h.kind != OptimizerKind::sgd) {
-    if (p.has("betas")) {
-      const json& b = p.raw("betas");
-      if (!b.is_array() || b.size() != 2 || !b[0].is_number() || !b[1].is_number()) {
-        p.fail_type(p.key_path("betas"), "an array of two numbers [beta1, beta2]");
-      }
-      h.beta1 = static_cast<float>(b[0].get<double>());
-      h.beta2 = static_cast<float>(b[1].get<double>());
+    if (!(h.beta1 >= 0.0f && h.beta1 < 1.0f) || !(h.beta2 >= 0.0f && h.beta2 < 1.0f)) {
+      bad("optimizer.params.betas", fmt::format("[{}, {}]", h.beta1, h.beta2), "each beta must be in [0, 1)");
     }
-    p.get("eps", h.eps);
-    if (t == "adam") {
-      bool adam_w_mode = true;
-      p.get("adam_w_mode", adam_w_mode);
-      h.kind = adam_w_mode ? OptimizerKind::adamw : OptimizerKind::adam;
-    }
+    if (!(h.eps > 0.0f)) bad("optimizer.params.eps", fmt::format("{}", h.eps), "must be > 0");
   } else {
-    p.get("momentum", h.momentum);
-    p.get("dampening", h.dampening);
-    p.get("nesterov", h.nesterov);
-  }
-  p.reject_unknown();
-  opt.reject_unknown();
-}
-
-[[noreturn]] void bad_value(const std::string& source, const char* key, const std::string& value,
-                            const char* rule) {
-  throw ConfigError(fmt::format("{}: \"{}\" = {} is invalid: {}", source, key, value, rule));
-}
-
-// Ranges of the keys parse_overlap reads.
-void validate_overlap(const ZeroConfig& z, const std::string& source) {
-  if (z.reduce_bucket_size <= 0) {
-    bad_value(source, "zero_optimization.reduce_bucket_size", std::to_string(z.reduce_bucket_size),
-              "must be > 0 (elements)");
-  }
-  if (z.allgather_bucket_size <= 0) {
-    bad_value(source, "zero_optimization.allgather_bucket_size", std::to_string(z.allgather_bucket_size),
-              "must be > 0 (elements)");
-  }
-  if (!z.contiguous_gradients) {
-    bad_value(source, "zero_optimization.contiguous_gradients", "false",
-              "zeroshard's gradients are always in one flat buffer per unit (see runtime/config.h); "
-              "remove the key or set it to true");
-  }
-}
-
-// from_json's counterpart of check_nesting, for a value built by the
-// caller: throws a ConfigError naming the top-level key under which objects
-// and arrays nest deeper than kMaxConfigDepth. Iterative (an explicit
-// stack), so a deep value cannot overflow the call stack here.
-void check_depth(const json& j, const std::string& source) {
-  if (!j.is_object()) return;  // Section reports the wrong type
-  std::vector<std::pair<const json*, int>> todo;
-  for (auto it = j.begin(); it != j.end(); ++it) {
-    todo.assign(1, {&it.value(), 2});
-    while (!todo.empty()) {
-      const auto [v, depth] = todo.back();
-      todo.pop_back();
-      if (!v->is_structured()) continue;
-      if (depth > kMaxConfigDepth) {
-        throw ConfigError(fmt::format("{}: \"{}\" holds objects and arrays nested deeper than {} levels", source,
-                                      brief(it.key()), kMaxConfigDepth));
-      }
-      for (const json& child : *v) todo.emplace_back(&child, depth + 1);
+    if (!(h.momentum >= 0.0f)) bad("optimizer.params.momentum", fmt::format("{}", h.momentum), "must be >= 0");
+    if (h.nesterov && (h.momentum <= 0.0f || h.dampening != 0.0f)) {
+      bad("optimizer.params.nesterov", "true",
+          "Nesterov momentum requires momentum > 0 and dampening 0 (as torch.optim.SGD)");
     }
   }
 }
 
 }  // namespace
 
-EngineConfig EngineConfig::from_json(const nlohmann::json& j, const std::string& source) {
-  check_depth(j, source);
+EngineConfig EngineConfig::from_json(const json& j, const std::string& source, const ConfigOptions& options) {
+  check_config_depth(j, source);
+  ConfigDiagnostics d(source);
+  json doc = j;
+  const json* strict_v = json_at(doc, "zeroshard.strict");
+  const bool strict = options.strict || (strict_v && strict_v->is_boolean() && strict_v->get<bool>());
+  normalize_legacy(doc, strict, d);
+  std::set<std::string> unfilled;
+  const std::set<std::string> batch_auto = resolve_auto(doc, options, unfilled, d);
+  const std::set<std::string> bad = check_keys(doc, strict, unfilled, d);
   EngineConfig c;
-  Section top(j, "", source);
-  std::int64_t tbs = 0;
-  if (top.has("train_batch_size")) {
-    top.get("train_batch_size", tbs);
-    c.train_batch_size = tbs;
-  }
-  top.get("train_micro_batch_size_per_gpu", c.train_micro_batch_size_per_gpu);
-  top.get("gradient_accumulation_steps", c.gradient_accumulation_steps);
-  top.get("gradient_clipping", c.gradient_clipping);
-  top.get("steps_per_print", c.steps_per_print);
-  if (top.has("optimizer")) parse_optimizer(top, c, source);
-  if (top.has("bf16")) {
-    Section b = top.sub("bf16");
-    bool enabled = false;
-    b.get("enabled", enabled);
-    b.reject_unknown();
-    if (enabled) c.compute_dtype = DType::bf16;
-  }
-  if (top.has("fp16")) {
-    Section f = top.sub("fp16");
-    bool enabled = false;
-    f.get("enabled", enabled);
-    double scale = 0;
-    f.get("loss_scale", scale);
-    LossScaleConfig& ls = c.loss_scale;
-    ls.dynamic = scale == 0;
-    ls.static_scale = scale;
-    f.get("initial_scale_power", ls.initial_scale_power);
-    f.get("loss_scale_window", ls.loss_scale_window);
-    f.get("hysteresis", ls.hysteresis);
-    f.get("min_loss_scale", ls.min_loss_scale);
-    f.reject_unknown();
-    if (enabled) {
-      if (c.compute_dtype == DType::bf16) {
-        throw ConfigError(fmt::format("{}: \"fp16.enabled\" and \"bf16.enabled\" are both true; choose one", source));
-      }
-      c.compute_dtype = DType::f16;
-    }
-  }
-  if (top.has("communication_data_type")) {
-    std::string t;
-    top.get("communication_data_type", t);
-    if (t == "fp32") {
-      c.communication_data_type = DType::f32;
-    } else if (t == "bf16") {
-      c.communication_data_type = DType::bf16;
-    } else if (t == "fp16") {
-      c.communication_data_type = DType::f16;
-    } else {
-      throw ConfigError(fmt::format("{}: \"communication_data_type\" = \"{}\" is invalid: use fp32, bf16 or fp16",
-                                    source, brief(t)));
-    }
-  }
-  if (top.has("scheduler")) c.scheduler = LrSchedule::from_json(top.raw("scheduler"), source);
-  if (top.has("zero_optimization")) {
-    Section z = top.sub("zero_optimization");
-    z.get("stage", c.zero.stage);
-    parse_overlap(z, c.zero);
-    parse_offload(z, c.offload);
-    z.reject_unknown();
-  }
-  if (top.has("aio")) c.offload.aio = AioConfig::from_json(top.raw("aio"), source, "aio");
-  top.reject_unknown();
   c.source = source;
-  c.validate_in(source);
+  if (!bad.count("")) {
+    const Reader r(doc, bad);
+    std::int64_t tbs = 0;
+    if (r.get("train_batch_size", tbs)) c.train_batch_size = tbs;
+    c.micro_batch_given = r.get("train_micro_batch_size_per_gpu", c.train_micro_batch_size_per_gpu);
+    c.accumulation_given = r.get("gradient_accumulation_steps", c.gradient_accumulation_steps);
+    // Without any batch key the micro-batch is 1 (zeroshard's default).
+    if (!c.train_batch_size && !batch_auto.count("train_micro_batch_size_per_gpu")) c.micro_batch_given = true;
+    if (!c.train_batch_size && !batch_auto.count("gradient_accumulation_steps")) c.accumulation_given = true;
+    r.get("gradient_clipping", c.gradient_clipping);
+    r.get("steps_per_print", c.steps_per_print);
+    read_optimizer(r, c, d);
+    read_precision(r, c, d);
+    read_zero(r, bad, c, d);
+    read_scheduler(r, bad, c, d);
+    collect_range_problems(c, d);
+    if (options.world_size && d.ok()) {
+      try {
+        c.resolve_batch(*options.world_size);
+      } catch (const ConfigError& e) {
+        record(d, e);
+      }
+    }
+  }
+  d.throw_if_any();
+  c.warnings = d.warnings();
   return c;
 }
 
-namespace {
-
-// Throws a ConfigError naming `source` and the byte offset of the first
-// '[' or '{' that nests deeper than kMaxConfigDepth (brackets inside
-// strings do not count). A linear scan before parsing: see [Note: bounded
-// config JSON].
-void check_nesting(const std::string& text, const std::string& source) {
-  int depth = 0;
-  bool in_string = false, escaped = false;
-  for (std::size_t i = 0; i < text.size(); ++i) {
-    const char ch = text[i];
-    if (in_string) {
-      if (escaped) {
-        escaped = false;
-      } else if (ch == '\\') {
-        escaped = true;
-      } else if (ch == '"') {
-        in_string = false;
-      }
-    } else if (ch == '"') {
-      in_string = true;
-    } else if (ch == '{' || ch == '[') {
-      if (++depth > kMaxConfigDepth) {
-        throw ConfigError(fmt::format("{}: objects and arrays nest deeper than {} levels at byte {}", source,
-                                      kMaxConfigDepth, i));
-      }
-    } else if (ch == '}' || ch == ']') {
-      --depth;
-    }
-  }
-}
-
-// json::parse, but a key that appears twice in one object is a ConfigError
-// naming it (nlohmann keeps the last one silently; a ds_config with two
-// "device" keys would run with whichever came last), and so is a number
-// nlohmann-json cannot hold (1e400), naming the key it belongs to.
-json parse_rejecting_duplicates(const std::string& text, const std::string& source) {
-  check_nesting(text, source);
-  // One frame per open object or array. A frame keeps the key last read
-  // (objects) or the index of the element being read (arrays); the dotted
-  // path is put together only for an error message.
-  struct Frame {
-    bool array = false;
-    std::size_t index = 0;
-    std::string last;
-    std::set<std::string> keys;
-  };
-  std::vector<Frame> stack;
-  auto path = [&]() {
-    std::string p;
-    for (const Frame& f : stack) {
-      if (f.array) {
-        p += fmt::format("[{}]", f.index);
-      } else if (!f.last.empty()) {
-        p += (p.empty() ? "" : ".") + f.last;
-      }
-    }
-    return p.empty() ? std::string("<top level>") : p;
-  };
-  auto next_element = [&]() {
-    if (!stack.empty() && stack.back().array) ++stack.back().index;
-  };
-  auto cb = [&](int, json::parse_event_t event, json& parsed) {
-    switch (event) {
-      case json::parse_event_t::object_start:
-      case json::parse_event_t::array_start:
-        stack.push_back(Frame{event == json::parse_event_t::array_start, 0, "", {}});
-        break;
-      case json::parse_event_t::object_end:
-      case json::parse_event_t::array_end:
-        if (!stack.empty()) stack.pop_back();
-        next_element();
-        break;
-      case json::parse_event_t::key: {
-        Frame& top = stack.back();
-        top.last = parsed.get<std::string>();
-        if (!top.keys.insert(top.last).second) {
-          throw ConfigError(fmt::format("{}: key \"{}\" appears twice; each key may be given once", source,
-                                        brief(path())));
-        }
-        break;
-      }
-      case json::parse_event_t::value:
-        next_element();
-        break;
-    }
-    return true;
-  };
-  try {
-    return json::parse(text, cb);
-  } catch (const json::parse_error& e) {
-    throw ConfigError(fmt::format("{}: invalid JSON at byte {}: {}", source, e.byte, brief(std::string(e.what()))));
-  } catch (const json::exception& e) {
-    // nlohmann-json's out_of_range 406 (a number beyond double's range):
-    // the parse stopped at the value of the key `path()` names.
-    throw ConfigError(fmt::format("{}: \"{}\": {}", source, brief(path()), brief(std::string(e.what()))));
-  }
-}
-
-}  // namespace
-
-EngineConfig EngineConfig::from_file(const std::string& path) {
+EngineConfig EngineConfig::from_file(const std::string& path, const ConfigOptions& options) {
   std::error_code ec;
   if (std::filesystem::is_directory(path, ec)) {
     throw ConfigError(fmt::format("{}: is a directory, not a configuration file", path));
@@ -484,88 +311,15 @@ EngineConfig EngineConfig::from_file(const std::string& path) {
   }
   std::stringstream ss;
   ss << in.rdbuf();
-  return from_json(parse_rejecting_duplicates(ss.str(), path), path);
+  return from_json(parse_config_text(ss.str(), path), path, options);
 }
 
 void EngineConfig::validate() const { validate_in(source); }
 
-void EngineConfig::validate_in(const std::string& source) const {
-  const OptimizerHyper& h = optimizer;
-  if (zero.stage < 0 || zero.stage > 3) {
-    bad_value(source, "zero_optimization.stage", std::to_string(zero.stage), "must be 0, 1, 2 or 3");
-  }
-  validate_overlap(zero, source);
-  offload.validate(zero.stage, source);
-  if (train_micro_batch_size_per_gpu < 1) {
-    bad_value(source, "train_micro_batch_size_per_gpu",
-              std::to_string(train_micro_batch_size_per_gpu), "must be >= 1");
-  }
-  if (gradient_accumulation_steps < 1) {
-    bad_value(source, "gradient_accumulation_steps", std::to_string(gradient_accumulation_steps),
-              "must be >= 1");
-  }
-  if (train_batch_size && *train_batch_size < 1) {
-    bad_value(source, "train_batch_size", std::to_string(*train_batch_size), "must be >= 1");
-  }
-  if (!(gradient_clipping >= 0.0)) {
-    bad_value(source, "gradient_clipping", fmt::format("{}", gradient_clipping),
-              "must be >= 0 (0 disables clipping)");
-  }
-  const LossScaleConfig& ls = loss_scale;
-  if (!(ls.static_scale >= 0)) bad_value(source, "fp16.loss_scale", fmt::format("{}", ls.static_scale), "must be >= 0");
-  if (ls.initial_scale_power < 0 || ls.initial_scale_power > 64) {
-    bad_value(source, "fp16.initial_scale_power", std::to_string(ls.initial_scale_power), "must be in [0, 64]");
-  }
-  if (ls.loss_scale_window < 1) {
-    bad_value(source, "fp16.loss_scale_window", std::to_string(ls.loss_scale_window), "must be >= 1");
-  }
-  if (ls.hysteresis < 1) bad_value(source, "fp16.hysteresis", std::to_string(ls.hysteresis), "must be >= 1");
-  if (!(ls.min_loss_scale > 0)) bad_value(source, "fp16.min_loss_scale", fmt::format("{}", ls.min_loss_scale), "must be > 0");
-  if (steps_per_print < 1) {
-    bad_value(source, "steps_per_print", std::to_string(steps_per_print), "must be >= 1");
-  }
-  if (!(h.lr >= 0.0f)) bad_value(source, "optimizer.params.lr", fmt::format("{}", h.lr), "must be >= 0");
-  if (!(h.weight_decay >= 0.0f)) {
-    bad_value(source, "optimizer.params.weight_decay", fmt::format("{}", h.weight_decay),
-              "must be >= 0");
-  }
-  if (h.kind != OptimizerKind::sgd) {
-    if (!(h.beta1 >= 0.0f && h.beta1 < 1.0f) || !(h.beta2 >= 0.0f && h.beta2 < 1.0f)) {
-      bad_value(source, "optimizer.params.betas", fmt::format("[{}, {}]", h.beta1, h.beta2),
-                "each beta must be in [0, 1)");
-    }
-    if (!(h.eps > 0.0f)) bad_value(source, "optimizer.params.eps", fmt::format("{}", h.eps), "must be > 0");
-  } else {
-    if (!(h.momentum >= 0.0f)) {
-      bad_value(source, "optimizer.params.momentum", fmt::format("{}", h.momentum), "must be >= 0");
-    }
-    if (h.nesterov && (h.momentum <= 0.0f || h.dampening != 0.0f)) {
-      bad_value(source, "optimizer.params.nesterov", "true",
-                "Nesterov momentum requires momentum > 0 and dampening 0 (as torch.optim.SGD)");
-    }
-  }
-}
-
-void EngineConfig::validate_for_world(int world_size) const {
-  validate();
-  // Checked: the global batch must fit int64 whether or not
-  // train_batch_size is given (callers multiply it out, e.g. to print it),
-  // and a wrapped product must never match train_batch_size.
-  std::int64_t global = 0;
-  if (__builtin_mul_overflow(train_micro_batch_size_per_gpu, gradient_accumulation_steps, &global) ||
-      __builtin_mul_overflow(global, static_cast<std::int64_t>(world_size), &global)) {
-    throw ConfigError(fmt::format(
-        "{}: the global batch, train_micro_batch_size_per_gpu ({}) x gradient_accumulation_steps ({}) x "
-        "world size ({}), overflows a 64-bit integer",
-        source, train_micro_batch_size_per_gpu, gradient_accumulation_steps, world_size));
-  }
-  if (train_batch_size && *train_batch_size != global) {
-    throw ConfigError(fmt::format(
-        "{}: \"train_batch_size\" = {} does not equal train_micro_batch_size_per_gpu ({}) x "
-        "gradient_accumulation_steps ({}) x world size ({}) = {}",
-        source, *train_batch_size, train_micro_batch_size_per_gpu, gradient_accumulation_steps, world_size,
-        global));
-  }
+void EngineConfig::validate_in(const std::string& where) const {
+  ConfigDiagnostics d(where);
+  collect_range_problems(*this, d);
+  d.throw_if_any();
 }
 
 }  // namespace zeroshard

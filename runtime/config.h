@@ -1,65 +1,38 @@
 // Engine configuration, read from a DeepSpeed-style ds_config JSON file.
 //
-// Supported keys (DeepSpeed names and meaning):
-//   train_batch_size                 optional; must equal micro x accumulation x world size
-//   train_micro_batch_size_per_gpu   samples per rank per micro-batch (>= 1)
-//   gradient_accumulation_steps      micro-batches per optimizer step (>= 1)
-//   gradient_clipping                max global L2 norm of the gradients; 0 = off
-//   steps_per_print                  how often the example programs log (>= 1)
-//   optimizer.type                   "Adam", "AdamW" or "SGD" (case-insensitive)
-//   optimizer.params                 lr, betas [b1, b2], eps, weight_decay,
-//                                    adam_w_mode (Adam only; default true, as in
-//                                    DeepSpeed: "Adam" means AdamW unless false),
-//                                    momentum, dampening, nesterov (SGD only)
-//   zero_optimization.stage          0, 1, 2 or 3
-//   bf16.enabled                     parameters and gradients in bf16, fp32 master weights
-//   fp16.enabled                     the same in fp16, with loss scaling:
-//   fp16.loss_scale                  0 = dynamic (default), > 0 = static scale
-//   fp16.initial_scale_power         dynamic: first scale 2^power (default 16)
-//   fp16.loss_scale_window           clean steps before the scale doubles (1000)
-//   fp16.hysteresis                  overflows tolerated before halving (2)
-//   fp16.min_loss_scale              floor of the dynamic scale (1)
-//   communication_data_type          "fp32", "bf16" or "fp16": the dtype gradients travel in
-//                                    (default fp32: 16-bit gradients are widened, reduced in
-//                                    fp32 and rounded once)
-//   scheduler                        {type: WarmupLR | WarmupDecayLR | WarmupCosineLR, params}
-//                                    (runtime/lr_schedule.h)
-//   zero_optimization.reduce_bucket_size     gradient elements per reduction bucket (default 5e8;
-//                                    > 0; a JSON integer or an integral number such as 5e8).
-//                                    During backward, reduce_gradients() packs units' gradients
-//                                    into buckets; a full bucket's all-reduce (stages 0/1) or
-//                                    reduce-scatter (stages 2/3) starts at once; units larger
-//                                    than a bucket are split. At stages 2/3 a bucket holds the
-//                                    same slice of every rank's shard, so its size is rounded
-//                                    down to a multiple of the world size (at least one element
-//                                    per rank). Results do not depend on it (runtime/grad_buckets.h).
-//   zero_optimization.allgather_bucket_size  parameter elements per bucket of the all-gather of
-//                                    updated shards after step() at stages 1/2 (default 5e8; > 0;
-//                                    rounded as above). Stage 3 gathers unit by unit.
-//   zero_optimization.overlap_comm   true: bucket collectives run in the background while
-//                                    backward goes on (at most 2 in flight), and stage 3
-//                                    prefetches the next unit's all-gather; false: each bucket's
-//                                    collective completes before reduce_gradients() returns and
-//                                    stage 3 gathers only on unshard(). Default as DeepSpeed:
-//                                    true at stage 3, false at stages 0-2.
-//   zero_optimization.contiguous_gradients  DeepSpeed copies gradients into one contiguous buffer
-//                                    to avoid fragmentation. zeroshard always keeps gradients in
-//                                    one pre-faulted flat buffer per unit and reduced shards in
-//                                    one flat buffer per unit, and packs buckets into reused pool
-//                                    buffers, so true (the default) changes nothing and false is
-//                                    a ConfigError (there is no fragmented mode to switch to).
-//   zero_optimization.offload_optimizer, zero_optimization.offload_param,
-//   zero_optimization.sub_group_size, aio
-//                                    offload tiers (runtime/offload_config.h)
-// Any other key is a ConfigError naming it: zeroshard never ignores a setting
-// it does not implement.
+// docs/config.md lists every key zeroshard reads (default, what it does
+// here), the DeepSpeed keys it accepts without effect, the legacy
+// spellings it maps and the keys it refuses; it is printed from the key
+// table in runtime/config_keys.cpp, which is also what the parser checks
+// keys against. A few keys in more detail:
+//   zero_optimization.reduce_bucket_size  gradient elements per reduction
+//       bucket. During backward, reduce_gradients() packs units' gradients
+//       into buckets; a full bucket's all-reduce (stages 0/1) or
+//       reduce-scatter (stages 2/3) starts at once; units larger than a
+//       bucket are split. At stages 2/3 a bucket holds the same slice of
+//       every rank's shard, so its size is rounded down to a multiple of the
+//       world size. Results do not depend on it (runtime/grad_buckets.h).
+//   zero_optimization.overlap_comm  true: bucket collectives run in the
+//       background while backward goes on (at most 2 in flight), and stage 3
+//       prefetches the next unit's all-gather. Default as DeepSpeed: true at
+//       stage 3, false at stages 0-2.
+//   zero_optimization.contiguous_gradients  zeroshard always keeps gradients
+//       in one pre-faulted flat buffer per unit, so true (the default)
+//       changes nothing and false is a ConfigError.
+//   offload tiers: runtime/offload_config.h; aio: offload/aio_config.h;
+//   scheduler: runtime/lr_schedule.h.
+// The reader reports every problem of a file in one ConfigError (see
+// runtime/config_diagnostics.h) and returns warnings in
+// EngineConfig::warnings.
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <optional>
 #include <string>
+#include <vector>
 
-#include <nlohmann/json_fwd.hpp>
+#include <nlohmann/json.hpp>
 
 #include "core/dtype.h"
 #include "optimizer/optimizer.h"
@@ -93,11 +66,72 @@ struct ZeroConfig {
   bool overlap() const { return overlap_comm.value_or(stage == 3); }
 };
 
+/// What the embedding program supplies to the ds_config reader: values for
+/// keys the file sets to "auto" (what HF Trainer and Accelerate fill in),
+/// the model's hidden size for DeepSpeed's bucket-size rules, the world
+/// size for the batch arithmetic, and strict mode. Plain value type.
+struct ConfigOptions {
+  /// Values by dotted key path ("optimizer.params.lr"), used only where the
+  /// file says "auto"; a path whose key may not be "auto" (docs/config.md,
+  /// column "auto") is a ConfigError.
+  std::map<std::string, nlohmann::json> values;
+  /// Model hidden size (elements): fills "auto" in reduce_bucket_size
+  /// (hidden^2), stage3_prefetch_bucket_size (0.9 hidden^2, rounded down)
+  /// and stage3_param_persistence_threshold (10 hidden), the rules of HF
+  /// transformers' DeepSpeed integration. Unset: those stay unresolved.
+  std::optional<std::int64_t> hidden_size;
+  /// World size: when set, the reader does the batch arithmetic
+  /// (EngineConfig::resolve_batch) and reports its errors with the rest.
+  std::optional<int> world_size;
+  /// Keys accepted without effect and legacy spellings become errors (the
+  /// file's "zeroshard": {"strict": true} does the same).
+  bool strict = false;
+
+  /// Sets values[key] = value; returns *this for chaining.
+  ConfigOptions& fill(const std::string& key, nlohmann::json value) {
+    values[key] = std::move(value);
+    return *this;
+  }
+};
+
+/// The values HF's DeepSpeed integration derives from a model's hidden size
+/// for "auto" bucket keys (elements). Throws ConfigError when hidden < 1 or
+/// hidden^2 overflows int64.
+struct AutoBucketSizes {
+  std::int64_t reduce_bucket_size;                  ///< hidden^2
+  std::int64_t stage3_prefetch_bucket_size;         ///< floor(0.9 hidden^2)
+  std::int64_t stage3_param_persistence_threshold;  ///< 10 hidden
+};
+AutoBucketSizes auto_bucket_sizes(std::int64_t hidden_size);
+
+/// DeepSpeed's batch arithmetic: train_batch_size = micro x accumulation x
+/// world. Any two of the three give the third; train_batch_size alone gives
+/// accumulation 1; micro alone gives accumulation 1; none gives micro 1
+/// (DeepSpeed refuses that file; zeroshard keeps its default). Throws
+/// ConfigError showing the arithmetic when the three disagree, when a
+/// division leaves a remainder, or when the product overflows int64
+/// (checked multiplication, never a wrapped value). `source` prefixes the
+/// message.
+struct BatchSizes {
+  std::int64_t train_batch_size;
+  std::int64_t train_micro_batch_size_per_gpu;
+  std::int64_t gradient_accumulation_steps;
+};
+BatchSizes resolve_batch_sizes(std::optional<std::int64_t> train_batch_size,
+                               std::optional<std::int64_t> micro_batch,
+                               std::optional<std::int64_t> accumulation, int world_size,
+                               const std::string& source);
+
 /// Whole engine configuration. Plain value type; validate() checks ranges.
 struct EngineConfig {
   std::optional<std::int64_t> train_batch_size;  ///< checked against the world size
   std::int64_t train_micro_batch_size_per_gpu = 1;
   std::int64_t gradient_accumulation_steps = 1;
+  /// False when the file left the key out (or "auto" without a value) for
+  /// resolve_batch() to derive from the other two at the world size; true
+  /// for configurations built in code.
+  bool micro_batch_given = true;
+  bool accumulation_given = true;
   double gradient_clipping = 0.0;  ///< 0 disables clipping
   std::int64_t steps_per_print = 10;
   OptimizerHyper optimizer;
@@ -108,25 +142,38 @@ struct EngineConfig {
   LrSchedule scheduler;
   OffloadConfig offload;  ///< offload tiers (runtime/offload_config.h)
   std::string source = "configuration";  ///< file it came from, named in error messages
+  /// Lines the reader warns with ("ds.json: ..."): keys accepted without
+  /// effect, legacy spellings and what they became. The examples print them.
+  std::vector<std::string> warnings;
 
-  /// Parses a ds_config object. `source` names the file (or "<string>") in
-  /// error messages. Throws ConfigError naming the key for an unknown key,
-  /// a wrong JSON type, an invalid value, or objects and arrays nested more
-  /// than 32 levels deep (see [Note: bounded config JSON] in config.cpp).
-  /// Values quoted in messages are cut to a short prefix.
-  static EngineConfig from_json(const nlohmann::json& j, const std::string& source = "<json>");
+  /// Parses a ds_config object. `source` names the file (or "<json>") in
+  /// messages. Collects every problem (unknown key with the closest known
+  /// one, wrong JSON type, invalid value, refused key, unresolved "auto",
+  /// batch arithmetic when options.world_size is set) and throws one
+  /// ConfigError listing them all; objects and arrays nested more than 32
+  /// levels deep are refused first (see [Note: bounded config JSON] in
+  /// runtime/config_diagnostics.h). Values quoted are cut to a short prefix.
+  static EngineConfig from_json(const nlohmann::json& j, const std::string& source = "<json>",
+                                const ConfigOptions& options = {});
   /// Reads and parses a ds_config file. Throws ConfigError if it cannot be
   /// read or parsed: the message names the file and, for syntax errors and
-  /// nesting deeper than 32 levels, the byte offset; for a number beyond
-  /// the range of a double (1e400), the key. Then as from_json.
-  static EngineConfig from_file(const std::string& path);
+  /// nesting deeper than 32 levels, the byte offset; for a key given twice,
+  /// its path; for a number beyond the range of a double (1e400), the key.
+  /// Then as from_json.
+  static EngineConfig from_file(const std::string& path, const ConfigOptions& options = {});
+
+  /// Derives the batch key the file left out (resolve_batch_sizes) at
+  /// `world_size` and stores all three; afterwards both *_given are true.
+  /// Throws ConfigError as resolve_batch_sizes.
+  void resolve_batch(int world_size);
 
   /// Throws ConfigError naming the first key whose value is out of range
   /// (stage not 0-3, lr < 0, accumulation < 1, betas outside [0, 1), ...).
   void validate() const;
-  /// validate(), then checks that micro x accumulation x world_size (the
-  /// global batch) fits int64 and equals train_batch_size when that is set.
-  /// Throws ConfigError.
+  /// validate(), then checks train_batch_size == micro x accumulation x
+  /// world_size when set (checked multiplication: an overflowing product is
+  /// an error). Throws ConfigError, also when a batch key still has to be
+  /// derived (call resolve_batch first).
   void validate_for_world(int world_size) const;
   /// validate() with `source` (a file name) in the messages.
   void validate_in(const std::string& source) const;

@@ -31,7 +31,7 @@
 //   pipeline_write  let the write of sub-group i run while later ones are
 //                   updated (default true); false waits for each write.
 //   ratio, fast_init  DeepSpeed keys zeroshard does not implement: a
-//                   ConfigError, as any other unknown key.
+//                   ConfigError naming them (docs/config.md).
 // zero_optimization.offload_param (stage 3 only):
 //   device          "none" | "cpu" | "nvme": tier of this rank's parameter
 //                   shards; they are swapped in ahead of the unit's
@@ -59,6 +59,8 @@
 #include "offload/aio_config.h"
 
 namespace zeroshard {
+
+class ConfigDiagnostics;
 
 /// An offload tier named by ds_config's "device" key.
 enum class OffloadDevice { none, cpu, nvme };
@@ -103,6 +105,9 @@ struct OffloadConfig {
   /// stage >= 1, offload_param stage 3, nvme a nvme_path). Throws
   /// ConfigError naming the key, prefixed by `source`.
   void validate(int stage, const std::string& source) const;
+  /// validate()'s checks, each failure recorded in `d` (prefixed there by
+  /// its source) instead of thrown.
+  void collect_problems(int stage, ConfigDiagnostics& d) const;
 };
 
 }  // namespace zeroshard

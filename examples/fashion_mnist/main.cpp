@@ -19,6 +19,7 @@
 #include <fmt/format.h>
 
 #include <CLI/CLI.hpp>
+#include <algorithm>
 #include <cerrno>
 #include <charconv>
 #include <cstdio>
@@ -70,6 +71,9 @@ struct Options {
   int keep_last = 0;            ///< newest checkpoints kept (0: all)
   bool resume = false;          ///< continue from the latest checkpoint in save_dir
   std::string device = "cpu";   ///< --device: cpu or cuda (compute_device.h)
+  std::optional<std::int64_t> micro_batch;  ///< --micro-batch: fills "auto" in --config
+  std::optional<double> lr;                 ///< --lr: fills "auto" in --config
+  std::vector<std::string> fills;           ///< --fill KEY=JSON: fills "auto" in --config
 };
 
 /// Hidden layer widths from "1024,1024" (empty string: no hidden layer).
@@ -113,9 +117,28 @@ EngineConfig default_config() {
   return c;
 }
 
+/// The flags fill the "auto" values of --config (docs/config.md), as HF
+/// Trainer does from its arguments; the widest hidden layer stands for the
+/// model's hidden size. Without --config they set the default config.
 EngineConfig make_config(const Options& o, int world_size) {
-  EngineConfig c =
-      o.config_path.empty() ? default_config() : EngineConfig::from_file(o.config_path);
+  ConfigOptions fill;
+  if (o.micro_batch) fill.fill("train_micro_batch_size_per_gpu", *o.micro_batch);
+  if (o.lr) fill.fill("optimizer.params.lr", *o.lr);
+  for (const std::string& f : o.fills) {
+    const std::size_t eq = f.find('=');
+    const nlohmann::json v =
+        eq == std::string::npos ? nlohmann::json() : nlohmann::json::parse(f.substr(eq + 1), nullptr, false);
+    if (eq == std::string::npos || v.is_discarded()) {
+      throw ConfigError(fmt::format("--fill \"{}\": expected KEY=JSON, e.g. optimizer.params.betas=[0.9,0.999]", f));
+    }
+    fill.fill(f.substr(0, eq), v);
+  }
+  const std::vector<std::int64_t> hidden = parse_hidden(o.hidden);
+  if (!hidden.empty()) fill.hidden_size = *std::max_element(hidden.begin(), hidden.end());
+  fill.world_size = world_size;
+  EngineConfig c = o.config_path.empty() ? default_config() : EngineConfig::from_file(o.config_path, fill);
+  if (o.config_path.empty() && o.micro_batch) c.train_micro_batch_size_per_gpu = *o.micro_batch;
+  if (o.config_path.empty() && o.lr) c.optimizer.lr = static_cast<float>(*o.lr);
   if (o.stage >= 0) c.zero.stage = o.stage;
   c.validate();
   c.validate_for_world(world_size);
@@ -152,6 +175,9 @@ int run(const Options& o) {
   if (world > 1) openblas_set_num_threads(1);
 #endif
   const EngineConfig config = make_config(o, world);
+  if (rank == 0) {
+    for (const std::string& w : config.warnings) std::fprintf(stderr, "fashion_mnist: warning: %s\n", w.c_str());
+  }
   // Before the data is read: no GPU (or a build without CUDA) fails in seconds.
   const ComputeDevice device = parse_compute_device(o.device);
   const std::string device_text = select_compute_device(device, *comm);
@@ -255,6 +281,16 @@ int main(int argc, char** argv) {
   app.add_option("--stage", o.stage,
                  "ZeRO stage 0-3; overrides zero_optimization.stage (default without --config: 3)")
       ->check(CLI::Range(0, 3));
+  app.add_option("--micro-batch", o.micro_batch,
+                 "value of an \"auto\" train_micro_batch_size_per_gpu in --config (without --config: the "
+                 "micro-batch, default 32)")
+      ->check(CLI::Range(std::int64_t{1}, std::int64_t{1} << 40));
+  app.add_option("--lr", o.lr,
+                 "value of an \"auto\" optimizer.params.lr in --config (without --config: the learning rate, "
+                 "default 1e-3)")
+      ->check(CLI::NonNegativeNumber);
+  app.add_option("--fill", o.fills,
+                 "KEY=JSON: value of an \"auto\" KEY in --config, e.g. gradient_clipping=1.0 (repeatable)");
   app.add_option("--epochs", o.epochs, "passes over the training set")
       ->capture_default_str()
       ->check(CLI::Range(1, 1000000));
