@@ -178,7 +178,7 @@ json Engine::load_checkpoint(const std::string& save_dir, const std::string& tag
   });
 
   // Commit: nothing above touched the engine.
-  discard_reduce_buckets(s);
+  s.reducer->discard();
   clear_offloaded_grads(s);
   for (std::size_t u = 0; u < s.units.size(); ++u) {
     UnitState& us = s.units[u];
@@ -187,7 +187,6 @@ json Engine::load_checkpoint(const std::string& save_dir, const std::string& tag
     release_param_stage(s, id);
     us.param_upload.release();
     us.gathered.release();
-    us.grad_lease.release();
     us.unshard_count = 0;
     us.reduced = false;
     zero_grads(s, id);

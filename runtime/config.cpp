@@ -172,7 +172,7 @@ void parse_offload(Section& z, OffloadConfig& o) {
 }
 
 // zero_optimization.reduce_bucket_size / allgather_bucket_size /
-// overlap_comm / contiguous_gradients (runtime/config.h, grad_buckets.h).
+// overlap_comm / contiguous_gradients (runtime/config.h, grad_reducer.h).
 // Ranges are checked by validate_in.
 void parse_overlap(Section& z, ZeroConfig& zc) {
   z.get_count("reduce_bucket_size", zc.reduce_bucket_size);

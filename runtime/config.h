@@ -32,7 +32,7 @@
 //                                    than a bucket are split. At stages 2/3 a bucket holds the
 //                                    same slice of every rank's shard, so its size is rounded
 //                                    down to a multiple of the world size (at least one element
-//                                    per rank). Results do not depend on it (runtime/grad_buckets.h).
+//                                    per rank). Results do not depend on it (runtime/grad_reducer.h).
 //   zero_optimization.allgather_bucket_size  parameter elements per bucket of the all-gather of
 //                                    updated shards after step() at stages 1/2 (default 5e8; > 0;
 //                                    rounded as above). Stage 3 gathers unit by unit.
@@ -79,7 +79,7 @@ enum class ComputeDevice { cpu, cuda };
 /// zero_optimization section.
 struct ZeroConfig {
   int stage = 0;  ///< 0 (DDP), 1 (P_os), 2 (P_os+g), 3 (P_os+g+p)
-  /// Gradient elements per reduction bucket (runtime/grad_buckets.h); > 0.
+  /// Gradient elements per reduction bucket (runtime/grad_reducer.h); > 0.
   std::int64_t reduce_bucket_size = 500000000;
   /// Parameter elements per bucket of the stage 1/2 post-step all-gather; > 0.
   std::int64_t allgather_bucket_size = 500000000;
