@@ -121,7 +121,7 @@ struct LoadedUnit {
 
 // Replaces the engine's state with `loaded`, on this rank alone.
 void commit_loaded(EngineState& s, std::vector<LoadedUnit>& loaded) {
-  discard_reduce_buckets(s);
+  s.reducer->discard();
   clear_offloaded_grads(s);
   for (std::size_t u = 0; u < s.units.size(); ++u) {
     UnitState& us = s.units[u];
@@ -130,7 +130,6 @@ void commit_loaded(EngineState& s, std::vector<LoadedUnit>& loaded) {
     release_param_stage(s, id);
     us.param_upload.release();
     us.gathered.release();
-    us.grad_lease.release();
     us.unshard_count = 0;
     us.reduced = false;
     zero_grads(s, id);

@@ -11,7 +11,7 @@
 //       reduce-scatter (stages 2/3) starts at once; units larger than a
 //       bucket are split. At stages 2/3 a bucket holds the same slice of
 //       every rank's shard, so its size is rounded down to a multiple of the
-//       world size. Results do not depend on it (runtime/grad_buckets.h).
+//       world size. Results do not depend on it (runtime/grad_reducer.h).
 //   zero_optimization.overlap_comm  true: bucket collectives run in the
 //       background while backward goes on (at most 2 in flight), and stage 3
 //       prefetches the next unit's all-gather. Default as DeepSpeed: true at
@@ -52,7 +52,7 @@ enum class ComputeDevice { cpu, cuda };
 /// zero_optimization section.
 struct ZeroConfig {
   int stage = 0;  ///< 0 (DDP), 1 (P_os), 2 (P_os+g), 3 (P_os+g+p)
-  /// Gradient elements per reduction bucket (runtime/grad_buckets.h); > 0.
+  /// Gradient elements per reduction bucket (runtime/grad_reducer.h); > 0.
   std::int64_t reduce_bucket_size = 500000000;
   /// Parameter elements per bucket of the stage 1/2 post-step all-gather; > 0.
   std::int64_t allgather_bucket_size = 500000000;

@@ -99,7 +99,7 @@ std::vector<ConfigKey> make_table() {
       impl("zero_optimization.reduce_bucket_size", T::count, "5e8",
            "gradient elements per reduction bucket (> 0); results are deterministic for a given size, and bitwise "
            "the same for any size except where the ring all-reduce of messages >= 64 KiB sums in another order "
-           "(stages 0/1, world size >= 3; runtime/grad_buckets.h). \"auto\" with ConfigOptions::hidden_size: "
+           "(stages 0/1, world size >= 3; runtime/grad_reducer.h). \"auto\" with ConfigOptions::hidden_size: "
            "hidden^2", true),
       impl("zero_optimization.allgather_bucket_size", T::count, "5e8",
            "parameter elements per bucket of the stage 1/2 post-step all-gather (> 0)"),

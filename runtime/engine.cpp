@@ -147,6 +147,16 @@ void allocate_state(EngineState& s) {
       us.segments = s.layout.segments(static_cast<UnitId>(i), r);
     }
   }
+  s.reducer = std::make_unique<GradReducer>(
+      s.comm, s.layout, *s.ops, s.pool,
+      GradReducerOptions{.stage = stage,
+                         .reduce_bucket_size = static_cast<std::size_t>(s.config.zero.reduce_bucket_size),
+                         .allgather_bucket_size = static_cast<std::size_t>(s.config.zero.allgather_bucket_size),
+                         .overlap = s.config.zero.overlap(),
+                         .compute_dtype = dt,
+                         .comm_dtype = s.comm_dtype(),
+                         .stored_scale = s.stored_scale()},
+      s.grad_target);
 }
 
 }  // namespace

@@ -226,7 +226,7 @@ class Engine {
   /// stages 0/1: at the accumulation boundary, all-reduce); a bucket's
   /// collective starts when it holds reduce_bucket_size elements, in the
   /// background with overlap_comm, else completed before this returns
-  /// (runtime/grad_buckets.h). Collective.
+  /// (runtime/grad_reducer.h). Collective.
   void reduce_gradients(UnitId u);
   /// Ends a micro-batch. At every gradient_accumulation_steps-th call:
   /// finishes the reductions, computes the global gradient norm (one

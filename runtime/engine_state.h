@@ -14,7 +14,7 @@
 #include "runtime/device_ops.h"
 #include "runtime/engine.h"
 #include "runtime/engine_offload.h"
-#include "runtime/grad_buckets.h"
+#include "runtime/grad_reducer.h"
 #include "runtime/loss_scaler.h"
 #include "runtime/swap_sharing.h"
 
@@ -42,11 +42,10 @@ struct UnitState {
   DeviceArray master;
 
   // Gradients in the compute dtype. Stages 0/1: padded full buffer,
-  // persistent (`grad_full`). Stages 2/3: `grad_lease` is the full buffer of
-  // the current micro-batch; `grad_shard` accumulates the reduce-scattered
-  // shard across micro-batches.
+  // persistent (`grad_full`). Stages 2/3: `grad_shard` accumulates the
+  // reduce-scattered shard across micro-batches (the full buffer of the
+  // current micro-batch is the GradReducer's, runtime/grad_reducer.h).
   DeviceArray grad_full;
-  PoolLease grad_lease;
   DeviceArray grad_shard;
   bool reduced = false;     ///< reduce_gradients() seen in this micro-batch
 
@@ -65,6 +64,20 @@ struct UnitState {
   std::optional<SwapBatch> param_read;       ///< its read in flight
   PoolLease param_upload;  ///< host/nvme parameter shard copied to the compute device for an all-gather
   kernels::GradStats offloaded_grad_stats;   ///< nvme gradient shard: stats of the boundary micro-batch
+};
+
+/// The engine's GradTarget (runtime/grad_reducer.h): reduced gradients go
+/// into the units' full gradients (stages 0/1) or gradient shards
+/// (accumulate_grad_shard, stages 2/3).
+class EngineGradTarget final : public GradTarget {
+ public:
+  explicit EngineGradTarget(EngineState& s) : s_(s) {}
+  void* full_grad(UnitId u) override;
+  void accumulate_shard(UnitId u, std::size_t at, const void* src, DType src_type, std::size_t n,
+                        float scale) override;
+
+ private:
+  EngineState& s_;
 };
 
 class EngineState {
@@ -99,7 +112,8 @@ class EngineState {
   std::int64_t micro_steps = 0;
   std::int64_t optimizer_steps = 0;
 
-  GradBuckets buckets;  ///< gradient reduction buckets (runtime/grad_buckets.h)
+  EngineGradTarget grad_target{*this};
+  std::unique_ptr<GradReducer> reducer;  ///< gradient reduction buckets; made by finalize()
 
   // Stage 3 prefetch: the unit order of the first micro-batch's unshard
   // calls, recorded once, and a cursor into it.

@@ -67,14 +67,14 @@ void prefetch_after(EngineState& s, UnitId u) {
 
 // End of a micro-batch: every unit's gradient reduction is issued in unit
 // order (for those the loop did not reduce itself) and completed
-// (runtime/grad_buckets.h, [Note: gradient buckets]).
+// (runtime/grad_reducer.h, [Note: gradient buckets]).
 void finish_reductions(EngineState& s, bool boundary) {
   const UnitId n = static_cast<UnitId>(s.units.size());
   if (s.stage() >= 2 || boundary) {
     for (UnitId u = 0; u < n; ++u) {
-      if (!s.unit(u).reduced) reduce_unit_in_buckets(s, u);
+      if (!s.unit(u).reduced) s.reducer->reduce(u);
     }
-    complete_reduce_buckets(s);
+    s.reducer->complete();
   }
   for (auto& us : s.units) us.reduced = false;
 }
@@ -85,6 +85,13 @@ void clear_gradients(EngineState& s) {
 }
 
 }  // namespace
+
+void* EngineGradTarget::full_grad(UnitId u) { return s_.unit(u).grad_full.data(); }
+
+void EngineGradTarget::accumulate_shard(UnitId u, std::size_t at, const void* src, DType src_type, std::size_t n,
+                                        float scale) {
+  accumulate_grad_shard(s_, u, at, src, src_type, n, scale);
+}
 
 void zero_grads(EngineState& s, UnitId u) {
   UnitState& us = s.unit(u);
@@ -175,8 +182,7 @@ void* Engine::grad_data(ParamId p, DType expected) {
         "grad(\"{}\"): unit \"{}\" already had reduce_gradients() in this micro-batch", info.name,
         s.info(info.unit).name));
   }
-  if (!us.grad_lease.valid()) us.grad_lease = s.pool.acquire(s.info(info.unit).padded, s.dtype(), true);
-  return us.grad_lease.at(info.offset);
+  return static_cast<std::byte*>(s.reducer->micro_batch_grad(info.unit)) + info.offset * dtype_size(s.dtype());
 }
 
 void Engine::reduce_gradients(UnitId u) {
@@ -186,7 +192,7 @@ void Engine::reduce_gradients(UnitId u) {
   ZS_CHECK(!us.reduced, "reduce_gradients(\"{}\") called twice in one micro-batch", s.info(u).name);
   us.reduced = true;
   // Stages 2/3 every micro-batch, 0/1 at the boundary: into the buckets.
-  if (s.stage() >= 2 || s.boundary()) reduce_unit_in_buckets(s, u);
+  if (s.stage() >= 2 || s.boundary()) s.reducer->reduce(u);
 }
 
 StepResult Engine::step() {
@@ -242,7 +248,7 @@ StepResult Engine::step() {
 
   if (s.stage() == 1 || s.stage() == 2) {
     // Every rank updated its shard of the full buffer: gather, in buckets.
-    all_gather_params_in_buckets(s);
+    s.reducer->all_gather_shards([&](UnitId u) { return s.unit(u).params.data(); });
   } else if (s.stage() == 3) {
     // Gathered and swapped-in copies are stale now: drop prefetched ones,
     // refresh held ones.

@@ -1,4 +1,4 @@
-// Bucketed gradient reduction and post-step all-gather (runtime/grad_buckets.h):
+// Bucketed gradient reduction and post-step all-gather (runtime/grad_reducer.h):
 // results are bitwise those of one collective per unit, for every bucket
 // size, stage, precision and overlap_comm setting; and the config keys
 // reduce_bucket_size, allgather_bucket_size, overlap_comm,

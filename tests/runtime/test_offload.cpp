@@ -195,7 +195,7 @@ TEST_CASE("offload cpu and nvme match no offload bitwise at stages 1-3") {
             continue;
           }
           // Against no offload with the same buckets (the bucket size may
-          // change the all-reduce's summation order, runtime/grad_buckets.h).
+          // change the all-reduce's summation order, runtime/grad_reducer.h).
           c.zero.reduce_bucket_size = buckets[v];
           EngineConfig plain = config(stage, dt, accumulation, {}, kind);
           plain.zero.reduce_bucket_size = buckets[v];
