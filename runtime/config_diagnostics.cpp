@@ -38,18 +38,18 @@ void ConfigDiagnostics::throw_if_any() const {
 
 void check_config_depth(const json& j, const std::string& source) {
   if (!j.is_object()) return;  // the reader reports the wrong type
-  std::vector<std::pair<const json*, int>> todo;
+  std::vector<std::pair<const json*, int>> pending;
   for (auto it = j.begin(); it != j.end(); ++it) {
-    todo.assign(1, {&it.value(), 2});
-    while (!todo.empty()) {
-      const auto [v, depth] = todo.back();
-      todo.pop_back();
+    pending.assign(1, {&it.value(), 2});
+    while (!pending.empty()) {
+      const auto [v, depth] = pending.back();
+      pending.pop_back();
       if (!v->is_structured()) continue;
       if (depth > kMaxConfigDepth) {
         throw ConfigError(fmt::format("{}: \"{}\" holds objects and arrays nested deeper than {} levels", source,
                                       brief(it.key()), kMaxConfigDepth));
       }
-      for (const json& child : *v) todo.emplace_back(&child, depth + 1);
+      for (const json& child : *v) pending.emplace_back(&child, depth + 1);
     }
   }
 }

@@ -1,6 +1,6 @@
 // Engine: the training-loop calls. See runtime/engine.h for the contract,
-// [Note: gradient semantics] and [Note: mixed precision]; ../shared/DESIGN.md
-// "How data flows in one training step" for the order of collectives.
+// [Note: gradient semantics] and [Note: mixed precision]; docs/design.md
+// "One training step at stage 3" for the order of collectives.
 #include <algorithm>
 #include <cmath>
 

@@ -2,7 +2,8 @@
 // master weights, the gradients (fp32, bf16 or fp16) and both moments,
 // writes the updated weights and moments and, optionally, a bf16/fp16
 // copy of the new weights for the next forward pass (the mixed-precision
-// "cast back" of DESIGN.md, step 3, done in the same pass).
+// cast back of the optimizer step, docs/design.md "One training step at
+// stage 3", step 3, done in the same pass).
 //
 // The arithmetic is kernels/cpu/adam.h's, operation for operation (see
 // [Note: bitwise GPU kernels] in kernels/cuda/device_math.cuh): with the
