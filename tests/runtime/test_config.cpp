@@ -32,9 +32,8 @@ std::string error_of(const std::string& text) {
 }
 
 // The message of the ConfigError that EngineConfig::from_file throws for a
-// file holding `text` ("" if none); the file is test_config_scratch.json.
-std::string file_error_of(const std::string& text) {
-  const std::string path = "test_config_scratch.json";
+// file `path` holding `text` ("" if none); the file is removed afterwards.
+std::string file_error_of(const std::string& text, const std::string& path = "test_config_scratch.json") {
   {
     std::ofstream f(path, std::ios::binary);
     f << text;
@@ -747,21 +746,7 @@ TEST_CASE("ds_config: batch arithmetic as DeepSpeed does it") {
 }
 
 TEST_CASE("ds_config: bounded reading (depth cap, short quotes, 1e400, u64, duplicates in arrays)") {
-  auto file_error = [](const std::string& text) {
-    const std::string path = "test_config_bounded.json";
-    {
-      std::ofstream f(path, std::ios::binary);
-      f << text;
-    }
-    std::string what;
-    try {
-      EngineConfig::from_file(path);
-    } catch (const ConfigError& e) {
-      what = e.what();
-    }
-    std::remove(path.c_str());
-    return what;
-  };
+  auto file_error = [](const std::string& text) { return file_error_of(text, "test_config_bounded.json"); };
   // Level 33 of {"a": [[[...: the '{' is level 1 at byte 0, '[' level 2 at byte 6.
   std::string m = file_error("{\"a\": " + std::string(50000, '[') + std::string(50000, ']') + "}");
   CHECK(m.find("test_config_bounded.json: objects and arrays nest deeper than 32 levels at byte 37") == 0);
