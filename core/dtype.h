@@ -3,13 +3,23 @@
 // bf16 is the upper half of an IEEE-754 binary32; fp16 is IEEE-754 binary16.
 // Conversions from fp32 round to nearest, ties to even, keep Inf, and keep
 // NaN as a (quiet) NaN. These scalar functions are the reference that every
-// vectorised conversion kernel is tested against bit for bit.
+// vectorised conversion kernel is tested against bit for bit. The same
+// functions compile for the GPU (ZS_HOST_DEVICE), so the CUDA kernels use
+// this one integer code too (kernels/cuda/device_math.cuh).
 #pragma once
 
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
 #include <string_view>
+
+/// Marks the scalar conversions below as callable from host and device code
+/// when nvcc compiles the including file; empty for the host compiler.
+#if defined(__CUDACC__)
+#define ZS_HOST_DEVICE __host__ __device__
+#else
+#define ZS_HOST_DEVICE
+#endif
 
 namespace zeroshard {
 
@@ -60,20 +70,29 @@ constexpr DType dtype_of<bf16>() { return DType::bf16; }
 template <>
 constexpr DType dtype_of<f16>() { return DType::f16; }
 
-/// Bits of a float, and back.
-inline std::uint32_t float_bits(float f) {
+/// Bits of a float, and back (on the device: CUDA's reinterpreting
+/// intrinsics, which compile to no instruction).
+ZS_HOST_DEVICE inline std::uint32_t float_bits(float f) {
+#if defined(__CUDA_ARCH__)
+  return __float_as_uint(f);
+#else
   std::uint32_t u;
   std::memcpy(&u, &f, 4);
   return u;
+#endif
 }
-inline float bits_float(std::uint32_t u) {
+ZS_HOST_DEVICE inline float bits_float(std::uint32_t u) {
+#if defined(__CUDA_ARCH__)
+  return __uint_as_float(u);
+#else
   float f;
   std::memcpy(&f, &u, 4);
   return f;
+#endif
 }
 
 /// fp32 -> bf16 bits, round to nearest even; NaN stays NaN (quiet bit set).
-inline std::uint16_t float_to_bf16(float f) {
+ZS_HOST_DEVICE inline std::uint16_t float_to_bf16(float f) {
   std::uint32_t u = float_bits(f);
   if ((u & 0x7fffffffu) > 0x7f800000u) return static_cast<std::uint16_t>((u >> 16) | 0x0040u);
   u += 0x7fffu + ((u >> 16) & 1u);
@@ -81,11 +100,11 @@ inline std::uint16_t float_to_bf16(float f) {
 }
 
 /// bf16 bits -> fp32 (exact).
-inline float bf16_to_float(std::uint16_t h) { return bits_float(static_cast<std::uint32_t>(h) << 16); }
+ZS_HOST_DEVICE inline float bf16_to_float(std::uint16_t h) { return bits_float(static_cast<std::uint32_t>(h) << 16); }
 
 /// fp32 -> fp16 bits, round to nearest even, overflow to Inf, subnormals
 /// kept; NaN stays NaN (quiet bit set).
-inline std::uint16_t float_to_f16(float f) {
+ZS_HOST_DEVICE inline std::uint16_t float_to_f16(float f) {
   const std::uint32_t u = float_bits(f);
   const std::uint16_t sign = static_cast<std::uint16_t>((u >> 16) & 0x8000u);
   const std::uint32_t a = u & 0x7fffffffu;
@@ -112,7 +131,7 @@ inline std::uint16_t float_to_f16(float f) {
 }
 
 /// fp16 bits -> fp32 (exact).
-inline float f16_to_float(std::uint16_t h) {
+ZS_HOST_DEVICE inline float f16_to_float(std::uint16_t h) {
   const std::uint32_t sign = static_cast<std::uint32_t>(h & 0x8000u) << 16;
   const std::uint32_t exp = (h >> 10) & 0x1fu;
   const std::uint32_t mant = h & 0x3ffu;
