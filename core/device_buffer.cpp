@@ -14,53 +14,45 @@
 
 namespace zeroshard {
 
-// ---- DeviceBuffer ----------------------------------------------------------
+// ---- CudaAllocation --------------------------------------------------------
 
-DeviceBuffer::DeviceBuffer(std::size_t bytes) {
+template <CudaMemoryKind Kind>
+CudaAllocation<Kind>::CudaAllocation(std::size_t bytes) {
   if (bytes == 0) return;
-  ZS_CUDA_CHECK(cudaMalloc(&ptr_, bytes));
+  if constexpr (Kind == CudaMemoryKind::device) {
+    ZS_CUDA_CHECK(cudaMalloc(&ptr_, bytes));
+  } else {
+    ZS_CUDA_CHECK(cudaMallocHost(&ptr_, bytes));
+  }
   bytes_ = bytes;
 }
 
-DeviceBuffer::~DeviceBuffer() {
-  if (ptr_ != nullptr) cudaFree(ptr_);
+template <CudaMemoryKind Kind>
+CudaAllocation<Kind>::~CudaAllocation() {
+  if (ptr_ == nullptr) return;
+  if constexpr (Kind == CudaMemoryKind::device) {
+    cudaFree(ptr_);
+  } else {
+    cudaFreeHost(ptr_);
+  }
 }
 
-DeviceBuffer::DeviceBuffer(DeviceBuffer&& other) noexcept
+template <CudaMemoryKind Kind>
+CudaAllocation<Kind>::CudaAllocation(CudaAllocation&& other) noexcept
     : ptr_(std::exchange(other.ptr_, nullptr)), bytes_(std::exchange(other.bytes_, 0)) {}
 
-DeviceBuffer& DeviceBuffer::operator=(DeviceBuffer&& other) noexcept {
+template <CudaMemoryKind Kind>
+CudaAllocation<Kind>& CudaAllocation<Kind>::operator=(CudaAllocation&& other) noexcept {
   if (this != &other) {
-    DeviceBuffer old(std::move(*this));
+    CudaAllocation old(std::move(*this));
     ptr_ = std::exchange(other.ptr_, nullptr);
     bytes_ = std::exchange(other.bytes_, 0);
   }
   return *this;
 }
 
-// ---- PinnedHostBuffer ------------------------------------------------------
-
-PinnedHostBuffer::PinnedHostBuffer(std::size_t bytes) {
-  if (bytes == 0) return;
-  ZS_CUDA_CHECK(cudaMallocHost(&ptr_, bytes));
-  bytes_ = bytes;
-}
-
-PinnedHostBuffer::~PinnedHostBuffer() {
-  if (ptr_ != nullptr) cudaFreeHost(ptr_);
-}
-
-PinnedHostBuffer::PinnedHostBuffer(PinnedHostBuffer&& other) noexcept
-    : ptr_(std::exchange(other.ptr_, nullptr)), bytes_(std::exchange(other.bytes_, 0)) {}
-
-PinnedHostBuffer& PinnedHostBuffer::operator=(PinnedHostBuffer&& other) noexcept {
-  if (this != &other) {
-    PinnedHostBuffer old(std::move(*this));
-    ptr_ = std::exchange(other.ptr_, nullptr);
-    bytes_ = std::exchange(other.bytes_, 0);
-  }
-  return *this;
-}
+template class CudaAllocation<CudaMemoryKind::device>;
+template class CudaAllocation<CudaMemoryKind::pinned_host>;
 
 DeviceMemoryInfo device_memory_info() {
   DeviceMemoryInfo info;

@@ -31,24 +31,31 @@ namespace zeroshard {
 class MemoryLedger;
 enum class MemCategory : int;
 
-/// Owning device allocation of `bytes()` bytes (cudaMalloc on the device
-/// current at construction, cudaFree on destruction). Move-only. Contents
-/// are uninitialised. Thread safety: as a plain pointer. Errors:
+/// Where a CudaAllocation's memory lives: device memory (cudaMalloc /
+/// cudaFree on the device current at construction) or page-locked host
+/// memory (cudaMallocHost / cudaFreeHost), which asynchronous copies to and
+/// from the device need to run at full PCIe/NVLink-C2C speed.
+enum class CudaMemoryKind { device, pinned_host };
+
+/// Owning CUDA allocation of `bytes()` bytes of the given kind, freed on
+/// destruction (cudaFree waits for the device). Move-only. Contents are
+/// uninitialised. Thread safety: as a plain pointer. Errors:
 /// DeviceOutOfMemoryError / DeviceError (core/cuda_check.h).
-class DeviceBuffer {
+template <CudaMemoryKind Kind>
+class CudaAllocation {
  public:
   /// Empty: data() == nullptr, bytes() == 0.
-  DeviceBuffer() = default;
-  /// Allocates `bytes` bytes (none for 0) on the current device.
-  explicit DeviceBuffer(std::size_t bytes);
-  /// cudaFree (which waits for the device). Never throws.
-  ~DeviceBuffer();
-  DeviceBuffer(DeviceBuffer&& other) noexcept;
-  DeviceBuffer& operator=(DeviceBuffer&& other) noexcept;
-  DeviceBuffer(const DeviceBuffer&) = delete;
-  DeviceBuffer& operator=(const DeviceBuffer&) = delete;
+  CudaAllocation() = default;
+  /// Allocates `bytes` bytes (none for 0).
+  explicit CudaAllocation(std::size_t bytes);
+  /// Frees the memory. Never throws.
+  ~CudaAllocation();
+  CudaAllocation(CudaAllocation&& other) noexcept;
+  CudaAllocation& operator=(CudaAllocation&& other) noexcept;
+  CudaAllocation(const CudaAllocation&) = delete;
+  CudaAllocation& operator=(const CudaAllocation&) = delete;
 
-  /// Device pointer (nullptr when empty).
+  /// Device or host pointer (nullptr when empty).
   void* data() const { return ptr_; }
   /// The pointer as T* (no conversion of the contents).
   template <class T>
@@ -65,39 +72,10 @@ class DeviceBuffer {
   std::size_t bytes_ = 0;
 };
 
-/// Owning page-locked host allocation (cudaMallocHost / cudaFreeHost), for
-/// asynchronous copies to and from the device at full PCIe/NVLink-C2C
-/// speed. Move-only; contents uninitialised. Thread safety: as a plain
-/// pointer. Errors: DeviceOutOfMemoryError / DeviceError.
-class PinnedHostBuffer {
- public:
-  /// Empty: data() == nullptr, bytes() == 0.
-  PinnedHostBuffer() = default;
-  /// Allocates `bytes` bytes (none for 0) of pinned host memory.
-  explicit PinnedHostBuffer(std::size_t bytes);
-  /// cudaFreeHost. Never throws.
-  ~PinnedHostBuffer();
-  PinnedHostBuffer(PinnedHostBuffer&& other) noexcept;
-  PinnedHostBuffer& operator=(PinnedHostBuffer&& other) noexcept;
-  PinnedHostBuffer(const PinnedHostBuffer&) = delete;
-  PinnedHostBuffer& operator=(const PinnedHostBuffer&) = delete;
-
-  /// Host pointer (nullptr when empty).
-  void* data() const { return ptr_; }
-  /// The pointer as T*.
-  template <class T>
-  T* as() const {
-    return static_cast<T*>(ptr_);
-  }
-  /// Size in bytes.
-  std::size_t bytes() const { return bytes_; }
-  /// True when no memory is held.
-  bool empty() const { return ptr_ == nullptr; }
-
- private:
-  void* ptr_ = nullptr;
-  std::size_t bytes_ = 0;
-};
+/// Device memory (see CudaAllocation).
+using DeviceBuffer = CudaAllocation<CudaMemoryKind::device>;
+/// Page-locked host memory (see CudaAllocation).
+using PinnedHostBuffer = CudaAllocation<CudaMemoryKind::pinned_host>;
 
 /// Free and total memory of the current device in bytes (cudaMemGetInfo).
 struct DeviceMemoryInfo {
