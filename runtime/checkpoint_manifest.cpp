@@ -2,10 +2,14 @@
 
 #include <zlib.h>
 
+#include <limits>
+#include <utility>
+
 #include <fmt/format.h>
 
 #include "core/error.h"
 #include "runtime/checkpoint_files.h"
+#include "runtime/json_text.h"
 #include "runtime/manifest_checks.h"
 
 namespace zeroshard {
@@ -68,6 +72,34 @@ std::uint32_t crc_of(const std::string& text) {
   return static_cast<std::uint32_t>(crc);
 }
 
+// v as an integer of type T, or IoError "<path>: <field>: <value> is not
+// an integer in [lo, hi]". nlohmann-json's get<T>() would convert a float
+// (1e300: undefined behaviour) or wrap an integer (2^32 + 1 as int is 1)
+// without a word.
+template <class T>
+T integer_value(const json& v, const char* field, const std::string& path) {
+  constexpr T lo = std::numeric_limits<T>::min(), hi = std::numeric_limits<T>::max();
+  bool fits = false;
+  if (v.is_number_unsigned()) {
+    fits = std::cmp_less_equal(v.get<std::uint64_t>(), hi);
+  } else if (v.is_number_integer()) {
+    const auto x = v.get<std::int64_t>();
+    fits = std::cmp_greater_equal(x, lo) && std::cmp_less_equal(x, hi);
+  }
+  if (!fits) {
+    const std::string shown = v.dump();
+    throw IoError(fmt::format("{}: {}: {} is not an integer in [{}, {}]", path, field,
+                              shown.size() <= 40 ? shown : shown.substr(0, 40) + "...", lo, hi));
+  }
+  return v.get<T>();
+}
+
+// obj[key] (json::out_of_range when absent) as integer_value reads it.
+template <class T>
+T integer(const json& obj, const char* key, const std::string& path) {
+  return integer_value<T>(obj.at(key), key, path);
+}
+
 }  // namespace
 
 std::string Manifest::to_text() const {
@@ -82,7 +114,7 @@ Manifest Manifest::from_json(const json& j, const std::string& path) {
     if (j.value("format", "") != "zeroshard-checkpoint") {
       throw IoError(fmt::format("{}: not a zeroshard checkpoint manifest (\"format\" is missing or wrong)", path));
     }
-    m.format_version = j.at("format_version").get<int>();
+    m.format_version = integer<int>(j, "format_version", path);
     if (m.format_version < kOldestCheckpointFormatVersion || m.format_version > kCheckpointFormatVersion) {
       throw IoError(fmt::format(
           "{}: checkpoint format version {} is not supported by this build (it reads versions {} to {})", path,
@@ -92,7 +124,7 @@ Manifest Manifest::from_json(const json& j, const std::string& path) {
     body.erase("manifest_crc32");
     m.body_crc32 = crc_of(body.dump());
     if (m.format_version >= 2) {
-      const std::uint32_t want = j.at("manifest_crc32").get<std::uint32_t>();
+      const std::uint32_t want = integer<std::uint32_t>(j, "manifest_crc32", path);
       if (m.body_crc32 != want) {
         throw IoError(fmt::format("{}: manifest_crc32: the body's CRC-32 is {:08x}, the manifest says {:08x} (the "
                                   "manifest was edited or corrupted)",
@@ -100,38 +132,40 @@ Manifest Manifest::from_json(const json& j, const std::string& path) {
       }
     }
     m.tag = j.at("tag").get<std::string>();
-    m.world_size = j.at("world_size").get<int>();
-    m.stage = j.at("stage").get<int>();
+    m.world_size = integer<int>(j, "world_size", path);
+    m.stage = integer<int>(j, "stage", path);
     m.compute_dtype = j.at("compute_dtype").get<std::string>();
     m.tensors = j.at("tensors").get<std::vector<std::string>>();
     for (const auto& uj : j.at("units")) {
       ManifestUnit u;
       u.name = uj.at("name").get<std::string>();
-      u.numel = uj.at("numel").get<std::uint64_t>();
-      u.padded = uj.at("padded").get<std::uint64_t>();
-      u.shard = uj.at("shard").get<std::uint64_t>();
+      u.numel = integer<std::uint64_t>(uj, "numel", path);
+      u.padded = integer<std::uint64_t>(uj, "padded", path);
+      u.shard = integer<std::uint64_t>(uj, "shard", path);
       for (const auto& pj : uj.at("params")) {
+        std::vector<std::int64_t> shape;
+        for (const json& d : pj.at("shape")) shape.push_back(integer_value<std::int64_t>(d, "shape", path));
         u.params.push_back(ManifestParam{.name = pj.at("name").get<std::string>(),
-                                         .shape = pj.at("shape").get<std::vector<std::int64_t>>(),
-                                         .numel = pj.at("numel").get<std::uint64_t>(),
-                                         .offset = pj.at("offset").get<std::uint64_t>(),
-                                         .group = pj.at("group").get<int>()});
+                                         .shape = std::move(shape),
+                                         .numel = integer<std::uint64_t>(pj, "numel", path),
+                                         .offset = integer<std::uint64_t>(pj, "offset", path),
+                                         .group = integer<int>(pj, "group", path)});
       }
       m.units.push_back(std::move(u));
     }
     for (const auto& fj : j.at("files")) {
       m.files.push_back(ManifestFile{.name = fj.at("name").get<std::string>(),
-                                     .rank = fj.at("rank").get<int>(),
-                                     .bytes = fj.at("bytes").get<std::uint64_t>(),
-                                     .crc32 = fj.at("crc32").get<std::uint32_t>()});
+                                     .rank = integer<int>(fj, "rank", path),
+                                     .bytes = integer<std::uint64_t>(fj, "bytes", path),
+                                     .crc32 = integer<std::uint32_t>(fj, "crc32", path)});
     }
-    m.optimizer_steps = j.at("optimizer_steps").get<std::int64_t>();
-    m.micro_steps = j.at("micro_steps").get<std::int64_t>();
+    m.optimizer_steps = integer<std::int64_t>(j, "optimizer_steps", path);
+    m.micro_steps = integer<std::int64_t>(j, "micro_steps", path);
     const json& ls = j.at("loss_scaler");
     m.scaler = LossScalerState{.scale = ls.at("scale").get<double>(),
-                               .clean_steps = ls.at("clean_steps").get<std::int64_t>(),
-                               .hysteresis_left = ls.at("hysteresis_left").get<int>(),
-                               .overflows = ls.at("overflows").get<std::int64_t>()};
+                               .clean_steps = integer<std::int64_t>(ls, "clean_steps", path),
+                               .hysteresis_left = integer<int>(ls, "hysteresis_left", path),
+                               .overflows = integer<std::int64_t>(ls, "overflows", path)};
     m.optimizer = j.at("optimizer");
     m.param_groups = j.at("param_groups");
     m.scheduler = j.at("scheduler");
@@ -150,8 +184,9 @@ Manifest Manifest::read(const std::string& dir) {
   check_json_depth(text, path);
   try {
     j = json::parse(text);
-  } catch (const json::parse_error& e) {
-    throw IoError(fmt::format("{}: invalid JSON at byte {}: {}", path, e.byte, e.what()));
+  } catch (const json::exception& e) {  // parse_error, or out_of_range 406 for a number like 1e400
+    const JsonTextError err = describe_json_error(text, e);
+    throw IoError(fmt::format("{}: invalid JSON at byte {}: {}", path, err.byte, err.reason));
   }
   return from_json(j, path);
 }

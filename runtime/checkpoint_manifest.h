@@ -73,7 +73,9 @@ struct Manifest {
   /// field validate_manifest (runtime/manifest_checks.h) refuses.
   static Manifest from_json(const nlohmann::json& j, const std::string& path);
   /// Reads and validates <dir>/manifest.json (nesting depth capped first:
-  /// check_json_depth). Throws IoError naming the file.
+  /// check_json_depth). Throws IoError naming the file: for text that is
+  /// not JSON or holds a number a double cannot hold (1e400), with the
+  /// byte offset (runtime/json_text.h); otherwise as from_json.
   static Manifest read(const std::string& dir);
 
   /// CRC-32 of the body as read (to_json().dump() without manifest_crc32),

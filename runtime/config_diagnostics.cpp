@@ -6,6 +6,7 @@
 #include <fmt/format.h>
 
 #include "core/error.h"
+#include "runtime/json_text.h"
 
 namespace zeroshard {
 
@@ -54,41 +55,11 @@ void check_config_depth(const json& j, const std::string& source) {
   }
 }
 
-namespace {
-
-// Throws naming the byte offset of the first '[' or '{' deeper than
-// kMaxConfigDepth (brackets inside strings do not count). A linear scan
-// before parsing: see [Note: bounded config JSON].
-void check_nesting(const std::string& text, const std::string& source) {
-  int depth = 0;
-  bool in_string = false, escaped = false;
-  for (std::size_t i = 0; i < text.size(); ++i) {
-    const char ch = text[i];
-    if (in_string) {
-      if (escaped) {
-        escaped = false;
-      } else if (ch == '\\') {
-        escaped = true;
-      } else if (ch == '"') {
-        in_string = false;
-      }
-    } else if (ch == '"') {
-      in_string = true;
-    } else if (ch == '{' || ch == '[') {
-      if (++depth > kMaxConfigDepth) {
-        throw ConfigError(fmt::format("{}: objects and arrays nest deeper than {} levels at byte {}", source,
-                                      kMaxConfigDepth, i));
-      }
-    } else if (ch == '}' || ch == ']') {
-      --depth;
-    }
-  }
-}
-
-}  // namespace
-
 json parse_config_text(const std::string& text, const std::string& source) {
-  check_nesting(text, source);
+  if (const auto at = json_too_deep_at(text, kMaxConfigDepth)) {
+    throw ConfigError(
+        fmt::format("{}: objects and arrays nest deeper than {} levels at byte {}", source, kMaxConfigDepth, *at));
+  }
   // One frame per open object or array: the key last read (objects) or the
   // index of the element being read (arrays). The dotted path is put
   // together only for a message.
@@ -141,16 +112,13 @@ json parse_config_text(const std::string& text, const std::string& source) {
   };
   try {
     return json::parse(text, cb);
-  } catch (const json::parse_error& e) {
-    throw ConfigError(fmt::format("{}: invalid JSON at byte {}: {}", source, e.byte, brief(std::string(e.what()))));
   } catch (const json::exception& e) {
-    // out_of_range 406 (a number beyond a double's range): the parse
-    // stopped at the value of the key path() names.
-    std::string what = e.what();
-    if (const auto end = what.find("] "); what.rfind("[json.exception", 0) == 0 && end != std::string::npos) {
-      what = what.substr(end + 2);  // "number overflow parsing '1e400'"
+    const JsonTextError err = describe_json_error(text, e);
+    if (err.number_overflow) {
+      // The parse stopped at the value of the key path() names.
+      throw ConfigError(fmt::format("{}: \"{}\": {} (at byte {})", source, brief(path()), err.reason, err.byte));
     }
-    throw ConfigError(fmt::format("{}: \"{}\": {} (beyond the range of a double)", source, brief(path()), brief(what)));
+    throw ConfigError(fmt::format("{}: invalid JSON at byte {}: {}", source, err.byte, brief(err.reason)));
   }
 }
 

@@ -68,7 +68,9 @@ void check_config_depth(const nlohmann::json& j, const std::string& source);
 /// invalid JSON (with the byte offset), nesting deeper than
 /// kMaxConfigDepth (with the byte offset of the bracket), a key given twice
 /// in one object (with its path, array elements as [i]), and a number a
-/// double cannot hold such as 1e400 (with the key it belongs to).
+/// double cannot hold such as 1e400 (with the key it belongs to and its
+/// byte offset). The depth scan and the error descriptions are shared with
+/// the checkpoint manifest reader (runtime/json_text.h).
 nlohmann::json parse_config_text(const std::string& text, const std::string& source);
 
 }  // namespace zeroshard

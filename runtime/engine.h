@@ -232,7 +232,11 @@ class Engine {
   /// finishes the reductions, computes the global gradient norm (one
   /// all-reduce), clips to gradient_clipping, runs the optimizer on the
   /// local shards, all-gathers the updated shards (stages 1/2), and clears
-  /// gradients. Collective.
+  /// gradients. Collective. With offloaded state, an I/O error on any rank
+  /// in the swap writes of the reductions or the update throws
+  /// AgreedIoError on every rank and leaves the engine unusable until a
+  /// load succeeds ([Note: storage phases]); throws Error when the engine
+  /// is unusable.
   StepResult step();
 
   // ---- checkpoints (runtime/checkpoint.cpp, docs/checkpoint-format.md) ----

@@ -210,8 +210,9 @@ StepResult Engine::step() {
   if (!result.boundary) return result;
 
   const UnitId n = static_cast<UnitId>(s.units.size());
-  // Swap I/O errors of the reductions surface here, on every rank together.
-  if (s.offload) run_agreed(s.host_comm, [&] { finish_offloaded_reductions(s); });
+  // Swap I/O errors of the reductions surface here, on every rank together;
+  // the gradient shards are then partly accumulated: [Note: storage phases].
+  if (s.offload) run_storage_phase(s, "step()", [&] { finish_offloaded_reductions(s); }, true);
   // Global norm and Inf/NaN flag: each rank scans its shard, one all-reduce.
   double stats[2] = {0, 0};
   for (UnitId u = 0; u < n; ++u) {
@@ -241,7 +242,8 @@ StepResult Engine::step() {
 
   const std::int64_t step = ++s.optimizer_steps;
   if (s.offload) {
-    run_agreed(s.host_comm, [&] { run_optimizer(s, step, grad_scale); });
+    // A failed sub-group leaves some shards updated and others not.
+    run_storage_phase(s, "step()", [&] { run_optimizer(s, step, grad_scale); }, true);
   } else {
     run_optimizer(s, step, grad_scale);
   }

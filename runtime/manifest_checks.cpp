@@ -8,6 +8,7 @@
 #include "core/error.h"
 #include "runtime/checkpoint_manifest.h"
 #include "runtime/flat_layout.h"
+#include "runtime/json_text.h"
 
 namespace zeroshard {
 
@@ -30,31 +31,10 @@ std::uint64_t checked_mul(std::uint64_t a, std::uint64_t b, const std::string& p
 }
 
 void check_json_depth(std::string_view text, const std::string& path, int max_depth) {
-  int depth = 0;
-  bool in_string = false, escaped = false;
-  for (std::size_t i = 0; i < text.size(); ++i) {
-    const char c = text[i];
-    if (in_string) {
-      if (escaped) {
-        escaped = false;
-      } else if (c == '\\') {
-        escaped = true;
-      } else if (c == '"') {
-        in_string = false;
-      }
-      continue;
-    }
-    if (c == '"') {
-      in_string = true;
-    } else if (c == '{' || c == '[') {
-      if (++depth > max_depth) {
-        throw IoError(fmt::format("{}: JSON nested deeper than {} levels at byte {} (a manifest needs 5; "
-                                  "client_state may use the rest)",
-                                  path, max_depth, i));
-      }
-    } else if (c == '}' || c == ']') {
-      --depth;
-    }
+  if (const auto at = json_too_deep_at(text, max_depth)) {
+    throw IoError(fmt::format("{}: JSON nested deeper than {} levels at byte {} (a manifest needs 5; "
+                              "client_state may use the rest)",
+                              path, max_depth, *at));
   }
 }
 

@@ -2,8 +2,9 @@
 // state a failed one leaves behind.
 //
 // [Note: storage phases]
-// set_parameter and load_checkpoint's commit write the engine's state on
-// each rank alone (swap files on nvme, resident buffers). A write that fails
+// set_parameter, load_checkpoint's commit and step()'s offload phases (the
+// gradient shards' swap writes, the optimizer update through the swap
+// pipeline) write the engine's state on each rank alone (swap files on nvme, resident buffers). A write that fails
 // on one rank would leave the others in their next collective forever, and
 // a state that some rank has partly replaced. So the phase's outcome is
 // agreed (run_agreed, [Note: agreeing on errors] in

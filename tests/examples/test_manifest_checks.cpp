@@ -4,14 +4,18 @@
 // tensors, impossible shapes, world_size 0, negative steps and duplicate
 // names are refused by every reader (Manifest::read, zs_ckpt_export,
 // zs_ckpt_inspect --verify, load_checkpoint on every rank) naming the file
-// and the field; a deep client_state is refused at its byte offset; a
-// version 1 manifest (no checksum) still reads.
+// and the field (an integer field holding a float or an out-of-range value
+// included, never converted); a deep client_state, or a number a double
+// cannot hold, is refused at its byte offset; a version 1 manifest (no
+// checksum) still reads.
 #include <sys/wait.h>
 
+#include <cstdint>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <functional>
+#include <vector>
 
 #include <doctest/doctest.h>
 #include <nlohmann/json.hpp>
@@ -171,6 +175,75 @@ TEST_CASE("a deeply nested client_state is refused at its byte offset; a version
     const Manifest v1 = Manifest::read(ckpt);
     CHECK(v1.format_version == 1);
     CHECK_NOTHROW(examples::export_safetensors(ckpt, ckpt + "/../v1.safetensors"));
+    spit(path, original);
+  }
+  world().barrier();
+}
+
+// Was fuzz/findings/manifest/ (now fuzz/corpus/manifest/number_overflow_*):
+// nlohmann-json reports a number a double cannot hold as out_of_range 406,
+// not parse_error, and it escaped Manifest::read as a library exception.
+TEST_CASE("a number beyond the range of a double is refused naming the file and the number's byte offset") {
+  const std::string ckpt = saved_checkpoint("overflow");
+  if (world().rank() == 0) {
+    const std::string path = ckpt + "/manifest.json", original = slurp(path);
+    const std::vector<std::string> numbers = {"2e11111000", "-1e400", "1" + std::string(400, '0') + ".5"};
+    for (const std::string& number : numbers) {
+      CAPTURE(number);
+      std::string text = original;
+      const std::string key = "\"hysteresis_left\": ";
+      const std::size_t at = text.find(key);
+      REQUIRE(at != std::string::npos);
+      const std::size_t value = at + key.size(), end = text.find_first_of(",\n}", value);
+      text.replace(value, end - value, number);
+      spit(path, text);
+      const std::string shown = number.size() <= 40 ? number : number.substr(0, 40) + "...";
+      const std::string want = fmt::format("{}: invalid JSON at byte {}: number {}", path, value, shown);
+      CHECK_THROWS_WITH_AS(Manifest::read(ckpt), doctest::Contains(want.c_str()), IoError);
+      CHECK_THROWS_WITH_AS(Manifest::read(ckpt), doctest::Contains("beyond the range of a double"), IoError);
+      CHECK_THROWS_WITH_AS(examples::export_safetensors(ckpt, ckpt + "/../out.safetensors"),
+                           doctest::Contains(want.c_str()), IoError);
+    }
+    spit(path, original);
+  }
+  world().barrier();
+}
+
+TEST_CASE("an integer field holding a float or a value its type cannot hold is refused, not converted") {
+  const std::string ckpt = saved_checkpoint("integers");
+  if (world().rank() == 0) {
+    const std::string path = ckpt + "/manifest.json", original = slurp(path);
+    // Version 1 (no checksum), so that each edit is all that differs.
+    nlohmann::json v1 = nlohmann::json::parse(original);
+    v1.erase("manifest_crc32");
+    v1["format_version"] = 1;
+    const std::uint64_t wraps_to_world = (std::uint64_t{1} << 32) + static_cast<std::uint64_t>(world().world_size());
+    struct Edit {
+      std::function<void(nlohmann::json&)> apply;
+      std::string want;
+    };
+    const std::vector<Edit> edits = {
+        // As an int this would be the saved world size: read without a word before.
+        {[&](nlohmann::json& j) { j["world_size"] = wraps_to_world; },
+         fmt::format("world_size: {} is not an integer in [-2147483648, 2147483647]", wraps_to_world)},
+        {[](nlohmann::json& j) { j["loss_scaler"]["hysteresis_left"] = 1e300; },
+         "hysteresis_left: 1e+300 is not an integer in [-2147483648, 2147483647]"},
+        {[](nlohmann::json& j) { j["units"][0]["numel"] = -3; },
+         "numel: -3 is not an integer in [0, 18446744073709551615]"},
+        {[](nlohmann::json& j) { j["units"][0]["params"][0]["shape"][0] = 2.5; }, "shape: 2.5 is not an integer"},
+        {[](nlohmann::json& j) { j["files"][0]["crc32"] = std::uint64_t{1} << 32; },
+         "crc32: 4294967296 is not an integer in [0, 4294967295]"},
+    };
+    for (const Edit& e : edits) {
+      CAPTURE(e.want);
+      nlohmann::json j = v1;
+      e.apply(j);
+      spit(path, j.dump(2));
+      const std::string want = path + ": " + e.want;
+      CHECK_THROWS_WITH_AS(Manifest::read(ckpt), doctest::Contains(want.c_str()), IoError);
+    }
+    spit(path, v1.dump(2));
+    CHECK(Manifest::read(ckpt).world_size == world().world_size());
     spit(path, original);
   }
   world().barrier();

@@ -2,9 +2,10 @@
 // errors], [Note: storage phases], [Note: model fingerprint]): ranks built
 // with different models or configurations throw the same AgreedConfigError
 // at finalize() naming the first difference and its ranks; an I/O error on
-// one rank in set_parameter (parameters on nvme) or in load_checkpoint's
-// commit throws the same AgreedIoError on every rank and leaves an engine
-// that refuses to train until a load succeeds; a failed save leaves no
+// one rank in set_parameter (parameters on nvme), in load_checkpoint's
+// commit or in step()'s offload phases throws the same AgreedIoError on
+// every rank and leaves an engine that refuses to train until a load
+// succeeds; a failed save leaves no
 // .tmp-* directory and a stale one is swept by the next save.
 #include <cerrno>
 #include <cstdlib>
@@ -194,6 +195,58 @@ TEST_CASE("an I/O error on one rank in load_checkpoint's commit: agreed, the eng
   CHECK(m.state(e) == saved);
   CHECK(e.optimizer_steps() == 2);
   m.train_step(e, 3);
+  world().barrier();
+}
+
+TEST_CASE("an I/O error on one rank in step()'s offload phases: agreed, the engine refuses to train or save, a "
+          "reload restores it") {
+  const int last = world().world_size() - 1;
+  const fs::path dir = test_dir("step");
+  if (world().rank() == 0) fs::remove_all(dir);
+  world().barrier();
+  EngineConfig c = make_config(3);
+  c.offload = nvme_everything();
+  std::vector<float> after_two;  // two steps without a fault
+  {
+    Engine ref(c, world());
+    CkptModel m(ref);
+    m.train_step(ref, 1);
+    m.train_step(ref, 2);
+    after_two = m.state(ref);
+  }
+  Engine e(c, world());
+  CkptModel m(e);
+  m.train_step(e, 1);
+  e.save_checkpoint(dir.string(), {{"x", 1}});
+  const std::vector<float> saved = m.state(e);
+  // nth = 1 and nth = 3: the first swap write of the step (gradient
+  // reductions or the update), or one in the middle of the update.
+  for (const std::uint64_t nth : {1u, 3u}) {
+    CAPTURE(nth);
+    if (world().rank() == last) inject_io_fault(IoFault{.op = IoOp::write, .nth = nth, .err = EIO});
+    std::string msg;
+    bool agreed = false;
+    try {
+      m.train_step(e, 2);
+    } catch (const IoError& err) {
+      msg = err.what();
+      agreed = is_agreed(err);
+    }
+    clear_io_fault();
+    CHECK(agreed);
+    CHECK(msg.find("Input/output error") != std::string::npos);
+    // Some rank's shards are half updated: no later step or save may use them.
+    CHECK_THROWS_WITH_AS(m.train_step(e, 3), doctest::Contains("step(): the engine is unusable: step() failed"),
+                         Error);
+    CHECK_THROWS_WITH_AS(e.save_checkpoint(dir.string(), {}), doctest::Contains("the engine is unusable: step()"),
+                         Error);
+    CHECK(e.load_checkpoint(dir.string()).at("x") == 1);
+    CHECK(m.state(e) == saved);
+    CHECK(e.optimizer_steps() == 1);
+  }
+  m.train_step(e, 2);
+  CHECK(e.optimizer_steps() == 2);
+  CHECK(m.state(e) == after_two);
   world().barrier();
 }
 
