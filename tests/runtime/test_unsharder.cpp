@@ -6,8 +6,11 @@
 // prefetch that follows it (which units the source is asked for, when),
 // nested unshard/reshard counts, keeping a unit gathered when it is
 // unsharded next, refresh() after the shards change, reset(), and errors.
-// Units are [N, 7, N] elements for N in 0, 1, 7, 57, 10001.
+// Units are [N, 7, N] elements for N in 0, 1, 7, 57, 10001. On the
+// simulated device (runtime/device_ops.h), shards in host memory must be
+// uploaded before their all-gather.
 #include <cstdint>
+#include <cstring>
 #include <stdexcept>
 #include <vector>
 
@@ -115,7 +118,80 @@ void forward_backward(Unsharder& us, const Fixture& f, DType t, int gen) {
   }
 }
 
+// The simulated device's communicator, as in test_simulated_device.cpp: an
+// all-gather checks that its buffers are device memory and completes the
+// ops' queue first (as NCCL waits for the compute stream).
+class QueueOrderedComm final : public Communicator {
+ public:
+  QueueOrderedComm(Communicator& inner, DeviceOps& ops) : inner_(inner), ops_(ops) {}
+  int rank() const override { return inner_.rank(); }
+  int world_size() const override { return inner_.world_size(); }
+  std::string backend() const override { return "simulated"; }
+  CommWork iall_reduce(void* buf, std::size_t count, DType dtype, ReduceOp op) override {
+    return inner_.iall_reduce(buf, count, dtype, op);
+  }
+  CommWork ireduce_scatter(const void* send, void* recv, std::size_t count, DType dtype, ReduceOp op) override {
+    return inner_.ireduce_scatter(send, recv, count, dtype, op);
+  }
+  CommWork iall_gather(const void* send, void* recv, std::size_t count, DType dtype) override {
+    if (count > 0) {  // InvariantError unless both are device memory
+      ops_.move(const_cast<void*>(send), send, count * dtype_size(dtype));
+      ops_.move(recv, recv, count * static_cast<std::size_t>(world_size()) * dtype_size(dtype));
+    }
+    ops_.wait(ops_.fence());
+    return inner_.iall_gather(send, recv, count, dtype);
+  }
+  CommWork ibroadcast(void* buf, std::size_t count, DType dtype, int root) override {
+    return inner_.ibroadcast(buf, count, dtype, root);
+  }
+  CommWork ibarrier() override { return inner_.ibarrier(); }
+  std::unique_ptr<Communicator> split(int color, int key) override { return inner_.split(color, key); }
+
+ private:
+  Communicator& inner_;
+  DeviceOps& ops_;
+};
+
 }  // namespace
+
+TEST_CASE("Unsharder: on a device, host shards are uploaded and device shards gathered in place") {
+  for (std::size_t n : kSizes) {
+    for (bool host : {false, true}) {
+      CAPTURE(n);
+      CAPTURE(host);
+      const DType t = DType::bf16;
+      auto cpu = make_cpu_ops();
+      auto dev = make_simulated_device_ops();
+      QueueOrderedComm comm(world(), *dev);
+      const FlatLayout layout = make_layout(n, world().world_size());
+      MemoryLedger ledger;
+      BufferPool pool(ledger, *dev);
+      // Host shards in host memory; device shards filled by an upload.
+      TestSource source(*cpu, layout, t, host);
+      std::vector<DeviceArray> device_shards;
+      if (!host) {
+        for (std::size_t u = 0; u < 3; ++u) {
+          device_shards.push_back(dev->allocate(layout.unit(static_cast<UnitId>(u)).shard, t));
+          dev->upload(device_shards[u].data(), source.shards[u].data(), source.shards[u].bytes());
+          source.shards[u] = std::move(device_shards[u]);
+        }
+      }
+      Unsharder us(comm, layout, *dev, pool, gather_options(true, t), source);
+      for (int micro = 0; micro < 2; ++micro) {
+        for (UnitId u : {0, 1, 2, 2, 1, 0}) {
+          us.unshard(u);
+          const UnitInfo& info = layout.unit(u);
+          std::vector<std::byte> back(info.padded * dtype_size(t));
+          if (!back.empty()) dev->download(back.data(), us.full(u), back.size());
+          CHECK(wrong_bytes(back.data(), layout, u, t, 0) == 0);
+          us.reshard(u);
+        }
+        us.end_micro_batch();
+      }
+      CHECK(ledger.current(MemCategory::unsharded) == 0);  // uploads and full buffers went back
+    }
+  }
+}
 
 TEST_CASE("Unsharder: a full buffer is the ranks' shards concatenated, bitwise") {
   for (std::size_t n : kSizes) {
