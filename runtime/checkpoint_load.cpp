@@ -122,15 +122,11 @@ struct LoadedUnit {
 // Replaces the engine's state with `loaded`, on this rank alone.
 void commit_loaded(EngineState& s, std::vector<LoadedUnit>& loaded) {
   s.reducer->discard();
+  s.unsharder->reset();  // also ends swap-ins (ShardSource::release)
   clear_offloaded_grads(s);
   for (std::size_t u = 0; u < s.units.size(); ++u) {
     UnitState& us = s.units[u];
     const UnitId id = static_cast<UnitId>(u);
-    us.gather_work.wait();
-    release_param_stage(s, id);
-    us.param_upload.release();
-    us.gathered.release();
-    us.unshard_count = 0;
     us.reduced = false;
     zero_grads(s, id);
     // Into the resident buffers (on the compute device) or the swap files.
@@ -221,9 +217,6 @@ json Engine::load_checkpoint(const std::string& save_dir, const std::string& tag
   s.optimizer_steps = m.optimizer_steps;
   s.micro_steps = m.optimizer_steps * s.config.gradient_accumulation_steps;
   if (s.dtype() == DType::f16) s.scaler.set_state(m.scaler);
-  s.recording = true;
-  s.order.clear();
-  s.cursor = 0;
   return m.client_state;
 }
 

@@ -157,6 +157,9 @@ void allocate_state(EngineState& s) {
                          .comm_dtype = s.comm_dtype(),
                          .stored_scale = s.stored_scale()},
       s.grad_target);
+  s.unsharder = std::make_unique<Unsharder>(
+      s.comm, s.layout, *s.ops, s.pool,
+      UnsharderOptions{.gather = stage == 3, .overlap = s.config.zero.overlap(), .dtype = dt}, s.shard_source);
 }
 
 }  // namespace
@@ -255,16 +258,15 @@ namespace {
 
 // set_parameter's writes, on this rank alone.
 void write_parameter(EngineState& s, const ParamInfo& info, std::span<const float> values) {
-  UnitState& us = s.unit(info.unit);
   const UnitInfo& u = s.info(info.unit);
   const std::size_t shard_begin = static_cast<std::size_t>(s.rank()) * u.shard;
   if (s.stage() < 3) {
     set_array_window(s, info.unit, {ArrayKind::params}, 0, u.padded, info, values);
   } else {
-    if (us.gathered.valid()) us.gather_work.wait();
+    void* gathered = s.unsharder->full(info.unit);  // nullptr when not gathered
     release_param_stage(s, info.unit);  // a swapped-in copy would be stale
     set_array_window(s, info.unit, {ArrayKind::params}, shard_begin, u.shard, info, values);
-    if (us.gathered.valid()) copy_window_to(s, us.gathered.data(), s.dtype(), 0, u.padded, info, values);
+    if (gathered != nullptr) copy_window_to(s, gathered, s.dtype(), 0, u.padded, info, values);
   }
   if (s.mixed()) {
     const bool full = s.stage() == 0;
@@ -290,10 +292,7 @@ std::vector<float> Engine::gather_parameter(ParamId p) {
   const ParamInfo& info = s.layout.param(p);
   UnitState& us = s.unit(info.unit);
   if (s.stage() < 3) return widen(s, us.params.data(), s.dtype(), info);
-  if (us.gathered.valid()) {
-    us.gather_work.wait();
-    return widen(s, us.gathered.data(), s.dtype(), info);
-  }
+  if (const void* full = s.unsharder->full(info.unit)) return widen(s, full, s.dtype(), info);
   HostBuffer holder;
   const std::vector<std::byte> full =
       gather_host(s, info.unit, read_array(s, info.unit, {ArrayKind::params}, holder), s.dtype());

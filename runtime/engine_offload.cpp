@@ -19,6 +19,7 @@
 #include "core/error.h"
 #include "offload/free_space.h"
 #include "offload/pinned_host_allocator.h"
+#include "runtime/collective_error.h"
 #include "runtime/engine_state.h"
 
 namespace zeroshard {
@@ -386,6 +387,37 @@ void release_param_stage(EngineState& s, UnitId u) {
   }
   us.param_stage.release();
   --s.offload->params_staged;
+}
+
+ShardView EngineShardSource::shard(UnitId u) {
+  const UnitState& us = s_.unit(u);
+  ShardView v{.data = us.params.data(), .host = us.param_tier != MemTier::device};
+  // A failed swap-in must stop every rank before the all-gather.
+  if (us.param_tier == MemTier::nvme) run_agreed(s_.host_comm, [&] { v.data = param_source(s_, u); });
+  return v;
+}
+
+void EngineShardSource::prefetch(UnitId u) noexcept {
+  try {
+    prefetch_param(s_, u);
+  } catch (const std::exception&) {
+    release(u);  // dropped: the unshard of u fetches again
+  }
+}
+
+void EngineShardSource::release(UnitId u) noexcept {
+  try {
+    release_param_stage(s_, u);
+  } catch (const std::exception&) {
+    // The read failed; the buffer is not in use any more (its unshard, if
+    // any, fetches again and agrees on that read's error).
+    UnitState& us = s_.unit(u);
+    us.param_read.reset();
+    if (us.param_stage.valid()) {
+      us.param_stage.release();
+      --s_.offload->params_staged;
+    }
+  }
 }
 
 namespace {

@@ -17,6 +17,7 @@
 #include "runtime/grad_reducer.h"
 #include "runtime/loss_scaler.h"
 #include "runtime/swap_sharing.h"
+#include "runtime/unsharder.h"
 
 namespace zeroshard {
 
@@ -31,12 +32,10 @@ struct GroupState {
 /// live in the compute device's memory (runtime/device_ops.h).
 struct UnitState {
   // Parameters in the compute dtype. Stages 0-2: the padded full flat
-  // buffer, persistent. Stage 3: this rank's shard, persistent; `gathered`
-  // holds the full buffer while unsharded (or prefetched).
+  // buffer, persistent. Stage 3: this rank's shard, persistent; the
+  // Unsharder (runtime/unsharder.h) holds the full buffer while unsharded
+  // (or prefetched).
   DeviceArray params;
-  PoolLease gathered;
-  CommWork gather_work;  ///< pending all-gather into `gathered`
-  int unshard_count = 0;
 
   // fp32 master weights, mixed precision only: full at stage 0, else shard.
   DeviceArray master;
@@ -62,7 +61,6 @@ struct UnitState {
   std::vector<SubGroup> subgroups;           ///< shard ranges of the swap files
   HostBuffer param_stage;                    ///< nvme parameter shard swapped in for an all-gather
   std::optional<SwapBatch> param_read;       ///< its read in flight
-  PoolLease param_upload;  ///< host/nvme parameter shard copied to the compute device for an all-gather
   kernels::GradStats offloaded_grad_stats;   ///< nvme gradient shard: stats of the boundary micro-batch
 };
 
@@ -75,6 +73,20 @@ class EngineGradTarget final : public GradTarget {
   void* full_grad(UnitId u) override;
   void accumulate_shard(UnitId u, std::size_t at, const void* src, DType src_type, std::size_t n,
                         float scale) override;
+
+ private:
+  EngineState& s_;
+};
+
+/// The engine's ShardSource (runtime/unsharder.h): each unit's stage 3
+/// parameter shard wherever its tier keeps it (resident on the compute
+/// device, in host memory, or swapped in from nvme: runtime/engine_offload.h).
+class EngineShardSource final : public ShardSource {
+ public:
+  explicit EngineShardSource(EngineState& s) : s_(s) {}
+  ShardView shard(UnitId u) override;
+  void prefetch(UnitId u) noexcept override;
+  void release(UnitId u) noexcept override;
 
  private:
   EngineState& s_;
@@ -115,11 +127,10 @@ class EngineState {
   EngineGradTarget grad_target{*this};
   std::unique_ptr<GradReducer> reducer;  ///< gradient reduction buckets; made by finalize()
 
-  // Stage 3 prefetch: the unit order of the first micro-batch's unshard
-  // calls, recorded once, and a cursor into it.
-  std::vector<UnitId> order;
-  bool recording = true;
-  std::size_t cursor = 0;
+  EngineShardSource shard_source{*this};
+  /// unshard/reshard counting, stage 3 all-gathers and prefetch; made by
+  /// finalize() (declared after `offload`: destroyed before it).
+  std::unique_ptr<Unsharder> unsharder;
 
   /// Why the state may not be used ("" = usable): an agreed failure left it
   /// partly written ([Note: storage phases], runtime/storage_phase.h).

@@ -1,7 +1,6 @@
 // Engine: the training-loop calls. See runtime/engine.h for the contract,
 // [Note: gradient semantics] and [Note: mixed precision]; docs/design.md
 // "One training step at stage 3" for the order of collectives.
-#include <algorithm>
 #include <cmath>
 
 #include "core/error.h"
@@ -13,57 +12,6 @@
 namespace zeroshard {
 
 namespace {
-
-// Stage 3: starts the all-gather of unit u's shards into a leased full buffer.
-void start_gather(EngineState& s, UnitId u) {
-  UnitState& us = s.unit(u);
-  const UnitInfo& info = s.info(u);
-  us.gathered = s.pool.acquire(info.padded, s.dtype(), false);
-  const void* src = nullptr;
-  if (us.param_tier == MemTier::nvme) {
-    // A failed swap-in must stop every rank before the all-gather.
-    run_agreed(s.host_comm, [&] { src = param_source(s, u); });
-  } else {
-    src = us.params.data();
-  }
-  if (us.param_tier != MemTier::device && !s.ops->host_addressable()) {
-    // A shard in host memory goes to the compute device for the collective.
-    us.param_upload = s.pool.acquire(info.shard, s.dtype(), false);
-    s.ops->upload_async(us.param_upload.data(), src, info.shard * dtype_size(s.dtype()));
-    src = us.param_upload.data();
-  }
-  us.gather_work = s.comm.iall_gather(src, us.gathered.data(), info.shard, s.dtype());
-}
-
-// Stage 3: the all-gather of u is complete; drop its nvme swap-in buffer.
-void finish_gather(EngineState& s, UnitId u) {
-  s.unit(u).gather_work.wait();
-  s.unit(u).param_upload.release();
-  release_param_stage(s, u);
-}
-
-// Stage 3 prefetch: follow the recorded unshard order and start the
-// all-gather of the unit expected after u. Every rank makes the same calls,
-// so every rank makes the same decision (the prefetch is a collective).
-void prefetch_after(EngineState& s, UnitId u) {
-  if (!s.config.zero.overlap()) return;  // overlap_comm off: gather on unshard() only
-  if (s.recording) {
-    s.order.push_back(u);
-    return;
-  }
-  std::size_t pos = s.cursor;
-  if (pos >= s.order.size() || s.order[pos] != u) {
-    auto it = std::find(s.order.begin(), s.order.end(), u);
-    if (it == s.order.end()) return;
-    pos = static_cast<std::size_t>(it - s.order.begin());
-  }
-  s.cursor = pos + 1;
-  if (s.cursor >= s.order.size()) return;
-  const UnitId next = s.order[s.cursor];
-  if (next != u && !s.unit(next).gathered.valid()) start_gather(s, next);
-  // nvme parameters: their read runs one unit ahead of the all-gather.
-  if (s.cursor + 1 < s.order.size()) prefetch_param(s, s.order[s.cursor + 1]);
-}
 
 // End of a micro-batch: every unit's gradient reduction is issued in unit
 // order (for those the loop did not reduce itself) and completed
@@ -121,27 +69,13 @@ void Engine::unshard(UnitId u) {
   EngineState& s = *s_;
   ZS_CHECK(s.finalized, "unshard() before finalize()");
   check_usable(s, "unshard()");
-  UnitState& us = s.unit(u);
-  if (s.stage() == 3) {
-    if (!us.gathered.valid()) start_gather(s, u);
-    prefetch_after(s, u);
-    finish_gather(s, u);
-  }
-  ++us.unshard_count;
+  s.unsharder->unshard(u);
 }
 
 void Engine::reshard(UnitId u) {
   EngineState& s = *s_;
-  UnitState& us = s.unit(u);
-  ZS_CHECK(us.unshard_count > 0, "reshard(\"{}\") without a matching unshard()", s.info(u).name);
-  if (--us.unshard_count == 0 && s.stage() == 3) {
-    finish_gather(s, u);
-    // Reuse: when the recorded order says u is unsharded next (the last
-    // unit of forward is the first of backward), keep it gathered rather
-    // than free and all-gather it again (DeepSpeed's reuse distance 0).
-    const bool next_is_u = !s.recording && s.cursor < s.order.size() && s.order[s.cursor] == u;
-    if (!next_is_u) us.gathered.release();
-  }
+  ZS_CHECK(s.finalized, "reshard() before finalize()");
+  s.unsharder->reshard(u);
 }
 
 namespace {
@@ -162,12 +96,12 @@ void* Engine::param_data(ParamId p, DType expected) {
   check_dtype(s, info, expected, "param");
   UnitState& us = s.unit(info.unit);
   if (s.stage() < 3) return us.params.at(info.offset);
-  if (us.unshard_count == 0) {
+  if (s.unsharder->count(info.unit) == 0) {
     throw InvariantError(fmt::format(
         "param(\"{}\"): its unit \"{}\" is not unsharded at stage 3; call engine.unshard() first",
         info.name, s.info(info.unit).name));
   }
-  return us.gathered.at(info.offset);
+  return static_cast<std::byte*>(s.unsharder->full(info.unit)) + info.offset * dtype_size(s.dtype());
 }
 
 void* Engine::grad_data(ParamId p, DType expected) {
@@ -204,8 +138,7 @@ StepResult Engine::step() {
   result.loss_scale = loss_scale();
   finish_reductions(s, result.boundary);
   ++s.micro_steps;
-  s.recording = false;
-  s.cursor = 0;
+  s.unsharder->end_micro_batch();
   result.optimizer_step = s.optimizer_steps;
   if (!result.boundary) return result;
 
@@ -254,19 +187,7 @@ StepResult Engine::step() {
   } else if (s.stage() == 3) {
     // Gathered and swapped-in copies are stale now: drop prefetched ones,
     // refresh held ones.
-    for (UnitId u = 0; u < n; ++u) {
-      UnitState& us = s.unit(u);
-      if (!us.gathered.valid()) {
-        release_param_stage(s, u);
-        continue;
-      }
-      finish_gather(s, u);
-      us.gathered.release();
-      if (us.unshard_count > 0) {
-        start_gather(s, u);
-        finish_gather(s, u);
-      }
-    }
+    s.unsharder->refresh();
   }
   clear_gradients(s);
   s.scaler.update(false);

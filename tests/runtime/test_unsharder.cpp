@@ -1,0 +1,407 @@
+// Unsharder (runtime/unsharder.h) alone, without an Engine or a model.
+// Byte k of rank r's shard of unit u (generation g) is
+// (31 r + 17 u + 7 k + 101 g) mod 256, so every rank knows every other
+// rank's shard: a full buffer must equal the ranks' shards concatenated, bit
+// for bit, in f32 and bf16. Also checked: the recorded order and the
+// prefetch that follows it (which units the source is asked for, when),
+// nested unshard/reshard counts, keeping a unit gathered when it is
+// unsharded next, refresh() after the shards change, reset(), and errors.
+// Units are [N, 7, N] elements for N in 0, 1, 7, 57, 10001. On the
+// simulated device (runtime/device_ops.h), shards in host memory must be
+// uploaded before their all-gather.
+#include <cstdint>
+#include <cstring>
+#include <stdexcept>
+#include <vector>
+
+#include <doctest/doctest.h>
+#include <fmt/format.h>
+
+#include "core/error.h"
+#include "runtime/buffer_pool.h"
+#include "runtime/device_ops.h"
+#include "runtime/unsharder.h"
+#include "tests/support/test_world.h"
+
+using namespace zeroshard;
+using namespace zeroshard::testing;
+
+namespace {
+
+constexpr std::size_t kSizes[] = {0, 1, 7, 57, 10001};
+constexpr DType kDtypes[] = {DType::f32, DType::bf16};
+
+FlatLayout make_layout(std::size_t n, int world_size) {
+  FlatLayout l;
+  const std::size_t sizes[] = {n, 7, n};
+  for (std::size_t u = 0; u < 3; ++u) {
+    const UnitId id = l.add_unit(fmt::format("u{}", u));
+    l.add_param(id, fmt::format("u{}.w", u), {static_cast<std::int64_t>(sizes[u])}, 0);
+  }
+  l.finalize(world_size);
+  return l;
+}
+
+std::byte pattern(int r, UnitId u, std::size_t k, int gen) {
+  return static_cast<std::byte>((31 * r + 17 * u + 7 * static_cast<int>(k % 256) + 101 * gen) & 0xff);
+}
+
+// Each unit's shard of this rank in host memory; records every call.
+struct TestSource final : ShardSource {
+  TestSource(DeviceOps& ops, const FlatLayout& l, DType t, bool host) : host(host) {
+    for (const UnitInfo& u : l.units()) shards.push_back(ops.allocate(u.shard, t));
+    fill(0);
+  }
+  void fill(int g) {
+    gen = g;
+    for (std::size_t u = 0; u < shards.size(); ++u) {
+      auto* p = static_cast<std::byte*>(shards[u].data());
+      for (std::size_t k = 0; k < shards[u].bytes(); ++k) p[k] = pattern(world().rank(), static_cast<UnitId>(u), k, g);
+    }
+  }
+  ShardView shard(UnitId u) override {
+    if (fail) throw IoError(fmt::format("swap-in of unit {} failed", u));
+    fetched.push_back(u);
+    return ShardView{.data = shards[static_cast<std::size_t>(u)].data(), .host = host};
+  }
+  void prefetch(UnitId u) noexcept override { hinted.push_back(u); }
+  void release(UnitId u) noexcept override { released.push_back(u); }
+
+  bool host = false;
+  bool fail = false;
+  int gen = 0;
+  std::vector<DeviceArray> shards;
+  std::vector<UnitId> fetched, hinted, released;
+};
+
+// Number of wrong bytes of unit u's full buffer against generation g's shards.
+std::size_t wrong_bytes(const void* full, const FlatLayout& l, UnitId u, DType t, int g) {
+  const UnitInfo& info = l.unit(u);
+  const std::size_t shard_bytes = info.shard * dtype_size(t);
+  const auto* p = static_cast<const std::byte*>(full);
+  std::size_t bad = 0;
+  for (int r = 0; r < l.world_size(); ++r) {
+    for (std::size_t k = 0; k < shard_bytes; ++k) {
+      if (p[static_cast<std::size_t>(r) * shard_bytes + k] != pattern(r, u, k, g)) ++bad;
+    }
+  }
+  return bad;
+}
+
+struct Fixture {
+  Fixture(std::size_t n, DType t, UnsharderOptions o, bool host = false)
+      : ops(make_cpu_ops()),
+        layout(make_layout(n, world().world_size())),
+        pool(ledger, *ops),
+        source(*ops, layout, t, host),
+        unsharder(world(), layout, *ops, pool, o, source) {}
+  std::unique_ptr<DeviceOps> ops;
+  FlatLayout layout;
+  MemoryLedger ledger;
+  BufferPool pool;
+  TestSource source;
+  Unsharder unsharder;
+};
+
+UnsharderOptions gather_options(bool overlap, DType t) {
+  return UnsharderOptions{.gather = true, .overlap = overlap, .dtype = t};
+}
+
+using Order = std::vector<UnitId>;
+
+// A forward then backward pass over the three units.
+void forward_backward(Unsharder& us, const Fixture& f, DType t, int gen) {
+  for (UnitId u : {0, 1, 2, 2, 1, 0}) {
+    us.unshard(u);
+    CHECK(wrong_bytes(us.full(u), f.layout, u, t, gen) == 0);
+    us.reshard(u);
+  }
+}
+
+// The simulated device's communicator, as in test_simulated_device.cpp: an
+// all-gather checks that its buffers are device memory and completes the
+// ops' queue first (as NCCL waits for the compute stream).
+class QueueOrderedComm final : public Communicator {
+ public:
+  QueueOrderedComm(Communicator& inner, DeviceOps& ops) : inner_(inner), ops_(ops) {}
+  int rank() const override { return inner_.rank(); }
+  int world_size() const override { return inner_.world_size(); }
+  std::string backend() const override { return "simulated"; }
+  CommWork iall_reduce(void* buf, std::size_t count, DType dtype, ReduceOp op) override {
+    return inner_.iall_reduce(buf, count, dtype, op);
+  }
+  CommWork ireduce_scatter(const void* send, void* recv, std::size_t count, DType dtype, ReduceOp op) override {
+    return inner_.ireduce_scatter(send, recv, count, dtype, op);
+  }
+  CommWork iall_gather(const void* send, void* recv, std::size_t count, DType dtype) override {
+    if (count > 0) {  // InvariantError unless both are device memory
+      ops_.move(const_cast<void*>(send), send, count * dtype_size(dtype));
+      ops_.move(recv, recv, count * static_cast<std::size_t>(world_size()) * dtype_size(dtype));
+    }
+    ops_.wait(ops_.fence());
+    return inner_.iall_gather(send, recv, count, dtype);
+  }
+  CommWork ibroadcast(void* buf, std::size_t count, DType dtype, int root) override {
+    return inner_.ibroadcast(buf, count, dtype, root);
+  }
+  CommWork ibarrier() override { return inner_.ibarrier(); }
+  std::unique_ptr<Communicator> split(int color, int key) override { return inner_.split(color, key); }
+
+ private:
+  Communicator& inner_;
+  DeviceOps& ops_;
+};
+
+}  // namespace
+
+TEST_CASE("Unsharder: on a device, host shards are uploaded and device shards gathered in place") {
+  for (std::size_t n : kSizes) {
+    for (bool host : {false, true}) {
+      CAPTURE(n);
+      CAPTURE(host);
+      const DType t = DType::bf16;
+      auto cpu = make_cpu_ops();
+      auto dev = make_simulated_device_ops();
+      QueueOrderedComm comm(world(), *dev);
+      const FlatLayout layout = make_layout(n, world().world_size());
+      MemoryLedger ledger;
+      BufferPool pool(ledger, *dev);
+      // Host shards in host memory; device shards filled by an upload.
+      TestSource source(*cpu, layout, t, host);
+      std::vector<DeviceArray> device_shards;
+      if (!host) {
+        for (std::size_t u = 0; u < 3; ++u) {
+          device_shards.push_back(dev->allocate(layout.unit(static_cast<UnitId>(u)).shard, t));
+          dev->upload(device_shards[u].data(), source.shards[u].data(), source.shards[u].bytes());
+          source.shards[u] = std::move(device_shards[u]);
+        }
+      }
+      Unsharder us(comm, layout, *dev, pool, gather_options(true, t), source);
+      for (int micro = 0; micro < 2; ++micro) {
+        for (UnitId u : {0, 1, 2, 2, 1, 0}) {
+          us.unshard(u);
+          const UnitInfo& info = layout.unit(u);
+          std::vector<std::byte> back(info.padded * dtype_size(t));
+          if (!back.empty()) dev->download(back.data(), us.full(u), back.size());
+          CHECK(wrong_bytes(back.data(), layout, u, t, 0) == 0);
+          us.reshard(u);
+        }
+        us.end_micro_batch();
+      }
+      CHECK(ledger.current(MemCategory::unsharded) == 0);  // uploads and full buffers went back
+    }
+  }
+}
+
+TEST_CASE("Unsharder: a full buffer is the ranks' shards concatenated, bitwise") {
+  for (std::size_t n : kSizes) {
+    for (DType t : kDtypes) {
+      for (bool overlap : {false, true}) {
+        for (bool host : {false, true}) {
+          CAPTURE(n);
+          CAPTURE(dtype_name(t));
+          CAPTURE(overlap);
+          CAPTURE(host);
+          Fixture f(n, t, gather_options(overlap, t), host);
+          for (int micro = 0; micro < 3; ++micro) forward_backward(f.unsharder, f, t, 0);
+          for (UnitId u = 0; u < 3; ++u) {
+            CHECK(f.unsharder.count(u) == 0);
+            CHECK_FALSE(f.unsharder.gathered(u));
+            CHECK(f.unsharder.full(u) == nullptr);
+          }
+          CHECK(f.ledger.current(MemCategory::unsharded) == 0);  // every full buffer went back
+        }
+      }
+    }
+  }
+}
+
+TEST_CASE("Unsharder: the first micro-batch's order is recorded and the prefetch follows it") {
+  for (std::size_t n : kSizes) {
+    CAPTURE(n);
+    const DType t = DType::bf16;
+    Fixture f(n, t, gather_options(true, t));
+    Unsharder& us = f.unsharder;
+    forward_backward(us, f, t, 0);
+    CHECK(us.recording());
+    CHECK(us.order() == Order{0, 1, 2, 2, 1, 0});
+    // While recording nothing is prefetched or kept: one fetch per unshard.
+    CHECK(f.source.fetched == Order{0, 1, 2, 2, 1, 0});
+    CHECK(f.source.hinted.empty());
+    us.end_micro_batch();
+    CHECK_FALSE(us.recording());
+
+    f.source.fetched.clear();
+    us.unshard(0);  // gathers 0, prefetches 1, hints 2
+    CHECK(f.source.fetched == Order{0, 1});
+    CHECK(f.source.hinted == Order{2});
+    CHECK(us.gathered(1));
+    us.reshard(0);
+    CHECK_FALSE(us.gathered(0));  // 1 is next, not 0
+    us.unshard(1);                // prefetched: no fetch of 1; prefetches 2
+    CHECK(f.source.fetched == Order{0, 1, 2});
+    CHECK(wrong_bytes(us.full(1), f.layout, 1, t, 0) == 0);
+    us.reshard(1);
+    us.unshard(2);
+    CHECK(wrong_bytes(us.full(2), f.layout, 2, t, 0) == 0);
+    us.reshard(2);
+    CHECK(us.gathered(2));  // the recorded order unshards 2 again next: kept
+    us.unshard(2);          // reuses the kept buffer, prefetches 1
+    CHECK(wrong_bytes(us.full(2), f.layout, 2, t, 0) == 0);
+    us.reshard(2);
+    us.unshard(1);
+    us.reshard(1);
+    us.unshard(0);
+    us.reshard(0);
+    // 2 is kept from forward into backward: fetched once; 0 and 1 twice.
+    CHECK(f.source.fetched == Order{0, 1, 2, 1, 0});
+    for (UnitId u = 0; u < 3; ++u) CHECK_FALSE(us.gathered(u));
+    CHECK(f.ledger.current(MemCategory::unsharded) == 0);
+
+    // A different order later: the cursor finds each unit's first occurrence.
+    us.end_micro_batch();
+    f.source.fetched.clear();
+    us.unshard(2);  // found at position 2: prefetches order[3] = 2 itself, so nothing
+    CHECK(f.source.fetched == Order{2});
+    us.reshard(2);
+    CHECK(us.gathered(2));  // order[3] is 2: kept
+    us.unshard(2);          // position 3: prefetches 1
+    CHECK(f.source.fetched == Order{2, 1});
+    us.reshard(2);
+    CHECK_FALSE(us.gathered(2));
+    us.unshard(1);
+    us.reshard(1);
+    us.end_micro_batch();
+    for (UnitId u = 0; u < 3; ++u) (void)us.full(u);
+    us.reset();  // drops the prefetch of 0
+    CHECK(f.ledger.current(MemCategory::unsharded) == 0);
+    CHECK(us.recording());
+    CHECK(us.order().empty());
+  }
+}
+
+TEST_CASE("Unsharder: without overlap_comm nothing is recorded, prefetched or kept") {
+  const DType t = DType::f32;
+  Fixture f(57, t, gather_options(false, t));
+  for (int micro = 0; micro < 2; ++micro) {
+    forward_backward(f.unsharder, f, t, 0);
+    f.unsharder.end_micro_batch();
+  }
+  CHECK(f.unsharder.order().empty());
+  CHECK(f.source.fetched == Order{0, 1, 2, 2, 1, 0, 0, 1, 2, 2, 1, 0});
+  CHECK(f.source.hinted.empty());
+}
+
+TEST_CASE("Unsharder: nested unshard/reshard are counted; the buffer goes at zero") {
+  for (std::size_t n : kSizes) {
+    CAPTURE(n);
+    const DType t = DType::f32;
+    Fixture f(n, t, gather_options(true, t));
+    Unsharder& us = f.unsharder;
+    us.unshard(1);
+    us.unshard(1);
+    us.unshard(0);
+    CHECK(us.count(1) == 2);
+    CHECK(us.count(0) == 1);
+    CHECK(f.source.fetched == Order{1, 0});  // the second unshard of 1 reuses its buffer
+    us.reshard(1);
+    CHECK(us.count(1) == 1);
+    CHECK(us.gathered(1));
+    CHECK(wrong_bytes(us.full(1), f.layout, 1, t, 0) == 0);
+    us.reshard(1);
+    CHECK(us.count(1) == 0);
+    CHECK_FALSE(us.gathered(1));
+    CHECK_THROWS_WITH_AS(us.reshard(1), doctest::Contains("reshard(\"u1\") without a matching unshard()"),
+                         InvariantError);
+    us.reshard(0);
+    CHECK(f.ledger.current(MemCategory::unsharded) == 0);
+  }
+}
+
+TEST_CASE("Unsharder: gather off (stages 0-2) only counts") {
+  Fixture f(7, DType::f32, UnsharderOptions{.gather = false, .overlap = true, .dtype = DType::f32});
+  Unsharder& us = f.unsharder;
+  us.unshard(2);
+  us.unshard(2);
+  CHECK(us.count(2) == 2);
+  CHECK_FALSE(us.gathered(2));
+  CHECK(us.full(2) == nullptr);
+  us.reshard(2);
+  us.reshard(2);
+  CHECK_THROWS_AS(us.reshard(2), InvariantError);
+  us.end_micro_batch();
+  us.refresh();
+  CHECK(f.source.fetched.empty());
+  CHECK(f.source.released.empty());
+  CHECK(us.order().empty());
+}
+
+TEST_CASE("Unsharder: refresh() regathers held units and drops prefetched ones") {
+  for (std::size_t n : kSizes) {
+    CAPTURE(n);
+    const DType t = DType::bf16;
+    Fixture f(n, t, gather_options(true, t));
+    Unsharder& us = f.unsharder;
+    forward_backward(us, f, t, 0);
+    us.end_micro_batch();
+    us.unshard(0);  // holds 0, prefetches 1
+    CHECK(us.gathered(1));
+    f.source.fill(1);  // the optimizer changed every shard
+    f.source.released.clear();
+    f.source.fetched.clear();
+    us.refresh();
+    CHECK(us.gathered(0));
+    CHECK_FALSE(us.gathered(1));
+    CHECK(f.source.fetched == Order{0});
+    CHECK(wrong_bytes(us.full(0), f.layout, 0, t, 1) == 0);
+    CHECK(f.source.released == Order{0, 0, 1, 2});  // 0 finished twice; 1 dropped; 2 had nothing
+    us.reshard(0);
+    us.unshard(1);
+    CHECK(wrong_bytes(us.full(1), f.layout, 1, t, 1) == 0);
+    us.reshard(1);
+  }
+}
+
+TEST_CASE("Unsharder: reset() drops every buffer and count and records again") {
+  const DType t = DType::f32;
+  Fixture f(57, t, gather_options(true, t));
+  Unsharder& us = f.unsharder;
+  forward_backward(us, f, t, 0);
+  us.end_micro_batch();
+  us.unshard(0);
+  us.unshard(0);
+  us.reset();
+  CHECK(us.count(0) == 0);
+  for (UnitId u = 0; u < 3; ++u) CHECK_FALSE(us.gathered(u));
+  CHECK(us.recording());
+  CHECK(us.order().empty());
+  CHECK(f.ledger.current(MemCategory::unsharded) == 0);
+  CHECK_THROWS_AS(us.reshard(0), InvariantError);
+  forward_backward(us, f, t, 0);
+  CHECK(us.order() == Order{0, 1, 2, 2, 1, 0});
+}
+
+TEST_CASE("Unsharder: errors") {
+  const DType t = DType::f32;
+  Fixture f(7, t, gather_options(true, t));
+  Unsharder& us = f.unsharder;
+  CHECK_THROWS_WITH_AS(us.unshard(3), doctest::Contains("unit id 3 is not one of the 3 units"), InvariantError);
+  CHECK_THROWS_AS(us.unshard(-1), InvariantError);
+  CHECK_THROWS_AS(us.reshard(3), InvariantError);
+  CHECK_THROWS_AS(us.count(7), InvariantError);
+  // A failing source: the error comes through; u is left without a buffer
+  // or count, and unshards again once the source works.
+  f.source.fail = true;
+  CHECK_THROWS_WITH_AS(us.unshard(1), doctest::Contains("swap-in of unit 1 failed"), IoError);
+  CHECK(us.count(1) == 0);
+  CHECK_FALSE(us.gathered(1));
+  CHECK(f.ledger.current(MemCategory::unsharded) == 0);
+  f.source.fail = false;
+  us.unshard(1);
+  CHECK(wrong_bytes(us.full(1), f.layout, 1, t, 0) == 0);
+  us.reshard(1);
+  // A layout for another world size.
+  const FlatLayout other = make_layout(7, world().world_size() + 1);
+  CHECK_THROWS_WITH_AS(Unsharder(world(), other, *f.ops, f.pool, gather_options(false, t), f.source),
+                       doctest::Contains("the layout is finalized for"), InvariantError);
+}
