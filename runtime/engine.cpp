@@ -155,7 +155,8 @@ void allocate_state(EngineState& s) {
                          .overlap = s.config.zero.overlap(),
                          .compute_dtype = dt,
                          .comm_dtype = s.comm_dtype(),
-                         .stored_scale = s.stored_scale()},
+                         .stored_scale = s.stored_scale(),
+                         .order = s.config.reduction_order},
       s.grad_target);
 }
 
