@@ -14,8 +14,9 @@
 //       world size. Results do not depend on it (runtime/grad_reducer.h;
 //       with zeroshard.reduction_order "native" they may, in the last bits).
 //   zeroshard.reduction_order  "rank" (default): gradient reductions sum
-//       the ranks in rank order, bitwise the same at every stage, bucket
-//       size, overlap setting and offload tier; "native": the backend's
+//       the ranks in rank order, bitwise the same for every bucket size,
+//       overlap setting, offload tier and (without gradient accumulation)
+//       stage; "native": the backend's
 //       all-reduce / reduce-scatter (comm/ordered_reduce.h).
 //   zero_optimization.overlap_comm  true: bucket collectives run in the
 //       background while backward goes on (at most 2 in flight), and stage 3

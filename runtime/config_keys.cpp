@@ -172,8 +172,8 @@ std::vector<ConfigKey> make_table() {
            "true: keys accepted without effect and legacy spellings are errors (also ConfigOptions::strict)"),
       impl("zeroshard.reduction_order", T::string, "\"rank\"",
            "\"rank\": every gradient reduction sums each element's contributions rank 0 + rank 1 + ... left to "
-           "right (all-to-all, local sum, all-gather), so stages 0-3, bucket sizes, overlap_comm and offload tiers "
-           "give bitwise the same results at a world size; \"native\": MPI's / NCCL's own all-reduce and "
+           "right (all-to-all, local sum, all-gather), so bucket sizes, overlap_comm, offload tiers and, without "
+           "gradient accumulation, stages 0-3 give bitwise the same results at a world size; \"native\": MPI's / NCCL's own all-reduce and "
            "reduce-scatter, whose order depends on the stage and message size (comm/ordered_reduce.h)"),
       quiet("wall_clock_breakdown", T::boolean, "DeepSpeed's timers; zeroshard's examples time themselves"),
       quiet("memory_breakdown", T::boolean, "DeepSpeed's memory log; see the engine's ledger"),

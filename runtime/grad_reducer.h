@@ -41,10 +41,12 @@
 // world size (so stage 0/1 bucket capacities are rounded down to a
 // multiple of it, and the padding is zeroed), the sum into this rank's
 // block, and an in-place all-gather. Each element's sum is then rank 0 +
-// rank 1 + ... in the communication dtype, so stages 0-3, every bucket
-// size and overlap on or off give bitwise the same gradients (tested in
-// tests/runtime/test_grad_buckets.cpp, test_grad_reducer.cpp and
-// test_stage_equivalence.cpp). The all-reduce's all-gather is posted at
+// rank 1 + ... in the communication dtype, so every bucket size and overlap
+// on or off give bitwise the same gradients, and so do stages 0-3 without
+// gradient accumulation (with it, stages 0/1 reduce each rank's sum of its
+// micro-batches and stages 2/3 add the reduced micro-batches: another
+// association, [Note: gradient semantics] in runtime/engine.h); tested in
+// tests/runtime/test_grad_buckets.cpp. The all-reduce's all-gather is posted at
 // fixed points only (when the next bucket has started, when the in-flight
 // limit forces a bucket to finish, and in complete()), never because a test
 // succeeded on one rank, so every rank issues the same collective sequence.
