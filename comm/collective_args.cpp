@@ -58,4 +58,13 @@ void check_reduce_scatter_disjoint(const void* send, const void* recv, std::size
            count, dtype_name(dtype), world_size);
 }
 
+void check_all_to_all_disjoint(const void* send, const void* recv, std::size_t count, DType dtype,
+                               int world_size) {
+  const std::size_t bytes = count * dtype_size(dtype) * static_cast<std::size_t>(world_size);
+  ZS_CHECK(!ranges_overlap(send, bytes, recv, bytes),
+           "all_to_all recv buffer overlaps send (count {} {} elements per block, world size {}); use a "
+           "separate recv buffer",
+           count, dtype_name(dtype), world_size);
+}
+
 }  // namespace zeroshard

@@ -46,4 +46,11 @@ bool all_gather_in_place(const void* send, const void* recv, std::size_t count, 
 void check_reduce_scatter_disjoint(const void* send, const void* recv, std::size_t count,
                                    DType dtype, int world_size);
 
+/// Throws InvariantError if an all-to-all's send and recv buffers (count *
+/// world_size elements each) overlap, which MPI_Alltoall (without
+/// MPI_IN_PLACE) and grouped NCCL sends and receives do not allow.
+/// Thread safety: pure function.
+void check_all_to_all_disjoint(const void* send, const void* recv, std::size_t count, DType dtype,
+                               int world_size);
+
 }  // namespace zeroshard

@@ -116,6 +116,12 @@ class Communicator {
   /// every rank's block in rank order. send may alias recv + rank()*count
   /// (in-place gather), as with ncclAllGather.
   virtual CommWork iall_gather(const void* send, void* recv, std::size_t count, DType dtype) = 0;
+  /// All-to-all without reduction: send holds world_size() blocks of count
+  /// elements, block r for rank r; recv (count * world_size() elements, not
+  /// overlapping send) receives, as its block j, the block rank j sent to
+  /// this rank: MPI_Ialltoall, or grouped ncclSend/ncclRecv. The exchange
+  /// step of the rank-ordered reductions (comm/ordered_reduce.h).
+  virtual CommWork iall_to_all(const void* send, void* recv, std::size_t count, DType dtype) = 0;
   /// buf[0..count) on root is copied to every rank.
   virtual CommWork ibroadcast(void* buf, std::size_t count, DType dtype, int root) = 0;
   /// Completes once every rank has entered it.
@@ -156,6 +162,11 @@ class Communicator {
   /// count (in place). Throws what iall_gather and wait() throw.
   virtual void all_gather(const void* send, void* recv, std::size_t count, DType dtype) {
     iall_gather(send, recv, count, dtype).wait();
+  }
+  /// Blocking iall_to_all: recv block j (count elements) receives rank j's
+  /// block rank() of send. Throws what iall_to_all and wait() throw.
+  virtual void all_to_all(const void* send, void* recv, std::size_t count, DType dtype) {
+    iall_to_all(send, recv, count, dtype).wait();
   }
   /// Blocking ibroadcast: buf[0..count) on root is copied to every rank.
   /// Throws what ibroadcast (bad root) and wait() throw.

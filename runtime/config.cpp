@@ -285,6 +285,16 @@ EngineConfig EngineConfig::from_json(const json& j, const std::string& source, c
     read_optimizer(r, c, d);
     read_precision(r, c, d);
     read_zero(r, bad, c, d);
+    std::string order;
+    if (r.get("zeroshard.reduction_order", order)) {
+      if (order == "rank") {
+        c.reduction_order = ReductionOrder::rank;
+      } else if (order == "native") {
+        c.reduction_order = ReductionOrder::native;
+      } else {
+        d.bad_value("zeroshard.reduction_order", order, "is invalid: use \"rank\" or \"native\"");
+      }
+    }
     read_scheduler(r, bad, c, d);
     collect_range_problems(c, d);
     if (options.world_size && d.ok()) {

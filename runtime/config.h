@@ -11,7 +11,13 @@
 //       reduce-scatter (stages 2/3) starts at once; units larger than a
 //       bucket are split. At stages 2/3 a bucket holds the same slice of
 //       every rank's shard, so its size is rounded down to a multiple of the
-//       world size. Results do not depend on it (runtime/grad_reducer.h).
+//       world size. Results do not depend on it (runtime/grad_reducer.h;
+//       with zeroshard.reduction_order "native" they may, in the last bits).
+//   zeroshard.reduction_order  "rank" (default): gradient reductions sum
+//       the ranks in rank order, bitwise the same for every bucket size,
+//       overlap setting, offload tier and (without gradient accumulation)
+//       stage; "native": the backend's
+//       all-reduce / reduce-scatter (comm/ordered_reduce.h).
 //   zero_optimization.overlap_comm  true: bucket collectives run in the
 //       background while backward goes on (at most 2 in flight), and stage 3
 //       prefetches the next unit's all-gather. Default as DeepSpeed: true at
@@ -34,6 +40,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "comm/ordered_reduce.h"
 #include "core/dtype.h"
 #include "optimizer/optimizer.h"
 #include "runtime/loss_scaler.h"
@@ -141,6 +148,9 @@ struct EngineConfig {
   std::optional<DType> communication_data_type;  ///< unset: fp32
   LrSchedule scheduler;
   OffloadConfig offload;  ///< offload tiers (runtime/offload_config.h)
+  /// "zeroshard": {"reduction_order"}: how gradient reductions sum the ranks
+  /// ([Note: rank-ordered reduction] in comm/ordered_reduce.h).
+  ReductionOrder reduction_order = ReductionOrder::rank;
   std::string source = "configuration";  ///< file it came from, named in error messages
   /// Lines the reader warns with ("ds.json: ..."): keys accepted without
   /// effect, legacy spellings and what they became. The examples print them.

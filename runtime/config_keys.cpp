@@ -97,10 +97,9 @@ std::vector<ConfigKey> make_table() {
       impl("zero_optimization", T::section, "", "ZeRO sharding; DeepSpeed's older form true / false means stage 1 / 0"),
       impl("zero_optimization.stage", T::int32, "0", "0 (DDP), 1 (optimizer state), 2 (+ gradients), 3 (+ parameters)"),
       impl("zero_optimization.reduce_bucket_size", T::count, "5e8",
-           "gradient elements per reduction bucket (> 0); results are deterministic for a given size, and bitwise "
-           "the same for any size except where the ring all-reduce of messages >= 64 KiB sums in another order "
-           "(stages 0/1, world size >= 3; runtime/grad_reducer.h). \"auto\" with ConfigOptions::hidden_size: "
-           "hidden^2", true),
+           "gradient elements per reduction bucket (> 0); results are bitwise the same for any size with "
+           "zeroshard.reduction_order \"rank\" (the default; runtime/grad_reducer.h). \"auto\" with "
+           "ConfigOptions::hidden_size: hidden^2", true),
       impl("zero_optimization.allgather_bucket_size", T::count, "5e8",
            "parameter elements per bucket of the stage 1/2 post-step all-gather (> 0)"),
       impl("zero_optimization.overlap_comm", T::boolean, "true at stage 3, else false",
@@ -171,6 +170,11 @@ std::vector<ConfigKey> make_table() {
       impl("zeroshard", T::section, "", "zeroshard's own settings"),
       impl("zeroshard.strict", T::boolean, "false",
            "true: keys accepted without effect and legacy spellings are errors (also ConfigOptions::strict)"),
+      impl("zeroshard.reduction_order", T::string, "\"rank\"",
+           "\"rank\": every gradient reduction sums each element's contributions rank 0 + rank 1 + ... left to "
+           "right (all-to-all, local sum, all-gather), so bucket sizes, overlap_comm, offload tiers and, without "
+           "gradient accumulation, stages 0-3 give bitwise the same results at a world size; \"native\": MPI's / NCCL's own all-reduce and "
+           "reduce-scatter, whose order depends on the stage and message size (comm/ordered_reduce.h)"),
       quiet("wall_clock_breakdown", T::boolean, "DeepSpeed's timers; zeroshard's examples time themselves"),
       quiet("memory_breakdown", T::boolean, "DeepSpeed's memory log; see the engine's ledger"),
       quiet("dump_state", T::boolean, "DeepSpeed prints its config at start"),

@@ -9,6 +9,7 @@
 
 #include "core/aligned_buffer.h"
 #include "core/error.h"
+#include "kernels/cpu/sum_blocks.h"
 #include "zs_config.h"
 
 namespace zeroshard {
@@ -53,6 +54,9 @@ class CpuOps : public DeviceOps {
   void accumulate_cast(void* dst, DType dst_type, const void* src, DType src_type, std::size_t n,
                        float scale) override {
     kernels::accumulate_cast(dst, dst_type, src, src_type, n, scale);
+  }
+  void sum_blocks(void* dst, const void* src, std::size_t blocks, std::size_t n, DType dtype) override {
+    kernels::sum_blocks(dst, src, blocks, n, dtype);
   }
   kernels::GradStats grad_stats(const void* data, DType type, std::size_t n) override {
     return kernels::grad_stats(data, type, n);
@@ -139,6 +143,12 @@ class SimulatedDeviceOps final : public CpuOps {
     check_device(dst, n * dtype_size(dst_type), "accumulate_cast dst");
     check_device(src, n * dtype_size(src_type), "accumulate_cast src");
     CpuOps::accumulate_cast(dst, dst_type, src, src_type, n, scale);
+  }
+  void sum_blocks(void* dst, const void* src, std::size_t blocks, std::size_t n, DType dtype) override {
+    flush();
+    check_device(dst, n * dtype_size(dtype), "sum_blocks dst");
+    check_device(src, blocks * n * dtype_size(dtype), "sum_blocks src");
+    CpuOps::sum_blocks(dst, src, blocks, n, dtype);
   }
   kernels::GradStats grad_stats(const void* data, DType type, std::size_t n) override {
     flush();

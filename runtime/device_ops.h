@@ -142,6 +142,13 @@ class DeviceOps {
   /// kernels::accumulate_cast: dst[i] += src[i] * scale (kernels/cpu/cast.h).
   virtual void accumulate_cast(void* dst, DType dst_type, const void* src, DType src_type, std::size_t n,
                                float scale) = 0;
+  /// kernels::sum_blocks (kernels/cpu/sum_blocks.h): dst[i] = block 0 + ...
+  /// + block (blocks-1) at element i, added left to right, block j being
+  /// the n elements at src + j * n; dst is src itself or disjoint from it.
+  /// The local sum of the rank-ordered reductions (comm/ordered_reduce.h).
+  /// The cuda form runs it as a copy of block 0 and one accumulate_cast
+  /// per further block (bitwise the same sums; f32, bf16, f16 only).
+  virtual void sum_blocks(void* dst, const void* src, std::size_t blocks, std::size_t n, DType dtype) = 0;
   /// Sum of squares and Inf/NaN count of n elements (completes first). The
   /// cuda form reports a count of 1 for "some", not the number.
   virtual kernels::GradStats grad_stats(const void* data, DType type, std::size_t n) = 0;

@@ -93,6 +93,18 @@ class CudaOps final : public DeviceOps {
                        float scale) override {
     kernels::gpu::accumulate_scaled(src, src_type, dst, dst_type, n, scale, stream());
   }
+  // Block 0, then each further block added in order: accumulate_cast with
+  // scale 1 is round(dst + src) once per element, the same left-to-right
+  // sums as kernels::sum_blocks (f32, bf16, f16).
+  void sum_blocks(void* dst, const void* src, std::size_t blocks, std::size_t n, DType dtype) override {
+    ZS_CHECK(blocks > 0, "sum_blocks: needs at least one block (n = {} elements)", n);
+    if (n == 0) return;
+    const std::size_t bytes = n * dtype_size(dtype);
+    if (dst != src) move(dst, src, bytes);
+    for (std::size_t j = 1; j < blocks; ++j) {
+      accumulate_cast(dst, dtype, static_cast<const std::byte*>(src) + j * bytes, dtype, n, 1.0f);
+    }
+  }
   kernels::GradStats grad_stats(const void* data, DType type, std::size_t n) override {
     kernels::gpu::check_gradients(data, type, n, 1.0f, result_.as<kernels::GradCheck>(), workspace_.data(),
                                   stream());

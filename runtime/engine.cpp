@@ -155,7 +155,8 @@ void allocate_state(EngineState& s) {
                          .overlap = s.config.zero.overlap(),
                          .compute_dtype = dt,
                          .comm_dtype = s.comm_dtype(),
-                         .stored_scale = s.stored_scale()},
+                         .stored_scale = s.stored_scale(),
+                         .order = s.config.reduction_order},
       s.grad_target);
   s.unsharder = std::make_unique<Unsharder>(
       s.comm, s.layout, *s.ops, s.pool,

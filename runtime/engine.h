@@ -36,8 +36,9 @@
 // 16-bit buffer is widened, reduced, averaged over ranks and rounded once).
 // In fp16 the loop multiplies its loss gradient by loss_scale(); step()
 // unscales. Before every update the engine checks the reduced gradient
-// shards for Inf/NaN (fused with the norm pass) and all-reduces the flag with
-// the norm: on overflow every rank skips the step together (no parameter,
+// shards for Inf/NaN (fused with the norm pass) and combines the flag with
+// the norm over ranks (an all-gather summed in rank order, or an all-reduce
+// with zeroshard.reduction_order "native"): on overflow every rank skips the step together (no parameter,
 // optimizer step count or schedule position changes), in any precision, and
 // the fp16 loss scale backs off (runtime/loss_scaler.h).
 //
@@ -223,14 +224,16 @@ class Engine {
   void* grad_data(ParamId p, DType expected);
   /// Declares unit u's gradients of this micro-batch complete and hands them
   /// to the reduction buckets (stages 2/3: every micro-batch, reduce-scatter;
-  /// stages 0/1: at the accumulation boundary, all-reduce); a bucket's
+  /// stages 0/1: at the accumulation boundary, all-reduce; both rank-ordered
+  /// by default, comm/ordered_reduce.h); a bucket's
   /// collective starts when it holds reduce_bucket_size elements, in the
   /// background with overlap_comm, else completed before this returns
   /// (runtime/grad_reducer.h). Collective.
   void reduce_gradients(UnitId u);
   /// Ends a micro-batch. At every gradient_accumulation_steps-th call:
-  /// finishes the reductions, computes the global gradient norm (one
-  /// all-reduce), clips to gradient_clipping, runs the optimizer on the
+  /// finishes the reductions, computes the global gradient norm (the ranks'
+  /// partial sums all-gathered and added in rank order; one all-reduce with
+  /// zeroshard.reduction_order "native"), clips to gradient_clipping, runs the optimizer on the
   /// local shards, all-gathers the updated shards (stages 1/2), and clears
   /// gradients. Collective. With offloaded state, an I/O error on any rank
   /// in the swap writes of the reductions or the update throws

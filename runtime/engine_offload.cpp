@@ -455,8 +455,12 @@ void accumulate_offloaded_grad_or_throw(EngineState& s, UnitId u, std::size_t at
     }
     std::byte* part = open.buffer.data() + (lo - sg.begin) * e;
     kernels::accumulate_cast(part, dt, static_cast<const std::byte*>(src) + (lo - at) * se, src_type, hi - lo, scale);
-    if (s.boundary()) {
-      const kernels::GradStats st = kernels::grad_stats(part, dt, hi - lo);
+    if (s.boundary() && hi == sg.end) {
+      // The sub-group's gradient is complete (pieces come in increasing
+      // order): its statistics, added sub-group by sub-group as
+      // unit_grad_stats does for the other tiers, so every tier gives the
+      // same bits whatever the bucket pieces were.
+      const kernels::GradStats st = kernels::grad_stats(open.buffer.data(), dt, sg.end - sg.begin);
       us.offloaded_grad_stats.sum_of_squares += st.sum_of_squares;
       us.offloaded_grad_stats.nonfinite += st.nonfinite;
     }
@@ -536,9 +540,20 @@ void clear_offloaded_grads(EngineState& s) {
 
 kernels::GradStats unit_grad_stats(EngineState& s, UnitId u) {
   if (array_tier(s, u, {ArrayKind::grad}) == MemTier::nvme) return s.unit(u).offloaded_grad_stats;
-  const std::size_t first = s.stage() < 2 ? static_cast<std::size_t>(s.rank()) * s.info(u).shard : 0;
-  const std::byte* g = resident_data(s, u, {ArrayKind::grad}) + first * dtype_size(s.dtype());
-  return array_ops(s, u, {ArrayKind::grad}).grad_stats(g, s.dtype(), s.info(u).shard);
+  const std::size_t shard = s.info(u).shard, e = dtype_size(s.dtype());
+  const std::size_t first = s.stage() < 2 ? static_cast<std::size_t>(s.rank()) * shard : 0;
+  const std::byte* g = resident_data(s, u, {ArrayKind::grad}) + first * e;
+  // Sub-group by sub-group (sub_group_size; one part for most models), in
+  // order: how the nvme tier takes them as each completes.
+  const std::size_t sg = std::max<std::size_t>(1, s.config.offload.sub_group_elements());
+  DeviceOps& ops = array_ops(s, u, {ArrayKind::grad});
+  kernels::GradStats total;
+  for (std::size_t b = 0; b < shard; b += sg) {
+    const kernels::GradStats st = ops.grad_stats(g + b * e, s.dtype(), std::min(sg, shard - b));
+    total.sum_of_squares += st.sum_of_squares;
+    total.nonfinite += st.nonfinite;
+  }
+  return total;
 }
 
 }  // namespace zeroshard

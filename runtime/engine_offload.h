@@ -18,8 +18,10 @@
 //     the all-gather, prefetched one unit further than the all-gather;
 //   - reduction (stages 2/3): each reduced block is added into the
 //     sub-group's gradient file (read, add, write behind); in the boundary
-//     micro-batch its Inf/NaN count and sum of squares are taken then, so
-//     step() needs no extra pass over the files;
+//     micro-batch, when a sub-group's last block has been added, its Inf/NaN
+//     count and sum of squares are taken, so step() needs no extra pass over
+//     the files; the sums are added sub-group by sub-group, as the other
+//     tiers' (unit_grad_stats), so the norm is bitwise the same on every tier;
 //   - step(): run_swap_pipeline over all sub-groups of all units (read i+1,
 //     update i, write i-1); gradient files are removed after the step, so
 //     the next cycle starts from zeros.

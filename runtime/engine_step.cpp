@@ -2,6 +2,7 @@
 // [Note: gradient semantics] and [Note: mixed precision]; docs/design.md
 // "One training step at stage 3" for the order of collectives.
 #include <cmath>
+#include <vector>
 
 #include "core/error.h"
 #include "runtime/collective_error.h"
@@ -146,14 +147,29 @@ StepResult Engine::step() {
   // Swap I/O errors of the reductions surface here, on every rank together;
   // the gradient shards are then partly accumulated: [Note: storage phases].
   if (s.offload) run_storage_phase(s, "step()", [&] { finish_offloaded_reductions(s); }, true);
-  // Global norm and Inf/NaN flag: each rank scans its shard, one all-reduce.
+  // Global norm and Inf/NaN flag: each rank scans its shard (the same range
+  // at every stage), then the ranks' two sums are combined: in rank order
+  // by default (an all-gather and a left-to-right sum, the same bits on
+  // every rank whatever MPI's all-reduce algorithm, [Note: rank-ordered
+  // reduction]), else by one all-reduce.
   double stats[2] = {0, 0};
   for (UnitId u = 0; u < n; ++u) {
     const kernels::GradStats st = unit_grad_stats(s, u);
     stats[0] += st.sum_of_squares;
     stats[1] += static_cast<double>(st.nonfinite);
   }
-  s.host_comm.all_reduce(stats, 2, DType::f64, ReduceOp::sum);
+  if (s.config.reduction_order == ReductionOrder::rank) {
+    std::vector<double> ranks_stats(2 * static_cast<std::size_t>(s.world()));
+    s.host_comm.all_gather(stats, ranks_stats.data(), 2, DType::f64);
+    stats[0] = ranks_stats[0];
+    stats[1] = ranks_stats[1];
+    for (std::size_t r = 1; r < static_cast<std::size_t>(s.world()); ++r) {
+      stats[0] += ranks_stats[2 * r];
+      stats[1] += ranks_stats[2 * r + 1];
+    }
+  } else {
+    s.host_comm.all_reduce(stats, 2, DType::f64, ReduceOp::sum);
+  }
   // Stored gradients are sums over ranks (fp32) or means (16-bit), of
   // loss-scaled micro-batch means: scale to the mean of the unscaled loss.
   const double ranks = s.mixed() ? 1.0 : static_cast<double>(s.world());

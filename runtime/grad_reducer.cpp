@@ -43,10 +43,20 @@ std::size_t GradReducer::capacity(BucketKind kind) const {
   std::size_t total = 0;
   for (const UnitInfo& u : layout_.units()) total += kind == BucketKind::all_reduce ? u.padded : u.shard;
   const std::size_t configured = kind == BucketKind::all_gather ? o_.allgather_bucket_size : o_.reduce_bucket_size;
-  const std::size_t per = kind == BucketKind::all_reduce
-                              ? configured
-                              : std::max<std::size_t>(1, configured / static_cast<std::size_t>(comm_.world_size()));
-  return std::max<std::size_t>(1, std::min(per, total));
+  const std::size_t world = static_cast<std::size_t>(comm_.world_size());
+  const std::size_t per = kind == BucketKind::all_reduce ? configured : std::max<std::size_t>(1, configured / world);
+  const std::size_t c = std::max<std::size_t>(1, std::min(per, total));
+  // A rank-ordered all-reduce cuts its bucket into world blocks: a whole
+  // bucket (reduced in place in a gradient buffer) must divide evenly.
+  if (kind == BucketKind::all_reduce && ordered()) return std::max(world, c / world * world);
+  return c;
+}
+
+BlockSum GradReducer::block_sum() {
+  DeviceOps& ops = ops_;
+  return [&ops](void* dst, const void* src, std::size_t blocks, std::size_t count, DType dtype) {
+    ops.sum_blocks(dst, src, blocks, count, dtype);
+  };
 }
 
 // Dtype a bucket's buffers hold: gradients travel in the communication
@@ -70,9 +80,20 @@ void GradReducer::start_collective(Bucket& b) {
   const DType t = bucket_dtype(b);
   const std::size_t world = static_cast<std::size_t>(comm_.world_size());
   switch (b.kind) {
-    case BucketKind::all_reduce:
-      b.work = comm_.iall_reduce(b.in_place != nullptr ? b.in_place : b.send.data(), b.fill, t, ReduceOp::sum);
+    case BucketKind::all_reduce: {
+      void* buf = b.in_place != nullptr ? b.in_place : b.send.data();
+      if (!ordered()) {
+        b.work = comm_.iall_reduce(buf, b.fill, t, ReduceOp::sum);
+        break;
+      }
+      // world blocks; the zeroed padding (packed buckets only: a whole
+      // in-place bucket divides evenly) is summed only with padding.
+      const std::size_t padded = (b.fill + world - 1) / world * world;
+      if (padded > b.fill) ops_.zero(elem(buf, b.fill, t), (padded - b.fill) * dtype_size(t));
+      b.scratch = pool_.acquire(padded, t, false);
+      b.ordered = OrderedReduction::all_reduce(comm_, buf, b.scratch.data(), padded / world, t, block_sum());
       break;
+    }
     case BucketKind::reduce_scatter:
       if (b.in_place == nullptr && b.fill < b.capacity) {
         // Blocks were packed at stride `capacity`: close the gaps (left moves, in rank order).
@@ -81,8 +102,15 @@ void GradReducer::start_collective(Bucket& b) {
                     b.fill * dtype_size(t));
         }
       }
-      b.recv = pool_.acquire(b.fill, t, false);
-      b.work = comm_.ireduce_scatter(b.send.data(), b.recv.data(), b.fill, t, ReduceOp::sum);
+      if (!ordered()) {
+        b.recv = pool_.acquire(b.fill, t, false);
+        b.work = comm_.ireduce_scatter(b.send.data(), b.recv.data(), b.fill, t, ReduceOp::sum);
+        break;
+      }
+      // recv receives the world blocks; their rank-ordered sum replaces block 0.
+      b.recv = pool_.acquire(world * b.fill, t, false);
+      b.ordered = OrderedReduction::reduce_scatter(comm_, b.send.data(), b.recv.data(), b.recv.data(), b.fill, t,
+                                                   block_sum());
       break;
     case BucketKind::all_gather:
       if (b.in_place != nullptr) {
@@ -99,6 +127,7 @@ void GradReducer::start_collective(Bucket& b) {
 // Waits for b's collective and moves its results where they belong.
 void GradReducer::finish_collective(Bucket& b) {
   b.work.wait();
+  b.ordered.wait();
   const DType t = bucket_dtype(b);
   switch (b.kind) {
     case BucketKind::all_reduce:
@@ -128,6 +157,7 @@ void GradReducer::finish_collective(Bucket& b) {
   }
   b.send.release();
   b.recv.release();
+  b.scratch.release();
 }
 
 // Starts `b` (moved into `flight`); with overlap, retires finished buckets
@@ -136,7 +166,13 @@ void GradReducer::launch(Bucket& b, std::deque<Bucket>& flight) {
   flight.push_back(std::move(b));
   b = Bucket{};
   start_collective(flight.back());
-  while (!flight.empty() && (!o_.overlap || flight.size() > kMaxBucketsInFlight || flight.front().work.test())) {
+  // Earlier rank-ordered all-reduces post their all-gathers now, at the
+  // same point on every rank ([Note: gradient buckets]).
+  for (std::size_t i = 0; i + 1 < flight.size(); ++i) {
+    if (flight[i].kind == BucketKind::all_reduce) flight[i].ordered.advance();
+  }
+  const auto done = [](Bucket& f) { return f.work.test() && f.ordered.test(); };
+  while (!flight.empty() && (!o_.overlap || flight.size() > kMaxBucketsInFlight || done(flight.front()))) {
     finish_collective(flight.front());
     flight.pop_front();
   }

@@ -32,17 +32,31 @@
 //    same shape (per-rank block max(1, allgather_bucket_size / world size))
 //    of the updated shards; a bucket that is exactly one unit is gathered in
 //    place.
-// Every element goes through the same casts and the same collective
-// (all-reduce or reduce-scatter over the same ranks) as without buckets.
-// Whether the sums are bitwise the same for every bucket size depends on
-// the order MPI adds an element's operands in: libnbc's reduce_scatter_block
-// and its tree all-reduce use one fixed order (bitwise equal, tested in
-// tests/runtime/test_grad_buckets.cpp), but the ring all-reduce that
-// comm/mpi selects for messages of 64 KiB and more (mpi_nbc_tuning.h) starts
-// each element's sum at a rank that depends on its position in the message,
-// so at world sizes >= 3 stage 0/1 results may differ in the last bits
-// between bucket sizes that put a gradient in messages of different sizes.
-// For a given configuration the results are deterministic.
+// Every element goes through the same casts as without buckets. By default
+// (ReductionOrder::rank) every reduction is rank-ordered ([Note:
+// rank-ordered reduction] in comm/ordered_reduce.h): a reduce-scatter
+// bucket is an all-to-all into a scratch buffer (world x fill) and a
+// left-to-right sum of the blocks; an all-reduce bucket is the same
+// exchange over world blocks of its fill rounded up to a multiple of the
+// world size (so stage 0/1 bucket capacities are rounded down to a
+// multiple of it, and the padding is zeroed), the sum into this rank's
+// block, and an in-place all-gather. Each element's sum is then rank 0 +
+// rank 1 + ... in the communication dtype, so every bucket size and overlap
+// on or off give bitwise the same gradients, and so do stages 0-3 without
+// gradient accumulation (with it, stages 0/1 reduce each rank's sum of its
+// micro-batches and stages 2/3 add the reduced micro-batches: another
+// association, [Note: gradient semantics] in runtime/engine.h); tested in
+// tests/runtime/test_grad_buckets.cpp. The all-reduce's all-gather is posted at
+// fixed points only (when the next bucket has started, when the in-flight
+// limit forces a bucket to finish, and in complete()), never because a test
+// succeeded on one rank, so every rank issues the same collective sequence.
+// With ReductionOrder::native the buckets use the backend's all-reduce and
+// reduce-scatter: libnbc's reduce_scatter_block and its tree all-reduce use
+// one fixed order, but the ring all-reduce that comm/mpi selects for
+// messages of 64 KiB and more (mpi_nbc_tuning.h) starts each element's sum
+// at a rank that depends on its position in the message, so at world sizes
+// >= 3 results may differ in the last bits between stages and between
+// bucket sizes; for a given configuration they are deterministic.
 // With overlap_comm, at most kMaxBucketsInFlight buckets are in flight
 // (bounding memory) and finished ones are retired whenever a bucket starts;
 // without it each bucket completes before the call that started it returns.
@@ -54,6 +68,7 @@
 #include <vector>
 
 #include "comm/communicator.h"
+#include "comm/ordered_reduce.h"
 #include "runtime/buffer_pool.h"
 #include "runtime/device_ops.h"
 #include "runtime/flat_layout.h"
@@ -94,6 +109,9 @@ struct GradReducerOptions {
   /// Factor applied to reduced sums as they are stored (the engine: 1 in
   /// fp32, 1 / world size for 16-bit buffers).
   float stored_scale = 1.0f;
+  /// How reductions sum the ranks ([Note: rank-ordered reduction] in
+  /// comm/ordered_reduce.h): rank order (the default) or the backend's.
+  ReductionOrder order = ReductionOrder::rank;
 };
 
 /// One run of a unit inside a bucket. For an all-reduce bucket `offset` is
@@ -118,10 +136,12 @@ struct Bucket {
   std::size_t capacity = 0;  ///< the most `fill` may reach
   PoolLease send;  ///< all-reduce: the packed bucket; reduce-scatter: world x fill; all-gather: this rank's fill
   PoolLease recv;  ///< reduce-scatter: this rank's fill reduced elements; all-gather: world x fill
+  PoolLease scratch;  ///< rank order, all-reduce: the all-to-all's receive buffer
   void* in_place = nullptr;  ///< all-reduce / all-gather: the unit's own buffer the collective runs on
-  /// Declared last so that it is destroyed first: destroying a bucket waits
-  /// for its collective before its buffers go back to the pool.
-  CommWork work;
+  /// Declared last so that they are destroyed first: destroying a bucket
+  /// waits for its collective before its buffers go back to the pool.
+  CommWork work;           ///< native order and all-gathers
+  OrderedReduction ordered;  ///< rank order: the reduction in flight
 };
 
 /// Bucketed gradient reduction of one engine ([Note: gradient buckets]).
@@ -179,6 +199,8 @@ class GradReducer {
   void start_collective(Bucket& b);
   void finish_collective(Bucket& b);
   void launch(Bucket& b, std::deque<Bucket>& flight);
+  bool ordered() const { return o_.order == ReductionOrder::rank; }
+  BlockSum block_sum();
   void drain(std::deque<Bucket>& flight);
   void pack_all_reduce(UnitId u);
   void pack_reduce_scatter(UnitId u);

@@ -3,7 +3,10 @@
 // the same run (bench/README.md, "## collectives"). Run under mpirun.
 // The Communicator path is its blocking call (all_reduce, ...), or with
 // --nonblocking the non-blocking form followed by wait() (iall_reduce(...)
-// .wait(), what the Engine uses).
+// .wait(), what the Engine uses), or with --ordered, for all_reduce and
+// reduce_scatter, the rank-ordered forms of comm/ordered_reduce.h
+// (OrderedReduction: all-to-all, local sum in rank order, all-gather; the
+// Engine's default reductions) against MPI's native calls.
 //
 // For each collective and message size (fp32, sum), the two paths run
 // interleaved iteration by iteration (their order alternating), each
@@ -40,6 +43,7 @@
 #include <fmt/format.h>
 
 #include "comm/communicator.h"
+#include "comm/ordered_reduce.h"
 #include "comm/mpi/mpi_environment.h"
 #include "comm/mpi/mpi_nbc_tuning.h"
 #include "comm/mpi/mpi_progress.h"
@@ -109,6 +113,7 @@ struct Shape {
 struct Buffers {
   AlignedBuffer<float> big;
   AlignedBuffer<float> small;
+  AlignedBuffer<float> scratch;  ///< --ordered: the all-to-all's receive buffer (big's size)
 };
 
 // Fills the inputs of `op` on rank r (what the path reads).
@@ -160,7 +165,16 @@ void raw_check(int rc, const char* call) {
 
 // Runs one collective through our Communicator: its blocking call, or the
 // non-blocking form followed by wait().
-void run_communicator(Op op, const Shape& s, bool nonblocking, Communicator& comm, Buffers& b) {
+void run_communicator(Op op, const Shape& s, bool nonblocking, bool ordered, Communicator& comm, Buffers& b) {
+  if (ordered && op == Op::all_reduce) {
+    return OrderedReduction::all_reduce(comm, b.big.data(), b.scratch.data(), s.block, DType::f32, host_block_sum())
+        .wait();
+  }
+  if (ordered && op == Op::reduce_scatter) {
+    return OrderedReduction::reduce_scatter(comm, b.big.data(), b.scratch.data(), b.small.data(), s.block,
+                                            DType::f32, host_block_sum())
+        .wait();
+  }
   switch (op) {
     case Op::all_reduce:
       if (nonblocking) {
@@ -183,8 +197,8 @@ void run_communicator(Op op, const Shape& s, bool nonblocking, Communicator& com
 
 // Runs one collective through our Communicator (path 0, see
 // run_communicator) or the raw MPI call (path 1) on the shared buffers.
-void run_path(int path, Op op, const Shape& s, bool nonblocking, Communicator& comm, Buffers& b) {
-  if (path == 0) return run_communicator(op, s, nonblocking, comm, b);
+void run_path(int path, Op op, const Shape& s, bool nonblocking, bool ordered, Communicator& comm, Buffers& b) {
+  if (path == 0) return run_communicator(op, s, nonblocking, ordered, comm, b);
   const int block = static_cast<int>(s.block);  // < INT_MAX: main() bounds --max-bytes
   switch (op) {
     case Op::all_reduce:
@@ -211,6 +225,7 @@ struct Options {
   std::string op = "all";
   bool quick = false;
   bool nonblocking = false;
+  bool ordered = false;  ///< reductions through OrderedReduction (comm/ordered_reduce.h)
 };
 
 // Result of one path at one size.
@@ -230,7 +245,7 @@ void measure(Op op, const Shape& s, const Options& o, Communicator& comm, Buffer
       const int path = it % 2 == 0 ? k : 1 - k;  // alternate which path goes first
       raw_check(MPI_Barrier(MPI_COMM_WORLD), "MPI_Barrier");
       const double t0 = MPI_Wtime();
-      run_path(path, op, s, o.nonblocking, comm, b);
+      run_path(path, op, s, o.nonblocking, o.ordered, comm, b);
       const double t = MPI_Wtime() - t0;
       double tmax = 0;
       raw_check(MPI_Reduce(&t, &tmax, 1, MPI_DOUBLE, MPI_MAX, 0, MPI_COMM_WORLD), "MPI_Reduce");
@@ -240,7 +255,7 @@ void measure(Op op, const Shape& s, const Options& o, Communicator& comm, Buffer
   for (int path = 0; path < 2; ++path) {
     fill_inputs(op, s, r, b);
     raw_check(MPI_Barrier(MPI_COMM_WORLD), "MPI_Barrier");
-    run_path(path, op, s, o.nonblocking, comm, b);
+    run_path(path, op, s, o.nonblocking, o.ordered, comm, b);
     const std::uint64_t wrong = count_wrong(op, s, r, n, b);
     std::uint64_t total = 0;
     raw_check(MPI_Reduce(&wrong, &total, 1, MPI_UINT64_T, MPI_SUM, 0, MPI_COMM_WORLD),
@@ -332,6 +347,7 @@ int run(const Options& o) {
   Buffers b;
   b.big = AlignedBuffer<float>(big);
   b.small = AlignedBuffer<float>(big / static_cast<std::size_t>(n));
+  if (o.ordered) b.scratch = AlignedBuffer<float>(big);
   if (root) {
     char version[MPI_MAX_LIBRARY_VERSION_STRING];
     int len = 0;
@@ -347,7 +363,9 @@ int run(const Options& o) {
                o.step);
     fmt::print("Communicator path: {}; time = median over iterations of max over ranks; "
                "ratio = busbw(Communicator) / busbw(raw MPI) at the same size\n",
-               o.nonblocking ? "non-blocking call + wait()" : "blocking call");
+               o.ordered ? "rank-ordered reductions (all-to-all + local sum in rank order [+ all-gather], "
+                           "comm/ordered_reduce.h); all_gather as --nonblocking"
+                         : (o.nonblocking ? "non-blocking call + wait()" : "blocking call"));
   }
   std::vector<std::pair<Op, std::pair<double, bool>>> results;
   for (const Op op : ops) results.emplace_back(op, run_op(op, o, *comm, b));
@@ -389,6 +407,10 @@ int main(int argc, char** argv) {
   app.add_flag("--nonblocking", o.nonblocking,
                "time the Communicator's non-blocking calls followed by wait() (the Engine's "
                "path) instead of its blocking calls");
+  app.add_flag("--ordered", o.ordered,
+               "time all_reduce and reduce_scatter in rank order (OrderedReduction: Ialltoall, a "
+               "left-to-right SIMD sum, and for all_reduce an Iallgather; the Engine's default) "
+               "against MPI's native calls");
   app.add_flag("--quick", o.quick, "small run for tests: 1 KiB to 256 KiB, x4, 5 iterations");
   CLI11_PARSE(app, argc, argv);
   if (o.quick) {

@@ -218,6 +218,18 @@ CommWork MpiCommunicator::iall_gather(const void* send, void* recv, std::size_t 
                    count * dtype_size(dtype) * static_cast<std::size_t>(size_));
 }
 
+CommWork MpiCommunicator::iall_to_all(const void* send, void* recv, std::size_t count, DType dtype) {
+  const std::size_t total = count * static_cast<std::size_t>(size_);
+  check_buffer(send, total, "all_to_all send");
+  check_buffer(recv, total, "all_to_all recv");
+  check_all_to_all_disjoint(send, recv, count, dtype, size_);
+  const int n = mpi_count(count, "MPI_Ialltoall", rank_);
+  const MPI_Datatype type = mpi_datatype(dtype);
+  MPI_Request request = MPI_REQUEST_NULL;
+  ZS_MPI_CALL(rank_, MPI_Ialltoall, send, n, type, recv, n, type, comm_, &request);
+  return make_work(request, "MPI_Ialltoall", rank_, total * dtype_size(dtype));
+}
+
 CommWork MpiCommunicator::ibroadcast(void* buf, std::size_t count, DType dtype, int root) {
   const MpiArgs a = broadcast_args(buf, count, dtype, root, "MPI_Ibcast", rank_, size_);
   MPI_Request request = MPI_REQUEST_NULL;

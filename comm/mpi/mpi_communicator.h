@@ -5,6 +5,7 @@
 //   ireduce_scatter  MPI_Ireduce_scatter_block
 //   iall_gather      MPI_Iallgather, with MPI_IN_PLACE when
 //                    send == recv + rank * count elements
+//   iall_to_all      MPI_Ialltoall (send and recv disjoint)
 //   ibroadcast       MPI_Ibcast
 //   ibarrier         MPI_Ibarrier
 //   split            MPI_Comm_split (the result owns and frees its MPI_Comm)
@@ -98,6 +99,10 @@ class MpiCommunicator final : public Communicator {
   /// count elements. Throws InvariantError for null buffers or send
   /// overlapping recv any other way, CommError as iall_reduce.
   CommWork iall_gather(const void* send, void* recv, std::size_t count, DType dtype) override;
+  /// MPI_Ialltoall of count elements per block; send and recv (count *
+  /// world_size() elements each) must not overlap. Throws InvariantError
+  /// for null or overlapping buffers, CommError as iall_reduce.
+  CommWork iall_to_all(const void* send, void* recv, std::size_t count, DType dtype) override;
   /// MPI_Ibcast from root. Throws CommError naming root and world size if
   /// root is out of range, InvariantError and CommError as iall_reduce.
   CommWork ibroadcast(void* buf, std::size_t count, DType dtype, int root) override;

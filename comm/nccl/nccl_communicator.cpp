@@ -6,6 +6,7 @@
 #include <nccl.h>
 
 #include <array>
+#include <cstddef>
 #include <cstring>
 #include <thread>
 #include <utility>
@@ -234,6 +235,28 @@ CommWork NcclCommunicator::iall_gather(const void* send, void* recv, std::size_t
   ncclComm_t comm = state_->comm;
   return enqueue(state_, true, "ncclAllGather", count, [&](cudaStream_t stream) {
     return ncclAllGather(send, recv, count, nccl_type(dtype), comm, stream);
+  });
+}
+
+CommWork NcclCommunicator::iall_to_all(const void* send, void* recv, std::size_t count, DType dtype) {
+  const std::size_t total = count * static_cast<std::size_t>(size_);
+  check_buffer(send, total, "all_to_all send");
+  check_buffer(recv, total, "all_to_all recv");
+  check_all_to_all_disjoint(send, recv, count, dtype, size_);
+  ncclComm_t comm = state_->comm;
+  const int size = size_;
+  return enqueue(state_, false, "ncclSend/ncclRecv (all_to_all)", count, [&](cudaStream_t stream) {
+    const std::size_t bytes = count * dtype_size(dtype);
+    const ncclDataType_t type = nccl_type(dtype);
+    ncclResult_t rc = ncclGroupStart();
+    if (rc != ncclSuccess) return rc;
+    for (int r = 0; r < size && rc == ncclSuccess; ++r) {
+      const std::size_t at = static_cast<std::size_t>(r) * bytes;
+      rc = ncclSend(static_cast<const std::byte*>(send) + at, count, type, r, comm, stream);
+      if (rc == ncclSuccess) rc = ncclRecv(static_cast<std::byte*>(recv) + at, count, type, r, comm, stream);
+    }
+    const ncclResult_t end = ncclGroupEnd();  // always closes the group, even after a failed call
+    return rc != ncclSuccess ? rc : end;
   });
 }
 

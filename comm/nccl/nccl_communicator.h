@@ -5,6 +5,8 @@
 //   ireduce_scatter  ncclReduceScatter                  reduce-scatter stream
 //   iall_gather      ncclAllGather (in place when send == recv + rank * count)
 //                                                       all-gather stream
+//   iall_to_all      ncclSend + ncclRecv to and from every rank, in one
+//                    ncclGroupStart/End                 reduce-scatter stream
 //   ibroadcast       ncclBroadcast, in place            reduce-scatter stream
 //   ibarrier         ncclAllReduce of one device word   reduce-scatter stream
 //   split            ncclCommSplit (the result owns its ncclComm and streams)
@@ -101,6 +103,11 @@ class NcclCommunicator final : public Communicator {
                            ReduceOp op) override;
   /// ncclAllGather; in place when send == recv + rank() * count elements.
   CommWork iall_gather(const void* send, void* recv, std::size_t count, DType dtype) override;
+  /// All-to-all of count elements per block (device memory, send and recv
+  /// disjoint): one ncclSend of block r to rank r and one ncclRecv of block
+  /// r from rank r for every r, grouped (ncclGroupStart/ncclGroupEnd) so
+  /// that NCCL runs them as one operation.
+  CommWork iall_to_all(const void* send, void* recv, std::size_t count, DType dtype) override;
   /// ncclBroadcast in place from root (CommError if root is out of range).
   CommWork ibroadcast(void* buf, std::size_t count, DType dtype, int root) override;
   /// All-reduce of one device word; complete once every rank entered it.

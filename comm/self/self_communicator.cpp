@@ -38,6 +38,14 @@ CommWork SelfCommunicator::iall_gather(const void* send, void* recv, std::size_t
   return CommWork();
 }
 
+CommWork SelfCommunicator::iall_to_all(const void* send, void* recv, std::size_t count, DType dtype) {
+  check_buffer(send, count, "all_to_all send");
+  check_buffer(recv, count, "all_to_all recv");
+  check_all_to_all_disjoint(send, recv, count, dtype, 1);
+  copy_elements(send, recv, count, dtype);
+  return CommWork();
+}
+
 CommWork SelfCommunicator::ibroadcast(void* buf, std::size_t count, DType /*dtype*/, int root) {
   check_broadcast_root(root, 1, 0, "self");
   check_buffer(buf, count, "broadcast buf");

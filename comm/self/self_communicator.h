@@ -1,7 +1,7 @@
 // SelfCommunicator: the Communicator of a world with one rank, without MPI.
 //
 // Every collective over one rank is a copy or nothing: all_reduce and
-// broadcast leave the buffer as it is, reduce_scatter and all_gather copy
+// broadcast leave the buffer as it is, reduce_scatter, all_gather and all_to_all copy
 // count elements from send to recv. The copies use memmove, so overlapping
 // buffers give the result a one-rank collective defines (this is more than
 // the Communicator contract promises; do not rely on it for reduce_scatter
@@ -41,6 +41,8 @@ class SelfCommunicator final : public Communicator {
   /// Copies count elements from send to recv (memmove; send == recv is the
   /// in-place form and copies nothing). Complete on return.
   CommWork iall_gather(const void* send, void* recv, std::size_t count, DType dtype) override;
+  /// Copies count elements from send to recv (memmove). Complete on return.
+  CommWork iall_to_all(const void* send, void* recv, std::size_t count, DType dtype) override;
   /// No-op; root must be 0, else CommError naming root and world size.
   CommWork ibroadcast(void* buf, std::size_t count, DType dtype, int root) override;
   /// No-op. Complete on return.

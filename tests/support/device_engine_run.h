@@ -189,7 +189,9 @@ inline std::vector<DeviceCase> device_cases(const std::filesystem::path& swap_ro
 /// The case's configuration without offload: the reference (offload is
 /// bitwise equal to no offload on the cpu engine, tests/runtime/test_offload.cpp).
 inline EngineConfig without_offload(EngineConfig c) {
+  const std::int64_t sub_group = c.offload.sub_group_size;  // also splits the gradient statistics
   c.offload = OffloadConfig{};
+  c.offload.sub_group_size = sub_group;
   return c;
 }
 
