@@ -27,6 +27,7 @@ json Manifest::to_json() const {
     for (const auto& p : u.params) {
       params_j.push_back({{"name", p.name}, {"shape", p.shape}, {"numel", p.numel}, {"offset", p.offset},
                           {"group", p.group}});
+      if (mesh.recorded) params_j.back()["tp_split_dim"] = p.tp_split_dim;
     }
     units_j.push_back({{"name", u.name}, {"numel", u.numel}, {"padded", u.padded}, {"shard", u.shard},
                        {"params", params_j}});
@@ -35,7 +36,7 @@ json Manifest::to_json() const {
   for (const auto& f : files) {
     files_j.push_back({{"name", f.name}, {"rank", f.rank}, {"bytes", f.bytes}, {"crc32", f.crc32}});
   }
-  return json{{"format", "zeroshard-checkpoint"},
+  json out{{"format", "zeroshard-checkpoint"},
               {"format_version", format_version},
               {"tag", tag},
               {"world_size", world_size},
@@ -55,6 +56,8 @@ json Manifest::to_json() const {
               {"param_groups", param_groups},
               {"scheduler", scheduler},
               {"client_state", client_state}};
+  if (mesh.recorded) out["mesh"] = {{"dp", mesh.dp}, {"tp", mesh.tp}, {"tp_rank", mesh.tp_rank}};
+  return out;
 }
 
 namespace {
@@ -115,7 +118,8 @@ Manifest Manifest::from_json(const json& j, const std::string& path) {
                                          .shape = pj.at("shape").get<std::vector<std::int64_t>>(),
                                          .numel = pj.at("numel").get<std::uint64_t>(),
                                          .offset = pj.at("offset").get<std::uint64_t>(),
-                                         .group = pj.at("group").get<int>()});
+                                         .group = pj.at("group").get<int>(),
+                                         .tp_split_dim = pj.value("tp_split_dim", -1)});
       }
       m.units.push_back(std::move(u));
     }
@@ -136,6 +140,17 @@ Manifest Manifest::from_json(const json& j, const std::string& path) {
     m.param_groups = j.at("param_groups");
     m.scheduler = j.at("scheduler");
     m.client_state = j.value("client_state", json::object());
+    m.mesh.dp = m.world_size;
+    if (j.contains("mesh")) {
+      const json& mj = j.at("mesh");
+      m.mesh = ManifestMesh{.recorded = true, .dp = mj.at("dp").get<int>(), .tp = mj.at("tp").get<int>(),
+                            .tp_rank = mj.at("tp_rank").get<int>()};
+      if (m.mesh.dp != m.world_size || m.mesh.tp < 1 || m.mesh.tp > (1 << 24) || m.mesh.tp_rank < 0 ||
+          m.mesh.tp_rank >= m.mesh.tp) {
+        throw IoError(fmt::format("{}: mesh: dp {} x tp {} (tp_rank {}) does not fit world_size {}", path, m.mesh.dp,
+                                  m.mesh.tp, m.mesh.tp_rank, m.world_size));
+      }
+    }
   } catch (const json::exception& e) {
     throw IoError(fmt::format("{}: malformed checkpoint manifest: {}", path, e.what()));
   }

@@ -213,13 +213,21 @@ StepResult Engine::step() {
   // Swap I/O errors of the reductions surface here, on every rank together.
   if (s.offload) run_agreed(s.host_comm, [&] { finish_offloaded_reductions(s); });
   // Global norm and Inf/NaN flag: each rank scans its shard, one all-reduce.
+  // On a mesh ([Note: engine on a mesh]) the replicated gradients are averaged over the
+  // tensor-parallel group first, and the sums run over the whole world.
   double stats[2] = {0, 0};
-  for (UnitId u = 0; u < n; ++u) {
-    const kernels::GradStats st = unit_grad_stats(s, u);
-    stats[0] += st.sum_of_squares;
-    stats[1] += static_cast<double>(st.nonfinite);
+  if (s.tp_size() > 1) {
+    const kernels::GradStats st = mesh_grad_stats(s);
+    stats[0] = st.sum_of_squares;
+    stats[1] = static_cast<double>(st.nonfinite);
+  } else {
+    for (UnitId u = 0; u < n; ++u) {
+      const kernels::GradStats st = unit_grad_stats(s, u);
+      stats[0] += st.sum_of_squares;
+      stats[1] += static_cast<double>(st.nonfinite);
+    }
   }
-  s.host_comm.all_reduce(stats, 2, DType::f64, ReduceOp::sum);
+  s.norm_comm().all_reduce(stats, 2, DType::f64, ReduceOp::sum);
   // Stored gradients are sums over ranks (fp32) or means (16-bit), of
   // loss-scaled micro-batch means: scale to the mean of the unscaled loss.
   const double ranks = s.mixed() ? 1.0 : static_cast<double>(s.world());
