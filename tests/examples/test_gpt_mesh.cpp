@@ -18,9 +18,11 @@
 #include "comm/mesh.h"
 #include "comm/self/self_communicator.h"
 #include "core/error.h"
+#include "examples/checkpoint/safetensors_export.h"
 #include "examples/gpt/gpt_model.h"
 #include "examples/gpt/text_corpus.h"
 #include "runtime/engine.h"
+#include "safetensors_reader.h"
 
 namespace zeroshard::examples {
 namespace {
@@ -161,6 +163,22 @@ TEST_CASE("gpt on a mesh: a (2, 2) checkpoint loads at (1, 2) bit for bit and co
       engine.step();
     }
     engine.save_checkpoint(dir.string(), {{"step", 2}});
+    // The safetensors export of the mesh checkpoint holds the full, unsplit tensors.
+    std::vector<std::vector<float>> full;
+    for (const std::string& name : gpt.parameter_names()) full.push_back(gpt.full_parameter(name));
+    if (world().rank() == 0) {
+      const std::string st = (dir / "model.safetensors").string();
+      export_safetensors(dir.string(), st);
+      const auto f = zeroshard::testing::read_safetensors(st);
+      const auto names = gpt.parameter_names();
+      CHECK(f.order == names);
+      for (std::size_t p = 0; p < names.size(); ++p) {
+        CAPTURE(names[p]);
+        REQUIRE(f.tensors.count(names[p]) == 1);
+        CHECK(f.tensors.at(names[p]).shape == gpt.full_shape(names[p]));
+        CHECK(f.tensors.at(names[p]).values == full[p]);
+      }
+    }
     for (ParamId p = 0; p < static_cast<ParamId>(engine.layout().params().size()); ++p) {
       saved_master.push_back(engine.gather_master(p));
       saved_avg.push_back(engine.gather_optimizer_state(p, 0));
