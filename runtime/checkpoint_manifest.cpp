@@ -151,6 +151,16 @@ Manifest Manifest::from_json(const json& j, const std::string& path) {
                                   m.mesh.tp, m.mesh.tp_rank, m.world_size));
       }
     }
+    for (std::size_t u = 0; u < m.units.size(); ++u) {
+      for (std::size_t i = 0; i < m.units[u].params.size(); ++i) {
+        const ManifestParam& p = m.units[u].params[i];
+        if (p.tp_split_dim < -1 || p.tp_split_dim >= static_cast<int>(p.shape.size()) ||
+            (!m.mesh.recorded && p.tp_split_dim != -1)) {
+          throw IoError(fmt::format("{}: units[{}].params[{}].tp_split_dim: {} for a {}-dimensional shape{}", path, u,
+                                    i, p.tp_split_dim, p.shape.size(), m.mesh.recorded ? "" : " without a mesh"));
+        }
+      }
+    }
   } catch (const json::exception& e) {
     throw IoError(fmt::format("{}: malformed checkpoint manifest: {}", path, e.what()));
   }

@@ -4,10 +4,12 @@
 // each replicated parameter once; the clip factor follows from it; the
 // replicated parameters' gradients are averaged over the tp group; an
 // undeclared parameter is named; an Inf on one tp rank makes every rank of
-// the world skip. Checks follow the collectives of each case.
+// the world skip; a checkpoint without a mesh loads at tp = 1 and is refused
+// at tp > 1 naming both sizes. Checks follow the collectives of each case.
 #include <doctest/doctest.h>
 
 #include <cmath>
+#include <filesystem>
 #include <string>
 #include <vector>
 
@@ -165,6 +167,47 @@ TEST_CASE("engine on a mesh: fp16 overflow on one tensor-parallel rank skips the
       for (float v : m.engine.gather_parameter(m.a)) CHECK(v == 0.0f);
     }
   }
+}
+
+TEST_CASE("engine on a mesh: a checkpoint saved without a mesh loads at tp = 1 and is refused at tp > 1") {
+  namespace fs = std::filesystem;
+  const int n = world().world_size();
+  const fs::path dir = fs::temp_directory_path() / fmt::format("zs-test-engine-mesh-{}", n);
+  if (world().rank() == 0) fs::remove_all(dir);
+  world().barrier();
+  std::vector<float> av(12);
+  for (std::size_t i = 0; i < av.size(); ++i) av[i] = 0.25f * static_cast<float>(i) - 1.0f;
+  {
+    // The single-group engine: its manifest has no mesh key.
+    Engine e(sgd_config(1, 0.0), world());
+    const UnitId u0 = e.add_unit("u0"), u1 = e.add_unit("u1");
+    const ParamId a = e.add_parameter(u0, "a", {12});
+    e.add_parameter(u0, "b", {4});
+    e.add_parameter(u1, "c", {1});
+    e.finalize();
+    e.set_parameter(a, av);
+    e.save_checkpoint(dir.string(), {{"k", 1}});
+  }
+  for (MeshShape shape : factorisations(n)) {
+    CAPTURE(shape.tp);
+    Mesh mesh(world(), shape);
+    MeshModel m(sgd_config(2, 0.0), mesh);
+    std::string what;
+    try {
+      m.engine.load_checkpoint(dir.string());
+    } catch (const std::exception& e) {
+      what = e.what();
+    }
+    if (shape.tp == 1) {
+      CHECK(what.empty());
+      CHECK(m.engine.gather_master(m.a) == av);
+    } else {
+      CHECK(what.find("tensor-parallel size 1") != std::string::npos);
+      CHECK(what.find(fmt::format("tensor-parallel size {}", shape.tp)) != std::string::npos);
+    }
+  }
+  world().barrier();
+  if (world().rank() == 0) fs::remove_all(dir);
 }
 
 }  // namespace
