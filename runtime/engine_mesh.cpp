@@ -197,9 +197,17 @@ void check_checkpoint_mesh(const EngineState& s, const std::string& save_dir, co
   const std::string root = mesh_checkpoint_root(s, save_dir);
   const bool here = fs::exists(root + "/" + (tag.empty() ? std::string("latest") : tag));
   if (here) return;  // the manifest's own mesh is checked after it is read
-  // Saved in the other layout: at tp > 1 (tp-NN folders) or at tp = 1 (no folders).
-  const std::string other = s.tp_size() > 1 ? save_dir : save_dir + "/tp-00";
-  if (!fs::exists(other + "/" + (tag.empty() ? std::string("latest") : tag))) return;  // the read names what is missing
+  const std::string entry = "/" + (tag.empty() ? std::string("latest") : tag);
+  // Saved at a smaller tp > 1: tp rank 0's folder tells the size.
+  const std::string tp0 = save_dir + "/tp-00";
+  if (s.tp_size() > 1 && fs::exists(tp0 + entry)) {
+    const Manifest m = read_tagged(tp0, tag);
+    if (m.mesh.tp != s.tp_size()) refuse_tp(s, tp0, m);
+    return;
+  }
+  // Saved in the other layout: at tp = 1 (no folders) or at tp > 1 (tp-NN folders).
+  const std::string other = s.tp_size() > 1 ? save_dir : tp0;
+  if (!fs::exists(other + entry)) return;  // the read names what is missing
   refuse_tp(s, other, read_tagged(other, tag));
 }
 

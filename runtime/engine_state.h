@@ -180,9 +180,11 @@ void check_mesh_declarations(EngineState& s);
 /// save_dir: save_dir itself at tp = 1, save_dir/tp-NN (NN = tp rank) on a
 /// mesh with tp > 1 (docs/checkpoint-format.md, "Checkpoints on a mesh").
 std::string mesh_checkpoint_root(const EngineState& s, const std::string& save_dir);
-/// Before reading a manifest: when save_dir holds a checkpoint only in the
-/// other layout (tp-NN folders at tp = 1, or none at tp > 1), throws the
-/// ConfigError of check_manifest_mesh for it. Local (no collective).
+/// Before reading a manifest: when this rank's folder has no checkpoint but
+/// save_dir holds one in another layout (tp-NN folders at tp = 1, none at
+/// tp > 1, or fewer tp-NN folders than this tp rank needs), throws the
+/// ConfigError of check_manifest_mesh for it, naming the saved and the
+/// engine's tensor-parallel sizes on every rank. Local (no collective).
 void check_checkpoint_mesh(const EngineState& s, const std::string& save_dir, const std::string& tag);
 /// Throws ConfigError naming both tensor-parallel sizes (and meshes) when
 /// manifest m (of `dir`) was saved at a tensor-parallel size other than the

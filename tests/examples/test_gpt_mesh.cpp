@@ -4,8 +4,9 @@
 // global norm (on every rank) and the final gathered, unsplit parameters
 // equal the reference's within 1e-5 relative. A checkpoint saved at
 // (dp, tp) = (2, 2) loads bit for bit at (1, 2) on half the ranks and
-// continues as the (2, 2) run does; loading it at (4, 1) is refused with an
-// error naming both tensor-parallel sizes. Checks follow the collectives.
+// continues as the (2, 2) run does; loading it at (4, 1) or (1, 4) is
+// refused with an error naming both tensor-parallel sizes; its safetensors
+// export holds the full, unsplit tensors. Checks follow the collectives.
 #include <doctest/doctest.h>
 
 #include <algorithm>
@@ -201,6 +202,21 @@ TEST_CASE("gpt on a mesh: a (2, 2) checkpoint loads at (1, 2) bit for bit and co
     }
     CHECK(what.find("tensor-parallel size 2") != std::string::npos);
     CHECK(what.find("tensor-parallel size 1") != std::string::npos);
+  }
+  // (1, 4): refused on every rank, tp ranks 2 and 3 (no tp-02, tp-03 folder) too.
+  {
+    Mesh mesh(world(), MeshShape{1, 4});
+    Engine engine(adamw(3), mesh);
+    Gpt gpt(engine, mesh, kShape);
+    engine.finalize();
+    std::string what;
+    try {
+      engine.load_checkpoint(dir.string());
+    } catch (const std::exception& e) {
+      what = e.what();
+    }
+    CHECK(what.find("tensor-parallel size 2") != std::string::npos);
+    CHECK(what.find("tensor-parallel size 4") != std::string::npos);
   }
   // (1, 2) on each half of the world: ranks 2h, 2h + 1 hold tp ranks 0, 1 as at save time.
   auto half = world().split(world().rank() / 2, world().rank());
