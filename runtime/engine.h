@@ -300,7 +300,10 @@ class Engine {
   /// Throws Error in the middle of gradient accumulation, AgreedIoError on
   /// I/O failure (on every rank; the previous checkpoint is untouched and
   /// the failed save's temporary directory removed). Re-saving an existing
-  /// tag is crash-atomic (docs/checkpoint-format.md). Returns the tag.
+  /// tag is crash-atomic (docs/checkpoint-format.md). On a mesh with tp > 1
+  /// each tp rank's data-parallel group saves under <save_dir>/tp-NN, and
+  /// the manifest records the mesh and each parameter's split dimension
+  /// (docs/checkpoint-format.md, "Checkpoints on a mesh"). Returns the tag.
   std::string save_checkpoint(const std::string& save_dir, const nlohmann::json& client_state,
                               int keep_last = 0, const std::string& tag = "");
   /// Loads <save_dir>/<tag> (tag "" = the one `latest` names) at this
@@ -309,7 +312,10 @@ class Engine {
   /// bit for bit. Checks format version, model (names and shapes; the error
   /// lists differences), file sizes and CRC-32s before changing anything:
   /// on error nothing is loaded. Returns the saved client_state. Collective.
-  /// Every error is an AgreedError, the same on every rank; a failure while
+  /// On a mesh, any data-parallel size loads; another tensor-parallel size
+  /// is refused with a ConfigError naming both sizes (an AgreedConfigError
+  /// over the data-parallel group). Every error is an AgreedError, the same
+  /// on every rank; a failure while
   /// writing the loaded state (swap files on nvme) leaves the engine
   /// unusable until a load succeeds ([Note: storage phases]).
   nlohmann::json load_checkpoint(const std::string& save_dir, const std::string& tag = "");
