@@ -140,7 +140,7 @@ Manifest make_manifest(const EngineState& s, const std::string& tag, const json&
     for (ParamId id : u.params) {
       const ParamInfo& p = s.layout.param(id);
       mu.params.push_back(ManifestParam{.name = p.name, .shape = p.shape, .numel = p.numel, .offset = p.offset,
-                                        .group = p.group});
+                                        .group = p.group, .tp_split_dim = s.param_parallel(id).split_dim});
     }
     m.units.push_back(std::move(mu));
   }
@@ -157,6 +157,9 @@ Manifest make_manifest(const EngineState& s, const std::string& tag, const json&
   }
   m.scheduler = {{"type", s.config.scheduler.name()}, {"position", s.optimizer_steps}};
   m.client_state = client_state;
+  if (s.world_comm != nullptr) {
+    m.mesh = ManifestMesh{.recorded = true, .dp = s.world(), .tp = s.tp_size(), .tp_rank = s.tp_rank()};
+  }
   return m;
 }
 
@@ -231,9 +234,11 @@ void write_checkpoint(EngineState& s, const std::string& save_dir, const std::st
 
 }  // namespace
 
-std::string Engine::save_checkpoint(const std::string& save_dir, const json& client_state, int keep_last,
+std::string Engine::save_checkpoint(const std::string& mesh_save_dir, const json& client_state, int keep_last,
                                     const std::string& tag_in) {
   EngineState& s = *s_;
+  // On a mesh each tp rank's group saves into its own folder ([Note: engine on a mesh]).
+  const std::string save_dir = mesh_checkpoint_root(s, mesh_save_dir);
   ZS_CHECK(s.finalized, "save_checkpoint() before finalize()");
   check_usable(s, "save_checkpoint()");
   const std::int64_t gas = s.config.gradient_accumulation_steps;

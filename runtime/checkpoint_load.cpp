@@ -141,18 +141,22 @@ void commit_loaded(EngineState& s, std::vector<LoadedUnit>& loaded) {
 
 }  // namespace
 
-json Engine::load_checkpoint(const std::string& save_dir, const std::string& tag_in) {
+json Engine::load_checkpoint(const std::string& mesh_save_dir, const std::string& tag_in) {
   EngineState& s = *s_;
   ZS_CHECK(s.finalized, "load_checkpoint() before finalize()");
   std::string tag = tag_in;
   const int r = s.rank();
   Manifest m;
+  // On a mesh each tp rank's group reads its own folder ([Note: engine on a mesh]).
+  const std::string save_dir = mesh_checkpoint_root(s, mesh_save_dir);
   run_agreed(s.host_comm, [&] {
+    check_checkpoint_mesh(s, mesh_save_dir, tag_in);
     if (tag.empty()) {
       tag = read_text_file(save_dir + "/latest");
       while (!tag.empty() && (tag.back() == '\n' || tag.back() == ' ')) tag.pop_back();
     }
     m = Manifest::read(save_dir + "/" + tag);
+    check_manifest_mesh(s, save_dir + "/" + tag, m);
   });
   const std::string dir = save_dir + "/" + tag;
   // Every rank read the same manifest (the same file): the checks below up

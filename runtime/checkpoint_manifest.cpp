@@ -31,6 +31,7 @@ json Manifest::to_json() const {
     for (const auto& p : u.params) {
       params_j.push_back({{"name", p.name}, {"shape", p.shape}, {"numel", p.numel}, {"offset", p.offset},
                           {"group", p.group}});
+      if (mesh.recorded) params_j.back()["tp_split_dim"] = p.tp_split_dim;
     }
     units_j.push_back({{"name", u.name}, {"numel", u.numel}, {"padded", u.padded}, {"shard", u.shard},
                        {"params", params_j}});
@@ -39,7 +40,7 @@ json Manifest::to_json() const {
   for (const auto& f : files) {
     files_j.push_back({{"name", f.name}, {"rank", f.rank}, {"bytes", f.bytes}, {"crc32", f.crc32}});
   }
-  return json{{"format", "zeroshard-checkpoint"},
+  json out{{"format", "zeroshard-checkpoint"},
               {"format_version", format_version},
               {"tag", tag},
               {"world_size", world_size},
@@ -59,6 +60,8 @@ json Manifest::to_json() const {
               {"param_groups", param_groups},
               {"scheduler", scheduler},
               {"client_state", client_state}};
+  if (mesh.recorded) out["mesh"] = {{"dp", mesh.dp}, {"tp", mesh.tp}, {"tp_rank", mesh.tp_rank}};
+  return out;
 }
 
 namespace {
@@ -149,7 +152,10 @@ Manifest Manifest::from_json(const json& j, const std::string& path) {
                                          .shape = std::move(shape),
                                          .numel = integer<std::uint64_t>(pj, "numel", path),
                                          .offset = integer<std::uint64_t>(pj, "offset", path),
-                                         .group = integer<int>(pj, "group", path)});
+                                         .group = integer<int>(pj, "group", path),
+                                         .tp_split_dim = pj.contains("tp_split_dim")
+                                                             ? integer<int>(pj, "tp_split_dim", path)
+                                                             : -1});
       }
       m.units.push_back(std::move(u));
     }
@@ -170,6 +176,29 @@ Manifest Manifest::from_json(const json& j, const std::string& path) {
     m.param_groups = j.at("param_groups");
     m.scheduler = j.at("scheduler");
     m.client_state = j.value("client_state", json::object());
+    m.mesh.dp = m.world_size;
+    if (j.contains("mesh")) {
+      const json& mj = j.at("mesh");
+      m.mesh = ManifestMesh{.recorded = true,
+                            .dp = integer<int>(mj, "dp", path),
+                            .tp = integer<int>(mj, "tp", path),
+                            .tp_rank = integer<int>(mj, "tp_rank", path)};
+      if (m.mesh.dp != m.world_size || m.mesh.tp < 1 || m.mesh.tp > (1 << 24) || m.mesh.tp_rank < 0 ||
+          m.mesh.tp_rank >= m.mesh.tp) {
+        throw IoError(fmt::format("{}: mesh: dp {} x tp {} (tp_rank {}) does not fit world_size {}", path, m.mesh.dp,
+                                  m.mesh.tp, m.mesh.tp_rank, m.world_size));
+      }
+    }
+    for (std::size_t u = 0; u < m.units.size(); ++u) {
+      for (std::size_t i = 0; i < m.units[u].params.size(); ++i) {
+        const ManifestParam& p = m.units[u].params[i];
+        if (p.tp_split_dim < -1 || p.tp_split_dim >= static_cast<int>(p.shape.size()) ||
+            (!m.mesh.recorded && p.tp_split_dim != -1)) {
+          throw IoError(fmt::format("{}: units[{}].params[{}].tp_split_dim: {} for a {}-dimensional shape{}", path, u,
+                                    i, p.tp_split_dim, p.shape.size(), m.mesh.recorded ? "" : " without a mesh"));
+        }
+      }
+    }
   } catch (const json::exception& e) {
     throw IoError(fmt::format("{}: malformed checkpoint manifest: {}", path, e.what()));
   }

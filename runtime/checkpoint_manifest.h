@@ -27,6 +27,20 @@ struct ManifestParam {
   std::uint64_t numel = 0;
   std::uint64_t offset = 0;  ///< element offset in its unit's flat buffer
   int group = 0;
+  /// Tensor-parallel split dimension of the full tensor (-1: replicated or
+  /// no mesh); `shape` is then the saving tp rank's slice. Written only with
+  /// a mesh (`mesh` below).
+  int tp_split_dim = -1;
+};
+
+/// The device mesh a checkpoint was saved on (comm/mesh.h). Manifests
+/// without the `mesh` key (no mesh, or written before it existed) read as
+/// dp = world_size, tp = 1.
+struct ManifestMesh {
+  bool recorded = false;  ///< the manifest has a `mesh` key
+  int dp = 1;             ///< data-parallel size (= world_size)
+  int tp = 1;             ///< tensor-parallel size
+  int tp_rank = 0;        ///< the tp rank whose slices this checkpoint holds
 };
 
 /// One unit's flat-buffer layout at save time.
@@ -61,6 +75,7 @@ struct Manifest {
   nlohmann::json param_groups;  ///< [{name, lr, weight_decay}]
   nlohmann::json scheduler;     ///< {type, position}
   nlohmann::json client_state;  ///< the training loop's own state (data position, RNG, ...)
+  ManifestMesh mesh;            ///< the mesh at save time
 
   /// The manifest as JSON, without `manifest_crc32`.
   nlohmann::json to_json() const;

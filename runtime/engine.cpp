@@ -171,6 +171,7 @@ void Engine::finalize() {
   // Every rank must have built the same model and configuration ([Note: model fingerprint]) and
   // allocated its state (free space, memory): agreed, so that no rank is left in a collective.
   check_same_model(s.host_comm, s.config, s.layout, s.groups.size());
+  check_mesh_declarations(s);  // [Note: engine on a mesh]: declared and equal over the tp group
   s.swap_sharers = count_swap_sharers(s.host_comm, s.config.offload);  // the free-space check counts them all
   run_agreed(s.host_comm, [&] { allocate_state(s); });
   s.finalized = true;

@@ -70,6 +70,24 @@
 // offload_param (which needs offload_optimizer here) keeps stage 3 shards
 // in host memory or on nvme and uploads each before its all-gather.
 //
+// [Note: engine on a mesh]
+// Engine(config, mesh) shards over the data-parallel group; each
+// tensor-parallel rank's engine holds its own slice of the model. Every
+// parameter is declared split along a dimension or replicated. At each
+// boundary step, after the data-parallel reductions:
+//   - the gradients of replicated parameters are averaged over the tp group
+//     (one fp32 all-reduce of every replicated run of this rank's shard,
+//     divided by tp): the parallel/ blocks give every tp rank the same
+//     gradient for them, and the average keeps the copies identical when
+//     they are not;
+//   - the squared norm sums every split parameter's slice on every tp rank
+//     and every replicated parameter on tp rank 0 only, so each element of
+//     the full model counts once; the sum and the Inf/NaN count are one
+//     all-reduce over mesh.world(): the norm, clip factor, skip decision
+//     and hence the fp16 loss scale are the same on every rank of the world.
+// At tp = 1 the step is the single-group engine's, with the norm's
+// all-reduce on the world (which is then the data-parallel group).
+//
 // [Note: SPMD]
 // Every rank must make the same sequence of unshard / reduce_gradients /
 // step calls (they issue collectives). Only data differs between ranks.
@@ -119,7 +137,24 @@ struct OffloadStats {
   double update_s = 0;              ///< seconds in the optimizer update of swapped sub-groups
 };
 
+/// How a parameter is laid out over the tensor-parallel group of a mesh
+/// ([Note: engine on a mesh]). Plain value.
+struct TensorParallel {
+  /// Dimension of the full tensor that the group splits (each tp rank
+  /// declares its slice's shape), or -1: replicated (every tp rank holds
+  /// the whole tensor: layer norms, biases of row-parallel layers).
+  int split_dim = -1;
+  /// Split along `dim` (0 = rows of a [out, in] weight: column-parallel
+  /// layers and vocabulary-parallel embeddings; 1 = columns: row-parallel).
+  static TensorParallel split(int dim) { return TensorParallel{dim}; }
+  /// The same full tensor on every tp rank.
+  static TensorParallel replicated() { return TensorParallel{-1}; }
+  bool is_replicated() const { return split_dim < 0; }
+  friend bool operator==(const TensorParallel&, const TensorParallel&) = default;
+};
+
 class EngineState;  // implementation
+class Mesh;         // comm/mesh.h
 class DeviceOps;    // runtime/device_ops.h
 
 /// ZeRO engine over one data-parallel communicator.
@@ -148,6 +183,14 @@ class Engine {
   /// a CPU. Errors as the cuda constructor.
   Engine(const EngineConfig& config, Communicator& device_comm, Communicator& host_comm,
          std::unique_ptr<DeviceOps> ops);
+  /// An engine on the cpu compute device over a device mesh (comm/mesh.h,
+  /// [Note: engine on a mesh]): ZeRO shards over mesh.dp_group() (world
+  /// size, batch arithmetic and sharding as the single-group engine at
+  /// that size) and knows mesh.tp_group() and mesh.world(). The mesh must
+  /// outlive the engine. Throws ConfigError as the first constructor, and
+  /// for offload_optimizer on nvme with tp > 1 (its gradient shards are
+  /// not addressable for the tensor-parallel all-reduce).
+  Engine(const EngineConfig& config, const Mesh& mesh);
   ~Engine();
   Engine(const Engine&) = delete;
   Engine& operator=(const Engine&) = delete;
@@ -164,7 +207,18 @@ class Engine {
   /// another unit unshards its owning unit too.
   ParamId add_parameter(UnitId unit, std::string name, std::vector<std::int64_t> shape,
                         GroupId group = 0);
+  /// add_parameter with its tensor-parallel layout declared: `shape` is
+  /// this tp rank's slice (the full shape for a replicated parameter).
+  /// Without a mesh (or at tp = 1) the declaration is recorded (checkpoint
+  /// manifests keep it) and changes nothing else. Throws InvariantError
+  /// when split_dim is outside the shape.
+  ParamId add_parameter(UnitId unit, std::string name, std::vector<std::int64_t> shape, GroupId group,
+                        TensorParallel tp);
   /// Lays out flat buffers for the world size, allocates (parameters zero).
+  /// On a mesh with tp > 1, first throws ConfigError (on every rank) naming
+  /// every parameter declared without a TensorParallel layout, then
+  /// AgreedConfigError when the tp ranks' layouts differ (every tp rank
+  /// must declare slices of equal shapes).
   /// Collective: first checks that every rank declared the same model with
   /// the same configuration ([Note: model fingerprint],
   /// runtime/model_fingerprint.h), then agrees on the allocation. Throws,
@@ -253,7 +307,10 @@ class Engine {
   /// Throws Error in the middle of gradient accumulation, AgreedIoError on
   /// I/O failure (on every rank; the previous checkpoint is untouched and
   /// the failed save's temporary directory removed). Re-saving an existing
-  /// tag is crash-atomic (docs/checkpoint-format.md). Returns the tag.
+  /// tag is crash-atomic (docs/checkpoint-format.md). On a mesh with tp > 1
+  /// each tp rank's data-parallel group saves under <save_dir>/tp-NN, and
+  /// the manifest records the mesh and each parameter's split dimension
+  /// (docs/checkpoint-format.md, "Checkpoints on a mesh"). Returns the tag.
   std::string save_checkpoint(const std::string& save_dir, const nlohmann::json& client_state,
                               int keep_last = 0, const std::string& tag = "");
   /// Loads <save_dir>/<tag> (tag "" = the one `latest` names) at this
@@ -262,7 +319,10 @@ class Engine {
   /// bit for bit. Checks format version, model (names and shapes; the error
   /// lists differences), file sizes and CRC-32s before changing anything:
   /// on error nothing is loaded. Returns the saved client_state. Collective.
-  /// Every error is an AgreedError, the same on every rank; a failure while
+  /// On a mesh, any data-parallel size loads; another tensor-parallel size
+  /// is refused with a ConfigError naming both sizes (an AgreedConfigError
+  /// over the data-parallel group). Every error is an AgreedError, the same
+  /// on every rank; a failure while
   /// writing the loaded state (swap files on nvme) leaves the engine
   /// unusable until a load succeeds ([Note: storage phases]).
   nlohmann::json load_checkpoint(const std::string& save_dir, const std::string& tag = "");
@@ -289,6 +349,11 @@ class Engine {
   double current_lr(GroupId g) const;
   int rank() const;
   int world_size() const;
+  /// Tensor-parallel size and this rank's tp rank (1 and 0 without a mesh).
+  int tp_size() const;
+  int tp_rank() const;
+  /// The declared tensor-parallel layout of p (replicated when undeclared).
+  TensorParallel param_parallel(ParamId p) const;
   const EngineConfig& config() const;
   const FlatLayout& layout() const;
   const MemoryLedger& ledger() const;

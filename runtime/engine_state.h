@@ -139,6 +139,22 @@ class EngineState {
   /// finalize(); runtime/swap_sharing.h).
   SwapSharers swap_sharers;
 
+  // The mesh ([Note: engine on a mesh], runtime/engine.h): the world and
+  // tensor-parallel communicators (null without a mesh) and each declared
+  // parameter's layout (by ParamId; missing = not declared).
+  Communicator* world_comm = nullptr;
+  Communicator* tp_comm = nullptr;
+  std::vector<std::optional<TensorParallel>> param_tp;
+
+  int tp_size() const { return tp_comm ? tp_comm->world_size() : 1; }
+  int tp_rank() const { return tp_comm ? tp_comm->rank() : 0; }
+  /// The communicator the global norm and the Inf/NaN flag are summed on.
+  Communicator& norm_comm() const { return world_comm ? *world_comm : host_comm; }
+  TensorParallel param_parallel(ParamId p) const {
+    const auto i = static_cast<std::size_t>(p);
+    return i < param_tp.size() && param_tp[i] ? *param_tp[i] : TensorParallel::replicated();
+  }
+
   int rank() const { return comm.rank(); }
   int world() const { return comm.world_size(); }
   int stage() const { return config.zero.stage; }
@@ -160,6 +176,32 @@ class EngineState {
 /// from every rank's `shard` (host memory, shard elements) on host_comm.
 /// Collective.
 std::vector<std::byte> gather_host(EngineState& s, UnitId u, const void* shard, DType t);
+
+/// Mesh with tp > 1 ([Note: engine on a mesh]): averages the replicated
+/// parameters' gradients over the tp group and returns this rank's share
+/// of the global squared norm and Inf/NaN count (to be summed over the
+/// world). Collective over the tp group. Defined in engine_mesh.cpp.
+kernels::GradStats mesh_grad_stats(EngineState& s);
+/// finalize()'s mesh checks: every parameter declared, equal layouts over
+/// the tp group. Collective over the tp group. Throws ConfigError /
+/// AgreedConfigError.
+void check_mesh_declarations(EngineState& s);
+
+/// Where this rank's data-parallel group keeps its checkpoints under
+/// save_dir: save_dir itself at tp = 1, save_dir/tp-NN (NN = tp rank) on a
+/// mesh with tp > 1 (docs/checkpoint-format.md, "Checkpoints on a mesh").
+std::string mesh_checkpoint_root(const EngineState& s, const std::string& save_dir);
+/// Before reading a manifest: when this rank's folder has no checkpoint but
+/// save_dir holds one in another layout (tp-NN folders at tp = 1, none at
+/// tp > 1, or fewer tp-NN folders than this tp rank needs), throws the
+/// ConfigError of check_manifest_mesh for it, naming the saved and the
+/// engine's tensor-parallel sizes on every rank. Local (no collective).
+void check_checkpoint_mesh(const EngineState& s, const std::string& save_dir, const std::string& tag);
+/// Throws ConfigError naming both tensor-parallel sizes (and meshes) when
+/// manifest m (of `dir`) was saved at a tensor-parallel size other than the
+/// engine's. Local.
+struct Manifest;
+void check_manifest_mesh(const EngineState& s, const std::string& dir, const Manifest& m);
 
 /// Sets unit u's gradient buffers (full or shard) to zero, wherever they are.
 void zero_grads(EngineState& s, UnitId u);

@@ -151,24 +151,34 @@ StepResult Engine::step() {
   // at every stage), then the ranks' two sums are combined: in rank order
   // by default (an all-gather and a left-to-right sum, the same bits on
   // every rank whatever MPI's all-reduce algorithm, [Note: rank-ordered
-  // reduction]), else by one all-reduce.
+  // reduction]), else by one all-reduce. On a mesh ([Note: engine on a
+  // mesh]) the replicated gradients are averaged over the tensor-parallel
+  // group first, and the sums run over the whole world.
   double stats[2] = {0, 0};
-  for (UnitId u = 0; u < n; ++u) {
-    const kernels::GradStats st = unit_grad_stats(s, u);
-    stats[0] += st.sum_of_squares;
-    stats[1] += static_cast<double>(st.nonfinite);
+  if (s.tp_size() > 1) {
+    const kernels::GradStats st = mesh_grad_stats(s);
+    stats[0] = st.sum_of_squares;
+    stats[1] = static_cast<double>(st.nonfinite);
+  } else {
+    for (UnitId u = 0; u < n; ++u) {
+      const kernels::GradStats st = unit_grad_stats(s, u);
+      stats[0] += st.sum_of_squares;
+      stats[1] += static_cast<double>(st.nonfinite);
+    }
   }
+  Communicator& norm_comm = s.norm_comm();
   if (s.config.reduction_order == ReductionOrder::rank) {
-    std::vector<double> ranks_stats(2 * static_cast<std::size_t>(s.world()));
-    s.host_comm.all_gather(stats, ranks_stats.data(), 2, DType::f64);
+    const std::size_t ranks = static_cast<std::size_t>(norm_comm.world_size());
+    std::vector<double> ranks_stats(2 * ranks);
+    norm_comm.all_gather(stats, ranks_stats.data(), 2, DType::f64);
     stats[0] = ranks_stats[0];
     stats[1] = ranks_stats[1];
-    for (std::size_t r = 1; r < static_cast<std::size_t>(s.world()); ++r) {
+    for (std::size_t r = 1; r < ranks; ++r) {
       stats[0] += ranks_stats[2 * r];
       stats[1] += ranks_stats[2 * r + 1];
     }
   } else {
-    s.host_comm.all_reduce(stats, 2, DType::f64, ReduceOp::sum);
+    norm_comm.all_reduce(stats, 2, DType::f64, ReduceOp::sum);
   }
   // Stored gradients are sums over ranks (fp32) or means (16-bit), of
   // loss-scaled micro-batch means: scale to the mean of the unscaled loss.

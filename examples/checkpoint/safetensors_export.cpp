@@ -83,7 +83,120 @@ ExportPlan plan_safetensors_export(const Manifest& m) {
   return plan;
 }
 
+namespace {
+
+// One tensor-parallel rank's checkpoint of a mesh save directory, its rank files verified and open.
+struct TpCheckpoint {
+  std::string dir;
+  Manifest m;
+  std::vector<std::unique_ptr<CheckpointReader>> files;
+};
+
+TpCheckpoint open_verified(const std::string& path) {
+  TpCheckpoint c;
+  c.dir = resolve_checkpoint_dir(path);
+  c.m = Manifest::read(c.dir);
+  for (const ManifestFile& f : c.m.files) {
+    c.files.push_back(std::make_unique<CheckpointReader>(c.dir + "/" + f.name));
+    const RankFileCheck k = check_rank_file(c.m, f, *c.files.back());
+    if (!k.ok()) throw IoError(fmt::format("{}: {}", k.path, k.problem));
+  }
+  return c;
+}
+
+std::size_t product(const std::vector<std::int64_t>& shape, std::size_t from, std::size_t to) {
+  std::size_t n = 1;
+  for (std::size_t i = from; i < to; ++i) n *= static_cast<std::size_t>(shape[i]);
+  return n;
+}
+
+}  // namespace
+
+ExportResult export_mesh_safetensors(const std::string& save_dir, const std::string& out_path) {
+  // Every tp rank's checkpoint, checked to be one save of one mesh.
+  std::vector<TpCheckpoint> parts;
+  parts.push_back(open_verified(save_dir + "/tp-00"));
+  const int tp = parts[0].m.mesh.tp;
+  for (int t = 1; t < tp; ++t) {
+    const std::string path = fmt::format("{}/tp-{:02d}", save_dir, t);
+    if (!fs::exists(path)) {
+      throw IoError(fmt::format("{}: missing; {} was saved at tensor-parallel size {}", path,
+                                parts[0].dir + "/manifest.json", tp));
+    }
+    parts.push_back(open_verified(path));
+  }
+  for (int t = 0; t < tp; ++t) {
+    const Manifest& m = parts[static_cast<std::size_t>(t)].m;
+    if (m.mesh.tp != tp || m.mesh.tp_rank != t || m.tag != parts[0].m.tag ||
+        m.optimizer_steps != parts[0].m.optimizer_steps || m.units.size() != parts[0].m.units.size()) {
+      throw IoError(fmt::format("{}/manifest.json: tp rank {} of {}, tag \"{}\", step {}: not the same save as {} "
+                                "(tp rank {} of {}, tag \"{}\", step {})",
+                                parts[static_cast<std::size_t>(t)].dir, m.mesh.tp_rank, m.mesh.tp, m.tag,
+                                m.optimizer_steps, parts[0].dir, t, tp, parts[0].m.tag, parts[0].m.optimizer_steps));
+    }
+  }
+  // The full model's manifest: split dimensions multiplied by tp.
+  Manifest full = parts[0].m;
+  for (auto& u : full.units) {
+    for (auto& p : u.params) {
+      if (p.tp_split_dim < 0) continue;
+      p.shape[static_cast<std::size_t>(p.tp_split_dim)] *= tp;
+      p.numel *= static_cast<std::uint64_t>(tp);
+    }
+  }
+  const ExportPlan plan = plan_safetensors_export(full);
+  const std::string tmp = out_path + ".tmp";
+  TempFileGuard guard(tmp);
+  CheckpointWriter out(tmp);
+  unsigned char length[8];
+  for (int i = 0; i < 8; ++i) length[i] = static_cast<unsigned char>(std::uint64_t(plan.header.size()) >> (8 * i));
+  out.write(length, sizeof length);
+  out.write(plan.header.data(), plan.header.size());
+  std::vector<float> buffer(plan.largest_bytes / sizeof(float)), slice;
+  std::size_t k = 0;
+  for (std::size_t u = 0; u < full.units.size(); ++u) {
+    for (std::size_t i = 0; i < full.units[u].params.size(); ++i, ++k) {
+      const ManifestParam& fp = full.units[u].params[i];
+      if (fp.numel == 0) continue;
+      if (fp.tp_split_dim < 0) {
+        read_master_range(parts[0].m, parts[0].files, u, fp.offset, fp.numel, buffer.data());
+      } else {
+        // [outer, split, inner]: tp rank t's [outer, split / tp, inner] block goes to its split range.
+        const auto d = static_cast<std::size_t>(fp.tp_split_dim);
+        const std::size_t outer = product(fp.shape, 0, d), inner = product(fp.shape, d + 1, fp.shape.size());
+        const std::size_t local = static_cast<std::size_t>(fp.shape[d]) / static_cast<std::size_t>(tp);
+        for (int t = 0; t < tp; ++t) {
+          const TpCheckpoint& c = parts[static_cast<std::size_t>(t)];
+          const ManifestParam& lp = c.m.units[u].params[i];
+          slice.resize(lp.numel);
+          read_master_range(c.m, c.files, u, lp.offset, lp.numel, slice.data());
+          for (std::size_t o = 0; o < outer; ++o) {
+            std::copy_n(slice.data() + o * local * inner, local * inner,
+                        buffer.data() + (o * static_cast<std::size_t>(fp.shape[d]) + static_cast<std::size_t>(t) * local) * inner);
+          }
+        }
+      }
+      out.write(buffer.data(), fp.numel * sizeof(float));
+    }
+  }
+  out.finish();
+  const fs::path parent = fs::path(out_path).parent_path();
+  rename_durable(tmp, out_path, parent.empty() ? "." : parent.string());
+  guard.release();
+  ExportResult r;
+  r.checkpoint_dir = save_dir;
+  r.tag = full.tag;
+  r.optimizer_step = full.optimizer_steps;
+  r.tensors = plan.tensors.size();
+  r.data_bytes = plan.data_bytes;
+  r.file_bytes = 8 + plan.header.size() + plan.data_bytes;
+  r.buffer_bytes = plan.largest_bytes;
+  return r;
+}
+
 ExportResult export_safetensors(const std::string& ckpt_path, const std::string& out_path) {
+  // A save directory of an engine on a mesh with tp > 1: one checkpoint per tp rank.
+  if (fs::exists(ckpt_path + "/tp-00")) return export_mesh_safetensors(ckpt_path, out_path);
   const std::string dir = resolve_checkpoint_dir(ckpt_path);
   const Manifest m = Manifest::read(dir);  // validated: runtime/manifest_checks.h
 

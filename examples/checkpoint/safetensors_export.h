@@ -65,6 +65,18 @@ struct ExportResult {
 /// is removed and out_path is untouched. Throws IoError (unreadable,
 /// corrupted or truncated checkpoint; write failure). Not thread safe with
 /// another export to the same out_path.
+/// A save directory of an engine on a mesh with tp > 1 (its tp-TT folders,
+/// docs/checkpoint-format.md "Checkpoints on a mesh") is passed to
+/// export_mesh_safetensors.
 ExportResult export_safetensors(const std::string& ckpt_path, const std::string& out_path);
+
+/// The full, unsplit tensors of a mesh save directory: the latest
+/// checkpoint of every tp-TT folder (verified as above) put together, each
+/// split parameter's slices concatenated in tp-rank order along its
+/// manifest's tp_split_dim (its shape there times tp), each replicated one
+/// from tp-00. Throws IoError as export_safetensors, and when a tp folder is
+/// missing or the folders' manifests are not one save (tp size and rank,
+/// tag, optimizer step, units).
+ExportResult export_mesh_safetensors(const std::string& save_dir, const std::string& out_path);
 
 }  // namespace zeroshard::examples

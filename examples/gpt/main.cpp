@@ -1,0 +1,278 @@
+// gpt: a GPT-2-style byte-level decoder (examples/gpt/gpt_model.h) trained
+// on the fortune files with tensor parallelism inside each tensor-parallel
+// group and ZeRO over the data-parallel group (comm/mesh.h).
+//
+//   mpirun -np 4 gpt --dp 2 --tp 2 --stage 3 --report run.json   # 500 steps, a few minutes
+//   mpirun -np 4 gpt --dp 4 --tp 1 --bf16 --sample "The "
+//   mpirun -np 4 gpt --dp 2 --tp 2 --save-dir ckpt --save-every 100
+//   mpirun -np 4 gpt --dp 2 --tp 2 --save-dir ckpt --resume --steps 400
+//
+// Rank 0 prints the train and validation loss in nats and bits per byte
+// against the corpus's unigram entropy, tokens/s, then every rank's memory
+// ledger; --sample prints text generated from a prompt. The configuration
+// is a ds_config (--config, DeepSpeed keys) or the defaults below; --stage,
+// --bf16 and --offload override it.
+#include <cblas.h>
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include <CLI/CLI.hpp>
+#include <chrono>
+#include <cstdio>
+#include <optional>
+#include <random>
+#include <string>
+
+#include "comm/communicator.h"
+#include "comm/mesh.h"
+#include "core/error.h"
+#include "examples/fashion_mnist/preflight.h"
+#include "examples/fashion_mnist/report.h"
+#include "examples/gpt/gpt_model.h"
+#include "examples/gpt/text_corpus.h"
+#include "examples/job_error.h"
+#include "runtime/collective_error.h"
+#include "runtime/config.h"
+#include "runtime/engine.h"
+
+#ifndef ZS_EXAMPLE_OPENBLAS
+#define ZS_EXAMPLE_OPENBLAS 0
+#endif
+
+namespace zeroshard::examples {
+namespace {
+
+struct Options {
+  int dp = 0, tp = 1;  ///< dp 0: world / tp
+  std::string config_path;
+  int stage = -1;
+  bool bf16 = false;
+  std::string offload = "none";  ///< offload_optimizer device: none or cpu
+  GptShape shape;
+  int micro_batch = 8;
+  int seq = 64;
+  double lr = 2e-3;
+  std::int64_t steps = 500;
+  int eval_every = 100;
+  int eval_batches = 16;
+  std::uint64_t seed = 1234;
+  std::string data_dir = "/usr/share/games/fortunes";
+  std::string report_path;
+  std::string save_dir;
+  std::int64_t save_every = 0;
+  int keep_last = 0;
+  bool resume = false;
+  std::optional<std::string> sample;
+  int sample_bytes = 200;
+  double temperature = 0.8;
+};
+
+/// AdamW (betas 0.9/0.95, weight decay 0.1 outside the no_decay group),
+/// clipping 1, stage 3, the flags' micro-batch and lr.
+EngineConfig make_config(const Options& o, int dp) {
+  EngineConfig c;
+  if (!o.config_path.empty()) {
+    ConfigOptions fill;
+    fill.fill("train_micro_batch_size_per_gpu", o.micro_batch);
+    fill.fill("optimizer.params.lr", o.lr);
+    fill.hidden_size = o.shape.dim;
+    fill.world_size = dp;
+    c = EngineConfig::from_file(o.config_path, fill);
+  } else {
+    c.train_micro_batch_size_per_gpu = o.micro_batch;
+    c.gradient_accumulation_steps = 1;
+    c.gradient_clipping = 1.0;
+    c.optimizer.kind = OptimizerKind::adamw;
+    c.optimizer.lr = static_cast<float>(o.lr);
+    c.optimizer.beta1 = 0.9f;
+    c.optimizer.beta2 = 0.95f;
+    c.optimizer.eps = 1e-8f;
+    c.optimizer.weight_decay = 0.1f;
+    c.zero.stage = 3;
+  }
+  if (o.stage >= 0) c.zero.stage = o.stage;
+  if (o.bf16) c.compute_dtype = DType::bf16;
+  if (o.offload == "cpu") c.offload.optimizer.device = OffloadDevice::cpu;
+  c.validate();
+  c.validate_for_world(dp);
+  return c;
+}
+
+double bits(double nats) { return nats / std::log(2.0); }
+
+// Mean validation loss over eval_batches fixed windows, split over the dp ranks.
+double validation_loss(Gpt& gpt, const Mesh& mesh, const TextCorpus& corpus, const Options& o) {
+  double sum = 0;
+  int n = 0;
+  for (int b = mesh.dp_rank(); b < o.eval_batches; b += mesh.dp_size()) {
+    const auto w = fixed_windows(corpus.valid, b * o.micro_batch, o.micro_batch, o.eval_batches * o.micro_batch,
+                                 o.seq);
+    sum += gpt.evaluate(w, o.micro_batch, o.seq);
+    ++n;
+  }
+  // Every dp rank must run the same number of collectives: pad with a repeat.
+  const int rounds = (o.eval_batches + mesh.dp_size() - 1) / mesh.dp_size();
+  for (int k = n; k < rounds; ++k) gpt.evaluate(fixed_windows(corpus.valid, 0, o.micro_batch, 1, o.seq), o.micro_batch, o.seq);
+  double agg[2] = {sum, static_cast<double>(n)};
+  mesh.dp_group().all_reduce(agg, 2, DType::f64, ReduceOp::sum);
+  return agg[0] / agg[1];
+}
+
+int run(const Options& o) {
+  auto world = make_world_communicator();
+  const int rank = world->rank();
+#if ZS_EXAMPLE_OPENBLAS
+  if (world->world_size() > 1) openblas_set_num_threads(1);
+#endif
+  const int tp = o.tp;
+  const int dp = o.dp > 0 ? o.dp : std::max(1, world->world_size() / std::max(1, tp));
+  Mesh mesh(*world, MeshShape{dp, tp});
+  const EngineConfig config = make_config(o, dp);
+  if (!o.save_dir.empty()) check_save_dir(*world, o.save_dir);
+  const TextCorpus corpus = load_text_corpus(o.data_dir, 0.05);
+  if (o.seq > o.shape.context) {
+    throw ConfigError(fmt::format("--seq {} exceeds --context {}", o.seq, o.shape.context));
+  }
+
+  Engine engine(config, mesh);
+  Gpt gpt(engine, mesh, o.shape);
+  engine.finalize();
+  gpt.initialize(o.seed);
+  std::int64_t start_step = 0;
+  std::uint64_t data_seed = o.seed + 1;
+  if (o.resume && !o.save_dir.empty()) {
+    const nlohmann::json cs = engine.load_checkpoint(o.save_dir);
+    start_step = cs.value("step", std::int64_t{0});
+    data_seed = cs.value("data_seed", data_seed);
+  }
+  if (rank == 0) {
+    fmt::print(
+        "gpt: {} files, {} train / {} validation bytes, unigram entropy {:.4f} bits/byte\n"
+        "gpt: {} layers, {} heads, width {}, context {}, {} parameters; mesh dp {} x tp {} ({} ranks), stage {}, "
+        "{}, offload {}, micro-batch {} x {} tokens per dp rank, lr {:g}\n",
+        corpus.files, corpus.train.size(), corpus.valid.size(), corpus.unigram_bits, o.shape.layers, o.shape.heads,
+        o.shape.dim, o.shape.context, gpt.full_parameter_count(), dp, tp, world->world_size(), config.zero.stage,
+        dtype_name(config.compute_dtype), o.offload, o.micro_batch, o.seq, config.optimizer.lr);
+    std::fflush(stdout);
+  }
+  // Each dp rank draws its own windows; the ranks of a tp group draw the same.
+  std::mt19937_64 gen(data_seed * 1000003ULL + static_cast<std::uint64_t>(mesh.dp_rank()));
+  for (std::int64_t k = 0; k < start_step; ++k) sample_windows(corpus.train, o.micro_batch, o.seq, gen);
+  nlohmann::json history = nlohmann::json::array();
+  double train_sum = 0, val = 0, train_last = 0;
+  int train_n = 0;
+  double compute_s = 0;
+  std::int64_t tokens_done = 0;
+  for (std::int64_t step = start_step; step < o.steps; ++step) {
+    const auto t0 = std::chrono::steady_clock::now();
+    const auto batch = sample_windows(corpus.train, o.micro_batch, o.seq, gen);
+    const double loss = gpt.train_micro_batch(batch, o.micro_batch, o.seq, engine.loss_scale());
+    const StepResult r = engine.step();
+    compute_s += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    tokens_done += static_cast<std::int64_t>(o.micro_batch) * o.seq * dp;
+    double agg = loss;
+    mesh.dp_group().all_reduce(&agg, 1, DType::f64, ReduceOp::sum);
+    train_sum += agg / dp;
+    ++train_n;
+    const bool last = step + 1 == o.steps;
+    if ((step + 1) % o.eval_every == 0 || last) {
+      val = validation_loss(gpt, mesh, corpus, o);
+      train_last = train_sum / train_n;
+      if (rank == 0) {
+        fmt::print("step {:5d}  train loss {:.4f} ({:.3f} bits/byte)  validation loss {:.4f} ({:.3f} bits/byte, "
+                   "unigram {:.3f})  grad norm {:.3f}  {:.0f} tokens/s\n",
+                   step + 1, train_last, bits(train_last), val, bits(val), corpus.unigram_bits, r.grad_norm,
+                   static_cast<double>(tokens_done) / compute_s);
+        std::fflush(stdout);
+      }
+      history.push_back({{"step", step + 1}, {"train_loss", train_last}, {"validation_loss", val},
+                         {"grad_norm", r.grad_norm}});
+      train_sum = 0;
+      train_n = 0;
+    }
+    if (!o.save_dir.empty() && ((o.save_every > 0 && (step + 1) % o.save_every == 0) || last)) {
+      engine.save_checkpoint(o.save_dir, {{"step", step + 1}, {"data_seed", data_seed}}, o.keep_last);
+    }
+  }
+  const double tokens_per_s = compute_s > 0 ? static_cast<double>(tokens_done) / compute_s : 0.0;
+  const LedgerFigures mine = LedgerFigures::of(engine.ledger());
+  const auto all = gather_ledger_figures(*world, mine);
+  const std::string table = engine.ledger().table(
+      fmt::format("memory ledger, rank {} of {} (dp {} tp {}), stage {}", rank, world->world_size(), mesh.dp_rank(),
+                  mesh.tp_rank(), engine.stage()));
+  if (rank == 0) {
+    fmt::print("\nvalidation loss {:.4f} nats = {:.4f} bits/byte vs unigram entropy {:.4f} bits/byte; {:.0f} tokens/s\n",
+               val, bits(val), corpus.unigram_bits, tokens_per_s);
+    fmt::print("model-state bytes per rank:");
+    for (std::size_t q = 0; q < all.size(); ++q) fmt::print(" r{}={}", q, all[q].model_state);
+    fmt::print("\n\n{}", table);
+    std::fflush(stdout);
+  }
+  std::string text;
+  if (o.sample) {
+    text = gpt.sample(*o.sample, o.sample_bytes, o.temperature, o.seed + 7);
+    if (rank == 0) fmt::print("\nsample (temperature {:g}):\n{}\n", o.temperature, text);
+  }
+  if (rank == 0 && !o.report_path.empty()) {
+    nlohmann::json per_rank = nlohmann::json::array();
+    for (const LedgerFigures& f : all) per_rank.push_back(f.model_state);
+    nlohmann::json report = {{"program", "gpt"},
+                             {"config", to_json(config)},
+                             {"mesh", {{"dp", dp}, {"tp", tp}}},
+                             {"model", {{"layers", o.shape.layers}, {"heads", o.shape.heads}, {"dim", o.shape.dim},
+                                        {"context", o.shape.context}, {"parameters", gpt.full_parameter_count()}}},
+                             {"steps", o.steps},
+                             {"history", history},
+                             {"train_loss", train_last},
+                             {"validation_loss", val},
+                             {"validation_bits_per_byte", bits(val)},
+                             {"unigram_entropy_bits", corpus.unigram_bits},
+                             {"tokens_per_s", tokens_per_s},
+                             {"ledger_rank0", to_json(all.front())},
+                             {"model_state_bytes_per_rank", per_rank}};
+    if (o.sample) report["sample"] = text;
+    write_json_file(o.report_path, report);
+  }
+  return 0;
+}
+
+}  // namespace
+}  // namespace zeroshard::examples
+
+int main(int argc, char** argv) {
+  zeroshard::examples::Options o;
+  CLI::App app{"GPT-2-style byte-level decoder on a dp x tp mesh with ZeRO sharding (zeroshard)"};
+  app.add_option("--dp", o.dp, "data-parallel size (0: world / tp)")->check(CLI::NonNegativeNumber);
+  app.add_option("--tp", o.tp, "tensor-parallel size")->check(CLI::PositiveNumber)->capture_default_str();
+  app.add_option("--config", o.config_path, "ds_config JSON file (DeepSpeed keys)");
+  app.add_option("--stage", o.stage, "ZeRO stage 0-3 (overrides the config)")->check(CLI::Range(0, 3));
+  app.add_flag("--bf16", o.bf16, "bf16 parameters and gradients, fp32 master weights");
+  app.add_option("--offload", o.offload, "offload_optimizer device")
+      ->check(CLI::IsMember({"none", "cpu"}))->capture_default_str();
+  app.add_option("--layers", o.shape.layers, "decoder blocks")->capture_default_str();
+  app.add_option("--heads", o.shape.heads, "attention heads")->capture_default_str();
+  app.add_option("--dim", o.shape.dim, "model width")->capture_default_str();
+  app.add_option("--context", o.shape.context, "longest sequence (position embeddings)")->capture_default_str();
+  app.add_option("--seq", o.seq, "training sequence length")->capture_default_str();
+  app.add_option("--micro-batch", o.micro_batch, "sequences per dp rank and step")->capture_default_str();
+  app.add_option("--lr", o.lr, "learning rate")->capture_default_str();
+  app.add_option("--steps", o.steps, "optimizer steps")->capture_default_str();
+  app.add_option("--eval-every", o.eval_every, "steps between validation passes")->check(CLI::PositiveNumber);
+  app.add_option("--eval-batches", o.eval_batches, "validation micro-batches")->check(CLI::PositiveNumber);
+  app.add_option("--seed", o.seed, "seed of the initialisation and the data order")->capture_default_str();
+  app.add_option("--data-dir", o.data_dir, "folder of fortune text files")->capture_default_str();
+  app.add_option("--report", o.report_path, "write a JSON report to this file (rank 0)");
+  app.add_option("--save-dir", o.save_dir, "save sharded checkpoints here");
+  app.add_option("--save-every", o.save_every, "optimizer steps between checkpoints (0: at the end only)");
+  app.add_option("--keep-last", o.keep_last, "keep only the newest N checkpoints (0: all)");
+  app.add_flag("--resume", o.resume, "continue from the latest checkpoint in --save-dir");
+  app.add_option("--sample", o.sample, "print text generated from this prompt after training");
+  app.add_option("--sample-bytes", o.sample_bytes, "bytes to generate")->capture_default_str();
+  app.add_option("--temperature", o.temperature, "sampling temperature")->capture_default_str();
+  CLI11_PARSE(app, argc, argv);
+  try {
+    return zeroshard::examples::run(o);
+  } catch (const std::exception& e) {
+    return zeroshard::examples::end_job_with_error("gpt", e);
+  }
+}

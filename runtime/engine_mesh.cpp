@@ -1,0 +1,218 @@
+// The Engine on a device mesh ([Note: engine on a mesh], runtime/engine.h):
+// the constructor over a Mesh, tensor-parallel parameter declarations, the
+// finalize() checks over the tensor-parallel group, and the boundary
+// step's replicated-gradient average and global-norm share.
+#include <algorithm>
+#include <cstring>
+#include <filesystem>
+
+#include <fmt/ranges.h>
+
+#include "comm/mesh.h"
+#include "core/error.h"
+#include "kernels/cpu/cast.h"
+#include "runtime/checkpoint_files.h"
+#include "runtime/checkpoint_manifest.h"
+#include "runtime/collective_error.h"
+#include "runtime/engine.h"
+#include "runtime/engine_state.h"
+
+namespace zeroshard {
+
+namespace {
+
+// The constructor's checks before any state exists.
+const EngineConfig& checked_for_mesh(const EngineConfig& config, const Mesh& mesh) {
+  if (mesh.tp_size() > 1 && config.offload.optimizer.device == OffloadDevice::nvme) {
+    throw ConfigError(fmt::format(
+        "{}: zero_optimization.offload_optimizer.device \"nvme\" with tensor-parallel size {} (mesh dp={} x "
+        "tp={}): the replicated parameters' gradients are averaged over the tensor-parallel group in memory; "
+        "use \"cpu\" or \"none\", or tp = 1",
+        config.source, mesh.tp_size(), mesh.dp_size(), mesh.tp_size()));
+  }
+  return config;
+}
+
+}  // namespace
+
+Engine::Engine(const EngineConfig& config, const Mesh& mesh) : Engine(checked_for_mesh(config, mesh), mesh.dp_group()) {
+  s_->world_comm = &mesh.world();
+  s_->tp_comm = &mesh.tp_group();
+}
+
+ParamId Engine::add_parameter(UnitId unit, std::string name, std::vector<std::int64_t> shape, GroupId group,
+                              TensorParallel tp) {
+  if (tp.split_dim >= static_cast<int>(shape.size())) {
+    throw InvariantError(fmt::format("parameter \"{}\": split_dim {} is outside its {}-dimensional shape", name,
+                                     tp.split_dim, shape.size()));
+  }
+  if (tp.split_dim < -1) tp.split_dim = -1;
+  const ParamId id = add_parameter(unit, std::move(name), std::move(shape), group);
+  if (s_->param_tp.size() <= static_cast<std::size_t>(id)) s_->param_tp.resize(static_cast<std::size_t>(id) + 1);
+  s_->param_tp[static_cast<std::size_t>(id)] = tp;
+  return id;
+}
+
+int Engine::tp_size() const { return s_->tp_size(); }
+int Engine::tp_rank() const { return s_->tp_rank(); }
+TensorParallel Engine::param_parallel(ParamId p) const { return s_->param_parallel(p); }
+
+void check_mesh_declarations(EngineState& s) {
+  if (s.tp_size() == 1) return;
+  // Every rank declares the same model (the fingerprint checks that), so
+  // every rank finds the same missing names and throws the same error.
+  std::vector<std::string> missing;
+  const std::size_t n = s.layout.params().size();
+  for (std::size_t p = 0; p < n; ++p) {
+    if (p >= s.param_tp.size() || !s.param_tp[p]) missing.push_back(s.layout.param(static_cast<ParamId>(p)).name);
+  }
+  if (!missing.empty()) {
+    throw ConfigError(fmt::format(
+        "engine on a mesh with tensor-parallel size {}: declare each parameter as TensorParallel::split(dim) or "
+        "TensorParallel::replicated() (add_parameter's last argument); undeclared: {}",
+        s.tp_size(), fmt::join(missing, ", ")));
+  }
+  // The replicated runs of a shard are averaged element by element over the
+  // tp group: the tp ranks' flat layouts must be the same.
+  std::vector<double> sizes;
+  for (std::size_t p = 0; p < n; ++p) sizes.push_back(static_cast<double>(s.layout.param(static_cast<ParamId>(p)).numel));
+  std::vector<double> lo = sizes, hi = sizes;
+  s.tp_comm->all_reduce(lo.data(), lo.size(), DType::f64, ReduceOp::min);
+  s.tp_comm->all_reduce(hi.data(), hi.size(), DType::f64, ReduceOp::max);
+  std::string err;
+  for (std::size_t p = 0; p < n && err.empty(); ++p) {
+    if (lo[p] != hi[p]) {
+      err = fmt::format(
+          "engine on a mesh: parameter \"{}\" has {} elements on tp rank {} but between {} and {} across the "
+          "tensor-parallel group of size {}; every tp rank must hold a slice of the same shape",
+          s.layout.param(static_cast<ParamId>(p)).name, sizes[p], s.tp_rank(), lo[p], hi[p], s.tp_size());
+    }
+  }
+  if (!err.empty()) throw AgreedConfigError(err, s.tp_rank());
+}
+
+namespace {
+
+// A run of one parameter inside this rank's gradient buffer.
+struct GradRun {
+  std::byte* data;
+  std::size_t n;
+  bool replicated;
+  bool in_shard;  // counted in the norm (inside this rank's shard window)
+};
+
+// The runs of every parameter in unit u's gradient buffer that the
+// optimizer reads on this rank: the whole unit at stage 0 (each rank
+// updates it all), the rank's shard window otherwise.
+void unit_runs(EngineState& s, UnitId u, std::vector<GradRun>& out) {
+  const UnitInfo& info = s.info(u);
+  const std::size_t e = dtype_size(s.dtype());
+  const std::size_t w0 = static_cast<std::size_t>(s.rank()) * info.shard, w1 = w0 + info.shard;
+  std::byte* g = resident_data(s, u, {ArrayKind::grad});
+  for (ParamId id : info.params) {
+    const ParamInfo& p = s.layout.param(id);
+    const bool rep = s.param_parallel(id).is_replicated();
+    const std::size_t a = p.offset, b = p.offset + p.numel;
+    // Shard window part, then (stage 0) the parts outside it.
+    const std::size_t lo = std::max(a, w0), hi = std::min(b, w1);
+    if (lo < hi) {
+      const std::size_t at = s.stage() >= 2 ? lo - w0 : lo;
+      out.push_back(GradRun{g + at * e, hi - lo, rep, true});
+    }
+    if (s.stage() == 0 && rep) {
+      if (a < std::min(b, w0)) out.push_back(GradRun{g + a * e, std::min(b, w0) - a, rep, false});
+      if (std::max(a, w1) < b) out.push_back(GradRun{g + std::max(a, w1) * e, b - std::max(a, w1), rep, false});
+    }
+  }
+}
+
+}  // namespace
+
+kernels::GradStats mesh_grad_stats(EngineState& s) {
+  std::vector<GradRun> runs;
+  for (UnitId u = 0; u < static_cast<UnitId>(s.units.size()); ++u) unit_runs(s, u, runs);
+  // Average the replicated runs over the tp group: one fp32 all-reduce.
+  std::size_t total = 0;
+  for (const GradRun& r : runs) total += r.replicated ? r.n : 0;
+  std::vector<float> buf(total);
+  std::size_t at = 0;
+  for (const GradRun& r : runs) {
+    if (!r.replicated) continue;
+    kernels::cast(buf.data() + at, DType::f32, r.data, s.dtype(), r.n);
+    at += r.n;
+  }
+  s.tp_comm->all_reduce(buf.data(), buf.size(), DType::f32, ReduceOp::sum);
+  const float inv = 1.0f / static_cast<float>(s.tp_size());
+  for (float& v : buf) v *= inv;
+  at = 0;
+  for (const GradRun& r : runs) {
+    if (!r.replicated) continue;
+    kernels::cast(r.data, s.dtype(), buf.data() + at, DType::f32, r.n);
+    at += r.n;
+  }
+  // This rank's share: split slices always, replicated ones on tp rank 0;
+  // Inf/NaN counted everywhere.
+  kernels::GradStats out;
+  for (const GradRun& r : runs) {
+    if (!r.in_shard) continue;
+    const kernels::GradStats st = kernels::grad_stats(r.data, s.dtype(), r.n);
+    if (!r.replicated || s.tp_rank() == 0) out.sum_of_squares += st.sum_of_squares;
+    out.nonfinite += st.nonfinite;
+  }
+  return out;
+}
+
+}  // namespace zeroshard
+
+namespace zeroshard {
+
+std::string mesh_checkpoint_root(const EngineState& s, const std::string& save_dir) {
+  return s.tp_size() > 1 ? fmt::format("{}/tp-{:02d}", save_dir, s.tp_rank()) : save_dir;
+}
+
+namespace {
+
+[[noreturn]] void refuse_tp(const EngineState& s, const std::string& dir, const Manifest& m) {
+  throw ConfigError(fmt::format(
+      "{}: checkpoint saved at tensor-parallel size {} (mesh dp {} x tp {}), this engine runs at tensor-parallel "
+      "size {} (mesh dp {} x tp {}); a checkpoint loads at any data-parallel size but only at the tensor-parallel "
+      "size it was saved at (re-slicing is not supported)",
+      dir, m.mesh.tp, m.mesh.dp, m.mesh.tp, s.tp_size(), s.world(), s.tp_size()));
+}
+
+// <root>/<tag or latest>'s manifest.
+Manifest read_tagged(const std::string& root, const std::string& tag_in) {
+  std::string tag = tag_in;
+  if (tag.empty()) {
+    tag = read_text_file(root + "/latest");
+    while (!tag.empty() && (tag.back() == '\n' || tag.back() == ' ')) tag.pop_back();
+  }
+  return Manifest::read(root + "/" + tag);
+}
+
+}  // namespace
+
+void check_checkpoint_mesh(const EngineState& s, const std::string& save_dir, const std::string& tag) {
+  namespace fs = std::filesystem;
+  const std::string root = mesh_checkpoint_root(s, save_dir);
+  const bool here = fs::exists(root + "/" + (tag.empty() ? std::string("latest") : tag));
+  if (here) return;  // the manifest's own mesh is checked after it is read
+  const std::string entry = "/" + (tag.empty() ? std::string("latest") : tag);
+  // Saved at a smaller tp > 1: tp rank 0's folder tells the size.
+  const std::string tp0 = save_dir + "/tp-00";
+  if (s.tp_size() > 1 && fs::exists(tp0 + entry)) {
+    const Manifest m = read_tagged(tp0, tag);
+    if (m.mesh.tp != s.tp_size()) refuse_tp(s, tp0, m);
+    return;
+  }
+  // Saved in the other layout: at tp = 1 (no folders) or at tp > 1 (tp-NN folders).
+  const std::string other = s.tp_size() > 1 ? save_dir : tp0;
+  if (!fs::exists(other + entry)) return;  // the read names what is missing
+  refuse_tp(s, other, read_tagged(other, tag));
+}
+
+void check_manifest_mesh(const EngineState& s, const std::string& dir, const Manifest& m) {
+  if (m.mesh.tp != s.tp_size()) refuse_tp(s, dir, m);
+}
+
+}  // namespace zeroshard

@@ -1,0 +1,247 @@
+// The GPT example (examples/gpt/gpt_model.h) on every mesh of 1, 2 or 4
+// ranks against a single-rank reference: a 2-layer GPT of width 16, 5 AdamW
+// steps on fixed tokens, fp32, stages 0-3. Per-step losses, the reported
+// global norm (on every rank) and the final gathered, unsplit parameters
+// equal the reference's within 1e-5 relative. A checkpoint saved at
+// (dp, tp) = (2, 2) loads bit for bit at (1, 2) on half the ranks and
+// continues as the (2, 2) run does; loading it at (4, 1) or (1, 4) is
+// refused with an error naming both tensor-parallel sizes; its safetensors
+// export holds the full, unsplit tensors. Checks follow the collectives.
+#include <doctest/doctest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <filesystem>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "comm/mesh.h"
+#include "comm/self/self_communicator.h"
+#include "core/error.h"
+#include "examples/checkpoint/safetensors_export.h"
+#include "examples/gpt/gpt_model.h"
+#include "examples/gpt/text_corpus.h"
+#include "runtime/engine.h"
+#include "safetensors_reader.h"
+
+namespace zeroshard::examples {
+namespace {
+
+namespace fs = std::filesystem;
+
+Communicator& world() {
+  static std::unique_ptr<Communicator> comm = make_world_communicator();
+  return *comm;
+}
+
+constexpr int kBatch = 4, kSeq = 8, kSteps = 5;
+const GptShape kShape{.layers = 2, .heads = 4, .dim = 16, .context = 8, .vocab = 256};
+
+EngineConfig adamw(int stage) {
+  EngineConfig c;
+  c.train_micro_batch_size_per_gpu = 1;
+  c.gradient_accumulation_steps = 1;
+  c.gradient_clipping = 1.0;
+  c.optimizer.kind = OptimizerKind::adamw;
+  c.optimizer.lr = 1e-2f;
+  c.optimizer.beta1 = 0.9f;
+  c.optimizer.beta2 = 0.99f;
+  // eps well above rounding noise: the attention's key bias has a gradient of
+  // exactly 0 in exact arithmetic (softmax ignores a shift of every score by
+  // q.b_k), so what the ranks compute for it is summation-order noise of
+  // ~1e-10, which Adam at eps 1e-8 would scale up to lr-sized steps.
+  c.optimizer.eps = 1e-4f;
+  c.optimizer.weight_decay = 0.1f;
+  c.zero.stage = stage;
+  return c;
+}
+
+// kSteps + 1 global batches of fixed bytes (English-like text, so the model has
+// something to learn).
+std::vector<std::vector<std::int32_t>> fixed_batches() {
+  const std::string text =
+      "the quick brown fox jumps over the lazy dog; a stitch in time saves nine, and all that glitters is not gold.";
+  std::vector<std::vector<std::int32_t>> out;
+  for (int s = 0; s <= kSteps; ++s) out.push_back(fixed_windows(text, s * kBatch, kBatch, (kSteps + 1) * kBatch, kSeq));
+  return out;
+}
+
+// This dp rank's sequences of a global batch.
+std::vector<std::int32_t> my_rows(const std::vector<std::int32_t>& global, const Mesh& mesh) {
+  const int per = kBatch / mesh.dp_size();
+  const auto w = static_cast<std::ptrdiff_t>(kSeq + 1);
+  return {global.begin() + mesh.dp_rank() * per * w, global.begin() + (mesh.dp_rank() + 1) * per * w};
+}
+
+struct Run {
+  std::vector<double> losses, norms;
+  std::vector<std::vector<float>> params;  // full, in declaration order
+};
+
+Run train(const Mesh& mesh, int stage, int steps) {
+  Engine engine(adamw(stage), mesh);
+  Gpt gpt(engine, mesh, kShape);
+  engine.finalize();
+  gpt.initialize(99);
+  Run run;
+  const auto batches = fixed_batches();
+  for (int s = 0; s < steps; ++s) {
+    const auto rows = my_rows(batches[static_cast<std::size_t>(s)], mesh);
+    double loss = gpt.train_micro_batch(rows, kBatch / mesh.dp_size(), kSeq, 1.0);
+    mesh.dp_group().all_reduce(&loss, 1, DType::f64, ReduceOp::sum);
+    run.losses.push_back(loss / mesh.dp_size());
+    run.norms.push_back(engine.step().grad_norm);
+  }
+  for (const std::string& name : gpt.parameter_names()) run.params.push_back(gpt.full_parameter(name));
+  return run;
+}
+
+// max |a - b| <= tol x max |b| per tensor.
+bool close(const std::vector<float>& a, const std::vector<float>& b, double tol) {
+  if (a.size() != b.size()) return false;
+  double diff = 0, mag = 0;
+  for (std::size_t i = 0; i < a.size(); ++i) {
+    diff = std::max(diff, std::abs(static_cast<double>(a[i]) - b[i]));
+    mag = std::max(mag, std::abs(static_cast<double>(b[i])));
+  }
+  if (diff > tol * mag) MESSAGE("max |diff| " << diff << " vs max |ref| " << mag);
+  return diff <= tol * mag;
+}
+
+const Run& reference() {
+  static const Run ref = [] {
+    SelfCommunicator self;
+    Mesh mesh(self, MeshShape{1, 1});
+    return train(mesh, 0, kSteps);
+  }();
+  return ref;
+}
+
+TEST_CASE("gpt on a mesh: losses, global norm and final parameters equal the single-rank reference") {
+  const Run& ref = reference();
+  REQUIRE(ref.losses.size() == kSteps);
+  CHECK(ref.losses.back() < ref.losses.front());  // it learns
+  const int n = world().world_size();
+  for (int tp = 1; tp <= n; ++tp) {
+    if (n % tp != 0 || kShape.heads % tp != 0 || kBatch % (n / tp) != 0) continue;
+    for (int stage = 0; stage <= 3; ++stage) {
+      CAPTURE(n / tp);
+      CAPTURE(tp);
+      CAPTURE(stage);
+      Mesh mesh(world(), MeshShape{n / tp, tp});
+      const Run got = train(mesh, stage, kSteps);
+      for (int s = 0; s < kSteps; ++s) {
+        CAPTURE(s);
+        CHECK(std::abs(got.losses[s] - ref.losses[s]) <= 1e-5 * std::abs(ref.losses[s]));
+        CHECK(std::abs(got.norms[s] - ref.norms[s]) <= 1e-5 * ref.norms[s]);
+      }
+      REQUIRE(got.params.size() == ref.params.size());
+      for (std::size_t p = 0; p < ref.params.size(); ++p) {
+        CAPTURE(p);
+        CHECK(close(got.params[p], ref.params[p], 1e-5));
+      }
+    }
+  }
+}
+
+TEST_CASE("gpt on a mesh: a (2, 2) checkpoint loads at (1, 2) bit for bit and continues; (4, 1) is refused") {
+  if (world().world_size() != 4) return;
+  const fs::path dir = fs::temp_directory_path() / "zs-test-gpt-mesh-ckpt";
+  if (world().rank() == 0) fs::remove_all(dir);
+  world().barrier();
+  const auto batches = fixed_batches();
+  std::vector<std::vector<float>> saved_master, saved_avg;
+  std::vector<std::vector<float>> continued;
+  {
+    Mesh mesh(world(), MeshShape{2, 2});
+    Engine engine(adamw(3), mesh);
+    Gpt gpt(engine, mesh, kShape);
+    engine.finalize();
+    gpt.initialize(99);
+    for (int s = 0; s < 2; ++s) {
+      gpt.train_micro_batch(my_rows(batches[static_cast<std::size_t>(s)], mesh), kBatch / 2, kSeq, 1.0);
+      engine.step();
+    }
+    engine.save_checkpoint(dir.string(), {{"step", 2}});
+    // The safetensors export of the mesh checkpoint holds the full, unsplit tensors.
+    std::vector<std::vector<float>> full;
+    for (const std::string& name : gpt.parameter_names()) full.push_back(gpt.full_parameter(name));
+    if (world().rank() == 0) {
+      const std::string st = (dir / "model.safetensors").string();
+      export_safetensors(dir.string(), st);
+      const auto f = zeroshard::testing::read_safetensors(st);
+      const auto names = gpt.parameter_names();
+      CHECK(f.order == names);
+      for (std::size_t p = 0; p < names.size(); ++p) {
+        CAPTURE(names[p]);
+        REQUIRE(f.tensors.count(names[p]) == 1);
+        CHECK(f.tensors.at(names[p]).shape == gpt.full_shape(names[p]));
+        CHECK(f.tensors.at(names[p]).values == full[p]);
+      }
+    }
+    for (ParamId p = 0; p < static_cast<ParamId>(engine.layout().params().size()); ++p) {
+      saved_master.push_back(engine.gather_master(p));
+      saved_avg.push_back(engine.gather_optimizer_state(p, 0));
+    }
+    gpt.train_micro_batch(my_rows(batches[2], mesh), kBatch / 2, kSeq, 1.0);
+    engine.step();
+    for (const std::string& name : gpt.parameter_names()) continued.push_back(gpt.full_parameter(name));
+  }
+  // (4, 1): refused, naming both sizes.
+  {
+    Mesh mesh(world(), MeshShape{4, 1});
+    Engine engine(adamw(1), mesh);
+    Gpt gpt(engine, mesh, kShape);
+    engine.finalize();
+    std::string what;
+    try {
+      engine.load_checkpoint(dir.string());
+    } catch (const std::exception& e) {
+      what = e.what();
+    }
+    CHECK(what.find("tensor-parallel size 2") != std::string::npos);
+    CHECK(what.find("tensor-parallel size 1") != std::string::npos);
+  }
+  // (1, 4): refused on every rank, tp ranks 2 and 3 (no tp-02, tp-03 folder) too.
+  {
+    Mesh mesh(world(), MeshShape{1, 4});
+    Engine engine(adamw(3), mesh);
+    Gpt gpt(engine, mesh, kShape);
+    engine.finalize();
+    std::string what;
+    try {
+      engine.load_checkpoint(dir.string());
+    } catch (const std::exception& e) {
+      what = e.what();
+    }
+    CHECK(what.find("tensor-parallel size 2") != std::string::npos);
+    CHECK(what.find("tensor-parallel size 4") != std::string::npos);
+  }
+  // (1, 2) on each half of the world: ranks 2h, 2h + 1 hold tp ranks 0, 1 as at save time.
+  auto half = world().split(world().rank() / 2, world().rank());
+  {
+    Mesh mesh(*half, MeshShape{1, 2});
+    Engine engine(adamw(2), mesh);
+    Gpt gpt(engine, mesh, kShape);
+    engine.finalize();
+    const auto cs = engine.load_checkpoint(dir.string());
+    CHECK(cs.at("step").get<int>() == 2);
+    for (ParamId p = 0; p < static_cast<ParamId>(saved_master.size()); ++p) {
+      CHECK(engine.gather_master(p) == saved_master[static_cast<std::size_t>(p)]);
+      CHECK(engine.gather_optimizer_state(p, 0) == saved_avg[static_cast<std::size_t>(p)]);
+    }
+    gpt.train_micro_batch(batches[2], kBatch, kSeq, 1.0);
+    engine.step();
+    const auto names = gpt.parameter_names();
+    for (std::size_t p = 0; p < names.size(); ++p) {
+      CAPTURE(names[p]);
+      CHECK(close(gpt.full_parameter(names[p]), continued[p], 1e-5));
+    }
+  }
+  world().barrier();
+  if (world().rank() == 0) fs::remove_all(dir);
+}
+
+}  // namespace
+}  // namespace zeroshard::examples
