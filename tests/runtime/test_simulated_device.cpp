@@ -24,6 +24,7 @@
 #include "runtime/device_ops.h"
 #include "runtime/engine.h"
 #include "tests/support/device_engine_run.h"
+#include "tests/support/queue_ordered_comm.h"
 #include "tests/support/test_world.h"
 
 using namespace zeroshard;
@@ -34,58 +35,6 @@ namespace {
 // The simulated device's memory is host memory: the loop copies with memcpy.
 const DeviceCopy kMemcpy = [](void* dst, const void* src, std::size_t bytes, bool) {
   if (bytes > 0) std::memcpy(dst, src, bytes);
-};
-
-// The device communicator of the simulated engine: every collective first
-// checks that its buffers are device memory (NCCL takes nothing else) and
-// completes the ops' queue, as an NCCL collective first waits for the
-// compute stream ([Note: NCCL streams]); then MPI on the same memory.
-class QueueOrderedComm final : public Communicator {
- public:
-  QueueOrderedComm(Communicator& inner, DeviceOps& ops) : inner_(inner), ops_(ops) {}
-  int rank() const override { return inner_.rank(); }
-  int world_size() const override { return inner_.world_size(); }
-  std::string backend() const override { return "simulated"; }
-  CommWork iall_reduce(void* buf, std::size_t count, DType dtype, ReduceOp op) override {
-    device(buf, count, dtype);
-    settle();
-    return inner_.iall_reduce(buf, count, dtype, op);
-  }
-  CommWork ireduce_scatter(const void* send, void* recv, std::size_t count, DType dtype, ReduceOp op) override {
-    device(send, count * static_cast<std::size_t>(world_size()), dtype);
-    device(recv, count, dtype);
-    settle();
-    return inner_.ireduce_scatter(send, recv, count, dtype, op);
-  }
-  CommWork iall_gather(const void* send, void* recv, std::size_t count, DType dtype) override {
-    device(send, count, dtype);
-    device(recv, count * static_cast<std::size_t>(world_size()), dtype);
-    settle();
-    return inner_.iall_gather(send, recv, count, dtype);
-  }
-  CommWork iall_to_all(const void* send, void* recv, std::size_t count, DType dtype) override {
-    device(send, count * static_cast<std::size_t>(world_size()), dtype);
-    device(recv, count * static_cast<std::size_t>(world_size()), dtype);
-    settle();
-    return inner_.iall_to_all(send, recv, count, dtype);
-  }
-  CommWork ibroadcast(void* buf, std::size_t count, DType dtype, int root) override {
-    device(buf, count, dtype);
-    settle();
-    return inner_.ibroadcast(buf, count, dtype, root);
-  }
-  CommWork ibarrier() override { return inner_.ibarrier(); }
-  std::unique_ptr<Communicator> split(int color, int key) override { return inner_.split(color, key); }
-
- private:
-  void settle() { ops_.wait(ops_.fence()); }
-  // A move onto itself changes nothing; the simulated ops check that both
-  // ranges are device memory (InvariantError naming "move" otherwise).
-  void device(const void* p, std::size_t count, DType dtype) {
-    ops_.move(const_cast<void*>(p), p, count * dtype_size(dtype));
-  }
-  Communicator& inner_;
-  DeviceOps& ops_;
 };
 
 }  // namespace

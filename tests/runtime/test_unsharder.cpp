@@ -21,6 +21,7 @@
 #include "runtime/buffer_pool.h"
 #include "runtime/device_ops.h"
 #include "runtime/unsharder.h"
+#include "tests/support/queue_ordered_comm.h"
 #include "tests/support/test_world.h"
 
 using namespace zeroshard;
@@ -118,39 +119,6 @@ void forward_backward(Unsharder& us, const Fixture& f, DType t, int gen) {
   }
 }
 
-// The simulated device's communicator, as in test_simulated_device.cpp: an
-// all-gather checks that its buffers are device memory and completes the
-// ops' queue first (as NCCL waits for the compute stream).
-class QueueOrderedComm final : public Communicator {
- public:
-  QueueOrderedComm(Communicator& inner, DeviceOps& ops) : inner_(inner), ops_(ops) {}
-  int rank() const override { return inner_.rank(); }
-  int world_size() const override { return inner_.world_size(); }
-  std::string backend() const override { return "simulated"; }
-  CommWork iall_reduce(void* buf, std::size_t count, DType dtype, ReduceOp op) override {
-    return inner_.iall_reduce(buf, count, dtype, op);
-  }
-  CommWork ireduce_scatter(const void* send, void* recv, std::size_t count, DType dtype, ReduceOp op) override {
-    return inner_.ireduce_scatter(send, recv, count, dtype, op);
-  }
-  CommWork iall_gather(const void* send, void* recv, std::size_t count, DType dtype) override {
-    if (count > 0) {  // InvariantError unless both are device memory
-      ops_.move(const_cast<void*>(send), send, count * dtype_size(dtype));
-      ops_.move(recv, recv, count * static_cast<std::size_t>(world_size()) * dtype_size(dtype));
-    }
-    ops_.wait(ops_.fence());
-    return inner_.iall_gather(send, recv, count, dtype);
-  }
-  CommWork ibroadcast(void* buf, std::size_t count, DType dtype, int root) override {
-    return inner_.ibroadcast(buf, count, dtype, root);
-  }
-  CommWork ibarrier() override { return inner_.ibarrier(); }
-  std::unique_ptr<Communicator> split(int color, int key) override { return inner_.split(color, key); }
-
- private:
-  Communicator& inner_;
-  DeviceOps& ops_;
-};
 
 }  // namespace
 
