@@ -31,20 +31,10 @@ std::string_view optimizer_state_name(const OptimizerHyper& hyper, int index) {
 
 kernels::AdamScalars adam_scalars(const OptimizerHyper& h, float lr, float wd, std::int64_t step,
                                   float grad_scale) {
-  kernels::AdamScalars s;
-  s.lr = lr;
-  s.beta1 = h.beta1;
-  s.beta2 = h.beta2;
-  s.eps = h.eps;
-  s.weight_decay = wd;
-  s.decay_factor = static_cast<float>(1.0 - static_cast<double>(lr) * static_cast<double>(wd));
-  // torch computes 1 - beta^step in Python floats (double), then uses the
-  // result as a float scalar.
-  s.bias_correction1 = static_cast<float>(1.0 - std::pow(static_cast<double>(h.beta1), step));
-  s.bias_correction2 = static_cast<float>(1.0 - std::pow(static_cast<double>(h.beta2), step));
-  s.grad_scale = grad_scale;
-  s.decoupled = h.kind == OptimizerKind::adamw;
-  return s;
+  // The hyper-parameters are held as float; widened exactly to double they
+  // are the Python floats torch would be given (see optimizer.h).
+  return kernels::make_adam_scalars(lr, h.beta1, h.beta2, h.eps, wd, step,
+                                    h.kind == OptimizerKind::adamw, grad_scale);
 }
 
 kernels::SgdScalars sgd_scalars(const OptimizerHyper& h, float lr, float wd, std::int64_t step,
@@ -52,7 +42,8 @@ kernels::SgdScalars sgd_scalars(const OptimizerHyper& h, float lr, float wd, std
   kernels::SgdScalars s;
   s.lr = lr;
   s.momentum = h.momentum;
-  s.dampening = h.dampening;
+  // torch: buf.add_(grad, alpha=1 - dampening), the Python float rounded once.
+  s.one_minus_dampening = static_cast<float>(1.0 - static_cast<double>(h.dampening));
   s.weight_decay = wd;
   s.grad_scale = grad_scale;
   s.nesterov = h.nesterov;

@@ -53,8 +53,11 @@ int optimizer_state_count(const OptimizerHyper& hyper);
 std::string_view optimizer_state_name(const OptimizerHyper& hyper, int index);
 
 /// The per-call scalars of an Adam/AdamW update at 1-based `step`, derived
-/// as torch does (bias corrections 1 - beta^step in double, rounded to
-/// float); what optimizer_update passes to kernels/cpu/adam.h and the
+/// by kernels::make_adam_scalars as torch does (1 - beta, 1 - lr*wd,
+/// lr / (1 - beta1^step), sqrt(1 - beta2^step) in double, rounded to float
+/// once). The hyper-parameters here are floats, so they enter as the doubles
+/// float(beta) etc.: bitwise torch parity holds for torch given those same
+/// values (e.g. betas=(float32(0.9), float32(0.999)) as Python floats); what optimizer_update passes to kernels/cpu/adam.h and the
 /// engine's CUDA path to kernels/cuda/adam.h.
 kernels::AdamScalars adam_scalars(const OptimizerHyper& h, float lr, float weight_decay, std::int64_t step,
                                   float grad_scale);

@@ -110,13 +110,7 @@ int main(int argc, char** argv) {
   const double alloc_s =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - t_alloc).count();
 
-  kernels::AdamScalars s;
-  s.lr = 1e-3f;
-  s.weight_decay = 0.01f;
-  s.decay_factor = static_cast<float>(1.0 - 1e-3 * 0.01);
-  s.bias_correction1 = static_cast<float>(1.0 - 0.6513215599);  // 1 - 0.9^4
-  s.bias_correction2 = static_cast<float>(1.0 - 0.9960059960);  // 1 - 0.999^4
-  s.decoupled = true;
+  const kernels::AdamScalars s = kernels::make_adam_scalars(1e-3, 0.9, 0.999, 1e-8, 0.01, 4, true);
 
   const std::vector<Kernel> kernels_list = {
       {"limit: 4 reads + 3 writes fp32", 28.0,

@@ -85,12 +85,8 @@ int main(int argc, char** argv) {
       ZS_CUDA_CHECK(cudaMemset(b->data(), 0, b->bytes()));
     }
 
-    kernels::AdamScalars s;
-    s.lr = 1e-3f;
-    s.weight_decay = 0.01f;
-    s.decay_factor = static_cast<float>(1.0 - 1e-3 * 0.01);
-    s.bias_correction1 = 0.1f;
-    s.bias_correction2 = 0.001f;
+    const kernels::AdamScalars s =
+        kernels::make_adam_scalars(1e-3, 0.9, 0.999, 1e-8, 0.01, 1, true);
 
     kernels::gpu::AdamTensor whole;
     whole.param = p.as<float>();

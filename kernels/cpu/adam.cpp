@@ -4,36 +4,61 @@
 
 #include <cmath>
 
+#include "core/error.h"
+
 #include "kernels/cpu/convert.h"
 
 namespace zeroshard::kernels {
 
+AdamScalars make_adam_scalars(double lr, double beta1, double beta2, double eps,
+                              double weight_decay, long long step, bool decoupled,
+                              float grad_scale) {
+  ZS_CHECK(step >= 1, "make_adam_scalars: step must be >= 1, got {}", step);
+  AdamScalars s;
+  s.beta2 = static_cast<float>(beta2);
+  s.one_minus_beta1 = static_cast<float>(1.0 - beta1);
+  s.lerp_one_minus_w = 1.0f - s.one_minus_beta1;
+  s.one_minus_beta2 = static_cast<float>(1.0 - beta2);
+  s.eps = static_cast<float>(eps);
+  s.weight_decay = static_cast<float>(weight_decay);
+  s.decay_factor = static_cast<float>(1.0 - lr * weight_decay);
+  const double bc1 = 1.0 - std::pow(beta1, static_cast<double>(step));
+  const double bc2 = 1.0 - std::pow(beta2, static_cast<double>(step));
+  s.neg_step_size = static_cast<float>(-(lr / bc1));
+  s.bc2_sqrt = static_cast<float>(std::sqrt(bc2));
+  s.grad_scale = grad_scale;
+  s.decoupled = decoupled;
+  return s;
+}
+
 namespace {
 
-// One element of the update: the definition. The vector kernel
-// (adam_simd.cpp) performs the same operations in the same order per lane.
+// One element of the update: the definition (torch's op order, see adam.h).
+// The vector kernel (adam_simd.cpp) performs the same operations in the same
+// order per lane.
 inline void adam_element(float& p, float graw, float& m, float& v, const AdamScalars& s,
-                         float step_size, float sqrt_bc2) {
+                         bool lerp_small) {
   float g = graw * s.grad_scale;
   if (s.decoupled) {
     p = p * s.decay_factor;
   } else {
     g = g + s.weight_decay * p;
   }
-  m = s.beta1 * m + (1.0f - s.beta1) * g;
-  v = s.beta2 * v + (1.0f - s.beta2) * g * g;
-  const float denom = std::sqrt(v) / sqrt_bc2 + s.eps;
-  p = p - step_size * (m / denom);
+  const float d = g - m;
+  m = lerp_small ? m + s.one_minus_beta1 * d : g - d * s.lerp_one_minus_w;
+  v = v * s.beta2;
+  v = v + (s.one_minus_beta2 * g) * g;
+  const float denom = std::sqrt(v) / s.bc2_sqrt + s.eps;
+  p = p + (s.neg_step_size * m) / denom;
 }
 
 }  // namespace
 
 void adam_update_reference(float* param, const float* grad, float* exp_avg, float* exp_avg_sq,
                            std::size_t n, const AdamScalars& s) {
-  const float step_size = s.lr / s.bias_correction1;
-  const float sqrt_bc2 = std::sqrt(s.bias_correction2);
+  const bool small = std::abs(s.one_minus_beta1) < 0.5f;
   for (std::size_t i = 0; i < n; ++i) {
-    adam_element(param[i], grad[i], exp_avg[i], exp_avg_sq[i], s, step_size, sqrt_bc2);
+    adam_element(param[i], grad[i], exp_avg[i], exp_avg_sq[i], s, small);
   }
 }
 
@@ -42,11 +67,10 @@ void adam_update_reference(float* param, const void* grad, DType grad_dtype, flo
                            const AdamScalars& s) {
   check_kernel_dtype(grad_dtype, "grad");
   if (param_copy != nullptr) check_copy_dtype(copy_dtype);
-  const float step_size = s.lr / s.bias_correction1;
-  const float sqrt_bc2 = std::sqrt(s.bias_correction2);
+  const bool small = std::abs(s.one_minus_beta1) < 0.5f;
   for (std::size_t i = 0; i < n; ++i) {
     adam_element(param[i], load_as_float(grad, grad_dtype, i), exp_avg[i], exp_avg_sq[i], s,
-                 step_size, sqrt_bc2);
+                 small);
     if (param_copy != nullptr) store_from_float(param_copy, copy_dtype, i, param[i]);
   }
 }

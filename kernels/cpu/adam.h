@@ -2,16 +2,23 @@
 // bf16 or fp16; optional bf16/fp16 copy of the updated parameter written in
 // the same pass), next to its scalar reference.
 //
-// For each element, with g = grad * grad_scale (PyTorch torch.optim.Adam and
-// torch.optim.AdamW documentation, "foreach=False" algorithm):
-//   AdamW: p = p * (1 - lr * weight_decay)          (decoupled decay, torch's mul_)
-//   Adam:  g = g + weight_decay * p                 (L2 decay)
-//   m = beta1 * m + (1 - beta1) * g
-//   v = beta2 * v + (1 - beta2) * g * g
-//   p = p - (lr / bias_correction1) * m / (sqrt(v) / sqrt(bias_correction2) + eps)
-// (AdamW's factor 1 - lr*weight_decay is computed in double and rounded to
-// float once per step, as torch does with a Python float scalar.)
-// where bias_correction{1,2} = 1 - beta{1,2}^step.
+// For each element, with g = grad * grad_scale, the arithmetic of torch's
+// single-tensor AdamW / Adam (torch/optim/adam.py and adamw.py,
+// _single_tensor_adam, foreach=False; float32 tensors on CPU), one tensor op
+// at a time with the Python-float scalars computed in double and rounded to
+// float once where they meet the float tensor (make_adam_scalars):
+//   AdamW: p = p * f(1 - lr*wd)                     (param.mul_)
+//   Adam:  g = g + f(wd) * p                        (grad.add(param, alpha=wd))
+//   m = lerp(m, g, w), w = f(1 - beta1)             (exp_avg.lerp_(grad, 1 - beta1)):
+//         |w| < 0.5 ? m + w * (g - m) : g - (g - m) * (1 - w)   (1 - w in float)
+//   v = v * f(beta2); v = v + (f(1 - beta2) * g) * g   (mul_(beta2).addcmul_(g, g, value))
+//   denom = sqrt(v) / f(sqrt(1 - beta2^step)) + f(eps)
+//   p = p + (f(-(lr / (1 - beta1^step))) * m) / denom  (param.addcdiv_(m, denom, value))
+// where f() rounds a double to float and every other operation is one
+// float32 operation, rounded to nearest, no fused multiply-add. This is
+// torch's scalar (non-vectorised) CPU loop; torch's AVX2/AVX-512 loops for
+// lerp_ and grad.add(alpha) use a fused multiply-add (within 1 ulp of this
+// per operation), its addcmul_/addcdiv_ vector loops associate as above.
 // Kingma & Ba 2015, "Adam"; Loshchilov & Hutter 2019, "Decoupled Weight Decay
 // Regularization" (AdamW).
 //
@@ -26,21 +33,33 @@
 
 namespace zeroshard::kernels {
 
-/// Per-step scalars of an Adam/AdamW update (already bias-corrected).
+/// Per-step float scalars of an Adam/AdamW update, as torch rounds them;
+/// build with make_adam_scalars, the one place they are derived.
 struct AdamScalars {
-  float lr = 0;
-  float beta1 = 0.9f;
-  float beta2 = 0.999f;
-  float eps = 1e-8f;
-  float weight_decay = 0;
-  float decay_factor = 1;      ///< AdamW: (float)(1 - (double)lr * weight_decay)
-  float bias_correction1 = 1;  ///< 1 - beta1^step
-  float bias_correction2 = 1;  ///< 1 - beta2^step
-  float grad_scale = 1;        ///< multiplies every gradient element first
-  bool decoupled = true;       ///< true: AdamW, false: Adam (L2)
+  float beta2 = 0.999f;            ///< f(beta2): exp_avg_sq.mul_(beta2)
+  float one_minus_beta1 = 0.1f;    ///< f(1 - beta1): the lerp_ weight w
+  float lerp_one_minus_w = 0.9f;   ///< 1.0f - w in float (torch's lerp, |w| >= 0.5 branch)
+  float one_minus_beta2 = 0.001f;  ///< f(1 - beta2): addcmul_ value
+  float eps = 1e-8f;               ///< f(eps)
+  float weight_decay = 0;          ///< f(weight_decay): Adam's grad.add alpha
+  float decay_factor = 1;          ///< AdamW: f(1 - lr * weight_decay)
+  float neg_step_size = 0;         ///< f(-(lr / (1 - beta1^step))): addcdiv_ value
+  float bc2_sqrt = 1;              ///< f(sqrt(1 - beta2^step))
+  float grad_scale = 1;            ///< multiplies every gradient element first
+  bool decoupled = true;           ///< true: AdamW, false: Adam (L2)
 };
 
-/// Scalar reference: one element at a time, in the order written above.
+/// The scalars torch's single-tensor Adam/AdamW uses at 1-based `step`
+/// (>= 1), from Python-float (double) hyper-parameters: every derived value
+/// (1 - beta1, 1 - beta2, 1 - lr*wd, lr / (1 - beta1^step),
+/// sqrt(1 - beta2^step)) is computed in double and rounded to float once.
+/// decoupled: AdamW; grad_scale multiplies each gradient element first.
+/// Throws InvariantError when step < 1. Thread safety: pure.
+AdamScalars make_adam_scalars(double lr, double beta1, double beta2, double eps,
+                              double weight_decay, long long step, bool decoupled,
+                              float grad_scale = 1.0f);
+
+/// Scalar reference: one element at a time, the operations written above.
 /// param, exp_avg, exp_avg_sq: n floats updated in place; grad: n floats.
 void adam_update_reference(float* param, const float* grad, float* exp_avg, float* exp_avg_sq,
                            std::size_t n, const AdamScalars& s);

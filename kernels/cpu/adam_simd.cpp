@@ -30,15 +30,17 @@ struct AdamVecScalars {
       : grad_scale(hn::Set(df, s.grad_scale)),
         decay(hn::Set(df, s.decay_factor)),
         wd(hn::Set(df, s.weight_decay)),
-        beta1(hn::Set(df, s.beta1)),
-        one_minus_beta1(hn::Set(df, 1.0f - s.beta1)),
+        w(hn::Set(df, s.one_minus_beta1)),
+        one_minus_w(hn::Set(df, s.lerp_one_minus_w)),
         beta2(hn::Set(df, s.beta2)),
-        one_minus_beta2(hn::Set(df, 1.0f - s.beta2)),
+        one_minus_beta2(hn::Set(df, s.one_minus_beta2)),
         eps(hn::Set(df, s.eps)),
-        step_size(hn::Set(df, s.lr / s.bias_correction1)),
-        sqrt_bc2(hn::Set(df, std::sqrt(s.bias_correction2))) {}
-  hn::Vec<DF> grad_scale, decay, wd, beta1, one_minus_beta1, beta2, one_minus_beta2, eps,
-      step_size, sqrt_bc2;
+        neg_step_size(hn::Set(df, s.neg_step_size)),
+        bc2_sqrt(hn::Set(df, s.bc2_sqrt)),
+        lerp_small(std::abs(s.one_minus_beta1) < 0.5f) {}
+  hn::Vec<DF> grad_scale, decay, wd, w, one_minus_w, beta2, one_minus_beta2, eps, neg_step_size,
+      bc2_sqrt;
+  bool lerp_small;
 };
 
 // Elements [i, i + Lanes) of one update.
@@ -53,11 +55,13 @@ HWY_INLINE void AdamStep(DF df, const AdamVecScalars<DF>& c, float* HWY_RESTRICT
   } else {
     gv = hn::Add(gv, hn::Mul(c.wd, pv));
   }
-  const auto mv = hn::Add(hn::Mul(c.beta1, hn::LoadU(df, m + i)), hn::Mul(c.one_minus_beta1, gv));
-  const auto vv = hn::Add(hn::Mul(c.beta2, hn::LoadU(df, v + i)),
+  const auto m0 = hn::LoadU(df, m + i);
+  const auto d = hn::Sub(gv, m0);
+  const auto mv = c.lerp_small ? hn::Add(m0, hn::Mul(c.w, d)) : hn::Sub(gv, hn::Mul(d, c.one_minus_w));
+  const auto vv = hn::Add(hn::Mul(hn::LoadU(df, v + i), c.beta2),
                           hn::Mul(hn::Mul(c.one_minus_beta2, gv), gv));
-  const auto denom = hn::Add(hn::Div(hn::Sqrt(vv), c.sqrt_bc2), c.eps);
-  pv = hn::Sub(pv, hn::Mul(c.step_size, hn::Div(mv, denom)));
+  const auto denom = hn::Add(hn::Div(hn::Sqrt(vv), c.bc2_sqrt), c.eps);
+  pv = hn::Add(pv, hn::Div(hn::Mul(c.neg_step_size, mv), denom));
   hn::StoreU(pv, df, p + i);
   hn::StoreU(mv, df, m + i);
   hn::StoreU(vv, df, v + i);

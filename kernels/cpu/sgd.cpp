@@ -13,7 +13,7 @@ namespace {
 inline void sgd_element(float& p, float graw, float* b, const SgdScalars& s) {
   float g = graw * s.grad_scale + s.weight_decay * p;
   if (b != nullptr) {
-    *b = s.first_step ? g : s.momentum * *b + (1.0f - s.dampening) * g;
+    *b = s.first_step ? g : *b * s.momentum + s.one_minus_dampening * g;
     g = s.nesterov ? g + s.momentum * *b : *b;
   }
   p = p - s.lr * g;

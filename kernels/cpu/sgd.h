@@ -1,9 +1,14 @@
 // Fused SGD (momentum, dampening, Nesterov, L2 weight decay) over contiguous
 // fp32 arrays, next to its scalar reference. torch.optim.SGD documentation:
 //   g = grad * grad_scale + weight_decay * p
-//   momentum != 0:  b = g on the first step, else b = momentum * b + (1 - dampening) * g
+//   momentum != 0:  b = g on the first step, else b = b * momentum + f(1 - dampening) * g
 //                   g = nesterov ? g + momentum * b : b
 //   p = p - lr * g
+// torch single-tensor order: grad.add(param, alpha=wd), buf.mul_(momentum)
+// .add_(grad, alpha=1 - dampening), grad.add(buf, alpha=momentum),
+// param.add_(grad, alpha=-lr); f() rounds the double 1 - dampening to float
+// once; each other step is one float32 operation without FMA (torch's scalar
+// CPU loop; its vector loops for add(alpha) fuse, within 1 ulp per step).
 // Sutskever et al. 2013, "On the importance of initialization and momentum
 // in deep learning" (the momentum and Nesterov forms torch implements).
 //
@@ -22,7 +27,7 @@ namespace zeroshard::kernels {
 struct SgdScalars {
   float lr = 0;
   float momentum = 0;
-  float dampening = 0;
+  float one_minus_dampening = 1;  ///< f(1 - dampening), computed in double
   float weight_decay = 0;
   float grad_scale = 1;
   bool nesterov = false;

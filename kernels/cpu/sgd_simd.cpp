@@ -26,7 +26,7 @@ struct SgdVecScalars {
   explicit SgdVecScalars(DF df, const SgdScalars& s)
       : lr(hn::Set(df, s.lr)),
         momentum(hn::Set(df, s.momentum)),
-        one_minus_dampening(hn::Set(df, 1.0f - s.dampening)),
+        one_minus_dampening(hn::Set(df, s.one_minus_dampening)),
         wd(hn::Set(df, s.weight_decay)),
         grad_scale(hn::Set(df, s.grad_scale)) {}
   hn::Vec<DF> lr, momentum, one_minus_dampening, wd, grad_scale;
@@ -42,7 +42,7 @@ HWY_INLINE void SgdStep(DF df, const SgdVecScalars<DF>& c, float* HWY_RESTRICT p
   auto gv = hn::Add(hn::Mul(LoadAsF32<kGrad>(df, g, i), c.grad_scale), hn::Mul(c.wd, pv));
   if constexpr (kMomentum) {
     const auto bv = kFirst ? gv
-                           : hn::Add(hn::Mul(c.momentum, hn::LoadU(df, b + i)),
+                           : hn::Add(hn::Mul(hn::LoadU(df, b + i), c.momentum),
                                      hn::Mul(c.one_minus_dampening, gv));
     hn::StoreU(bv, df, b + i);
     gv = kNesterov ? hn::Add(gv, hn::Mul(c.momentum, bv)) : bv;

@@ -35,14 +35,15 @@ void adam_update_multi_tensor(std::span<const AdamTensor> tensors, const AdamSca
            "adam_update_multi_tensor: low-precision param dtype {} is not bf16 or f16",
            dtype_name(copy_dtype));
 
-  // Exactly as adam_update_reference (kernels/cpu/adam.cpp) derives them.
+  // The scalars adam_update_reference uses (make_adam_scalars, kernels/cpu/adam.h).
   detail::AdamDeviceScalars d{};
-  d.step_size = s.lr / s.bias_correction1;
-  d.sqrt_bc2 = std::sqrt(s.bias_correction2);
-  d.beta1 = s.beta1;
-  d.one_minus_beta1 = 1.0f - s.beta1;
+  d.neg_step_size = s.neg_step_size;
+  d.bc2_sqrt = s.bc2_sqrt;
+  d.w = s.one_minus_beta1;
+  d.one_minus_w = s.lerp_one_minus_w;
+  d.lerp_small = std::abs(s.one_minus_beta1) < 0.5f;
   d.beta2 = s.beta2;
-  d.one_minus_beta2 = 1.0f - s.beta2;
+  d.one_minus_beta2 = s.one_minus_beta2;
   d.eps = s.eps;
   d.weight_decay = s.weight_decay;
   d.decay_factor = s.decay_factor;

@@ -33,10 +33,11 @@ struct AdamOp {
     } else {
       g = add(g, mul(s.weight_decay, r.p));
     }
-    r.m = add(mul(s.beta1, r.m), mul(s.one_minus_beta1, g));
-    r.v = add(mul(s.beta2, r.v), mul(mul(s.one_minus_beta2, g), g));
-    const float denom = add(div(sqrt_rn(r.v), s.sqrt_bc2), s.eps);
-    r.p = sub(r.p, mul(s.step_size, div(r.m, denom)));
+    const float d = sub(g, r.m);
+    r.m = s.lerp_small ? add(r.m, mul(s.w, d)) : sub(g, mul(d, s.one_minus_w));
+    r.v = add(mul(r.v, s.beta2), mul(mul(s.one_minus_beta2, g), g));
+    const float denom = add(div(sqrt_rn(r.v), s.bc2_sqrt), s.eps);
+    r.p = add(r.p, div(mul(s.neg_step_size, r.m), denom));
   }
 
   __device__ void store(void* const* a, std::int64_t i, const Regs& r) const {

@@ -28,11 +28,12 @@ namespace zeroshard::kernels::gpu::detail {
 /// Adam scalars as the kernel consumes them, derived on the host exactly as
 /// adam_update_reference derives them.
 struct AdamDeviceScalars {
-  float step_size;  ///< lr / bias_correction1
-  float sqrt_bc2;   ///< std::sqrt(bias_correction2)
-  float beta1, one_minus_beta1;
+  float neg_step_size;  ///< AdamScalars::neg_step_size
+  float bc2_sqrt;       ///< AdamScalars::bc2_sqrt
+  float w, one_minus_w;  ///< lerp weight f(1 - beta1) and 1.0f - w
   float beta2, one_minus_beta2;
   float eps, weight_decay, decay_factor, grad_scale;
+  bool lerp_small;  ///< |w| < 0.5 (torch's lerp branch)
   bool decoupled;
 };
 

@@ -40,7 +40,7 @@ void sgd_update_multi_tensor(std::span<const SgdTensor> tensors, const SgdScalar
   detail::SgdDeviceScalars d{};
   d.lr = s.lr;
   d.momentum = s.momentum;
-  d.one_minus_dampening = 1.0f - s.dampening;
+  d.one_minus_dampening = s.one_minus_dampening;
   d.weight_decay = s.weight_decay;
   d.grad_scale = s.grad_scale;
   d.use_momentum = use_momentum;

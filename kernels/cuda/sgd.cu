@@ -29,7 +29,7 @@ struct SgdOp {
   __device__ void compute(Regs& r) const {
     float g = add(mul(r.g, s.grad_scale), mul(s.weight_decay, r.p));
     if (s.use_momentum) {
-      r.b = s.first_step ? g : add(mul(s.momentum, r.b), mul(s.one_minus_dampening, g));
+      r.b = s.first_step ? g : add(mul(r.b, s.momentum), mul(s.one_minus_dampening, g));
       g = s.nesterov ? add(g, mul(s.momentum, r.b)) : r.b;
     }
     r.p = sub(r.p, mul(s.lr, g));

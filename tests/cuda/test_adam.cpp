@@ -18,18 +18,10 @@ using namespace zeroshard::testing;
 namespace {
 
 kernels::AdamScalars scalars(bool decoupled, int step) {
-  kernels::AdamScalars s;
-  s.lr = 1e-3f;
-  s.beta1 = 0.9f;
-  s.beta2 = 0.999f;
-  s.eps = 1e-8f;
-  s.weight_decay = 0.01f;
-  s.decay_factor = static_cast<float>(1.0 - static_cast<double>(s.lr) * s.weight_decay);
-  s.bias_correction1 = static_cast<float>(1.0 - std::pow(0.9, step));
-  s.bias_correction2 = static_cast<float>(1.0 - std::pow(0.999, step));
-  s.grad_scale = 1.0f / 64.0f;
-  s.decoupled = decoupled;
-  return s;
+  // beta1 0.3 on odd steps takes torch's other lerp branch (weight >= 0.5).
+  const double beta1 = step % 2 == 1 ? 0.3 : 0.9;
+  return kernels::make_adam_scalars(1e-3, beta1, 0.999, 1e-8, 0.01, step, decoupled,
+                                    1.0f / 64.0f);
 }
 
 // Host state of one tensor (what the reference updates) and its device copies.

@@ -32,7 +32,7 @@ kernels::SgdScalars scalars(const Variant& v, bool first_step) {
   kernels::SgdScalars s;
   s.lr = 0.05f;
   s.momentum = v.momentum;
-  s.dampening = v.dampening;
+  s.one_minus_dampening = static_cast<float>(1.0 - static_cast<double>(v.dampening));
   s.weight_decay = 1e-3f;
   s.grad_scale = 0.5f;
   s.nesterov = v.nesterov;

@@ -97,15 +97,11 @@ void check_optimizer(const OptimizerCase& c, K&& kernel, R&& reference, std::siz
 
 TEST_CASE("adam_update (AdamW and Adam) equals adam_update_reference bit for bit") {
   for (const bool decoupled : {true, false}) {
-    kernels::AdamScalars s;
-    s.lr = 1e-2f;
-    s.weight_decay = 0.1f;
-    s.decay_factor = static_cast<float>(1.0 - 1e-2 * 0.1);
-    s.bias_correction1 = 0.19f;
-    s.bias_correction2 = 0.001999f;
-    s.grad_scale = 0.75f;
-    s.decoupled = decoupled;
+  for (const double beta1 : {0.9, 0.3}) {  // both branches of torch's lerp
+    const kernels::AdamScalars s =
+        kernels::make_adam_scalars(1e-2, beta1, 0.999, 1e-8, 0.1, 2, decoupled, 0.75f);
     CAPTURE(decoupled);
+    CAPTURE(beta1);
     for_each_target_and_threads([&] {
       for (const std::size_t n : kSizes) {
         for (const std::size_t off : kOffsets) {
@@ -123,6 +119,7 @@ TEST_CASE("adam_update (AdamW and Adam) equals adam_update_reference bit for bit
       }
     });
   }
+  }
 }
 
 TEST_CASE("sgd_update equals sgd_update_reference bit for bit") {
@@ -135,7 +132,7 @@ TEST_CASE("sgd_update equals sgd_update_reference bit for bit") {
     kernels::SgdScalars s;
     s.lr = 0.05f;
     s.momentum = mode.momentum;
-    s.dampening = mode.nesterov ? 0.0f : 0.1f;
+    s.one_minus_dampening = mode.nesterov ? 1.0f : static_cast<float>(1.0 - 0.1);
     s.weight_decay = 0.01f;
     s.grad_scale = 0.5f;
     s.nesterov = mode.nesterov;
