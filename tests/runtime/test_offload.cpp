@@ -272,10 +272,14 @@ TEST_CASE("nvme swap files: short names for 10,000 long-named parameters, remove
     e.finalize();
     for (ParamId p : ps) e.grad(p)[0] = 1.0f;
     e.step();
+    // The ranks share nvme_path: no rank may still be writing (before) or
+    // already removing its folder (after) while another one walks it.
+    world().barrier();
     for (const auto& entry : fs::recursive_directory_iterator(o.optimizer.nvme_path)) {
       CHECK(entry.path().filename().string().size() < 255);
       ++files;
     }
+    world().barrier();
     CHECK(e.ledger().current(MemCategory::optimizer_states, MemTier::nvme) > 0);
     CHECK(e.ledger().current(MemCategory::optimizer_states, MemTier::device) == 0);
     CHECK(e.ledger().current(MemCategory::gradients, MemTier::nvme) > 0);
