@@ -328,7 +328,7 @@ std::string Gpt::sample(const std::string& prompt, int n, double temperature, st
     const int seq = static_cast<int>(text.size() - start);
     std::vector<std::int32_t> tokens;
     for (std::size_t j = start; j < text.size(); ++j) tokens.push_back(static_cast<unsigned char>(text[j]));
-    tokens.push_back(0);  // target placeholder
+    tokens.push_back(0);  // forward_backward reads seq + 1 tokens; the last one is a target the sample never uses
     std::vector<float> logits;
     forward_backward(tokens, 1, seq, false, 1.0, &logits);
     // The last position's logits, gathered over the tensor-parallel group.
