@@ -27,13 +27,13 @@ namespace {
 
 // Where tensor t of unit u lives on this rank, and the flat-buffer index of
 // its element 0 (0 when the rank holds the full buffer, r*S for a shard).
-// Arrays on nvme are read into `holder` (runtime/engine_offload.h).
+// Arrays on nvme are read into `holder` (runtime/array_store.h).
 const float* tensor_data(EngineState& s, UnitId u, std::size_t t, std::size_t& first, HostBuffer& holder) {
   const bool full = t == 0 ? (s.mixed() ? s.stage() == 0 : s.stage() < 3) : s.stage() == 0;
   first = full ? 0 : static_cast<std::size_t>(s.rank()) * s.info(u).shard;
   const ArrayRef a = t > 0 ? ArrayRef{ArrayKind::state, static_cast<int>(t - 1)}
                            : ArrayRef{s.mixed() ? ArrayKind::master : ArrayKind::params};
-  return static_cast<const float*>(read_array(s, u, a, holder));
+  return static_cast<const float*>(s.store->read(u, a, holder));
 }
 
 // Test hook: ZS_CHECKPOINT_PAUSE_RANK=r makes rank r stop in the middle of
@@ -274,11 +274,9 @@ std::string Engine::save_checkpoint(const std::string& mesh_save_dir, const json
 std::vector<float> Engine::gather_optimizer_state(ParamId p, int index) {
   EngineState& s = *s_;
   const ParamInfo& info = s.layout.param(p);
-  UnitState& us = s.unit(info.unit);
-  ZS_CHECK(index >= 0 && static_cast<std::size_t>(index) < us.states.size(), "optimizer state index {} out of range",
-           index);
+  ZS_CHECK(index >= 0 && index < s.store->options().state_count, "optimizer state index {} out of range", index);
   HostBuffer holder;
-  const float* full = static_cast<const float*>(read_array(s, info.unit, {ArrayKind::state, index}, holder));
+  const float* full = static_cast<const float*>(s.store->read(info.unit, {ArrayKind::state, index}, holder));
   std::vector<std::byte> gathered;
   if (s.stage() != 0) {
     gathered = gather_host(s, info.unit, full, DType::f32);

@@ -123,18 +123,18 @@ struct LoadedUnit {
 void commit_loaded(EngineState& s, std::vector<LoadedUnit>& loaded) {
   s.reducer->discard();
   s.unsharder->reset();  // also ends swap-ins (ShardSource::release)
-  clear_offloaded_grads(s);
+  ArrayStore& store = *s.store;
+  store.clear_nvme_grads();
   for (std::size_t u = 0; u < s.units.size(); ++u) {
-    UnitState& us = s.units[u];
     const UnitId id = static_cast<UnitId>(u);
-    us.reduced = false;
-    zero_grads(s, id);
+    s.units[u].reduced = false;
+    store.zero_grads(id);
     // Into the resident buffers (on the compute device) or the swap files.
     LoadedUnit& lu = loaded[u];
-    store_array(s, id, {ArrayKind::params}, lu.params.data());
-    if (s.mixed()) store_array(s, id, {ArrayKind::master}, lu.master.data());
-    for (std::size_t k = 0; k < us.states.size(); ++k) {
-      store_array(s, id, {ArrayKind::state, static_cast<int>(k)}, lu.states[k].data());
+    store.store(id, {ArrayKind::params}, lu.params.data());
+    if (s.mixed()) store.store(id, {ArrayKind::master}, lu.master.data());
+    for (std::size_t k = 0; k < lu.states.size(); ++k) {
+      store.store(id, {ArrayKind::state, static_cast<int>(k)}, lu.states[k].data());
     }
   }
 }

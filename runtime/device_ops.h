@@ -16,12 +16,22 @@
 // Everything the engine decides (layout, buckets, order of collectives,
 // loss scale, skips) is the same code on both; only DeviceOps differs.
 // Arrays on the host and nvme offload tiers are in host memory whatever the
-// device (EngineState::host_ops), so a GPU engine with offload copies between
+// device (ArrayStore::host_ops, runtime/array_store.h), so a GPU engine with offload copies between
 // the two (runtime/engine_optimizer.cpp, [Note: optimizer on the host for a
 // GPU engine]). The cuda operations are bitwise the cpu ones (kernels/cuda:
 // [Note: bitwise GPU kernels]) except the sum of squares of the gradient
 // statistics, whose double summation order differs (kernels/cuda/
 // grad_check.h), so a clipped step can differ in the last bits.
+// One path per operation: the engine's logic touches arrays only through
+// DeviceOps (the compute device's, or the ArrayStore's host_ops for host
+// and nvme tiers), never through kernels/ directly; kernels/cpu is called
+// directly only on host buffers the engine made itself (checkpoint and
+// set_parameter conversions). host_addressable() is asked in three places,
+// each deciding whether a copy between memory spaces is needed at all:
+// ArrayStore::in_device_memory / host_copy (reads of device arrays),
+// Unsharder::start (a host-tier shard uploaded before its all-gather) and
+// the optimizer's staging (runtime/engine_optimizer.cpp); the Engine
+// constructor uses it to check a GPU configuration.
 #pragma once
 
 #include <cstddef>

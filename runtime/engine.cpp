@@ -97,45 +97,24 @@ ParamId Engine::add_parameter(UnitId unit, std::string name, std::vector<std::in
 
 namespace {
 
-// finalize()'s local work: the layout, the offload tiers and every buffer.
-void allocate_state(EngineState& s) {
+// finalize()'s local work: the layout, the arrays and their tiers
+// (runtime/array_store.h), the reducer and the unsharder.
+void allocate_state(EngineState& s, const SwapSharers& sharers) {
   s.layout.finalize(s.world());
   // A per-group list in the schedule must match the groups: fail now, not at step 1.
   for (GroupId g = 0; g < static_cast<GroupId>(s.groups.size()); ++g) s.lr_at(g, 0);
   const int stage = s.stage();
   const int r = s.rank();
   const DType dt = s.dtype();
-  const int nstates = optimizer_state_count(s.config.optimizer);
-  const std::uint64_t e = dtype_size(dt), f = sizeof(float);
+  s.store = std::make_unique<ArrayStore>(
+      s.layout, *s.ops, s.ledger,
+      ArrayStoreOptions{.stage = stage, .rank = r, .dtype = dt,
+                        .state_count = optimizer_state_count(s.config.optimizer), .offload = s.config.offload,
+                        .swap_sharers = sharers, .source = s.config.source});
   s.units.resize(s.layout.units().size());
-  assign_offload_tiers(s);
   for (std::size_t i = 0; i < s.units.size(); ++i) {
     const UnitInfo& info = s.layout.units()[i];
     UnitState& us = s.units[i];
-    const UnitId u = static_cast<UnitId>(i);
-    const std::uint64_t full = info.padded, full_pad = info.padded - info.numel;
-    const std::uint64_t shard = info.shard, shard_pad = info.shard - info.logical_in_shard(r);
-    // Arrays on nvme get no memory here (runtime/engine_offload.h).
-    auto resident = [&](ArrayKind k, std::uint64_t n) {
-      return array_tier(s, u, {k}) == MemTier::nvme ? 0 : n;
-    };
-    const std::uint64_t pn = stage < 3 ? full : shard, pp = stage < 3 ? full_pad : shard_pad;
-    auto ops = [&](ArrayKind k) -> DeviceOps& { return array_ops(s, u, {k}); };
-    us.params = ops(ArrayKind::params).allocate(resident(ArrayKind::params, pn), dt);
-    s.ledger.add(MemCategory::parameters, array_tier(s, u, {ArrayKind::params}), pn * e, pp * e);
-    const std::uint64_t gn = stage < 2 ? full : shard, gp = stage < 2 ? full_pad : shard_pad;
-    (stage < 2 ? us.grad_full : us.grad_shard) = ops(ArrayKind::grad).allocate(resident(ArrayKind::grad, gn), dt);
-    s.ledger.add(MemCategory::gradients, array_tier(s, u, {ArrayKind::grad}), gn * e, gp * e);
-    const std::uint64_t on = stage == 0 ? full : shard, op = stage == 0 ? full_pad : shard_pad;
-    const MemTier ot = array_tier(s, u, {ArrayKind::master});
-    if (s.mixed()) {
-      us.master = ops(ArrayKind::master).allocate(resident(ArrayKind::master, on), DType::f32);
-      s.ledger.add(MemCategory::master_weights, ot, on * f, op * f);
-    }
-    for (int k = 0; k < nstates; ++k) {
-      us.states.push_back(ops(ArrayKind::state).allocate(resident(ArrayKind::state, on), DType::f32));
-      s.ledger.add(MemCategory::optimizer_states, ot, on * f, op * f);
-    }
     if (stage == 0) {
       for (ParamId id : info.params) {
         const ParamInfo& p = s.layout.param(id);
@@ -172,64 +151,42 @@ void Engine::finalize() {
   // allocated its state (free space, memory): agreed, so that no rank is left in a collective.
   check_same_model(s.host_comm, s.config, s.layout, s.groups.size());
   check_mesh_declarations(s);  // [Note: engine on a mesh]: declared and equal over the tp group
-  s.swap_sharers = count_swap_sharers(s.host_comm, s.config.offload);  // the free-space check counts them all
-  run_agreed(s.host_comm, [&] { allocate_state(s); });
+  const SwapSharers sharers = count_swap_sharers(s.host_comm, s.config.offload);  // the free-space check counts them all
+  run_agreed(s.host_comm, [&] { allocate_state(s, sharers); });
   s.finalized = true;
 }
 
 namespace {
 
-// Copies the part of `values` (parameter p's full values) that falls in
-// [begin, begin + n) of its unit's flat buffer into dst (element 0 = begin),
-// converting to dst_type.
-void copy_window(void* dst, DType dst_type, std::size_t begin, std::size_t n, const ParamInfo& p,
+// Writes the part of `values` (parameter p's full values, fp32) that falls
+// in [begin, begin + n) of its unit's flat buffer into dst (element 0 =
+// begin; memory of `ops`), converted to dst_type on the host and uploaded
+// alone (a copy for host memory), not the whole buffer.
+void copy_window(DeviceOps& ops, void* dst, DType dst_type, std::size_t begin, std::size_t n, const ParamInfo& p,
                  std::span<const float> values) {
-  const std::size_t lo = std::max(begin, p.offset);
-  const std::size_t hi = std::min(begin + n, p.offset + p.numel);
-  if (lo >= hi) return;
-  kernels::cast(static_cast<std::byte*>(dst) + (lo - begin) * dtype_size(dst_type), dst_type,
-                values.data() + (lo - p.offset), DType::f32, hi - lo);
-}
-
-}  // namespace
-
-namespace {
-
-// copy_window into memory of the compute device at dst: the window is
-// converted on the host and uploaded alone (not the whole buffer).
-void copy_window_to(EngineState& s, void* dst, DType dst_type, std::size_t begin, std::size_t n, const ParamInfo& p,
-                    std::span<const float> values) {
-  if (s.ops->host_addressable()) {
-    copy_window(dst, dst_type, begin, n, p, values);
-    return;
-  }
   const std::size_t lo = std::max(begin, p.offset);
   const std::size_t hi = std::min(begin + n, p.offset + p.numel);
   if (lo >= hi) return;
   std::vector<std::byte> host((hi - lo) * dtype_size(dst_type));
   kernels::cast(host.data(), dst_type, values.data() + (lo - p.offset), DType::f32, hi - lo);
-  s.ops->upload(static_cast<std::byte*>(dst) + (lo - begin) * dtype_size(dst_type), host.data(), host.size());
+  ops.upload(static_cast<std::byte*>(dst) + (lo - begin) * dtype_size(dst_type), host.data(), host.size());
 }
 
 // Writes parameter p's part of array a of unit u, whose element 0 is flat
-// index `begin` (n elements): in place in memory, a window upload on a GPU,
-// read-modify-write of the swap files on nvme.
+// index `begin` (n elements): a window upload into memory, read-modify-write
+// of the swap files on nvme.
 void set_array_window(EngineState& s, UnitId u, ArrayRef a, std::size_t begin, std::size_t n, const ParamInfo& p,
                       std::span<const float> values) {
-  const DType t = array_dtype(s, a);
-  if (array_tier(s, u, a) != MemTier::nvme) {
-    void* dst = resident_data(s, u, a);
-    if (in_device_memory(s, u, a)) {
-      copy_window_to(s, dst, t, begin, n, p, values);
-    } else {
-      copy_window(dst, t, begin, n, p, values);
-    }
+  ArrayStore& store = *s.store;
+  const DType t = store.dtype(a);
+  if (store.tier(u, a) != MemTier::nvme) {
+    copy_window(store.ops(u, a), store.resident(u, a), t, begin, n, p, values);
     return;
   }
   HostBuffer holder;
-  void* data = read_array(s, u, a, holder);
-  copy_window(data, t, begin, n, p, values);
-  store_array(s, u, a, data);
+  void* data = store.read(u, a, holder);
+  copy_window(store.host_ops(), data, t, begin, n, p, values);
+  store.store(u, a, data);
 }
 
 std::vector<float> widen_host(const void* full, DType t, const ParamInfo& p) {
@@ -266,9 +223,9 @@ void write_parameter(EngineState& s, const ParamInfo& info, std::span<const floa
     set_array_window(s, info.unit, {ArrayKind::params}, 0, u.padded, info, values);
   } else {
     void* gathered = s.unsharder->full(info.unit);  // nullptr when not gathered
-    release_param_stage(s, info.unit);  // a swapped-in copy would be stale
+    s.store->release_param_stage(info.unit);  // a swapped-in copy would be stale
     set_array_window(s, info.unit, {ArrayKind::params}, shard_begin, u.shard, info, values);
-    if (gathered != nullptr) copy_window_to(s, gathered, s.dtype(), 0, u.padded, info, values);
+    if (gathered != nullptr) copy_window(*s.ops, gathered, s.dtype(), 0, u.padded, info, values);
   }
   if (s.mixed()) {
     const bool full = s.stage() == 0;
@@ -292,12 +249,11 @@ std::vector<float> Engine::gather_parameter(ParamId p) {
   EngineState& s = *s_;
   ZS_CHECK(s.finalized, "gather_parameter() before finalize()");
   const ParamInfo& info = s.layout.param(p);
-  UnitState& us = s.unit(info.unit);
-  if (s.stage() < 3) return widen(s, us.params.data(), s.dtype(), info);
+  if (s.stage() < 3) return widen(s, s.store->resident(info.unit, {ArrayKind::params}), s.dtype(), info);
   if (const void* full = s.unsharder->full(info.unit)) return widen(s, full, s.dtype(), info);
   HostBuffer holder;
   const std::vector<std::byte> full =
-      gather_host(s, info.unit, read_array(s, info.unit, {ArrayKind::params}, holder), s.dtype());
+      gather_host(s, info.unit, s.store->read(info.unit, {ArrayKind::params}, holder), s.dtype());
   return widen_host(full.data(), s.dtype(), info);
 }
 
@@ -305,11 +261,10 @@ std::vector<float> Engine::gather_master(ParamId p) {
   EngineState& s = *s_;
   if (!s.mixed()) return gather_parameter(p);
   const ParamInfo& info = s.layout.param(p);
-  UnitState& us = s.unit(info.unit);
-  if (s.stage() == 0) return widen(s, us.master.data(), DType::f32, info);
+  if (s.stage() == 0) return widen(s, s.store->resident(info.unit, {ArrayKind::master}), DType::f32, info);
   HostBuffer holder;
   const std::vector<std::byte> full =
-      gather_host(s, info.unit, read_array(s, info.unit, {ArrayKind::master}, holder), DType::f32);
+      gather_host(s, info.unit, s.store->read(info.unit, {ArrayKind::master}, holder), DType::f32);
   return widen_host(full.data(), DType::f32, info);
 }
 
@@ -326,8 +281,8 @@ const FlatLayout& Engine::layout() const { return s_->layout; }
 const MemoryLedger& Engine::ledger() const { return s_->ledger; }
 
 OffloadStats Engine::offload_stats() const {
-  if (!s_->offload) return {};
-  const SwapPipelineStats& t = s_->offload->total;
+  if (!s_->store || !s_->store->offloaded()) return {};
+  const SwapPipelineStats& t = s_->store->io_total();
   return OffloadStats{.bytes_read = t.bytes_read, .bytes_written = t.bytes_written, .read_wait_s = t.read_wait_s,
                       .write_wait_s = t.write_wait_s, .update_s = t.update_s};
 }
@@ -346,12 +301,11 @@ double Engine::current_lr(GroupId g) const {
 
 std::vector<float> Engine::optimizer_state(UnitId u, int index) const {
   EngineState& s = *s_;
-  UnitState& us = s.unit(u);
-  ZS_CHECK(index >= 0 && static_cast<std::size_t>(index) < us.states.size(),
-           "optimizer state index {} out of range ({} states)", index, us.states.size());
+  const int states = s.store->options().state_count;
+  ZS_CHECK(index >= 0 && index < states, "optimizer state index {} out of range ({} states)", index, states);
   const UnitInfo& info = s.info(u);
   HostBuffer holder;
-  const float* st = static_cast<const float*>(read_array(s, u, {ArrayKind::state, index}, holder));
+  const float* st = static_cast<const float*>(s.store->read(u, {ArrayKind::state, index}, holder));
   if (s.stage() == 0) st += static_cast<std::size_t>(s.rank()) * info.shard;
   return std::vector<float>(st, st + info.shard);
 }
@@ -363,10 +317,10 @@ std::vector<float> Engine::param_shard(UnitId u) const {
   HostBuffer holder;
   const float* p = nullptr;
   if (s.mixed()) {
-    p = static_cast<const float*>(read_array(s, u, {ArrayKind::master}, holder));
+    p = static_cast<const float*>(s.store->read(u, {ArrayKind::master}, holder));
     if (s.stage() == 0) p += begin;
   } else {
-    p = static_cast<const float*>(read_array(s, u, {ArrayKind::params}, holder));
+    p = static_cast<const float*>(s.store->read(u, {ArrayKind::params}, holder));
     if (s.stage() < 3) p += begin;
   }
   return std::vector<float>(p, p + info.shard);

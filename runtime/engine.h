@@ -48,7 +48,7 @@
 // parameter shards to the host tier or to NVMe swap files; the results are
 // bitwise those without offload. step() then streams the state through the
 // swap pipeline sub-group by sub-group, and unshard() swaps a unit's
-// parameter shard in ahead of its all-gather (runtime/engine_offload.h).
+// parameter shard in ahead of its all-gather (runtime/array_store.h).
 // A swap I/O error raises the same IoError on every rank (from step() or
 // unshard()); the offloaded state may then be partly updated, so reload a
 // checkpoint to continue.
@@ -357,7 +357,7 @@ class Engine {
   const EngineConfig& config() const;
   const FlatLayout& layout() const;
   const MemoryLedger& ledger() const;
-  /// Swap traffic so far (runtime/engine_offload.h).
+  /// Swap traffic so far (runtime/array_store.h).
   OffloadStats offload_stats() const;
   std::int64_t micro_steps() const;
   std::int64_t optimizer_steps() const;

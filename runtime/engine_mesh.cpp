@@ -108,7 +108,7 @@ void unit_runs(EngineState& s, UnitId u, std::vector<GradRun>& out) {
   const UnitInfo& info = s.info(u);
   const std::size_t e = dtype_size(s.dtype());
   const std::size_t w0 = static_cast<std::size_t>(s.rank()) * info.shard, w1 = w0 + info.shard;
-  std::byte* g = resident_data(s, u, {ArrayKind::grad});
+  std::byte* g = s.store->resident(u, {ArrayKind::grad});
   for (ParamId id : info.params) {
     const ParamInfo& p = s.layout.param(id);
     const bool rep = s.param_parallel(id).is_replicated();
@@ -134,20 +134,24 @@ kernels::GradStats mesh_grad_stats(EngineState& s) {
   // Average the replicated runs over the tp group: one fp32 all-reduce.
   std::size_t total = 0;
   for (const GradRun& r : runs) total += r.replicated ? r.n : 0;
-  std::vector<float> buf(total);
+  // The gradients are in the compute device's memory: every operation on
+  // them goes through its DeviceOps (the cast back computes sum * (1/tp) in
+  // float and rounds once).
+  DeviceOps& ops = *s.ops;
+  PoolLease buf = s.pool.acquire(total, DType::f32, false);
+  auto* sums = static_cast<float*>(buf.data());
   std::size_t at = 0;
   for (const GradRun& r : runs) {
     if (!r.replicated) continue;
-    kernels::cast(buf.data() + at, DType::f32, r.data, s.dtype(), r.n);
+    ops.cast(sums + at, DType::f32, r.data, s.dtype(), r.n, 1.0f);
     at += r.n;
   }
-  s.tp_comm->all_reduce(buf.data(), buf.size(), DType::f32, ReduceOp::sum);
+  s.tp_comm->all_reduce(sums, total, DType::f32, ReduceOp::sum);
   const float inv = 1.0f / static_cast<float>(s.tp_size());
-  for (float& v : buf) v *= inv;
   at = 0;
   for (const GradRun& r : runs) {
     if (!r.replicated) continue;
-    kernels::cast(r.data, s.dtype(), buf.data() + at, DType::f32, r.n);
+    ops.cast(r.data, s.dtype(), sums + at, DType::f32, r.n, inv);
     at += r.n;
   }
   // This rank's share: split slices always, replicated ones on tp rank 0;
@@ -155,7 +159,7 @@ kernels::GradStats mesh_grad_stats(EngineState& s) {
   kernels::GradStats out;
   for (const GradRun& r : runs) {
     if (!r.in_shard) continue;
-    const kernels::GradStats st = kernels::grad_stats(r.data, s.dtype(), r.n);
+    const kernels::GradStats st = ops.grad_stats(r.data, s.dtype(), r.n);
     if (!r.replicated || s.tp_rank() == 0) out.sum_of_squares += st.sum_of_squares;
     out.nonfinite += st.nonfinite;
   }

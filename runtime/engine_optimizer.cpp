@@ -1,11 +1,10 @@
 // The optimizer part of Engine::step(): runs the update over every unit's
 // local shard, in memory or sub-group by sub-group through the swap
-// pipeline (runtime/engine_offload.h, offload/swap_pipeline.h).
+// pipeline (runtime/array_store.h, offload/swap_pipeline.h).
 #include <algorithm>
 #include <cstring>
 
 #include "core/error.h"
-#include "runtime/engine_offload.h"
 #include "runtime/engine_state.h"
 
 namespace zeroshard {
@@ -58,10 +57,11 @@ void update_view(EngineState& s, DeviceOps& ops, UnitId u, std::int64_t step, fl
 UpdateView resident_view(EngineState& s, UnitId u, std::size_t begin, std::size_t end) {
   // Element 0 of the update index space inside full buffers (0 at stage 0).
   const std::size_t base = s.stage() == 0 ? 0 : static_cast<std::size_t>(s.rank()) * s.info(u).shard;
+  ArrayStore& store = *s.store;
   auto at = [&](ArrayRef a) -> std::byte* {
-    if (array_tier(s, u, a) == MemTier::nvme) return nullptr;
-    const std::size_t first = array_numel(s, u, a) == s.info(u).padded ? base : 0;
-    return resident_data(s, u, a) + (first + begin) * dtype_size(array_dtype(s, a));
+    if (store.tier(u, a) == MemTier::nvme) return nullptr;
+    const std::size_t first = store.numel(u, a) == s.info(u).padded ? base : 0;
+    return store.resident(u, a) + (first + begin) * dtype_size(store.dtype(a));
   };
   UpdateView v;
   v.begin = begin;
@@ -69,8 +69,8 @@ UpdateView resident_view(EngineState& s, UnitId u, std::size_t begin, std::size_
   v.params = at({ArrayKind::params});
   v.grads = at({ArrayKind::grad});
   if (s.mixed()) v.master = reinterpret_cast<float*>(at({ArrayKind::master}));
-  for (std::size_t k = 0; k < s.unit(u).states.size(); ++k) {
-    v.states.push_back(reinterpret_cast<float*>(at({ArrayKind::state, static_cast<int>(k)})));
+  for (int k = 0; k < store.options().state_count; ++k) {
+    v.states.push_back(reinterpret_cast<float*>(at({ArrayKind::state, k})));
   }
   return v;
 }
@@ -100,14 +100,14 @@ struct StagedView {
 StagedView stage_view(EngineState& s, UnitId u, const UpdateView& v) {
   StagedView st;
   st.view = v;
-  HostPool& pool = s.offload->host;
+  HostPool& pool = s.store->host_pool();
   const std::size_t n = v.end - v.begin, e = dtype_size(s.dtype());
-  if (in_device_memory(s, u, {ArrayKind::grad})) {
+  if (s.store->in_device_memory(u, {ArrayKind::grad})) {
     st.grads = pool.acquire(n * e, MemCategory::unsharded);
     s.ops->download_async(st.grads.data(), v.grads, n * e);
     st.view.grads = st.grads.data();
   }
-  if (in_device_memory(s, u, {ArrayKind::params})) {
+  if (s.store->in_device_memory(u, {ArrayKind::params})) {
     st.params = pool.acquire(n * e, MemCategory::unsharded);
     st.device_params = v.params;
     st.param_bytes = n * e;
@@ -125,13 +125,13 @@ StagedView stage_view(EngineState& s, UnitId u, const UpdateView& v) {
 // Waits for st's downloads, updates on the host, enqueues the upload.
 void update_staged(EngineState& s, UnitId u, std::int64_t step, float grad_scale, StagedView& st) {
   s.ops->wait(st.downloaded);
-  update_view(s, *s.host_ops, u, step, grad_scale, st.view);
+  update_view(s, s.store->host_ops(), u, step, grad_scale, st.view);
   if (st.params.valid()) s.ops->upload_async(st.device_params, st.params.data(), st.param_bytes);
 }
 
 // True when unit u's update runs on the host with staged device arrays.
 bool needs_staging(const EngineState& s, UnitId u) {
-  return !s.ops->host_addressable() && s.units[static_cast<std::size_t>(u)].optimizer_tier != MemTier::device;
+  return !s.ops->host_addressable() && s.store->tier(u, {ArrayKind::master}) != MemTier::device;
 }
 
 // The arrays of unit u the pipeline swaps, in slot order.
@@ -142,7 +142,7 @@ std::vector<ArrayRef> swapped_arrays(const EngineState& s, UnitId u) {
   const int nstates = optimizer_state_count(s.config.optimizer);
   for (int k = 0; k < nstates; ++k) all.push_back({ArrayKind::state, k});
   for (ArrayRef a : all) {
-    if (array_tier(s, u, a) == MemTier::nvme) out.push_back(a);
+    if (s.store->tier(u, a) == MemTier::nvme) out.push_back(a);
   }
   return out;
 }
@@ -151,7 +151,8 @@ std::vector<ArrayRef> swapped_arrays(const EngineState& s, UnitId u) {
 
 void run_optimizer(EngineState& s, std::int64_t step, float grad_scale) {
   const UnitId n = static_cast<UnitId>(s.units.size());
-  const bool any_nvme = s.offload && s.offload->io;
+  ArrayStore& store = *s.store;
+  const bool any_nvme = store.uses_nvme();
   if (!any_nvme) {
     // [Note: optimizer on the host for a GPU engine]: downloads first.
     std::vector<StagedView> staged(static_cast<std::size_t>(n));
@@ -178,34 +179,33 @@ void run_optimizer(EngineState& s, std::int64_t step, float grad_scale) {
     s.ops->wait(s.ops->fence());  // the uploads read the staging buffers
     return;
   }
-  finish_grad_writes(s);
+  store.finish_grad_writes();
   // Every sub-group of every unit, in order.
   std::vector<std::pair<UnitId, std::size_t>> work;
   for (UnitId u = 0; u < n; ++u) {
-    for (std::size_t g = 0; g < s.unit(u).subgroups.size(); ++g) work.emplace_back(u, g);
+    for (std::size_t g = 0; g < store.subgroups(u).size(); ++g) work.emplace_back(u, g);
   }
   std::vector<std::vector<ArrayRef>> arrays(static_cast<std::size_t>(n));
   for (UnitId u = 0; u < n; ++u) arrays[static_cast<std::size_t>(u)] = swapped_arrays(s, u);
   // Parameter slots use param_dir, the others optimizer_dir (one pass).
-  OffloadRuntime& off = *s.offload;
   const OffloadOptimizerConfig& oc = s.config.offload.optimizer;
   const SwapPipelineOptions options{.buffer_count = oc.buffer_count, .pipeline_read = oc.pipeline_read,
                                     .pipeline_write = oc.pipeline_write};
   auto slots = [&](std::size_t i) {
     const auto [u, g] = work[i];
-    const SubGroup& sg = s.unit(u).subgroups[g];
+    const SubGroup& sg = store.subgroups(u)[g];
     std::vector<SwapSlot> out;
     for (ArrayRef a : arrays[static_cast<std::size_t>(u)]) {
-      out.push_back(SwapSlot{.key = swap_key(u, g, a),
-                             .bytes = (sg.end - sg.begin) * dtype_size(array_dtype(s, a)),
+      out.push_back(SwapSlot{.key = ArrayStore::swap_key(u, g, a),
+                             .bytes = (sg.end - sg.begin) * dtype_size(store.dtype(a)),
                              .write_back = a.kind != ArrayKind::grad,
-                             .dir = swap_dir(s, a)});
+                             .dir = &store.swap_dir(a)});
     }
     return out;
   };
   auto update = [&](std::size_t i, std::span<std::byte* const> data) {
     const auto [u, g] = work[i];
-    const SubGroup& sg = s.unit(u).subgroups[g];
+    const SubGroup& sg = store.subgroups(u)[g];
     UpdateView v = resident_view(s, u, sg.begin, sg.end);
     const auto& list = arrays[static_cast<std::size_t>(u)];
     for (std::size_t k = 0; k < list.size(); ++k) {
@@ -223,11 +223,11 @@ void run_optimizer(EngineState& s, std::int64_t step, float grad_scale) {
     } else {
       // Not staged: every array of the view is in host memory (swap buffers,
       // host tier, or a host_addressable device's).
-      update_view(s, *s.host_ops, u, step, grad_scale, v);
+      update_view(s, store.host_ops(), u, step, grad_scale, v);
     }
   };
-  off.last_step = run_swap_pipeline(off.host, options, MemCategory::unsharded, work.size(), slots, update);
-  off.total += off.last_step;
+  store.last_step() = run_swap_pipeline(store.host_pool(), options, MemCategory::unsharded, work.size(), slots, update);
+  store.io_total() += store.last_step();
 }
 
 }  // namespace zeroshard

@@ -13,7 +13,7 @@
 #include "runtime/buffer_pool.h"
 #include "runtime/device_ops.h"
 #include "runtime/engine.h"
-#include "runtime/engine_offload.h"
+#include "runtime/array_store.h"
 #include "runtime/grad_reducer.h"
 #include "runtime/loss_scaler.h"
 #include "runtime/swap_sharing.h"
@@ -28,40 +28,13 @@ struct GroupState {
   float weight_decay = 0;
 };
 
-/// Everything the engine holds for one unit on this rank. Resident arrays
-/// live in the compute device's memory (runtime/device_ops.h).
+/// What the engine holds for one unit on this rank besides its arrays
+/// (those are the ArrayStore's, runtime/array_store.h).
 struct UnitState {
-  // Parameters in the compute dtype. Stages 0-2: the padded full flat
-  // buffer, persistent. Stage 3: this rank's shard, persistent; the
-  // Unsharder (runtime/unsharder.h) holds the full buffer while unsharded
-  // (or prefetched).
-  DeviceArray params;
-
-  // fp32 master weights, mixed precision only: full at stage 0, else shard.
-  DeviceArray master;
-
-  // Gradients in the compute dtype. Stages 0/1: padded full buffer,
-  // persistent (`grad_full`). Stages 2/3: `grad_shard` accumulates the
-  // reduce-scattered shard across micro-batches (the full buffer of the
-  // current micro-batch is the GradReducer's, runtime/grad_reducer.h).
-  DeviceArray grad_full;
-  DeviceArray grad_shard;
-  bool reduced = false;     ///< reduce_gradients() seen in this micro-batch
-
-  // Optimizer states (fp32): full padded buffers at stage 0, shards otherwise.
-  std::vector<DeviceArray> states;
+  bool reduced = false;  ///< reduce_gradients() seen in this micro-batch
   // Parameter runs inside the buffers the optimizer updates (for stage 0 the
   // whole unit, with shard_offset == flat offset; else this rank's shard).
   std::vector<ShardSegment> segments;
-
-  // Offload (runtime/engine_offload.h). An array on MemTier::nvme has an
-  // empty buffer above and lives in swap files, one per sub-group.
-  MemTier param_tier = MemTier::device;      ///< stage 3 parameter shard
-  MemTier optimizer_tier = MemTier::device;  ///< master, states, grad shard (stages 2/3)
-  std::vector<SubGroup> subgroups;           ///< shard ranges of the swap files
-  HostBuffer param_stage;                    ///< nvme parameter shard swapped in for an all-gather
-  std::optional<SwapBatch> param_read;       ///< its read in flight
-  kernels::GradStats offloaded_grad_stats;   ///< nvme gradient shard: stats of the boundary micro-batch
 };
 
 /// The engine's GradTarget (runtime/grad_reducer.h): reduced gradients go
@@ -80,7 +53,7 @@ class EngineGradTarget final : public GradTarget {
 
 /// The engine's ShardSource (runtime/unsharder.h): each unit's stage 3
 /// parameter shard wherever its tier keeps it (resident on the compute
-/// device, in host memory, or swapped in from nvme: runtime/engine_offload.h).
+/// device, in host memory, or swapped in from nvme: runtime/array_store.h).
 class EngineShardSource final : public ShardSource {
  public:
   explicit EngineShardSource(EngineState& s) : s_(s) {}
@@ -103,19 +76,14 @@ class EngineState {
         comm(comm),
         host_comm(host_comm),
         ops(std::move(ops)),
-        host_ops(make_cpu_ops()),
-        pool(ledger, *this->ops),
-        staging(ledger) {}
+        pool(ledger, *this->ops) {}
 
   EngineConfig config;
   Communicator& comm;
   Communicator& host_comm;
   MemoryLedger ledger;
   std::unique_ptr<DeviceOps> ops;       ///< the compute device's memory and kernels
-  std::unique_ptr<DeviceOps> host_ops;  ///< host memory: arrays on the host and nvme tiers
   BufferPool pool;
-  HostPool staging;  ///< host copies of device arrays (read_array on the cuda device)
-  std::unique_ptr<OffloadRuntime> offload;  ///< set by finalize() when any tier is host or nvme
   FlatLayout layout;
   LossScaler scaler;
   std::vector<GroupState> groups;
@@ -124,20 +92,22 @@ class EngineState {
   std::int64_t micro_steps = 0;
   std::int64_t optimizer_steps = 0;
 
+  /// Every unit's arrays and their tiers; made by finalize() (declared
+  /// before the reducer and unsharder, whose targets use it: destroyed
+  /// after them).
+  std::unique_ptr<ArrayStore> store;
+
   EngineGradTarget grad_target{*this};
   std::unique_ptr<GradReducer> reducer;  ///< gradient reduction buckets; made by finalize()
 
   EngineShardSource shard_source{*this};
   /// unshard/reshard counting, stage 3 all-gathers and prefetch; made by
-  /// finalize() (declared after `offload`: destroyed before it).
+  /// finalize().
   std::unique_ptr<Unsharder> unsharder;
 
   /// Why the state may not be used ("" = usable): an agreed failure left it
   /// partly written ([Note: storage phases], runtime/storage_phase.h).
   std::string unusable;
-  /// Ranks whose swap files share this rank's file systems (counted by
-  /// finalize(); runtime/swap_sharing.h).
-  SwapSharers swap_sharers;
 
   // The mesh ([Note: engine on a mesh], runtime/engine.h): the world and
   // tensor-parallel communicators (null without a mesh) and each declared
@@ -203,14 +173,10 @@ void check_checkpoint_mesh(const EngineState& s, const std::string& save_dir, co
 struct Manifest;
 void check_manifest_mesh(const EngineState& s, const std::string& dir, const Manifest& m);
 
-/// Sets unit u's gradient buffers (full or shard) to zero, wherever they are.
-void zero_grads(EngineState& s, UnitId u);
-
-/// Stages 2/3: adds n reduced gradient elements (`src`, of `src_type`),
-/// times `scale`, into unit u's gradient shard starting at shard element
-/// `at`, wherever the shard lives (memory or an offload tier). The
-/// reduction code calls it once per reduced block.
-void accumulate_grad_shard(EngineState& s, UnitId u, std::size_t at, const void* src, DType src_type,
-                           std::size_t n, float scale);
+/// Runs the optimizer on every unit's local shard (swapping sub-groups
+/// through the pipeline when any array is on nvme). `step` is the 1-based
+/// optimizer step, `grad_scale` the factor applied to stored gradients.
+/// Defined in engine_optimizer.cpp.
+void run_optimizer(EngineState& s, std::int64_t step, float grad_scale);
 
 }  // namespace zeroshard

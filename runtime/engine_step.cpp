@@ -29,42 +29,37 @@ void finish_reductions(EngineState& s, bool boundary) {
 }
 
 void clear_gradients(EngineState& s) {
-  for (UnitId u = 0; u < static_cast<UnitId>(s.units.size()); ++u) zero_grads(s, u);
-  clear_offloaded_grads(s);
+  for (UnitId u = 0; u < static_cast<UnitId>(s.units.size()); ++u) s.store->zero_grads(u);
+  s.store->clear_nvme_grads();
 }
 
 }  // namespace
 
-void* EngineGradTarget::full_grad(UnitId u) { return s_.unit(u).grad_full.data(); }
+void* EngineGradTarget::full_grad(UnitId u) { return s_.store->resident(u, {ArrayKind::grad}); }
 
 void EngineGradTarget::accumulate_shard(UnitId u, std::size_t at, const void* src, DType src_type, std::size_t n,
                                         float scale) {
-  accumulate_grad_shard(s_, u, at, src, src_type, n, scale);
+  s_.store->accumulate_grad_shard(u, at, src, src_type, n, scale, s_.boundary());
 }
 
-void zero_grads(EngineState& s, UnitId u) {
-  UnitState& us = s.unit(u);
-  DeviceOps& ops = array_ops(s, u, {ArrayKind::grad});
-  ops.zero(us.grad_full.data(), us.grad_full.bytes());
-  ops.zero(us.grad_shard.data(), us.grad_shard.bytes());
+ShardView EngineShardSource::shard(UnitId u) {
+  ArrayStore& store = *s_.store;
+  const MemTier tier = store.tier(u, {ArrayKind::params});
+  ShardView v{.data = store.resident(u, {ArrayKind::params}), .host = tier != MemTier::device};
+  // A failed swap-in must stop every rank before the all-gather.
+  if (tier == MemTier::nvme) run_agreed(s_.host_comm, [&] { v.data = store.param_source(u); });
+  return v;
 }
 
-void accumulate_grad_shard(EngineState& s, UnitId u, std::size_t at, const void* src, DType src_type,
-                           std::size_t n, float scale) {
-  const MemTier tier = array_tier(s, u, {ArrayKind::grad});
-  if (tier == MemTier::device) {
-    s.ops->accumulate_cast(s.unit(u).grad_shard.at(at), s.dtype(), src, src_type, n, scale);
-    return;
-  }
-  // The shard is in host memory or on nvme: the reduced block comes to the host.
-  HostBuffer holder;
-  const void* host_src = host_copy(s, src, n * dtype_size(src_type), holder, /*settled=*/true);
-  if (tier == MemTier::nvme) {
-    accumulate_offloaded_grad(s, u, at, host_src, src_type, n, scale);
-  } else {
-    s.host_ops->accumulate_cast(s.unit(u).grad_shard.at(at), s.dtype(), host_src, src_type, n, scale);
+void EngineShardSource::prefetch(UnitId u) noexcept {
+  try {
+    s_.store->start_param_fetch(u, false);
+  } catch (const std::exception&) {
+    release(u);  // dropped: the unshard of u fetches again
   }
 }
+
+void EngineShardSource::release(UnitId u) noexcept { s_.store->release_param_stage(u); }
 
 void Engine::unshard(UnitId u) {
   EngineState& s = *s_;
@@ -95,8 +90,7 @@ void* Engine::param_data(ParamId p, DType expected) {
   ZS_CHECK(s.finalized, "param() before finalize()");
   const ParamInfo& info = s.layout.param(p);
   check_dtype(s, info, expected, "param");
-  UnitState& us = s.unit(info.unit);
-  if (s.stage() < 3) return us.params.at(info.offset);
+  if (s.stage() < 3) return s.store->resident(info.unit, {ArrayKind::params}) + info.offset * dtype_size(s.dtype());
   if (s.unsharder->count(info.unit) == 0) {
     throw InvariantError(fmt::format(
         "param(\"{}\"): its unit \"{}\" is not unsharded at stage 3; call engine.unshard() first",
@@ -110,9 +104,8 @@ void* Engine::grad_data(ParamId p, DType expected) {
   ZS_CHECK(s.finalized, "grad() before finalize()");
   const ParamInfo& info = s.layout.param(p);
   check_dtype(s, info, expected, "grad");
-  UnitState& us = s.unit(info.unit);
-  if (s.stage() < 2) return us.grad_full.at(info.offset);
-  if (us.reduced) {
+  if (s.stage() < 2) return s.store->resident(info.unit, {ArrayKind::grad}) + info.offset * dtype_size(s.dtype());
+  if (s.unit(info.unit).reduced) {
     throw InvariantError(fmt::format(
         "grad(\"{}\"): unit \"{}\" already had reduce_gradients() in this micro-batch", info.name,
         s.info(info.unit).name));
@@ -146,7 +139,7 @@ StepResult Engine::step() {
   const UnitId n = static_cast<UnitId>(s.units.size());
   // Swap I/O errors of the reductions surface here, on every rank together;
   // the gradient shards are then partly accumulated: [Note: storage phases].
-  if (s.offload) run_storage_phase(s, "step()", [&] { finish_offloaded_reductions(s); }, true);
+  if (s.store->offloaded()) run_storage_phase(s, "step()", [&] { s.store->finish_reductions(); }, true);
   // Global norm and Inf/NaN flag: each rank scans its shard (the same range
   // at every stage), then the ranks' two sums are combined: in rank order
   // by default (an all-gather and a left-to-right sum, the same bits on
@@ -161,7 +154,7 @@ StepResult Engine::step() {
     stats[1] = static_cast<double>(st.nonfinite);
   } else {
     for (UnitId u = 0; u < n; ++u) {
-      const kernels::GradStats st = unit_grad_stats(s, u);
+      const kernels::GradStats st = s.store->grad_stats(u);
       stats[0] += st.sum_of_squares;
       stats[1] += static_cast<double>(st.nonfinite);
     }
@@ -200,7 +193,7 @@ StepResult Engine::step() {
   const float grad_scale = static_cast<float>(average * result.clip_coef);
 
   const std::int64_t step = ++s.optimizer_steps;
-  if (s.offload) {
+  if (s.store->offloaded()) {
     // A failed sub-group leaves some shards updated and others not.
     run_storage_phase(s, "step()", [&] { run_optimizer(s, step, grad_scale); }, true);
   } else {
@@ -209,7 +202,7 @@ StepResult Engine::step() {
 
   if (s.stage() == 1 || s.stage() == 2) {
     // Every rank updated its shard of the full buffer: gather, in buckets.
-    s.reducer->all_gather_shards([&](UnitId u) { return s.unit(u).params.data(); });
+    s.reducer->all_gather_shards([&](UnitId u) { return s.store->resident(u, {ArrayKind::params}); });
   } else if (s.stage() == 3) {
     // Gathered and swapped-in copies are stale now: drop prefetched ones,
     // refresh held ones.
