@@ -3,8 +3,6 @@
 // kernels/cuda/launchers.h.
 #include "kernels/cuda/adam.h"
 
-#include <cmath>
-
 #include "core/cuda_check.h"
 #include "core/error.h"
 #include "kernels/cuda/launchers.h"
@@ -39,9 +37,8 @@ void adam_update_multi_tensor(std::span<const AdamTensor> tensors, const AdamSca
   detail::AdamDeviceScalars d{};
   d.neg_step_size = s.neg_step_size;
   d.bc2_sqrt = s.bc2_sqrt;
-  d.w = s.one_minus_beta1;
-  d.one_minus_w = s.lerp_one_minus_w;
-  d.lerp_small = std::abs(s.one_minus_beta1) < 0.5f;
+  d.lerp_coeff = s.lerp_coeff;
+  d.lerp_small = s.lerp_small;
   d.beta2 = s.beta2;
   d.one_minus_beta2 = s.one_minus_beta2;
   d.eps = s.eps;

@@ -33,8 +33,7 @@ struct AdamOp {
     } else {
       g = add(g, mul(s.weight_decay, r.p));
     }
-    const float d = sub(g, r.m);
-    r.m = s.lerp_small ? add(r.m, mul(s.w, d)) : sub(g, mul(d, s.one_minus_w));
+    r.m = fma_rn(s.lerp_coeff, sub(g, r.m), s.lerp_small ? r.m : g);
     r.v = add(mul(r.v, s.beta2), mul(mul(s.one_minus_beta2, g), g));
     const float denom = add(div(sqrt_rn(r.v), s.bc2_sqrt), s.eps);
     r.p = add(r.p, div(mul(s.neg_step_size, r.m), denom));
