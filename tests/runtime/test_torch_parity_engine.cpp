@@ -82,10 +82,7 @@ TEST_CASE("Engine: AdamW and Adam (L2) equal torch's printed values bitwise at e
       CAPTURE(stage);
       CAPTURE(n);
       Engine e(parity_config(stage, decoupled), world());
-      const UnitId u = e.add_unit("u");
-      const ParamId p = e.add_parameter(u, "p", {3});
-      e.finalize();
-      e.set_parameter(p, std::vector<float>{0.25f, -1.5f, 3.0f});
+      const ParamId p = declare_single_parameter(e, {0.25f, -1.5f, 3.0f});
       for (const auto& row : kGrads) {
         std::span<float> g = e.grad(p);
         REQUIRE(g.size() == 3);
