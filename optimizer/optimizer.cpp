@@ -18,7 +18,7 @@ std::string_view optimizer_name(OptimizerKind kind) {
 }
 
 int optimizer_state_count(const OptimizerHyper& hyper) {
-  if (hyper.kind == OptimizerKind::sgd) return hyper.momentum != 0.0f ? 1 : 0;
+  if (hyper.kind == OptimizerKind::sgd) return hyper.momentum != 0.0 ? 1 : 0;
   return 2;
 }
 
@@ -29,22 +29,22 @@ std::string_view optimizer_state_name(const OptimizerHyper& hyper, int index) {
   return index == 0 ? "exp_avg" : "exp_avg_sq";
 }
 
-kernels::AdamScalars adam_scalars(const OptimizerHyper& h, float lr, float wd, std::int64_t step,
+kernels::AdamScalars adam_scalars(const OptimizerHyper& h, double lr, double wd, std::int64_t step,
                                   float grad_scale) {
-  // The hyper-parameters are held as float; widened exactly to double they
-  // are the Python floats torch would be given (see optimizer.h).
   return kernels::make_adam_scalars(lr, h.beta1, h.beta2, h.eps, wd, step,
                                     h.kind == OptimizerKind::adamw, grad_scale);
 }
 
-kernels::SgdScalars sgd_scalars(const OptimizerHyper& h, float lr, float wd, std::int64_t step,
+kernels::SgdScalars sgd_scalars(const OptimizerHyper& h, double lr, double wd, std::int64_t step,
                                 float grad_scale) {
+  // Each Python float rounded once where it meets the float32 tensor:
+  // param.add_(grad, alpha=-lr), buf.mul_(momentum),
+  // buf.add_(grad, alpha=1 - dampening), grad.add(param, alpha=weight_decay).
   kernels::SgdScalars s;
-  s.lr = lr;
-  s.momentum = h.momentum;
-  // torch: buf.add_(grad, alpha=1 - dampening), the Python float rounded once.
-  s.one_minus_dampening = static_cast<float>(1.0 - static_cast<double>(h.dampening));
-  s.weight_decay = wd;
+  s.lr = static_cast<float>(lr);
+  s.momentum = static_cast<float>(h.momentum);
+  s.one_minus_dampening = static_cast<float>(1.0 - h.dampening);
+  s.weight_decay = static_cast<float>(wd);
   s.grad_scale = grad_scale;
   s.nesterov = h.nesterov;
   s.first_step = step == 1;
@@ -54,14 +54,14 @@ kernels::SgdScalars sgd_scalars(const OptimizerHyper& h, float lr, float wd, std
 namespace {
 
 template <bool kReference>
-void update(const OptimizerHyper& h, float lr, float wd, std::int64_t step, float grad_scale,
+void update(const OptimizerHyper& h, double lr, double wd, std::int64_t step, float grad_scale,
             float* param, const void* grad, DType grad_dtype, float* const* states,
             void* param_copy, DType copy_dtype, std::size_t n) {
   ZS_CHECK(step >= 1, "optimizer step must be >= 1, got {}", step);
   if (n == 0) return;
   if (h.kind == OptimizerKind::sgd) {
     const auto s = sgd_scalars(h, lr, wd, step, grad_scale);
-    float* buf = h.momentum != 0.0f ? states[0] : nullptr;
+    float* buf = h.momentum != 0.0 ? states[0] : nullptr;
     if constexpr (kReference) {
       if (grad_dtype == DType::f32 && param_copy == nullptr) {
         kernels::sgd_update_reference(param, static_cast<const float*>(grad), buf, n, s);
@@ -90,21 +90,21 @@ void update(const OptimizerHyper& h, float lr, float wd, std::int64_t step, floa
 
 }  // namespace
 
-void optimizer_update(const OptimizerHyper& hyper, float lr, float weight_decay, std::int64_t step,
-                      float grad_scale, float* param, const float* grad, float* const* states,
+void optimizer_update(const OptimizerHyper& hyper, double lr, double weight_decay,
+                      std::int64_t step, float grad_scale, float* param, const float* grad, float* const* states,
                       std::size_t n) {
   update<false>(hyper, lr, weight_decay, step, grad_scale, param, grad, DType::f32, states, nullptr,
                 DType::bf16, n);
 }
 
-void optimizer_update_reference(const OptimizerHyper& hyper, float lr, float weight_decay,
+void optimizer_update_reference(const OptimizerHyper& hyper, double lr, double weight_decay,
                                 std::int64_t step, float grad_scale, float* param,
                                 const float* grad, float* const* states, std::size_t n) {
   update<true>(hyper, lr, weight_decay, step, grad_scale, param, grad, DType::f32, states, nullptr,
                DType::bf16, n);
 }
 
-void optimizer_update_mixed(const OptimizerHyper& hyper, float lr, float weight_decay,
+void optimizer_update_mixed(const OptimizerHyper& hyper, double lr, double weight_decay,
                             std::int64_t step, float grad_scale, float* param, const void* grad,
                             DType grad_dtype, float* const* states, void* param_copy,
                             DType copy_dtype, std::size_t n) {
@@ -112,7 +112,7 @@ void optimizer_update_mixed(const OptimizerHyper& hyper, float lr, float weight_
                 param_copy, copy_dtype, n);
 }
 
-void optimizer_update_mixed_reference(const OptimizerHyper& hyper, float lr, float weight_decay,
+void optimizer_update_mixed_reference(const OptimizerHyper& hyper, double lr, double weight_decay,
                                       std::int64_t step, float grad_scale, float* param,
                                       const void* grad, DType grad_dtype, float* const* states,
                                       void* param_copy, DType copy_dtype, std::size_t n) {

@@ -31,16 +31,20 @@ enum class OptimizerKind { adam, adamw, sgd };
 std::string_view optimizer_name(OptimizerKind kind);
 
 /// Hyper-parameters shared by all parameter groups (lr and weight_decay are
-/// the defaults that a group may override). Units: plain scalars.
+/// the defaults that a group may override). Units: plain scalars. Held in
+/// double, as the Python floats torch.optim is given: every value derived
+/// from them (1 - beta1, lr / (1 - beta1^step), ...) is computed in double
+/// and rounded to float once where it meets a float32 tensor, as torch does
+/// (adam_scalars, sgd_scalars).
 struct OptimizerHyper {
   OptimizerKind kind = OptimizerKind::adamw;
-  float lr = 1e-3f;
-  float beta1 = 0.9f;
-  float beta2 = 0.999f;
-  float eps = 1e-8f;
-  float weight_decay = 0.0f;
-  float momentum = 0.0f;   ///< SGD only
-  float dampening = 0.0f;  ///< SGD only
+  double lr = 1e-3;
+  double beta1 = 0.9;
+  double beta2 = 0.999;
+  double eps = 1e-8;  ///< Adam: rounded to float once (torch adds it to a float32 tensor)
+  double weight_decay = 0.0;
+  double momentum = 0.0;   ///< SGD only
+  double dampening = 0.0;  ///< SGD only
   bool nesterov = false;   ///< SGD only (requires momentum > 0, dampening 0)
 };
 
@@ -55,16 +59,19 @@ std::string_view optimizer_state_name(const OptimizerHyper& hyper, int index);
 /// The per-call scalars of an Adam/AdamW update at 1-based `step`, derived
 /// by kernels::make_adam_scalars as torch does (1 - beta, 1 - lr*wd,
 /// lr / (1 - beta1^step), sqrt(1 - beta2^step) in double, rounded to float
-/// once). The hyper-parameters here are floats, so they enter as the doubles
-/// float(beta) etc.: bitwise torch parity holds for torch given those same
-/// values (e.g. betas=(float32(0.9), float32(0.999)) as Python floats); what optimizer_update passes to kernels/cpu/adam.h and the
-/// engine's CUDA path to kernels/cuda/adam.h.
-kernels::AdamScalars adam_scalars(const OptimizerHyper& h, float lr, float weight_decay, std::int64_t step,
-                                  float grad_scale);
+/// once) from this group's lr and weight_decay and h's betas and eps, all
+/// doubles as torch's Python floats: bitwise torch parity for the values a
+/// config gives (tests/runtime/test_torch_parity_engine.cpp). What
+/// optimizer_update passes to kernels/cpu/adam.h and the engine's CUDA path
+/// to kernels/cuda/adam.h. Throws InvariantError when step < 1. Pure.
+kernels::AdamScalars adam_scalars(const OptimizerHyper& h, double lr, double weight_decay,
+                                  std::int64_t step, float grad_scale);
 /// The per-call scalars of an SGD update at 1-based `step` (first_step
-/// when step == 1).
-kernels::SgdScalars sgd_scalars(const OptimizerHyper& h, float lr, float weight_decay, std::int64_t step,
-                                float grad_scale);
+/// when step == 1), as torch.optim.SGD rounds them: f(lr), f(momentum),
+/// f(1 - dampening) (computed in double), f(weight_decay), f() rounding a
+/// double to float once. Pure.
+kernels::SgdScalars sgd_scalars(const OptimizerHyper& h, double lr, double weight_decay,
+                                std::int64_t step, float grad_scale);
 
 /// Applies one update to n contiguous elements.
 ///  - param: fp32 values, updated in place (the master weights);
@@ -72,7 +79,8 @@ kernels::SgdScalars sgd_scalars(const OptimizerHyper& h, float lr, float weight_
 ///    folds averaging over ranks/micro-batches and clipping into it);
 ///  - states: optimizer_state_count(hyper) arrays of n floats, zero before
 ///    the first step;
-///  - lr, weight_decay: this parameter group's values;
+///  - lr, weight_decay: this parameter group's values (doubles, see
+///    adam_scalars / sgd_scalars for where they are rounded);
 ///  - step: 1-based optimizer step count after this update (for bias
 ///    correction and SGD's first-step momentum initialisation).
 /// The work is vectorised and split over the kernel thread pool
@@ -80,13 +88,13 @@ kernels::SgdScalars sgd_scalars(const OptimizerHyper& h, float lr, float weight_
 /// optimizer_update_reference for any thread count.
 /// Thread safety: touches only the given arrays. Throws InvariantError if
 /// step < 1, and ConfigError on first use if ZS_NUM_THREADS is malformed.
-void optimizer_update(const OptimizerHyper& hyper, float lr, float weight_decay, std::int64_t step,
-                      float grad_scale, float* param, const float* grad, float* const* states,
-                      std::size_t n);
+void optimizer_update(const OptimizerHyper& hyper, double lr, double weight_decay,
+                      std::int64_t step, float grad_scale, float* param, const float* grad,
+                      float* const* states, std::size_t n);
 
 /// The same update computed by the scalar reference kernels; bitwise the
 /// definition optimizer_update is tested against.
-void optimizer_update_reference(const OptimizerHyper& hyper, float lr, float weight_decay,
+void optimizer_update_reference(const OptimizerHyper& hyper, double lr, double weight_decay,
                                 std::int64_t step, float grad_scale, float* param,
                                 const float* grad, float* const* states, std::size_t n);
 
@@ -97,13 +105,13 @@ void optimizer_update_reference(const OptimizerHyper& hyper, float lr, float wei
 /// compute copy of this shard. Other arguments as optimizer_update; bitwise
 /// equal to optimizer_update_mixed_reference. Throws InvariantError on an
 /// unsupported dtype or step < 1.
-void optimizer_update_mixed(const OptimizerHyper& hyper, float lr, float weight_decay,
+void optimizer_update_mixed(const OptimizerHyper& hyper, double lr, double weight_decay,
                             std::int64_t step, float grad_scale, float* param, const void* grad,
                             DType grad_dtype, float* const* states, void* param_copy,
                             DType copy_dtype, std::size_t n);
 
 /// The same update computed by the scalar reference kernels.
-void optimizer_update_mixed_reference(const OptimizerHyper& hyper, float lr, float weight_decay,
+void optimizer_update_mixed_reference(const OptimizerHyper& hyper, double lr, double weight_decay,
                                       std::int64_t step, float grad_scale, float* param,
                                       const void* grad, DType grad_dtype, float* const* states,
                                       void* param_copy, DType copy_dtype, std::size_t n);

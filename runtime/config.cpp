@@ -96,8 +96,8 @@ void read_optimizer(const Reader& r, EngineConfig& c, ConfigDiagnostics& d) {
   r.get("optimizer.params.lr", h.lr);
   r.get("optimizer.params.weight_decay", h.weight_decay);
   if (const json* b = r.at("optimizer.params.betas")) {
-    h.beta1 = static_cast<float>((*b)[0].get<double>());
-    h.beta2 = static_cast<float>((*b)[1].get<double>());
+    h.beta1 = (*b)[0].get<double>();
+    h.beta2 = (*b)[1].get<double>();
   }
   r.get("optimizer.params.eps", h.eps);
   bool adam_w_mode = true;
@@ -241,16 +241,16 @@ void collect_range_problems(const EngineConfig& c, ConfigDiagnostics& d) {
   if (ls.hysteresis < 1) bad("fp16.hysteresis", std::to_string(ls.hysteresis), "must be >= 1");
   if (!(ls.min_loss_scale > 0)) bad("fp16.min_loss_scale", fmt::format("{}", ls.min_loss_scale), "must be > 0");
   if (c.steps_per_print < 1) bad("steps_per_print", std::to_string(c.steps_per_print), "must be >= 1");
-  if (!(h.lr >= 0.0f)) bad("optimizer.params.lr", fmt::format("{}", h.lr), "must be >= 0");
-  if (!(h.weight_decay >= 0.0f)) bad("optimizer.params.weight_decay", fmt::format("{}", h.weight_decay), "must be >= 0");
+  if (!(h.lr >= 0.0)) bad("optimizer.params.lr", fmt::format("{}", h.lr), "must be >= 0");
+  if (!(h.weight_decay >= 0.0)) bad("optimizer.params.weight_decay", fmt::format("{}", h.weight_decay), "must be >= 0");
   if (h.kind != OptimizerKind::sgd) {
-    if (!(h.beta1 >= 0.0f && h.beta1 < 1.0f) || !(h.beta2 >= 0.0f && h.beta2 < 1.0f)) {
+    if (!(h.beta1 >= 0.0 && h.beta1 < 1.0) || !(h.beta2 >= 0.0 && h.beta2 < 1.0)) {
       bad("optimizer.params.betas", fmt::format("[{}, {}]", h.beta1, h.beta2), "each beta must be in [0, 1)");
     }
-    if (!(h.eps > 0.0f)) bad("optimizer.params.eps", fmt::format("{}", h.eps), "must be > 0");
+    if (!(h.eps > 0.0)) bad("optimizer.params.eps", fmt::format("{}", h.eps), "must be > 0");
   } else {
-    if (!(h.momentum >= 0.0f)) bad("optimizer.params.momentum", fmt::format("{}", h.momentum), "must be >= 0");
-    if (h.nesterov && (h.momentum <= 0.0f || h.dampening != 0.0f)) {
+    if (!(h.momentum >= 0.0)) bad("optimizer.params.momentum", fmt::format("{}", h.momentum), "must be >= 0");
+    if (h.nesterov && (h.momentum <= 0.0 || h.dampening != 0.0)) {
       bad("optimizer.params.nesterov", "true",
           "Nesterov momentum requires momentum > 0 and dampening 0 (as torch.optim.SGD)");
     }

@@ -63,7 +63,7 @@ class CpuOps : public DeviceOps {
   }
   // One fused pass (optimizer_update_mixed): fp32 on the weights in place;
   // mixed precision widens the gradients and writes the rounded copy.
-  void update(const OptimizerHyper& hyper, float lr, float weight_decay, std::int64_t step, float grad_scale,
+  void update(const OptimizerHyper& hyper, double lr, double weight_decay, std::int64_t step, float grad_scale,
               const UpdateArrays& a, std::size_t n) override {
     optimizer_update_mixed(hyper, lr, weight_decay, step, grad_scale, a.weights, a.grads, a.grad_dtype,
                            a.states.data(), a.copy, a.copy_dtype, n);
@@ -155,7 +155,7 @@ class SimulatedDeviceOps final : public CpuOps {
     check_device(data, n * dtype_size(type), "grad_stats");
     return CpuOps::grad_stats(data, type, n);
   }
-  void update(const OptimizerHyper& hyper, float lr, float weight_decay, std::int64_t step, float grad_scale,
+  void update(const OptimizerHyper& hyper, double lr, double weight_decay, std::int64_t step, float grad_scale,
               const UpdateArrays& a, std::size_t n) override {
     flush();
     check_device(a.weights, n * sizeof(float), "update weights");

@@ -163,7 +163,7 @@ class DeviceOps {
   /// cuda form reports a count of 1 for "some", not the number.
   virtual kernels::GradStats grad_stats(const void* data, DType type, std::size_t n) = 0;
   /// One optimizer update (optimizer/optimizer.h) over n elements of `a`.
-  virtual void update(const OptimizerHyper& hyper, float lr, float weight_decay, std::int64_t step,
+  virtual void update(const OptimizerHyper& hyper, double lr, double weight_decay, std::int64_t step,
                       float grad_scale, const UpdateArrays& a, std::size_t n) = 0;
 };
 

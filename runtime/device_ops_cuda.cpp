@@ -112,7 +112,7 @@ class CudaOps final : public DeviceOps {
     download(&r, result_.data(), sizeof(r));
     return kernels::GradStats{.sum_of_squares = r.sum_of_squares, .nonfinite = r.found_inf_or_nan ? 1u : 0u};
   }
-  void update(const OptimizerHyper& hyper, float lr, float weight_decay, std::int64_t step, float grad_scale,
+  void update(const OptimizerHyper& hyper, double lr, double weight_decay, std::int64_t step, float grad_scale,
               const UpdateArrays& a, std::size_t n) override {
     if (n == 0) return;
     if (hyper.kind == OptimizerKind::sgd) {

@@ -78,9 +78,9 @@ UnitId Engine::add_unit(std::string name) { return s_->layout.add_unit(std::move
 
 GroupId Engine::add_param_group(std::string name, ParamGroupOptions options) {
   ZS_CHECK(!s_->finalized, "add_param_group(\"{}\") after finalize()", name);
-  const float lr = options.lr.value_or(s_->config.optimizer.lr);
-  const float wd = options.weight_decay.value_or(s_->config.optimizer.weight_decay);
-  if (!(lr >= 0.0f) || !(wd >= 0.0f)) {
+  const double lr = options.lr.value_or(s_->config.optimizer.lr);
+  const double wd = options.weight_decay.value_or(s_->config.optimizer.weight_decay);
+  if (!(lr >= 0.0) || !(wd >= 0.0)) {
     throw ConfigError(fmt::format("parameter group \"{}\": lr ({}) and weight_decay ({}) must be >= 0",
                                   name, lr, wd));
   }

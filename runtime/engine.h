@@ -110,10 +110,11 @@
 
 namespace zeroshard {
 
-/// Per-group overrides of the optimizer's lr and weight_decay.
+/// Per-group overrides of the optimizer's lr and weight_decay (doubles, as
+/// OptimizerHyper's and torch's param_groups).
 struct ParamGroupOptions {
-  std::optional<float> lr{};
-  std::optional<float> weight_decay{};
+  std::optional<double> lr{};
+  std::optional<double> weight_decay{};
 };
 
 /// What one step() call did.

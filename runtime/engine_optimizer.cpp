@@ -37,7 +37,7 @@ void update_view(EngineState& s, DeviceOps& ops, UnitId u, std::int64_t step, fl
     const std::size_t hi = std::min(seg.shard_offset + seg.length, v.end);
     if (lo >= hi) continue;
     const GroupState& g = s.groups[static_cast<std::size_t>(seg.group)];
-    const float lr = static_cast<float>(s.lr_at(seg.group, step - 1));
+    const double lr = s.lr_at(seg.group, step - 1);
     const std::size_t r = lo - v.begin;
     for (std::size_t k = 0; k < st.size(); ++k) st[k] = v.states[k] + r;
     UpdateArrays a{.grads = v.grads + r * e, .grad_dtype = dt, .states = st};

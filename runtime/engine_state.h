@@ -24,8 +24,8 @@ namespace zeroshard {
 /// One parameter group's name and configured values.
 struct GroupState {
   std::string name;
-  float lr = 0;
-  float weight_decay = 0;
+  double lr = 0;            ///< as OptimizerHyper::lr (a Python float's double)
+  double weight_decay = 0;  ///< as OptimizerHyper::weight_decay
 };
 
 /// What the engine holds for one unit on this rank besides its arrays

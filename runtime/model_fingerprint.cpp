@@ -33,7 +33,6 @@ struct Hash {
 };
 
 Word bits(double v) { return std::bit_cast<Word>(v); }
-Word bits(float v) { return std::bit_cast<std::uint32_t>(v); }
 
 // One summary field: its name in messages and how to print a value.
 struct Field {

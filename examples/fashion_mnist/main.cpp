@@ -108,11 +108,11 @@ EngineConfig default_config() {
   c.gradient_clipping = 1.0;
   c.steps_per_print = 100;
   c.optimizer.kind = OptimizerKind::adamw;
-  c.optimizer.lr = 1e-3f;
-  c.optimizer.beta1 = 0.9f;
-  c.optimizer.beta2 = 0.999f;
-  c.optimizer.eps = 1e-8f;
-  c.optimizer.weight_decay = 0.01f;
+  c.optimizer.lr = 1e-3;
+  c.optimizer.beta1 = 0.9;
+  c.optimizer.beta2 = 0.999;
+  c.optimizer.eps = 1e-8;
+  c.optimizer.weight_decay = 0.01;
   c.zero.stage = 3;
   return c;
 }
@@ -138,7 +138,7 @@ EngineConfig make_config(const Options& o, int world_size) {
   fill.world_size = world_size;
   EngineConfig c = o.config_path.empty() ? default_config() : EngineConfig::from_file(o.config_path, fill);
   if (o.config_path.empty() && o.micro_batch) c.train_micro_batch_size_per_gpu = *o.micro_batch;
-  if (o.config_path.empty() && o.lr) c.optimizer.lr = static_cast<float>(*o.lr);
+  if (o.config_path.empty() && o.lr) c.optimizer.lr = *o.lr;
   if (o.stage >= 0) c.zero.stage = o.stage;
   c.validate();
   c.validate_for_world(world_size);

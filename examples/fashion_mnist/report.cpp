@@ -17,10 +17,6 @@ namespace {
 // Figures per rank in the all_gather: 3 per category + 4 totals.
 constexpr std::size_t kFiguresPerRank = 3 * kMemCategories + 4 + 3;
 
-/// The float's shortest decimal form as a double (0.9f -> 0.9, not
-/// 0.8999999761581421), for a readable report.
-double decimal(float f) { return std::strtod(fmt::format("{}", f).c_str(), nullptr); }
-
 /// "optimizer states" -> "optimizer_states" (JSON keys without spaces).
 std::string json_key(std::string_view name) {
   std::string key(name);
@@ -110,14 +106,14 @@ nlohmann::json to_json(const EngineConfig& config) {
   j["gradient_clipping"] = config.gradient_clipping;
   j["steps_per_print"] = config.steps_per_print;
   const OptimizerHyper& o = config.optimizer;
-  nlohmann::json params = {{"lr", decimal(o.lr)}, {"weight_decay", decimal(o.weight_decay)}};
+  nlohmann::json params = {{"lr", o.lr}, {"weight_decay", o.weight_decay}};
   if (o.kind == OptimizerKind::sgd) {
-    params["momentum"] = decimal(o.momentum);
-    params["dampening"] = decimal(o.dampening);
+    params["momentum"] = o.momentum;
+    params["dampening"] = o.dampening;
     params["nesterov"] = o.nesterov;
   } else {
-    params["betas"] = {decimal(o.beta1), decimal(o.beta2)};
-    params["eps"] = decimal(o.eps);
+    params["betas"] = {o.beta1, o.beta2};
+    params["eps"] = o.eps;
     // DeepSpeed's "Adam" means AdamW unless adam_w_mode is false.
     if (o.kind == OptimizerKind::adam) params["adam_w_mode"] = false;
   }

@@ -83,11 +83,11 @@ EngineConfig make_config(const Options& o, int dp) {
     c.gradient_accumulation_steps = 1;
     c.gradient_clipping = 1.0;
     c.optimizer.kind = OptimizerKind::adamw;
-    c.optimizer.lr = static_cast<float>(o.lr);
-    c.optimizer.beta1 = 0.9f;
-    c.optimizer.beta2 = 0.95f;
-    c.optimizer.eps = 1e-8f;
-    c.optimizer.weight_decay = 0.1f;
+    c.optimizer.lr = o.lr;
+    c.optimizer.beta1 = 0.9;
+    c.optimizer.beta2 = 0.95;
+    c.optimizer.eps = 1e-8;
+    c.optimizer.weight_decay = 0.1;
     c.zero.stage = 3;
   }
   if (o.stage >= 0) c.zero.stage = o.stage;

@@ -17,7 +17,8 @@ AdamScalars make_adam_scalars(double lr, double beta1, double beta2, double eps,
   AdamScalars s;
   s.beta2 = static_cast<float>(beta2);
   s.one_minus_beta1 = static_cast<float>(1.0 - beta1);
-  s.lerp_one_minus_w = 1.0f - s.one_minus_beta1;
+  s.lerp_small = std::abs(s.one_minus_beta1) < 0.5f;
+  s.lerp_coeff = s.lerp_small ? s.one_minus_beta1 : s.one_minus_beta1 - 1.0f;
   s.one_minus_beta2 = static_cast<float>(1.0 - beta2);
   s.eps = static_cast<float>(eps);
   s.weight_decay = static_cast<float>(weight_decay);
@@ -35,17 +36,16 @@ namespace {
 
 // One element of the update: the definition (torch's op order, see adam.h).
 // The vector kernel (adam_simd.cpp) performs the same operations in the same
-// order per lane.
-inline void adam_element(float& p, float graw, float& m, float& v, const AdamScalars& s,
-                         bool lerp_small) {
+// order per lane, the lerp's fused multiply-add included (FusedMulAdd).
+inline void adam_element(float& p, float graw, float& m, float& v, const AdamScalars& s) {
   float g = graw * s.grad_scale;
   if (s.decoupled) {
     p = p * s.decay_factor;
   } else {
     g = g + s.weight_decay * p;
   }
-  const float d = g - m;
-  m = lerp_small ? m + s.one_minus_beta1 * d : g - d * s.lerp_one_minus_w;
+  // torch's lerp_(g, w): fma(w, g - m, m) or, for |w| >= 0.5, fma(w - 1, g - m, g).
+  m = std::fma(s.lerp_coeff, g - m, s.lerp_small ? m : g);
   v = v * s.beta2;
   v = v + (s.one_minus_beta2 * g) * g;
   const float denom = std::sqrt(v) / s.bc2_sqrt + s.eps;
@@ -56,9 +56,8 @@ inline void adam_element(float& p, float graw, float& m, float& v, const AdamSca
 
 void adam_update_reference(float* param, const float* grad, float* exp_avg, float* exp_avg_sq,
                            std::size_t n, const AdamScalars& s) {
-  const bool small = std::abs(s.one_minus_beta1) < 0.5f;
   for (std::size_t i = 0; i < n; ++i) {
-    adam_element(param[i], grad[i], exp_avg[i], exp_avg_sq[i], s, small);
+    adam_element(param[i], grad[i], exp_avg[i], exp_avg_sq[i], s);
   }
 }
 
@@ -67,10 +66,8 @@ void adam_update_reference(float* param, const void* grad, DType grad_dtype, flo
                            const AdamScalars& s) {
   check_kernel_dtype(grad_dtype, "grad");
   if (param_copy != nullptr) check_copy_dtype(copy_dtype);
-  const bool small = std::abs(s.one_minus_beta1) < 0.5f;
   for (std::size_t i = 0; i < n; ++i) {
-    adam_element(param[i], load_as_float(grad, grad_dtype, i), exp_avg[i], exp_avg_sq[i], s,
-                 small);
+    adam_element(param[i], load_as_float(grad, grad_dtype, i), exp_avg[i], exp_avg_sq[i], s);
     if (param_copy != nullptr) store_from_float(param_copy, copy_dtype, i, param[i]);
   }
 }

@@ -10,15 +10,22 @@
 //   AdamW: p = p * f(1 - lr*wd)                     (param.mul_)
 //   Adam:  g = g + f(wd) * p                        (grad.add(param, alpha=wd))
 //   m = lerp(m, g, w), w = f(1 - beta1)             (exp_avg.lerp_(grad, 1 - beta1)):
-//         |w| < 0.5 ? m + w * (g - m) : g - (g - m) * (1 - w)   (1 - w in float)
+//         |w| < 0.5 ? fma(w, g - m, m) : fma(w - 1, g - m, g)   (w - 1 in float)
 //   v = v * f(beta2); v = v + (f(1 - beta2) * g) * g   (mul_(beta2).addcmul_(g, g, value))
 //   denom = sqrt(v) / f(sqrt(1 - beta2^step)) + f(eps)
 //   p = p + (f(-(lr / (1 - beta1^step))) * m) / denom  (param.addcdiv_(m, denom, value))
-// where f() rounds a double to float and every other operation is one
-// float32 operation, rounded to nearest, no fused multiply-add. This is
-// torch's scalar (non-vectorised) CPU loop; torch's AVX2/AVX-512 loops for
-// lerp_ and grad.add(alpha) use a fused multiply-add (within 1 ulp of this
-// per operation), its addcmul_/addcdiv_ vector loops associate as above.
+// where f() rounds a double to float, fma(a, b, c) is a*b + c rounded once
+// (std::fma), and every other operation is one float32 operation, rounded to
+// nearest. The lerp is torch's ATen lerp (aten/src/ATen/native/Lerp.h: the
+// two branches on |weight| < 0.5, for accuracy near either end), fused as
+// torch's CPU kernel computes it (aten/src/ATen/native/cpu/LerpKernel.cpp:
+// its vector loop is one fmadd of coeff = weight or weight - 1 on end - self,
+// added to self or end; its scalar loop, compiled for AVX2/AVX-512 with FMA,
+// is contracted to the same). Checked against torch's printed values in
+// tests/optimizer/test_torch_parity.cpp (all bitwise). The other operations
+// are torch's unfused scalar loops; its AVX2/AVX-512 vector loop for
+// grad.add(alpha) uses a fused multiply-add (within 1 ulp of this per
+// operation), its addcmul_/addcdiv_ vector loops associate as above.
 // Kingma & Ba 2015, "Adam"; Loshchilov & Hutter 2019, "Decoupled Weight Decay
 // Regularization" (AdamW).
 //
@@ -38,7 +45,8 @@ namespace zeroshard::kernels {
 struct AdamScalars {
   float beta2 = 0.999f;            ///< f(beta2): exp_avg_sq.mul_(beta2)
   float one_minus_beta1 = 0.1f;    ///< f(1 - beta1): the lerp_ weight w
-  float lerp_one_minus_w = 0.9f;   ///< 1.0f - w in float (torch's lerp, |w| >= 0.5 branch)
+  float lerp_coeff = 0.1f;         ///< w when lerp_small, else w - 1.0f (in float)
+  bool lerp_small = true;          ///< |w| < 0.5: lerp = fma(w, g - m, m), else fma(w - 1, g - m, g)
   float one_minus_beta2 = 0.001f;  ///< f(1 - beta2): addcmul_ value
   float eps = 1e-8f;               ///< f(eps)
   float weight_decay = 0;          ///< f(weight_decay): Adam's grad.add alpha
@@ -52,8 +60,9 @@ struct AdamScalars {
 /// The scalars torch's single-tensor Adam/AdamW uses at 1-based `step`
 /// (>= 1), from Python-float (double) hyper-parameters: every derived value
 /// (1 - beta1, 1 - beta2, 1 - lr*wd, lr / (1 - beta1^step),
-/// sqrt(1 - beta2^step)) is computed in double and rounded to float once.
-/// decoupled: AdamW; grad_scale multiplies each gradient element first.
+/// sqrt(1 - beta2^step)) is computed in double and rounded to float once,
+/// and so are beta2, eps and weight_decay themselves (torch passes each
+/// Python float to a float32 tensor op, which rounds it once). decoupled: AdamW; grad_scale multiplies each gradient element first.
 /// Throws InvariantError when step < 1. Thread safety: pure.
 AdamScalars make_adam_scalars(double lr, double beta1, double beta2, double eps,
                               double weight_decay, long long step, bool decoupled,

@@ -1,16 +1,15 @@
 // Vector Adam/AdamW kernel (Highway, compiled once per target and chosen at
 // run time) and the public adam_update entry points, which split the range
 // over kernel_pool() threads. Per lane it performs exactly the operations of
-// adam_element() in adam.cpp, in the same order, without FMA (see
-// [Note: strict floating point in kernels] in fp_strict.h).
+// adam_element() in adam.cpp, in the same order: no FMA (see [Note: strict
+// floating point in kernels] in fp_strict.h) except the lerp's, which is
+// FusedMulAdd (convert-inl.h), one rounding on every target as std::fma.
 #include "kernels/cpu/fp_strict.h"
 #include "kernels/cpu/simd_targets.h"  // before Highway: sets HWY_DISABLED_TARGETS
 
 #undef HWY_TARGET_INCLUDE
 #define HWY_TARGET_INCLUDE "kernels/cpu/adam_simd.cpp"
 #include <hwy/foreach_target.h>  // IWYU pragma: keep
-
-#include <cmath>
 
 #include <hwy/highway.h>
 
@@ -30,15 +29,14 @@ struct AdamVecScalars {
       : grad_scale(hn::Set(df, s.grad_scale)),
         decay(hn::Set(df, s.decay_factor)),
         wd(hn::Set(df, s.weight_decay)),
-        w(hn::Set(df, s.one_minus_beta1)),
-        one_minus_w(hn::Set(df, s.lerp_one_minus_w)),
+        lerp_coeff(hn::Set(df, s.lerp_coeff)),
         beta2(hn::Set(df, s.beta2)),
         one_minus_beta2(hn::Set(df, s.one_minus_beta2)),
         eps(hn::Set(df, s.eps)),
         neg_step_size(hn::Set(df, s.neg_step_size)),
         bc2_sqrt(hn::Set(df, s.bc2_sqrt)),
-        lerp_small(std::abs(s.one_minus_beta1) < 0.5f) {}
-  hn::Vec<DF> grad_scale, decay, wd, w, one_minus_w, beta2, one_minus_beta2, eps, neg_step_size,
+        lerp_small(s.lerp_small) {}
+  hn::Vec<DF> grad_scale, decay, wd, lerp_coeff, beta2, one_minus_beta2, eps, neg_step_size,
       bc2_sqrt;
   bool lerp_small;
 };
@@ -56,8 +54,7 @@ HWY_INLINE void AdamStep(DF df, const AdamVecScalars<DF>& c, float* HWY_RESTRICT
     gv = hn::Add(gv, hn::Mul(c.wd, pv));
   }
   const auto m0 = hn::LoadU(df, m + i);
-  const auto d = hn::Sub(gv, m0);
-  const auto mv = c.lerp_small ? hn::Add(m0, hn::Mul(c.w, d)) : hn::Sub(gv, hn::Mul(d, c.one_minus_w));
+  const auto mv = FusedMulAdd(df, c.lerp_coeff, hn::Sub(gv, m0), c.lerp_small ? m0 : gv);
   const auto vv = hn::Add(hn::Mul(hn::LoadU(df, v + i), c.beta2),
                           hn::Mul(hn::Mul(c.one_minus_beta2, gv), gv));
   const auto denom = hn::Add(hn::Div(hn::Sqrt(vv), c.bc2_sqrt), c.eps);

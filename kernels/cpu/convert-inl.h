@@ -7,9 +7,10 @@
 // fp16 uses F16C instructions on AVX2/AVX-512 (see kHardwareF16); every
 // other path is integer operations.
 //
-// Also: Fmt (the storage format of an array as a template argument), and
+// Also: Fmt (the storage format of an array as a template argument),
 // helpers that move a tail of fewer than one vector through a zero-padded
-// stack buffer so that every element goes through the vector code.
+// stack buffer so that every element goes through the vector code, and
+// FusedMulAdd, std::fma per lane on every target.
 #if defined(ZEROSHARD_KERNELS_CPU_CONVERT_INL_H_) == defined(HWY_TARGET_TOGGLE)
 #ifdef ZEROSHARD_KERNELS_CPU_CONVERT_INL_H_
 #undef ZEROSHARD_KERNELS_CPU_CONVERT_INL_H_
@@ -17,6 +18,7 @@
 #define ZEROSHARD_KERNELS_CPU_CONVERT_INL_H_
 #endif
 
+#include <cmath>
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
@@ -195,6 +197,32 @@ struct TailBuffer {
     if (dst != nullptr) std::memcpy(dst, bytes, r * elem);
   }
 };
+
+/// mul * x + add per lane, computed exactly and rounded once to nearest
+/// even: std::fma(mul[i], x[i], add[i]). hn::MulAdd is one FMA instruction
+/// where the target has one (HWY_NATIVE_FMA: AVX2, AVX-512) but a multiply
+/// and an add, each rounded, elsewhere (SSSE3/SSE4, EMU128, SCALAR); there
+/// this falls back to std::fma lane by lane: slower, the same bits. For
+/// kernels whose scalar reference fuses on purpose (torch's lerp,
+/// kernels/cpu/adam.h). D: a float or double tag. Pure.
+template <class D>
+HWY_INLINE hn::Vec<D> FusedMulAdd(D d, hn::Vec<D> mul, hn::Vec<D> x, hn::Vec<D> add) {
+#if HWY_NATIVE_FMA
+  (void)d;
+  return hn::MulAdd(mul, x, add);
+#else
+  using T = hn::TFromD<D>;
+  constexpr std::size_t kMax = hn::MaxLanes(D());
+  HWY_ALIGN T a[kMax];
+  HWY_ALIGN T b[kMax];
+  HWY_ALIGN T c[kMax];
+  hn::Store(mul, d, a);
+  hn::Store(x, d, b);
+  hn::Store(add, d, c);
+  for (std::size_t i = 0; i < hn::Lanes(d); ++i) a[i] = std::fma(a[i], b[i], c[i]);
+  return hn::Load(d, a);
+#endif
+}
 
 /// Byte offset helper for untyped arrays (null stays null).
 HWY_INLINE const void* Advance(const void* p, std::size_t elems, std::size_t elem) {

@@ -1,10 +1,10 @@
 // Multi-tensor Adam / AdamW kernels; see kernels/cuda/adam.h and
 // [Note: .cu / .cpp split] in kernels/cuda/launchers.h.
-#include <vector>
+#include <array>
 
 #include "kernels/cuda/device_math.cuh"
 #include "kernels/cuda/launchers.h"
-#include "kernels/cuda/multi_tensor_apply.cuh"
+#include "kernels/cuda/optimizer_launch.cuh"
 
 namespace zeroshard::kernels::gpu::detail {
 
@@ -33,8 +33,7 @@ struct AdamOp {
     } else {
       g = add(g, mul(s.weight_decay, r.p));
     }
-    const float d = sub(g, r.m);
-    r.m = s.lerp_small ? add(r.m, mul(s.w, d)) : sub(g, mul(d, s.one_minus_w));
+    r.m = fma_rn(s.lerp_coeff, sub(g, r.m), s.lerp_small ? r.m : g);
     r.v = add(mul(r.v, s.beta2), mul(mul(s.one_minus_beta2, g), g));
     const float denom = add(div(sqrt_rn(r.v), s.bc2_sqrt), s.eps);
     r.p = add(r.p, div(mul(s.neg_step_size, r.m), denom));
@@ -48,43 +47,16 @@ struct AdamOp {
   }
 };
 
-template <DType G, bool kCopy, DType L>
-cudaError_t launch_typed(std::span<const AdamTensor> tensors, const AdamDeviceScalars& s,
-                         cudaStream_t stream) {
-  constexpr int D = kCopy ? 5 : 4;
-  std::vector<TensorPtrs<D>> ptrs;
-  ptrs.reserve(tensors.size());
-  for (const AdamTensor& t : tensors) {
-    TensorPtrs<D> p;
-    p.ptr[0] = t.param;
-    p.ptr[1] = const_cast<void*>(t.grad);
-    p.ptr[2] = t.exp_avg;
-    p.ptr[3] = t.exp_avg_sq;
-    if constexpr (kCopy) p.ptr[4] = t.param_copy;
-    p.n = t.n;
-    ptrs.push_back(p);
-  }
-  return multi_tensor_apply<D>(std::span<const TensorPtrs<D>>(ptrs), AdamOp<G, kCopy, L>{s},
-                               stream);
-}
-
-template <DType G>
-cudaError_t launch_grad(std::span<const AdamTensor> tensors, const AdamDeviceScalars& s, bool copy,
-                        DType copy_dtype, cudaStream_t stream) {
-  if (!copy) return launch_typed<G, false, DType::f32>(tensors, s, stream);
-  if (copy_dtype == DType::bf16) return launch_typed<G, true, DType::bf16>(tensors, s, stream);
-  return launch_typed<G, true, DType::f16>(tensors, s, stream);
+// Slots 0-3 of a tensor, in AdamOp's order.
+std::array<void*, 4> adam_slots(const AdamTensor& t) {
+  return {t.param, const_cast<void*>(t.grad), t.exp_avg, t.exp_avg_sq};
 }
 
 }  // namespace
 
 cudaError_t launch_adam(std::span<const AdamTensor> tensors, const AdamDeviceScalars& s,
                         DType grad_dtype, bool copy, DType copy_dtype, cudaStream_t stream) {
-  switch (grad_dtype) {
-    case DType::bf16: return launch_grad<DType::bf16>(tensors, s, copy, copy_dtype, stream);
-    case DType::f16: return launch_grad<DType::f16>(tensors, s, copy, copy_dtype, stream);
-    default: return launch_grad<DType::f32>(tensors, s, copy, copy_dtype, stream);
-  }
+  return launch_optimizer<AdamOp, 4>(tensors, s, grad_dtype, copy, copy_dtype, stream, adam_slots);
 }
 
 }  // namespace zeroshard::kernels::gpu::detail

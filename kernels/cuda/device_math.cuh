@@ -8,7 +8,9 @@
 // instructions). nvcc would contract a * b + c into one FMA, so the kernels
 // spell every operation with the intrinsics that are never contracted and
 // always round to nearest: __fmul_rn, __fadd_rn, __fsub_rn, __fdiv_rn,
-// __fsqrt_rn. Same operations in the same order on the same inputs give the
+// __fsqrt_rn. Where a reference does fuse on purpose (std::fma: the Adam
+// lerp, kernels/cpu/adam.h), the kernel spells it __fmaf_rn, one rounding
+// as std::fma. Same operations in the same order on the same inputs give the
 // same bits, which is what tests/cuda checks (no tolerance). The 16-bit
 // conversions are core/dtype.h's integer code itself, compiled for the
 // device (NaN payloads kept), not CUDA's __float2bfloat16_rn, which
@@ -27,6 +29,8 @@ __device__ __forceinline__ float add(float a, float b) { return __fadd_rn(a, b);
 __device__ __forceinline__ float sub(float a, float b) { return __fsub_rn(a, b); }
 __device__ __forceinline__ float div(float a, float b) { return __fdiv_rn(a, b); }
 __device__ __forceinline__ float sqrt_rn(float a) { return __fsqrt_rn(a); }
+/// a * b + c rounded once to nearest even: std::fma(a, b, c).
+__device__ __forceinline__ float fma_rn(float a, float b, float c) { return __fmaf_rn(a, b, c); }
 
 /// Storage type of one element of T in device memory, and its exact
 /// widening to / rounding from fp32. Defined for f32, bf16 and f16.

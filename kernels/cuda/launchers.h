@@ -30,10 +30,10 @@ namespace zeroshard::kernels::gpu::detail {
 struct AdamDeviceScalars {
   float neg_step_size;  ///< AdamScalars::neg_step_size
   float bc2_sqrt;       ///< AdamScalars::bc2_sqrt
-  float w, one_minus_w;  ///< lerp weight f(1 - beta1) and 1.0f - w
+  float lerp_coeff;     ///< AdamScalars::lerp_coeff
   float beta2, one_minus_beta2;
   float eps, weight_decay, decay_factor, grad_scale;
-  bool lerp_small;  ///< |w| < 0.5 (torch's lerp branch)
+  bool lerp_small;      ///< AdamScalars::lerp_small (torch's lerp branch)
   bool decoupled;
 };
 

@@ -4,37 +4,18 @@
 #include "kernels/cuda/sgd.h"
 
 #include "core/cuda_check.h"
-#include "core/error.h"
 #include "kernels/cuda/launchers.h"
+#include "kernels/cuda/optimizer_checks.h"
 
 namespace zeroshard::kernels::gpu {
 
 void sgd_update_multi_tensor(std::span<const SgdTensor> tensors, const SgdScalars& s,
                              DType grad_dtype, DType copy_dtype, CUstream_st* stream) {
-  ZS_CHECK(grad_dtype == DType::f32 || grad_dtype == DType::bf16 || grad_dtype == DType::f16,
-           "sgd_update_multi_tensor: gradient dtype {} is not f32, bf16 or f16",
-           dtype_name(grad_dtype));
   const bool use_momentum = s.momentum != 0.0f;
-  std::size_t with_copy = 0;
-  std::size_t nonempty = 0;
-  for (std::size_t k = 0; k < tensors.size(); ++k) {
-    const SgdTensor& t = tensors[k];
-    ZS_CHECK(t.n == 0 || (t.param && t.grad && (t.momentum_buffer || !use_momentum)),
-             "sgd_update_multi_tensor: tensor {} of {} elements has a null pointer (momentum "
-             "{} needs a momentum_buffer)",
-             k, t.n, s.momentum);
-    if (t.n == 0) continue;
-    ++nonempty;
-    if (t.param_copy != nullptr) ++with_copy;
-  }
-  ZS_CHECK(with_copy == 0 || with_copy == nonempty,
-           "sgd_update_multi_tensor: {} of {} non-empty tensors have param_copy; give it "
-           "to all or none",
-           with_copy, nonempty);
-  const bool copy = with_copy != 0;
-  ZS_CHECK(!copy || copy_dtype == DType::bf16 || copy_dtype == DType::f16,
-           "sgd_update_multi_tensor: low-precision param dtype {} is not bf16 or f16",
-           dtype_name(copy_dtype));
+  const bool copy = detail::check_optimizer_tensors(
+      "sgd_update_multi_tensor", tensors, grad_dtype, copy_dtype,
+      [&](const SgdTensor& t) { return t.param && t.grad && (t.momentum_buffer || !use_momentum); },
+      use_momentum ? " (momentum needs a momentum_buffer)" : "");
 
   // As sgd_update_reference (kernels/cpu/sgd.cpp) computes them.
   detail::SgdDeviceScalars d{};

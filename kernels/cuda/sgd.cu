@@ -1,10 +1,10 @@
 // Multi-tensor SGD kernels; see kernels/cuda/sgd.h and [Note: .cu / .cpp
 // split] in kernels/cuda/launchers.h.
-#include <vector>
+#include <array>
 
 #include "kernels/cuda/device_math.cuh"
 #include "kernels/cuda/launchers.h"
-#include "kernels/cuda/multi_tensor_apply.cuh"
+#include "kernels/cuda/optimizer_launch.cuh"
 
 namespace zeroshard::kernels::gpu::detail {
 
@@ -42,42 +42,16 @@ struct SgdOp {
   }
 };
 
-template <DType G, bool kCopy, DType L>
-cudaError_t launch_typed(std::span<const SgdTensor> tensors, const SgdDeviceScalars& s,
-                         cudaStream_t stream) {
-  constexpr int D = kCopy ? 4 : 3;
-  std::vector<TensorPtrs<D>> ptrs;
-  ptrs.reserve(tensors.size());
-  for (const SgdTensor& t : tensors) {
-    TensorPtrs<D> p;
-    p.ptr[0] = t.param;
-    p.ptr[1] = const_cast<void*>(t.grad);
-    p.ptr[2] = t.momentum_buffer;
-    if constexpr (kCopy) p.ptr[3] = t.param_copy;
-    p.n = t.n;
-    ptrs.push_back(p);
-  }
-  return multi_tensor_apply<D>(std::span<const TensorPtrs<D>>(ptrs), SgdOp<G, kCopy, L>{s},
-                               stream);
-}
-
-template <DType G>
-cudaError_t launch_grad(std::span<const SgdTensor> tensors, const SgdDeviceScalars& s, bool copy,
-                        DType copy_dtype, cudaStream_t stream) {
-  if (!copy) return launch_typed<G, false, DType::f32>(tensors, s, stream);
-  if (copy_dtype == DType::bf16) return launch_typed<G, true, DType::bf16>(tensors, s, stream);
-  return launch_typed<G, true, DType::f16>(tensors, s, stream);
+// Slots 0-2 of a tensor, in SgdOp's order (momentum_buffer null without momentum).
+std::array<void*, 3> sgd_slots(const SgdTensor& t) {
+  return {t.param, const_cast<void*>(t.grad), t.momentum_buffer};
 }
 
 }  // namespace
 
 cudaError_t launch_sgd(std::span<const SgdTensor> tensors, const SgdDeviceScalars& s,
                        DType grad_dtype, bool copy, DType copy_dtype, cudaStream_t stream) {
-  switch (grad_dtype) {
-    case DType::bf16: return launch_grad<DType::bf16>(tensors, s, copy, copy_dtype, stream);
-    case DType::f16: return launch_grad<DType::f16>(tensors, s, copy, copy_dtype, stream);
-    default: return launch_grad<DType::f32>(tensors, s, copy, copy_dtype, stream);
-  }
+  return launch_optimizer<SgdOp, 3>(tensors, s, grad_dtype, copy, copy_dtype, stream, sgd_slots);
 }
 
 }  // namespace zeroshard::kernels::gpu::detail

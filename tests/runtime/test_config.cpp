@@ -35,11 +35,11 @@ TEST_CASE("a full ds_config parses with DeepSpeed's meanings") {
   CHECK(c.gradient_accumulation_steps == 2);
   CHECK(c.gradient_clipping == 1.0);
   CHECK(c.optimizer.kind == OptimizerKind::adamw);
-  CHECK(c.optimizer.lr == 3e-4f);
-  CHECK(c.optimizer.beta1 == 0.8f);
-  CHECK(c.optimizer.beta2 == 0.99f);
-  CHECK(c.optimizer.eps == 1e-6f);
-  CHECK(c.optimizer.weight_decay == 0.1f);
+  CHECK(c.optimizer.lr == 3e-4);
+  CHECK(c.optimizer.beta1 == 0.8);
+  CHECK(c.optimizer.beta2 == 0.99);
+  CHECK(c.optimizer.eps == 1e-6);
+  CHECK(c.optimizer.weight_decay == 0.1);
   CHECK_NOTHROW(c.validate_for_world(4));
   CHECK_THROWS_AS(c.validate_for_world(3), ConfigError);
 }
@@ -51,7 +51,7 @@ TEST_CASE("optimizer types: Adam is AdamW unless adam_w_mode is false (DeepSpeed
   const EngineConfig s = EngineConfig::from_json(
       json::parse(R"({"optimizer": {"type": "SGD", "params": {"lr": 0.1, "momentum": 0.9, "nesterov": true}}})"));
   CHECK(s.optimizer.kind == OptimizerKind::sgd);
-  CHECK(s.optimizer.momentum == 0.9f);
+  CHECK(s.optimizer.momentum == 0.9);
   CHECK(s.optimizer.nesterov);
 }
 

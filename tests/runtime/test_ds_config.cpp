@@ -105,11 +105,11 @@ TEST_CASE("ds_config: HF ZeRO-2 template with \"auto\" loads once the program fi
   CHECK(c.gradient_clipping == 0.5);
   CHECK(c.steps_per_print == 2000);
   CHECK(c.optimizer.kind == OptimizerKind::adamw);
-  CHECK(c.optimizer.lr == 3e-4f);
-  CHECK(c.optimizer.beta1 == 0.8f);
-  CHECK(c.optimizer.beta2 == 0.95f);
-  CHECK(c.optimizer.eps == 1e-6f);
-  CHECK(c.optimizer.weight_decay == 0.1f);
+  CHECK(c.optimizer.lr == 3e-4);
+  CHECK(c.optimizer.beta1 == 0.8);
+  CHECK(c.optimizer.beta2 == 0.95);
+  CHECK(c.optimizer.eps == 1e-6);
+  CHECK(c.optimizer.weight_decay == 0.1);
   CHECK(c.scheduler.kind == LrScheduleKind::warmup_decay_lr);
   CHECK(c.scheduler.warmup_min_lr == std::vector<double>{0.0});
   CHECK(c.scheduler.warmup_max_lr == std::vector<double>{3e-4});
@@ -204,8 +204,8 @@ TEST_CASE("ds_config: ZeRO-3 with nvme offload: the stage3_* knobs are one messa
   CHECK(c.train_micro_batch_size_per_gpu == 2);
   CHECK(c.gradient_accumulation_steps == 4);
   CHECK(c.gradient_clipping == 1.0);
-  CHECK(c.optimizer.lr == 2e-5f);
-  CHECK(c.optimizer.weight_decay == 0.0f);
+  CHECK(c.optimizer.lr == 2e-5);
+  CHECK(c.optimizer.weight_decay == 0.0);
   CHECK(has_warning(c, "aio.thread_count -> aio.intra_op_parallelism"));
   CHECK(has_warning(c, "wall_clock_breakdown"));
 }
@@ -219,7 +219,7 @@ TEST_CASE("ds_config: fp16 with the legacy cpu_offload maps it and says so") {
   CHECK(c.loss_scale.hysteresis == 2);
   CHECK(c.loss_scale.min_loss_scale == 1.0);
   CHECK(c.optimizer.kind == OptimizerKind::adamw);
-  CHECK(c.optimizer.lr == 0.00015f);
+  CHECK(c.optimizer.lr == 0.00015);
   CHECK(c.zero.stage == 2);
   CHECK(c.zero.reduce_bucket_size == 50000000);
   CHECK(c.offload.optimizer.device == OffloadDevice::cpu);
@@ -287,9 +287,9 @@ TEST_CASE("ds_config: Megatron-style file with wall_clock_breakdown and a schedu
   CHECK(c.gradient_clipping == 1.0);
   CHECK(c.zero.stage == 1);
   CHECK(c.optimizer.kind == OptimizerKind::adamw);
-  CHECK(c.optimizer.lr == 6e-4f);
-  CHECK(c.optimizer.beta2 == 0.95f);
-  CHECK(c.optimizer.weight_decay == 0.1f);
+  CHECK(c.optimizer.lr == 6e-4);
+  CHECK(c.optimizer.beta2 == 0.95);
+  CHECK(c.optimizer.weight_decay == 0.1);
   CHECK(c.scheduler.kind == LrScheduleKind::warmup_lr);
   CHECK(c.scheduler.warmup_max_lr == std::vector<double>{6e-4});
   CHECK(c.scheduler.warmup_num_steps == 2000);

@@ -67,10 +67,7 @@ TEST_CASE("AdamW, Adam and SGD equal their closed forms when sharded") {
       CAPTURE(h.nesterov);
       CAPTURE(stage);
       Engine e(make_config(stage, h), world());
-      const UnitId u = e.add_unit("u");
-      const ParamId p = e.add_parameter(u, "p", {3});
-      e.finalize();
-      e.set_parameter(p, std::vector<float>{1.0f, -2.0f, 0.5f});
+      const ParamId p = declare_single_parameter(e, {1.0f, -2.0f, 0.5f});
       for (int s = 0; s < 3; ++s) {
         for (float& g : e.grad(p)) g += 1e-6f;  // every rank: mean gradient 1e-6
         e.step();

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cmath>
+#include <cstdint>
 #include <memory>
 #include <string>
 #include <vector>
@@ -11,6 +12,7 @@
 
 #include "comm/communicator.h"
 #include "runtime/config.h"
+#include "runtime/engine.h"
 
 namespace zeroshard::testing {
 
@@ -48,6 +50,17 @@ inline void check_close(const std::vector<float>& got, const std::vector<float>&
       return;
     }
   }
+}
+
+/// Declares the model of one parameter on e (unit "u", parameter "p" of
+/// values.size() elements, default group), finalizes e and sets the
+/// parameter to `values`; returns its id. Collective, as finalize().
+inline ParamId declare_single_parameter(Engine& e, const std::vector<float>& values) {
+  const UnitId u = e.add_unit("u");
+  const ParamId p = e.add_parameter(u, "p", {static_cast<std::int64_t>(values.size())});
+  e.finalize();
+  e.set_parameter(p, values);
+  return p;
 }
 
 }  // namespace zeroshard::testing
