@@ -88,22 +88,6 @@ std::vector<std::byte> pattern(std::size_t bytes, int salt) {
   return v;
 }
 
-// Every (stage, dtype, optimizer tier, parameter tier) the store supports.
-template <class F>
-void for_each_config(F&& f) {
-  for (int stage = 0; stage <= 3; ++stage) {
-    for (DType dt : {DType::f32, DType::bf16}) {
-      for (OffloadDevice opt : kTiers) {
-        if (stage == 0 && opt != OffloadDevice::none) continue;
-        for (OffloadDevice param : kTiers) {
-          if (param != OffloadDevice::none && (stage != 3 || opt == OffloadDevice::none)) continue;
-          f(make_options(stage, dt, opt, param));
-        }
-      }
-    }
-  }
-}
-
 MemTier tier_of(OffloadDevice d) {
   return d == OffloadDevice::none ? MemTier::device : d == OffloadDevice::cpu ? MemTier::host : MemTier::nvme;
 }
@@ -114,89 +98,100 @@ std::string describe(const ArrayStoreOptions& o, std::size_t n) {
                      world().rank(), world().world_size());
 }
 
-}  // namespace
 
-TEST_CASE("array store: sizes, tiers and ledger in closed form") {
+// Runs f(store, layout, options, ledger) on a fresh store for every unit
+// size and every (stage, dtype, optimizer tier, parameter tier) the store
+// supports; removes the swap files afterwards.
+template <class F>
+void for_each_store(F&& f) {
   for (std::size_t n : kSizes) {
     const FlatLayout l = make_layout(n);
-    for_each_config([&](const ArrayStoreOptions& o) {
-      INFO(describe(o, n));
-      MemoryLedger ledger;
-      auto ops = make_cpu_ops();
-      ArrayStore store(l, *ops, ledger, o);
-      std::uint64_t want[4][3] = {};  // parameters, gradients, master, states x tiers
-      for (UnitId u = 0; u < 3; ++u) {
-        const UnitInfo& info = l.unit(u);
-        const bool empty = info.shard == 0;
-        for (ArrayRef a : all_arrays(o)) {
-          std::size_t numel = 0;
-          MemTier tier = MemTier::device;
-          int cat = 0;
-          switch (a.kind) {
-            case ArrayKind::params:
-              numel = o.stage < 3 ? info.padded : info.shard;
-              tier = o.stage == 3 && !empty ? tier_of(o.offload.param.device) : MemTier::device;
-              cat = 0;
-              break;
-            case ArrayKind::grad:
-              numel = o.stage < 2 ? info.padded : info.shard;
-              tier = o.stage >= 2 && !empty ? tier_of(o.offload.optimizer.device) : MemTier::device;
-              cat = 1;
-              break;
-            default:
-              numel = o.stage == 0 ? info.padded : info.shard;
-              tier = o.stage >= 1 && !empty ? tier_of(o.offload.optimizer.device) : MemTier::device;
-              cat = a.kind == ArrayKind::master ? 2 : 3;
+    for (int stage = 0; stage <= 3; ++stage) {
+      for (DType dt : {DType::f32, DType::bf16}) {
+        for (OffloadDevice opt : kTiers) {
+          if (stage == 0 && opt != OffloadDevice::none) continue;
+          for (OffloadDevice param : kTiers) {
+            if (param != OffloadDevice::none && (stage != 3 || opt == OffloadDevice::none)) continue;
+            const ArrayStoreOptions o = make_options(stage, dt, opt, param);
+            INFO(describe(o, n));
+            MemoryLedger ledger;
+            auto ops = make_cpu_ops();
+            ArrayStore store(l, *ops, ledger, o);
+            f(store, l, o, ledger);
           }
-          CHECK(store.numel(u, a) == numel);
-          CHECK(store.tier(u, a) == tier);
-          const DType t = a.kind == ArrayKind::params || a.kind == ArrayKind::grad ? o.dtype : DType::f32;
-          CHECK(store.dtype(a) == t);
-          CHECK((store.resident(u, a) != nullptr) == (tier != MemTier::nvme && numel > 0));
-          want[cat][static_cast<int>(tier)] += numel * dtype_size(t);
         }
-        const std::size_t sg = o.offload.sub_group_elements();
-        CHECK(store.subgroups(u).size() == (info.shard + sg - 1) / sg);
       }
-      const MemCategory cats[] = {MemCategory::parameters, MemCategory::gradients, MemCategory::master_weights,
-                                  MemCategory::optimizer_states};
-      for (int c = 0; c < 4; ++c) {
-        for (int t = 0; t < 3; ++t) CHECK(ledger.current(cats[c], static_cast<MemTier>(t)) == want[c][t]);
-      }
-      CHECK(store.uses_nvme() == o.offload.uses_nvme());
-    });
+    }
   }
   std::error_code ec;
   fs::remove_all(swap_root(), ec);
 }
 
-TEST_CASE("array store: store then read gives back the same bytes on every tier") {
-  for (std::size_t n : kSizes) {
-    const FlatLayout l = make_layout(n);
-    for_each_config([&](const ArrayStoreOptions& o) {
-      INFO(describe(o, n));
-      MemoryLedger ledger;
-      auto ops = make_cpu_ops();
-      ArrayStore store(l, *ops, ledger, o);
-      int salt = 0;
-      for (UnitId u = 0; u < 3; ++u) {
-        for (ArrayRef a : all_arrays(o)) {
-          const std::size_t bytes = store.numel(u, a) * dtype_size(store.dtype(a));
-          HostBuffer h0;
-          const auto* fresh = static_cast<const std::byte*>(store.read(u, a, h0));
-          CHECK(std::vector<std::byte>(fresh, fresh + bytes) == std::vector<std::byte>(bytes));
-          const std::vector<std::byte> v = pattern(bytes, ++salt);
-          store.store(u, a, v.data());
-          HostBuffer h1;
-          const auto* back = static_cast<const std::byte*>(store.read(u, a, h1));
-          CHECK_MESSAGE(std::vector<std::byte>(back, back + bytes) == v, "unit ", u, " array ",
-                        static_cast<int>(a.kind), ".", a.state);
+}  // namespace
+
+TEST_CASE("array store: sizes, tiers and ledger in closed form") {
+  for_each_store([](ArrayStore& store, const FlatLayout& l, const ArrayStoreOptions& o, MemoryLedger& ledger) {
+    std::uint64_t want[4][3] = {};  // parameters, gradients, master, states x tiers
+    for (UnitId u = 0; u < 3; ++u) {
+      const UnitInfo& info = l.unit(u);
+      const bool empty = info.shard == 0;
+      for (ArrayRef a : all_arrays(o)) {
+        std::size_t numel = 0;
+        MemTier tier = MemTier::device;
+        int cat = 0;
+        switch (a.kind) {
+          case ArrayKind::params:
+            numel = o.stage < 3 ? info.padded : info.shard;
+            tier = o.stage == 3 && !empty ? tier_of(o.offload.param.device) : MemTier::device;
+            cat = 0;
+            break;
+          case ArrayKind::grad:
+            numel = o.stage < 2 ? info.padded : info.shard;
+            tier = o.stage >= 2 && !empty ? tier_of(o.offload.optimizer.device) : MemTier::device;
+            cat = 1;
+            break;
+          default:
+            numel = o.stage == 0 ? info.padded : info.shard;
+            tier = o.stage >= 1 && !empty ? tier_of(o.offload.optimizer.device) : MemTier::device;
+            cat = a.kind == ArrayKind::master ? 2 : 3;
         }
+        CHECK(store.numel(u, a) == numel);
+        CHECK(store.tier(u, a) == tier);
+        const DType t = a.kind == ArrayKind::params || a.kind == ArrayKind::grad ? o.dtype : DType::f32;
+        CHECK(store.dtype(a) == t);
+        CHECK((store.resident(u, a) != nullptr) == (tier != MemTier::nvme && numel > 0));
+        want[cat][static_cast<int>(tier)] += numel * dtype_size(t);
       }
-    });
-  }
-  std::error_code ec;
-  fs::remove_all(swap_root(), ec);
+      const std::size_t sg = o.offload.sub_group_elements();
+      CHECK(store.subgroups(u).size() == (info.shard + sg - 1) / sg);
+    }
+    const MemCategory cats[] = {MemCategory::parameters, MemCategory::gradients, MemCategory::master_weights,
+                                MemCategory::optimizer_states};
+    for (int c = 0; c < 4; ++c) {
+      for (int t = 0; t < 3; ++t) CHECK(ledger.current(cats[c], static_cast<MemTier>(t)) == want[c][t]);
+    }
+    CHECK(store.uses_nvme() == o.offload.uses_nvme());
+  });
+}
+
+TEST_CASE("array store: store then read gives back the same bytes on every tier") {
+  for_each_store([](ArrayStore& store, const FlatLayout&, const ArrayStoreOptions& o, MemoryLedger&) {
+    int salt = 0;
+    for (UnitId u = 0; u < 3; ++u) {
+      for (ArrayRef a : all_arrays(o)) {
+        const std::size_t bytes = store.numel(u, a) * dtype_size(store.dtype(a));
+        HostBuffer h0;
+        const auto* fresh = static_cast<const std::byte*>(store.read(u, a, h0));
+        CHECK(std::vector<std::byte>(fresh, fresh + bytes) == std::vector<std::byte>(bytes));
+        const std::vector<std::byte> v = pattern(bytes, ++salt);
+        store.store(u, a, v.data());
+        HostBuffer h1;
+        const auto* back = static_cast<const std::byte*>(store.read(u, a, h1));
+        CHECK_MESSAGE(std::vector<std::byte>(back, back + bytes) == v, "unit ", u, " array ",
+                      static_cast<int>(a.kind), ".", a.state);
+      }
+    }
+  });
 }
 
 TEST_CASE("array store: gradient shards accumulate and give the same statistics on every tier") {
