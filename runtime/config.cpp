@@ -7,8 +7,10 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <initializer_list>
 #include <set>
 #include <sstream>
+#include <utility>
 
 #include <nlohmann/json.hpp>
 
@@ -57,6 +59,25 @@ class Reader {
   const json& doc_;
   const std::set<std::string>& bad_;
 };
+
+// Reads the string at `path`, when the file sets it, into `out` (an E or an
+// optional<E>) as the value its spelling names in `choices` (exact,
+// case-sensitive); another spelling is recorded as a bad value with `hint`
+// ("is invalid: use ...") and leaves `out` as it was.
+template <class E, class Out>
+void read_choice(const Reader& r, const std::string& path,
+                 std::initializer_list<std::pair<const char*, E>> choices, const char* hint, Out& out,
+                 ConfigDiagnostics& d) {
+  std::string text;
+  if (!r.get(path, text)) return;
+  for (const auto& [spelling, value] : choices) {
+    if (text == spelling) {
+      out = value;
+      return;
+    }
+  }
+  d.bad_value(path, text, hint);
+}
 
 // The ConfigError text of a section reader (LrSchedule, AioConfig) recorded
 // as a problem, without its "<source>: " prefix.
@@ -123,18 +144,9 @@ void read_precision(const Reader& r, EngineConfig& c, ConfigDiagnostics& d) {
   r.get("fp16.loss_scale_window", ls.loss_scale_window);
   r.get("fp16.hysteresis", ls.hysteresis);
   r.get("fp16.min_loss_scale", ls.min_loss_scale);
-  std::string comm;
-  if (r.get("communication_data_type", comm)) {
-    if (comm == "fp32") {
-      c.communication_data_type = DType::f32;
-    } else if (comm == "bf16") {
-      c.communication_data_type = DType::bf16;
-    } else if (comm == "fp16") {
-      c.communication_data_type = DType::f16;
-    } else {
-      d.bad_value("communication_data_type", comm, "is invalid: use fp32, bf16 or fp16");
-    }
-  }
+  read_choice<DType>(r, "communication_data_type",
+                     {{"fp32", DType::f32}, {"bf16", DType::bf16}, {"fp16", DType::f16}},
+                     "is invalid: use fp32, bf16 or fp16", c.communication_data_type, d);
 }
 
 OffloadDevice read_device(const Reader& r, const std::string& path, ConfigDiagnostics& d) {
@@ -285,16 +297,9 @@ EngineConfig EngineConfig::from_json(const json& j, const std::string& source, c
     read_optimizer(r, c, d);
     read_precision(r, c, d);
     read_zero(r, bad, c, d);
-    std::string order;
-    if (r.get("zeroshard.reduction_order", order)) {
-      if (order == "rank") {
-        c.reduction_order = ReductionOrder::rank;
-      } else if (order == "native") {
-        c.reduction_order = ReductionOrder::native;
-      } else {
-        d.bad_value("zeroshard.reduction_order", order, "is invalid: use \"rank\" or \"native\"");
-      }
-    }
+    read_choice<ReductionOrder>(r, "zeroshard.reduction_order",
+                                {{"rank", ReductionOrder::rank}, {"native", ReductionOrder::native}},
+                                "is invalid: use \"rank\" or \"native\"", c.reduction_order, d);
     read_scheduler(r, bad, c, d);
     collect_range_problems(c, d);
     if (options.world_size && d.ok()) {
