@@ -114,6 +114,18 @@ GradReducerOptions options(int stage, std::size_t bucket, bool overlap, Dtypes d
                             .stored_scale = d.compute == DType::f32 ? 1.0f : 1.0f / static_cast<float>(w)};
 }
 
+// A GradReducer over `layout` on the world with options `o`, its buffers
+// from a pool of `ops` counted in `ledger`, its gradients in an ArrayTarget
+// of dtype `compute`.
+struct ReducerFixture {
+  ReducerFixture(DeviceOps& ops, const FlatLayout& layout, DType compute, GradReducerOptions o)
+      : pool(ledger, ops), target(ops, layout, compute), reducer(world(), layout, ops, pool, o, target) {}
+  MemoryLedger ledger;
+  BufferPool pool;
+  ArrayTarget target;
+  GradReducer reducer;
+};
+
 }  // namespace
 
 TEST_CASE("GradReducer: stages 0/1 all-reduce the full gradients into the closed-form sum") {
@@ -131,33 +143,30 @@ TEST_CASE("GradReducer: stages 0/1 all-reduce the full gradients into the closed
             CAPTURE(overlap);
             CAPTURE(dtype_name(d.compute));
             CAPTURE(dtype_name(d.comm));
-            MemoryLedger ledger;
-            BufferPool pool(ledger, *ops);
-            ArrayTarget target(*ops, layout, d.compute);
-            GradReducer reducer(world(), layout, *ops, pool, options(stage, bucket, overlap, d), target);
+            ReducerFixture f(*ops, layout, d.compute, options(stage, bucket, overlap, d));
             for (UnitId u = 0; u < 3; ++u) {
               const UnitInfo& info = layout.unit(u);
               for (std::size_t i = 0; i < info.padded; ++i) {
-                write_at(target.full_grad(u), d.compute, i, contribution(r, u, i, info.numel));
+                write_at(f.target.full_grad(u), d.compute, i, contribution(r, u, i, info.numel));
               }
             }
-            for (UnitId u = 2; u >= 0; --u) reducer.reduce(u);  // backward order
-            reducer.complete();
-            const float scale = reducer.options().stored_scale;
+            for (UnitId u = 2; u >= 0; --u) f.reducer.reduce(u);  // backward order
+            f.reducer.complete();
+            const float scale = f.reducer.options().stored_scale;
             for (UnitId u = 0; u < 3; ++u) {
               const UnitInfo& info = layout.unit(u);
               int bad = 0;
               for (std::size_t i = 0; i < info.padded && bad < 3; ++i) {
                 const float want = stored(exact_sum(w, u, i, info.numel), d.compute, scale);
-                const float got = read_at(target.full_grad(u), d.compute, i);
+                const float got = read_at(f.target.full_grad(u), d.compute, i);
                 if (got != want) {
                   ++bad;
                   FAIL_CHECK("unit " << u << " element " << i << ": got " << got << ", want " << want);
                 }
               }
             }
-            CHECK(target.blocks == 0);
-            CHECK(ledger.current(MemCategory::unsharded) == 0);  // every bucket buffer went back
+            CHECK(f.target.blocks == 0);
+            CHECK(f.ledger.current(MemCategory::unsharded) == 0);  // every bucket buffer went back
           }
         }
       }
@@ -180,27 +189,24 @@ TEST_CASE("GradReducer: stages 2/3 reduce-scatter micro-batch gradients into the
             CAPTURE(overlap);
             CAPTURE(dtype_name(d.compute));
             CAPTURE(dtype_name(d.comm));
-            MemoryLedger ledger;
-            BufferPool pool(ledger, *ops);
-            ArrayTarget target(*ops, layout, d.compute);
-            GradReducer reducer(world(), layout, *ops, pool, options(stage, bucket, overlap, d), target);
+            ReducerFixture f(*ops, layout, d.compute, options(stage, bucket, overlap, d));
             // fp32: two micro-batches (the shard holds twice the sum, exact);
             // 16-bit: one (a second addition would round).
             const int micro = d.compute == DType::f32 ? 2 : 1;
             for (int m = 0; m < micro; ++m) {
               for (UnitId u = 2; u >= 0; --u) {
                 const UnitInfo& info = layout.unit(u);
-                void* g = reducer.micro_batch_grad(u);
-                CHECK(reducer.micro_batch_grad(u) == g);  // one buffer per micro-batch
+                void* g = f.reducer.micro_batch_grad(u);
+                CHECK(f.reducer.micro_batch_grad(u) == g);  // one buffer per micro-batch
                 for (std::size_t i = 0; i < info.padded; ++i) {
                   CHECK(read_at(g, d.compute, i) == 0.0f);  // leased zeroed
                   write_at(g, d.compute, i, contribution(r, u, i, info.numel));
                 }
-                reducer.reduce(u);
+                f.reducer.reduce(u);
               }
-              reducer.complete();
+              f.reducer.complete();
             }
-            const float scale = reducer.options().stored_scale;
+            const float scale = f.reducer.options().stored_scale;
             for (UnitId u = 0; u < 3; ++u) {
               const UnitInfo& info = layout.unit(u);
               int bad = 0;
@@ -208,14 +214,14 @@ TEST_CASE("GradReducer: stages 2/3 reduce-scatter micro-batch gradients into the
                 const std::size_t i = static_cast<std::size_t>(r) * info.shard + j;
                 const float want =
                     static_cast<float>(micro) * stored(exact_sum(w, u, i, info.numel), d.compute, scale);
-                const float got = read_at(target.shard[static_cast<std::size_t>(u)].data(), d.compute, j);
+                const float got = read_at(f.target.shard[static_cast<std::size_t>(u)].data(), d.compute, j);
                 if (got != want) {
                   ++bad;
                   FAIL_CHECK("unit " << u << " shard element " << j << ": got " << got << ", want " << want);
                 }
               }
             }
-            CHECK(ledger.current(MemCategory::unsharded) == 0);  // micro-batch and bucket buffers went back
+            CHECK(f.ledger.current(MemCategory::unsharded) == 0);  // micro-batch and bucket buffers went back
           }
         }
       }
@@ -226,22 +232,19 @@ TEST_CASE("GradReducer: stages 2/3 reduce-scatter micro-batch gradients into the
 TEST_CASE("GradReducer: a unit never handed a gradient reduces as zeros; discard() drops a half-done micro-batch") {
   auto ops = make_cpu_ops();
   const FlatLayout layout = make_layout(57);
-  MemoryLedger ledger;
-  BufferPool pool(ledger, *ops);
-  ArrayTarget target(*ops, layout, DType::f32);
-  GradReducer reducer(world(), layout, *ops, pool, options(2, 1000, true, kDtypes[0]), target);
+  ReducerFixture f(*ops, layout, DType::f32, options(2, 1000, true, kDtypes[0]));
   // Half a micro-batch, then discarded: nothing reaches the shards.
   const UnitInfo& u1 = layout.unit(1);
-  void* g = reducer.micro_batch_grad(1);
+  void* g = f.reducer.micro_batch_grad(1);
   for (std::size_t i = 0; i < u1.padded; ++i) write_at(g, DType::f32, i, 100.0f);
-  reducer.reduce(1);
-  reducer.micro_batch_grad(0);
-  reducer.discard();
-  CHECK(ledger.current(MemCategory::unsharded) == 0);
-  for (UnitId u = 0; u < 3; ++u) reducer.reduce(u);  // units 0 and 2: no grad asked for
-  reducer.complete();
+  f.reducer.reduce(1);
+  f.reducer.micro_batch_grad(0);
+  f.reducer.discard();
+  CHECK(f.ledger.current(MemCategory::unsharded) == 0);
+  for (UnitId u = 0; u < 3; ++u) f.reducer.reduce(u);  // units 0 and 2: no grad asked for
+  f.reducer.complete();
   for (UnitId u = 0; u < 3; ++u) {
-    const DeviceArray& s = target.shard[static_cast<std::size_t>(u)];
+    const DeviceArray& s = f.target.shard[static_cast<std::size_t>(u)];
     for (std::size_t j = 0; j < s.numel(); ++j) REQUIRE(read_at(s.data(), DType::f32, j) == 0.0f);
   }
 }
@@ -258,11 +261,7 @@ TEST_CASE("GradReducer: the stage 1/2 all-gather reassembles every unit from the
           CAPTURE(bucket);
           CAPTURE(stage);
           CAPTURE(dtype_name(t));
-          MemoryLedger ledger;
-          BufferPool pool(ledger, *ops);
-          ArrayTarget target(*ops, layout, t);
-          GradReducer reducer(world(), layout, *ops, pool,
-                              options(stage, bucket, false, Dtypes{t, DType::f32}), target);
+          ReducerFixture f(*ops, layout, t, options(stage, bucket, false, Dtypes{t, DType::f32}));
           // Full parameter buffers: this rank's shard holds h(u, i) = i mod 97 + u,
           // the rest -1 (overwritten by the gather).
           std::vector<DeviceArray> params;
@@ -274,14 +273,14 @@ TEST_CASE("GradReducer: the stage 1/2 all-gather reassembles every unit from the
               write_at(params.back().data(), t, i, mine ? static_cast<float>(i % 97 + u) : -1.0f);
             }
           }
-          reducer.all_gather_shards([&](UnitId u) { return params[static_cast<std::size_t>(u)].data(); });
+          f.reducer.all_gather_shards([&](UnitId u) { return params[static_cast<std::size_t>(u)].data(); });
           for (UnitId u = 0; u < 3; ++u) {
             const UnitInfo& info = layout.unit(u);
             for (std::size_t i = 0; i < info.padded; ++i) {
               REQUIRE(read_at(params[static_cast<std::size_t>(u)].data(), t, i) == static_cast<float>(i % 97 + u));
             }
           }
-          CHECK(ledger.current(MemCategory::unsharded) == 0);
+          CHECK(f.ledger.current(MemCategory::unsharded) == 0);
         }
       }
     }
