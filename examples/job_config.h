@@ -27,7 +27,6 @@ struct ConfigFlags {
   std::optional<std::int64_t> micro_batch;  ///< --micro-batch: fills "auto" train_micro_batch_size_per_gpu
   std::optional<double> lr;                 ///< --lr: fills "auto" optimizer.params.lr
   std::vector<std::string> fills;           ///< --fill KEY=JSON: fills "auto" KEY
-  std::optional<std::int64_t> hidden_size;  ///< the model's hidden size: fills the "auto" bucket sizes
 };
 
 /// AdamW (beta1 0.9, eps 1e-8) with the given micro-batch (sequences or
@@ -49,17 +48,11 @@ inline EngineConfig adamw_job_defaults(std::int64_t micro_batch, float lr, float
   return c;
 }
 
-/// The configuration of a job on `world_size` data-parallel ranks:
-///  - with --config, the file read by EngineConfig::from_file, its "auto"
-///    values filled from --micro-batch, --lr, each --fill KEY=JSON (docs/config.md),
-///    the hidden size and the world size;
-///  - without, `defaults` with --micro-batch and --lr set over it;
-/// then --stage over either, then `adjust` (the program's own overrides,
-/// e.g. --bf16), then EngineConfig::validate and validate_for_world.
-/// Throws ConfigError naming --fill for a value that is not KEY=JSON, and
-/// as EngineConfig::from_file / validate / validate_for_world.
-inline EngineConfig make_job_config(const ConfigFlags& f, EngineConfig defaults, int world_size,
-                                    const std::function<void(EngineConfig&)>& adjust = {}) {
+/// The values --micro-batch, --lr and each --fill KEY=JSON give to the
+/// "auto" keys of --config (docs/config.md), in that order (a --fill of the
+/// same key wins). The caller adds the model's hidden size. Throws
+/// ConfigError naming --fill for a value that is not KEY=JSON.
+inline ConfigOptions config_fills(const ConfigFlags& f) {
   ConfigOptions fill;
   if (f.micro_batch) fill.fill("train_micro_batch_size_per_gpu", *f.micro_batch);
   if (f.lr) fill.fill("optimizer.params.lr", *f.lr);
@@ -72,7 +65,19 @@ inline EngineConfig make_job_config(const ConfigFlags& f, EngineConfig defaults,
     }
     fill.fill(kv.substr(0, eq), v);
   }
-  fill.hidden_size = f.hidden_size;
+  return fill;
+}
+
+/// The configuration of a job on `world_size` data-parallel ranks:
+///  - with --config, the file read by EngineConfig::from_file with `fill`
+///    (config_fills plus the hidden size) and the world size;
+///  - without, `defaults` with --micro-batch and --lr set over it;
+/// then --stage over either, then `adjust` (the program's own overrides,
+/// e.g. --bf16), then EngineConfig::validate and validate_for_world.
+/// Throws ConfigError as EngineConfig::from_file / validate /
+/// validate_for_world.
+inline EngineConfig make_job_config(const ConfigFlags& f, ConfigOptions fill, EngineConfig defaults, int world_size,
+                                    const std::function<void(EngineConfig&)>& adjust = {}) {
   fill.world_size = world_size;
   EngineConfig c = f.config_path.empty() ? std::move(defaults) : EngineConfig::from_file(f.config_path, fill);
   if (f.config_path.empty() && f.micro_batch) c.train_micro_batch_size_per_gpu = *f.micro_batch;

@@ -101,12 +101,12 @@ std::vector<std::int64_t> parse_hidden(const std::string& text) {
 /// eps 1e-8, weight decay 0.01), micro-batch 32, no accumulation, clipping 1,
 /// a line every 100 steps, with the flags set over it.
 EngineConfig make_config(const Options& o, int world_size) {
-  ConfigFlags flags = o.config;
+  ConfigOptions fill = config_fills(o.config);
   const std::vector<std::int64_t> hidden = parse_hidden(o.hidden);
-  if (!hidden.empty()) flags.hidden_size = *std::max_element(hidden.begin(), hidden.end());
+  if (!hidden.empty()) fill.hidden_size = *std::max_element(hidden.begin(), hidden.end());
   EngineConfig defaults = adamw_job_defaults(32, 1e-3f, 0.999f, 0.01f);
   defaults.steps_per_print = 100;
-  return make_job_config(flags, std::move(defaults), world_size);
+  return make_job_config(o.config, std::move(fill), std::move(defaults), world_size);
 }
 
 /// Rank 0 opens the report file before training, so that a bad path fails

@@ -77,8 +77,10 @@ EngineConfig make_config(const Options& o, int dp) {
   flags.stage = o.stage;
   flags.micro_batch = o.micro_batch;
   flags.lr = o.lr;
-  flags.hidden_size = o.shape.dim;
-  return make_job_config(flags, adamw_job_defaults(o.micro_batch, static_cast<float>(o.lr), 0.95f, 0.1f), dp,
+  ConfigOptions fill = config_fills(flags);
+  fill.hidden_size = o.shape.dim;
+  return make_job_config(flags, std::move(fill),
+                         adamw_job_defaults(o.micro_batch, static_cast<float>(o.lr), 0.95f, 0.1f), dp,
                          [&](EngineConfig& c) {
                            if (o.bf16) c.compute_dtype = DType::bf16;
                            if (o.offload == "cpu") c.offload.optimizer.device = OffloadDevice::cpu;
