@@ -160,6 +160,18 @@ OffloadDevice read_device(const Reader& r, const std::string& path, ConfigDiagno
   return OffloadDevice::none;
 }
 
+// The keys offload_optimizer and offload_param share, read from `prefix`
+// ("zero_optimization.offload_optimizer." or ".offload_param.") into `tier`
+// (an OffloadOptimizerConfig or OffloadParamConfig): device, nvme_path,
+// buffer_count, pin_memory.
+template <class Tier>
+void read_offload_tier(const Reader& r, const std::string& prefix, Tier& tier, ConfigDiagnostics& d) {
+  tier.device = read_device(r, prefix + "device", d);
+  r.get(prefix + "nvme_path", tier.nvme_path);
+  r.get(prefix + "buffer_count", tier.buffer_count);
+  r.get(prefix + "pin_memory", tier.pin_memory);
+}
+
 void read_zero(const Reader& r, const std::set<std::string>& bad, EngineConfig& c, ConfigDiagnostics& d) {
   const std::string z = "zero_optimization.";
   r.get(z + "stage", c.zero.stage);
@@ -171,18 +183,12 @@ void read_zero(const Reader& r, const std::set<std::string>& bad, EngineConfig& 
   OffloadConfig& o = c.offload;
   r.get(z + "sub_group_size", o.sub_group_size);
   const std::string oo = z + "offload_optimizer.", op = z + "offload_param.";
-  o.optimizer.device = read_device(r, oo + "device", d);
-  r.get(oo + "nvme_path", o.optimizer.nvme_path);
-  r.get(oo + "buffer_count", o.optimizer.buffer_count);
-  r.get(oo + "pin_memory", o.optimizer.pin_memory);
+  read_offload_tier(r, oo, o.optimizer, d);
   r.get(oo + "pipeline_read", o.optimizer.pipeline_read);
   r.get(oo + "pipeline_write", o.optimizer.pipeline_write);
-  o.param.device = read_device(r, op + "device", d);
-  r.get(op + "nvme_path", o.param.nvme_path);
-  r.get(op + "buffer_count", o.param.buffer_count);
+  read_offload_tier(r, op, o.param, d);
   r.get(op + "buffer_size", o.param.buffer_size);
   r.get(op + "max_in_cpu", o.param.max_in_cpu);
-  r.get(op + "pin_memory", o.param.pin_memory);
   if (const json* a = r.at("aio")) {
     // AioConfig reads the section itself; its keys were type-checked above.
     bool clean = true;
