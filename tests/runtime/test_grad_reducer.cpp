@@ -9,6 +9,7 @@
 // The post-step all-gather must reassemble each unit from the ranks' shards.
 // Units are [N, 7, N] elements for N in 0, 1, 7, 57, 10001.
 #include <cstring>
+#include <initializer_list>
 #include <vector>
 
 #include <doctest/doctest.h>
@@ -126,15 +127,16 @@ struct ReducerFixture {
   GradReducer reducer;
 };
 
-}  // namespace
-
-TEST_CASE("GradReducer: stages 0/1 all-reduce the full gradients into the closed-form sum") {
-  const int w = world().world_size(), r = world().rank();
-  auto ops = make_cpu_ops();
+// Runs body(layout, d, f) for every layout size of kSizes, bucket size of
+// bucket_sizes, stage of `stages`, overlap off and on, and dtype pair of
+// kDtypes, each with a fresh ReducerFixture f; the case is captured for
+// failure messages.
+template <class Body>
+void for_each_reduction(DeviceOps& ops, std::initializer_list<int> stages, Body body) {
   for (std::size_t n : kSizes) {
     const FlatLayout layout = make_layout(n);
     for (std::size_t bucket : bucket_sizes(layout, n)) {
-      for (int stage : {0, 1}) {
+      for (int stage : stages) {
         for (bool overlap : {false, true}) {
           for (Dtypes d : kDtypes) {
             CAPTURE(n);
@@ -143,30 +145,8 @@ TEST_CASE("GradReducer: stages 0/1 all-reduce the full gradients into the closed
             CAPTURE(overlap);
             CAPTURE(dtype_name(d.compute));
             CAPTURE(dtype_name(d.comm));
-            ReducerFixture f(*ops, layout, d.compute, options(stage, bucket, overlap, d));
-            for (UnitId u = 0; u < 3; ++u) {
-              const UnitInfo& info = layout.unit(u);
-              for (std::size_t i = 0; i < info.padded; ++i) {
-                write_at(f.target.full_grad(u), d.compute, i, contribution(r, u, i, info.numel));
-              }
-            }
-            for (UnitId u = 2; u >= 0; --u) f.reducer.reduce(u);  // backward order
-            f.reducer.complete();
-            const float scale = f.reducer.options().stored_scale;
-            for (UnitId u = 0; u < 3; ++u) {
-              const UnitInfo& info = layout.unit(u);
-              int bad = 0;
-              for (std::size_t i = 0; i < info.padded && bad < 3; ++i) {
-                const float want = stored(exact_sum(w, u, i, info.numel), d.compute, scale);
-                const float got = read_at(f.target.full_grad(u), d.compute, i);
-                if (got != want) {
-                  ++bad;
-                  FAIL_CHECK("unit " << u << " element " << i << ": got " << got << ", want " << want);
-                }
-              }
-            }
-            CHECK(f.target.blocks == 0);
-            CHECK(f.ledger.current(MemCategory::unsharded) == 0);  // every bucket buffer went back
+            ReducerFixture f(ops, layout, d.compute, options(stage, bucket, overlap, d));
+            body(layout, d, f);
           }
         }
       }
@@ -174,59 +154,75 @@ TEST_CASE("GradReducer: stages 0/1 all-reduce the full gradients into the closed
   }
 }
 
-TEST_CASE("GradReducer: stages 2/3 reduce-scatter micro-batch gradients into the shards, accumulating") {
+}  // namespace
+
+TEST_CASE("GradReducer: stages 0/1 all-reduce the full gradients into the closed-form sum") {
   const int w = world().world_size(), r = world().rank();
   auto ops = make_cpu_ops();
-  for (std::size_t n : kSizes) {
-    const FlatLayout layout = make_layout(n);
-    for (std::size_t bucket : bucket_sizes(layout, n)) {
-      for (int stage : {2, 3}) {
-        for (bool overlap : {false, true}) {
-          for (Dtypes d : kDtypes) {
-            CAPTURE(n);
-            CAPTURE(bucket);
-            CAPTURE(stage);
-            CAPTURE(overlap);
-            CAPTURE(dtype_name(d.compute));
-            CAPTURE(dtype_name(d.comm));
-            ReducerFixture f(*ops, layout, d.compute, options(stage, bucket, overlap, d));
-            // fp32: two micro-batches (the shard holds twice the sum, exact);
-            // 16-bit: one (a second addition would round).
-            const int micro = d.compute == DType::f32 ? 2 : 1;
-            for (int m = 0; m < micro; ++m) {
-              for (UnitId u = 2; u >= 0; --u) {
-                const UnitInfo& info = layout.unit(u);
-                void* g = f.reducer.micro_batch_grad(u);
-                CHECK(f.reducer.micro_batch_grad(u) == g);  // one buffer per micro-batch
-                for (std::size_t i = 0; i < info.padded; ++i) {
-                  CHECK(read_at(g, d.compute, i) == 0.0f);  // leased zeroed
-                  write_at(g, d.compute, i, contribution(r, u, i, info.numel));
-                }
-                f.reducer.reduce(u);
-              }
-              f.reducer.complete();
-            }
-            const float scale = f.reducer.options().stored_scale;
-            for (UnitId u = 0; u < 3; ++u) {
-              const UnitInfo& info = layout.unit(u);
-              int bad = 0;
-              for (std::size_t j = 0; j < info.shard && bad < 3; ++j) {
-                const std::size_t i = static_cast<std::size_t>(r) * info.shard + j;
-                const float want =
-                    static_cast<float>(micro) * stored(exact_sum(w, u, i, info.numel), d.compute, scale);
-                const float got = read_at(f.target.shard[static_cast<std::size_t>(u)].data(), d.compute, j);
-                if (got != want) {
-                  ++bad;
-                  FAIL_CHECK("unit " << u << " shard element " << j << ": got " << got << ", want " << want);
-                }
-              }
-            }
-            CHECK(f.ledger.current(MemCategory::unsharded) == 0);  // micro-batch and bucket buffers went back
-          }
+  for_each_reduction(*ops, {0, 1}, [&](const FlatLayout& layout, Dtypes d, ReducerFixture& f) {
+    for (UnitId u = 0; u < 3; ++u) {
+      const UnitInfo& info = layout.unit(u);
+      for (std::size_t i = 0; i < info.padded; ++i) {
+        write_at(f.target.full_grad(u), d.compute, i, contribution(r, u, i, info.numel));
+      }
+    }
+    for (UnitId u = 2; u >= 0; --u) f.reducer.reduce(u);  // backward order
+    f.reducer.complete();
+    const float scale = f.reducer.options().stored_scale;
+    for (UnitId u = 0; u < 3; ++u) {
+      const UnitInfo& info = layout.unit(u);
+      int bad = 0;
+      for (std::size_t i = 0; i < info.padded && bad < 3; ++i) {
+        const float want = stored(exact_sum(w, u, i, info.numel), d.compute, scale);
+        const float got = read_at(f.target.full_grad(u), d.compute, i);
+        if (got != want) {
+          ++bad;
+          FAIL_CHECK("unit " << u << " element " << i << ": got " << got << ", want " << want);
         }
       }
     }
-  }
+    CHECK(f.target.blocks == 0);
+    CHECK(f.ledger.current(MemCategory::unsharded) == 0);  // every bucket buffer went back
+  });
+}
+
+TEST_CASE("GradReducer: stages 2/3 reduce-scatter micro-batch gradients into the shards, accumulating") {
+  const int w = world().world_size(), r = world().rank();
+  auto ops = make_cpu_ops();
+  for_each_reduction(*ops, {2, 3}, [&](const FlatLayout& layout, Dtypes d, ReducerFixture& f) {
+    // fp32: two micro-batches (the shard holds twice the sum, exact);
+    // 16-bit: one (a second addition would round).
+    const int micro = d.compute == DType::f32 ? 2 : 1;
+    for (int m = 0; m < micro; ++m) {
+      for (UnitId u = 2; u >= 0; --u) {
+        const UnitInfo& info = layout.unit(u);
+        void* g = f.reducer.micro_batch_grad(u);
+        CHECK(f.reducer.micro_batch_grad(u) == g);  // one buffer per micro-batch
+        for (std::size_t i = 0; i < info.padded; ++i) {
+          CHECK(read_at(g, d.compute, i) == 0.0f);  // leased zeroed
+          write_at(g, d.compute, i, contribution(r, u, i, info.numel));
+        }
+        f.reducer.reduce(u);
+      }
+      f.reducer.complete();
+    }
+    const float scale = f.reducer.options().stored_scale;
+    for (UnitId u = 0; u < 3; ++u) {
+      const UnitInfo& info = layout.unit(u);
+      int bad = 0;
+      for (std::size_t j = 0; j < info.shard && bad < 3; ++j) {
+        const std::size_t i = static_cast<std::size_t>(r) * info.shard + j;
+        const float want =
+            static_cast<float>(micro) * stored(exact_sum(w, u, i, info.numel), d.compute, scale);
+        const float got = read_at(f.target.shard[static_cast<std::size_t>(u)].data(), d.compute, j);
+        if (got != want) {
+          ++bad;
+          FAIL_CHECK("unit " << u << " shard element " << j << ": got " << got << ", want " << want);
+        }
+      }
+    }
+    CHECK(f.ledger.current(MemCategory::unsharded) == 0);  // micro-batch and bucket buffers went back
+  });
 }
 
 TEST_CASE("GradReducer: a unit never handed a gradient reduces as zeros; discard() drops a half-done micro-batch") {
