@@ -24,6 +24,7 @@
 #include "examples/gpt/text_corpus.h"
 #include "runtime/engine.h"
 #include "safetensors_reader.h"
+#include "tests/support/scratch_files.h"
 
 namespace zeroshard::examples {
 namespace {
@@ -163,8 +164,7 @@ std::string load_error(MeshShape shape, int stage, const fs::path& dir) {
 TEST_CASE("gpt on a mesh: a (2, 2) checkpoint loads at (1, 2) bit for bit and continues; (4, 1) is refused") {
   if (world().world_size() != 4) return;
   const fs::path dir = fs::temp_directory_path() / "zs-test-gpt-mesh-ckpt";
-  if (world().rank() == 0) fs::remove_all(dir);
-  world().barrier();
+  testing::remove_dir_on_rank0(world(), dir);
   const auto batches = fixed_batches();
   std::vector<std::vector<float>> saved_master, saved_avg;
   std::vector<std::vector<float>> continued;

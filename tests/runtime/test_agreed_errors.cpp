@@ -18,6 +18,7 @@
 #include "runtime/engine.h"
 #include "runtime/swap_sharing.h"
 #include "tests/support/ckpt_model.h"
+#include "tests/support/scratch_files.h"
 #include "tests/support/test_world.h"
 
 using namespace zeroshard;
@@ -74,8 +75,7 @@ EngineConfig nvme_config() {
 // test_dir(name), emptied by rank 0 before every rank goes on.
 fs::path fresh_dir(const std::string& name) {
   const fs::path dir = test_dir(name);
-  if (world().rank() == 0) fs::remove_all(dir);
-  world().barrier();
+  remove_dir_on_rank0(world(), dir);
   return dir;
 }
 
