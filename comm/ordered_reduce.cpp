@@ -20,14 +20,13 @@ BlockSum host_block_sum() {
   };
 }
 
-OrderedReduction OrderedReduction::reduce_scatter(Communicator& comm, const void* send, void* scratch, void* recv,
-                                                  std::size_t count, DType dtype, BlockSum sum) {
-  check_buffer(recv, count, "ordered reduce_scatter recv");
-  check_reduce_scatter_disjoint(send, recv, count, dtype, comm.world_size());
+OrderedReduction OrderedReduction::post(Communicator& comm, const void* send, void* buf, void* scratch,
+                                        std::size_t count, DType dtype, BlockSum sum, bool all_reduce) {
   OrderedReduction r;
   r.comm_ = &comm;
   r.sum_ = std::move(sum);
-  r.buf_ = recv;
+  r.all_reduce_ = all_reduce;
+  r.buf_ = buf;
   r.scratch_ = scratch;
   r.count_ = count;
   r.dtype_ = dtype;
@@ -36,19 +35,16 @@ OrderedReduction OrderedReduction::reduce_scatter(Communicator& comm, const void
   return r;
 }
 
+OrderedReduction OrderedReduction::reduce_scatter(Communicator& comm, const void* send, void* scratch, void* recv,
+                                                  std::size_t count, DType dtype, BlockSum sum) {
+  check_buffer(recv, count, "ordered reduce_scatter recv");
+  check_reduce_scatter_disjoint(send, recv, count, dtype, comm.world_size());
+  return post(comm, send, recv, scratch, count, dtype, std::move(sum), false);
+}
+
 OrderedReduction OrderedReduction::all_reduce(Communicator& comm, void* buf, void* scratch, std::size_t block,
                                               DType dtype, BlockSum sum) {
-  OrderedReduction r;
-  r.comm_ = &comm;
-  r.sum_ = std::move(sum);
-  r.all_reduce_ = true;
-  r.buf_ = buf;
-  r.scratch_ = scratch;
-  r.count_ = block;
-  r.dtype_ = dtype;
-  r.work_ = comm.iall_to_all(buf, scratch, block, dtype);  // checks buf/scratch
-  r.phase_ = Phase::exchanging;
-  return r;
+  return post(comm, buf, buf, scratch, block, dtype, std::move(sum), true);
 }
 
 // The exchange is complete: sum the N contributions in rank order.

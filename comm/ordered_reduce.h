@@ -118,6 +118,11 @@ class OrderedReduction {
 
  private:
   enum class Phase { exchanging, gathering, done };
+  /// Posts the all-to-all of `send` (world_size() blocks of `count`
+  /// elements) into scratch; the sum later goes to `buf` (reduce-scatter:
+  /// recv; all-reduce: this rank's block of buf). Throws as reduce_scatter.
+  static OrderedReduction post(Communicator& comm, const void* send, void* buf, void* scratch, std::size_t count,
+                               DType dtype, BlockSum sum, bool all_reduce);
   void sum_now();
 
   Communicator* comm_ = nullptr;

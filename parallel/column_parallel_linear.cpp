@@ -3,6 +3,7 @@
 #include "core/error.h"
 #include "parallel/check_size.h"
 #include "parallel/gemm.h"
+#include "parallel/linear_common.h"
 
 namespace zeroshard::parallel {
 
@@ -14,16 +15,7 @@ ColumnParallelLinear::ColumnParallelLinear(Communicator& tp_group, std::size_t i
                                            std::size_t out_features, bool bias,
                                            std::size_t granule)
     : tp_(tp_group), in_(in_features), out_(out_features), bias_(bias) {
-  if (in_ == 0 || out_ == 0) {
-    throw ConfigError(fmt::format("{}: in_features={} and out_features={} must both be >= 1",
-                                  kName, in_, out_));
-  }
-  if (granule == 0 || out_ % granule != 0) {
-    throw ConfigError(fmt::format("{}: granule={} must be >= 1 and divide out_features={}", kName,
-                                  granule, out_));
-  }
-  const Slice blocks = split_slice(out_ / granule, tp_.world_size(), tp_.rank());
-  slice_ = Slice{blocks.begin * granule, blocks.size * granule};
+  slice_ = linear_split(kName, in_, out_, out_, "out_features", granule, tp_.world_size(), tp_.rank());
 }
 
 void ColumnParallelLinear::forward(std::span<const float> x, std::size_t tokens,
@@ -35,12 +27,7 @@ void ColumnParallelLinear::forward(std::span<const float> x, std::size_t tokens,
   check_size(kName, "forward bias", bias.size(), bias_elements());
   check_size(kName, "forward y", y.size(), tokens * lo);
   sgemm(Trans::no, Trans::yes, tokens, lo, in_, 1.0f, x.data(), weight.data(), 0.0f, y.data());
-  if (bias_) {
-    for (std::size_t t = 0; t < tokens; ++t) {
-      float* row = y.data() + t * lo;
-      for (std::size_t o = 0; o < lo; ++o) row[o] += bias[o];
-    }
-  }
+  if (bias_) add_bias_rows(y.data(), bias.data(), tokens, lo);
 }
 
 void ColumnParallelLinear::backward(std::span<const float> x, std::span<const float> dy,
@@ -56,12 +43,7 @@ void ColumnParallelLinear::backward(std::span<const float> x, std::span<const fl
   check_size(kName, "backward dbias", dbias.size(), bias_elements());
   // dW [lo, in] += dY^T [lo, tokens] X [tokens, in]
   sgemm(Trans::yes, Trans::no, lo, in_, tokens, 1.0f, dy.data(), x.data(), 1.0f, dweight.data());
-  if (bias_) {
-    for (std::size_t t = 0; t < tokens; ++t) {
-      const float* row = dy.data() + t * lo;
-      for (std::size_t o = 0; o < lo; ++o) dbias[o] += row[o];
-    }
-  }
+  if (bias_) add_column_sums(dbias.data(), dy.data(), tokens, lo);
   if (dx.empty()) return;
   // This rank's part of dX [tokens, in] = dY [tokens, lo] W [lo, in]; the
   // full dX is the sum of the parts over the group (Megatron's f backward).

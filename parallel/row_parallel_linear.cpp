@@ -3,6 +3,7 @@
 #include "core/error.h"
 #include "parallel/check_size.h"
 #include "parallel/gemm.h"
+#include "parallel/linear_common.h"
 
 namespace zeroshard::parallel {
 
@@ -14,16 +15,7 @@ RowParallelLinear::RowParallelLinear(Communicator& tp_group, std::size_t in_feat
                                      std::size_t out_features, bool bias,
                                      std::size_t granule)
     : tp_(tp_group), in_(in_features), out_(out_features), bias_(bias) {
-  if (in_ == 0 || out_ == 0) {
-    throw ConfigError(fmt::format("{}: in_features={} and out_features={} must both be >= 1",
-                                  kName, in_, out_));
-  }
-  if (granule == 0 || in_ % granule != 0) {
-    throw ConfigError(fmt::format("{}: granule={} must be >= 1 and divide in_features={}", kName,
-                                  granule, in_));
-  }
-  const Slice blocks = split_slice(in_ / granule, tp_.world_size(), tp_.rank());
-  slice_ = Slice{blocks.begin * granule, blocks.size * granule};
+  slice_ = linear_split(kName, in_, out_, in_, "in_features", granule, tp_.world_size(), tp_.rank());
 }
 
 void RowParallelLinear::forward(std::span<const float> x, std::size_t tokens,
@@ -38,12 +30,7 @@ void RowParallelLinear::forward(std::span<const float> x, std::size_t tokens,
   // rank with no columns contributes zeros (sgemm with k = 0, beta = 0).
   sgemm(Trans::no, Trans::yes, tokens, out_, li, 1.0f, x.data(), weight.data(), 0.0f, y.data());
   tp_.all_reduce(y.data(), y.size(), DType::f32, ReduceOp::sum);
-  if (bias_) {
-    for (std::size_t t = 0; t < tokens; ++t) {
-      float* row = y.data() + t * out_;
-      for (std::size_t o = 0; o < out_; ++o) row[o] += bias[o];
-    }
-  }
+  if (bias_) add_bias_rows(y.data(), bias.data(), tokens, out_);
 }
 
 void RowParallelLinear::backward(std::span<const float> x, std::span<const float> dy,
@@ -59,12 +46,7 @@ void RowParallelLinear::backward(std::span<const float> x, std::span<const float
   check_size(kName, "backward dbias", dbias.size(), bias_elements());
   // dW_local [out, li] += dY^T [out, tokens] X_local [tokens, li]
   sgemm(Trans::yes, Trans::no, out_, li, tokens, 1.0f, dy.data(), x.data(), 1.0f, dweight.data());
-  if (bias_) {
-    for (std::size_t t = 0; t < tokens; ++t) {
-      const float* row = dy.data() + t * out_;
-      for (std::size_t o = 0; o < out_; ++o) dbias[o] += row[o];
-    }
-  }
+  if (bias_) add_column_sums(dbias.data(), dy.data(), tokens, out_);
   // dX_local [tokens, li] = dY [tokens, out] W_local [out, li]
   if (!dx.empty()) {
     sgemm(Trans::no, Trans::no, tokens, li, out_, 1.0f, dy.data(), weight.data(), 0.0f,

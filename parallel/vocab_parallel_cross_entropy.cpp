@@ -22,20 +22,11 @@ VocabParallelCrossEntropy::VocabParallelCrossEntropy(Communicator& tp_group, std
   slice_ = split_slice(vocab_, tp_.world_size(), tp_.rank());
 }
 
-void VocabParallelCrossEntropy::check_targets(std::span<const std::int32_t> targets) const {
-  for (std::size_t t = 0; t < targets.size(); ++t) {
-    if (targets[t] < 0 || static_cast<std::size_t>(targets[t]) >= vocab_) {
-      throw InvariantError(fmt::format("{}: token {} has target {}, outside the vocabulary [0, {})",
-                                       kName, t, targets[t], vocab_));
-    }
-  }
-}
-
 CrossEntropyForward VocabParallelCrossEntropy::forward(
     std::span<const float> logits, std::span<const std::int32_t> targets) const {
   const std::size_t tokens = targets.size();
   const std::size_t lv = slice_.size;
-  check_targets(targets);
+  check_token_ids(kName, "target", targets, vocab_);
   check_size(kName, "forward logits", logits.size(), tokens * lv);
 
   // m_i: the row maximum over the whole vocabulary (-inf on a rank with an
@@ -78,7 +69,7 @@ void VocabParallelCrossEntropy::backward(std::span<const float> logits,
                                          std::span<float> dlogits) const {
   const std::size_t tokens = targets.size();
   const std::size_t lv = slice_.size;
-  check_targets(targets);
+  check_token_ids(kName, "target", targets, vocab_);
   check_size(kName, "backward logits", logits.size(), tokens * lv);
   check_size(kName, "backward log_sum_exp", saved.log_sum_exp.size(), tokens);
   check_size(kName, "backward dlogits", dlogits.size(), tokens * lv);

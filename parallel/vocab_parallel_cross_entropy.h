@@ -75,8 +75,6 @@ class VocabParallelCrossEntropy {
                 std::span<float> dlogits) const;
 
  private:
-  void check_targets(std::span<const std::int32_t> targets) const;
-
   Communicator& tp_;
   std::size_t vocab_;
   Slice slice_;

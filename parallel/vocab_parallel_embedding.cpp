@@ -25,18 +25,9 @@ VocabParallelEmbedding::VocabParallelEmbedding(Communicator& tp_group, std::size
   slice_ = split_slice(vocab_, tp_.world_size(), tp_.rank());
 }
 
-void VocabParallelEmbedding::check_ids(std::span<const std::int32_t> ids) const {
-  for (std::size_t t = 0; t < ids.size(); ++t) {
-    if (ids[t] < 0 || static_cast<std::size_t>(ids[t]) >= vocab_) {
-      throw InvariantError(fmt::format("{}: token {} has id {}, outside the vocabulary [0, {})",
-                                       kName, t, ids[t], vocab_));
-    }
-  }
-}
-
 void VocabParallelEmbedding::forward(std::span<const std::int32_t> ids,
                                      std::span<const float> weight, std::span<float> out) const {
-  check_ids(ids);
+  check_token_ids(kName, "id", ids, vocab_);
   check_size(kName, "forward weight", weight.size(), weight_elements());
   check_size(kName, "forward out", out.size(), ids.size() * dim_);
   for (std::size_t t = 0; t < ids.size(); ++t) {
@@ -53,7 +44,7 @@ void VocabParallelEmbedding::forward(std::span<const std::int32_t> ids,
 
 void VocabParallelEmbedding::backward(std::span<const std::int32_t> ids,
                                       std::span<const float> dout, std::span<float> dweight) const {
-  check_ids(ids);
+  check_token_ids(kName, "id", ids, vocab_);
   check_size(kName, "backward dout", dout.size(), ids.size() * dim_);
   check_size(kName, "backward dweight", dweight.size(), weight_elements());
   for (std::size_t t = 0; t < ids.size(); ++t) {

@@ -57,8 +57,6 @@ class VocabParallelEmbedding {
                 std::span<float> dweight) const;
 
  private:
-  void check_ids(std::span<const std::int32_t> ids) const;
-
   Communicator& tp_;
   std::size_t vocab_;
   std::size_t dim_;

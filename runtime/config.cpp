@@ -7,8 +7,10 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <initializer_list>
 #include <set>
 #include <sstream>
+#include <utility>
 
 #include <nlohmann/json.hpp>
 
@@ -57,6 +59,25 @@ class Reader {
   const json& doc_;
   const std::set<std::string>& bad_;
 };
+
+// Reads the string at `path`, when the file sets it, into `out` (an E or an
+// optional<E>) as the value its spelling names in `choices` (exact,
+// case-sensitive); another spelling is recorded as a bad value with `hint`
+// ("is invalid: use ...") and leaves `out` as it was.
+template <class E, class Out>
+void read_choice(const Reader& r, const std::string& path,
+                 std::initializer_list<std::pair<const char*, E>> choices, const char* hint, Out& out,
+                 ConfigDiagnostics& d) {
+  std::string text;
+  if (!r.get(path, text)) return;
+  for (const auto& [spelling, value] : choices) {
+    if (text == spelling) {
+      out = value;
+      return;
+    }
+  }
+  d.bad_value(path, text, hint);
+}
 
 // The ConfigError text of a section reader (LrSchedule, AioConfig) recorded
 // as a problem, without its "<source>: " prefix.
@@ -123,18 +144,9 @@ void read_precision(const Reader& r, EngineConfig& c, ConfigDiagnostics& d) {
   r.get("fp16.loss_scale_window", ls.loss_scale_window);
   r.get("fp16.hysteresis", ls.hysteresis);
   r.get("fp16.min_loss_scale", ls.min_loss_scale);
-  std::string comm;
-  if (r.get("communication_data_type", comm)) {
-    if (comm == "fp32") {
-      c.communication_data_type = DType::f32;
-    } else if (comm == "bf16") {
-      c.communication_data_type = DType::bf16;
-    } else if (comm == "fp16") {
-      c.communication_data_type = DType::f16;
-    } else {
-      d.bad_value("communication_data_type", comm, "is invalid: use fp32, bf16 or fp16");
-    }
-  }
+  read_choice<DType>(r, "communication_data_type",
+                     {{"fp32", DType::f32}, {"bf16", DType::bf16}, {"fp16", DType::f16}},
+                     "is invalid: use fp32, bf16 or fp16", c.communication_data_type, d);
 }
 
 OffloadDevice read_device(const Reader& r, const std::string& path, ConfigDiagnostics& d) {
@@ -148,6 +160,18 @@ OffloadDevice read_device(const Reader& r, const std::string& path, ConfigDiagno
   return OffloadDevice::none;
 }
 
+// The keys offload_optimizer and offload_param share, read from `prefix`
+// ("zero_optimization.offload_optimizer." or ".offload_param.") into `tier`
+// (an OffloadOptimizerConfig or OffloadParamConfig): device, nvme_path,
+// buffer_count, pin_memory.
+template <class Tier>
+void read_offload_tier(const Reader& r, const std::string& prefix, Tier& tier, ConfigDiagnostics& d) {
+  tier.device = read_device(r, prefix + "device", d);
+  r.get(prefix + "nvme_path", tier.nvme_path);
+  r.get(prefix + "buffer_count", tier.buffer_count);
+  r.get(prefix + "pin_memory", tier.pin_memory);
+}
+
 void read_zero(const Reader& r, const std::set<std::string>& bad, EngineConfig& c, ConfigDiagnostics& d) {
   const std::string z = "zero_optimization.";
   r.get(z + "stage", c.zero.stage);
@@ -159,18 +183,12 @@ void read_zero(const Reader& r, const std::set<std::string>& bad, EngineConfig& 
   OffloadConfig& o = c.offload;
   r.get(z + "sub_group_size", o.sub_group_size);
   const std::string oo = z + "offload_optimizer.", op = z + "offload_param.";
-  o.optimizer.device = read_device(r, oo + "device", d);
-  r.get(oo + "nvme_path", o.optimizer.nvme_path);
-  r.get(oo + "buffer_count", o.optimizer.buffer_count);
-  r.get(oo + "pin_memory", o.optimizer.pin_memory);
+  read_offload_tier(r, oo, o.optimizer, d);
   r.get(oo + "pipeline_read", o.optimizer.pipeline_read);
   r.get(oo + "pipeline_write", o.optimizer.pipeline_write);
-  o.param.device = read_device(r, op + "device", d);
-  r.get(op + "nvme_path", o.param.nvme_path);
-  r.get(op + "buffer_count", o.param.buffer_count);
+  read_offload_tier(r, op, o.param, d);
   r.get(op + "buffer_size", o.param.buffer_size);
   r.get(op + "max_in_cpu", o.param.max_in_cpu);
-  r.get(op + "pin_memory", o.param.pin_memory);
   if (const json* a = r.at("aio")) {
     // AioConfig reads the section itself; its keys were type-checked above.
     bool clean = true;
@@ -285,16 +303,9 @@ EngineConfig EngineConfig::from_json(const json& j, const std::string& source, c
     read_optimizer(r, c, d);
     read_precision(r, c, d);
     read_zero(r, bad, c, d);
-    std::string order;
-    if (r.get("zeroshard.reduction_order", order)) {
-      if (order == "rank") {
-        c.reduction_order = ReductionOrder::rank;
-      } else if (order == "native") {
-        c.reduction_order = ReductionOrder::native;
-      } else {
-        d.bad_value("zeroshard.reduction_order", order, "is invalid: use \"rank\" or \"native\"");
-      }
-    }
+    read_choice<ReductionOrder>(r, "zeroshard.reduction_order",
+                                {{"rank", ReductionOrder::rank}, {"native", ReductionOrder::native}},
+                                "is invalid: use \"rank\" or \"native\"", c.reduction_order, d);
     read_scheduler(r, bad, c, d);
     collect_range_problems(c, d);
     if (options.world_size && d.ok()) {

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <bit>
 #include <filesystem>
+#include <functional>
 #include <memory>
 #include <nlohmann/json.hpp>
 
@@ -53,6 +54,80 @@ void read_master_range(const Manifest& m, const std::vector<std::unique_ptr<Chec
   }
 }
 
+// A checkpoint directory, its manifest and its rank files, verified (size
+// and CRC-32 against the manifest) and open for reading.
+struct VerifiedCheckpoint {
+  std::string dir;
+  Manifest m;
+  std::vector<std::unique_ptr<CheckpointReader>> files;
+};
+
+// Resolves `path` (a checkpoint directory, or a save directory whose
+// `latest` names one), reads its manifest and verifies every rank file
+// before anything is written. Throws IoError naming the first bad file.
+VerifiedCheckpoint open_verified(const std::string& path) {
+  VerifiedCheckpoint c;
+  c.dir = resolve_checkpoint_dir(path);
+  c.m = Manifest::read(c.dir);  // validated: runtime/manifest_checks.h
+  for (const ManifestFile& f : c.m.files) {
+    c.files.push_back(std::make_unique<CheckpointReader>(c.dir + "/" + f.name));
+    const RankFileCheck k = check_rank_file(c.m, f, *c.files.back());
+    if (!k.ok()) throw IoError(fmt::format("{}: {}", k.path, k.problem));
+  }
+  return c;
+}
+
+// The product of shape[from, to) (1 when the range is empty).
+std::size_t product(const std::vector<std::int64_t>& shape, std::size_t from, std::size_t to) {
+  std::size_t n = 1;
+  for (std::size_t i = from; i < to; ++i) n *= static_cast<std::size_t>(shape[i]);
+  return n;
+}
+
+// Fills dst with the fp32 values of one planned tensor (t.param->numel of them).
+using TensorSource = std::function<void(const ExportTensor& t, float* dst)>;
+
+// Writes the safetensors file of `plan`: the 8-byte header length, the
+// padded header, then each non-empty tensor in plan order, filled by `fill`
+// into one reused buffer of plan.largest_bytes. Writes out_path + ".tmp",
+// fsyncs it and renames it over out_path (its directory fsynced); on any
+// error the temporary file is removed and out_path is untouched.
+// `m` is the manifest the plan was made from (tag and step of the result);
+// `checkpoint_dir` is reported as ExportResult::checkpoint_dir. Throws
+// IoError (write failure) and whatever `fill` throws.
+ExportResult write_safetensors(const ExportPlan& plan, const Manifest& m, const std::string& checkpoint_dir,
+                               const std::string& out_path, const TensorSource& fill) {
+  const std::string tmp = out_path + ".tmp";
+  TempFileGuard guard(tmp);
+  CheckpointWriter out(tmp);
+  unsigned char length[8];
+  for (int i = 0; i < 8; ++i) length[i] = static_cast<unsigned char>(std::uint64_t(plan.header.size()) >> (8 * i));
+  out.write(length, sizeof length);
+  out.write(plan.header.data(), plan.header.size());
+
+  std::vector<float> buffer(plan.largest_bytes / sizeof(float));
+  for (const ExportTensor& t : plan.tensors) {
+    const std::uint64_t n = t.param->numel;
+    if (n == 0) continue;
+    fill(t, buffer.data());
+    out.write(buffer.data(), n * sizeof(float));
+  }
+  out.finish();
+  const fs::path parent = fs::path(out_path).parent_path();
+  rename_durable(tmp, out_path, parent.empty() ? "." : parent.string());
+  guard.release();
+
+  ExportResult r;
+  r.checkpoint_dir = checkpoint_dir;
+  r.tag = m.tag;
+  r.optimizer_step = m.optimizer_steps;
+  r.tensors = plan.tensors.size();
+  r.data_bytes = plan.data_bytes;
+  r.file_bytes = 8 + plan.header.size() + plan.data_bytes;
+  r.buffer_bytes = plan.largest_bytes;
+  return r;
+}
+
 }  // namespace
 
 ExportPlan plan_safetensors_export(const Manifest& m) {
@@ -83,38 +158,9 @@ ExportPlan plan_safetensors_export(const Manifest& m) {
   return plan;
 }
 
-namespace {
-
-// One tensor-parallel rank's checkpoint of a mesh save directory, its rank files verified and open.
-struct TpCheckpoint {
-  std::string dir;
-  Manifest m;
-  std::vector<std::unique_ptr<CheckpointReader>> files;
-};
-
-TpCheckpoint open_verified(const std::string& path) {
-  TpCheckpoint c;
-  c.dir = resolve_checkpoint_dir(path);
-  c.m = Manifest::read(c.dir);
-  for (const ManifestFile& f : c.m.files) {
-    c.files.push_back(std::make_unique<CheckpointReader>(c.dir + "/" + f.name));
-    const RankFileCheck k = check_rank_file(c.m, f, *c.files.back());
-    if (!k.ok()) throw IoError(fmt::format("{}: {}", k.path, k.problem));
-  }
-  return c;
-}
-
-std::size_t product(const std::vector<std::int64_t>& shape, std::size_t from, std::size_t to) {
-  std::size_t n = 1;
-  for (std::size_t i = from; i < to; ++i) n *= static_cast<std::size_t>(shape[i]);
-  return n;
-}
-
-}  // namespace
-
 ExportResult export_mesh_safetensors(const std::string& save_dir, const std::string& out_path) {
   // Every tp rank's checkpoint, checked to be one save of one mesh.
-  std::vector<TpCheckpoint> parts;
+  std::vector<VerifiedCheckpoint> parts;
   parts.push_back(open_verified(save_dir + "/tp-00"));
   const int tp = parts[0].m.mesh.tp;
   for (int t = 1; t < tp; ++t) {
@@ -145,99 +191,41 @@ ExportResult export_mesh_safetensors(const std::string& save_dir, const std::str
     }
   }
   const ExportPlan plan = plan_safetensors_export(full);
-  const std::string tmp = out_path + ".tmp";
-  TempFileGuard guard(tmp);
-  CheckpointWriter out(tmp);
-  unsigned char length[8];
-  for (int i = 0; i < 8; ++i) length[i] = static_cast<unsigned char>(std::uint64_t(plan.header.size()) >> (8 * i));
-  out.write(length, sizeof length);
-  out.write(plan.header.data(), plan.header.size());
-  std::vector<float> buffer(plan.largest_bytes / sizeof(float)), slice;
-  std::size_t k = 0;
-  for (std::size_t u = 0; u < full.units.size(); ++u) {
-    for (std::size_t i = 0; i < full.units[u].params.size(); ++i, ++k) {
-      const ManifestParam& fp = full.units[u].params[i];
-      if (fp.numel == 0) continue;
-      if (fp.tp_split_dim < 0) {
-        read_master_range(parts[0].m, parts[0].files, u, fp.offset, fp.numel, buffer.data());
-      } else {
-        // [outer, split, inner]: tp rank t's [outer, split / tp, inner] block goes to its split range.
-        const auto d = static_cast<std::size_t>(fp.tp_split_dim);
-        const std::size_t outer = product(fp.shape, 0, d), inner = product(fp.shape, d + 1, fp.shape.size());
-        const std::size_t local = static_cast<std::size_t>(fp.shape[d]) / static_cast<std::size_t>(tp);
-        for (int t = 0; t < tp; ++t) {
-          const TpCheckpoint& c = parts[static_cast<std::size_t>(t)];
-          const ManifestParam& lp = c.m.units[u].params[i];
-          slice.resize(lp.numel);
-          read_master_range(c.m, c.files, u, lp.offset, lp.numel, slice.data());
-          for (std::size_t o = 0; o < outer; ++o) {
-            std::copy_n(slice.data() + o * local * inner, local * inner,
-                        buffer.data() + (o * static_cast<std::size_t>(fp.shape[d]) + static_cast<std::size_t>(t) * local) * inner);
-          }
-        }
-      }
-      out.write(buffer.data(), fp.numel * sizeof(float));
+  std::vector<float> slice;
+  return write_safetensors(plan, full, save_dir, out_path, [&](const ExportTensor& t, float* dst) {
+    const ManifestParam& fp = *t.param;
+    const std::size_t u = t.unit;
+    if (fp.tp_split_dim < 0) {
+      read_master_range(parts[0].m, parts[0].files, u, fp.offset, fp.numel, dst);
+      return;
     }
-  }
-  out.finish();
-  const fs::path parent = fs::path(out_path).parent_path();
-  rename_durable(tmp, out_path, parent.empty() ? "." : parent.string());
-  guard.release();
-  ExportResult r;
-  r.checkpoint_dir = save_dir;
-  r.tag = full.tag;
-  r.optimizer_step = full.optimizer_steps;
-  r.tensors = plan.tensors.size();
-  r.data_bytes = plan.data_bytes;
-  r.file_bytes = 8 + plan.header.size() + plan.data_bytes;
-  r.buffer_bytes = plan.largest_bytes;
-  return r;
+    // [outer, split, inner]: tp rank r's [outer, split / tp, inner] block goes to its split range.
+    const auto i = static_cast<std::size_t>(t.param - full.units[u].params.data());
+    const auto d = static_cast<std::size_t>(fp.tp_split_dim);
+    const std::size_t outer = product(fp.shape, 0, d), inner = product(fp.shape, d + 1, fp.shape.size());
+    const std::size_t local = static_cast<std::size_t>(fp.shape[d]) / static_cast<std::size_t>(tp);
+    for (int r = 0; r < tp; ++r) {
+      const VerifiedCheckpoint& c = parts[static_cast<std::size_t>(r)];
+      const ManifestParam& lp = c.m.units[u].params[i];
+      slice.resize(lp.numel);
+      read_master_range(c.m, c.files, u, lp.offset, lp.numel, slice.data());
+      for (std::size_t o = 0; o < outer; ++o) {
+        std::copy_n(slice.data() + o * local * inner, local * inner,
+                    dst + (o * static_cast<std::size_t>(fp.shape[d]) + static_cast<std::size_t>(r) * local) * inner);
+      }
+    }
+  });
 }
 
 ExportResult export_safetensors(const std::string& ckpt_path, const std::string& out_path) {
   // A save directory of an engine on a mesh with tp > 1: one checkpoint per tp rank.
   if (fs::exists(ckpt_path + "/tp-00")) return export_mesh_safetensors(ckpt_path, out_path);
-  const std::string dir = resolve_checkpoint_dir(ckpt_path);
-  const Manifest m = Manifest::read(dir);  // validated: runtime/manifest_checks.h
-
   // Verify every rank file before writing anything, and keep them open.
-  std::vector<std::unique_ptr<CheckpointReader>> files;
-  for (const ManifestFile& f : m.files) {
-    files.push_back(std::make_unique<CheckpointReader>(dir + "/" + f.name));
-    const RankFileCheck c = check_rank_file(m, f, *files.back());
-    if (!c.ok()) throw IoError(fmt::format("{}: {}", c.path, c.problem));
-  }
-
-  const ExportPlan plan = plan_safetensors_export(m);
-  const std::string tmp = out_path + ".tmp";
-  TempFileGuard guard(tmp);
-  CheckpointWriter out(tmp);
-  unsigned char length[8];
-  for (int i = 0; i < 8; ++i) length[i] = static_cast<unsigned char>(std::uint64_t(plan.header.size()) >> (8 * i));
-  out.write(length, sizeof length);
-  out.write(plan.header.data(), plan.header.size());
-
-  std::vector<float> buffer(plan.largest_bytes / sizeof(float));
-  for (const ExportTensor& t : plan.tensors) {
-    const std::uint64_t n = t.param->numel;
-    if (n == 0) continue;
-    read_master_range(m, files, t.unit, t.param->offset, n, buffer.data());
-    out.write(buffer.data(), n * sizeof(float));
-  }
-  out.finish();
-  const fs::path parent = fs::path(out_path).parent_path();
-  rename_durable(tmp, out_path, parent.empty() ? "." : parent.string());
-  guard.release();
-
-  ExportResult r;
-  r.checkpoint_dir = dir;
-  r.tag = m.tag;
-  r.optimizer_step = m.optimizer_steps;
-  r.tensors = plan.tensors.size();
-  r.data_bytes = plan.data_bytes;
-  r.file_bytes = 8 + plan.header.size() + plan.data_bytes;
-  r.buffer_bytes = plan.largest_bytes;
-  return r;
+  const VerifiedCheckpoint c = open_verified(ckpt_path);
+  const ExportPlan plan = plan_safetensors_export(c.m);
+  return write_safetensors(plan, c.m, c.dir, out_path, [&](const ExportTensor& t, float* dst) {
+    read_master_range(c.m, c.files, t.unit, t.param->offset, t.param->numel, dst);
+  });
 }
 
 }  // namespace zeroshard::examples

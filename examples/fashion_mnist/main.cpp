@@ -26,13 +26,13 @@
 #include <cstring>
 #include <exception>
 #include <fstream>
-#include <optional>
 #include <string>
 #include <vector>
 
 #include "comm/communicator.h"
 #include "core/error.h"
 #include "examples/checkpoint/error_message.h"
+#include "examples/job_config.h"
 #include "examples/job_error.h"
 #include "examples/fashion_mnist/compare_stages.h"
 #include "examples/fashion_mnist/compute_device.h"
@@ -56,8 +56,7 @@ constexpr std::int64_t kPixels = 28 * 28;  ///< Fashion-MNIST images
 
 /// Command-line settings.
 struct Options {
-  std::string config_path;
-  int stage = -1;  ///< -1: from the config (or 3 without one)
+  ConfigFlags config;  ///< --config, --stage, --micro-batch, --lr, --fill
   int epochs = 2;
   std::string hidden = "1024,1024";
   std::uint64_t seed = 42;
@@ -71,9 +70,6 @@ struct Options {
   int keep_last = 0;            ///< newest checkpoints kept (0: all)
   bool resume = false;          ///< continue from the latest checkpoint in save_dir
   std::string device = "cpu";   ///< --device: cpu or cuda (compute_device.h)
-  std::optional<std::int64_t> micro_batch;  ///< --micro-batch: fills "auto" in --config
-  std::optional<double> lr;                 ///< --lr: fills "auto" in --config
-  std::vector<std::string> fills;           ///< --fill KEY=JSON: fills "auto" in --config
 };
 
 /// Hidden layer widths from "1024,1024" (empty string: no hidden layer).
@@ -99,50 +95,18 @@ std::vector<std::int64_t> parse_hidden(const std::string& text) {
   return sizes;
 }
 
-/// The configuration without --config: AdamW (lr 1e-3, betas 0.9/0.999,
-/// eps 1e-8, weight decay 0.01), micro-batch 32, no accumulation, clipping 1.
-EngineConfig default_config() {
-  EngineConfig c;
-  c.train_micro_batch_size_per_gpu = 32;
-  c.gradient_accumulation_steps = 1;
-  c.gradient_clipping = 1.0;
-  c.steps_per_print = 100;
-  c.optimizer.kind = OptimizerKind::adamw;
-  c.optimizer.lr = 1e-3;
-  c.optimizer.beta1 = 0.9;
-  c.optimizer.beta2 = 0.999;
-  c.optimizer.eps = 1e-8;
-  c.optimizer.weight_decay = 0.01;
-  c.zero.stage = 3;
-  return c;
-}
-
 /// The flags fill the "auto" values of --config (docs/config.md), as HF
 /// Trainer does from its arguments; the widest hidden layer stands for the
-/// model's hidden size. Without --config they set the default config.
+/// model's hidden size. Without --config: AdamW (lr 1e-3, betas 0.9/0.999,
+/// eps 1e-8, weight decay 0.01), micro-batch 32, no accumulation, clipping 1,
+/// a line every 100 steps, with the flags set over it.
 EngineConfig make_config(const Options& o, int world_size) {
-  ConfigOptions fill;
-  if (o.micro_batch) fill.fill("train_micro_batch_size_per_gpu", *o.micro_batch);
-  if (o.lr) fill.fill("optimizer.params.lr", *o.lr);
-  for (const std::string& f : o.fills) {
-    const std::size_t eq = f.find('=');
-    const nlohmann::json v =
-        eq == std::string::npos ? nlohmann::json() : nlohmann::json::parse(f.substr(eq + 1), nullptr, false);
-    if (eq == std::string::npos || v.is_discarded()) {
-      throw ConfigError(fmt::format("--fill \"{}\": expected KEY=JSON, e.g. optimizer.params.betas=[0.9,0.999]", f));
-    }
-    fill.fill(f.substr(0, eq), v);
-  }
+  ConfigOptions fill = config_fills(o.config);
   const std::vector<std::int64_t> hidden = parse_hidden(o.hidden);
   if (!hidden.empty()) fill.hidden_size = *std::max_element(hidden.begin(), hidden.end());
-  fill.world_size = world_size;
-  EngineConfig c = o.config_path.empty() ? default_config() : EngineConfig::from_file(o.config_path, fill);
-  if (o.config_path.empty() && o.micro_batch) c.train_micro_batch_size_per_gpu = *o.micro_batch;
-  if (o.config_path.empty() && o.lr) c.optimizer.lr = *o.lr;
-  if (o.stage >= 0) c.zero.stage = o.stage;
-  c.validate();
-  c.validate_for_world(world_size);
-  return c;
+  EngineConfig defaults = adamw_job_defaults(32, 1e-3, 0.999, 0.01);
+  defaults.steps_per_print = 100;
+  return make_job_config(o.config, std::move(fill), std::move(defaults), world_size);
 }
 
 /// Rank 0 opens the report file before training, so that a bad path fails
@@ -276,20 +240,20 @@ int main(int argc, char** argv) {
   using zeroshard::examples::Options;
   Options o;
   CLI::App app{"Data-parallel MLP training on Fashion-MNIST with ZeRO sharding (zeroshard)"};
-  app.add_option("--config", o.config_path, "ds_config JSON file (DeepSpeed keys)")
+  app.add_option("--config", o.config.config_path, "ds_config JSON file (DeepSpeed keys)")
       ->check(CLI::ExistingFile);
-  app.add_option("--stage", o.stage,
+  app.add_option("--stage", o.config.stage,
                  "ZeRO stage 0-3; overrides zero_optimization.stage (default without --config: 3)")
       ->check(CLI::Range(0, 3));
-  app.add_option("--micro-batch", o.micro_batch,
+  app.add_option("--micro-batch", o.config.micro_batch,
                  "value of an \"auto\" train_micro_batch_size_per_gpu in --config (without --config: the "
                  "micro-batch, default 32)")
       ->check(CLI::Range(std::int64_t{1}, std::int64_t{1} << 40));
-  app.add_option("--lr", o.lr,
+  app.add_option("--lr", o.config.lr,
                  "value of an \"auto\" optimizer.params.lr in --config (without --config: the learning rate, "
                  "default 1e-3)")
       ->check(CLI::NonNegativeNumber);
-  app.add_option("--fill", o.fills,
+  app.add_option("--fill", o.config.fills,
                  "KEY=JSON: value of an \"auto\" KEY in --config, e.g. gradient_clipping=1.0 (repeatable)");
   app.add_option("--epochs", o.epochs, "passes over the training set")
       ->capture_default_str()

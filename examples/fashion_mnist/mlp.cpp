@@ -88,21 +88,15 @@ Mlp::Mlp(Engine& engine, std::vector<std::int64_t> layer_sizes, std::size_t max_
   }
 }
 
-const float* Mlp::weight_f32(int l) {
-  const ParamId w = weights_[std::size_t(l)];
-  if (dtype_ == DType::f32) return engine_.param(w).data();
-  kernels::cast(wide_w_.data(), DType::f32, engine_.param_data(w, dtype_), dtype_,
-                engine_.layout().param(w).numel);
-  return wide_w_.data();
+const float* Mlp::param_f32(ParamId p, std::vector<float>& wide) {
+  if (dtype_ == DType::f32) return engine_.param(p).data();
+  kernels::cast(wide.data(), DType::f32, engine_.param_data(p, dtype_), dtype_, engine_.layout().param(p).numel);
+  return wide.data();
 }
 
-const float* Mlp::bias_f32(int l) {
-  const ParamId b = biases_[std::size_t(l)];
-  if (dtype_ == DType::f32) return engine_.param(b).data();
-  kernels::cast(wide_b_.data(), DType::f32, engine_.param_data(b, dtype_), dtype_,
-                engine_.layout().param(b).numel);
-  return wide_b_.data();
-}
+const float* Mlp::weight_f32(int l) { return param_f32(weights_[std::size_t(l)], wide_w_); }
+
+const float* Mlp::bias_f32(int l) { return param_f32(biases_[std::size_t(l)], wide_b_); }
 
 void Mlp::accumulate_grads(int l, const float* delta, const float* h_below, std::size_t n) {
   const std::size_t in = std::size_t(sizes_[std::size_t(l)]);

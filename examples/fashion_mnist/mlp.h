@@ -89,6 +89,9 @@ class Mlp final : public Classifier {
   /// See [Note: MLP precision].
   const float* weight_f32(int l);
   const float* bias_f32(int l);
+  /// Parameter p as fp32: the engine's buffer in fp32, else cast into
+  /// `wide` (at least p's elements). p's unit must be unsharded.
+  const float* param_f32(ParamId p, std::vector<float>& wide);
   /// Adds layer l's gradients for dL/dz = delta [n, out] and input h [n, in].
   void accumulate_grads(int l, const float* delta, const float* h_below, std::size_t n);
 

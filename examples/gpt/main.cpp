@@ -30,6 +30,7 @@
 #include "examples/fashion_mnist/report.h"
 #include "examples/gpt/gpt_model.h"
 #include "examples/gpt/text_corpus.h"
+#include "examples/job_config.h"
 #include "examples/job_error.h"
 #include "runtime/collective_error.h"
 #include "runtime/config.h"
@@ -67,35 +68,23 @@ struct Options {
   double temperature = 0.8;
 };
 
-/// AdamW (betas 0.9/0.95, weight decay 0.1 outside the no_decay group),
-/// clipping 1, stage 3, the flags' micro-batch and lr.
+/// --config with its "auto" values filled from the flags, or AdamW
+/// (betas 0.9/0.95, weight decay 0.1 outside the no_decay group), clipping 1,
+/// stage 3, the flags' micro-batch and lr; then --stage, --bf16, --offload.
 EngineConfig make_config(const Options& o, int dp) {
-  EngineConfig c;
-  if (!o.config_path.empty()) {
-    ConfigOptions fill;
-    fill.fill("train_micro_batch_size_per_gpu", o.micro_batch);
-    fill.fill("optimizer.params.lr", o.lr);
-    fill.hidden_size = o.shape.dim;
-    fill.world_size = dp;
-    c = EngineConfig::from_file(o.config_path, fill);
-  } else {
-    c.train_micro_batch_size_per_gpu = o.micro_batch;
-    c.gradient_accumulation_steps = 1;
-    c.gradient_clipping = 1.0;
-    c.optimizer.kind = OptimizerKind::adamw;
-    c.optimizer.lr = o.lr;
-    c.optimizer.beta1 = 0.9;
-    c.optimizer.beta2 = 0.95;
-    c.optimizer.eps = 1e-8;
-    c.optimizer.weight_decay = 0.1;
-    c.zero.stage = 3;
-  }
-  if (o.stage >= 0) c.zero.stage = o.stage;
-  if (o.bf16) c.compute_dtype = DType::bf16;
-  if (o.offload == "cpu") c.offload.optimizer.device = OffloadDevice::cpu;
-  c.validate();
-  c.validate_for_world(dp);
-  return c;
+  ConfigFlags flags;
+  flags.config_path = o.config_path;
+  flags.stage = o.stage;
+  flags.micro_batch = o.micro_batch;
+  flags.lr = o.lr;
+  ConfigOptions fill = config_fills(flags);
+  fill.hidden_size = o.shape.dim;
+  return make_job_config(flags, std::move(fill),
+                         adamw_job_defaults(o.micro_batch, o.lr, 0.95, 0.1), dp,
+                         [&](EngineConfig& c) {
+                           if (o.bf16) c.compute_dtype = DType::bf16;
+                           if (o.offload == "cpu") c.offload.optimizer.device = OffloadDevice::cpu;
+                         });
 }
 
 double bits(double nats) { return nats / std::log(2.0); }

@@ -16,20 +16,15 @@
 #include "comm/mpi/mpi_types.h"
 #include "comm_test_util.h"
 #include "core/error.h"
+#include "tests/support/thrown.h"
 
 namespace zeroshard {
 namespace {
 
 using test::Bytes;
 
-std::string message_of(auto&& fn) {
-  try {
-    fn();
-  } catch (const CommError& e) {
-    return e.what();
-  }
-  return "";
-}
+// The message of the CommError that fn throws ("" if none).
+std::string message_of(auto&& fn) { return testing::error_message<CommError>(fn); }
 
 TEST_CASE("mpi: world communicator, repeated creation, thread level") {
   std::unique_ptr<Communicator> a = make_world_communicator();

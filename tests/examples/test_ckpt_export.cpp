@@ -19,6 +19,7 @@
 #include "examples/checkpoint/safetensors_export.h"
 #include "runtime/engine.h"
 #include "tests/examples/safetensors_reader.h"
+#include "tests/support/scratch_files.h"
 #include "tests/support/test_world.h"
 
 using namespace zeroshard;
@@ -78,11 +79,7 @@ EngineConfig config_for(int stage, DType dtype) {
 /// A directory for this world size, emptied by rank 0.
 std::string fresh_dir(const std::string& name) {
   const std::string dir = fmt::format("ckpt-export-{}-np{}", name, world().world_size());
-  if (world().rank() == 0) {
-    fs::remove_all(dir);
-    fs::create_directories(dir);
-  }
-  world().barrier();
+  make_empty_dir_on_rank0(world(), dir);
   return dir;
 }
 
@@ -90,16 +87,6 @@ std::string fresh_dir(const std::string& name) {
 int run_status(const std::string& command) {
   const int status = std::system(command.c_str());
   return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-}
-
-void flip_byte(const std::string& path, std::uint64_t offset) {
-  std::fstream f(path, std::ios::in | std::ios::out | std::ios::binary);
-  f.seekg(static_cast<std::streamoff>(offset));
-  char c = 0;
-  f.read(&c, 1);
-  c = static_cast<char>(c ^ 0x20);
-  f.seekp(static_cast<std::streamoff>(offset));
-  f.write(&c, 1);
 }
 
 /// Checks the export of `save_dir` against `want` (name -> gathered master).
@@ -171,11 +158,11 @@ TEST_CASE("zs_ckpt_export refuses corrupted, truncated and missing shards before
     const std::string ckpt = examples::resolve_checkpoint_dir(dir);
     const std::string shard = ckpt + "/" + rank_file_name(world().world_size() - 1);
     const std::string out = dir + "/out.safetensors";
-    flip_byte(shard, 5);
+    flip_bits(shard, 5, 0x20);
     CHECK_THROWS_WITH_AS(examples::export_safetensors(dir, out), doctest::Contains("CRC-32"), IoError);
     CHECK_FALSE(fs::exists(out));
     CHECK_FALSE(fs::exists(out + ".tmp"));
-    flip_byte(shard, 5);
+    flip_bits(shard, 5, 0x20);
     CHECK_NOTHROW(examples::export_safetensors(dir, out));
     fs::resize_file(shard, fs::file_size(shard) - 4);
     CHECK_THROWS_WITH_AS(examples::export_safetensors(dir, out + "2"), doctest::Contains("truncated"), IoError);
@@ -205,7 +192,7 @@ TEST_CASE("zs_ckpt_inspect --verify and zs_ckpt_export exit codes") {
       CHECK(run_status(fmt::format("{} {}/{} --verify{}", inspect, dir, tag, log)) == 0);
       CHECK(run_status(fmt::format("{} {} {}/cli.safetensors{}", exporter, dir, dir, log)) == 0);
       CHECK(fs::exists(dir + "/cli.safetensors"));
-      flip_byte(dir + "/" + tag + "/" + rank_file_name(0), 1);
+      flip_bits(dir + "/" + tag + "/" + rank_file_name(0), 1, 0x20);
       CHECK(run_status(fmt::format("{} {} --verify{}", inspect, dir, log)) == 2);
       std::ifstream in(dir + "/log.txt");
       const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
@@ -222,11 +209,7 @@ TEST_CASE("fixture for the Python safetensors check (only with ZS_CKPT_FIXTURE)"
   const char* fixture = std::getenv("ZS_CKPT_FIXTURE");
   if (fixture == nullptr) return;
   const std::string dir = fixture;
-  if (world().rank() == 0) {
-    fs::remove_all(dir);
-    fs::create_directories(dir);
-  }
-  world().barrier();
+  make_empty_dir_on_rank0(world(), dir);
   Engine engine(config_for(3, DType::bf16), world());
   const Model model(engine);
   model.train_step(engine);

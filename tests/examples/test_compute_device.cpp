@@ -13,6 +13,7 @@
 #include "examples/fashion_mnist/mlp.h"
 #include "runtime/config.h"
 #include "runtime/engine.h"
+#include "tests/support/thrown.h"
 
 using namespace zeroshard;
 using namespace zeroshard::examples;
@@ -20,15 +21,7 @@ using namespace zeroshard::examples;
 namespace {
 
 /// The message of the zeroshard::Error that f throws ("" if none).
-template <class F>
-std::string error_of(F&& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return {};
-}
+std::string error_of(auto&& f) { return testing::error_message<Error>(f); }
 
 }  // namespace
 

@@ -24,6 +24,7 @@
 #include "examples/gpt/text_corpus.h"
 #include "runtime/engine.h"
 #include "safetensors_reader.h"
+#include "tests/support/scratch_files.h"
 
 namespace zeroshard::examples {
 namespace {
@@ -145,11 +146,25 @@ TEST_CASE("gpt on a mesh: losses, global norm and final parameters equal the sin
   }
 }
 
+// The message of the error that loading the checkpoint at `dir` into a GPT
+// engine on a `shape` mesh of the world at ZeRO `stage` throws ("" if none).
+std::string load_error(MeshShape shape, int stage, const fs::path& dir) {
+  Mesh mesh(world(), shape);
+  Engine engine(adamw(stage), mesh);
+  Gpt gpt(engine, mesh, kShape);
+  engine.finalize();
+  try {
+    engine.load_checkpoint(dir.string());
+  } catch (const std::exception& e) {
+    return e.what();
+  }
+  return "";
+}
+
 TEST_CASE("gpt on a mesh: a (2, 2) checkpoint loads at (1, 2) bit for bit and continues; (4, 1) is refused") {
   if (world().world_size() != 4) return;
   const fs::path dir = fs::temp_directory_path() / "zs-test-gpt-mesh-ckpt";
-  if (world().rank() == 0) fs::remove_all(dir);
-  world().barrier();
+  testing::remove_dir_on_rank0(world(), dir);
   const auto batches = fixed_batches();
   std::vector<std::vector<float>> saved_master, saved_avg;
   std::vector<std::vector<float>> continued;
@@ -190,31 +205,13 @@ TEST_CASE("gpt on a mesh: a (2, 2) checkpoint loads at (1, 2) bit for bit and co
   }
   // (4, 1): refused, naming both sizes.
   {
-    Mesh mesh(world(), MeshShape{4, 1});
-    Engine engine(adamw(1), mesh);
-    Gpt gpt(engine, mesh, kShape);
-    engine.finalize();
-    std::string what;
-    try {
-      engine.load_checkpoint(dir.string());
-    } catch (const std::exception& e) {
-      what = e.what();
-    }
+    const std::string what = load_error(MeshShape{4, 1}, 1, dir);
     CHECK(what.find("tensor-parallel size 2") != std::string::npos);
     CHECK(what.find("tensor-parallel size 1") != std::string::npos);
   }
   // (1, 4): refused on every rank, tp ranks 2 and 3 (no tp-02, tp-03 folder) too.
   {
-    Mesh mesh(world(), MeshShape{1, 4});
-    Engine engine(adamw(3), mesh);
-    Gpt gpt(engine, mesh, kShape);
-    engine.finalize();
-    std::string what;
-    try {
-      engine.load_checkpoint(dir.string());
-    } catch (const std::exception& e) {
-      what = e.what();
-    }
+    const std::string what = load_error(MeshShape{1, 4}, 3, dir);
     CHECK(what.find("tensor-parallel size 2") != std::string::npos);
     CHECK(what.find("tensor-parallel size 4") != std::string::npos);
   }

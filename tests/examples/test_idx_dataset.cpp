@@ -15,6 +15,7 @@
 
 #include "core/error.h"
 #include "examples/fashion_mnist/idx_dataset.h"
+#include "tests/support/thrown.h"
 
 namespace fs = std::filesystem;
 using namespace zeroshard;
@@ -67,15 +68,7 @@ void write_gz(const std::string& path, const std::vector<std::uint8_t>& bytes) {
 }
 
 /// The message of the IoError that f throws ("" if it throws none).
-template <typename F>
-std::string io_error_of(F&& f) {
-  try {
-    f();
-  } catch (const IoError& e) {
-    return e.what();
-  }
-  return "";
-}
+std::string io_error_of(auto&& f) { return testing::error_message<IoError>(f); }
 
 std::vector<std::uint8_t> pixel_ramp(std::size_t n) {
   std::vector<std::uint8_t> v(n);

@@ -28,6 +28,7 @@
 #include "runtime/collective_error.h"
 #include "runtime/engine.h"
 #include "tests/support/ckpt_model.h"
+#include "tests/support/scratch_files.h"
 #include "tests/support/test_world.h"
 
 using namespace zeroshard;
@@ -51,8 +52,7 @@ int run_status(const std::string& command) {
 // A checkpoint saved by this process group; returns the checkpoint directory.
 std::string saved_checkpoint(const std::string& name) {
   const std::string dir = fmt::format("manifest-checks-{}-np{}", name, world().world_size());
-  if (world().rank() == 0) fs::remove_all(dir);
-  world().barrier();
+  remove_dir_on_rank0(world(), dir);
   Engine e(make_config(2), world());
   CkptModel m(e);
   m.train_step(e, 1);

@@ -17,6 +17,7 @@
 #include "examples/fashion_mnist/data_parallel.h"
 #include "examples/fashion_mnist/trainer.h"
 #include "runtime/config.h"
+#include "tests/support/scratch_files.h"
 
 using namespace zeroshard;
 using namespace zeroshard::examples;
@@ -84,11 +85,7 @@ struct Fixture {
 
 std::string fresh_dir(Communicator& comm, const std::string& name) {
   const std::string dir = fmt::format("resume-{}-np{}", name, comm.world_size());
-  if (comm.rank() == 0) {
-    fs::remove_all(dir);
-    fs::create_directories(dir);
-  }
-  comm.barrier();
+  testing::make_empty_dir_on_rank0(comm, dir);
   return dir;
 }
 

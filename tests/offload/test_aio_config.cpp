@@ -8,6 +8,7 @@
 
 #include "core/error.h"
 #include "offload/aio_config.h"
+#include "tests/support/thrown.h"
 
 using namespace zeroshard;
 using nlohmann::json;
@@ -15,13 +16,8 @@ using nlohmann::json;
 namespace {
 
 std::string config_error_of(const json& j) {
-  try {
-    AioConfig::from_json(j, "ds.json");
-  } catch (const ConfigError& e) {
-    return e.what();
-  }
-  FAIL("expected ConfigError");
-  return {};
+  return testing::required_error_message<ConfigError>([&] { AioConfig::from_json(j, "ds.json"); },
+                                                      "expected ConfigError");
 }
 
 }  // namespace

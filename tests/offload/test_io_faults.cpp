@@ -16,6 +16,7 @@
 #include "offload/fault_injection.h"
 #include "offload/free_space.h"
 #include "offload/swap_directory.h"
+#include "tests/support/thrown.h"
 
 using namespace zeroshard;
 using namespace zeroshard::test;
@@ -23,16 +24,7 @@ using namespace zeroshard::test;
 namespace {
 
 // Runs `f`, which must throw IoError; returns its message.
-template <class F>
-std::string io_error_of(F&& f) {
-  try {
-    f();
-  } catch (const IoError& e) {
-    return e.what();
-  }
-  FAIL("expected an IoError");
-  return {};
-}
+std::string io_error_of(auto&& f) { return testing::required_error_message<IoError>(f, "expected an IoError"); }
 
 // Checks that `key` in `dir` still reads back as pattern `seed` of `n` bytes.
 void check_readable(SwapDirectory& dir, const std::string& key, std::uint64_t n, std::uint64_t seed) {

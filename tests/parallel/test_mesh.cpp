@@ -26,6 +26,18 @@ std::vector<int> gathered_world_ranks(Communicator& group, int world_rank) {
   return std::vector<int>(all.begin(), all.end());
 }
 
+// Checks that an all-reduce (sum) over `group` of (world rank, 1) from every
+// member gives the sum of the world ranks `members` and `size`: the
+// reduction reaches exactly the members. Collective over `group`.
+void check_group_sum(Communicator& group, int world_rank, const std::vector<int>& members, int size) {
+  double sums[2] = {static_cast<double>(world_rank), 1.0};
+  group.all_reduce(sums, 2, DType::f64, ReduceOp::sum);
+  double want_sum = 0;
+  for (int r : members) want_sum += r;
+  CHECK(sums[0] == want_sum);
+  CHECK(sums[1] == size);
+}
+
 TEST_CASE("mesh: coordinates and groups for every dp x tp factorisation of the world") {
   Communicator& w = world();
   const int n = w.world_size();
@@ -61,18 +73,8 @@ TEST_CASE("mesh: coordinates and groups for every dp x tp factorisation of the w
 
     // A reduction over each group sums exactly its members: tp groups are
     // disjoint and cover the world (and so are the dp groups).
-    double sums[2] = {static_cast<double>(me), 1.0};
-    mesh.tp_group().all_reduce(sums, 2, DType::f64, ReduceOp::sum);
-    double want_sum = 0;
-    for (int r : want_tp) want_sum += r;
-    CHECK(sums[0] == want_sum);
-    CHECK(sums[1] == shape.tp);
-    double dp_sums[2] = {static_cast<double>(me), 1.0};
-    mesh.dp_group().all_reduce(dp_sums, 2, DType::f64, ReduceOp::sum);
-    double want_dp_sum = 0;
-    for (int r : want_dp) want_dp_sum += r;
-    CHECK(dp_sums[0] == want_dp_sum);
-    CHECK(dp_sums[1] == shape.dp);
+    check_group_sum(mesh.tp_group(), me, want_tp, shape.tp);
+    check_group_sum(mesh.dp_group(), me, want_dp, shape.dp);
   }
 }
 

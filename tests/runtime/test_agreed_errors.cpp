@@ -18,6 +18,7 @@
 #include "runtime/engine.h"
 #include "runtime/swap_sharing.h"
 #include "tests/support/ckpt_model.h"
+#include "tests/support/scratch_files.h"
 #include "tests/support/test_world.h"
 
 using namespace zeroshard;
@@ -62,6 +63,52 @@ OffloadConfig nvme_everything() {
   o.sub_group_size = 4096;
   return o;
 }
+
+#if ZS_TEST_HOOKS
+// Stage 3 (make_config) with every tier on nvme (nvme_everything).
+EngineConfig nvme_config() {
+  EngineConfig c = make_config(3);
+  c.offload = nvme_everything();
+  return c;
+}
+
+// test_dir(name), emptied by rank 0 before every rank goes on.
+fs::path fresh_dir(const std::string& name) {
+  const fs::path dir = test_dir(name);
+  remove_dir_on_rank0(world(), dir);
+  return dir;
+}
+
+// What an IoError thrown by a call says, and whether it is agreed (is_agreed).
+struct CaughtIoError {
+  std::string msg;  ///< what(); "" when nothing was thrown
+  bool agreed = false;
+};
+
+// Runs `call`, catching an IoError (anything else propagates).
+template <class Call>
+CaughtIoError catch_io_error(Call call) {
+  CaughtIoError c;
+  try {
+    call();
+  } catch (const IoError& err) {
+    c.msg = err.what();
+    c.agreed = is_agreed(err);
+  }
+  return c;
+}
+
+// Runs `call` with `fault` injected on the last rank only, catching an
+// IoError; the fault is cleared afterwards on every rank.
+template <class Call>
+CaughtIoError io_error_with_fault_on_last_rank(IoFault fault, Call call) {
+  if (world().rank() == world().world_size() - 1) inject_io_fault(fault);
+  const CaughtIoError c = catch_io_error(call);
+  clear_io_fault();
+  return c;
+}
+
+#endif
 
 }  // namespace
 
@@ -129,23 +176,14 @@ TEST_CASE("count_swap_sharers: the ranks writing swap files to one file system a
 #if ZS_TEST_HOOKS
 TEST_CASE("an I/O error on one rank in set_parameter (parameters on nvme) is thrown on every rank") {
   const int last = world().world_size() - 1;
-  EngineConfig c = make_config(3);
-  c.offload = nvme_everything();
+  const EngineConfig c = nvme_config();
   Engine e(c, world());
   const UnitId u = e.add_unit("u");
   const ParamId p = e.add_parameter(u, "u.weight", {10001});
   e.finalize();
   const std::vector<float> v(10001, 0.25f);
-  if (world().rank() == last) inject_io_fault(IoFault{.op = IoOp::write, .nth = 1, .err = EIO});
-  std::string msg;
-  bool agreed = false;
-  try {
-    e.set_parameter(p, v);
-  } catch (const IoError& err) {
-    msg = err.what();
-    agreed = is_agreed(err);
-  }
-  clear_io_fault();
+  const auto [msg, agreed] =
+      io_error_with_fault_on_last_rank(IoFault{.op = IoOp::write, .nth = 1, .err = EIO}, [&] { e.set_parameter(p, v); });
   CHECK(agreed);
   CHECK(msg.find("Input/output error") != std::string::npos);
   if (world().world_size() > 1) CHECK(msg.find(fmt::format("rank {}:", last)) != std::string::npos);
@@ -157,12 +195,8 @@ TEST_CASE("an I/O error on one rank in set_parameter (parameters on nvme) is thr
 
 TEST_CASE("an I/O error on one rank in load_checkpoint's commit: agreed, the engine refuses to train, a reload "
           "restores it") {
-  const int last = world().world_size() - 1;
-  const fs::path dir = test_dir("load");
-  if (world().rank() == 0) fs::remove_all(dir);
-  world().barrier();
-  EngineConfig c = make_config(3);
-  c.offload = nvme_everything();
+  const fs::path dir = fresh_dir("load");
+  const EngineConfig c = nvme_config();
   std::vector<float> saved;
   {
     Engine e(c, world());
@@ -175,16 +209,8 @@ TEST_CASE("an I/O error on one rank in load_checkpoint's commit: agreed, the eng
   Engine e(c, world());
   CkptModel m(e);
   m.train_step(e, 1);
-  if (world().rank() == last) inject_io_fault(IoFault{.op = IoOp::write, .nth = 2, .err = EIO});
-  std::string msg;
-  bool agreed = false;
-  try {
-    e.load_checkpoint(dir.string());
-  } catch (const IoError& err) {
-    msg = err.what();
-    agreed = is_agreed(err);
-  }
-  clear_io_fault();
+  const auto [msg, agreed] = io_error_with_fault_on_last_rank(IoFault{.op = IoOp::write, .nth = 2, .err = EIO},
+                                                              [&] { e.load_checkpoint(dir.string()); });
   CHECK(agreed);
   CHECK(msg.find("Input/output error") != std::string::npos);
   CHECK_THROWS_WITH_AS(m.train_step(e, 3), doctest::Contains("step(): the engine is unusable: load_checkpoint"),
@@ -200,12 +226,8 @@ TEST_CASE("an I/O error on one rank in load_checkpoint's commit: agreed, the eng
 
 TEST_CASE("an I/O error on one rank in step()'s offload phases: agreed, the engine refuses to train or save, a "
           "reload restores it") {
-  const int last = world().world_size() - 1;
-  const fs::path dir = test_dir("step");
-  if (world().rank() == 0) fs::remove_all(dir);
-  world().barrier();
-  EngineConfig c = make_config(3);
-  c.offload = nvme_everything();
+  const fs::path dir = fresh_dir("step");
+  const EngineConfig c = nvme_config();
   std::vector<float> after_two;  // two steps without a fault
   {
     Engine ref(c, world());
@@ -223,16 +245,8 @@ TEST_CASE("an I/O error on one rank in step()'s offload phases: agreed, the engi
   // reductions or the update), or one in the middle of the update.
   for (const std::uint64_t nth : {1u, 3u}) {
     CAPTURE(nth);
-    if (world().rank() == last) inject_io_fault(IoFault{.op = IoOp::write, .nth = nth, .err = EIO});
-    std::string msg;
-    bool agreed = false;
-    try {
-      m.train_step(e, 2);
-    } catch (const IoError& err) {
-      msg = err.what();
-      agreed = is_agreed(err);
-    }
-    clear_io_fault();
+    const auto [msg, agreed] = io_error_with_fault_on_last_rank(IoFault{.op = IoOp::write, .nth = nth, .err = EIO},
+                                                                [&] { m.train_step(e, 2); });
     CHECK(agreed);
     CHECK(msg.find("Input/output error") != std::string::npos);
     // Some rank's shards are half updated: no later step or save may use them.
@@ -252,23 +266,14 @@ TEST_CASE("an I/O error on one rank in step()'s offload phases: agreed, the engi
 
 TEST_CASE("a failed save is agreed and removes its .tmp directory; a stale one is swept by the next save") {
   const int last = world().world_size() - 1;
-  const fs::path dir = test_dir("save");
-  if (world().rank() == 0) fs::remove_all(dir);
-  world().barrier();
+  const fs::path dir = fresh_dir("save");
   Engine e(make_config(2), world());
   CkptModel m(e);
   m.train_step(e, 1);
   e.save_checkpoint(dir.string(), {});
   m.train_step(e, 2);
   setenv("ZS_CHECKPOINT_FAIL_RANK", std::to_string(last).c_str(), 1);
-  std::string msg;
-  bool agreed = false;
-  try {
-    e.save_checkpoint(dir.string(), {});
-  } catch (const IoError& err) {
-    msg = err.what();
-    agreed = is_agreed(err);
-  }
+  const auto [msg, agreed] = catch_io_error([&] { e.save_checkpoint(dir.string(), {}); });
   unsetenv("ZS_CHECKPOINT_FAIL_RANK");
   CHECK(agreed);
   CHECK(msg.find("injected failure") != std::string::npos);

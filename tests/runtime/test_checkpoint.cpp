@@ -13,6 +13,7 @@
 #include "runtime/checkpoint_manifest.h"
 #include "runtime/engine.h"
 #include "tests/support/ckpt_model.h"
+#include "tests/support/scratch_files.h"
 #include "tests/support/test_world.h"
 
 using namespace zeroshard;
@@ -24,11 +25,7 @@ namespace {
 // A directory shared by the ranks of this run, emptied at the start.
 std::string fresh_dir(const std::string& name) {
   const std::string dir = fmt::format("ckpt-{}-np{}", name, world().world_size());
-  if (world().rank() == 0) {
-    fs::remove_all(dir);
-    fs::create_directories(dir);
-  }
-  world().barrier();
+  make_empty_dir_on_rank0(world(), dir);
   return dir;
 }
 
@@ -46,16 +43,6 @@ EngineConfig config_for(DType dtype, int stage) {
   c.loss_scale = LossScaleConfig{.dynamic = true, .initial_scale_power = 20, .loss_scale_window = 3,
                                  .hysteresis = 1, .min_loss_scale = 1};
   return c;
-}
-
-void flip_byte(const std::string& path, std::uint64_t offset) {
-  std::fstream f(path, std::ios::in | std::ios::out | std::ios::binary);
-  f.seekg(static_cast<std::streamoff>(offset));
-  char c = 0;
-  f.read(&c, 1);
-  c = static_cast<char>(c ^ 0x40);
-  f.seekp(static_cast<std::streamoff>(offset));
-  f.write(&c, 1);
 }
 
 std::string load_error(Engine& e, const std::string& dir) {
@@ -165,9 +152,9 @@ TEST_CASE("corruption, truncation, deletion, another model, another version: cle
     world().barrier();
   };
   // Flipped byte: CRC mismatch naming the file (rank 0's shard is read by rank 0 at least).
-  on_rank0([&] { flip_byte(shard0, 40); });
+  on_rank0([&] { flip_bits(shard0, 40, 0x40); });
   expect_error(rank_file_name(0));
-  on_rank0([&] { flip_byte(shard0, 40); });  // restore
+  on_rank0([&] { flip_bits(shard0, 40, 0x40); });  // restore
   CHECK(load_error(e, dir).empty());
   // Truncated shard.
   on_rank0([&] {

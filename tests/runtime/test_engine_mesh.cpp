@@ -18,6 +18,7 @@
 #include "core/error.h"
 #include "kernels/cpu/cast.h"
 #include "runtime/engine.h"
+#include "support/scratch_files.h"
 #include "support/test_world.h"
 
 namespace zeroshard {
@@ -173,8 +174,7 @@ TEST_CASE("engine on a mesh: a checkpoint saved without a mesh loads at tp = 1 a
   namespace fs = std::filesystem;
   const int n = world().world_size();
   const fs::path dir = fs::temp_directory_path() / fmt::format("zs-test-engine-mesh-{}", n);
-  if (world().rank() == 0) fs::remove_all(dir);
-  world().barrier();
+  testing::remove_dir_on_rank0(world(), dir);
   std::vector<float> av(12);
   for (std::size_t i = 0; i < av.size(); ++i) av[i] = 0.25f * static_cast<float>(i) - 1.0f;
   {

@@ -9,6 +9,7 @@
 // The post-step all-gather must reassemble each unit from the ranks' shards.
 // Units are [N, 7, N] elements for N in 0, 1, 7, 57, 10001.
 #include <cstring>
+#include <initializer_list>
 #include <vector>
 
 #include <doctest/doctest.h>
@@ -114,134 +115,132 @@ GradReducerOptions options(int stage, std::size_t bucket, bool overlap, Dtypes d
                             .stored_scale = d.compute == DType::f32 ? 1.0f : 1.0f / static_cast<float>(w)};
 }
 
+// A GradReducer over `layout` on the world with options `o`, its buffers
+// from a pool of `ops` counted in `ledger`, its gradients in an ArrayTarget
+// of dtype `compute`.
+struct ReducerFixture {
+  ReducerFixture(DeviceOps& ops, const FlatLayout& layout, DType compute, GradReducerOptions o)
+      : pool(ledger, ops), target(ops, layout, compute), reducer(world(), layout, ops, pool, o, target) {}
+  MemoryLedger ledger;
+  BufferPool pool;
+  ArrayTarget target;
+  GradReducer reducer;
+};
+
+// Runs body(layout, d, f) for every layout size of kSizes, bucket size of
+// bucket_sizes, stage of `stages`, overlap off and on, and dtype pair of
+// kDtypes, each with a fresh ReducerFixture f; the case is captured for
+// failure messages.
+template <class Body>
+void for_each_reduction(DeviceOps& ops, std::initializer_list<int> stages, Body body) {
+  for (std::size_t n : kSizes) {
+    const FlatLayout layout = make_layout(n);
+    for (std::size_t bucket : bucket_sizes(layout, n)) {
+      for (int stage : stages) {
+        for (bool overlap : {false, true}) {
+          for (Dtypes d : kDtypes) {
+            CAPTURE(n);
+            CAPTURE(bucket);
+            CAPTURE(stage);
+            CAPTURE(overlap);
+            CAPTURE(dtype_name(d.compute));
+            CAPTURE(dtype_name(d.comm));
+            ReducerFixture f(ops, layout, d.compute, options(stage, bucket, overlap, d));
+            body(layout, d, f);
+          }
+        }
+      }
+    }
+  }
+}
+
 }  // namespace
 
 TEST_CASE("GradReducer: stages 0/1 all-reduce the full gradients into the closed-form sum") {
   const int w = world().world_size(), r = world().rank();
   auto ops = make_cpu_ops();
-  for (std::size_t n : kSizes) {
-    const FlatLayout layout = make_layout(n);
-    for (std::size_t bucket : bucket_sizes(layout, n)) {
-      for (int stage : {0, 1}) {
-        for (bool overlap : {false, true}) {
-          for (Dtypes d : kDtypes) {
-            CAPTURE(n);
-            CAPTURE(bucket);
-            CAPTURE(stage);
-            CAPTURE(overlap);
-            CAPTURE(dtype_name(d.compute));
-            CAPTURE(dtype_name(d.comm));
-            MemoryLedger ledger;
-            BufferPool pool(ledger, *ops);
-            ArrayTarget target(*ops, layout, d.compute);
-            GradReducer reducer(world(), layout, *ops, pool, options(stage, bucket, overlap, d), target);
-            for (UnitId u = 0; u < 3; ++u) {
-              const UnitInfo& info = layout.unit(u);
-              for (std::size_t i = 0; i < info.padded; ++i) {
-                write_at(target.full_grad(u), d.compute, i, contribution(r, u, i, info.numel));
-              }
-            }
-            for (UnitId u = 2; u >= 0; --u) reducer.reduce(u);  // backward order
-            reducer.complete();
-            const float scale = reducer.options().stored_scale;
-            for (UnitId u = 0; u < 3; ++u) {
-              const UnitInfo& info = layout.unit(u);
-              int bad = 0;
-              for (std::size_t i = 0; i < info.padded && bad < 3; ++i) {
-                const float want = stored(exact_sum(w, u, i, info.numel), d.compute, scale);
-                const float got = read_at(target.full_grad(u), d.compute, i);
-                if (got != want) {
-                  ++bad;
-                  FAIL_CHECK("unit " << u << " element " << i << ": got " << got << ", want " << want);
-                }
-              }
-            }
-            CHECK(target.blocks == 0);
-            CHECK(ledger.current(MemCategory::unsharded) == 0);  // every bucket buffer went back
-          }
+  for_each_reduction(*ops, {0, 1}, [&](const FlatLayout& layout, Dtypes d, ReducerFixture& f) {
+    for (UnitId u = 0; u < 3; ++u) {
+      const UnitInfo& info = layout.unit(u);
+      for (std::size_t i = 0; i < info.padded; ++i) {
+        write_at(f.target.full_grad(u), d.compute, i, contribution(r, u, i, info.numel));
+      }
+    }
+    for (UnitId u = 2; u >= 0; --u) f.reducer.reduce(u);  // backward order
+    f.reducer.complete();
+    const float scale = f.reducer.options().stored_scale;
+    for (UnitId u = 0; u < 3; ++u) {
+      const UnitInfo& info = layout.unit(u);
+      int bad = 0;
+      for (std::size_t i = 0; i < info.padded && bad < 3; ++i) {
+        const float want = stored(exact_sum(w, u, i, info.numel), d.compute, scale);
+        const float got = read_at(f.target.full_grad(u), d.compute, i);
+        if (got != want) {
+          ++bad;
+          FAIL_CHECK("unit " << u << " element " << i << ": got " << got << ", want " << want);
         }
       }
     }
-  }
+    CHECK(f.target.blocks == 0);
+    CHECK(f.ledger.current(MemCategory::unsharded) == 0);  // every bucket buffer went back
+  });
 }
 
 TEST_CASE("GradReducer: stages 2/3 reduce-scatter micro-batch gradients into the shards, accumulating") {
   const int w = world().world_size(), r = world().rank();
   auto ops = make_cpu_ops();
-  for (std::size_t n : kSizes) {
-    const FlatLayout layout = make_layout(n);
-    for (std::size_t bucket : bucket_sizes(layout, n)) {
-      for (int stage : {2, 3}) {
-        for (bool overlap : {false, true}) {
-          for (Dtypes d : kDtypes) {
-            CAPTURE(n);
-            CAPTURE(bucket);
-            CAPTURE(stage);
-            CAPTURE(overlap);
-            CAPTURE(dtype_name(d.compute));
-            CAPTURE(dtype_name(d.comm));
-            MemoryLedger ledger;
-            BufferPool pool(ledger, *ops);
-            ArrayTarget target(*ops, layout, d.compute);
-            GradReducer reducer(world(), layout, *ops, pool, options(stage, bucket, overlap, d), target);
-            // fp32: two micro-batches (the shard holds twice the sum, exact);
-            // 16-bit: one (a second addition would round).
-            const int micro = d.compute == DType::f32 ? 2 : 1;
-            for (int m = 0; m < micro; ++m) {
-              for (UnitId u = 2; u >= 0; --u) {
-                const UnitInfo& info = layout.unit(u);
-                void* g = reducer.micro_batch_grad(u);
-                CHECK(reducer.micro_batch_grad(u) == g);  // one buffer per micro-batch
-                for (std::size_t i = 0; i < info.padded; ++i) {
-                  CHECK(read_at(g, d.compute, i) == 0.0f);  // leased zeroed
-                  write_at(g, d.compute, i, contribution(r, u, i, info.numel));
-                }
-                reducer.reduce(u);
-              }
-              reducer.complete();
-            }
-            const float scale = reducer.options().stored_scale;
-            for (UnitId u = 0; u < 3; ++u) {
-              const UnitInfo& info = layout.unit(u);
-              int bad = 0;
-              for (std::size_t j = 0; j < info.shard && bad < 3; ++j) {
-                const std::size_t i = static_cast<std::size_t>(r) * info.shard + j;
-                const float want =
-                    static_cast<float>(micro) * stored(exact_sum(w, u, i, info.numel), d.compute, scale);
-                const float got = read_at(target.shard[static_cast<std::size_t>(u)].data(), d.compute, j);
-                if (got != want) {
-                  ++bad;
-                  FAIL_CHECK("unit " << u << " shard element " << j << ": got " << got << ", want " << want);
-                }
-              }
-            }
-            CHECK(ledger.current(MemCategory::unsharded) == 0);  // micro-batch and bucket buffers went back
-          }
+  for_each_reduction(*ops, {2, 3}, [&](const FlatLayout& layout, Dtypes d, ReducerFixture& f) {
+    // fp32: two micro-batches (the shard holds twice the sum, exact);
+    // 16-bit: one (a second addition would round).
+    const int micro = d.compute == DType::f32 ? 2 : 1;
+    for (int m = 0; m < micro; ++m) {
+      for (UnitId u = 2; u >= 0; --u) {
+        const UnitInfo& info = layout.unit(u);
+        void* g = f.reducer.micro_batch_grad(u);
+        CHECK(f.reducer.micro_batch_grad(u) == g);  // one buffer per micro-batch
+        for (std::size_t i = 0; i < info.padded; ++i) {
+          CHECK(read_at(g, d.compute, i) == 0.0f);  // leased zeroed
+          write_at(g, d.compute, i, contribution(r, u, i, info.numel));
+        }
+        f.reducer.reduce(u);
+      }
+      f.reducer.complete();
+    }
+    const float scale = f.reducer.options().stored_scale;
+    for (UnitId u = 0; u < 3; ++u) {
+      const UnitInfo& info = layout.unit(u);
+      int bad = 0;
+      for (std::size_t j = 0; j < info.shard && bad < 3; ++j) {
+        const std::size_t i = static_cast<std::size_t>(r) * info.shard + j;
+        const float want =
+            static_cast<float>(micro) * stored(exact_sum(w, u, i, info.numel), d.compute, scale);
+        const float got = read_at(f.target.shard[static_cast<std::size_t>(u)].data(), d.compute, j);
+        if (got != want) {
+          ++bad;
+          FAIL_CHECK("unit " << u << " shard element " << j << ": got " << got << ", want " << want);
         }
       }
     }
-  }
+    CHECK(f.ledger.current(MemCategory::unsharded) == 0);  // micro-batch and bucket buffers went back
+  });
 }
 
 TEST_CASE("GradReducer: a unit never handed a gradient reduces as zeros; discard() drops a half-done micro-batch") {
   auto ops = make_cpu_ops();
   const FlatLayout layout = make_layout(57);
-  MemoryLedger ledger;
-  BufferPool pool(ledger, *ops);
-  ArrayTarget target(*ops, layout, DType::f32);
-  GradReducer reducer(world(), layout, *ops, pool, options(2, 1000, true, kDtypes[0]), target);
+  ReducerFixture f(*ops, layout, DType::f32, options(2, 1000, true, kDtypes[0]));
   // Half a micro-batch, then discarded: nothing reaches the shards.
   const UnitInfo& u1 = layout.unit(1);
-  void* g = reducer.micro_batch_grad(1);
+  void* g = f.reducer.micro_batch_grad(1);
   for (std::size_t i = 0; i < u1.padded; ++i) write_at(g, DType::f32, i, 100.0f);
-  reducer.reduce(1);
-  reducer.micro_batch_grad(0);
-  reducer.discard();
-  CHECK(ledger.current(MemCategory::unsharded) == 0);
-  for (UnitId u = 0; u < 3; ++u) reducer.reduce(u);  // units 0 and 2: no grad asked for
-  reducer.complete();
+  f.reducer.reduce(1);
+  f.reducer.micro_batch_grad(0);
+  f.reducer.discard();
+  CHECK(f.ledger.current(MemCategory::unsharded) == 0);
+  for (UnitId u = 0; u < 3; ++u) f.reducer.reduce(u);  // units 0 and 2: no grad asked for
+  f.reducer.complete();
   for (UnitId u = 0; u < 3; ++u) {
-    const DeviceArray& s = target.shard[static_cast<std::size_t>(u)];
+    const DeviceArray& s = f.target.shard[static_cast<std::size_t>(u)];
     for (std::size_t j = 0; j < s.numel(); ++j) REQUIRE(read_at(s.data(), DType::f32, j) == 0.0f);
   }
 }
@@ -258,11 +257,7 @@ TEST_CASE("GradReducer: the stage 1/2 all-gather reassembles every unit from the
           CAPTURE(bucket);
           CAPTURE(stage);
           CAPTURE(dtype_name(t));
-          MemoryLedger ledger;
-          BufferPool pool(ledger, *ops);
-          ArrayTarget target(*ops, layout, t);
-          GradReducer reducer(world(), layout, *ops, pool,
-                              options(stage, bucket, false, Dtypes{t, DType::f32}), target);
+          ReducerFixture f(*ops, layout, t, options(stage, bucket, false, Dtypes{t, DType::f32}));
           // Full parameter buffers: this rank's shard holds h(u, i) = i mod 97 + u,
           // the rest -1 (overwritten by the gather).
           std::vector<DeviceArray> params;
@@ -274,14 +269,14 @@ TEST_CASE("GradReducer: the stage 1/2 all-gather reassembles every unit from the
               write_at(params.back().data(), t, i, mine ? static_cast<float>(i % 97 + u) : -1.0f);
             }
           }
-          reducer.all_gather_shards([&](UnitId u) { return params[static_cast<std::size_t>(u)].data(); });
+          f.reducer.all_gather_shards([&](UnitId u) { return params[static_cast<std::size_t>(u)].data(); });
           for (UnitId u = 0; u < 3; ++u) {
             const UnitInfo& info = layout.unit(u);
             for (std::size_t i = 0; i < info.padded; ++i) {
               REQUIRE(read_at(params[static_cast<std::size_t>(u)].data(), t, i) == static_cast<float>(i % 97 + u));
             }
           }
-          CHECK(ledger.current(MemCategory::unsharded) == 0);
+          CHECK(f.ledger.current(MemCategory::unsharded) == 0);
         }
       }
     }

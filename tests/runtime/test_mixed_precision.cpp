@@ -43,6 +43,26 @@ std::vector<std::uint32_t> bits(const std::vector<float>& v) {
   return b;
 }
 
+// A bf16 engine on the world at ZeRO `stage` with optimizer `kind` at
+// learning rate `lr` (make_config's other settings), holding one unit "u"
+// with one parameter "p" of `numel` elements; finalized.
+struct OneBf16Param {
+  OneBf16Param(int stage, OptimizerKind kind, float lr, std::int64_t numel) : e(config(stage, kind, lr), world()) {
+    p = e.add_parameter(e.add_unit("u"), "p", {numel});
+    e.finalize();
+  }
+  static EngineConfig config(int stage, OptimizerKind kind, float lr) {
+    OptimizerHyper h;
+    h.kind = kind;
+    h.lr = lr;
+    EngineConfig cfg = make_config(stage, h);
+    cfg.compute_dtype = DType::bf16;
+    return cfg;
+  }
+  Engine e;
+  ParamId p = 0;
+};
+
 }  // namespace
 
 TEST_CASE("fp16: Inf on one rank's shard and NaN on rank 0 make every rank skip; scale halves") {
@@ -107,15 +127,9 @@ TEST_CASE("fp16: Inf on one rank's shard and NaN on rank 0 make every rank skip;
 TEST_CASE("bf16: fp32 master weights keep what bf16 cannot hold") {
   for (int stage = 0; stage <= 3; ++stage) {
     CAPTURE(stage);
-    OptimizerHyper adamw;
-    adamw.kind = OptimizerKind::adamw;
-    adamw.lr = 1e-3f;
-    EngineConfig cfg = make_config(stage, adamw);
-    cfg.compute_dtype = DType::bf16;
-    Engine e(cfg, world());
-    const UnitId u = e.add_unit("u");
-    const ParamId p = e.add_parameter(u, "p", {3});
-    e.finalize();
+    OneBf16Param f(stage, OptimizerKind::adamw, 1e-3f, 3);
+    Engine& e = f.e;
+    const ParamId p = f.p;
     const float w = 1.0f + std::ldexp(1.0f, -20);  // not representable in bf16
     e.set_parameter(p, std::vector<float>{w, w, w});
     e.step();  // zero gradient, no weight decay
@@ -124,15 +138,9 @@ TEST_CASE("bf16: fp32 master weights keep what bf16 cannot hold") {
   }
   for (int stage = 0; stage <= 3; ++stage) {
     CAPTURE(stage);
-    OptimizerHyper sgd;
-    sgd.kind = OptimizerKind::sgd;
-    sgd.lr = 1e-4f;
-    EngineConfig cfg = make_config(stage, sgd);
-    cfg.compute_dtype = DType::bf16;
-    Engine e(cfg, world());
-    const UnitId u = e.add_unit("u");
-    const ParamId p = e.add_parameter(u, "p", {1});
-    e.finalize();
+    OneBf16Param f(stage, OptimizerKind::sgd, 1e-4f, 1);
+    Engine& e = f.e;
+    const ParamId p = f.p;
     e.set_parameter(p, std::vector<float>{1.0f});
     float pure_bf16 = 1.0f;
     for (int s = 0; s < 100; ++s) {

@@ -89,6 +89,22 @@ std::size_t wrong_bytes(const void* full, const FlatLayout& l, UnitId u, DType t
   return bad;
 }
 
+UnsharderOptions gather_options(bool overlap, DType t) {
+  return UnsharderOptions{.gather = true, .overlap = overlap, .dtype = t};
+}
+
+// A forward then backward pass over the three units of layout l, each
+// full buffer checked against generation gen's shards.
+void forward_backward(Unsharder& us, const FlatLayout& l, DType t, int gen) {
+  for (UnitId u : {0, 1, 2, 2, 1, 0}) {
+    us.unshard(u);
+    CHECK(wrong_bytes(us.full(u), l, u, t, gen) == 0);
+    us.reshard(u);
+  }
+}
+
+// An Unsharder over make_layout(n) on the world, its shards from a
+// TestSource of generation 0, its buffers from a CPU pool.
 struct Fixture {
   Fixture(std::size_t n, DType t, UnsharderOptions o, bool host = false)
       : ops(make_cpu_ops()),
@@ -96,6 +112,13 @@ struct Fixture {
         pool(ledger, *ops),
         source(*ops, layout, t, host),
         unsharder(world(), layout, *ops, pool, o, source) {}
+  // Gathering in dtype t with overlap_comm (records the order, prefetches).
+  Fixture(std::size_t n, DType t) : Fixture(n, t, gather_options(true, t)) {}
+  // One micro-batch: a checked forward-backward pass of generation 0, then end_micro_batch().
+  void micro_batch(DType t) {
+    forward_backward(unsharder, layout, t, 0);
+    unsharder.end_micro_batch();
+  }
   std::unique_ptr<DeviceOps> ops;
   FlatLayout layout;
   MemoryLedger ledger;
@@ -104,21 +127,7 @@ struct Fixture {
   Unsharder unsharder;
 };
 
-UnsharderOptions gather_options(bool overlap, DType t) {
-  return UnsharderOptions{.gather = true, .overlap = overlap, .dtype = t};
-}
-
 using Order = std::vector<UnitId>;
-
-// A forward then backward pass over the three units.
-void forward_backward(Unsharder& us, const Fixture& f, DType t, int gen) {
-  for (UnitId u : {0, 1, 2, 2, 1, 0}) {
-    us.unshard(u);
-    CHECK(wrong_bytes(us.full(u), f.layout, u, t, gen) == 0);
-    us.reshard(u);
-  }
-}
-
 
 }  // namespace
 
@@ -171,7 +180,7 @@ TEST_CASE("Unsharder: a full buffer is the ranks' shards concatenated, bitwise")
           CAPTURE(overlap);
           CAPTURE(host);
           Fixture f(n, t, gather_options(overlap, t), host);
-          for (int micro = 0; micro < 3; ++micro) forward_backward(f.unsharder, f, t, 0);
+          for (int micro = 0; micro < 3; ++micro) forward_backward(f.unsharder, f.layout, t, 0);
           for (UnitId u = 0; u < 3; ++u) {
             CHECK(f.unsharder.count(u) == 0);
             CHECK_FALSE(f.unsharder.gathered(u));
@@ -188,9 +197,9 @@ TEST_CASE("Unsharder: the first micro-batch's order is recorded and the prefetch
   for (std::size_t n : kSizes) {
     CAPTURE(n);
     const DType t = DType::bf16;
-    Fixture f(n, t, gather_options(true, t));
+    Fixture f(n, t);
     Unsharder& us = f.unsharder;
-    forward_backward(us, f, t, 0);
+    forward_backward(us, f.layout, t, 0);
     CHECK(us.recording());
     CHECK(us.order() == Order{0, 1, 2, 2, 1, 0});
     // While recording nothing is prefetched or kept: one fetch per unshard.
@@ -251,10 +260,7 @@ TEST_CASE("Unsharder: the first micro-batch's order is recorded and the prefetch
 TEST_CASE("Unsharder: without overlap_comm nothing is recorded, prefetched or kept") {
   const DType t = DType::f32;
   Fixture f(57, t, gather_options(false, t));
-  for (int micro = 0; micro < 2; ++micro) {
-    forward_backward(f.unsharder, f, t, 0);
-    f.unsharder.end_micro_batch();
-  }
+  for (int micro = 0; micro < 2; ++micro) f.micro_batch(t);
   CHECK(f.unsharder.order().empty());
   CHECK(f.source.fetched == Order{0, 1, 2, 2, 1, 0, 0, 1, 2, 2, 1, 0});
   CHECK(f.source.hinted.empty());
@@ -264,7 +270,7 @@ TEST_CASE("Unsharder: nested unshard/reshard are counted; the buffer goes at zer
   for (std::size_t n : kSizes) {
     CAPTURE(n);
     const DType t = DType::f32;
-    Fixture f(n, t, gather_options(true, t));
+    Fixture f(n, t);
     Unsharder& us = f.unsharder;
     us.unshard(1);
     us.unshard(1);
@@ -308,10 +314,9 @@ TEST_CASE("Unsharder: refresh() regathers held units and drops prefetched ones")
   for (std::size_t n : kSizes) {
     CAPTURE(n);
     const DType t = DType::bf16;
-    Fixture f(n, t, gather_options(true, t));
+    Fixture f(n, t);
     Unsharder& us = f.unsharder;
-    forward_backward(us, f, t, 0);
-    us.end_micro_batch();
+    f.micro_batch(t);
     us.unshard(0);  // holds 0, prefetches 1
     CHECK(us.gathered(1));
     f.source.fill(1);  // the optimizer changed every shard
@@ -332,10 +337,9 @@ TEST_CASE("Unsharder: refresh() regathers held units and drops prefetched ones")
 
 TEST_CASE("Unsharder: reset() drops every buffer and count and records again") {
   const DType t = DType::f32;
-  Fixture f(57, t, gather_options(true, t));
+  Fixture f(57, t);
   Unsharder& us = f.unsharder;
-  forward_backward(us, f, t, 0);
-  us.end_micro_batch();
+  f.micro_batch(t);
   us.unshard(0);
   us.unshard(0);
   us.reset();
@@ -345,13 +349,13 @@ TEST_CASE("Unsharder: reset() drops every buffer and count and records again") {
   CHECK(us.order().empty());
   CHECK(f.ledger.current(MemCategory::unsharded) == 0);
   CHECK_THROWS_AS(us.reshard(0), InvariantError);
-  forward_backward(us, f, t, 0);
+  forward_backward(us, f.layout, t, 0);
   CHECK(us.order() == Order{0, 1, 2, 2, 1, 0});
 }
 
 TEST_CASE("Unsharder: errors") {
   const DType t = DType::f32;
-  Fixture f(7, t, gather_options(true, t));
+  Fixture f(7, t);
   Unsharder& us = f.unsharder;
   CHECK_THROWS_WITH_AS(us.unshard(3), doctest::Contains("unit id 3 is not one of the 3 units"), InvariantError);
   CHECK_THROWS_AS(us.unshard(-1), InvariantError);

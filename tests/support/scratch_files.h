@@ -1,0 +1,48 @@
+// Scratch files and directories of the tests. Directories the ranks share:
+// rank 0 removes (and, for a fresh one, creates) the directory while the
+// others wait in a barrier, so that no rank starts using it before it is in
+// the state the test expects (collective over `comm`; throws
+// std::filesystem::filesystem_error on rank 0 when the file system refuses).
+// Files: a byte's bits flipped in place, to corrupt a file and restore it.
+#pragma once
+
+#include <cstdint>
+#include <filesystem>
+#include <fstream>
+#include <string>
+
+#include "comm/communicator.h"
+
+namespace zeroshard::testing {
+
+/// Removes `dir` and everything in it (nothing if absent) on rank 0; every
+/// rank returns once it is gone.
+inline void remove_dir_on_rank0(Communicator& comm, const std::filesystem::path& dir) {
+  if (comm.rank() == 0) std::filesystem::remove_all(dir);
+  comm.barrier();
+}
+
+/// Makes `dir` an empty directory (removed, then created) on rank 0; every
+/// rank returns once it is there and empty.
+inline void make_empty_dir_on_rank0(Communicator& comm, const std::filesystem::path& dir) {
+  if (comm.rank() == 0) {
+    std::filesystem::remove_all(dir);
+    std::filesystem::create_directories(dir);
+  }
+  comm.barrier();
+}
+
+/// Flips the bits `mask` of the byte at `offset` of the file at `path` in
+/// place (calling it again restores the byte). The file must exist and
+/// hold that byte; nothing is checked.
+inline void flip_bits(const std::string& path, std::uint64_t offset, unsigned char mask) {
+  std::fstream f(path, std::ios::in | std::ios::out | std::ios::binary);
+  f.seekg(static_cast<std::streamoff>(offset));
+  char c = 0;
+  f.read(&c, 1);
+  c = static_cast<char>(c ^ static_cast<char>(mask));
+  f.seekp(static_cast<std::streamoff>(offset));
+  f.write(&c, 1);
+}
+
+}  // namespace zeroshard::testing
