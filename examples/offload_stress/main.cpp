@@ -134,7 +134,7 @@ int run(const Options& o) {
   EngineConfig cfg;
   cfg.zero.stage = 3;
   cfg.optimizer.kind = OptimizerKind::adamw;
-  cfg.optimizer.lr = 1e-3f;
+  cfg.optimizer.lr = 1e-3;
   cfg.optimizer.weight_decay = 0.01f;
   OffloadConfig& off = cfg.offload;
   off.optimizer.device = device(o.offload_optimizer);

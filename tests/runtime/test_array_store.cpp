@@ -32,6 +32,7 @@
 #include "kernels/cpu/cast.h"
 #include "offload/fault_injection.h"
 #include "runtime/array_store.h"
+#include "tests/support/component_layout.h"
 #include "tests/support/test_world.h"
 #include "zs_config.h"
 
@@ -41,19 +42,8 @@ namespace fs = std::filesystem;
 
 namespace {
 
-constexpr std::size_t kSizes[] = {0, 1, 7, 57, 10001};
+constexpr const auto& kSizes = kComponentSizes;
 constexpr OffloadDevice kTiers[] = {OffloadDevice::none, OffloadDevice::cpu, OffloadDevice::nvme};
-
-FlatLayout make_layout(std::size_t n) {
-  FlatLayout l;
-  const std::size_t sizes[] = {n, 7, n};
-  for (std::size_t u = 0; u < 3; ++u) {
-    const UnitId id = l.add_unit(fmt::format("u{}", u));
-    l.add_param(id, fmt::format("u{}.w", u), {static_cast<std::int64_t>(sizes[u])}, 0);
-  }
-  l.finalize(world().world_size());
-  return l;
-}
 
 fs::path swap_root() { return fs::temp_directory_path() / fmt::format("zs-test-array-store-{}", ::getpid()); }
 
@@ -105,7 +95,7 @@ std::string describe(const ArrayStoreOptions& o, std::size_t n) {
 template <class F>
 void for_each_store(F&& f) {
   for (std::size_t n : kSizes) {
-    const FlatLayout l = make_layout(n);
+    const FlatLayout l = component_layout(n, world().world_size());
     for (int stage = 0; stage <= 3; ++stage) {
       for (DType dt : {DType::f32, DType::bf16}) {
         for (OffloadDevice opt : kTiers) {
@@ -196,7 +186,7 @@ TEST_CASE("array store: store then read gives back the same bytes on every tier"
 
 TEST_CASE("array store: gradient shards accumulate and give the same statistics on every tier") {
   for (std::size_t n : kSizes) {
-    const FlatLayout l = make_layout(n);
+    const FlatLayout l = component_layout(n, world().world_size());
     for (int stage : {2, 3}) {
       for (DType dt : {DType::f32, DType::bf16}) {
         std::vector<kernels::GradStats> first_tier;  // per unit, on the device tier
@@ -266,7 +256,7 @@ TEST_CASE("array store: gradient shards accumulate and give the same statistics 
 
 TEST_CASE("array store: stage 3 parameter swap-in returns the stored shard within buffer_count") {
   for (std::size_t n : kSizes) {
-    const FlatLayout l = make_layout(n);
+    const FlatLayout l = component_layout(n, world().world_size());
     for (OffloadDevice param : kTiers) {
       const ArrayStoreOptions o = make_options(3, DType::bf16, OffloadDevice::cpu, param);
       INFO(describe(o, n));
@@ -304,7 +294,7 @@ TEST_CASE("array store: stage 3 parameter swap-in returns the stored shard withi
 }
 
 TEST_CASE("array store: errors are named and leave nothing behind") {
-  const FlatLayout l = make_layout(10001);
+  const FlatLayout l = component_layout(10001, world().world_size());
   MemoryLedger ledger;
   auto ops = make_cpu_ops();
   SUBCASE("a parameter shard above offload_param.buffer_size") {

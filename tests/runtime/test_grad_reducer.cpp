@@ -19,6 +19,7 @@
 #include "runtime/buffer_pool.h"
 #include "runtime/device_ops.h"
 #include "runtime/grad_reducer.h"
+#include "tests/support/component_layout.h"
 #include "tests/support/test_world.h"
 
 using namespace zeroshard;
@@ -26,18 +27,7 @@ using namespace zeroshard::testing;
 
 namespace {
 
-constexpr std::size_t kSizes[] = {0, 1, 7, 57, 10001};
-
-FlatLayout make_layout(std::size_t n) {
-  FlatLayout l;
-  const std::size_t sizes[] = {n, 7, n};
-  for (std::size_t u = 0; u < 3; ++u) {
-    const UnitId id = l.add_unit(fmt::format("u{}", u));
-    l.add_param(id, fmt::format("u{}.w", u), {static_cast<std::int64_t>(sizes[u])}, 0);
-  }
-  l.finalize(world().world_size());
-  return l;
-}
+constexpr const auto& kSizes = kComponentSizes;
 
 float contribution(int r, UnitId u, std::size_t i, std::size_t numel) {
   return i < numel ? static_cast<float>(r + 1) + static_cast<float>(i % 5) + static_cast<float>(u) : 0.0f;
@@ -134,7 +124,7 @@ struct ReducerFixture {
 template <class Body>
 void for_each_reduction(DeviceOps& ops, std::initializer_list<int> stages, Body body) {
   for (std::size_t n : kSizes) {
-    const FlatLayout layout = make_layout(n);
+    const FlatLayout layout = component_layout(n, world().world_size());
     for (std::size_t bucket : bucket_sizes(layout, n)) {
       for (int stage : stages) {
         for (bool overlap : {false, true}) {
@@ -227,7 +217,7 @@ TEST_CASE("GradReducer: stages 2/3 reduce-scatter micro-batch gradients into the
 
 TEST_CASE("GradReducer: a unit never handed a gradient reduces as zeros; discard() drops a half-done micro-batch") {
   auto ops = make_cpu_ops();
-  const FlatLayout layout = make_layout(57);
+  const FlatLayout layout = component_layout(57, world().world_size());
   ReducerFixture f(*ops, layout, DType::f32, options(2, 1000, true, kDtypes[0]));
   // Half a micro-batch, then discarded: nothing reaches the shards.
   const UnitInfo& u1 = layout.unit(1);
@@ -249,7 +239,7 @@ TEST_CASE("GradReducer: the stage 1/2 all-gather reassembles every unit from the
   const int r = world().rank();
   auto ops = make_cpu_ops();
   for (std::size_t n : kSizes) {
-    const FlatLayout layout = make_layout(n);
+    const FlatLayout layout = component_layout(n, world().world_size());
     for (std::size_t bucket : bucket_sizes(layout, n)) {
       for (int stage : {1, 2}) {
         for (DType t : {DType::f32, DType::bf16}) {

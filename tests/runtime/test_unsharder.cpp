@@ -22,6 +22,7 @@
 #include "runtime/device_ops.h"
 #include "runtime/unsharder.h"
 #include "tests/support/queue_ordered_comm.h"
+#include "tests/support/component_layout.h"
 #include "tests/support/test_world.h"
 
 using namespace zeroshard;
@@ -29,19 +30,8 @@ using namespace zeroshard::testing;
 
 namespace {
 
-constexpr std::size_t kSizes[] = {0, 1, 7, 57, 10001};
+constexpr const auto& kSizes = kComponentSizes;
 constexpr DType kDtypes[] = {DType::f32, DType::bf16};
-
-FlatLayout make_layout(std::size_t n, int world_size) {
-  FlatLayout l;
-  const std::size_t sizes[] = {n, 7, n};
-  for (std::size_t u = 0; u < 3; ++u) {
-    const UnitId id = l.add_unit(fmt::format("u{}", u));
-    l.add_param(id, fmt::format("u{}.w", u), {static_cast<std::int64_t>(sizes[u])}, 0);
-  }
-  l.finalize(world_size);
-  return l;
-}
 
 std::byte pattern(int r, UnitId u, std::size_t k, int gen) {
   return static_cast<std::byte>((31 * r + 17 * u + 7 * static_cast<int>(k % 256) + 101 * gen) & 0xff);
@@ -103,12 +93,12 @@ void forward_backward(Unsharder& us, const FlatLayout& l, DType t, int gen) {
   }
 }
 
-// An Unsharder over make_layout(n) on the world, its shards from a
+// An Unsharder over component_layout(n) on the world, its shards from a
 // TestSource of generation 0, its buffers from a CPU pool.
 struct Fixture {
   Fixture(std::size_t n, DType t, UnsharderOptions o, bool host = false)
       : ops(make_cpu_ops()),
-        layout(make_layout(n, world().world_size())),
+        layout(component_layout(n, world().world_size())),
         pool(ledger, *ops),
         source(*ops, layout, t, host),
         unsharder(world(), layout, *ops, pool, o, source) {}
@@ -140,7 +130,7 @@ TEST_CASE("Unsharder: on a device, host shards are uploaded and device shards ga
       auto cpu = make_cpu_ops();
       auto dev = make_simulated_device_ops();
       QueueOrderedComm comm(world(), *dev);
-      const FlatLayout layout = make_layout(n, world().world_size());
+      const FlatLayout layout = component_layout(n, world().world_size());
       MemoryLedger ledger;
       BufferPool pool(ledger, *dev);
       // Host shards in host memory; device shards filled by an upload.
@@ -373,7 +363,7 @@ TEST_CASE("Unsharder: errors") {
   CHECK(wrong_bytes(us.full(1), f.layout, 1, t, 0) == 0);
   us.reshard(1);
   // A layout for another world size.
-  const FlatLayout other = make_layout(7, world().world_size() + 1);
+  const FlatLayout other = component_layout(7, world().world_size() + 1);
   CHECK_THROWS_WITH_AS(Unsharder(world(), other, *f.ops, f.pool, gather_options(false, t), f.source),
                        doctest::Contains("the layout is finalized for"), InvariantError);
 }
