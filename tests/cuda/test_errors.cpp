@@ -12,20 +12,16 @@
 #include "kernels/cuda/convert.h"
 #include "kernels/cuda/grad_check.h"
 #include "kernels/cuda/sgd.h"
+#include "tests/support/thrown.h"
 
 using namespace zeroshard;
 
 namespace {
 
+// The message of the Exception that f throws (a test failure when none is).
 template <class Exception, class F>
 std::string message_of(F&& f) {
-  try {
-    f();
-  } catch (const Exception& e) {
-    return e.what();
-  }
-  FAIL("no exception thrown");
-  return {};
+  return testing::required_error_message<Exception>(f, "no exception thrown");
 }
 
 }  // namespace
