@@ -481,8 +481,7 @@ bool ArrayStore::start_param_fetch(UnitId u, bool required) {
     us.param_read = param_dir_->read(list);
     total_.bytes_read += item_bytes(list);
   } catch (...) {
-    us.param_stage.release();
-    --params_staged_;
+    release_param_stage(u);
     throw;
   }
   return true;

@@ -55,7 +55,8 @@ void EngineShardSource::prefetch(UnitId u) noexcept {
   try {
     s_.store->start_param_fetch(u, false);
   } catch (const std::exception&) {
-    release(u);  // dropped: the unshard of u fetches again
+    // Dropped (start_param_fetch gave its buffer back): the unshard of u
+    // fetches again and agrees on that read's error.
   }
 }
 
