@@ -61,13 +61,18 @@ void check(const BarChart& c) {
   }
 }
 
-/// One panel's elements, its top-left corner at (0, y0).
-void draw_panel(std::string& out, const BarChart& c, double y0) {
+double max_total(const BarChart& c) {
+  double m = 0;
+  for (const Bar& b : c.bars) m = std::max(m, bar_total(b));
+  return m;
+}
+
+/// One panel's elements, its top-left corner at (0, y0), its y axis
+/// reaching at least `scale_max`.
+void draw_panel(std::string& out, const BarChart& c, double y0, double scale_max) {
   const double pw = plot_width(c);
   const double base = y0 + kTop + kPlotHeight;  // y of value 0
-  double max_total = 0;
-  for (const Bar& b : c.bars) max_total = std::max(max_total, bar_total(b));
-  const std::vector<double> ticks = axis_ticks(max_total);
+  const std::vector<double> ticks = axis_ticks(scale_max);
   const double top = ticks.back();
   const int dec = decimals_for(ticks.size() > 1 ? ticks[1] : 1.0);
   auto y_of = [&](double v) { return base - v / top * kPlotHeight; };
@@ -170,9 +175,11 @@ std::vector<double> axis_ticks(double max, int target) {
 
 std::string stacked_bar_svg(std::span<const BarChart> panels) {
   double width = kLeft + kMinPlotWidth + kLegendWidth;
+  double scale_max = 0;
   for (const BarChart& c : panels) {
     check(c);
     width = std::max(width, panel_width(c));
+    scale_max = std::max(scale_max, max_total(c));
   }
   const double height = kPanelHeight * static_cast<double>(std::max<std::size_t>(panels.size(), 1));
   std::string out = "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n";
@@ -181,7 +188,7 @@ std::string stacked_bar_svg(std::span<const BarChart> panels) {
       "viewBox=\"0 0 {0:.0f} {1:.0f}\" font-family=\"sans-serif\" font-size=\"12\">\n",
       width, height);
   out += fmt::format("<rect width=\"{:.0f}\" height=\"{:.0f}\" fill=\"#ffffff\"/>\n", width, height);
-  for (std::size_t i = 0; i < panels.size(); ++i) draw_panel(out, panels[i], kPanelHeight * static_cast<double>(i));
+  for (std::size_t i = 0; i < panels.size(); ++i) draw_panel(out, panels[i], kPanelHeight * static_cast<double>(i), scale_max);
   out += "</svg>\n";
   return out;
 }

@@ -47,7 +47,9 @@ struct BarChart {
 std::string stacked_bar_svg(const BarChart& chart);
 
 /// Several charts in one SVG document, one panel each, top to bottom (e.g.
-/// memory per rank for each stage). Throws as the single-chart form.
+/// memory per rank for each stage), on one common y scale so that panels
+/// compare by eye (their units should agree). Throws as the single-chart
+/// form.
 std::string stacked_bar_svg(std::span<const BarChart> panels);
 
 /// Writes `text` to `path` atomically and durably (temporary file in the
