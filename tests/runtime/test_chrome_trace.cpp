@@ -262,3 +262,33 @@ TEST_CASE("merge_chrome_traces: a bad file is named with what is wrong") {
   CHECK(merge_chrome_traces({good0, good1})["otherData"]["ranks"].size() == 2);
   fs::remove_all(dir);
 }
+
+TEST_CASE("chrome_trace: a Tracer's own spans and counters, end to end") {
+  Tracer tracer;
+  tracer.set_spans(true);
+  if (!tracer.spans_on()) return;  // built with -Dtracing=disabled: nothing is kept
+  const std::int64_t origin = Tracer::now_ns();
+  {
+    TraceScope outer(&tracer, "forward", TraceThread::loop, TimeCategory::compute, "fc1");
+    TraceScope inner(&tracer, "wait_all_gather", TraceThread::engine, TimeCategory::comm_wait, "fc2", 1024);
+  }
+  tracer.add_counter({"memory", Tracer::now_ns(), {{"parameters", 4096.0}}});
+  const auto [spans, counters] = tracer.take_all();
+  const json trace = chrome_trace(0, spans, counters, {}, origin);
+  const auto x = events_of(trace, "X");
+  REQUIRE(x.size() == 2);
+  std::map<std::string, json> by_name;
+  for (const json& e : x) by_name[e["name"].get<std::string>()] = e;
+  const json& fwd = by_name["forward"];
+  const json& wait = by_name["wait_all_gather"];
+  CHECK(fwd["pid"] == 1);
+  CHECK(fwd["tid"] == 1);
+  CHECK(wait["tid"] == 2);
+  CHECK(wait["args"]["bytes"] == 1024);
+  // The inner span lies inside the outer one, both after the origin.
+  CHECK(fwd["ts"].get<double>() >= 0.0);
+  CHECK(wait["ts"].get<double>() >= fwd["ts"].get<double>());
+  CHECK(wait["ts"].get<double>() + wait["dur"].get<double>() <=
+        fwd["ts"].get<double>() + fwd["dur"].get<double>() + 1e-3);
+  CHECK(events_of(trace, "C").size() == 1);
+}
