@@ -25,7 +25,40 @@ double to_us(std::int64_t t_ns, ClockAlignment clock, std::int64_t origin_ns) {
 }
 
 int pid_of(int rank) { return rank + 1; }
-int tid_of(TraceThread t) { return static_cast<int>(t) + 1; }
+/// Lane 0 of thread t is tid t + 1; further lanes follow all lane-0 ids.
+int tid_of(std::size_t thread, std::size_t lane) { return static_cast<int>(thread + 1 + lane * kThreads); }
+std::size_t thread_index(TraceThread t) { return static_cast<std::size_t>(t) % kThreads; }
+
+/// The lane of each span: within one thread's lane, spans nest or are
+/// disjoint, as the format requires of "X" events on one thread; a span
+/// that partly overlaps one of a lane (two collectives in flight) goes to
+/// the first lane where it does not. Greedy over spans sorted by begin
+/// (longest first on ties), each lane keeping the ends of its open spans.
+std::vector<std::size_t> assign_lanes(std::span<const TraceSpan> spans) {
+  auto end_of = [&](std::size_t i) { return std::max(spans[i].begin_ns, spans[i].end_ns); };
+  std::vector<std::size_t> order(spans.size());
+  for (std::size_t i = 0; i < order.size(); ++i) order[i] = i;
+  std::stable_sort(order.begin(), order.end(), [&](std::size_t a, std::size_t b) {
+    if (spans[a].begin_ns != spans[b].begin_ns) return spans[a].begin_ns < spans[b].begin_ns;
+    return end_of(a) > end_of(b);
+  });
+  std::array<std::vector<std::vector<std::int64_t>>, kThreads> open;  // [thread][lane] open ends
+  std::vector<std::size_t> lane(spans.size(), 0);
+  for (const std::size_t i : order) {
+    auto& lanes = open[thread_index(spans[i].thread)];
+    const std::int64_t begin = spans[i].begin_ns, end = end_of(i);
+    std::size_t l = 0;
+    for (;; ++l) {
+      if (l == lanes.size()) lanes.emplace_back();
+      std::vector<std::int64_t>& stack = lanes[l];
+      while (!stack.empty() && stack.back() <= begin) stack.pop_back();
+      if (stack.empty() || stack.back() >= end) break;
+    }
+    lanes[l].push_back(end);
+    lane[i] = l;
+  }
+  return lane;
+}
 
 nlohmann::json metadata(const char* name, int pid, int tid, nlohmann::json args) {
   nlohmann::json e = {{"ph", "M"}, {"name", name}, {"pid", pid}, {"args", std::move(args)}};
@@ -111,16 +144,23 @@ nlohmann::json chrome_trace(int rank, std::span<const TraceSpan> spans, std::spa
   events.push_back(metadata("process_name", pid, -1, {{"name", fmt::format("rank {}", rank)}}));
   events.push_back(metadata("process_sort_index", pid, -1, {{"sort_index", rank}}));
 
-  std::array<bool, kThreads> used{};
-  for (const TraceSpan& s : spans) used[static_cast<std::size_t>(s.thread) % kThreads] = true;
-  for (std::size_t i = 0; i < kThreads; ++i) {
-    if (!used[i]) continue;
-    const auto t = static_cast<TraceThread>(i);
-    events.push_back(metadata("thread_name", pid, tid_of(t), {{"name", to_string(t)}}));
-    events.push_back(metadata("thread_sort_index", pid, tid_of(t), {{"sort_index", static_cast<int>(i)}}));
+  const std::vector<std::size_t> lanes = assign_lanes(spans);
+  std::array<std::size_t, kThreads> lanes_used{};  // per thread: highest lane + 1
+  for (std::size_t i = 0; i < spans.size(); ++i) {
+    std::size_t& used = lanes_used[thread_index(spans[i].thread)];
+    used = std::max(used, lanes[i] + 1);
+  }
+  for (std::size_t t = 0; t < kThreads; ++t) {
+    for (std::size_t l = 0; l < lanes_used[t]; ++l) {
+      const char* name = to_string(static_cast<TraceThread>(t));
+      const int tid = tid_of(t, l);
+      events.push_back(metadata("thread_name", pid, tid, {{"name", l == 0 ? name : fmt::format("{} {}", name, l + 1)}}));
+      events.push_back(metadata("thread_sort_index", pid, tid, {{"sort_index", static_cast<int>(t * 100 + l)}}));
+    }
   }
 
-  for (const TraceSpan& s : spans) {
+  for (std::size_t i = 0; i < spans.size(); ++i) {
+    const TraceSpan& s = spans[i];
     nlohmann::json args = nlohmann::json::object();
     if (!s.unit.empty()) args["unit"] = s.unit;
     if (s.bytes != 0) args["bytes"] = s.bytes;
@@ -130,7 +170,7 @@ nlohmann::json chrome_trace(int rank, std::span<const TraceSpan> spans, std::spa
                       {"name", s.name},
                       {"cat", to_string(s.thread)},
                       {"pid", pid},
-                      {"tid", tid_of(s.thread)},
+                      {"tid", tid_of(thread_index(s.thread), lanes[i])},
                       {"ts", to_us(s.begin_ns, clock, origin_ns)},
                       {"dur", static_cast<double>(dur_ns) / 1000.0},
                       {"args", std::move(args)}});

@@ -13,12 +13,18 @@
 //    stacked, e.g. the memory ledger's bytes per category);
 //  - metadata events ("ph": "M") name the process "rank r" and each thread
 //    used (to_string(TraceThread)), and fix their order (process_sort_index
-//    r, thread_sort_index the TraceThread value).
+//    r, thread_sort_index 100 * TraceThread value + lane).
 // Ranks are processes and TraceThreads are threads, but both ids are
 // shifted by one (pid = rank + 1, tid = TraceThread value + 1): Perfetto
 // treats pid 0 / tid 0 as the kernel's swapper and its maintainers advise
 // synthetic traces to start at 1 (google/perfetto#394). The names and the
 // "rank" field of otherData carry the rank itself.
+// Lanes: the format requires the "X" events of one thread to nest, and
+// Perfetto drops those that partly overlap (google/perfetto#4280); but two
+// collectives (or swap reads) in flight at once do. Such a span goes to the
+// TraceThread's next lane, a thread of its own named "comm 2", "comm 3", ...
+// with tid = TraceThread value + 1 + 4 * lane; spans that nest or follow
+// each other stay in lane 0.
 //
 // Times: spans are steady-clock nanoseconds of their own process. A rank's
 // clock is aligned to rank 0's by `offset_ns` (rank-0 time = local time +

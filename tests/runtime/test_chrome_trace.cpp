@@ -116,6 +116,35 @@ TEST_CASE("chrome_trace: events, ids, microseconds with the clock offset, args, 
   CHECK(meta["thread_sort_index"].size() == 3);
 }
 
+TEST_CASE("chrome_trace: spans of one thread that partly overlap go to lanes of their own") {
+  const int comm = static_cast<int>(TraceThread::comm) + 1;
+  const int comm2 = comm + 4;  // lane 1
+  const std::vector<TraceSpan> spans = {
+      {"reduce_scatter", TraceThread::comm, "b1", 0, 0, 10'000, 1},
+      {"reduce_scatter", TraceThread::comm, "b2", 0, 5'000, 15'000, 2},   // overlaps b1's end: lane 1
+      {"inner", TraceThread::comm, "", 0, 2'000, 3'000, -1},            // nested in b1: lane 0
+      {"all_gather", TraceThread::comm, "u1", 0, 20'000, 30'000, 3},      // after both: lane 0
+      {"all_gather", TraceThread::comm, "u2", 0, 25'000, 40'000, 4},      // overlaps u1: lane 1
+      {"all_gather", TraceThread::comm, "u3", 0, 26'000, 41'000, 5},      // overlaps both: lane 2
+      {"forward", TraceThread::loop, "", 0, 5'000, 15'000, -1},
+  };
+  const json trace = chrome_trace(0, spans, {}, {}, 0);
+  std::map<std::string, int> tid;
+  for (const json& e : events_of(trace, "X")) tid[e["args"].value("unit", e["name"].get<std::string>())] = e["tid"];
+  CHECK(tid["b1"] == comm);
+  CHECK(tid["b2"] == comm2);
+  CHECK(tid["inner"] == comm);
+  CHECK(tid["u1"] == comm);
+  CHECK(tid["u2"] == comm2);
+  CHECK(tid["u3"] == comm + 8);
+  CHECK(tid["forward"] == 1);
+  std::map<int, std::string> names;
+  for (const json& e : events_of(trace, "M")) {
+    if (e["name"] == "thread_name") names[e["tid"].get<int>()] = e["args"]["name"].get<std::string>();
+  }
+  CHECK(names == std::map<int, std::string>{{1, "loop"}, {comm, "comm"}, {comm2, "comm 2"}, {comm + 8, "comm 3"}});
+}
+
 TEST_CASE("chrome_trace: no spans or counters is still a valid trace; a negative rank is refused") {
   const json trace = chrome_trace(0, {}, {}, {}, 0);
   CHECK(trace["traceEvents"].size() == 2);  // process name and sort index
