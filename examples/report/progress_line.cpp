@@ -55,8 +55,9 @@ std::string ProgressLine::text() const {
   const double rate = elapsed > 0 ? done / elapsed : std::nan("");
   const double eta = rate > 0 ? static_cast<double>(total_ - step_) / rate : std::nan("");
   const double pct = total_ > 0 ? 100.0 * static_cast<double>(step_) / static_cast<double>(total_) : 0.0;
-  std::string line = fmt::format("{} step {}/{} ({:.0f}%)  {} steps/s  ETA {}", what_, step_, total_,
-                                 std::floor(pct), format_rate(rate), format_hms(eta));
+  std::string line = total_ > 0 ? fmt::format("{} step {}/{} ({:.0f}%)", what_, step_, total_, std::floor(pct))
+                                : fmt::format("{} step {}", what_, step_);
+  line += fmt::format("  {} steps/s  ETA {}", format_rate(rate), format_hms(eta));
   if (!extra_.empty()) {
     line += "  ";
     line += extra_;
@@ -90,7 +91,7 @@ void ProgressLine::update(std::int64_t step, std::string_view extra) {
   updated_ = true;
   printed_latest_ = false;
   const double every = tty_ ? options_.tty_every_s : options_.plain_every_s;
-  if (step >= total_ || t - last_print_s_ >= every) print(t);
+  if ((total_ > 0 && step >= total_) || t - last_print_s_ >= every) print(t);
 }
 
 void ProgressLine::finish() {

@@ -52,8 +52,10 @@ class ProgressLine {
   };
 
   /// A line for `total_steps` steps of `what` (e.g. "train"), written to
-  /// `out` (not owned; must outlive this object). The rate and ETA are
-  /// measured from construction.
+  /// `out` (not owned; must outlive this object; null prints nothing). The
+  /// rate and ETA are measured from construction. With total_steps <= 0
+  /// (unknown) the line shows no total and no last step, and the ETA
+  /// reads "-:--:--".
   ProgressLine(std::string what, std::int64_t total_steps, std::FILE* out = stderr);
   ProgressLine(std::string what, std::int64_t total_steps, std::FILE* out, Options options);
   /// Calls finish().

@@ -208,6 +208,16 @@ TEST_CASE("ProgressLine, plain mode: a line every interval and at the last step,
   });
   CHECK(early == "train step 2/1000 (0%)  0.5 steps/s  ETA 0:33:16  stopping\n");
 
+  // Unknown total: no last step, so the interval alone decides; no ETA.
+  const std::string unknown = progress_output(false, 0, [](ProgressLine& line, double& now) {
+    for (int s = 1; s <= 30; ++s) {
+      now += 1;
+      line.update(s);
+    }
+  });
+  CHECK(count(unknown, "\n") == 3);
+  CHECK(unknown.starts_with("train step 10  1.00 steps/s  ETA -:--:--\n"));
+
   // Nothing updated: nothing printed.
   CHECK(progress_output(false, 10, [](ProgressLine&, double&) {}).empty());
 }
