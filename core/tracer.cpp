@@ -33,36 +33,47 @@ std::int64_t Tracer::now_ns() {
 
 void Tracer::set_spans(bool on) { spans_ = on; }
 
-void Tracer::set_accounting(bool on) {
+void Tracer::set_accounting(bool on, std::int64_t now) {
   accounting_ = on;
   accounted_thread_ = std::this_thread::get_id();
   stack_.clear();
   current_ = StepTimes{};
-  last_ns_ = step_begin_ns_ = now_ns();
+  last_ns_ = step_begin_ns_ = now;
 }
 
 void Tracer::open(TimeCategory category, std::int64_t now) {
   if (!accounting_on() || std::this_thread::get_id() != accounted_thread_) return;
   // Time since the last event belongs to the region that was innermost.
-  const TimeCategory top = stack_.empty() ? TimeCategory::other : stack_.back();
+  charge(now);
+  stack_.emplace_back(category, now);
+}
+
+// Charges [last event, now) to the innermost open region (other when none);
+// compute time is also kept as intervals, merged when contiguous.
+void Tracer::charge(std::int64_t now) {
+  const TimeCategory top = stack_.empty() ? TimeCategory::other : stack_.back().first;
   current_[top] += now - last_ns_;
+  if (top == TimeCategory::compute && now > last_ns_) {
+    auto& iv = current_.compute_intervals;
+    if (!iv.empty() && iv.back().second == last_ns_) {
+      iv.back().second = now;
+    } else {
+      iv.emplace_back(last_ns_, now);
+    }
+  }
   last_ns_ = now;
-  stack_.push_back(category);
 }
 
 void Tracer::close(std::int64_t now) {
   if (!accounting_on() || std::this_thread::get_id() != accounted_thread_ || stack_.empty()) return;
-  current_[stack_.back()] += now - last_ns_;
-  last_ns_ = now;
+  charge(now);
   stack_.pop_back();
 }
 
 StepTimes Tracer::take_step(std::int64_t now) {
   if (!accounting_on()) return {};
-  const TimeCategory top = stack_.empty() ? TimeCategory::other : stack_.back();
-  current_[top] += now - last_ns_;
-  last_ns_ = now;
-  StepTimes out = current_;
+  charge(now);
+  StepTimes out = std::move(current_);
   out.wall_ns = now - step_begin_ns_;
   std::int64_t rest = 0;
   for (std::size_t c = 0; c < kTimeCategories; ++c) {
@@ -100,7 +111,15 @@ std::size_t Tracer::span_count() const {
 }
 
 TraceScope::TraceScope(Tracer* tracer, const char* name, TraceThread thread, TimeCategory category,
-                       std::string unit, std::uint64_t bytes) {
+                       std::string unit, std::uint64_t bytes)
+    : TraceScope(tracer, name, thread, std::move(unit), bytes) {
+  if (tracer_ == nullptr) return;
+  accounted_ = true;
+  tracer_->open(category, begin_ns_);
+}
+
+TraceScope::TraceScope(Tracer* tracer, const char* name, TraceThread thread, std::string unit,
+                       std::uint64_t bytes) {
   if (tracer == nullptr || !tracer->active()) return;
   tracer_ = tracer;
   name_ = name;
@@ -108,16 +127,16 @@ TraceScope::TraceScope(Tracer* tracer, const char* name, TraceThread thread, Tim
   unit_ = std::move(unit);
   bytes_ = bytes;
   begin_ns_ = Tracer::now_ns();
-  tracer_->open(category, begin_ns_);
 }
 
-TraceScope::~TraceScope() {
+void TraceScope::end() {
   if (tracer_ == nullptr) return;
   const std::int64_t end = Tracer::now_ns();
-  tracer_->close(end);
+  if (accounted_) tracer_->close(end);
   if (tracer_->spans_on()) {
     tracer_->add_span(TraceSpan{name_, thread_, std::move(unit_), bytes_, begin_ns_, end, -1});
   }
+  tracer_ = nullptr;
 }
 
 }  // namespace zeroshard

@@ -81,6 +81,10 @@ struct TraceCounter {
 struct StepTimes {
   std::array<std::int64_t, kTimeCategories> ns{};
   std::int64_t wall_ns = 0;
+  /// The step's exclusive compute time as intervals [begin, end) (compute
+  /// regions minus the regions opened inside them, such as a collective's
+  /// wait): for the hidden communication, runtime/step_breakdown.h.
+  std::vector<std::pair<std::int64_t, std::int64_t>> compute_intervals;
   std::int64_t& operator[](TimeCategory c) { return ns[static_cast<std::size_t>(c)]; }
   std::int64_t operator[](TimeCategory c) const { return ns[static_cast<std::size_t>(c)]; }
 };
@@ -95,8 +99,8 @@ class Tracer {
   void set_spans(bool on);
   /// Account the loop thread's time per category (off by default); the
   /// thread that calls this with true is the accounted one, and the current
-  /// step starts now.
-  void set_accounting(bool on);
+  /// step starts at `now` (steady-clock ns; tests pass their own times).
+  void set_accounting(bool on, std::int64_t now = now_ns());
   bool spans_on() const { return ZS_TRACING && spans_; }
   bool accounting_on() const { return ZS_TRACING && accounting_; }
   /// True when either switch is on: the one branch a disabled span costs.
@@ -125,7 +129,8 @@ class Tracer {
   bool spans_ = false;
   bool accounting_ = false;
   std::thread::id accounted_thread_{};
-  std::vector<TimeCategory> stack_;
+  void charge(std::int64_t now);
+  std::vector<std::pair<TimeCategory, std::int64_t>> stack_;  ///< open regions and their begin
   std::int64_t last_ns_ = 0;
   std::int64_t step_begin_ns_ = 0;
   StepTimes current_{};
@@ -142,7 +147,13 @@ class TraceScope {
  public:
   TraceScope(Tracer* tracer, const char* name, TraceThread thread, TimeCategory category,
              std::string unit = {}, std::uint64_t bytes = 0);
-  ~TraceScope();
+  /// A span only: the loop thread's time inside stays charged to the
+  /// enclosing region's category.
+  TraceScope(Tracer* tracer, const char* name, TraceThread thread, std::string unit = {},
+             std::uint64_t bytes = 0);
+  ~TraceScope() { end(); }
+  /// Ends the span now (the destructor then does nothing); idempotent.
+  void end();
   TraceScope(const TraceScope&) = delete;
   TraceScope& operator=(const TraceScope&) = delete;
 
@@ -153,6 +164,7 @@ class TraceScope {
   std::string unit_;
   std::uint64_t bytes_ = 0;
   std::int64_t begin_ns_ = 0;
+  bool accounted_ = false;  ///< opened a region on the tracer
 };
 
 }  // namespace zeroshard

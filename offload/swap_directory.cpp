@@ -10,6 +10,7 @@
 
 #include "core/aligned_buffer.h"
 #include "core/error.h"
+#include "core/tracer.h"
 #include "offload/os_error.h"
 #include "offload/swap_naming.h"
 
@@ -56,7 +57,9 @@ SwapBatch::SwapBatch(SwapBatch&& o) noexcept
       ticket_(o.ticket_),
       waited_(std::exchange(o.waited_, true)),
       writes_(std::move(o.writes_)),
-      reads_(std::move(o.reads_)) {}
+      reads_(std::move(o.reads_)),
+      issued_ns_(o.issued_ns_),
+      bytes_(o.bytes_) {}
 
 SwapBatch& SwapBatch::operator=(SwapBatch&& o) noexcept {
   if (this != &o) {
@@ -66,6 +69,8 @@ SwapBatch& SwapBatch::operator=(SwapBatch&& o) noexcept {
     waited_ = std::exchange(o.waited_, true);
     writes_ = std::move(o.writes_);
     reads_ = std::move(o.reads_);
+    issued_ns_ = o.issued_ns_;
+    bytes_ = o.bytes_;
   }
   return *this;
 }
@@ -155,7 +160,9 @@ SwapBatch SwapDirectory::write(std::span<const SwapItem> items) {
     for (std::size_t i = 0; i < items.size(); ++i) {
       const SwapBatch::PendingWrite& w = batch.writes_[i];
       if (w.padded != 0) reqs.push_back(IoRequest{IoOp::write, &w.file, 0, items[i].buffer.data(), w.padded});
+      batch.bytes_ += w.padded;
     }
+    batch.issued_ns_ = Tracer::now_ns();
     batch.ticket_ = engine_.submit(reqs);
   } catch (...) {
     abandon(batch.writes_);
@@ -192,7 +199,9 @@ SwapBatch SwapDirectory::read(std::span<const SwapItem> items) {
     if (files[i]->padded_size == 0) continue;
     batch.reads_.push_back(FileHandle::open(files[i]->path, FileMode::read, direct_));
     reqs.push_back(IoRequest{IoOp::read, &batch.reads_.back(), 0, items[i].buffer.data(), files[i]->padded_size});
+    batch.bytes_ += files[i]->padded_size;
   }
+  batch.issued_ns_ = Tracer::now_ns();
   batch.ticket_ = engine_.submit(reqs);
   batch.waited_ = false;
   return batch;

@@ -75,6 +75,11 @@ class SwapBatch {
   void wait();
   /// True when wait() would not block on I/O.
   bool done() const;
+  /// When the batch was submitted: steady-clock nanoseconds
+  /// (core/tracer.h's Tracer::now_ns), for the I/O spans of a trace.
+  std::int64_t issued_ns() const { return issued_ns_; }
+  /// Bytes the batch transfers (padded sizes, as submitted).
+  std::uint64_t bytes() const { return bytes_; }
 
  private:
   friend class SwapDirectory;
@@ -93,6 +98,8 @@ class SwapBatch {
   bool waited_ = true;
   std::vector<PendingWrite> writes_;
   std::vector<FileHandle> reads_;
+  std::int64_t issued_ns_ = 0;
+  std::uint64_t bytes_ = 0;
 };
 
 /// Swap files under one directory, named from keys (offload/swap_naming.h).

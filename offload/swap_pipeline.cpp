@@ -51,14 +51,23 @@ std::vector<SwapBatch> start(const std::vector<SwapDirectory*>& dirs, const std:
   return out;
 }
 
-void wait_all(std::vector<SwapBatch>& batches) {
+// With a tracer, the blocked time is io_wait and each batch an I/O span
+// from submission to the end of its wait.
+void wait_all(std::vector<SwapBatch>& batches, Tracer* tracer, bool write) {
   // Every batch is waited for even if one throws; the first error is kept.
+  if (batches.empty()) return;
   std::exception_ptr first;
+  const TraceScope waiting(tracer, write ? "swap_write_wait" : "swap_read_wait", TraceThread::engine,
+                           TimeCategory::io_wait);
   for (SwapBatch& b : batches) {
     try {
       b.wait();
     } catch (...) {
       if (!first) first = std::current_exception();
+    }
+    if (tracer != nullptr && tracer->spans_on()) {
+      tracer->add_span(TraceSpan{write ? "swap_write" : "swap_read", TraceThread::io, {}, b.bytes(), b.issued_ns(),
+                                 Tracer::now_ns(), -1});
     }
   }
   batches.clear();
@@ -69,7 +78,7 @@ class Pipeline {
  public:
   Pipeline(HostPool& pool, const SwapPipelineOptions& o, MemCategory category,
            const std::function<std::vector<SwapSlot>(std::size_t)>& slots)
-      : pool_(pool), category_(category), slots_(slots),
+      : pool_(pool), tracer_(o.tracer), category_(category), slots_(slots),
         sets_(static_cast<std::size_t>(o.buffer_count)) {}
 
   StagingSet& set_of(std::size_t i) { return sets_[i % sets_.size()]; }
@@ -77,7 +86,7 @@ class Pipeline {
   void wait_write(StagingSet& set) {
     if (set.writes.empty()) return;
     const auto t0 = Clock::now();
-    wait_all(set.writes);
+    wait_all(set.writes, tracer_, true);
     stats.write_wait_s += seconds_since(t0);
   }
 
@@ -118,7 +127,7 @@ class Pipeline {
     ZS_CHECK(set.index == i && set.pending_read, "swap pipeline: sub-group {} was not read", i);
     auto t0 = Clock::now();
     set.pending_read = false;
-    wait_all(set.reads);
+    wait_all(set.reads, tracer_, false);
     stats.read_wait_s += seconds_since(t0);
     std::vector<std::byte*> data(set.buffers.size());
     for (std::size_t k = 0; k < data.size(); ++k) data[k] = set.buffers[k].data();
@@ -146,7 +155,7 @@ class Pipeline {
   void drain() {
     for (StagingSet& set : sets_) {
       set.pending_read = false;
-      wait_all(set.reads);
+      wait_all(set.reads, tracer_, false);
       wait_write(set);
     }
   }
@@ -155,6 +164,7 @@ class Pipeline {
 
  private:
   HostPool& pool_;
+  Tracer* tracer_;
   MemCategory category_;
   const std::function<std::vector<SwapSlot>(std::size_t)>& slots_;
   std::vector<StagingSet> sets_;

@@ -22,6 +22,7 @@
 #include <string>
 #include <vector>
 
+#include "core/tracer.h"
 #include "offload/host_pool.h"
 #include "offload/swap_directory.h"
 
@@ -41,6 +42,9 @@ struct SwapPipelineOptions {
   int buffer_count = 4;  ///< staging sets, >= 1
   bool pipeline_read = true;
   bool pipeline_write = true;
+  /// When set, the time blocked in reads and writes is charged to io_wait
+  /// and each batch becomes an I/O span (core/tracer.h). Not owned.
+  Tracer* tracer = nullptr;
 };
 
 /// What one run moved and waited for. Seconds are wall time of the thread

@@ -42,6 +42,7 @@
 #include <vector>
 
 #include "core/memory_ledger.h"
+#include "core/tracer.h"
 #include "kernels/cpu/cast.h"
 #include "offload/host_pool.h"
 #include "offload/io_engine.h"
@@ -105,6 +106,9 @@ class ArrayStore {
 
   const ArrayStoreOptions& options() const { return o_; }
   std::size_t unit_count() const { return units_.size(); }
+  /// Swap waits from now on are charged to io_wait on `tracer` and become
+  /// I/O spans (core/tracer.h); null stops that. Not owned.
+  void set_tracer(Tracer* tracer) { tracer_ = tracer; }
 
   // --- Where each array is --------------------------------------------
 
@@ -239,6 +243,7 @@ class ArrayStore {
   const UnitArrays& unit(UnitId u) const;
   std::vector<SwapItem> items(UnitId u, ArrayRef a, std::byte* buf, bool reading, std::vector<std::string>& keys);
   void timed_wait(SwapBatch& batch, bool write);
+  Tracer* tracer_ = nullptr;
   void accumulate_nvme_grad(UnitId u, std::size_t at, const void* src, DType src_type, std::size_t n, float scale,
                             bool boundary);
   void flush_open_grad();
