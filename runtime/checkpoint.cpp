@@ -188,6 +188,7 @@ void write_checkpoint(EngineState& s, const std::string& save_dir, const std::st
   const int r = s.rank();
 
   double file_info[2] = {0, 0};  // crc32, bytes of this rank's file
+  TraceScope files_span(s.tracer(), "checkpoint_save_files", TraceThread::engine, tag);
   run_agreed(s.host_comm, [&] {
     CheckpointWriter w(tmp_dir + "/" + rank_file_name(r));
     const std::size_t ntensors = checkpoint_tensor_names(s.config.optimizer).size();
@@ -211,6 +212,8 @@ void write_checkpoint(EngineState& s, const std::string& save_dir, const std::st
     file_info[1] = static_cast<double>(w.size());
   });
 
+  files_span.end();
+  const TraceScope publish_span(s.tracer(), "checkpoint_save_manifest", TraceThread::engine, tag);
   std::vector<double> all_info(2 * static_cast<std::size_t>(s.world()));
   s.host_comm.all_gather(file_info, all_info.data(), 2, DType::f64);
   run_agreed(s.host_comm, [&] {

@@ -149,6 +149,7 @@ json Engine::load_checkpoint(const std::string& mesh_save_dir, const std::string
   Manifest m;
   // On a mesh each tp rank's group reads its own folder ([Note: engine on a mesh]).
   const std::string save_dir = mesh_checkpoint_root(s, mesh_save_dir);
+  TraceScope manifest_span(s.tracer(), "checkpoint_load_manifest", TraceThread::engine, tag_in);
   run_agreed(s.host_comm, [&] {
     check_checkpoint_mesh(s, mesh_save_dir, tag_in);
     if (tag.empty()) {
@@ -181,8 +182,10 @@ json Engine::load_checkpoint(const std::string& mesh_save_dir, const std::string
                             r);
   }
 
+  manifest_span.end();
   const int stage = s.stage();
   std::vector<LoadedUnit> loaded(s.units.size());
+  TraceScope read_span(s.tracer(), "checkpoint_load_read", TraceThread::engine, tag);
   run_agreed(s.host_comm, [&] {
     TensorReader reader(m, dir);
     for (std::size_t u = 0; u < s.units.size(); ++u) {
@@ -216,6 +219,8 @@ json Engine::load_checkpoint(const std::string& mesh_save_dir, const std::string
 
   // Commit: nothing above touched the engine. Its writes (swap files on
   // nvme) are agreed: [Note: storage phases] in runtime/storage_phase.h.
+  read_span.end();
+  const TraceScope commit_span(s.tracer(), "checkpoint_load_commit", TraceThread::engine, tag);
   run_storage_phase(s, fmt::format("load_checkpoint(\"{}\")", dir), [&] { commit_loaded(s, loaded); }, true);
   s.unusable.clear();
   s.optimizer_steps = m.optimizer_steps;

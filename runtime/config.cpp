@@ -100,6 +100,38 @@ json without_no_effect_keys(const json& section, const std::string& path) {
   return out;
 }
 
+// wall_clock_breakdown, comms_logger, zeroshard.trace, collective timeout
+// (runtime/observe_config.h).
+void read_observe(const Reader& r, ObserveConfig& o, ConfigDiagnostics& d) {
+  r.get("wall_clock_breakdown", o.wall_clock_breakdown);
+  r.get("comms_logger.enabled", o.comms_logger.enabled);
+  r.get("comms_logger.verbose", o.comms_logger.verbose);
+  r.get("comms_logger.prof_all", o.comms_logger.prof_all);
+  r.get("comms_logger.debug", o.comms_logger.debug);
+  if (const json* ops = r.at("comms_logger.prof_ops")) {
+    static const std::set<std::string> kinds = {"all_reduce", "reduce_scatter", "all_gather",
+                                                "all_to_all", "broadcast", "barrier"};
+    bool ok = ops->is_array();
+    for (const json& op : ok ? *ops : json::array()) {
+      if (op.is_string() && kinds.count(op.get<std::string>())) {
+        o.comms_logger.prof_ops.push_back(op.get<std::string>());
+      } else {
+        ok = false;
+      }
+    }
+    if (!ok) {
+      d.bad_value("comms_logger.prof_ops", *ops,
+                  "is invalid: use a list of all_reduce, reduce_scatter, all_gather, all_to_all, broadcast, barrier");
+    }
+  }
+  r.get("zeroshard.trace.enabled", o.trace);
+  r.get("zeroshard.trace.output_path", o.trace_output_path);
+  if (r.get("zeroshard.collective_timeout_s", o.collective_timeout_s) && o.collective_timeout_s < 0) {
+    d.bad_value("zeroshard.collective_timeout_s", o.collective_timeout_s,
+                "is invalid: use seconds > 0, or 0 for no timeout");
+  }
+}
+
 void read_optimizer(const Reader& r, EngineConfig& c, ConfigDiagnostics& d) {
   OptimizerHyper& h = c.optimizer;
   std::string type = "AdamW";
@@ -307,6 +339,7 @@ EngineConfig EngineConfig::from_json(const json& j, const std::string& source, c
                                 {{"rank", ReductionOrder::rank}, {"native", ReductionOrder::native}},
                                 "is invalid: use \"rank\" or \"native\"", c.reduction_order, d);
     read_scheduler(r, bad, c, d);
+    read_observe(r, c.observe, d);
     collect_range_problems(c, d);
     if (options.world_size && d.ok()) {
       try {

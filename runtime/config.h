@@ -45,6 +45,7 @@
 #include "optimizer/optimizer.h"
 #include "runtime/loss_scaler.h"
 #include "runtime/lr_schedule.h"
+#include "runtime/observe_config.h"
 #include "runtime/offload_config.h"
 
 namespace zeroshard {
@@ -151,6 +152,9 @@ struct EngineConfig {
   /// "zeroshard": {"reduction_order"}: how gradient reductions sum the ranks
   /// ([Note: rank-ordered reduction] in comm/ordered_reduce.h).
   ReductionOrder reduction_order = ReductionOrder::rank;
+  /// wall_clock_breakdown, comms_logger, zeroshard.trace and
+  /// zeroshard.collective_timeout_s (runtime/observe_config.h).
+  ObserveConfig observe;
   std::string source = "configuration";  ///< file it came from, named in error messages
   /// Lines the reader warns with ("ds.json: ..."): keys accepted without
   /// effect, legacy spellings and what they became. The examples print them.

@@ -170,12 +170,22 @@ std::vector<ConfigKey> make_table() {
       impl("zeroshard", T::section, "", "zeroshard's own settings"),
       impl("zeroshard.strict", T::boolean, "false",
            "true: keys accepted without effect and legacy spellings are errors (also ConfigOptions::strict)"),
+      impl("zeroshard.trace", T::section, "", "Chrome traces per rank and merged (Engine::write_trace)"),
+      impl("zeroshard.trace.enabled", T::boolean, "false", "record spans of collectives, waits, optimizer, swap I/O and the loop"),
+      impl("zeroshard.trace.output_path", T::string, "\"zeroshard-trace\"",
+           "directory of trace-rank<r>.json and the merged trace.json"),
+      impl("zeroshard.collective_timeout_s", T::float64, "0",
+           "> 0: a collective not complete after this many seconds ends the job naming every rank's collective "
+           "(comm/collective_watchdog.h); 0 = off"),
       impl("zeroshard.reduction_order", T::string, "\"rank\"",
            "\"rank\": every gradient reduction sums each element's contributions rank 0 + rank 1 + ... left to "
            "right (all-to-all, local sum, all-gather), so bucket sizes, overlap_comm, offload tiers and, without "
            "gradient accumulation, stages 0-3 give bitwise the same results at a world size; \"native\": MPI's / NCCL's own all-reduce and "
            "reduce-scatter, whose order depends on the stage and message size (comm/ordered_reduce.h)"),
-      quiet("wall_clock_breakdown", T::boolean, "DeepSpeed's timers; zeroshard's examples time themselves"),
+      impl("wall_clock_breakdown", T::boolean, "false",
+           "every steps_per_print steps rank 0 prints the step breakdown (compute, exposed and hidden "
+           "communication, optimizer, swap I/O wait, other; min/median/max over ranks) and the straggler "
+           "line (runtime/observe_config.h)"),
       quiet("memory_breakdown", T::boolean, "DeepSpeed's memory log; see the engine's ledger"),
       quiet("dump_state", T::boolean, "DeepSpeed prints its config at start"),
       quiet("activation_checkpointing", T::object, "recomputation is the program's model's business; same values"),
@@ -183,7 +193,13 @@ std::vector<ConfigKey> make_table() {
       quiet("tensorboard", T::object, "monitor"),
       quiet("wandb", T::object, "monitor"),
       quiet("csv_monitor", T::object, "monitor"),
-      quiet("comms_logger", T::object, "communication log"),
+      impl("comms_logger", T::section, "", "the communication log (comm/comms_log.h)"),
+      impl("comms_logger.enabled", T::boolean, "false", "count, bytes, latency, algbw and busbw per collective kind and size"),
+      impl("comms_logger.verbose", T::boolean, "false", "print each logged collective as it completes"),
+      impl("comms_logger.prof_all", T::boolean, "true", "log every collective kind (false: only prof_ops)"),
+      impl("comms_logger.prof_ops", T::any, "[]",
+           "kinds logged when prof_all is false: all_reduce, reduce_scatter, all_gather, all_to_all, broadcast, barrier"),
+      impl("comms_logger.debug", T::boolean, "false", "verbose lines name the unit of each collective"),
       quiet("autotuning", T::object, "DeepSpeed's launcher-side tuner"),
       quiet("checkpoint", T::object, "DeepSpeed's checkpoint options; zeroshard has its own format"),
       quiet("zero_allow_untested_optimizer", T::boolean, "zeroshard uses its own optimizers"),

@@ -111,6 +111,7 @@ void allocate_state(EngineState& s, const SwapSharers& sharers) {
       ArrayStoreOptions{.stage = stage, .rank = r, .dtype = dt,
                         .state_count = optimizer_state_count(s.config.optimizer), .offload = s.config.offload,
                         .swap_sharers = sharers, .source = s.config.source});
+  s.store->set_tracer(s.tracer());
   s.units.resize(s.layout.units().size());
   for (std::size_t i = 0; i < s.units.size(); ++i) {
     const UnitInfo& info = s.layout.units()[i];
@@ -151,6 +152,7 @@ void Engine::finalize() {
   // allocated its state (free space, memory): agreed, so that no rank is left in a collective.
   check_same_model(s.host_comm, s.config, s.layout, s.groups.size());
   check_mesh_declarations(s);  // [Note: engine on a mesh]: declared and equal over the tp group
+  start_observer(s);           // clock offsets, when the breakdown or the trace is on
   const SwapSharers sharers = count_swap_sharers(s.host_comm, s.config.offload);  // the free-space check counts them all
   run_agreed(s.host_comm, [&] { allocate_state(s, sharers); });
   s.finalized = true;

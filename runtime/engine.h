@@ -99,6 +99,7 @@
 #include <optional>
 #include <span>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include <nlohmann/json.hpp>
@@ -106,7 +107,9 @@
 #include "comm/communicator.h"
 #include "runtime/config.h"
 #include "runtime/flat_layout.h"
+#include "runtime/step_breakdown.h"
 #include "core/memory_ledger.h"
+#include "core/tracer.h"
 
 namespace zeroshard {
 
@@ -297,6 +300,39 @@ class Engine {
   /// is unusable.
   StepResult step();
 
+  // ---- observability (runtime/observe_config.h, [Note: step breakdown]) ----
+
+  /// A span of the loop's own work (forward, backward, loss): the loop
+  /// thread's time inside is charged to compute in the step breakdown and,
+  /// with zeroshard.trace, drawn on the "loop" thread of the Chrome trace.
+  /// Usage: `{ auto span = engine.trace("forward", "fc1"); ... }`. With
+  /// tracing and wall_clock_breakdown off it costs one branch. Not a
+  /// collective; call from the thread that drives the engine.
+  [[nodiscard]] TraceScope trace(const char* name, std::string_view unit = {});
+  /// This rank's figures of the last optimizer step (all zero unless
+  /// wall_clock_breakdown or zeroshard.trace is on).
+  const StepFigures& last_step_figures() const;
+  /// The run so far: {"steps", "per_rank_mean_ms" (every rank's mean
+  /// compute, comm_wait, optimizer, io_wait, other, wall and hidden_comm),
+  /// "overlap_fraction", "slowest_rank", "straggler" {late_ms, last_count,
+  /// straggler_steps, text}, "clock" {offset_ns, bound_ns}, "comms" (the
+  /// comms_logger rows: kind, message_bytes, count, total_bytes, total_ms,
+  /// mean_ms, algbw_gbps, busbw_gbps)}. The same on every rank (the figures
+  /// are all-gathered at each step). Not a collective.
+  nlohmann::json observe_report() const;
+  /// The comms_logger table (kind, message size, count, latency, algbw,
+  /// busbw) of this rank's collectives so far. Not a collective.
+  std::string comms_summary() const;
+  /// With zeroshard.trace on: every rank writes
+  /// <output_path>/trace-rank<r>.json (Chrome Trace Event Format, ranks as
+  /// processes, loop/engine/comm/io as threads, memory counters; times on
+  /// rank 0's clock), then rank 0 merges them into <output_path>/trace.json
+  /// and returns its path (other ranks return their own file's). Collective
+  /// over the host communicator. Throws IoError naming the path when a file
+  /// cannot be written (agreed: the same error on every rank). Returns ""
+  /// with tracing off.
+  std::string write_trace();
+
   // ---- checkpoints (runtime/checkpoint.cpp, docs/checkpoint-format.md) ----
 
   /// Saves a sharded checkpoint to <save_dir>/<tag> (tag "" = "step-%08d" of
@@ -378,6 +414,7 @@ class Engine {
 
  private:
   void init();  // the constructors' common part
+  StepResult step_body();  // step() without the observer's end of step
   std::unique_ptr<EngineState> s_;
 };
 

@@ -36,8 +36,10 @@ const EngineConfig& checked_for_mesh(const EngineConfig& config, const Mesh& mes
 }  // namespace
 
 Engine::Engine(const EngineConfig& config, const Mesh& mesh) : Engine(checked_for_mesh(config, mesh), mesh.dp_group()) {
-  s_->world_comm = &mesh.world();
-  s_->tp_comm = &mesh.tp_group();
+  s_->traced_world = std::make_unique<TracedCommunicator>(mesh.world(), "world", s_->traced_options());
+  s_->traced_tp = std::make_unique<TracedCommunicator>(mesh.tp_group(), "tp", s_->traced_options());
+  s_->world_comm = s_->traced_world.get();
+  s_->tp_comm = s_->traced_tp.get();
 }
 
 ParamId Engine::add_parameter(UnitId unit, std::string name, std::vector<std::int64_t> shape, GroupId group,

@@ -4,6 +4,8 @@
 #include <algorithm>
 #include <cstring>
 
+#include <fmt/format.h>
+
 #include "core/error.h"
 #include "runtime/engine_state.h"
 
@@ -190,7 +192,7 @@ void run_optimizer(EngineState& s, std::int64_t step, float grad_scale) {
   // Parameter slots use param_dir, the others optimizer_dir (one pass).
   const OffloadOptimizerConfig& oc = s.config.offload.optimizer;
   const SwapPipelineOptions options{.buffer_count = oc.buffer_count, .pipeline_read = oc.pipeline_read,
-                                    .pipeline_write = oc.pipeline_write};
+                                    .pipeline_write = oc.pipeline_write, .tracer = s.tracer()};
   auto slots = [&](std::size_t i) {
     const auto [u, g] = work[i];
     const SubGroup& sg = store.subgroups(u)[g];
@@ -206,6 +208,8 @@ void run_optimizer(EngineState& s, std::int64_t step, float grad_scale) {
   auto update = [&](std::size_t i, std::span<std::byte* const> data) {
     const auto [u, g] = work[i];
     const SubGroup& sg = store.subgroups(u)[g];
+    const TraceScope span(s.tracer(), "sub_group", TraceThread::engine,
+                          s.tracer()->spans_on() ? fmt::format("{}/{}", s.info(u).name, g) : std::string());
     UpdateView v = resident_view(s, u, sg.begin, sg.end);
     const auto& list = arrays[static_cast<std::size_t>(u)];
     for (std::size_t k = 0; k < list.size(); ++k) {

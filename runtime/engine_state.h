@@ -15,7 +15,10 @@
 #include "runtime/engine.h"
 #include "runtime/array_store.h"
 #include "runtime/grad_reducer.h"
+#include "comm/comms_log.h"
+#include "comm/traced_communicator.h"
 #include "runtime/loss_scaler.h"
+#include "runtime/step_observer.h"
 #include "runtime/swap_sharing.h"
 #include "runtime/unsharder.h"
 
@@ -65,22 +68,49 @@ class EngineShardSource final : public ShardSource {
   EngineState& s_;
 };
 
+/// comms_logger's log for `config` (null when off); verbose lines go to
+/// stdout on rank 0 only. Throws ConfigError for an unknown prof_ops name.
+/// Defined in engine_observe.cpp.
+std::unique_ptr<CommsLog> make_comms_log(const ObserveConfig& config, int rank);
+
 class EngineState {
  public:
   /// `comm` carries the collectives of the arrays (in `ops`' memory),
   /// `host_comm` the host-side messages (norm and overflow flag, agreed
   /// errors, checkpoint metadata and gathers of host copies); the same
   /// object for the cpu device.
-  EngineState(const EngineConfig& c, Communicator& comm, Communicator& host_comm, std::unique_ptr<DeviceOps> ops)
+  /// Both are wrapped in TracedCommunicators (comm/traced_communicator.h)
+  /// that number, label and, as configured, time, log and watch every
+  /// collective (runtime/observe_config.h).
+  EngineState(const EngineConfig& c, Communicator& user_comm, Communicator& user_host,
+              std::unique_ptr<DeviceOps> ops)
       : config(c),
-        comm(comm),
-        host_comm(host_comm),
+        comms_log(make_comms_log(c.observe, user_comm.rank())),
+        observer(std::make_unique<StepObserver>(c.observe, c.steps_per_print)),
+        traced_comm(std::make_unique<TracedCommunicator>(user_comm, "dp", traced_options())),
+        traced_host(&user_host == &user_comm
+                        ? nullptr
+                        : std::make_unique<TracedCommunicator>(user_host, "dp.host", traced_options())),
+        comm(*traced_comm),
+        host_comm(traced_host ? *traced_host : *traced_comm),
         ops(std::move(ops)),
         pool(ledger, *this->ops) {}
 
   EngineConfig config;
+  /// comms_logger's log (null when off), shared by every traced communicator.
+  std::unique_ptr<CommsLog> comms_log;
+  /// Step breakdown, straggler view, spans ([Note: step breakdown]).
+  std::unique_ptr<StepObserver> observer;
+  std::unique_ptr<TracedCommunicator> traced_comm;
+  std::unique_ptr<TracedCommunicator> traced_host;  ///< null when the host communicator is the device one
+  std::unique_ptr<TracedCommunicator> traced_world;  ///< on a mesh
+  std::unique_ptr<TracedCommunicator> traced_tp;     ///< on a mesh
   Communicator& comm;
   Communicator& host_comm;
+  /// The options every traced communicator of this engine gets.
+  TracedOptions traced_options() const;
+  /// Every traced communicator of this engine (non-null ones).
+  std::vector<TracedCommunicator*> traced_all() const;
   MemoryLedger ledger;
   std::unique_ptr<DeviceOps> ops;       ///< the compute device's memory and kernels
   BufferPool pool;
@@ -104,6 +134,10 @@ class EngineState {
   /// unshard/reshard counting, stage 3 all-gathers and prefetch; made by
   /// finalize().
   std::unique_ptr<Unsharder> unsharder;
+
+  std::int64_t boundary_steps = 0;  ///< accumulation boundaries so far (applied or skipped)
+  /// The observer's tracer, or null before init().
+  Tracer* tracer() const { return observer ? &observer->tracer() : nullptr; }
 
   /// Why the state may not be used ("" = usable): an agreed failure left it
   /// partly written ([Note: storage phases], runtime/storage_phase.h).
@@ -172,6 +206,18 @@ void check_checkpoint_mesh(const EngineState& s, const std::string& save_dir, co
 /// engine's. Local.
 struct Manifest;
 void check_manifest_mesh(const EngineState& s, const std::string& dir, const Manifest& m);
+
+/// finalize()'s observability part: when the observer gathers, the clock
+/// offset to the world's rank 0 and the common origin, and the observer
+/// started on the unwrapped world (collective over the world: the mesh's,
+/// else the host communicator).
+void start_observer(EngineState& s);
+/// The unwrapped world: the mesh's world, else the host communicator.
+Communicator& raw_world(const EngineState& s);
+/// step()'s end at an accumulation boundary when the observer gathers:
+/// memory counters, the breakdown, the straggler view. Collective over the
+/// host communicator.
+void end_observed_step(EngineState& s);
 
 /// Runs the optimizer on every unit's local shard (swapping sub-groups
 /// through the pipeline when any array is on nvme). `step` is the 1-based

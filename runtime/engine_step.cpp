@@ -124,14 +124,33 @@ void Engine::reduce_gradients(UnitId u) {
   if (s.stage() >= 2 || s.boundary()) s.reducer->reduce(u);
 }
 
+TraceScope Engine::trace(const char* name, std::string_view unit) {
+  Tracer* t = s_->tracer();
+  return TraceScope(t, name, TraceThread::loop, TimeCategory::compute,
+                    t->spans_on() ? std::string(unit) : std::string());
+}
+
 StepResult Engine::step() {
+  StepResult result = step_body();
+  if (result.boundary) {
+    EngineState& s = *s_;
+    ++s.boundary_steps;
+    if (s.observer->gathering()) end_observed_step(s);
+  }
+  return result;
+}
+
+StepResult Engine::step_body() {
   EngineState& s = *s_;
   ZS_CHECK(s.finalized, "step() before finalize()");
   check_usable(s, "step()");
   StepResult result;
   result.boundary = s.boundary();
   result.loss_scale = loss_scale();
-  finish_reductions(s, result.boundary);
+  {
+    const TraceScope span(s.tracer(), "finish_reductions", TraceThread::engine);
+    finish_reductions(s, result.boundary);
+  }
   ++s.micro_steps;
   s.unsharder->end_micro_batch();
   result.optimizer_step = s.optimizer_steps;
@@ -161,7 +180,9 @@ StepResult Engine::step() {
     }
   }
   Communicator& norm_comm = s.norm_comm();
-  if (s.config.reduction_order == ReductionOrder::rank) {
+  norm_comm.set_label("global_norm");
+  if (const TraceScope span(s.tracer(), "norm_exchange", TraceThread::engine);
+      s.config.reduction_order == ReductionOrder::rank) {
     const std::size_t ranks = static_cast<std::size_t>(norm_comm.world_size());
     std::vector<double> ranks_stats(2 * ranks);
     norm_comm.all_gather(stats, ranks_stats.data(), 2, DType::f64);
@@ -194,7 +215,8 @@ StepResult Engine::step() {
   const float grad_scale = static_cast<float>(average * result.clip_coef);
 
   const std::int64_t step = ++s.optimizer_steps;
-  if (s.store->offloaded()) {
+  if (const TraceScope span(s.tracer(), "optimizer", TraceThread::engine, TimeCategory::optimizer);
+      s.store->offloaded()) {
     // A failed sub-group leaves some shards updated and others not.
     run_storage_phase(s, "step()", [&] { run_optimizer(s, step, grad_scale); }, true);
   } else {
@@ -203,6 +225,7 @@ StepResult Engine::step() {
 
   if (s.stage() == 1 || s.stage() == 2) {
     // Every rank updated its shard of the full buffer: gather, in buckets.
+    const TraceScope span(s.tracer(), "all_gather_shards", TraceThread::engine);
     s.reducer->all_gather_shards([&](UnitId u) { return s.store->resident(u, {ArrayKind::params}); });
   } else if (s.stage() == 3) {
     // Gathered and swapped-in copies are stale now: drop prefetched ones,

@@ -78,6 +78,12 @@ void GradReducer::open_packed(Bucket& b, BucketKind kind, std::size_t capacity) 
 // Starts b's collective over its `fill` elements (per block).
 void GradReducer::start_collective(Bucket& b) {
   const DType t = bucket_dtype(b);
+  // The bucket's units name its collectives in logs and traces.
+  if (!b.pieces.empty()) {
+    std::string label = layout_.unit(b.pieces.front().unit).name;
+    if (b.pieces.back().unit != b.pieces.front().unit) label += ".." + layout_.unit(b.pieces.back().unit).name;
+    comm_.set_label(std::move(label));
+  }
   const std::size_t world = static_cast<std::size_t>(comm_.world_size());
   switch (b.kind) {
     case BucketKind::all_reduce: {

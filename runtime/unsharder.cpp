@@ -42,6 +42,7 @@ void Unsharder::start(UnitId u) {
       ops_.upload_async(x.upload.data(), src, info.shard * dtype_size(o_.dtype));
       src = x.upload.data();
     }
+    comm_.set_label(info.name);
     x.work = comm_.iall_gather(src, x.full.data(), info.shard, o_.dtype);
   } catch (...) {
     // No all-gather: u stays without a full buffer.

@@ -129,10 +129,12 @@ TEST_CASE("ds_config: HF ZeRO-2 template with \"auto\" loads once the program fi
   // One warning line names the keys accepted without effect.
   REQUIRE(c.warnings.size() == 1);
   CHECK(c.warnings[0].find(config_path("hf_zero2_auto.json") + ": accepted without effect") == 0);
-  for (const char* key : {"zero_optimization.allgather_partitions", "zero_optimization.reduce_scatter",
-                          "wall_clock_breakdown"}) {
+  for (const char* key : {"zero_optimization.allgather_partitions", "zero_optimization.reduce_scatter"}) {
     CHECK(c.warnings[0].find(key) != std::string::npos);
   }
+  // wall_clock_breakdown is read (runtime/observe_config.h), not warned about.
+  CHECK(c.warnings[0].find("wall_clock_breakdown") == std::string::npos);
+  CHECK_FALSE(c.observe.wall_clock_breakdown);
   // A value supplied for a key that may not be "auto" is an error naming it.
   ConfigOptions wrong = o;
   wrong.fill("zero_optimization.stage", 3);
@@ -207,7 +209,7 @@ TEST_CASE("ds_config: ZeRO-3 with nvme offload: the stage3_* knobs are one messa
   CHECK(c.optimizer.lr == 2e-5);
   CHECK(c.optimizer.weight_decay == 0.0);
   CHECK(has_warning(c, "aio.thread_count -> aio.intra_op_parallelism"));
-  CHECK(has_warning(c, "wall_clock_breakdown"));
+  CHECK_FALSE(has_warning(c, "wall_clock_breakdown"));
 }
 
 TEST_CASE("ds_config: fp16 with the legacy cpu_offload maps it and says so") {
@@ -297,10 +299,11 @@ TEST_CASE("ds_config: Megatron-style file with wall_clock_breakdown and a schedu
   CHECK(c.compute_dtype == DType::bf16);
   REQUIRE(c.warnings.size() == 1);
   CHECK(c.warnings[0].find("accepted without effect") != std::string::npos);
-  for (const char* key : {"prescale_gradients", "scheduler.params.last_batch_iteration", "wall_clock_breakdown",
-                          "activation_checkpointing", "flops_profiler"}) {
+  for (const char* key : {"prescale_gradients", "scheduler.params.last_batch_iteration", "activation_checkpointing",
+                          "flops_profiler"}) {
     CHECK(c.warnings[0].find(key) != std::string::npos);
   }
+  CHECK(c.observe.wall_clock_breakdown);  // read: the step breakdown table
   EngineConfig r = c;
   r.resolve_batch(8);
   CHECK(r.gradient_accumulation_steps == 8);  // 256 / (4 x 8)

@@ -1,0 +1,59 @@
+// What a run reports about itself (issue: step breakdown, communication log,
+// Chrome traces, straggler view, collective timeouts). Read from the
+// ds_config keys below by EngineConfig::from_json; every switch is off by
+// default, and with all of them off the engine's spans cost one branch each
+// ([Note: tracing] in core/tracer.h).
+//
+//   wall_clock_breakdown         DeepSpeed's key: every steps_per_print
+//                                optimizer steps, rank 0 prints the step
+//                                breakdown (compute, exposed communication,
+//                                hidden communication and the overlap
+//                                fraction, optimizer, swap I/O waits, other;
+//                                min / median / max over ranks and the slowest
+//                                rank) and the straggler line (which rank
+//                                arrived last at the collectives, by how much).
+//   comms_logger.enabled         DeepSpeed's communication log: per collective
+//   comms_logger.verbose         kind and message size, count, bytes, latency,
+//   comms_logger.prof_all        algbw and busbw (nccl-tests' definitions);
+//   comms_logger.prof_ops        prof_all false logs only the kinds prof_ops
+//   comms_logger.debug           names ("all_reduce", "all_gather", ...);
+//                                verbose prints each collective as it
+//                                completes, debug adds its unit.
+//   zeroshard.trace.enabled      one Chrome trace per rank, merged by rank 0
+//   zeroshard.trace.output_path  into <output_path>/trace.json (Perfetto,
+//                                chrome://tracing), written by
+//                                Engine::write_trace().
+//   zeroshard.collective_timeout_s  > 0: a collective that does not complete
+//                                in this many seconds ends the job with one
+//                                message naming every rank's collective
+//                                (comm/collective_watchdog.h); 0 (default):
+//                                off.
+#pragma once
+
+#include <string>
+#include <vector>
+
+namespace zeroshard {
+
+/// DeepSpeed's comms_logger section. Plain value type.
+struct CommsLoggerConfig {
+  bool enabled = false;
+  bool verbose = false;
+  bool prof_all = true;
+  std::vector<std::string> prof_ops;  ///< kinds logged when prof_all is false
+  bool debug = false;
+};
+
+/// The observability settings of an engine (see the file comment). Plain
+/// value type.
+struct ObserveConfig {
+  bool wall_clock_breakdown = false;
+  CommsLoggerConfig comms_logger;
+  bool trace = false;
+  std::string trace_output_path = "zeroshard-trace";
+  double collective_timeout_s = 0;  ///< seconds; 0 = off
+  /// True when any switch needs the per-collective records.
+  bool records() const { return wall_clock_breakdown || trace; }
+};
+
+}  // namespace zeroshard
