@@ -97,11 +97,12 @@ BreakdownSummary summarize(std::int64_t step, const std::vector<StepFigures>& pe
 }
 
 std::string format_breakdown(const BreakdownSummary& s) {
-  std::string out = fmt::format("step {} breakdown (ms over ranks)   min     median  max     (rank)\n", s.step);
+  std::string out = fmt::format("{:<30}{:>9}{:>9}{:>9}  {}\n", fmt::format("step {} breakdown, ms", s.step), "min",
+                                "median", "max", "(rank of max)");
   const auto& n = StepFigures::names();
   for (std::size_t f = 0; f < n.size(); ++f) {
     const FieldStats& st = s.fields[f];
-    out += fmt::format("  {:<32}{:>8.2f}{:>8.2f}{:>8.2f}  ({})\n", n[f], st.min, st.median, st.max, st.max_rank);
+    out += fmt::format("  {:<28}{:>9.2f}{:>9.2f}{:>9.2f}  ({})\n", n[f], st.min, st.median, st.max, st.max_rank);
   }
   const double hidden = s.field("hidden_comm").median, exposed = s.field("comm_wait").median;
   out += fmt::format("  overlap (hidden / all comm, median rank) {:.2f}; slowest rank {}\n",
