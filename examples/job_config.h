@@ -27,6 +27,8 @@ struct ConfigFlags {
   std::optional<std::int64_t> micro_batch;  ///< --micro-batch: fills "auto" train_micro_batch_size_per_gpu
   std::optional<double> lr;                 ///< --lr: fills "auto" optimizer.params.lr
   std::vector<std::string> fills;           ///< --fill KEY=JSON: fills "auto" KEY
+  bool breakdown = false;                   ///< --breakdown: sets wall_clock_breakdown
+  std::string trace_dir;                    ///< --trace DIR: zeroshard.trace on, output_path DIR
 };
 
 /// AdamW (beta1 0.9, eps 1e-8) with the given micro-batch (sequences or
@@ -72,8 +74,9 @@ inline ConfigOptions config_fills(const ConfigFlags& f) {
 ///  - with --config, the file read by EngineConfig::from_file with `fill`
 ///    (config_fills plus the hidden size) and the world size;
 ///  - without, `defaults` with --micro-batch and --lr set over it;
-/// then --stage over either, then `adjust` (the program's own overrides,
-/// e.g. --bf16), then EngineConfig::validate and validate_for_world.
+/// then --stage, --breakdown and --trace over either, then `adjust` (the
+/// program's own overrides, e.g. --bf16), then EngineConfig::validate and
+/// validate_for_world.
 /// Throws ConfigError as EngineConfig::from_file / validate /
 /// validate_for_world.
 inline EngineConfig make_job_config(const ConfigFlags& f, ConfigOptions fill, EngineConfig defaults, int world_size,
@@ -83,6 +86,11 @@ inline EngineConfig make_job_config(const ConfigFlags& f, ConfigOptions fill, En
   if (f.config_path.empty() && f.micro_batch) c.train_micro_batch_size_per_gpu = *f.micro_batch;
   if (f.config_path.empty() && f.lr) c.optimizer.lr = *f.lr;
   if (f.stage >= 0) c.zero.stage = f.stage;
+  if (f.breakdown) c.observe.wall_clock_breakdown = true;
+  if (!f.trace_dir.empty()) {
+    c.observe.trace = true;
+    c.observe.trace_output_path = f.trace_dir;
+  }
   if (adjust) adjust(c);
   c.validate();
   c.validate_for_world(world_size);

@@ -11,6 +11,7 @@
 
 #include "core/error.h"
 #include "examples/checkpoint/checkpoint_verify.h"
+#include "examples/report/progress_line.h"
 #include "runtime/checkpoint_files.h"
 
 namespace zeroshard::examples {
@@ -106,12 +107,16 @@ ExportResult write_safetensors(const ExportPlan& plan, const Manifest& m, const 
   out.write(plan.header.data(), plan.header.size());
 
   std::vector<float> buffer(plan.largest_bytes / sizeof(float));
+  ProgressLine progress("export", static_cast<std::int64_t>(plan.tensors.size()), stderr);
+  std::int64_t done = 0;
   for (const ExportTensor& t : plan.tensors) {
     const std::uint64_t n = t.param->numel;
+    progress.update(++done, t.param->name);
     if (n == 0) continue;
     fill(t, buffer.data());
     out.write(buffer.data(), n * sizeof(float));
   }
+  progress.finish();
   out.finish();
   const fs::path parent = fs::path(out_path).parent_path();
   rename_durable(tmp, out_path, parent.empty() ? "." : parent.string());

@@ -39,6 +39,7 @@
 #include "examples/fashion_mnist/idx_dataset.h"
 #include "examples/fashion_mnist/preflight.h"
 #include "examples/fashion_mnist/report.h"
+#include "examples/report/run_charts.h"
 #include "examples/fashion_mnist/trainer.h"
 #include "runtime/collective_error.h"
 #include "runtime/config.h"
@@ -204,13 +205,25 @@ int run(const Options& o) {
     if (rank == 0) fmt::print("\n{}", stage_table(runs, world, config));
     report["parameters"] = runs.front().num_parameters;
     report["compare_stages"] = to_json(runs, world, config);
+    if (rank == 0 && !o.report_path.empty()) {
+      // One panel per stage (and offload tier): memory per rank by category.
+      std::vector<BarChart> panels;
+      for (const StageRun& r : runs) {
+        std::vector<MemoryByCategory> ranks;
+        for (const LedgerFigures& f : r.ranks) ranks.push_back(f.current);
+        panels.push_back(memory_chart(fmt::format("stage {}, offload {}: memory per rank", r.stage, r.offload), ranks));
+      }
+      write_text_atomically(chart_path(o.report_path, "memory"), stacked_bar_svg(panels));
+    }
   } else {
     LedgerFigures mine;
     std::string table;
+    nlohmann::json observe;
     const RunOutcome outcome = train_fresh(config, *comm, train, test, spec, [&](Engine& engine) {
       mine = LedgerFigures::of(engine.ledger());
       table = engine.ledger().table(
           fmt::format("memory ledger, rank {} of {}, stage {}", rank, world, engine.stage()));
+      observe = finish_observed_run(engine);
     });
     const auto all = gather_ledger_figures(*comm, mine);
     if (rank == 0) {
@@ -227,6 +240,15 @@ int run(const Options& o) {
     report["final_accuracy"] = outcome.result.final_accuracy;
     report["ledger_rank0"] = to_json(all.front());
     report["model_state_bytes_per_rank"] = per_rank;
+    report["observe"] = observe;
+    if (rank == 0 && !o.report_path.empty()) {
+      std::vector<MemoryByCategory> ranks;
+      for (const LedgerFigures& f : all) ranks.push_back(f.current);
+      const std::string what = fmt::format("stage {}, {} ranks", config.zero.stage, world);
+      write_text_atomically(chart_path(o.report_path, "memory"), stacked_bar_svg(memory_chart(what + ": memory per rank", ranks)));
+      write_text_atomically(chart_path(o.report_path, "steps"),
+                            stacked_bar_svg(step_chart(what + ": mean step time per rank", observe)));
+    }
   }
   if (rank == 0 && !o.report_path.empty()) write_json_file(o.report_path, report);
   std::fflush(stdout);
@@ -253,6 +275,10 @@ int main(int argc, char** argv) {
                  "value of an \"auto\" optimizer.params.lr in --config (without --config: the learning rate, "
                  "default 1e-3)")
       ->check(CLI::NonNegativeNumber);
+  app.add_flag("--breakdown", o.config.breakdown,
+               "print the step breakdown and straggler line every steps_per_print steps (wall_clock_breakdown)");
+  app.add_option("--trace", o.config.trace_dir,
+                 "write Chrome traces (trace-rank<r>.json and the merged trace.json) to this directory");
   app.add_option("--fill", o.config.fills,
                  "KEY=JSON: value of an \"auto\" KEY in --config, e.g. gradient_clipping=1.0 (repeatable)");
   app.add_option("--epochs", o.epochs, "passes over the training set")

@@ -155,6 +155,7 @@ const float* Mlp::forward(const float* x, std::size_t n) {
     const UnitId u = units_[std::size_t(l)];
     engine_.unshard(u);
     if (n > 0) {
+      const auto span = engine_.trace("forward", engine_.layout().unit(u).name);
       const float* w = weight_f32(l);
       const float* b = bias_f32(l);
       float* z = acts_[std::size_t(l)].data();
@@ -185,11 +186,14 @@ double Mlp::forward_backward(std::span<const float> x, std::span<const std::uint
   const float grad_scale = static_cast<float>(engine_.loss_scale() / static_cast<double>(n));
   float* delta = delta_a_.data();
   float* delta_below = delta_b_.data();
-  for (std::size_t i = 0; i < n; ++i) {
-    ZS_CHECK(labels[i] < classes, "label {} of sample {} is not below {} classes", labels[i], i,
-             classes);
-    loss_sum += softmax_cross_entropy_row(logits + i * classes, classes, labels[i], grad_scale,
-                                          delta + i * classes);
+  {
+    const auto span = engine_.trace("loss");
+    for (std::size_t i = 0; i < n; ++i) {
+      ZS_CHECK(labels[i] < classes, "label {} of sample {} is not below {} classes", labels[i], i,
+               classes);
+      loss_sum += softmax_cross_entropy_row(logits + i * classes, classes, labels[i], grad_scale,
+                                            delta + i * classes);
+    }
   }
 
   for (int l = num_layers() - 1; l >= 0; --l) {
@@ -198,13 +202,16 @@ double Mlp::forward_backward(std::span<const float> x, std::span<const std::uint
     const UnitId u = units_[std::size_t(l)];
     const float* h_below = (l == 0) ? x.data() : acts_[std::size_t(l) - 1].data();
     engine_.unshard(u);
-    accumulate_grads(l, delta, h_below, n);
-    if (l > 0) {
-      // dh[n, in] = delta[n, out] * W[out, in]; through ReLU: zero where h <= 0.
-      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, int(n), int(in), int(out), 1.0f, delta,
-                  int(out), weight_f32(l), int(in), 0.0f, delta_below, int(in));
-      for (std::size_t k = 0; k < n * in; ++k) {
-        if (!(h_below[k] > 0.0f)) delta_below[k] = 0.0f;
+    {
+      const auto span = engine_.trace("backward", engine_.layout().unit(u).name);
+      accumulate_grads(l, delta, h_below, n);
+      if (l > 0) {
+        // dh[n, in] = delta[n, out] * W[out, in]; through ReLU: zero where h <= 0.
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, int(n), int(in), int(out), 1.0f, delta,
+                    int(out), weight_f32(l), int(in), 0.0f, delta_below, int(in));
+        for (std::size_t k = 0; k < n * in; ++k) {
+          if (!(h_below[k] > 0.0f)) delta_below[k] = 0.0f;
+        }
       }
     }
     engine_.reduce_gradients(u);

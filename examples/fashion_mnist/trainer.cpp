@@ -6,8 +6,10 @@
 #include <array>
 #include <chrono>
 #include <memory>
+#include <optional>
 
 #include "core/error.h"
+#include "examples/report/progress_line.h"
 
 namespace zeroshard::examples {
 namespace {
@@ -123,6 +125,17 @@ TrainResult Trainer::run() {
     return p;
   };
   double last_step_loss_local = 0.0;  // sum over this rank's micro-batches of the last step
+  // Rank 0's progress line (step, rate, ETA) on stderr: rewritten in place
+  // on a terminal, a plain line every 10 s otherwise. Not in the quiet
+  // stage comparison (steps_per_print 0).
+  std::optional<ProgressLine> progress;
+  if (rank0 && options_.steps_per_print > 0) {
+    sampler_.start_epoch(start.epoch, 0);
+    std::int64_t total = static_cast<std::int64_t>(sampler_.steps_per_epoch()) * (options_.epochs - start.epoch) -
+                         start.step_in_epoch;
+    if (options_.max_steps > 0) total = std::min(total, options_.max_steps - start.global_step);
+    progress.emplace("train", total, stderr);
+  }
   for (int epoch = start.epoch; epoch < options_.epochs; ++epoch) {
     if (max_reached()) break;
     const bool resumed_epoch = epoch == start.epoch;
@@ -166,6 +179,7 @@ TrainResult Trainer::run() {
       print_loss_local += step_loss;
       print_micro += std::int64_t(accumulation);
       last_step_loss_local = step_loss;
+      if (progress) progress->update(result.optimizer_steps - start.global_step, fmt::format("epoch {}", epoch + 1));
       if (options_.steps_per_print > 0 && result.optimizer_steps % options_.steps_per_print == 0) {
         std::array<double, 2> sums{print_loss_local, double(print_micro)};
         sum_over_ranks(comm_, sums);

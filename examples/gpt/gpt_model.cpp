@@ -248,6 +248,7 @@ double Gpt::forward_backward(std::span<const std::int32_t> tokens, int batch, in
     const Ids& id = ids_[z(i)];
     Block& k = saved[z(i)];
     engine_.unshard(block_units_[z(i)]);
+    const auto span = engine_.trace("forward", engine_.layout().unit(block_units_[z(i)]).name);
     k.x = x;
     k.h1.resize(T * D), k.mean1.resize(T), k.rstd1.resize(T);
     norm_.forward(k.x, T, P(id.ln1_w), P(id.ln1_b), k.h1, k.mean1, k.rstd1);
@@ -264,6 +265,7 @@ double Gpt::forward_backward(std::span<const std::int32_t> tokens, int batch, in
     engine_.reshard(block_units_[z(i)]);
   }
   engine_.unshard(final_unit_);
+  auto head_span = engine_.trace("head_and_loss", "final");
   std::vector<float> hf(T * D), meanf(T), rstdf(T), logits(T * Vl);
   norm_.forward(x, T, P(lnf_w_), P(lnf_b_), hf, meanf, rstdf);
   head_.forward(hf, T, P(wte_), {}, logits);
@@ -281,6 +283,7 @@ double Gpt::forward_backward(std::span<const std::int32_t> tokens, int batch, in
   auto g_wte = G(wte_);
   head_.backward(hf, logits, T, P(wte_), dh, g_wte, {});
   norm_.backward(x, dh, T, P(lnf_w_), meanf, rstdf, dx, G(lnf_w_), G(lnf_b_));
+  head_span.end();
   flush(final_unit_);
   engine_.reduce_gradients(final_unit_);
   engine_.reshard(final_unit_);
@@ -289,6 +292,7 @@ double Gpt::forward_backward(std::span<const std::int32_t> tokens, int batch, in
     const Ids& id = ids_[z(i)];
     Block& k = saved[z(i)];
     engine_.unshard(block_units_[z(i)]);
+    auto span = engine_.trace("backward", engine_.layout().unit(block_units_[z(i)]).name);
     // x3 = x2 + mlp(ln2(x2)): dx is dL/dx3.
     dg.assign(T * Fl, 0.0f);
     mlp_proj_.backward(k.g, dx, T, P(id.mproj_w), dg, G(id.mproj_w), G(id.mproj_b));
@@ -300,6 +304,7 @@ double Gpt::forward_backward(std::span<const std::int32_t> tokens, int batch, in
                    {G(id.qkv_w), G(id.qkv_b), G(id.proj_w), G(id.proj_b)});
     norm_.backward(k.x, dh, T, P(id.ln1_w), k.mean1, k.rstd1, dpre, G(id.ln1_w), G(id.ln1_b));
     for (std::size_t j = 0; j < T * D; ++j) dx[j] += dpre[j];  // dL/dx
+    span.end();
     flush(block_units_[z(i)]);
     engine_.reduce_gradients(block_units_[z(i)]);
     engine_.reshard(block_units_[z(i)]);

@@ -32,6 +32,8 @@
 #include "examples/gpt/text_corpus.h"
 #include "examples/job_config.h"
 #include "examples/job_error.h"
+#include "examples/report/progress_line.h"
+#include "examples/report/run_charts.h"
 #include "runtime/collective_error.h"
 #include "runtime/config.h"
 #include "runtime/engine.h"
@@ -47,6 +49,8 @@ struct Options {
   int dp = 0, tp = 1;  ///< dp 0: world / tp
   std::string config_path;
   int stage = -1;
+  bool breakdown = false;  ///< --breakdown: wall_clock_breakdown
+  std::string trace_dir;   ///< --trace DIR: Chrome traces
   bool bf16 = false;
   std::string offload = "none";  ///< offload_optimizer device: none or cpu
   GptShape shape;
@@ -75,6 +79,8 @@ EngineConfig make_config(const Options& o, int dp) {
   ConfigFlags flags;
   flags.config_path = o.config_path;
   flags.stage = o.stage;
+  flags.breakdown = o.breakdown;
+  flags.trace_dir = o.trace_dir;
   flags.micro_batch = o.micro_batch;
   flags.lr = o.lr;
   ConfigOptions fill = config_fills(flags);
@@ -82,6 +88,7 @@ EngineConfig make_config(const Options& o, int dp) {
   return make_job_config(flags, std::move(fill),
                          adamw_job_defaults(o.micro_batch, o.lr, 0.95, 0.1), dp,
                          [&](EngineConfig& c) {
+                           if (o.config_path.empty()) c.steps_per_print = o.eval_every;
                            if (o.bf16) c.compute_dtype = DType::bf16;
                            if (o.offload == "cpu") c.offload.optimizer.device = OffloadDevice::cpu;
                          });
@@ -152,6 +159,8 @@ int run(const Options& o) {
   int train_n = 0;
   double compute_s = 0;
   std::int64_t tokens_done = 0;
+  std::optional<ProgressLine> progress;  // rank 0, stderr: step, rate, ETA
+  if (rank == 0) progress.emplace("train", o.steps - start_step, stderr);
   for (std::int64_t step = start_step; step < o.steps; ++step) {
     const auto t0 = std::chrono::steady_clock::now();
     const auto batch = sample_windows(corpus.train, o.micro_batch, o.seq, gen);
@@ -163,6 +172,7 @@ int run(const Options& o) {
     mesh.dp_group().all_reduce(&agg, 1, DType::f64, ReduceOp::sum);
     train_sum += agg / dp;
     ++train_n;
+    if (progress) progress->update(step + 1 - start_step, fmt::format("loss {:.3f}", agg / dp));
     const bool last = step + 1 == o.steps;
     if ((step + 1) % o.eval_every == 0 || last) {
       val = validation_loss(gpt, mesh, corpus, o);
@@ -183,6 +193,9 @@ int run(const Options& o) {
       engine.save_checkpoint(o.save_dir, {{"step", step + 1}, {"data_seed", data_seed}}, o.keep_last);
     }
   }
+  if (progress) progress->finish();
+  const nlohmann::json observe = finish_observed_run(engine);
+  const auto memory = gather_memory_by_category(*world, engine.ledger());
   const double tokens_per_s = compute_s > 0 ? static_cast<double>(tokens_done) / compute_s : 0.0;
   const LedgerFigures mine = LedgerFigures::of(engine.ledger());
   const auto all = gather_ledger_figures(*world, mine);
@@ -220,7 +233,12 @@ int run(const Options& o) {
                              {"ledger_rank0", to_json(all.front())},
                              {"model_state_bytes_per_rank", per_rank}};
     if (o.sample) report["sample"] = text;
+    report["observe"] = observe;
     write_json_file(o.report_path, report);
+    const std::string what = fmt::format("gpt, dp {} x tp {}, stage {}", dp, tp, engine.stage());
+    write_text_atomically(chart_path(o.report_path, "memory"), stacked_bar_svg(memory_chart(what + ": memory per rank", memory)));
+    write_text_atomically(chart_path(o.report_path, "steps"),
+                          stacked_bar_svg(step_chart(what + ": mean step time per rank", observe)));
   }
   return 0;
 }
@@ -235,6 +253,10 @@ int main(int argc, char** argv) {
   app.add_option("--tp", o.tp, "tensor-parallel size")->check(CLI::PositiveNumber)->capture_default_str();
   app.add_option("--config", o.config_path, "ds_config JSON file (DeepSpeed keys)");
   app.add_option("--stage", o.stage, "ZeRO stage 0-3 (overrides the config)")->check(CLI::Range(0, 3));
+  app.add_flag("--breakdown", o.breakdown,
+               "print the step breakdown and straggler line every steps_per_print steps (wall_clock_breakdown)");
+  app.add_option("--trace", o.trace_dir,
+                 "write Chrome traces (trace-rank<r>.json and the merged trace.json) to this directory");
   app.add_flag("--bf16", o.bf16, "bf16 parameters and gradients, fp32 master weights");
   app.add_option("--offload", o.offload, "offload_optimizer device")
       ->check(CLI::IsMember({"none", "cpu"}))->capture_default_str();

@@ -23,6 +23,7 @@
 #include <chrono>
 #include <cstdint>
 #include <fstream>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -32,6 +33,7 @@
 #include "comm/communicator.h"
 #include "core/error.h"
 #include "examples/job_error.h"
+#include "examples/report/progress_line.h"
 #include "optimizer/optimizer.h"
 #include "runtime/engine.h"
 
@@ -225,6 +227,9 @@ int run(const Options& o) {
     }
   };
   std::vector<float> g;
+  // Rank 0's progress over every unit's backward of every step (stderr).
+  std::optional<examples::ProgressLine> progress;
+  if (rank == 0) progress.emplace("stress", static_cast<std::int64_t>(o.steps) * o.units, stderr);
   for (int s = 1; s <= o.steps; ++s) {
     const OffloadStats before = e.offload_stats();
     const auto ts = Clock::now();
@@ -238,6 +243,7 @@ int run(const Options& o) {
       auto grad = e.grad(ps[static_cast<std::size_t>(u)]);
       std::copy(g.begin(), g.end(), grad.begin());
       e.reduce_gradients(static_cast<UnitId>(u));
+      if (progress) progress->update(static_cast<std::int64_t>(s - 1) * o.units + (o.units - u), fmt::format("step {}", s));
     }
     e.step();
     const double step_s = since(ts) - verify_s;

@@ -1,0 +1,51 @@
+// The pictures and observability output every training example writes for
+// a run (issue: step breakdown, traces, charts): memory per rank by ledger
+// category and the step-time breakdown per rank as SVG beside the --report
+// file, the Chrome trace, and the comms_logger table.
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "comm/communicator.h"
+#include "core/memory_ledger.h"
+#include "examples/report/svg_chart.h"
+#include "runtime/engine.h"
+
+namespace zeroshard::examples {
+
+/// Current bytes per MemCategory (parameters, gradients, master weights,
+/// optimizer states, unsharded buffers; all tiers) of one rank.
+using MemoryByCategory = std::array<std::uint64_t, static_cast<std::size_t>(MemCategory::count)>;
+
+/// This rank's ledger as MemoryByCategory.
+MemoryByCategory memory_by_category(const MemoryLedger& ledger);
+
+/// Every rank's MemoryByCategory (index = rank), on every rank.
+/// Collective over `comm`; throws what its all_gather throws.
+std::vector<MemoryByCategory> gather_memory_by_category(Communicator& comm, const MemoryLedger& ledger);
+
+/// A chart of memory per rank (MiB) stacked by ledger category, titled
+/// `title`, one bar per rank ("rank r").
+BarChart memory_chart(const std::string& title, const std::vector<MemoryByCategory>& ranks);
+
+/// A chart of the mean step time per rank (ms) stacked by compute,
+/// comm_wait, optimizer, io_wait and other, from Engine::observe_report()'s
+/// "per_rank_mean_ms"; no bars when the report has none.
+BarChart step_chart(const std::string& title, const nlohmann::json& observe_report);
+
+/// "<report without .json>-<suffix>.svg": where a chart of `report_path` goes.
+std::string chart_path(const std::string& report_path, const std::string& suffix);
+
+/// What a training example does at the end of a run with its engine
+/// (collective over the engine's ranks): writes the Chrome trace
+/// (Engine::write_trace, when zeroshard.trace is on), prints the comms_logger
+/// table on rank 0 (when comms_logger is on), and returns the engine's
+/// observe_report() with "trace" (the merged trace's path, or "") added.
+nlohmann::json finish_observed_run(Engine& engine);
+
+}  // namespace zeroshard::examples
