@@ -36,6 +36,7 @@
 #include "core/aligned_buffer.h"
 #include "optimizer/optimizer.h"
 #include "runtime/engine.h"
+#include "zs_config.h"
 
 using namespace zeroshard;
 
@@ -132,9 +133,17 @@ double time_optimizer(Communicator& comm, const OptimizerHyper& h, std::size_t n
   return rank_mean(comm, median(t));
 }
 
-Split run(Communicator& comm, const Options& o, int stage, bool overlap, int batch, const OptimizerHyper& h) {
+// What the engine observes (--tracing compares them): nothing, the step
+// breakdown (wall_clock_breakdown), the breakdown and the Chrome trace's spans.
+enum class Observe { off, breakdown, trace };
+
+Split run(Communicator& comm, const Options& o, int stage, bool overlap, int batch, const OptimizerHyper& h,
+          Observe observe = Observe::off) {
   const std::size_t elems = static_cast<std::size_t>(o.rows) * o.cols;
   EngineConfig cfg;
+  cfg.observe.wall_clock_breakdown = observe != Observe::off;
+  cfg.observe.trace = observe == Observe::trace;
+  cfg.steps_per_print = 1 << 30;  // measured, not printed
   cfg.zero.stage = stage;
   cfg.optimizer = h;
   cfg.zero.overlap_comm = overlap;
@@ -170,12 +179,18 @@ Split run(Communicator& comm, const Options& o, int stage, bool overlap, int bat
     };
     for (int u = 0; u < o.units; ++u) {
       timed(sp.comm, [&] { e.unshard(units[u]); });
-      timed(sp.compute, [&] { gemm_forward(x[u].data(), e.param(w[u]).data(), y.data(), batch, o.rows, o.cols); });
+      timed(sp.compute, [&] {
+        const auto span = e.trace("forward");
+        gemm_forward(x[u].data(), e.param(w[u]).data(), y.data(), batch, o.rows, o.cols);
+      });
       timed(sp.comm, [&] { e.reshard(units[u]); });
     }
     for (int u = o.units - 1; u >= 0; --u) {
       timed(sp.comm, [&] { e.unshard(units[u]); });
-      timed(sp.compute, [&] { gemm_weight_grad(x[u].data(), dy.data(), e.grad(w[u]).data(), batch, o.rows, o.cols); });
+      timed(sp.compute, [&] {
+        const auto span = e.trace("backward");
+        gemm_weight_grad(x[u].data(), dy.data(), e.grad(w[u]).data(), batch, o.rows, o.cols);
+      });
       timed(sp.comm, [&] {
         e.reduce_gradients(units[u]);
         e.reshard(units[u]);
@@ -206,6 +221,10 @@ int main(int argc, char** argv) {
   app.add_option("--steps", o.steps, "timed steps per configuration (median)");
   app.add_option("--bucket", o.bucket, "reduce/allgather_bucket_size in elements (0: one unit)");
   app.add_option("--stages", o.stages, "stages to run");
+  int tracing_rounds = 0;
+  app.add_option("--tracing", tracing_rounds,
+                 "instead of the table: step time with tracing off, with wall_clock_breakdown, and with the "
+                 "trace's spans too, over this many interleaved rounds (overlap on, the first --stages entry)");
   CLI11_PARSE(app, argc, argv);
 
   auto comm = make_world_communicator();
@@ -239,6 +258,24 @@ int main(int argc, char** argv) {
                o.steps);
     fmt::print("{:>5} {:>7} {:>9} {:>9} {:>10} {:>9} {:>10} {:>12} {:>7}\n", "stage", "overlap", "step ms",
                "compute", "comm wait", "step()", "optimizer", "step()-opt", "ratio");
+  }
+  if (tracing_rounds > 0) {
+    // Interleaved rounds, so that drift of the machine hits every setting alike.
+    std::vector<double> t[3];
+    for (int round = 0; round < tracing_rounds; ++round) {
+      for (const Observe m : {Observe::off, Observe::breakdown, Observe::trace}) {
+        t[static_cast<int>(m)].push_back(run(*comm, o, o.stages.front(), true, batch, h, m).total);
+      }
+    }
+    if (root) {
+      const double off = median(t[0]);
+      fmt::print("tracing (stage {}, overlap on; tracer compiled in: {}): median over {} rounds of the step time\n",
+                 o.stages.front(), ZS_TRACING ? "yes" : "no (-Dtracing=false)", tracing_rounds);
+      fmt::print("  off                      {:9.3f} ms\n", 1e3 * off);
+      fmt::print("  wall_clock_breakdown     {:9.3f} ms  ratio to off {:.3f}\n", 1e3 * median(t[1]), median(t[1]) / off);
+      fmt::print("  breakdown + trace spans  {:9.3f} ms  ratio to off {:.3f}\n", 1e3 * median(t[2]), median(t[2]) / off);
+    }
+    return 0;
   }
   for (bool overlap : {true, false}) {
     double base = 0;
