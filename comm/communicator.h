@@ -24,6 +24,8 @@
 
 namespace zeroshard {
 
+class SideChannel;  // comm/side_channel.h
+
 /// Reduction operator. For bf16/f16 the sum is computed in fp32 for each
 /// pair of operands and rounded back to the 16-bit type (MPI has no native
 /// 16-bit float sum; see comm/mpi/mpi_types.h for the definition).
@@ -136,6 +138,15 @@ class Communicator {
   /// otherwise wait forever in their next collective). MPI: MPI_Abort; the
   /// default (one process): std::_Exit. Does not return.
   [[noreturn]] virtual void abort(int code) { std::_Exit(code); }
+
+  /// A SideChannel (comm/side_channel.h) over every process of the job
+  /// (world ranks, whatever group this communicator spans), for the
+  /// collective watchdog's hang reports. Collective over the whole job:
+  /// every process must call it at the same point (MPI: MPI_Comm_dup of
+  /// MPI_COMM_WORLD). The default is a LocalSideChannel when world_size()
+  /// is 1 and otherwise throws CommError (the backend has no side channel);
+  /// MpiCommunicator overrides it (CommError without MPI_THREAD_MULTIPLE).
+  virtual std::unique_ptr<SideChannel> make_side_channel();
 
   // Blocking collectives. Each has the arguments, results and errors of its
   // non-blocking form (same checks, same count limits) and returns once this

@@ -130,6 +130,10 @@ class MpiCommunicator final : public Communicator {
   std::unique_ptr<Communicator> split(int color, int key) override;
   /// MPI_Abort on this communicator (ends every rank of the job).
   [[noreturn]] void abort(int code) override;
+  /// An MpiSideChannel (comm/mpi/mpi_side_channel.h) over MPI_COMM_WORLD,
+  /// whatever group this communicator spans: collective over the whole
+  /// job. Throws CommError below MPI_THREAD_MULTIPLE or on an MPI failure.
+  std::unique_ptr<SideChannel> make_side_channel() override;
 
  private:
   void free_owned() noexcept;

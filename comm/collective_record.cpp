@@ -1,0 +1,67 @@
+// Collective kinds, sizes and descriptions; see comm/collective_record.h.
+#include "comm/collective_record.h"
+
+#include <fmt/format.h>
+
+namespace zeroshard {
+
+namespace {
+constexpr const char* kNames[kCollectiveKinds] = {"all_reduce", "reduce_scatter", "all_gather",
+                                                  "all_to_all", "broadcast",      "barrier"};
+}  // namespace
+
+const char* to_string(CollectiveKind kind) {
+  const auto i = static_cast<std::size_t>(kind);
+  return i < kCollectiveKinds ? kNames[i] : "?";
+}
+
+bool parse_collective_kind(std::string_view name, CollectiveKind& kind) {
+  for (std::size_t i = 0; i < kCollectiveKinds; ++i) {
+    if (name == kNames[i]) {
+      kind = static_cast<CollectiveKind>(i);
+      return true;
+    }
+  }
+  return false;
+}
+
+std::uint64_t collective_bytes(CollectiveKind kind, std::size_t count, DType dtype,
+                               int world_size) {
+  const std::uint64_t block = static_cast<std::uint64_t>(count) * dtype_size(dtype);
+  const std::uint64_t n = world_size < 1 ? 1 : static_cast<std::uint64_t>(world_size);
+  switch (kind) {
+    case CollectiveKind::all_reduce:
+    case CollectiveKind::broadcast: return block;
+    case CollectiveKind::all_gather:
+    case CollectiveKind::reduce_scatter:
+    case CollectiveKind::all_to_all: return block * n;
+    case CollectiveKind::barrier: return 0;
+  }
+  return 0;
+}
+
+double bus_bandwidth_factor(CollectiveKind kind, int world_size) {
+  const double n = world_size < 1 ? 1.0 : static_cast<double>(world_size);
+  switch (kind) {
+    case CollectiveKind::all_reduce: return 2.0 * (n - 1.0) / n;
+    case CollectiveKind::all_gather:
+    case CollectiveKind::reduce_scatter:
+    case CollectiveKind::all_to_all: return (n - 1.0) / n;
+    case CollectiveKind::broadcast: return 1.0;
+    case CollectiveKind::barrier: return 0.0;
+  }
+  return 0.0;
+}
+
+std::string describe(const CollectiveFingerprint& fp, std::int64_t seq,
+                     std::string_view communicator) {
+  std::string inside(communicator);
+  if (!fp.label.empty()) inside += fmt::format(", unit {}", fp.label);
+  if (fp.kind != CollectiveKind::barrier) {
+    inside += fmt::format(", {} {}", fp.count, dtype_name(fp.dtype));
+  }
+  if (fp.kind == CollectiveKind::broadcast) inside += fmt::format(", root {}", fp.root);
+  return fmt::format("{} #{} ({})", to_string(fp.kind), seq, inside);
+}
+
+}  // namespace zeroshard

@@ -1,0 +1,80 @@
+// What one collective is, for logs, traces and hang reports: its kind, its
+// fingerprint (kind, count, dtype, root, label) and the record a
+// TracedCommunicator keeps of it once complete. Byte counts and bus
+// bandwidth factors follow nccl-tests' definitions (doc/PERFORMANCE.md
+// there): the "size" of a collective and the factor that turns algorithm
+// bandwidth into bus bandwidth.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <string_view>
+
+#include "core/dtype.h"
+
+namespace zeroshard {
+
+/// The collectives of the Communicator interface.
+enum class CollectiveKind : std::uint8_t {
+  all_reduce,
+  reduce_scatter,
+  all_gather,
+  all_to_all,
+  broadcast,
+  barrier,
+};
+inline constexpr std::size_t kCollectiveKinds = 6;
+
+/// Lower-case name ("all_reduce", "reduce_scatter", ...), as in logs and spans.
+const char* to_string(CollectiveKind kind);
+/// The kind named `name` (to_string's inverse); false if none is.
+bool parse_collective_kind(std::string_view name, CollectiveKind& kind);
+
+/// nccl-tests' "size" of a collective in bytes, for `count` elements of
+/// `dtype` per rank block on `world_size` ranks: all_reduce and broadcast
+/// count * elt; all_gather count * world * elt (total received);
+/// reduce_scatter count * world * elt (total sent); all_to_all count *
+/// world * elt; barrier 0.
+std::uint64_t collective_bytes(CollectiveKind kind, std::size_t count, DType dtype,
+                               int world_size);
+
+/// nccl-tests' bus bandwidth factor on n ranks: all_reduce 2(n-1)/n;
+/// all_gather, reduce_scatter, all_to_all (n-1)/n; broadcast 1; barrier 0.
+/// busbw = algbw * factor. n < 1 is treated as 1.
+double bus_bandwidth_factor(CollectiveKind kind, int world_size);
+
+/// What every rank must agree on for one collective (SPMD): compared by the
+/// fingerprint check and printed by hang reports.
+struct CollectiveFingerprint {
+  CollectiveKind kind = CollectiveKind::barrier;
+  std::size_t count = 0;  ///< elements per rank block (0 for a barrier)
+  DType dtype = DType::f32;
+  int root = -1;          ///< broadcast root, -1 for other kinds
+  std::string label;      ///< unit or bucket name set by the caller, may be empty
+
+  bool operator==(const CollectiveFingerprint&) const = default;
+};
+
+/// "all_gather #812 (dp, unit fc2, 262144 f32)": kind, sequence number,
+/// communicator name, label (if any), count and dtype (none for a barrier),
+/// root (broadcast).
+std::string describe(const CollectiveFingerprint& fp, std::int64_t seq,
+                     std::string_view communicator);
+
+/// One completed collective as a TracedCommunicator records it. Times are
+/// Tracer::now_ns() (steady clock, nanoseconds) of this process.
+struct CollectiveRecord {
+  std::int64_t seq = 0;          ///< per-communicator sequence number, from 1
+  CollectiveKind kind = CollectiveKind::barrier;
+  std::size_t count = 0;         ///< elements per rank block
+  DType dtype = DType::f32;
+  std::uint64_t bytes = 0;       ///< collective_bytes()
+  std::string label;
+  std::int64_t issue_ns = 0;     ///< the call was made
+  std::int64_t wait_begin_ns = -1;  ///< wait() began; -1 if test() saw completion
+  std::int64_t end_ns = 0;       ///< wait() returned, or test() first saw completion
+  bool blocking = false;         ///< a blocking call (issue_ns == wait_begin_ns)
+};
+
+}  // namespace zeroshard

@@ -1,0 +1,171 @@
+// TracedCommunicator: a Communicator decorator that numbers, labels, times
+// and watches every collective of the communicator it wraps.
+//
+// Every collective, blocking or not, gets the next sequence number of this
+// communicator (`seq`, from 1; every rank numbers alike under SPMD) and a
+// fingerprint {kind, count, dtype, root, label}, where the label is the
+// unit or bucket name the caller set (set_label / LabelScope). Then, each
+// only when switched on:
+//  - recording (set_recording): a CollectiveRecord per completed
+//    collective, returned in issue order by take_records();
+//  - a Tracer: a TraceSpan on TraceThread::comm from issue to completion
+//    (name = kind, unit = label, bytes, seq), and the time the calling
+//    thread blocks in wait() or in a blocking collective charged to
+//    TimeCategory::comm_wait (Tracer::open / close);
+//  - a CommsLog: one entry per completed collective (comm/comms_log.h);
+//  - a timeout: the collective watchdog ([Note: collective watchdog] in
+//    comm/collective_watchdog.h) ends the job with one message naming every
+//    rank's collective when one blocks longer than the timeout or fails.
+// With all four off, a collective costs the sequence increment and one
+// branch on top of the inner call, and the inner CommWork is returned
+// unwrapped. Completion is seen when wait() returns or test() first
+// returns true; a handle destroyed while pending waits (CommWork's rule),
+// which counts as a wait.
+//
+// `bytes` follows nccl-tests (collective_bytes in comm/collective_record.h).
+// Times are Tracer::now_ns().
+//
+// Thread safety: the Communicator contract (one thread at a time); the
+// CommWork handles it returns must be completed before the communicator is
+// destroyed and from the thread that uses it. Errors: whatever the inner
+// communicator throws, unchanged (with a timeout, the watchdog is told
+// first); the constructor throws what CollectiveWatchdog::watch throws.
+#pragma once
+
+#include <cstdint>
+#include <cstdlib>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "comm/collective_record.h"
+#include "comm/collective_watchdog.h"
+#include "comm/communicator.h"
+
+namespace zeroshard {
+
+class CommsLog;
+class Tracer;
+
+/// What a TracedCommunicator does besides numbering; all off by default.
+struct TracedOptions {
+  Tracer* tracer = nullptr;       ///< spans and comm_wait accounting (not owned)
+  CommsLog* comms_log = nullptr;  ///< DeepSpeed-style comms log (not owned)
+  double timeout_s = 0.0;         ///< collective watchdog timeout in seconds; 0 = off
+  bool recording = false;         ///< start with recording on (see set_recording)
+};
+
+/// See the file comment.
+class TracedCommunicator final : public Communicator {
+ public:
+  /// Wraps `inner` (not owned; must outlive this object) under `name`
+  /// ("dp", "tp", "world", ...). With options.timeout_s > 0 the
+  /// communicator is watched; the first watched communicator of a process
+  /// is created collectively over the whole job (CollectiveWatchdog::watch).
+  TracedCommunicator(Communicator& inner, std::string name, TracedOptions options = {});
+  /// As above, owning `inner` (not null).
+  TracedCommunicator(std::unique_ptr<Communicator> inner, std::string name,
+                     TracedOptions options = {});
+  ~TracedCommunicator() override;
+  TracedCommunicator(const TracedCommunicator&) = delete;
+  TracedCommunicator& operator=(const TracedCommunicator&) = delete;
+
+  /// The name given at construction.
+  const std::string& name() const { return name_; }
+  /// The wrapped communicator.
+  Communicator& inner() { return *inner_; }
+  /// The options given at construction (recording as it was then).
+  const TracedOptions& options() const { return options_; }
+
+  /// Sets the label of the collectives issued from now on ("" for none).
+  void set_label(std::string label) { label_ = std::move(label); }
+  /// The current label.
+  const std::string& label() const { return label_; }
+
+  /// Sets the label for its lifetime and restores the previous one after.
+  class LabelScope {
+   public:
+    LabelScope(TracedCommunicator& comm, std::string label)
+        : comm_(comm), previous_(std::move(comm.label_)) {
+      comm_.label_ = std::move(label);
+    }
+    ~LabelScope() { comm_.label_ = std::move(previous_); }
+    LabelScope(const LabelScope&) = delete;
+    LabelScope& operator=(const LabelScope&) = delete;
+
+   private:
+    TracedCommunicator& comm_;
+    std::string previous_;
+  };
+
+  /// Keeps a CollectiveRecord per collective completed from now on (true)
+  /// or stops keeping them (false; records kept so far stay).
+  void set_recording(bool on) { recording_ = on; }
+  /// Whether records are kept.
+  bool recording() const { return recording_; }
+  /// The records kept so far, in issue order (ascending seq), and forgets
+  /// them. Collectives still pending are not included yet.
+  std::vector<CollectiveRecord> take_records();
+  /// Sequence number of the last collective issued (0 before the first).
+  std::int64_t last_seq() const { return seq_; }
+
+  int rank() const override { return inner_->rank(); }
+  int world_size() const override { return inner_->world_size(); }
+  /// The inner backend's name ("mpi", "self", "nccl").
+  std::string backend() const override { return inner_->backend(); }
+
+  CommWork iall_reduce(void* buf, std::size_t count, DType dtype, ReduceOp op) override;
+  CommWork ireduce_scatter(const void* send, void* recv, std::size_t count, DType dtype,
+                           ReduceOp op) override;
+  CommWork iall_gather(const void* send, void* recv, std::size_t count, DType dtype) override;
+  CommWork iall_to_all(const void* send, void* recv, std::size_t count, DType dtype) override;
+  CommWork ibroadcast(void* buf, std::size_t count, DType dtype, int root) override;
+  CommWork ibarrier() override;
+
+  void all_reduce(void* buf, std::size_t count, DType dtype, ReduceOp op) override;
+  void reduce_scatter(const void* send, void* recv, std::size_t count, DType dtype,
+                      ReduceOp op) override;
+  void all_gather(const void* send, void* recv, std::size_t count, DType dtype) override;
+  void all_to_all(const void* send, void* recv, std::size_t count, DType dtype) override;
+  void broadcast(void* buf, std::size_t count, DType dtype, int root) override;
+  void barrier() override;
+
+  /// inner().split(color, key) wrapped in an owning TracedCommunicator named
+  /// "<name>.<color>" with the same options (recording off). Collective.
+  std::unique_ptr<Communicator> split(int color, int key) override;
+  /// As split(), naming the result `name`.
+  std::unique_ptr<TracedCommunicator> split(int color, int key, std::string name);
+  /// inner().abort(code).
+  [[noreturn]] void abort(int code) override {
+    inner_->abort(code);
+    std::_Exit(code);  // not reached: abort does not return
+  }
+  /// inner().make_side_channel().
+  std::unique_ptr<SideChannel> make_side_channel() override;
+
+ private:
+  class Work;
+  struct Call;
+
+  // True when anything beyond numbering is on.
+  bool observed() const;
+  Call begin(CollectiveKind kind, std::size_t count, DType dtype, int root);
+  CommWork wrap(Call&& call, CommWork inner);
+  template <class F>
+  void blocking(Call&& call, F&& f);
+  void wait_begins(Call& call, std::int64_t now);
+  void finish(Call& call, std::int64_t wait_begin_ns, std::int64_t end_ns, bool blocking);
+  void fail(Call& call, const char* what);
+
+  std::unique_ptr<Communicator> owned_;
+  Communicator* inner_;
+  std::string name_;
+  TracedOptions options_;
+  std::unique_ptr<CollectiveWatchdog::Slot> slot_;
+  std::string label_;
+  bool recording_ = false;
+  std::int64_t seq_ = 0;
+  std::vector<CollectiveRecord> records_;
+};
+
+}  // namespace zeroshard
