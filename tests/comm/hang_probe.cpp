@@ -6,6 +6,7 @@
 //        skip   rank 2 skips the all_gather of step 5
 //        extra  rank 2 makes one extra all_reduce in step 5
 //        kill   rank 2 raises SIGKILL at step 5
+//        count  rank 2's all_reduce of step 5 has 2048 elements, not 1024
 // Every step makes, under the label "fc<step % 4>", an all_reduce of 1024
 // f32, an all_gather of 4096 f32 per rank and a reduce_scatter of 1024 f32
 // per rank (sequence numbers 3 step + 1, + 2, + 3); 20 steps, then a
@@ -25,7 +26,7 @@ using namespace zeroshard;
 
 int main(int argc, char** argv) {
   if (argc != 3) {
-    std::fprintf(stderr, "usage: zs_hang_probe none|skip|extra|kill TIMEOUT_S\n");
+    std::fprintf(stderr, "usage: zs_hang_probe none|skip|extra|kill|count TIMEOUT_S\n");
     return 2;
   }
   const std::string mode = argv[1];
@@ -41,7 +42,8 @@ int main(int argc, char** argv) {
     for (int step = 0; step < 20; ++step) {
       TracedCommunicator::LabelScope label(dp, "fc" + std::to_string(step % 4));
       if (odd_one && step == 5 && mode == "kill") std::raise(SIGKILL);
-      dp.all_reduce(a.data(), 1024, DType::f32, ReduceOp::sum);
+      const bool more = odd_one && step == 5 && mode == "count";
+      dp.all_reduce(a.data(), more ? 2048 : 1024, DType::f32, ReduceOp::sum);
       if (odd_one && step == 5 && mode == "extra") {
         dp.all_reduce(a.data(), 1024, DType::f32, ReduceOp::sum);
       }
