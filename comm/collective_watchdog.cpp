@@ -238,6 +238,11 @@ void CollectiveWatchdog::Slot::begin_wait(std::int64_t seq, const CollectiveFing
   state_->blocked_since_ns = now_ns;
 }
 
+void CollectiveWatchdog::Slot::end_wait(std::int64_t seq) {
+  std::lock_guard<std::mutex> lock(registry().mu);
+  if (state_->blocked_seq == seq) state_->blocked_seq = 0;
+}
+
 void CollectiveWatchdog::Slot::completed(std::int64_t seq, const CollectiveFingerprint& fp,
                                          std::int64_t now_ns) {
   std::lock_guard<std::mutex> lock(registry().mu);

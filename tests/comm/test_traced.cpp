@@ -99,7 +99,9 @@ TEST_CASE("CommsLog: figures from known latencies, prof_ops, verbose and debug l
 
 TEST_CASE("TracedCommunicator numbers every collective and records them in issue order") {
   const int n = world().world_size();
-  CommsLog log({.enabled = true});
+  CommsLogOptions log_options;
+  log_options.enabled = true;
+  CommsLog log(log_options);
   TracedCommunicator c(world(), "world", {.comms_log = &log, .recording = true});
   std::int64_t seq = 0;
   for (const std::size_t count : kOddCounts) {
@@ -239,4 +241,37 @@ TEST_CASE("a watched communicator runs collectives normally and stops its watchd
     CHECK(buf[0] == static_cast<float>(world().world_size() * world().world_size()));
     c.barrier();
   }
+}
+
+TEST_CASE("check_fingerprints: the same CommError on every rank names the odd rank") {
+  Communicator& w = world();
+  TracedCommunicator c(w, "dp", {.check_fingerprints = true});
+  std::vector<float> buf(7 * static_cast<std::size_t>(w.world_size()), 1.0f);
+  {
+    TracedCommunicator::LabelScope scope(c, "fc2");
+    c.all_reduce(buf.data(), 7, DType::f32, ReduceOp::sum);  // all agree: runs
+  }
+  CHECK(buf[0] == static_cast<float>(w.world_size()));
+  if (w.world_size() < 2) return;
+  const bool odd = w.rank() == w.world_size() - 1;
+  std::string what;
+  try {
+    TracedCommunicator::LabelScope scope(c, "fc3");
+    if (odd) {
+      c.barrier();
+    } else {
+      c.all_reduce(buf.data(), 7, DType::f32, ReduceOp::sum);
+    }
+  } catch (const CommError& e) {
+    what = e.what();
+  }
+  const int last = w.world_size() - 1;
+  std::string others = w.world_size() == 2 ? "rank 0 calls" : "ranks 0";
+  CHECK(what.find("collective mismatch on communicator dp: " + others) == 0);
+  CHECK(what.find("all_reduce #2 (dp, unit fc3, 7 f32)") != std::string::npos);
+  CHECK(what.find("rank " + std::to_string(last) + " calls barrier #2 (dp, unit fc3)") !=
+        std::string::npos);
+  // Nothing was issued: the communicator goes on.
+  c.barrier();
+  CHECK(c.last_seq() == 3);
 }
