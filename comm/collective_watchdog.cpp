@@ -54,6 +54,9 @@ struct Registry {
   std::thread thread;
   bool stop = false;
   bool error_pending = false;
+  // The first failure, kept here too: its slot may be gone (the caller
+  // caught the error and destroyed its communicator) before the thread reports.
+  std::unique_ptr<State> failure;
 };
 
 Registry& registry() {
@@ -79,6 +82,7 @@ std::string encode_status(const Registry& reg, const Trigger& trigger) {
   const State* failed = nullptr;
   const State* blocked = nullptr;
   const State* done = nullptr;
+  if (reg.failure) failed = reg.failure.get();
   for (const State* s : reg.slots) {
     if (s->failed_seq > 0 && failed == nullptr) failed = s;
     if (s->blocked_seq > 0 && (blocked == nullptr || s->blocked_since_ns < blocked->blocked_since_ns)) {
@@ -128,8 +132,8 @@ std::string rank_list(const std::vector<int>& ranks) {
 // Checks the slots for a timeout or a failure. Caller holds mu.
 Trigger check_slots(Registry& reg, std::int64_t now) {
   Trigger t;
+  if (reg.failure) return Trigger{"error", reg.failure->timeout_s};
   for (const State* s : reg.slots) {
-    if (s->failed_seq > 0) return Trigger{"error", s->timeout_s};
     if (s->blocked_seq > 0 && now - s->blocked_since_ns > s->timeout_ns && t.reason == nullptr) {
       t = Trigger{"timeout", s->timeout_s};
     }
@@ -234,6 +238,11 @@ void CollectiveWatchdog::Slot::begin_wait(std::int64_t seq, const CollectiveFing
   state_->blocked_since_ns = now_ns;
 }
 
+void CollectiveWatchdog::Slot::end_wait(std::int64_t seq) {
+  std::lock_guard<std::mutex> lock(registry().mu);
+  if (state_->blocked_seq == seq) state_->blocked_seq = 0;
+}
+
 void CollectiveWatchdog::Slot::completed(std::int64_t seq, const CollectiveFingerprint& fp,
                                          std::int64_t now_ns) {
   std::lock_guard<std::mutex> lock(registry().mu);
@@ -253,6 +262,7 @@ void CollectiveWatchdog::Slot::failed(std::int64_t seq, const CollectiveFingerpr
     state_->failed_fp = fp;
     state_->failed_what = what;
   }
+  if (!reg.failure) reg.failure = std::make_unique<State>(*state_);
   reg.error_pending = true;
   reg.cv.notify_all();
 }

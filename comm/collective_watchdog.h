@@ -65,6 +65,9 @@ class CollectiveWatchdog {
 
     /// The calling thread starts blocking in collective `seq` at `now_ns`.
     void begin_wait(std::int64_t seq, const CollectiveFingerprint& fp, std::int64_t now_ns);
+    /// The calling thread stops blocking in `seq` without it completing
+    /// (e.g. after the fingerprint check that precedes it).
+    void end_wait(std::int64_t seq);
     /// Collective `seq` completed at `now_ns` (ends a wait on it, if any).
     void completed(std::int64_t seq, const CollectiveFingerprint& fp, std::int64_t now_ns);
     /// The inner communicator threw `what` in collective `seq`: the watchdog

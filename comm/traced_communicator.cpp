@@ -5,7 +5,9 @@
 
 #include <algorithm>
 #include <exception>
+#include <string>
 #include <utility>
+#include <vector>
 
 #include "comm/comms_log.h"
 #include "comm/side_channel.h"
@@ -64,6 +66,7 @@ TracedCommunicator::TracedCommunicator(Communicator& inner, std::string name,
                                        TracedOptions options)
     : inner_(&inner), name_(std::move(name)), options_(options), recording_(options.recording) {
   if (options_.timeout_s > 0) slot_ = CollectiveWatchdog::watch(*inner_, name_, options_.timeout_s);
+  if (options_.check_fingerprints) check_ = inner_->split(0, inner_->rank());
 }
 
 TracedCommunicator::TracedCommunicator(std::unique_ptr<Communicator> inner, std::string name,
@@ -72,12 +75,13 @@ TracedCommunicator::TracedCommunicator(std::unique_ptr<Communicator> inner, std:
       recording_(options.recording) {
   ZS_CHECK(inner_ != nullptr, "TracedCommunicator \"{}\" needs an inner communicator", name_);
   if (options_.timeout_s > 0) slot_ = CollectiveWatchdog::watch(*inner_, name_, options_.timeout_s);
+  if (options_.check_fingerprints) check_ = inner_->split(0, inner_->rank());
 }
 
 TracedCommunicator::~TracedCommunicator() = default;
 
 bool TracedCommunicator::observed() const {
-  return recording_ || slot_ != nullptr ||
+  return recording_ || slot_ != nullptr || check_ != nullptr ||
          (options_.comms_log != nullptr && options_.comms_log->enabled()) ||
          (options_.tracer != nullptr && options_.tracer->active());
 }
@@ -88,8 +92,77 @@ TracedCommunicator::Call TracedCommunicator::begin(CollectiveKind kind, std::siz
   c.seq = seq_;
   c.fp = CollectiveFingerprint{kind, count, dtype, root, label_};
   c.bytes = collective_bytes(kind, count, dtype, inner_->world_size());
+  if (check_) check_fingerprint(c);
   c.issue_ns = Tracer::now_ns();
   return c;
+}
+
+namespace {
+// A fingerprint as doubles (exact: integers below 2^53, label characters
+// one per element, the first kLabelChars of them).
+constexpr std::size_t kLabelChars = 48;
+constexpr std::size_t kFingerprintDoubles = 5 + kLabelChars;
+}  // namespace
+
+void TracedCommunicator::check_fingerprint(const Call& call) {
+  const auto n = static_cast<std::size_t>(check_->world_size());
+  std::vector<double> mine(kFingerprintDoubles, 0.0);
+  mine[0] = static_cast<double>(call.seq);
+  mine[1] = static_cast<double>(call.fp.kind);
+  mine[2] = static_cast<double>(call.fp.count);
+  mine[3] = static_cast<double>(call.fp.dtype);
+  mine[4] = static_cast<double>(call.fp.root);
+  for (std::size_t i = 0; i < kLabelChars && i < call.fp.label.size(); ++i) {
+    mine[5 + i] = static_cast<unsigned char>(call.fp.label[i]);
+  }
+  std::vector<double> all(kFingerprintDoubles * n);
+  // Watched like the collective itself: a rank that stopped calling
+  // collectives leaves the others blocked here.
+  if (slot_) slot_->begin_wait(call.seq, call.fp, Tracer::now_ns());
+  try {
+    check_->all_gather(mine.data(), all.data(), kFingerprintDoubles, DType::f64);
+  } catch (const std::exception& e) {
+    if (slot_) slot_->failed(call.seq, call.fp, e.what());
+    throw;
+  }
+  if (slot_) slot_->end_wait(call.seq);
+  bool same = true;
+  for (std::size_t r = 1; r < n && same; ++r) {
+    same = std::equal(all.begin(), all.begin() + kFingerprintDoubles,
+                      all.begin() + static_cast<std::ptrdiff_t>(r * kFingerprintDoubles));
+  }
+  if (same) return;
+  // Every rank holds the same table, so every rank throws the same message.
+  std::vector<std::pair<std::string, std::vector<int>>> groups;
+  for (std::size_t r = 0; r < n; ++r) {
+    const double* f = all.data() + r * kFingerprintDoubles;
+    CollectiveFingerprint fp;
+    fp.kind = static_cast<CollectiveKind>(static_cast<int>(f[1]));
+    fp.count = static_cast<std::size_t>(f[2]);
+    fp.dtype = static_cast<DType>(static_cast<int>(f[3]));
+    fp.root = static_cast<int>(f[4]);
+    for (std::size_t i = 0; i < kLabelChars && f[5 + i] != 0.0; ++i) {
+      fp.label += static_cast<char>(static_cast<int>(f[5 + i]));
+    }
+    const std::string text = describe(fp, static_cast<std::int64_t>(f[0]), name_);
+    auto it = std::find_if(groups.begin(), groups.end(), [&](const auto& g) { return g.first == text; });
+    if (it == groups.end()) {
+      groups.push_back({text, {static_cast<int>(r)}});
+    } else {
+      it->second.push_back(static_cast<int>(r));
+    }
+  }
+  std::string msg = "collective mismatch on communicator " + name_ + ": ";
+  for (std::size_t g = 0; g < groups.size(); ++g) {
+    const auto& ranks = groups[g].second;
+    msg += g > 0 ? "; " : "";
+    msg += ranks.size() == 1 ? "rank " : "ranks ";
+    for (std::size_t i = 0; i < ranks.size(); ++i) {
+      msg += (i > 0 ? ", " : "") + std::to_string(ranks[i]);
+    }
+    msg += (ranks.size() == 1 ? " calls " : " call ") + groups[g].first;
+  }
+  throw CommError(msg + " (every rank must issue the same collectives in the same order)");
 }
 
 CommWork TracedCommunicator::wrap(Call&& call, CommWork inner) {
@@ -130,6 +203,14 @@ void TracedCommunicator::finish(Call& call, std::int64_t wait_begin_ns, std::int
     span.begin_ns = call.issue_ns;
     span.end_ns = end_ns;
     span.seq = call.seq;
+    if (wait_begin_ns >= 0 && end_ns > wait_begin_ns) {
+      // The part the caller waited for (exposed), on the engine's thread.
+      TraceSpan wait = span;
+      wait.name = "wait " + span.name;
+      wait.thread = TraceThread::engine;
+      wait.begin_ns = wait_begin_ns;
+      t->add_span(std::move(wait));
+    }
     t->add_span(std::move(span));
   }
 }
@@ -267,7 +348,7 @@ std::unique_ptr<Communicator> TracedCommunicator::split(int color, int key) {
 std::unique_ptr<TracedCommunicator> TracedCommunicator::split(int color, int key,
                                                               std::string name) {
   TracedOptions options = options_;
-  options.recording = false;
+  options.recording = false;  // check_fingerprints: the new one splits its own
   return std::make_unique<TracedCommunicator>(inner_->split(color, key), std::move(name), options);
 }
 

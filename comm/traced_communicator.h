@@ -9,14 +9,17 @@
 //  - recording (set_recording): a CollectiveRecord per completed
 //    collective, returned in issue order by take_records();
 //  - a Tracer: a TraceSpan on TraceThread::comm from issue to completion
-//    (name = kind, unit = label, bytes, seq), and the time the calling
+//    (name = kind, unit = label, bytes, seq), one named "wait <kind>" on
+//    TraceThread::engine for the time the caller waited, and the time the calling
 //    thread blocks in wait() or in a blocking collective charged to
 //    TimeCategory::comm_wait (Tracer::open / close);
 //  - a CommsLog: one entry per completed collective (comm/comms_log.h);
+//  - check_fingerprints: every rank's fingerprint compared before each
+//    collective (TracedOptions::check_fingerprints);
 //  - a timeout: the collective watchdog ([Note: collective watchdog] in
 //    comm/collective_watchdog.h) ends the job with one message naming every
 //    rank's collective when one blocks longer than the timeout or fails.
-// With all four off, a collective costs the sequence increment and one
+// With all of these off, a collective costs the sequence increment and one
 // branch on top of the inner call, and the inner CommWork is returned
 // unwrapped. Completion is seen when wait() returns or test() first
 // returns true; a handle destroyed while pending waits (CommWork's rule),
@@ -52,6 +55,12 @@ struct TracedOptions {
   CommsLog* comms_log = nullptr;  ///< DeepSpeed-style comms log (not owned)
   double timeout_s = 0.0;         ///< collective watchdog timeout in seconds; 0 = off
   bool recording = false;         ///< start with recording on (see set_recording)
+  /// Before every collective, all-gather every rank's fingerprint on a
+  /// dedicated communicator (split at construction: collective) and throw
+  /// the same CommError on every rank when they differ (an agreed error;
+  /// the collective is then not issued). One extra blocking all-gather per
+  /// collective: a debugging aid, like TORCH_DISTRIBUTED_DEBUG=DETAIL.
+  bool check_fingerprints = false;
 };
 
 /// See the file comment.
@@ -148,6 +157,8 @@ class TracedCommunicator final : public Communicator {
 
   // True when anything beyond numbering is on.
   bool observed() const;
+  // Compares every rank's fingerprint of `call` (check_fingerprints).
+  void check_fingerprint(const Call& call);
   Call begin(CollectiveKind kind, std::size_t count, DType dtype, int root);
   CommWork wrap(Call&& call, CommWork inner);
   template <class F>
@@ -161,6 +172,7 @@ class TracedCommunicator final : public Communicator {
   std::string name_;
   TracedOptions options_;
   std::unique_ptr<CollectiveWatchdog::Slot> slot_;
+  std::unique_ptr<Communicator> check_;  // check_fingerprints' own communicator
   std::string label_;
   bool recording_ = false;
   std::int64_t seq_ = 0;

@@ -124,6 +124,7 @@ void read_observe(const Reader& r, ObserveConfig& o, ConfigDiagnostics& d) {
                   "is invalid: use a list of all_reduce, reduce_scatter, all_gather, all_to_all, broadcast, barrier");
     }
   }
+  r.get("zeroshard.collective_check", o.collective_check);
   r.get("zeroshard.trace.enabled", o.trace);
   r.get("zeroshard.trace.output_path", o.trace_output_path);
   if (r.get("zeroshard.collective_timeout_s", o.collective_timeout_s) && o.collective_timeout_s < 0) {

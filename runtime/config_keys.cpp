@@ -174,6 +174,9 @@ std::vector<ConfigKey> make_table() {
       impl("zeroshard.trace.enabled", T::boolean, "false", "record spans of collectives, waits, optimizer, swap I/O and the loop"),
       impl("zeroshard.trace.output_path", T::string, "\"zeroshard-trace\"",
            "directory of trace-rank<r>.json and the merged trace.json"),
+      impl("zeroshard.collective_check", T::boolean, "false",
+           "compare every rank's collective fingerprint before each collective; a mismatch is the same error on "
+           "every rank naming the odd rank (one extra all-gather per collective)"),
       impl("zeroshard.collective_timeout_s", T::float64, "0",
            "> 0: a collective not complete after this many seconds ends the job naming every rank's collective "
            "(comm/collective_watchdog.h); 0 = off"),

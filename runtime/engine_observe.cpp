@@ -28,7 +28,8 @@ TracedOptions EngineState::traced_options() const {
   return TracedOptions{.tracer = o.records() ? &observer->tracer() : nullptr,
                        .comms_log = comms_log.get(),
                        .timeout_s = o.collective_timeout_s,
-                       .recording = o.records()};
+                       .recording = o.records(),
+                       .check_fingerprints = o.collective_check};
 }
 
 std::vector<TracedCommunicator*> EngineState::traced_all() const {

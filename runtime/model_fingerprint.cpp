@@ -159,6 +159,7 @@ void check_same_model(Communicator& comm, const EngineConfig& c, const FlatLayou
       {{"zero_optimization.offload_param.buffer_size", show_int}, static_cast<Word>(c.offload.param.buffer_size)},
       {{"wall_clock_breakdown or zeroshard.trace.enabled (the per-step gathers)", show_bool},
        Word{c.observe.records()}},
+      {{"zeroshard.collective_check", show_bool}, Word{c.observe.collective_check}},
       {{"zeroshard.collective_timeout_s", show_double}, bits(c.observe.collective_timeout_s)},
       {{"parameter groups", show_int}, static_cast<Word>(groups)},
       {{"units (add_unit calls)", show_int}, static_cast<Word>(nunits)},

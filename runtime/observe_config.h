@@ -23,6 +23,14 @@
 //   zeroshard.trace.output_path  into <output_path>/trace.json (Perfetto,
 //                                chrome://tracing), written by
 //                                Engine::write_trace().
+//   zeroshard.collective_check   true: before each collective every rank's
+//                                fingerprint (kind, count, dtype, unit) is
+//                                compared, and a mismatch (a rank that
+//                                skipped an unshard) is the same CommError
+//                                on every rank naming the odd rank, instead
+//                                of MPI matching the wrong calls (as
+//                                PyTorch's TORCH_DISTRIBUTED_DEBUG=DETAIL);
+//                                one extra small all-gather per collective.
 //   zeroshard.collective_timeout_s  > 0: a collective that does not complete
 //                                in this many seconds ends the job with one
 //                                message naming every rank's collective
@@ -52,6 +60,7 @@ struct ObserveConfig {
   bool trace = false;
   std::string trace_output_path = "zeroshard-trace";
   double collective_timeout_s = 0;  ///< seconds; 0 = off
+  bool collective_check = false;    ///< zeroshard.collective_check
   /// True when any switch needs the per-collective records.
   bool records() const { return wall_clock_breakdown || trace; }
 };

@@ -12,6 +12,14 @@ set -uo pipefail
 mpirun="$1"; driver="$2"; work="$3"
 rm -rf "$work"; mkdir -p "$work"
 fail() { echo "FAILED: $*"; echo "--- output:"; cat "$work/out"; exit 1; }
+# With zeroshard.collective_check the skipped unshard is caught before MPI
+# matches the wrong calls: every rank throws the same error naming rank 2.
+timeout 120 "$mpirun" -np 4 "$driver" checked >"$work/out" 2>&1; rc=$?
+echo "checked: exit $rc"; grep "hang_driver: error" "$work/out"
+[ "$rc" -ne 0 ] && [ "$rc" -ne 124 ] || fail "checked: exit $rc"
+grep -qE "hang_driver: error: collective mismatch on communicator dp: .*rank 2 calls all_gather #[0-9]+ \(dp, unit u2" "$work/out" \
+  || fail "checked: no mismatch error naming rank 2's all-gather of u2"
+
 # Live processes of the driver (zombies, already dead and waiting to be reaped, do not count).
 leftovers() { pgrep -r R,S,D,T -x "$(basename "$driver")" >/dev/null; }
 

@@ -6,6 +6,8 @@
 //   hang_driver kill           rank 2 is killed (SIGKILL) after its forward
 //   hang_driver stall          rank 2 computes for 60 s after its forward (the
 //                              others time out waiting for it)
+//   hang_driver checked        skip_unshard with zeroshard.collective_check:
+//                              every rank throws the same mismatch error
 // Instead of hanging, the job must end within the timeout plus a few
 // seconds with one message naming rank 2's and the others' collectives.
 #include <chrono>
@@ -24,8 +26,9 @@ using namespace zeroshard;
 
 int main(int argc, char** argv) {
   const std::string mode = argc > 1 ? argv[1] : "ok";
-  if (mode != "ok" && mode != "skip_unshard" && mode != "extra_forward" && mode != "kill" && mode != "stall") {
-    std::fprintf(stderr, "usage: hang_driver ok|skip_unshard|extra_forward|kill|stall\n");
+  if (mode != "ok" && mode != "skip_unshard" && mode != "extra_forward" && mode != "kill" && mode != "stall" &&
+      mode != "checked") {
+    std::fprintf(stderr, "usage: hang_driver ok|skip_unshard|extra_forward|kill|stall|checked\n");
     return 2;
   }
   auto comm = make_world_communicator();
@@ -33,6 +36,7 @@ int main(int argc, char** argv) {
   c.zero.stage = 3;
   c.observe.collective_timeout_s = 3;
   c.zero.overlap_comm = false;  // no prefetch: a skipped unshard is a missing all-gather
+  c.observe.collective_check = mode == "checked";
   Engine e(c, *comm);
   std::vector<UnitId> units;
   std::vector<ParamId> params;
@@ -49,9 +53,10 @@ int main(int argc, char** argv) {
       e.reshard(units[u]);
     }
   };
+  try {
   for (int step = 1; step <= 3; ++step) {
     const bool act = odd_one && step == 2;
-    forward(act && mode == "skip_unshard");
+    forward(act && (mode == "skip_unshard" || mode == "checked"));
     if (act && mode == "extra_forward") forward(false);
     if (act && mode == "kill") std::raise(SIGKILL);
     if (act && mode == "stall") std::this_thread::sleep_for(std::chrono::seconds(60));
@@ -62,6 +67,11 @@ int main(int argc, char** argv) {
       e.reshard(units[u]);
     }
     e.step();
+  }
+  } catch (const std::exception& err) {
+    // The fingerprint check's error is the same on every rank: one prints it.
+    if (comm->rank() == 0) std::fprintf(stderr, "hang_driver: error: %s\n", err.what());
+    return 1;
   }
   if (comm->rank() == 0) std::printf("hang_driver: %s: 3 steps done\n", mode.c_str());
   return 0;

@@ -1,0 +1,296 @@
+// TracedCommunicator (sequence numbers, records, labels, spans), CommsLog
+// (exact counts, bytes, busbw factors) and estimate_clock_offset, over the
+// world communicator at every test world size.
+#include <sstream>
+#include <vector>
+
+#include <doctest/doctest.h>
+
+#include "comm/clock_sync.h"
+#include "comm/collective_watchdog.h"
+#include "comm/comms_log.h"
+#include "comm/traced_communicator.h"
+#include "core/error.h"
+#include "core/tracer.h"
+#include "tests/comm/comm_test_util.h"
+
+using namespace zeroshard;
+using zeroshard::test::world;
+
+namespace {
+
+const std::vector<std::size_t> kOddCounts = {0, 1, 7, 57, 10001};
+
+// One of each collective with `count` f32 elements per block, half of them
+// non-blocking (waited or tested to completion). Returns the kinds in order.
+std::vector<CollectiveKind> run_sequence(TracedCommunicator& c, std::size_t count) {
+  const auto n = static_cast<std::size_t>(c.world_size());
+  std::vector<float> a(count * n + 1, 1.0f), b(count * n + 1, 0.0f);
+  c.all_reduce(a.data(), count, DType::f32, ReduceOp::sum);
+  c.ireduce_scatter(a.data(), b.data(), count, DType::f32, ReduceOp::sum).wait();
+  c.all_gather(a.data(), b.data(), count, DType::f32);
+  CommWork w = c.iall_to_all(a.data(), b.data(), count, DType::f32);
+  while (!w.test()) {
+  }
+  c.ibroadcast(a.data(), count, DType::f32, 0).wait();
+  c.barrier();
+  return {CollectiveKind::all_reduce, CollectiveKind::reduce_scatter, CollectiveKind::all_gather,
+          CollectiveKind::all_to_all, CollectiveKind::broadcast, CollectiveKind::barrier};
+}
+
+}  // namespace
+
+TEST_CASE("collective_bytes and bus_bandwidth_factor follow nccl-tests") {
+  CHECK(collective_bytes(CollectiveKind::all_reduce, 7, DType::f32, 4) == 28);
+  CHECK(collective_bytes(CollectiveKind::broadcast, 7, DType::bf16, 4) == 14);
+  CHECK(collective_bytes(CollectiveKind::all_gather, 7, DType::f64, 3) == 168);
+  CHECK(collective_bytes(CollectiveKind::reduce_scatter, 57, DType::f16, 3) == 342);
+  CHECK(collective_bytes(CollectiveKind::all_to_all, 1, DType::f32, 2) == 8);
+  CHECK(collective_bytes(CollectiveKind::barrier, 99, DType::f32, 4) == 0);
+  CHECK(bus_bandwidth_factor(CollectiveKind::all_reduce, 4) == doctest::Approx(1.5));
+  CHECK(bus_bandwidth_factor(CollectiveKind::all_gather, 4) == doctest::Approx(0.75));
+  CHECK(bus_bandwidth_factor(CollectiveKind::reduce_scatter, 3) == doctest::Approx(2.0 / 3));
+  CHECK(bus_bandwidth_factor(CollectiveKind::all_to_all, 2) == doctest::Approx(0.5));
+  CHECK(bus_bandwidth_factor(CollectiveKind::broadcast, 4) == 1.0);
+  CHECK(bus_bandwidth_factor(CollectiveKind::all_reduce, 1) == 0.0);
+  CollectiveFingerprint fp{CollectiveKind::all_gather, 262144, DType::f32, -1, "fc2"};
+  CHECK(describe(fp, 812, "dp") == "all_gather #812 (dp, unit fc2, 262144 f32)");
+  fp = {CollectiveKind::broadcast, 3, DType::bf16, 1, ""};
+  CHECK(describe(fp, 2, "tp") == "broadcast #2 (tp, 3 bf16, root 1)");
+  fp = {CollectiveKind::barrier, 0, DType::f32, -1, "end"};
+  CHECK(describe(fp, 9, "world") == "barrier #9 (world, unit end)");
+}
+
+TEST_CASE("CommsLog: figures from known latencies, prof_ops, verbose and debug lines") {
+  std::ostringstream out;
+  CommsLog log({.enabled = true, .verbose = true, .prof_all = false,
+                .prof_ops = {"all_gather", "all_reduce"}, .debug = true},
+               &out);
+  log.record(CollectiveKind::all_gather, 4000, 2000, 4, "dp", "fc2");  // 2 us
+  log.record(CollectiveKind::all_gather, 4000, 6000, 4, "dp", "fc3");
+  log.record(CollectiveKind::all_reduce, 8, 1000, 4, "dp", "");
+  log.record(CollectiveKind::reduce_scatter, 4000, 1000, 4, "dp", "x");  // not profiled
+  const auto rows = log.rows();
+  REQUIRE(rows.size() == 2);
+  CHECK(rows[0].kind == CollectiveKind::all_reduce);
+  CHECK(rows[0].count == 1);
+  CHECK(rows[0].algbw_gbps == doctest::Approx(8.0 / 1000.0));
+  CHECK(rows[0].busbw_gbps == doctest::Approx(8.0 / 1000.0 * 1.5));
+  CHECK(rows[1].kind == CollectiveKind::all_gather);
+  CHECK(rows[1].message_bytes == 4000);
+  CHECK(rows[1].count == 2);
+  CHECK(rows[1].total_bytes == 8000);
+  CHECK(rows[1].total_ms == doctest::Approx(0.008));
+  CHECK(rows[1].mean_ms == doctest::Approx(0.004));
+  CHECK(rows[1].algbw_gbps == doctest::Approx(1.0));  // 8000 B in 8 us
+  CHECK(rows[1].busbw_gbps == doctest::Approx(0.75));
+  const std::string lines = out.str();
+  CHECK(lines.find("comm op: all_gather | time (ms): 0.002") != std::string::npos);
+  CHECK(lines.find("unit: fc3") != std::string::npos);
+  CHECK(lines.find("reduce_scatter") == std::string::npos);
+  CHECK(log.summary().find("all_gather") != std::string::npos);
+  log.clear();
+  CHECK(log.rows().empty());
+  CHECK_THROWS_AS(CommsLog({.enabled = true, .prof_ops = {"allgather"}}), ConfigError);
+  CommsLog off({});
+  off.record(CollectiveKind::all_reduce, 8, 1000, 1);
+  CHECK(off.rows().empty());
+}
+
+TEST_CASE("TracedCommunicator numbers every collective and records them in issue order") {
+  const int n = world().world_size();
+  CommsLogOptions log_options;
+  log_options.enabled = true;
+  CommsLog log(log_options);
+  TracedCommunicator c(world(), "world", {.comms_log = &log, .recording = true});
+  std::int64_t seq = 0;
+  for (const std::size_t count : kOddCounts) {
+    TracedCommunicator::LabelScope scope(c, "unit" + std::to_string(count));
+    const auto kinds = run_sequence(c, count);
+    const auto records = c.take_records();
+    REQUIRE(records.size() == kinds.size());
+    for (std::size_t i = 0; i < kinds.size(); ++i) {
+      const CollectiveRecord& r = records[i];
+      CHECK(r.seq == ++seq);
+      CHECK(r.kind == kinds[i]);
+      CHECK(r.label == "unit" + std::to_string(count));
+      CHECK(r.bytes == collective_bytes(kinds[i], kinds[i] == CollectiveKind::barrier ? 0 : count,
+                                        DType::f32, n));
+      CHECK(r.issue_ns <= r.end_ns);
+      CHECK(r.blocking == (i == 0 || i == 2 || i == 5));
+      if (i == 3) {
+        CHECK(r.wait_begin_ns == -1);  // completed by test()
+      } else {
+        CHECK(r.wait_begin_ns >= r.issue_ns);
+        CHECK(r.wait_begin_ns <= r.end_ns);
+      }
+    }
+  }
+  CHECK(c.label().empty());
+  CHECK(c.last_seq() == seq);
+  // Exact log figures: one collective of each kind per count, bytes exact.
+  const auto rows = log.rows();
+  std::uint64_t logged = 0;
+  for (const CommsLogRow& r : rows) {
+    logged += r.count;
+    CHECK(r.world_size == n);
+    CHECK(r.total_bytes == r.count * r.message_bytes);
+    if (r.total_ms > 0) {
+      CHECK(r.busbw_gbps == doctest::Approx(r.algbw_gbps * bus_bandwidth_factor(r.kind, n)));
+    }
+    if (r.kind == CollectiveKind::barrier) {
+      CHECK(r.count == kOddCounts.size());
+      CHECK(r.message_bytes == 0);
+    } else if (r.kind == CollectiveKind::all_gather) {
+      bool found = false;
+      for (const std::size_t count : kOddCounts) found |= r.message_bytes == count * 4 * n;
+      CHECK(found);
+    }
+  }
+  CHECK(logged == 6 * kOddCounts.size());
+  // count 0 gives one row per kind at 0 bytes (all six: barrier included).
+  std::size_t zero_rows = 0;
+  for (const CommsLogRow& r : rows) zero_rows += r.message_bytes == 0 ? 1 : 0;
+  CHECK(zero_rows == 6);
+}
+
+TEST_CASE("TracedCommunicator: spans on the comm thread, comm_wait accounting, nothing when off") {
+  Tracer tracer;
+  TracedCommunicator c(world(), "dp", {.tracer = &tracer});
+  std::vector<float> buf(57, 1.0f);
+  c.all_reduce(buf.data(), 57, DType::f32, ReduceOp::sum);  // tracer inactive: no span
+  CHECK(tracer.span_count() == 0);
+  tracer.set_spans(true);
+  tracer.set_accounting(true);
+  {
+    TracedCommunicator::LabelScope scope(c, "fc1");
+    c.iall_reduce(buf.data(), 57, DType::f32, ReduceOp::sum).wait();
+    c.barrier();
+  }
+  const StepTimes times = tracer.take_step(Tracer::now_ns());
+  auto [all, counters] = tracer.take_all();
+  // Each collective's span on the comm thread, and where the caller waited
+  // for it a "wait <kind>" span on the engine's thread inside it.
+  std::vector<TraceSpan> spans, waits;
+  for (TraceSpan& s : all) (s.thread == TraceThread::comm ? spans : waits).push_back(s);
+  for (const TraceSpan& w : waits) {
+    CHECK(w.thread == TraceThread::engine);
+    CHECK(w.name.rfind("wait ", 0) == 0);
+    const TraceSpan& of = spans.at(static_cast<std::size_t>(w.seq - 2));
+    CHECK(w.name == "wait " + of.name);
+    CHECK(w.begin_ns >= of.begin_ns);
+    CHECK(w.end_ns == of.end_ns);
+  }
+  REQUIRE(spans.size() == 2);
+  CHECK(spans[0].name == "all_reduce");
+  CHECK(spans[0].thread == TraceThread::comm);
+  CHECK(spans[0].unit == "fc1");
+  CHECK(spans[0].bytes == 57 * 4);
+  CHECK(spans[0].seq == 2);
+  CHECK(spans[1].name == "barrier");
+  CHECK(spans[1].seq == 3);
+  CHECK(spans[1].end_ns >= spans[1].begin_ns);
+  CHECK(times[TimeCategory::comm_wait] >= 0);
+  CHECK(times[TimeCategory::comm_wait] <= times.wall_ns);
+  // Recording off: nothing kept, numbering goes on.
+  c.barrier();
+  CHECK(c.take_records().empty());
+  CHECK(c.last_seq() == 4);
+}
+
+TEST_CASE("TracedCommunicator::split numbers its own collectives") {
+  TracedCommunicator c(world(), "world");
+  auto half = c.split(world().rank() % 2, world().rank(), "half");
+  half->set_recording(true);
+  half->barrier();
+  const auto records = half->take_records();
+  REQUIRE(records.size() == 1);
+  CHECK(records[0].seq == 1);
+  CHECK(half->name() == "half");
+  CHECK(half->world_size() == (world().world_size() + 1 - world().rank() % 2) / 2);
+}
+
+TEST_CASE("estimate_clock_offset: |offset| within the bound on one host") {
+  // Every rank of a test job shares this host's steady clock: the true
+  // offset is 0, so |estimate| <= bound must hold (plus 1 us of slack for
+  // the rounding of the midpoint).
+  const ClockOffset o = estimate_clock_offset(world(), 8);
+  MESSAGE("rank " << world().rank() << ": offset " << o.offset_ns << " ns, bound " << o.bound_ns
+                  << " ns");
+  CHECK(o.bound_ns >= 0);
+  CHECK(o.bound_ns < 50'000'000);
+  CHECK(std::llabs(o.offset_ns) <= o.bound_ns + 1000);
+  if (world().rank() == 0) {
+    CHECK(o.offset_ns == 0);
+    CHECK(o.bound_ns == 0);
+  }
+  CHECK_THROWS_AS(estimate_clock_offset(world(), 0), InvariantError);
+}
+
+TEST_CASE("CollectiveWatchdog::format_report groups ranks and names the unreachable") {
+  // Statuses as the watchdog encodes them (version, reason, timeout, state, text).
+  const auto st = [](const char* reason, const char* state, const std::string& text) {
+    return std::string("zsw1\x1f") + reason + "\x1f" + "5\x1f" + state + "\x1f" + text;
+  };
+  const std::string rs = "reduce_scatter #811 (dp, unit fc3, 1024 f32)";
+  const std::vector<std::string> statuses = {
+      st("peer", "in", rs), st("timeout", "in", rs),
+      st("peer", "in", "all_gather #812 (dp, unit fc2, 262144 f32)"), st("peer", "in", rs), ""};
+  CHECK(CollectiveWatchdog::format_report(statuses) ==
+        "zeroshard: collective timeout after 5 s: ranks 0, 1, 3 are in " + rs +
+            "; rank 2 is in all_gather #812 (dp, unit fc2, 262144 f32); rank 4 unreachable");
+  CHECK(CollectiveWatchdog::format_report({st("error", "failed", "x: boom"), st("peer", "idle", "")}) ==
+        "zeroshard: collective error: rank 0 failed in x: boom; rank 1 is in no collective (last "
+        "completed: none)");
+  // Ranks that failed in the same collective are one group; the error of
+  // its lowest rank (a sixth field) is quoted once.
+  const std::string ag = "all_gather #16 (dp, unit u0, 256 f32)";
+  CHECK(CollectiveWatchdog::format_report({st("error", "failed", ag + "\x1fMPI_ERR_TRUNCATE on rank 0"),
+                                           st("error", "failed", ag + "\x1fMPI_ERR_TRUNCATE on rank 1"),
+                                           st("peer", "in", rs)}) ==
+        "zeroshard: collective error: ranks 0, 1 failed in " + ag + ": MPI_ERR_TRUNCATE on rank 0; rank 2 is in " + rs);
+}
+
+TEST_CASE("a watched communicator runs collectives normally and stops its watchdog") {
+  for (int round = 0; round < 2; ++round) {  // the watchdog starts again after it stopped
+    TracedCommunicator c(world(), "dp", {.timeout_s = 30});
+    std::vector<float> buf(7, 1.0f);
+    c.all_reduce(buf.data(), 7, DType::f32, ReduceOp::sum);
+    c.iall_reduce(buf.data(), 7, DType::f32, ReduceOp::sum).wait();
+    CHECK(buf[0] == static_cast<float>(world().world_size() * world().world_size()));
+    c.barrier();
+  }
+}
+
+TEST_CASE("check_fingerprints: the same CommError on every rank names the odd rank") {
+  Communicator& w = world();
+  TracedCommunicator c(w, "dp", {.check_fingerprints = true});
+  std::vector<float> buf(7 * static_cast<std::size_t>(w.world_size()), 1.0f);
+  {
+    TracedCommunicator::LabelScope scope(c, "fc2");
+    c.all_reduce(buf.data(), 7, DType::f32, ReduceOp::sum);  // all agree: runs
+  }
+  CHECK(buf[0] == static_cast<float>(w.world_size()));
+  if (w.world_size() < 2) return;
+  const bool odd = w.rank() == w.world_size() - 1;
+  std::string what;
+  try {
+    TracedCommunicator::LabelScope scope(c, "fc3");
+    if (odd) {
+      c.barrier();
+    } else {
+      c.all_reduce(buf.data(), 7, DType::f32, ReduceOp::sum);
+    }
+  } catch (const CommError& e) {
+    what = e.what();
+  }
+  const int last = w.world_size() - 1;
+  std::string others = w.world_size() == 2 ? "rank 0 calls" : "ranks 0";
+  CHECK(what.find("collective mismatch on communicator dp: " + others) == 0);
+  CHECK(what.find("all_reduce #2 (dp, unit fc3, 7 f32)") != std::string::npos);
+  CHECK(what.find("rank " + std::to_string(last) + " calls barrier #2 (dp, unit fc3)") !=
+        std::string::npos);
+  // Nothing was issued: the communicator goes on.
+  c.barrier();
+  CHECK(c.last_seq() == 3);
+}
