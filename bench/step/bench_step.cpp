@@ -256,8 +256,6 @@ int main(int argc, char** argv) {
     fmt::print("times: ms per step, mean over ranks of each rank's median of {} steps; optimizer = AdamW pass "
                "alone on this stage's sizes; ratio = step / stage 0 step at the same overlap\n\n",
                o.steps);
-    fmt::print("{:>5} {:>7} {:>9} {:>9} {:>10} {:>9} {:>10} {:>12} {:>7}\n", "stage", "overlap", "step ms",
-               "compute", "comm wait", "step()", "optimizer", "step()-opt", "ratio");
   }
   if (tracing_rounds > 0) {
     // Interleaved rounds, so that drift of the machine hits every setting alike.
@@ -276,6 +274,10 @@ int main(int argc, char** argv) {
       fmt::print("  breakdown + trace spans  {:9.3f} ms  ratio to off {:.3f}\n", 1e3 * median(t[2]), median(t[2]) / off);
     }
     return 0;
+  }
+  if (root) {
+    fmt::print("{:>5} {:>7} {:>9} {:>9} {:>10} {:>9} {:>10} {:>12} {:>7}\n", "stage", "overlap", "step ms",
+               "compute", "comm wait", "step()", "optimizer", "step()-opt", "ratio");
   }
   for (bool overlap : {true, false}) {
     double base = 0;
