@@ -50,9 +50,11 @@ void start_observer(EngineState& s) {
   // World rank 0's clock is the common one; its start is the trace's origin.
   Communicator& world = raw_world(s);
   const ClockOffset c = estimate_clock_offset(world);
-  std::int64_t origin = Tracer::now_ns();
-  world.broadcast(&origin, 1, DType::f64, 0);  // 8 bytes copied as they are
-  s.observer->start(world, c.offset_ns, c.bound_ns, origin);
+  // A double holds steady-clock nanoseconds exactly for 104 days of uptime
+  // and to a few nanoseconds beyond: plenty for a trace's origin.
+  double origin = static_cast<double>(Tracer::now_ns());
+  world.broadcast(&origin, 1, DType::f64, 0);
+  s.observer->start(world, c.offset_ns, c.bound_ns, static_cast<std::int64_t>(origin));
   // The first step starts now: forget finalize()'s collectives and time.
   for (TracedCommunicator* t : s.traced_all()) t->take_records();
   s.observer->tracer().take_step(Tracer::now_ns());

@@ -22,7 +22,9 @@
 //   zeroshard.trace.enabled      one Chrome trace per rank, merged by rank 0
 //   zeroshard.trace.output_path  into <output_path>/trace.json (Perfetto,
 //                                chrome://tracing), written by
-//                                Engine::write_trace().
+//                                Engine::write_trace(); the spans are kept
+//                                in memory until then (tens of bytes each,
+//                                a few dozen per unit and step).
 //   zeroshard.collective_check   true: before each collective every rank's
 //                                fingerprint (kind, count, dtype, unit) is
 //                                compared, and a mismatch (a rank that
@@ -35,7 +37,10 @@
 //                                in this many seconds ends the job with one
 //                                message naming every rank's collective
 //                                (comm/collective_watchdog.h); 0 (default):
-//                                off.
+//                                off. Needs MPI with MPI_THREAD_MULTIPLE
+//                                (the report's side channel); the engine's
+//                                constructor throws CommError otherwise,
+//                                and on NCCL communicators for now.
 #pragma once
 
 #include <string>
