@@ -123,7 +123,9 @@ std::string Engine::write_trace() {
   Communicator& world = *o.gather_comm();
   const std::filesystem::path dir = o.config().trace_output_path;
   const std::string mine = (dir / chrome_trace_file_name(world.rank())).string();
-  auto [spans, counters] = o.tracer().take_all();
+  const auto kept = o.tracer().take_all();  // (spans, counters); not a structured binding: the lambda uses them
+  const std::vector<TraceSpan>& spans = kept.first;
+  const std::vector<TraceCounter>& counters = kept.second;
   run_agreed(world, [&] {
     std::error_code ec;
     std::filesystem::create_directories(dir, ec);
