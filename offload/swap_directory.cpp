@@ -77,6 +77,18 @@ SwapBatch& SwapBatch::operator=(SwapBatch&& o) noexcept {
 
 SwapBatch::~SwapBatch() { finish(); }
 
+void wait_traced(SwapBatch& batch, Tracer* tracer, bool write) {
+  {
+    const TraceScope waiting(tracer, write ? "swap_write_wait" : "swap_read_wait", TraceThread::engine,
+                             TimeCategory::io_wait, {}, batch.bytes());
+    batch.wait();
+  }
+  if (tracer != nullptr && tracer->spans_on()) {
+    tracer->add_span(TraceSpan{write ? "swap_write" : "swap_read", TraceThread::io, {}, batch.bytes(),
+                               batch.issued_ns(), Tracer::now_ns(), -1});
+  }
+}
+
 void SwapBatch::finish() {
   if (waited_) return;
   try {

@@ -32,6 +32,8 @@
 
 namespace zeroshard {
 
+class Tracer;  // core/tracer.h
+
 /// What the directory knows about one swap file. Plain value.
 struct SwapFile {
   std::string key;               ///< the caller's key
@@ -101,6 +103,13 @@ class SwapBatch {
   std::int64_t issued_ns_ = 0;
   std::uint64_t bytes_ = 0;
 };
+
+/// batch.wait(), and when `tracer` is set (core/tracer.h): the time blocked
+/// is charged to io_wait (a "swap_read_wait"/"swap_write_wait" span) and
+/// the batch is kept as an I/O span ("swap_read"/"swap_write") from its
+/// submission to the end of the wait. `write` says which the batch is.
+/// Throws what wait() throws.
+void wait_traced(SwapBatch& batch, Tracer* tracer, bool write);
 
 /// Swap files under one directory, named from keys (offload/swap_naming.h).
 /// Thread safety: not thread safe; drive it and its batches from one

@@ -51,23 +51,15 @@ std::vector<SwapBatch> start(const std::vector<SwapDirectory*>& dirs, const std:
   return out;
 }
 
-// With a tracer, the blocked time is io_wait and each batch an I/O span
-// from submission to the end of its wait.
+// Waits for every batch (wait_traced: io_wait and I/O spans with a tracer).
 void wait_all(std::vector<SwapBatch>& batches, Tracer* tracer, bool write) {
   // Every batch is waited for even if one throws; the first error is kept.
-  if (batches.empty()) return;
   std::exception_ptr first;
-  const TraceScope waiting(tracer, write ? "swap_write_wait" : "swap_read_wait", TraceThread::engine,
-                           TimeCategory::io_wait);
   for (SwapBatch& b : batches) {
     try {
-      b.wait();
+      wait_traced(b, tracer, write);
     } catch (...) {
       if (!first) first = std::current_exception();
-    }
-    if (tracer != nullptr && tracer->spans_on()) {
-      tracer->add_span(TraceSpan{write ? "swap_write" : "swap_read", TraceThread::io, {}, b.bytes(), b.issued_ns(),
-                                 Tracer::now_ns(), -1});
     }
   }
   batches.clear();

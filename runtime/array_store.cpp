@@ -5,7 +5,6 @@
 
 #include <algorithm>
 #include <atomic>
-#include <chrono>
 #include <cstring>
 #include <filesystem>
 
@@ -269,22 +268,12 @@ std::vector<SwapItem> ArrayStore::items(UnitId u, ArrayRef a, std::byte* buf, bo
   return out;
 }
 
-// Waits for `batch`, adding the blocked time to the read or write total.
-// With a tracer, the blocked time is charged to io_wait and the batch
-// becomes an I/O span from submission to the end of this wait.
+// Waits for `batch` (wait_traced: io_wait and an I/O span with a tracer),
+// adding the blocked time to the read or write total.
 void ArrayStore::timed_wait(SwapBatch& batch, bool write) {
   const std::int64_t t0 = Tracer::now_ns();
-  {
-    const TraceScope waiting(tracer_, write ? "swap_write_wait" : "swap_read_wait", TraceThread::engine,
-                             TimeCategory::io_wait, {}, batch.bytes());
-    batch.wait();
-  }
-  const std::int64_t t1 = Tracer::now_ns();
-  (write ? total_.write_wait_s : total_.read_wait_s) += static_cast<double>(t1 - t0) / 1e9;
-  if (tracer_ != nullptr && tracer_->spans_on()) {
-    tracer_->add_span(TraceSpan{write ? "swap_write" : "swap_read", TraceThread::io, {}, batch.bytes(),
-                                batch.issued_ns(), t1, -1});
-  }
+  wait_traced(batch, tracer_, write);
+  (write ? total_.write_wait_s : total_.read_wait_s) += static_cast<double>(Tracer::now_ns() - t0) / 1e9;
 }
 
 const void* ArrayStore::host_copy(const void* src, std::size_t bytes, HostBuffer& holder, bool settled) {
