@@ -209,9 +209,8 @@ int run(const Options& o) {
       // One panel per stage (and offload tier): memory per rank by category.
       std::vector<BarChart> panels;
       for (const StageRun& r : runs) {
-        std::vector<MemoryByCategory> ranks;
-        for (const LedgerFigures& f : r.ranks) ranks.push_back(f.current);
-        panels.push_back(memory_chart(fmt::format("stage {}, offload {}: memory per rank", r.stage, r.offload), ranks));
+        panels.push_back(memory_chart(fmt::format("stage {}, offload {}: memory per rank", r.stage, r.offload),
+                                      current_per_rank(r.ranks)));
       }
       write_text_atomically(chart_path(o.report_path, "memory"), stacked_bar_svg(panels));
     }
@@ -242,10 +241,9 @@ int run(const Options& o) {
     report["model_state_bytes_per_rank"] = per_rank;
     report["observe"] = observe;
     if (rank == 0 && !o.report_path.empty()) {
-      std::vector<MemoryByCategory> ranks;
-      for (const LedgerFigures& f : all) ranks.push_back(f.current);
       const std::string what = fmt::format("stage {}, {} ranks", config.zero.stage, world);
-      write_text_atomically(chart_path(o.report_path, "memory"), stacked_bar_svg(memory_chart(what + ": memory per rank", ranks)));
+      write_text_atomically(chart_path(o.report_path, "memory"),
+                            stacked_bar_svg(memory_chart(what + ": memory per rank", current_per_rank(all))));
       write_text_atomically(chart_path(o.report_path, "steps"),
                             stacked_bar_svg(step_chart(what + ": mean step time per rank", observe)));
     }

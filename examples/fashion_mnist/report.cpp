@@ -47,6 +47,12 @@ LedgerFigures LedgerFigures::of(const MemoryLedger& ledger) {
   return f;
 }
 
+std::vector<std::array<std::uint64_t, kMemCategories>> current_per_rank(const std::vector<LedgerFigures>& ranks) {
+  std::vector<std::array<std::uint64_t, kMemCategories>> out;
+  for (const LedgerFigures& f : ranks) out.push_back(f.current);
+  return out;
+}
+
 std::vector<LedgerFigures> gather_ledger_figures(Communicator& comm, const LedgerFigures& mine) {
   // f64 holds byte counts exactly up to 2^53 (8 PiB).
   std::array<double, kFiguresPerRank> send{};

@@ -38,6 +38,10 @@ struct LedgerFigures {
 /// Every rank's figures, in rank order (one all_gather). Collective.
 std::vector<LedgerFigures> gather_ledger_figures(Communicator& comm, const LedgerFigures& mine);
 
+/// Each rank's current bytes per category (LedgerFigures::current), in the
+/// order of `ranks`: what examples/report/run_charts.h's memory_chart draws.
+std::vector<std::array<std::uint64_t, kMemCategories>> current_per_rank(const std::vector<LedgerFigures>& ranks);
+
 /// {"parameters": {"current": B, "peak": B, "padding": B}, ..., "model_state_bytes": B,
 ///  "model_state_padding_bytes": B, "current_total_bytes": B, "peak_total_bytes": B}.
 nlohmann::json to_json(const LedgerFigures& figures);

@@ -130,9 +130,8 @@ TrainResult Trainer::run() {
   // stage comparison (steps_per_print 0).
   std::optional<ProgressLine> progress;
   if (rank0 && options_.steps_per_print > 0) {
-    sampler_.start_epoch(start.epoch, 0);
-    std::int64_t total = static_cast<std::int64_t>(sampler_.steps_per_epoch()) * (options_.epochs - start.epoch) -
-                         start.step_in_epoch;
+    const auto full_epoch = static_cast<std::int64_t>(sampler_.dataset_size() / sampler_.global_batch());
+    std::int64_t total = full_epoch * (options_.epochs - start.epoch) - start.step_in_epoch;
     if (options_.max_steps > 0) total = std::min(total, options_.max_steps - start.global_step);
     progress.emplace("train", total, stderr);
   }

@@ -195,7 +195,6 @@ int run(const Options& o) {
   }
   if (progress) progress->finish();
   const nlohmann::json observe = finish_observed_run(engine);
-  const auto memory = gather_memory_by_category(*world, engine.ledger());
   const double tokens_per_s = compute_s > 0 ? static_cast<double>(tokens_done) / compute_s : 0.0;
   const LedgerFigures mine = LedgerFigures::of(engine.ledger());
   const auto all = gather_ledger_figures(*world, mine);
@@ -236,7 +235,8 @@ int run(const Options& o) {
     report["observe"] = observe;
     write_json_file(o.report_path, report);
     const std::string what = fmt::format("gpt, dp {} x tp {}, stage {}", dp, tp, engine.stage());
-    write_text_atomically(chart_path(o.report_path, "memory"), stacked_bar_svg(memory_chart(what + ": memory per rank", memory)));
+    write_text_atomically(chart_path(o.report_path, "memory"),
+                          stacked_bar_svg(memory_chart(what + ": memory per rank", current_per_rank(all))));
     write_text_atomically(chart_path(o.report_path, "steps"),
                           stacked_bar_svg(step_chart(what + ": mean step time per rank", observe)));
   }

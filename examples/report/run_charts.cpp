@@ -4,24 +4,6 @@
 
 namespace zeroshard::examples {
 
-MemoryByCategory memory_by_category(const MemoryLedger& ledger) {
-  MemoryByCategory m{};
-  for (std::size_t c = 0; c < m.size(); ++c) m[c] = ledger.current(static_cast<MemCategory>(c));
-  return m;
-}
-
-std::vector<MemoryByCategory> gather_memory_by_category(Communicator& comm, const MemoryLedger& ledger) {
-  const MemoryByCategory mine = memory_by_category(ledger);
-  std::vector<double> send(mine.begin(), mine.end());
-  std::vector<double> all(send.size() * static_cast<std::size_t>(comm.world_size()));
-  comm.all_gather(send.data(), all.data(), send.size(), DType::f64);
-  std::vector<MemoryByCategory> out(static_cast<std::size_t>(comm.world_size()));
-  for (std::size_t r = 0; r < out.size(); ++r) {
-    for (std::size_t c = 0; c < mine.size(); ++c) out[r][c] = static_cast<std::uint64_t>(all[r * mine.size() + c]);
-  }
-  return out;
-}
-
 BarChart memory_chart(const std::string& title, const std::vector<MemoryByCategory>& ranks) {
   BarChart chart{title, "MiB", {}, {}};
   for (std::size_t c = 0; c < std::tuple_size_v<MemoryByCategory>; ++c) {

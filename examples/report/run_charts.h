@@ -11,7 +11,6 @@
 
 #include <nlohmann/json.hpp>
 
-#include "comm/communicator.h"
 #include "core/memory_ledger.h"
 #include "examples/report/svg_chart.h"
 #include "runtime/engine.h"
@@ -21,13 +20,6 @@ namespace zeroshard::examples {
 /// Current bytes per MemCategory (parameters, gradients, master weights,
 /// optimizer states, unsharded buffers; all tiers) of one rank.
 using MemoryByCategory = std::array<std::uint64_t, static_cast<std::size_t>(MemCategory::count)>;
-
-/// This rank's ledger as MemoryByCategory.
-MemoryByCategory memory_by_category(const MemoryLedger& ledger);
-
-/// Every rank's MemoryByCategory (index = rank), on every rank.
-/// Collective over `comm`; throws what its all_gather throws.
-std::vector<MemoryByCategory> gather_memory_by_category(Communicator& comm, const MemoryLedger& ledger);
 
 /// A chart of memory per rank (MiB) stacked by ledger category, titled
 /// `title`, one bar per rank ("rank r").
