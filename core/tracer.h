@@ -10,7 +10,7 @@
 //    step compute + comm_wait + optimizer + io_wait + other equals the
 //    step's wall time exactly; `take_step` returns and resets the sums.
 // With both off, a span costs one predictable branch (`active()`); a build
-// configured with `-Dtracing=disabled` compiles `active()` to false
+// configured with `-Dtracing=false` compiles `active()` to false
 // (ZS_TRACING in zs_config.h), which bench/step compares against.
 //
 // Times are std::chrono::steady_clock nanoseconds of this process
