@@ -5,6 +5,7 @@
 // breakdown's sums and overlap, the straggler view, the comms_logger
 // counts, and the config keys.
 #include <chrono>
+#include <cmath>
 #include <filesystem>
 #include <fstream>
 #include <map>
@@ -216,7 +217,11 @@ TEST_CASE("breakdown: the parts add up to the step; hidden communication with an
     const StepFigures& f = e.last_step_figures();
     const double sum = f.compute + f.comm_wait + f.optimizer + f.io_wait + f.other;
     CHECK(sum == doctest::Approx(f.wall).epsilon(1e-9));
-    CHECK(sum == doctest::Approx(measured_ms).epsilon(0.05));
+    // The breakdown's step runs from one boundary's accounting to the next,
+    // the loop's from one step() return to the next; they differ by how long
+    // the observer's own all-gathers waited for the other ranks, which varies
+    // (several ms on oversubscribed sanitizer builds), hence the absolute slack.
+    CHECK(std::abs(sum - measured_ms) <= 0.05 * measured_ms + 10.0);
     CHECK(f.compute >= 5.0 * 2 * kUnits * 0.9);  // the loop's spans
     CHECK(f.optimizer > 0);
     if (!overlap) {
