@@ -13,6 +13,7 @@ std::string_view mem_category_name(MemCategory c) {
     case MemCategory::master_weights: return "master weights";
     case MemCategory::optimizer_states: return "optimizer states";
     case MemCategory::unsharded: return "unsharded buffers";
+    case MemCategory::persistent: return "persistent units";
     case MemCategory::count: break;
   }
   return "?";

@@ -19,6 +19,7 @@ enum class MemCategory : int {
   master_weights,    ///< fp32 master copy (mixed precision only)
   optimizer_states,  ///< exp_avg, exp_avg_sq, momentum buffers
   unsharded,         ///< transient buffers: full units of stage 3 / stage 2 (all-gather, reduce-scatter), offload staging
+  persistent,        ///< full buffers of stage 3's persistent units (stage3_param_persistence_threshold), kept gathered
   count
 };
 

@@ -10,6 +10,7 @@ PoolLease& PoolLease::operator=(PoolLease&& o) noexcept {
     buf_ = std::move(o.buf_);
     n_ = o.n_;
     dtype_ = o.dtype_;
+    category_ = o.category_;
     o.pool_ = nullptr;
     o.n_ = 0;
   }
@@ -17,19 +18,20 @@ PoolLease& PoolLease::operator=(PoolLease&& o) noexcept {
 }
 
 void PoolLease::release() {
-  if (pool_ != nullptr) pool_->give_back(std::move(buf_), n_ * dtype_size(dtype_));
+  if (pool_ != nullptr) pool_->give_back(std::move(buf_), n_ * dtype_size(dtype_), category_);
   pool_ = nullptr;
   buf_ = DeviceArray{};
   n_ = 0;
 }
 
-PoolLease BufferPool::acquire(std::size_t numel, DType dtype, bool zero) {
+PoolLease BufferPool::acquire(std::size_t numel, DType dtype, bool zero, MemCategory category) {
   PoolLease lease;
   lease.pool_ = this;
   lease.n_ = numel;
   lease.dtype_ = dtype;
+  lease.category_ = category;
   const std::size_t bytes = numel * dtype_size(dtype);
-  ledger_.add(MemCategory::unsharded, MemTier::device, bytes);
+  ledger_.add(category, MemTier::device, bytes);
   if (bytes == 0) return lease;
   // Buffers are f64 arrays (8-byte granules): sizes compare in granules.
   const std::size_t want = (bytes + 7) / 8 * 8;
@@ -50,8 +52,8 @@ PoolLease BufferPool::acquire(std::size_t numel, DType dtype, bool zero) {
   return lease;
 }
 
-void BufferPool::give_back(DeviceArray buf, std::uint64_t bytes) {
-  ledger_.remove(MemCategory::unsharded, MemTier::device, bytes);
+void BufferPool::give_back(DeviceArray buf, std::uint64_t bytes, MemCategory category) {
+  ledger_.remove(category, MemTier::device, bytes);
   if (!buf.empty()) free_.push_back(std::move(buf));
 }
 

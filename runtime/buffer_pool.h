@@ -56,18 +56,22 @@ class PoolLease {
   DeviceArray buf_;
   std::size_t n_ = 0;
   DType dtype_ = DType::f32;
+  MemCategory category_ = MemCategory::unsharded;
 };
 
 /// Caching pool of byte buffers from a DeviceOps, accounted in a MemoryLedger under
-/// MemCategory::unsharded (bytes leased now; the peak is the working set).
+/// the category each lease names (MemCategory::unsharded unless told:
+/// bytes leased now; the peak is the working set).
 /// Not thread safe: used by the thread driving the engine.
 class BufferPool {
  public:
   /// `ledger` and `ops` must outlive the pool.
   BufferPool(MemoryLedger& ledger, DeviceOps& ops) : ledger_(ledger), ops_(ops) {}
-  /// Leases numel elements of dtype; zeroed when `zero` is true. Throws
-  /// what DeviceOps::allocate throws.
-  PoolLease acquire(std::size_t numel, DType dtype, bool zero);
+  /// Leases numel elements of dtype, accounted under `category` on the
+  /// device tier while leased; zeroed when `zero` is true. Throws what
+  /// DeviceOps::allocate throws.
+  PoolLease acquire(std::size_t numel, DType dtype, bool zero,
+                    MemCategory category = MemCategory::unsharded);
   /// Bytes of all buffers the pool owns (leased or cached).
   std::uint64_t reserved_bytes() const { return reserved_; }
   /// Frees every cached (not leased) buffer.
@@ -75,7 +79,7 @@ class BufferPool {
 
  private:
   friend class PoolLease;
-  void give_back(DeviceArray buf, std::uint64_t bytes);
+  void give_back(DeviceArray buf, std::uint64_t bytes, MemCategory category);
   MemoryLedger& ledger_;
   DeviceOps& ops_;
   std::vector<DeviceArray> free_;

@@ -22,6 +22,7 @@
 #include "runtime/device_ops.h"
 #include "runtime/unsharder.h"
 #include "tests/support/queue_ordered_comm.h"
+#include "tests/support/pattern_shard_source.h"
 #include "tests/support/component_layout.h"
 #include "tests/support/test_world.h"
 
@@ -32,52 +33,6 @@ namespace {
 
 constexpr const auto& kSizes = kComponentSizes;
 constexpr DType kDtypes[] = {DType::f32, DType::bf16};
-
-std::byte pattern(int r, UnitId u, std::size_t k, int gen) {
-  return static_cast<std::byte>((31 * r + 17 * u + 7 * static_cast<int>(k % 256) + 101 * gen) & 0xff);
-}
-
-// Each unit's shard of this rank in host memory; records every call.
-struct TestSource final : ShardSource {
-  TestSource(DeviceOps& ops, const FlatLayout& l, DType t, bool host) : host(host) {
-    for (const UnitInfo& u : l.units()) shards.push_back(ops.allocate(u.shard, t));
-    fill(0);
-  }
-  void fill(int g) {
-    gen = g;
-    for (std::size_t u = 0; u < shards.size(); ++u) {
-      auto* p = static_cast<std::byte*>(shards[u].data());
-      for (std::size_t k = 0; k < shards[u].bytes(); ++k) p[k] = pattern(world().rank(), static_cast<UnitId>(u), k, g);
-    }
-  }
-  ShardView shard(UnitId u) override {
-    if (fail) throw IoError(fmt::format("swap-in of unit {} failed", u));
-    fetched.push_back(u);
-    return ShardView{.data = shards[static_cast<std::size_t>(u)].data(), .host = host};
-  }
-  void prefetch(UnitId u) noexcept override { hinted.push_back(u); }
-  void release(UnitId u) noexcept override { released.push_back(u); }
-
-  bool host = false;
-  bool fail = false;
-  int gen = 0;
-  std::vector<DeviceArray> shards;
-  std::vector<UnitId> fetched, hinted, released;
-};
-
-// Number of wrong bytes of unit u's full buffer against generation g's shards.
-std::size_t wrong_bytes(const void* full, const FlatLayout& l, UnitId u, DType t, int g) {
-  const UnitInfo& info = l.unit(u);
-  const std::size_t shard_bytes = info.shard * dtype_size(t);
-  const auto* p = static_cast<const std::byte*>(full);
-  std::size_t bad = 0;
-  for (int r = 0; r < l.world_size(); ++r) {
-    for (std::size_t k = 0; k < shard_bytes; ++k) {
-      if (p[static_cast<std::size_t>(r) * shard_bytes + k] != pattern(r, u, k, g)) ++bad;
-    }
-  }
-  return bad;
-}
 
 UnsharderOptions gather_options(bool overlap, DType t) {
   return UnsharderOptions{.gather = true, .overlap = overlap, .dtype = t};
