@@ -213,6 +213,11 @@ void read_zero(const Reader& r, const std::set<std::string>& bad, EngineConfig& 
   bool overlap = false;
   if (r.get(z + "overlap_comm", overlap)) c.zero.overlap_comm = overlap;
   r.get(z + "contiguous_gradients", c.zero.contiguous_gradients);
+  r.get(z + "stage3_prefetch_bucket_size", c.zero.prefetch_bucket_size);
+  r.get(z + "stage3_max_live_parameters", c.zero.max_live_parameters);
+  r.get(z + "stage3_max_reuse_distance", c.zero.max_reuse_distance);
+  r.get(z + "stage3_param_persistence_threshold", c.zero.param_persistence_threshold);
+  r.get(z + "stage3_model_persistence_threshold", c.zero.model_persistence_threshold);
   OffloadConfig& o = c.offload;
   r.get(z + "sub_group_size", o.sub_group_size);
   const std::string oo = z + "offload_optimizer.", op = z + "offload_param.";
@@ -264,6 +269,15 @@ void collect_range_problems(const EngineConfig& c, ConfigDiagnostics& d) {
   if (c.zero.allgather_bucket_size <= 0) {
     bad("zero_optimization.allgather_bucket_size", std::to_string(c.zero.allgather_bucket_size),
         "must be > 0 (elements)");
+  }
+  const std::pair<const char*, std::int64_t> stage3_knobs[] = {
+      {"zero_optimization.stage3_prefetch_bucket_size", c.zero.prefetch_bucket_size},
+      {"zero_optimization.stage3_max_live_parameters", c.zero.max_live_parameters},
+      {"zero_optimization.stage3_max_reuse_distance", c.zero.max_reuse_distance},
+      {"zero_optimization.stage3_param_persistence_threshold", c.zero.param_persistence_threshold},
+      {"zero_optimization.stage3_model_persistence_threshold", c.zero.model_persistence_threshold}};
+  for (const auto& [key, value] : stage3_knobs) {
+    if (value < 0) bad(key, std::to_string(value), "must be >= 0 (elements)");
   }
   if (!c.zero.contiguous_gradients) {
     bad("zero_optimization.contiguous_gradients", "false",

@@ -33,6 +33,7 @@
 #pragma once
 
 #include <cstdint>
+#include <limits>
 #include <map>
 #include <optional>
 #include <string>
@@ -70,6 +71,26 @@ struct ZeroConfig {
   /// Only true is accepted: zeroshard's gradients are always contiguous
   /// (see the key list above).
   bool contiguous_gradients = true;
+  /// Stage 3's knobs (runtime/unsharder.h, [Note: unshard order]; no
+  /// effect at stages 0-2), in padded elements of the compute dtype, each
+  /// >= 0. zeroshard's defaults keep stage 3's gathered memory at about two
+  /// units; DeepSpeed's (5e7, 1e9, 1e9, 1e5) keep every unit of a model
+  /// under 1e9 elements gathered from its forward to its backward use.
+  /// stage3_prefetch_bucket_size: how far the prefetch runs ahead (1 = the
+  /// next unit; 0 = none).
+  std::int64_t prefetch_bucket_size = 1;
+  /// stage3_max_live_parameters: most elements of gathered units alive at
+  /// once that prefetches and kept units may make.
+  std::int64_t max_live_parameters = 1000000000;
+  /// stage3_max_reuse_distance: a unit used again within this many elements
+  /// stays gathered (0: only when it is used next).
+  std::int64_t max_reuse_distance = 0;
+  /// stage3_param_persistence_threshold: a unit whose parameters all have
+  /// at most this many elements stays gathered on every rank (0 = none).
+  std::int64_t param_persistence_threshold = 0;
+  /// stage3_model_persistence_threshold: most parameter elements of all
+  /// persistent units together.
+  std::int64_t model_persistence_threshold = std::numeric_limits<std::int64_t>::max();
   /// Whether reductions run in the background and stage 3 prefetches.
   bool overlap() const { return overlap_comm.value_or(stage == 3); }
 };

@@ -149,15 +149,37 @@ std::vector<ConfigKey> make_table() {
       quiet("zero_optimization.zero_quantized_gradients", T::boolean, "ZeRO++ quantized gradients: not implemented",
             "false"),
       quiet("zero_optimization.mics_shard_size", T::int64, "MiCS sharding: not implemented", "-1"),
-      pending("zero_optimization.stage3_prefetch_bucket_size", T::count, true),
-      pending("zero_optimization.stage3_param_persistence_threshold", T::count, true),
-      pending("zero_optimization.stage3_model_persistence_threshold", T::count),
-      pending("zero_optimization.stage3_max_live_parameters", T::count),
-      pending("zero_optimization.stage3_max_reuse_distance", T::count),
+      impl("zero_optimization.stage3_prefetch_bucket_size", T::count, "1",
+           "stage 3: the prefetch all-gathers the units the recorded order uses next while those walked weigh less "
+           "than this many elements: 1 = the next unit, 0 = none (DeepSpeed's default 5e7 prefetches far ahead; "
+           "runtime/unsharder.h)", true),
+      impl("zero_optimization.stage3_max_live_parameters", T::count, "1e9",
+           "stage 3: the most gathered elements (padded, of units not persistent) that prefetches and kept units "
+           "may make; only units the loop holds unsharded itself pass it"),
+      impl("zero_optimization.stage3_max_reuse_distance", T::count, "0",
+           "stage 3: a unit used again within this many elements (of the units unsharded in between) stays "
+           "gathered; 0 = only when it is used next (DeepSpeed's default 1e9 keeps a model under 1e9 elements "
+           "gathered from forward to backward)"),
+      impl("zero_optimization.stage3_param_persistence_threshold", T::count, "0",
+           "stage 3: a unit whose parameters all have at most this many elements stays gathered on every rank, "
+           "re-gathered once after each optimizer step (ledger: persistent units); 0 = none (DeepSpeed's 1e5 "
+           "applies per tensor; zeroshard gathers per unit)", true),
+      impl("zero_optimization.stage3_model_persistence_threshold", T::count, "unlimited",
+           "stage 3: the most parameter elements of all persistent units together (units in declaration order)"),
+      legacy("zero_optimization.prefetch_bucket_size", T::count, "zero_optimization.stage3_prefetch_bucket_size"),
+      legacy("zero_optimization.max_live_parameters", T::count, "zero_optimization.stage3_max_live_parameters"),
+      legacy("zero_optimization.max_reuse_distance", T::count, "zero_optimization.stage3_max_reuse_distance"),
+      legacy("zero_optimization.param_persistence_threshold", T::count,
+             "zero_optimization.stage3_param_persistence_threshold"),
+      legacy("zero_optimization.model_persistence_threshold", T::count,
+             "zero_optimization.stage3_model_persistence_threshold"),
       pending("zero_optimization.stage3_gather_16bit_weights_on_model_save", T::boolean),
       pending("zero_optimization.stage3_gather_fp16_weights_on_model_save", T::boolean),
-      pending("zero_optimization.stage3_module_granularity_threshold", T::count),
-      pending("zero_optimization.stage3_use_all_reduce_for_fetch_params", T::boolean),
+      quiet("zero_optimization.stage3_module_granularity_threshold", T::count,
+            "groups small torch modules into one fetch; zeroshard's fetch granularity is the unit the program "
+            "declares"),
+      quiet("zero_optimization.stage3_use_all_reduce_for_fetch_params", T::boolean,
+            "an all-reduce instead of an all-gather to fetch parameters; same values"),
       legacy("allgather_size", T::count, "zero_optimization.allgather_bucket_size (with zero_optimization true)"),
       impl("aio", T::section, "", "the NVMe I/O engine (offload/aio_config.h)"),
       impl("aio.block_size", T::int64, "1048576", "bytes per I/O piece, a multiple of 4096"),
@@ -329,10 +351,7 @@ std::string config_reference_markdown() {
   for (const ConfigKey& k : config_keys()) {
     if (k.status == S::refused) out += fmt::format("| `{}` | {} |\n", k.path, cell(k.description));
   }
-  out += "\n## Refused until stage 3 implements them\n\n"
-         "zeroshard's stage 3 gathers each unit whole before use and releases it after; these knobs are not "
-         "implemented yet, and one message lists those a file has (any other `zero_optimization.stage3_*` key "
-         "too). `\"auto\"` is filled for the first two as for the bucket sizes.\n\n";
+  out += "\n## Not implemented yet\n\nRefused, in one message listing those a file has.\n\n";
   for (const ConfigKey& k : config_keys()) {
     if (k.status == S::stage3_pending) out += fmt::format("- `{}`\n", k.path);
   }

@@ -204,6 +204,23 @@ void normalize_legacy(json& doc, bool strict, ConfigDiagnostics& d) {
                       "tier to apply it to)");
     }
   }
+  if (json* z = json_at(doc, "zero_optimization"); z && z->is_object()) {
+    // DeepSpeed's field names of the stage3_* keys (its config model takes both).
+    for (const char* knob : {"prefetch_bucket_size", "max_live_parameters", "max_reuse_distance",
+                             "param_persistence_threshold", "model_persistence_threshold"}) {
+      if (!z->contains(knob)) continue;
+      const std::string to = fmt::format("stage3_{}", knob);
+      if (z->contains(to)) {
+        d.problem(fmt::format("\"zero_optimization.{}\" and \"zero_optimization.{}\" are both given (the same "
+                              "DeepSpeed setting); keep {}",
+                              knob, to, to));
+      } else {
+        (*z)[to] = (*z)[knob];
+        notes.push_back(fmt::format("zero_optimization.{} -> zero_optimization.{}", knob, to));
+      }
+      z->erase(knob);
+    }
+  }
   if (const json* a = json_at(doc, "aio"); a && a->is_object() && a->contains("thread_count")) {
     notes.push_back("aio.thread_count -> aio.intra_op_parallelism");
   }
@@ -313,10 +330,6 @@ std::set<std::string> check_keys(const json& doc, bool strict, const std::set<st
       if (skip.count(path)) continue;
       const ConfigKey* row = find_config_key(path);
       if (!row) {
-        if (section == "zero_optimization" && it.key().rfind("stage3_", 0) == 0) {
-          stage3.push_back(brief(it.key()));
-          continue;
-        }
         const std::string near = closest_config_key(section, it.key());
         d.problem(fmt::format("unknown or unsupported configuration key \"{}\"{}", brief(path),
                               near.empty() ? std::string()
@@ -373,8 +386,7 @@ std::set<std::string> check_keys(const json& doc, bool strict, const std::set<st
   }
   if (!stage3.empty()) {
     d.problem(fmt::format(
-        "zero_optimization.{{{}}}: the stage3_* knobs are not implemented yet (zeroshard's stage 3 gathers each unit "
-        "whole before use and releases it after); remove them to run",
+        "zero_optimization.{{{}}}: not implemented yet; remove them to run",
         join(stage3)));
   }
   if (!no_effect.empty()) {

@@ -140,7 +140,15 @@ void allocate_state(EngineState& s, const SwapSharers& sharers) {
       s.grad_target);
   s.unsharder = std::make_unique<Unsharder>(
       s.comm, s.layout, *s.ops, s.pool,
-      UnsharderOptions{.gather = stage == 3, .overlap = s.config.zero.overlap(), .dtype = dt}, s.shard_source);
+      UnsharderOptions{.gather = stage == 3,
+                       .overlap = s.config.zero.overlap(),
+                       .dtype = dt,
+                       .prefetch_bucket_size = s.config.zero.prefetch_bucket_size,
+                       .max_live_parameters = s.config.zero.max_live_parameters,
+                       .max_reuse_distance = s.config.zero.max_reuse_distance,
+                       .param_persistence_threshold = s.config.zero.param_persistence_threshold,
+                       .model_persistence_threshold = s.config.zero.model_persistence_threshold},
+      s.shard_source);
 }
 
 }  // namespace

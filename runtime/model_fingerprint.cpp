@@ -139,6 +139,11 @@ void check_same_model(Communicator& comm, const EngineConfig& c, const FlatLayou
                  bits(o.dampening), Word{o.nesterov}}) {
     hyper.word(w);
   }
+  Hash stage3;
+  for (std::int64_t v : {c.zero.prefetch_bucket_size, c.zero.max_live_parameters, c.zero.max_reuse_distance,
+                         c.zero.param_persistence_threshold, c.zero.model_persistence_threshold}) {
+    stage3.word(static_cast<Word>(v));
+  }
   const std::array<std::pair<Field, Word>, kFingerprintFields> summary = {{
       {{"zero_optimization.stage", show_int}, static_cast<Word>(c.zero.stage)},
       {{"compute dtype (bf16.enabled / fp16.enabled)", show_dtype}, static_cast<Word>(c.compute_dtype)},
@@ -153,6 +158,10 @@ void check_same_model(Communicator& comm, const EngineConfig& c, const FlatLayou
       {{"zero_optimization.reduce_bucket_size", show_int}, static_cast<Word>(c.zero.reduce_bucket_size)},
       {{"zero_optimization.allgather_bucket_size", show_int}, static_cast<Word>(c.zero.allgather_bucket_size)},
       {{"zero_optimization.sub_group_size", show_int}, static_cast<Word>(c.offload.sub_group_size)},
+      {{"zero_optimization.stage3_* (prefetch_bucket_size, max_live_parameters, max_reuse_distance, "
+        "param_persistence_threshold, model_persistence_threshold)",
+        show_hash},
+       stage3.h},
       {{"zero_optimization.offload_optimizer.device", show_device}, static_cast<Word>(c.offload.optimizer.device)},
       {{"zero_optimization.offload_param.device", show_device}, static_cast<Word>(c.offload.param.device)},
       {{"zero_optimization.offload_param.max_in_cpu", show_int}, static_cast<Word>(c.offload.param.max_in_cpu)},

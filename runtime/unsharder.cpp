@@ -223,7 +223,7 @@ void Unsharder::refresh() {
     }
     finish(u);
     drop(u);
-    if (x.count > 0) {
+    if (x.count > 0 || x.persistent) {
       start(u);
       finish(u);
     }

@@ -47,12 +47,13 @@
 //    whose parameters has at most param_persistence_threshold elements
 //    (0 = none), taken in unit order while their total stays within
 //    model_persistence_threshold, is all-gathered at its first unshard and
-//    then kept: no all-gather per use, one after each optimizer step
-//    (refresh() drops it, the next unshard gathers it again). Its buffer is
-//    accounted under MemCategory::persistent, not as live elements.
-//  - refresh() (after the optimizer changed the shards): prefetched, kept
-//    and persistent full buffers are dropped, held ones are all-gathered
-//    again.
+//    then kept: no all-gather per use, one after each optimizer step (in
+//    refresh(), as DeepSpeed gathers its persistent parameters after the
+//    step). Its buffer is accounted under MemCategory::persistent, not as
+//    live elements.
+//  - refresh() (after the optimizer changed the shards): prefetched and
+//    kept full buffers are dropped; those of held and persistent units are
+//    all-gathered again.
 // A unit's full buffer is layout padded elements; rank r's shard is
 // elements [r*S, (r+1)*S) of it, as the FlatLayout places them.
 #pragma once
@@ -155,9 +156,10 @@ class Unsharder {
   /// Ends the micro-batch: recording stops after the first, the cursor
   /// goes back to the recorded order's start. Local.
   void end_micro_batch();
-  /// The shards changed (optimizer step, gather on): drops prefetched full
-  /// buffers (and the source's prefetches of units without one) and
-  /// all-gathers those of units still unsharded again. Collective.
+  /// The shards changed (optimizer step, gather on): drops prefetched and
+  /// kept full buffers (and the source's prefetches of units without one)
+  /// and all-gathers those of units still unsharded, and of gathered
+  /// persistent units, again. Collective.
   void refresh();
   /// Waits for collectives in flight, drops every buffer, zeroes every
   /// count and starts recording again (what loading a checkpoint does).

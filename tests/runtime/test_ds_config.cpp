@@ -2,6 +2,7 @@
 // spellings, every problem in one message, did-you-mean, strict mode.
 #include <cstdio>
 #include <fstream>
+#include <limits>
 #include <string>
 #include <utility>
 
@@ -161,35 +162,26 @@ TEST_CASE("ds_config: HF's hidden-size rules for \"auto\" bucket sizes") {
   CHECK_THROWS_AS(auto_bucket_sizes(0), ConfigError);
 }
 
-TEST_CASE("ds_config: ZeRO-3 with nvme offload: the stage3_* knobs are one message") {
-  ConfigOptions o;
-  o.hidden_size = 512;
-  const std::string m = load_error("hf_zero3_nvme.json", o);
-  INFO(m);
-  // Exactly one problem: the message is "<file>: <problem>", no list.
-  CHECK(m.find("problems in the configuration") == std::string::npos);
-  CHECK(count_of(m, "not implemented yet") == 1);
-  CHECK(m == config_path("hf_zero3_nvme.json") +
-                 ": zero_optimization.{stage3_gather_16bit_weights_on_model_save, stage3_max_live_parameters, "
-                 "stage3_max_reuse_distance, stage3_param_persistence_threshold, stage3_prefetch_bucket_size}: the "
-                 "stage3_* knobs are not implemented yet (zeroshard's stage 3 gathers each unit whole before use "
-                 "and releases it after); remove them to run");
-  // Without the hidden size the "auto" ones are also unfilled: two problems.
+TEST_CASE("ds_config: ZeRO-3 with nvme offload and the stage3_* knobs loads once the program fills \"auto\"") {
+  // Without the hidden size the "auto" ones are unfilled: one problem naming all three.
   const std::string n = load_error("hf_zero3_nvme.json");
   INFO(n);
-  CHECK(n.find("2 problems in the configuration") != std::string::npos);
-  CHECK(n.find("\"auto\" is left unfilled for zero_optimization.reduce_bucket_size, "
-               "zero_optimization.stage3_prefetch_bucket_size, zero_optimization.stage3_param_persistence_threshold") !=
-        std::string::npos);
-  // With the knobs removed, everything else loads with its values.
+  CHECK(n == config_path("hf_zero3_nvme.json") +
+                 ": \"auto\" is left unfilled for zero_optimization.reduce_bucket_size, "
+                 "zero_optimization.stage3_prefetch_bucket_size, zero_optimization.stage3_param_persistence_threshold: "
+                 "the launcher (HF Trainer, Accelerate) or the program must fill it: ConfigOptions::fill(key, value) "
+                 "(ConfigOptions::hidden_size for the bucket sizes) before EngineConfig::from_file");
+  ConfigOptions o;
+  o.hidden_size = 512;
   std::ifstream in(config_path("hf_zero3_nvme.json"));
   json j = json::parse(in);
-  for (const char* k : {"stage3_prefetch_bucket_size", "stage3_param_persistence_threshold",
-                        "stage3_max_live_parameters", "stage3_max_reuse_distance",
-                        "stage3_gather_16bit_weights_on_model_save"}) {
-    j["zero_optimization"].erase(k);
-  }
+  j["zero_optimization"].erase("stage3_gather_16bit_weights_on_model_save");
   const EngineConfig c = EngineConfig::from_json(j, "zero3.json", o);
+  CHECK(c.zero.prefetch_bucket_size == 235929);  // floor(0.9 x 512^2)
+  CHECK(c.zero.param_persistence_threshold == 5120);
+  CHECK(c.zero.max_live_parameters == 1000000000);
+  CHECK(c.zero.max_reuse_distance == 1000000000);
+  CHECK(c.zero.model_persistence_threshold == std::numeric_limits<std::int64_t>::max());
   CHECK(c.zero.stage == 3);
   CHECK(c.zero.reduce_bucket_size == 512 * 512);
   CHECK(c.compute_dtype == DType::bf16);
@@ -278,6 +270,40 @@ TEST_CASE("ds_config: legacy spellings DeepSpeed maps") {
             .find("keep offload_optimizer") != std::string::npos);
   CHECK(error_of(R"({"zero_optimization": {"stage": 2, "cpu_offload": "yes"}})")
             .find("\"zero_optimization.cpu_offload\" = \"yes\" must be true or false") != std::string::npos);
+  // DeepSpeed's field names of the stage3_* keys.
+  c = EngineConfig::from_json(json::parse(
+      R"({"zero_optimization": {"stage": 3, "prefetch_bucket_size": 5e7, "max_live_parameters": 3e8,
+          "max_reuse_distance": 2e8, "param_persistence_threshold": 100, "model_persistence_threshold": 1e6}})"));
+  CHECK(c.zero.prefetch_bucket_size == 50000000);
+  CHECK(c.zero.max_live_parameters == 300000000);
+  CHECK(c.zero.max_reuse_distance == 200000000);
+  CHECK(c.zero.param_persistence_threshold == 100);
+  CHECK(c.zero.model_persistence_threshold == 1000000);
+  CHECK(has_warning(c, "zero_optimization.max_live_parameters -> zero_optimization.stage3_max_live_parameters"));
+  CHECK(error_of(R"({"zero_optimization": {"stage": 3, "max_live_parameters": 1, "stage3_max_live_parameters": 2}})")
+            .find("keep stage3_max_live_parameters") != std::string::npos);
+}
+
+TEST_CASE("ds_config: the stage3_* knobs: defaults, bad values, typos") {
+  const EngineConfig d = EngineConfig::from_json(json::parse(R"({"zero_optimization": {"stage": 3}})"));
+  CHECK(d.zero.prefetch_bucket_size == 1);
+  CHECK(d.zero.max_live_parameters == 1000000000);
+  CHECK(d.zero.max_reuse_distance == 0);
+  CHECK(d.zero.param_persistence_threshold == 0);
+  const std::string m = error_of(
+      R"({"zero_optimization": {"stage": 3, "stage3_prefetch_bucket_size": -1, "stage3_max_live_parameters": 1.5,
+          "stage3_max_reuse_distanse": 0}})");
+  INFO(m);
+  CHECK(m.find("3 problems in the configuration") != std::string::npos);
+  CHECK(m.find("\"zero_optimization.stage3_prefetch_bucket_size\" = -1 is invalid: must be >= 0 (elements)") !=
+        std::string::npos);
+  CHECK(m.find("zero_optimization.stage3_max_live_parameters") != std::string::npos);
+  CHECK(m.find("did you mean \"zero_optimization.stage3_max_reuse_distance\"?") != std::string::npos);
+  // The newer knobs that change nothing here are accepted with the warning.
+  const EngineConfig q = EngineConfig::from_json(json::parse(
+      R"({"zero_optimization": {"stage": 3, "stage3_module_granularity_threshold": 0,
+          "stage3_use_all_reduce_for_fetch_params": true}})"));
+  CHECK(has_warning(q, "zero_optimization.stage3_module_granularity_threshold"));
 }
 
 TEST_CASE("ds_config: Megatron-style file with wall_clock_breakdown and a scheduler") {

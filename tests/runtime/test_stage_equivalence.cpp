@@ -2,7 +2,9 @@
 // single-process reference: a 10-layer MLP whose first and last layers share
 // weight and bias, hidden sizes 4 and 36, 5 AdamW steps on fixed data.
 // Also: gradient accumulation (4 micro-batches of 2 == one batch of 8).
+#include <algorithm>
 #include <cstdint>
+#include <iterator>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -134,6 +136,22 @@ struct Digest {
   }
 };
 
+// Stage 3's knobs (runtime/unsharder.h) away from their defaults.
+struct Stage3Knobs {
+  std::int64_t prefetch, max_live, reuse, persistence;
+  void apply(ZeroConfig& z) const {
+    z.prefetch_bucket_size = prefetch;
+    z.max_live_parameters = max_live;
+    z.max_reuse_distance = reuse;
+    z.param_persistence_threshold = persistence;
+  }
+};
+constexpr Stage3Knobs kStage3Knobs[] = {
+    {1000000000, 1000000000, 1000000000, 0},  // DeepSpeed's prefetch and reuse: everything gathered ahead
+    {1000000000, 100, 1000000000, 0},         // a limit below one unit: no prefetch, nothing kept
+    {0, 1000000000, 0, 36},                   // no prefetch; the hidden 4 model's units are all persistent
+};
+
 double global_mean(double local) {
   world().all_reduce(&local, 1, DType::f64, ReduceOp::sum);
   return local / world().world_size();
@@ -175,11 +193,17 @@ TEST_CASE("stages 0-3 equal the unsharded reference, tied first/last layer") {
       for (int s = 0; s < 5; ++s) ref_loss.push_back(ref.train_step(gx, gt, global_batch));
 
       std::vector<std::vector<float>> stage0;
-      for (int stage = 0; stage <= 3; ++stage) {
+      // Stages 0-3, then stage 3 with its knobs away from the defaults: the
+      // same numbers, bitwise.
+      for (int run = 0; run < 4 + static_cast<int>(std::size(kStage3Knobs)); ++run) {
+        const int stage = std::min(run, 3);
+        EngineConfig cfg = make_config(stage, c.hyper);
+        if (run > 3) kStage3Knobs[run - 4].apply(cfg.zero);
         CAPTURE(optimizer_name(c.hyper.kind));
         CAPTURE(hidden);
         CAPTURE(stage);
-        EngineMlp mlp(make_config(stage, c.hyper), shape);
+        CAPTURE(run);
+        EngineMlp mlp(cfg, shape);
         Digest digest;
         for (int s = 0; s < 5; ++s) {
           const double loss = global_mean(mlp.micro_batch(lx, lt, local));
@@ -203,7 +227,7 @@ TEST_CASE("stages 0-3 equal the unsharded reference, tied first/last layer") {
             CHECK(b == stage0[2 * p + 1]);
           }
         }
-        digest.write(optimizer_name(c.hyper.kind), hidden, stage);
+        if (run <= 3) digest.write(optimizer_name(c.hyper.kind), hidden, stage);
         if (stage < 3) {
           // The tied uses read the same storage: layer 9's parameters are layer 0's.
           CHECK(mlp.engine.param(mlp.w[shape.owner(9)]).data() == mlp.engine.param(mlp.w[0]).data());
@@ -243,6 +267,40 @@ TEST_CASE("4 micro-batches of 2 samples equal one batch of 8 at every stage") {
     for (int p = 0; p < shape.param_sets(); ++p) {
       check_close(b.engine.gather_parameter(b.w[p]), a.engine.gather_parameter(a.w[p]), 1e-5, 1e-7, "weight");
       check_close(b.engine.gather_parameter(b.b[p]), a.engine.gather_parameter(a.b[p]), 1e-5, 1e-7, "bias");
+    }
+  }
+}
+
+TEST_CASE("stage 3 persistent units: one all-gather per optimizer step, in the ledger's persistent row") {
+  const int n = world().world_size(), r = world().rank();
+  TinyMlpShape shape{.hidden = 4, .layers = 4};  // 3 units of 20 elements (16 + 4)
+  const int steps = 3, accumulation = 2;
+  std::int64_t gathers[2] = {0, 0};
+  for (const std::int64_t threshold : {0, 16}) {
+    CAPTURE(threshold);
+    EngineConfig cfg = make_config(3, adamw(), accumulation);
+    cfg.zero.param_persistence_threshold = threshold;
+    cfg.observe.comms_logger.enabled = true;
+    EngineMlp mlp(cfg, shape);
+    const std::size_t padded = mlp.engine.layout().unit(0).padded;
+    for (int s = 0; s < steps * accumulation; ++s) {
+      std::vector<float> x, t;
+      make_samples((s * n + r) * 2, 2, shape.hidden, x, t);
+      mlp.micro_batch(x, t, 2);
+      mlp.engine.step();
+    }
+    const nlohmann::json report = mlp.engine.observe_report();
+    for (const auto& row : report["comms"]) {
+      if (row["kind"] == "all_gather" && row["message_bytes"] == padded * 4) gathers[threshold > 0] += row["count"].get<std::int64_t>();
+    }
+    const std::uint64_t persistent = mlp.engine.ledger().current(MemCategory::persistent);
+    if (threshold > 0) {
+      // Gathered at first use, then once after each step.
+      CHECK(gathers[1] == 3 * (1 + steps));
+      CHECK(persistent == 3 * padded * 4);
+    } else {
+      CHECK(gathers[0] > 3 * steps * accumulation);  // at least one per unit per micro-batch
+      CHECK(persistent == 0);
     }
   }
 }

@@ -208,11 +208,16 @@ TEST_CASE("stage3_param_persistence_threshold: persistent units are gathered onc
       }
     }
     CHECK(k.ledger.current(MemCategory::persistent) == persistent_bytes);
-    // The optimizer changed the shards: persistent units go, and come back
-    // with the new values at their next unshard.
+    // The optimizer changed the shards: persistent units are gathered again
+    // at once, with the new values; no all-gather at their next use.
     k.source.fill(1);
     k.unsharder.refresh();
-    CHECK(k.ledger.current(MemCategory::persistent) == 0);
+    CHECK(k.ledger.current(MemCategory::persistent) == persistent_bytes);
+    for (UnitId u = 0; u < 4; ++u) {
+      if (c.persistent[static_cast<std::size_t>(u)]) {
+        CHECK(wrong_bytes(k.unsharder.full(u), k.layout, u, kT, 1) == 0);
+      }
+    }
     k.pass(order, 1);
     for (UnitId u = 0; u < 4; ++u) {
       if (c.persistent[static_cast<std::size_t>(u)]) CHECK(k.unsharder.all_gathers(u) == 2);
