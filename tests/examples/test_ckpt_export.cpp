@@ -18,7 +18,7 @@
 #include "examples/checkpoint/checkpoint_verify.h"
 #include "examples/checkpoint/safetensors_export.h"
 #include "runtime/engine.h"
-#include "tests/examples/safetensors_reader.h"
+#include "tests/support/safetensors_reader.h"
 #include "tests/support/scratch_files.h"
 #include "tests/support/test_world.h"
 
@@ -107,6 +107,7 @@ void check_export(const std::string& save_dir, const std::string& out, const Mod
     CAPTURE(model.names[k]);
     const SafetensorsTensor& t = f.tensors.at(model.names[k]);
     CHECK(t.shape == shapes[k]);
+    CHECK(t.dtype == "F32");
     REQUIRE(t.values.size() == want[k].size());
     CHECK(std::memcmp(t.values.data(), want[k].data(), want[k].size() * sizeof(float)) == 0);
     largest = std::max<std::uint64_t>(largest, want[k].size() * sizeof(float));
