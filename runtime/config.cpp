@@ -213,6 +213,7 @@ void read_zero(const Reader& r, const std::set<std::string>& bad, EngineConfig& 
   bool overlap = false;
   if (r.get(z + "overlap_comm", overlap)) c.zero.overlap_comm = overlap;
   r.get(z + "contiguous_gradients", c.zero.contiguous_gradients);
+  r.get(z + "stage3_gather_16bit_weights_on_model_save", c.zero.gather_16bit_weights_on_model_save);
   OffloadConfig& o = c.offload;
   r.get(z + "sub_group_size", o.sub_group_size);
   const std::string oo = z + "offload_optimizer.", op = z + "offload_param.";

@@ -154,8 +154,13 @@ std::vector<ConfigKey> make_table() {
       pending("zero_optimization.stage3_model_persistence_threshold", T::count),
       pending("zero_optimization.stage3_max_live_parameters", T::count),
       pending("zero_optimization.stage3_max_reuse_distance", T::count),
-      pending("zero_optimization.stage3_gather_16bit_weights_on_model_save", T::boolean),
-      pending("zero_optimization.stage3_gather_fp16_weights_on_model_save", T::boolean),
+      impl("zero_optimization.stage3_gather_16bit_weights_on_model_save", T::boolean, "false",
+           "save_checkpoint also writes model.safetensors into the checkpoint: every parameter's full tensor in the "
+           "compute dtype (F32, BF16 or F16), gathered to rank 0 one unit at a time at stage 3; on a tp > 1 mesh "
+           "each tp rank's slices in its tp-NN checkpoint (docs/checkpoint-format.md, \"Consolidated weights\"); "
+           "any stage"),
+      legacy("zero_optimization.stage3_gather_fp16_weights_on_model_save", T::boolean,
+             "zero_optimization.stage3_gather_16bit_weights_on_model_save"),
       pending("zero_optimization.stage3_module_granularity_threshold", T::count),
       pending("zero_optimization.stage3_use_all_reduce_for_fetch_params", T::boolean),
       legacy("allgather_size", T::count, "zero_optimization.allgather_bucket_size (with zero_optimization true)"),

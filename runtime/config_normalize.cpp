@@ -203,6 +203,21 @@ void normalize_legacy(json& doc, bool strict, ConfigDiagnostics& d) {
       notes.push_back("zero_optimization.cpu_offload_use_pin_memory -> nothing (no cpu_offload / cpu_offload_param "
                       "tier to apply it to)");
     }
+    // DeepSpeed's older name of stage3_gather_16bit_weights_on_model_save
+    // (its value is type-checked under the new name).
+    const char* gather_old = "stage3_gather_fp16_weights_on_model_save";
+    const char* gather_new = "stage3_gather_16bit_weights_on_model_save";
+    if (z->contains(gather_old)) {
+      if (z->contains(gather_new)) {
+        d.problem(fmt::format("\"zero_optimization.{}\" and \"zero_optimization.{}\" are both given ({} is "
+                              "DeepSpeed's older name); keep {}",
+                              gather_old, gather_new, gather_old, gather_new));
+      } else {
+        (*z)[gather_new] = (*z)[gather_old];
+        notes.push_back(fmt::format("zero_optimization.{} -> zero_optimization.{}", gather_old, gather_new));
+      }
+      z->erase(gather_old);
+    }
   }
   if (const json* a = json_at(doc, "aio"); a && a->is_object() && a->contains("thread_count")) {
     notes.push_back("aio.thread_count -> aio.intra_op_parallelism");
@@ -313,11 +328,15 @@ std::set<std::string> check_keys(const json& doc, bool strict, const std::set<st
       if (skip.count(path)) continue;
       const ConfigKey* row = find_config_key(path);
       if (!row) {
-        if (section == "zero_optimization" && it.key().rfind("stage3_", 0) == 0) {
+        const std::string near = closest_config_key(section, it.key());
+        // An unknown stage3_* key is one more of the pending knobs, unless
+        // it is a typo of an implemented one (then: did you mean).
+        const ConfigKey* near_row = near.empty() ? nullptr : find_config_key(section + "." + near);
+        if (section == "zero_optimization" && it.key().rfind("stage3_", 0) == 0 &&
+            (!near_row || near_row->status == KeyStatus::stage3_pending)) {
           stage3.push_back(brief(it.key()));
           continue;
         }
-        const std::string near = closest_config_key(section, it.key());
         d.problem(fmt::format("unknown or unsupported configuration key \"{}\"{}", brief(path),
                               near.empty() ? std::string()
                                            : fmt::format("; did you mean \"{}\"?",

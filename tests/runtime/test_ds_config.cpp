@@ -170,7 +170,7 @@ TEST_CASE("ds_config: ZeRO-3 with nvme offload: the stage3_* knobs are one messa
   CHECK(m.find("problems in the configuration") == std::string::npos);
   CHECK(count_of(m, "not implemented yet") == 1);
   CHECK(m == config_path("hf_zero3_nvme.json") +
-                 ": zero_optimization.{stage3_gather_16bit_weights_on_model_save, stage3_max_live_parameters, "
+                 ": zero_optimization.{stage3_max_live_parameters, "
                  "stage3_max_reuse_distance, stage3_param_persistence_threshold, stage3_prefetch_bucket_size}: the "
                  "stage3_* knobs are not implemented yet (zeroshard's stage 3 gathers each unit whole before use "
                  "and releases it after); remove them to run");
@@ -185,12 +185,12 @@ TEST_CASE("ds_config: ZeRO-3 with nvme offload: the stage3_* knobs are one messa
   std::ifstream in(config_path("hf_zero3_nvme.json"));
   json j = json::parse(in);
   for (const char* k : {"stage3_prefetch_bucket_size", "stage3_param_persistence_threshold",
-                        "stage3_max_live_parameters", "stage3_max_reuse_distance",
-                        "stage3_gather_16bit_weights_on_model_save"}) {
+                        "stage3_max_live_parameters", "stage3_max_reuse_distance"}) {
     j["zero_optimization"].erase(k);
   }
   const EngineConfig c = EngineConfig::from_json(j, "zero3.json", o);
   CHECK(c.zero.stage == 3);
+  CHECK(c.zero.gather_16bit_weights_on_model_save);
   CHECK(c.zero.reduce_bucket_size == 512 * 512);
   CHECK(c.compute_dtype == DType::bf16);
   CHECK(c.offload.optimizer.device == OffloadDevice::nvme);
@@ -278,6 +278,42 @@ TEST_CASE("ds_config: legacy spellings DeepSpeed maps") {
             .find("keep offload_optimizer") != std::string::npos);
   CHECK(error_of(R"({"zero_optimization": {"stage": 2, "cpu_offload": "yes"}})")
             .find("\"zero_optimization.cpu_offload\" = \"yes\" must be true or false") != std::string::npos);
+}
+
+TEST_CASE("ds_config: stage3_gather_16bit_weights_on_model_save and its older fp16 name") {
+  EngineConfig c = EngineConfig::from_json(json::parse(R"({"zero_optimization": {"stage": 3}})"));
+  CHECK_FALSE(c.zero.gather_16bit_weights_on_model_save);
+  c = EngineConfig::from_json(
+      json::parse(R"({"zero_optimization": {"stage": 3, "stage3_gather_16bit_weights_on_model_save": true}})"));
+  CHECK(c.zero.gather_16bit_weights_on_model_save);
+  CHECK(c.warnings.empty());
+  // Any stage: DeepSpeed reads it at stages 0-2 too (the weights are full there already).
+  c = EngineConfig::from_json(
+      json::parse(R"({"zero_optimization": {"stage": 1, "stage3_gather_16bit_weights_on_model_save": true}})"));
+  CHECK(c.zero.gather_16bit_weights_on_model_save);
+  // The older name is mapped, with its note.
+  c = EngineConfig::from_json(
+      json::parse(R"({"zero_optimization": {"stage": 3, "stage3_gather_fp16_weights_on_model_save": true}})"));
+  CHECK(c.zero.gather_16bit_weights_on_model_save);
+  REQUIRE(c.warnings.size() == 1);
+  CHECK(c.warnings[0] == "<json>: legacy DeepSpeed spellings mapped: "
+                         "zero_optimization.stage3_gather_fp16_weights_on_model_save -> "
+                         "zero_optimization.stage3_gather_16bit_weights_on_model_save");
+  c = EngineConfig::from_json(
+      json::parse(R"({"zero_optimization": {"stage": 3, "stage3_gather_fp16_weights_on_model_save": false}})"));
+  CHECK_FALSE(c.zero.gather_16bit_weights_on_model_save);
+  // Both names, a wrong type under either, the old name in strict mode: errors.
+  CHECK(error_of(R"({"zero_optimization": {"stage3_gather_fp16_weights_on_model_save": true,
+                                           "stage3_gather_16bit_weights_on_model_save": true}})")
+            .find("keep stage3_gather_16bit_weights_on_model_save") != std::string::npos);
+  CHECK(error_of(R"({"zero_optimization": {"stage3_gather_16bit_weights_on_model_save": 1}})")
+            .find("\"zero_optimization.stage3_gather_16bit_weights_on_model_save\" = 1 must be true or false") !=
+        std::string::npos);
+  CHECK(error_of(R"({"zero_optimization": {"stage3_gather_fp16_weights_on_model_save": "yes"}})")
+            .find("must be true or false") != std::string::npos);
+  CHECK(error_of(R"({"zeroshard": {"strict": true},
+                    "zero_optimization": {"stage3_gather_fp16_weights_on_model_save": true}})")
+            .find("strict mode") != std::string::npos);
 }
 
 TEST_CASE("ds_config: Megatron-style file with wall_clock_breakdown and a scheduler") {
