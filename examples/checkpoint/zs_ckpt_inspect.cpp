@@ -56,6 +56,10 @@ void print_summary(const std::string& dir, const Manifest& m) {
   for (const ManifestFile& f : m.files) {
     fmt::print("  {:<16} rank {:>5}  {:>12} bytes  crc32 {:08x}\n", f.name, f.rank, f.bytes, f.crc32);
   }
+  if (m.weights.recorded) {
+    fmt::print("weights: {} ({}, every parameter in the compute dtype)  {} bytes  crc32 {:08x}\n", m.weights.name,
+               m.weights.dtype, m.weights.bytes, m.weights.crc32);
+  }
 }
 
 /// Checks every rank file, printing OK or FAILED per file; true if all OK.
