@@ -46,7 +46,8 @@ SafetensorsPlan plan_safetensors(const SafetensorsMetadata& metadata, std::vecto
     const std::uint64_t bytes = t.numel * dtype_size(t.dtype);
     t.begin = pos;
     t.end = pos + bytes;
-    header[t.name] = {{"dtype", safetensors_dtype_name(t.dtype)}, {"shape", t.shape}, {"data_offsets", {t.begin, t.end}}};
+    header[t.name] = {
+        {"dtype", safetensors_dtype_name(t.dtype)}, {"shape", t.shape}, {"data_offsets", {t.begin, t.end}}};
     pos = t.end;
     plan.largest_bytes = std::max(plan.largest_bytes, bytes);
   }

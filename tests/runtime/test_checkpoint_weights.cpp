@@ -208,6 +208,7 @@ TEST_CASE("stage 3 with parameters on nvme writes the same file as without offlo
       remove_dir_on_rank0(world(), dir);
     }
   }
+  remove_dir_on_rank0(world(), swap);
 }
 
 #if ZS_TEST_HOOKS
