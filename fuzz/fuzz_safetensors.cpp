@@ -1,6 +1,6 @@
 // libFuzzer target: the safetensors reader. zeroshard writes safetensors
-// (examples/checkpoint/safetensors_export.h) but its only reader is the
-// export tests' checker, tests/examples/safetensors_reader.h, so that is
+// (runtime/safetensors_writer.h) but its only reader is the tests'
+// checker, tests/support/safetensors_reader.h, so that is
 // what is fuzzed. It documents std::runtime_error for a file that breaks a
 // rule; nlohmann-json's own exceptions (a header that is not the expected
 // JSON) are std::exception too and are accepted as rejections. A sanitizer
@@ -10,7 +10,7 @@
 #include <exception>
 
 #include "fuzz/fuzz_input.h"
-#include "tests/examples/safetensors_reader.h"
+#include "tests/support/safetensors_reader.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
   static const std::string path = zeroshard::fuzz::scratch_path("safetensors");

@@ -181,7 +181,8 @@ void prune(const std::string& save_dir, int keep_last, const std::string& keep_t
   }
 }
 
-// Phases 2 and 3 of the save protocol (docs/checkpoint-format.md), each agreed.
+// Phases 2, 3 (with the consolidated weights when configured) and 4 of the
+// save protocol (docs/checkpoint-format.md), each agreed.
 void write_checkpoint(EngineState& s, const std::string& save_dir, const std::string& tmp_dir,
                       const std::string& final_dir, const std::string& tag, const json& client_state,
                       int keep_last) {
@@ -213,12 +214,16 @@ void write_checkpoint(EngineState& s, const std::string& save_dir, const std::st
   });
 
   files_span.end();
+  Manifest m = make_manifest(s, tag, client_state);
+  if (s.config.zero.gather_16bit_weights_on_model_save) {
+    const TraceScope weights_span(s.tracer(), "checkpoint_save_weights", TraceThread::engine, tag);
+    m.weights = write_checkpoint_weights(s, tmp_dir, m);
+  }
   const TraceScope publish_span(s.tracer(), "checkpoint_save_manifest", TraceThread::engine, tag);
   std::vector<double> all_info(2 * static_cast<std::size_t>(s.world()));
   s.host_comm.all_gather(file_info, all_info.data(), 2, DType::f64);
   run_agreed(s.host_comm, [&] {
     if (r != 0) return;
-    Manifest m = make_manifest(s, tag, client_state);
     for (int q = 0; q < s.world(); ++q) {
       m.files.push_back(ManifestFile{.name = rank_file_name(q), .rank = q,
                                      .bytes = static_cast<std::uint64_t>(all_info[2 * q + 1]),

@@ -61,6 +61,10 @@ json Manifest::to_json() const {
               {"scheduler", scheduler},
               {"client_state", client_state}};
   if (mesh.recorded) out["mesh"] = {{"dp", mesh.dp}, {"tp", mesh.tp}, {"tp_rank", mesh.tp_rank}};
+  if (weights.recorded) {
+    out["weights_file"] = {{"name", weights.name}, {"dtype", weights.dtype}, {"bytes", weights.bytes},
+                           {"crc32", weights.crc32}};
+  }
   return out;
 }
 
@@ -187,6 +191,20 @@ Manifest Manifest::from_json(const json& j, const std::string& path) {
           m.mesh.tp_rank >= m.mesh.tp) {
         throw IoError(fmt::format("{}: mesh: dp {} x tp {} (tp_rank {}) does not fit world_size {}", path, m.mesh.dp,
                                   m.mesh.tp, m.mesh.tp_rank, m.world_size));
+      }
+    }
+    if (j.contains("weights_file")) {
+      const json& wj = j.at("weights_file");
+      m.weights = ManifestWeights{.recorded = true,
+                                  .name = wj.at("name").get<std::string>(),
+                                  .dtype = wj.at("dtype").get<std::string>(),
+                                  .bytes = integer<std::uint64_t>(wj, "bytes", path),
+                                  .crc32 = integer<std::uint32_t>(wj, "crc32", path)};
+      if (m.weights.name != kWeightsFileName || m.weights.dtype != m.compute_dtype) {
+        throw IoError(fmt::format("{}: weights_file: \"{}\" of dtype \"{}\"; a save writes \"{}\" in the compute "
+                                  "dtype \"{}\"",
+                                  path, m.weights.name.substr(0, 40), m.weights.dtype.substr(0, 16), kWeightsFileName,
+                                  m.compute_dtype.substr(0, 16)));
       }
     }
     for (std::size_t u = 0; u < m.units.size(); ++u) {

@@ -58,6 +58,22 @@ struct ManifestFile {
   std::uint32_t crc32 = 0;
 };
 
+/// The consolidated weights file of a checkpoint saved with
+/// zero_optimization.stage3_gather_16bit_weights_on_model_save
+/// (docs/checkpoint-format.md, "Consolidated weights"). A manifest without
+/// the `weights_file` key (the knob off, or written before it existed)
+/// reads as recorded = false.
+struct ManifestWeights {
+  bool recorded = false;    ///< the manifest has a `weights_file` key
+  std::string name;         ///< kWeightsFileName, relative to the checkpoint directory
+  std::string dtype;        ///< the dtype it holds: the manifest's compute_dtype
+  std::uint64_t bytes = 0;  ///< size of the file
+  std::uint32_t crc32 = 0;  ///< CRC-32 (zlib) of the whole file
+};
+
+/// Name of the consolidated weights file in a checkpoint directory.
+inline constexpr const char* kWeightsFileName = "model.safetensors";
+
 /// The parsed manifest.json. Plain value type.
 struct Manifest {
   int format_version = kCheckpointFormatVersion;
@@ -76,6 +92,7 @@ struct Manifest {
   nlohmann::json scheduler;     ///< {type, position}
   nlohmann::json client_state;  ///< the training loop's own state (data position, RNG, ...)
   ManifestMesh mesh;            ///< the mesh at save time
+  ManifestWeights weights;      ///< the consolidated weights file, if saved
 
   /// The manifest as JSON, without `manifest_crc32`.
   nlohmann::json to_json() const;
@@ -84,8 +101,10 @@ struct Manifest {
   std::string to_text() const;
   /// Parses and validates; `path` names the manifest in errors. Throws
   /// IoError for an unsupported format version, a `manifest_crc32` that
-  /// does not match the body (version 2), a malformed manifest, or any
-  /// field validate_manifest (runtime/manifest_checks.h) refuses.
+  /// does not match the body (version 2), a malformed manifest, a
+  /// `weights_file` not named kWeightsFileName or of another dtype than
+  /// compute_dtype, or any field validate_manifest
+  /// (runtime/manifest_checks.h) refuses.
   static Manifest from_json(const nlohmann::json& j, const std::string& path);
   /// Reads and validates <dir>/manifest.json (nesting depth capped first:
   /// check_json_depth). Throws IoError naming the file: for text that is

@@ -218,6 +218,7 @@ void read_zero(const Reader& r, const std::set<std::string>& bad, EngineConfig& 
   r.get(z + "stage3_max_reuse_distance", c.zero.max_reuse_distance);
   r.get(z + "stage3_param_persistence_threshold", c.zero.param_persistence_threshold);
   r.get(z + "stage3_model_persistence_threshold", c.zero.model_persistence_threshold);
+  r.get(z + "stage3_gather_16bit_weights_on_model_save", c.zero.gather_16bit_weights_on_model_save);
   OffloadConfig& o = c.offload;
   r.get(z + "sub_group_size", o.sub_group_size);
   const std::string oo = z + "offload_optimizer.", op = z + "offload_param.";

@@ -91,6 +91,12 @@ struct ZeroConfig {
   /// stage3_model_persistence_threshold: most parameter elements of all
   /// persistent units together.
   std::int64_t model_persistence_threshold = std::numeric_limits<std::int64_t>::max();
+  /// stage3_gather_16bit_weights_on_model_save (older name
+  /// stage3_gather_fp16_weights_on_model_save): save_checkpoint also writes
+  /// the consolidated parameters in the compute dtype, model.safetensors in
+  /// the checkpoint directory, gathered unit by unit at stage 3
+  /// (docs/checkpoint-format.md, "Consolidated weights"). Any stage.
+  bool gather_16bit_weights_on_model_save = false;
   /// Whether reductions run in the background and stage 3 prefetches.
   bool overlap() const { return overlap_comm.value_or(stage == 3); }
 };

@@ -23,10 +23,6 @@ ConfigKey quiet(const char* path, T type, const char* what, const char* neutral 
 ConfigKey refuse(const char* path, T type, const char* why) {
   return ConfigKey{path, type, S::refused, "", why, false, "", "", ""};
 }
-ConfigKey pending(const char* path, T type, bool auto_ok = false) {
-  return ConfigKey{path, type, S::stage3_pending, "", "not implemented yet (see [Note: config key status])",
-                   auto_ok, "", "", ""};
-}
 ConfigKey legacy(const char* path, T type, const char* maps_to) {
   return ConfigKey{path, type, S::legacy, "", "older DeepSpeed spelling", false, "", "", maps_to};
 }
@@ -173,8 +169,13 @@ std::vector<ConfigKey> make_table() {
              "zero_optimization.stage3_param_persistence_threshold"),
       legacy("zero_optimization.model_persistence_threshold", T::count,
              "zero_optimization.stage3_model_persistence_threshold"),
-      pending("zero_optimization.stage3_gather_16bit_weights_on_model_save", T::boolean),
-      pending("zero_optimization.stage3_gather_fp16_weights_on_model_save", T::boolean),
+      impl("zero_optimization.stage3_gather_16bit_weights_on_model_save", T::boolean, "false",
+           "save_checkpoint also writes model.safetensors into the checkpoint: every parameter's full tensor in the "
+           "compute dtype (F32, BF16 or F16), gathered to rank 0 one unit at a time at stage 3; on a tp > 1 mesh "
+           "each tp rank's slices in its tp-NN checkpoint (docs/checkpoint-format.md, \"Consolidated weights\"); "
+           "any stage"),
+      legacy("zero_optimization.stage3_gather_fp16_weights_on_model_save", T::boolean,
+             "zero_optimization.stage3_gather_16bit_weights_on_model_save"),
       quiet("zero_optimization.stage3_module_granularity_threshold", T::count,
             "groups small torch modules into one fetch; zeroshard's fetch granularity is the unit the program "
             "declares"),
@@ -350,10 +351,6 @@ std::string config_reference_markdown() {
   out += "\n## Refused\n\n| key | why |\n|---|---|\n";
   for (const ConfigKey& k : config_keys()) {
     if (k.status == S::refused) out += fmt::format("| `{}` | {} |\n", k.path, cell(k.description));
-  }
-  out += "\n## Not implemented yet\n\nRefused, in one message listing those a file has.\n\n";
-  for (const ConfigKey& k : config_keys()) {
-    if (k.status == S::stage3_pending) out += fmt::format("- `{}`\n", k.path);
   }
   out += "\nAny key not in these tables is an error naming it, with the closest known key of its section.\n";
   return out;

@@ -17,10 +17,6 @@
 // refused: DeepSpeed honours it, zeroshard does not implement it, and
 //   ignoring it would silently change the training; `reason` says why and
 //   what to use instead.
-// stage3_pending: the zero_optimization.stage3_* knobs. Refused in one
-//   message listing those present: zeroshard's stage 3 gathers each unit
-//   whole before use and releases it after; the knobs are not implemented
-//   yet.
 // legacy: an older spelling DeepSpeed still maps (`maps_to` says to what);
 //   accepted and mapped, with one note line saying what it became.
 #pragma once
@@ -32,7 +28,7 @@
 namespace zeroshard {
 
 /// How zeroshard treats a key; see [Note: config key status].
-enum class KeyStatus { implemented, no_effect, refused, stage3_pending, legacy };
+enum class KeyStatus { implemented, no_effect, refused, legacy };
 
 /// The JSON value a key takes.
 enum class KeyType {

@@ -205,20 +205,27 @@ void normalize_legacy(json& doc, bool strict, ConfigDiagnostics& d) {
     }
   }
   if (json* z = json_at(doc, "zero_optimization"); z && z->is_object()) {
-    // DeepSpeed's field names of the stage3_* keys (its config model takes both).
-    for (const char* knob : {"prefetch_bucket_size", "max_live_parameters", "max_reuse_distance",
-                             "param_persistence_threshold", "model_persistence_threshold"}) {
-      if (!z->contains(knob)) continue;
-      const std::string to = fmt::format("stage3_{}", knob);
+    // DeepSpeed's field names of the stage3_* keys (its config model takes
+    // both), and the older name of stage3_gather_16bit_weights_on_model_save;
+    // values are type-checked under the new name.
+    const std::pair<const char*, const char*> renames[] = {
+        {"prefetch_bucket_size", "stage3_prefetch_bucket_size"},
+        {"max_live_parameters", "stage3_max_live_parameters"},
+        {"max_reuse_distance", "stage3_max_reuse_distance"},
+        {"param_persistence_threshold", "stage3_param_persistence_threshold"},
+        {"model_persistence_threshold", "stage3_model_persistence_threshold"},
+        {"stage3_gather_fp16_weights_on_model_save", "stage3_gather_16bit_weights_on_model_save"}};
+    for (const auto& [from, to] : renames) {
+      if (!z->contains(from)) continue;
       if (z->contains(to)) {
         d.problem(fmt::format("\"zero_optimization.{}\" and \"zero_optimization.{}\" are both given (the same "
-                              "DeepSpeed setting); keep {}",
-                              knob, to, to));
+                              "DeepSpeed setting; {} is its other name); keep {}",
+                              from, to, from, to));
       } else {
-        (*z)[to] = (*z)[knob];
-        notes.push_back(fmt::format("zero_optimization.{} -> zero_optimization.{}", knob, to));
+        (*z)[to] = (*z)[from];
+        notes.push_back(fmt::format("zero_optimization.{} -> zero_optimization.{}", from, to));
       }
-      z->erase(knob);
+      z->erase(from);
     }
   }
   if (const json* a = json_at(doc, "aio"); a && a->is_object() && a->contains("thread_count")) {
@@ -295,17 +302,14 @@ std::set<std::string> resolve_auto(json& doc, const ConfigOptions& o, std::set<s
         "EngineConfig::from_file",
         join(unresolved)));
   }
-  for (const std::string& path : unresolved) {
-    const ConfigKey* row = find_config_key(path);
-    if (!row || row->status != KeyStatus::stage3_pending) unfilled.insert(path);  // stage3_*: in their own message
-  }
+  unfilled.insert(unresolved.begin(), unresolved.end());
   return batch_auto;
 }
 
 std::set<std::string> check_keys(const json& doc, bool strict, const std::set<std::string>& skip,
                                  ConfigDiagnostics& d) {
   std::set<std::string> bad = skip;
-  std::vector<std::string> no_effect, stage3;
+  std::vector<std::string> no_effect;
   if (!doc.is_object()) {
     d.bad_value("<top level>", doc, "must be an object");
     bad.insert("");
@@ -335,11 +339,6 @@ std::set<std::string> check_keys(const json& doc, bool strict, const std::set<st
                               near.empty() ? std::string()
                                            : fmt::format("; did you mean \"{}\"?",
                                                          section.empty() ? near : section + "." + near)));
-        bad.insert(path);
-        continue;
-      }
-      if (row->status == KeyStatus::stage3_pending) {  // refused whatever its value
-        stage3.push_back(it.key());
         bad.insert(path);
         continue;
       }
@@ -379,15 +378,8 @@ std::set<std::string> check_keys(const json& doc, bool strict, const std::set<st
           d.bad_value(path, it.value(), fmt::format("is not supported: {}", row->description));
           bad.insert(path);
           break;
-        case KeyStatus::stage3_pending:
-          break;
       }
     }
-  }
-  if (!stage3.empty()) {
-    d.problem(fmt::format(
-        "zero_optimization.{{{}}}: not implemented yet; remove them to run",
-        join(stage3)));
   }
   if (!no_effect.empty()) {
     const std::string line =

@@ -338,7 +338,11 @@ class Engine {
   /// Saves a sharded checkpoint to <save_dir>/<tag> (tag "" = "step-%08d" of
   /// the optimizer step): each rank writes its shards of the fp32 master
   /// weights and optimizer states, rank 0 the manifest with `client_state`
-  /// (the loop's data position, RNG state, ...). Written to a temporary
+  /// (the loop's data position, RNG state, ...). With
+  /// zero_optimization.stage3_gather_16bit_weights_on_model_save, rank 0
+  /// also writes model.safetensors into the checkpoint: every parameter's
+  /// full tensor in the compute dtype, gathered one unit at a time at stage
+  /// 3 (docs/checkpoint-format.md, "Consolidated weights"). Written to a temporary
   /// directory, fsynced, renamed into place, then <save_dir>/latest is
   /// switched; keep_last > 0 then removes older checkpoints. Collective.
   /// Throws Error in the middle of gradient accumulation, AgreedIoError on

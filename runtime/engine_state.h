@@ -191,6 +191,9 @@ kernels::GradStats mesh_grad_stats(EngineState& s);
 /// AgreedConfigError.
 void check_mesh_declarations(EngineState& s);
 
+struct Manifest;
+struct ManifestWeights;
+
 /// Where this rank's data-parallel group keeps its checkpoints under
 /// save_dir: save_dir itself at tp = 1, save_dir/tp-NN (NN = tp rank) on a
 /// mesh with tp > 1 (docs/checkpoint-format.md, "Checkpoints on a mesh").
@@ -204,8 +207,21 @@ void check_checkpoint_mesh(const EngineState& s, const std::string& save_dir, co
 /// Throws ConfigError naming both tensor-parallel sizes (and meshes) when
 /// manifest m (of `dir`) was saved at a tensor-parallel size other than the
 /// engine's. Local.
-struct Manifest;
 void check_manifest_mesh(const EngineState& s, const std::string& dir, const Manifest& m);
+
+/// save_checkpoint's consolidated weights (zero_optimization.
+/// stage3_gather_16bit_weights_on_model_save): writes <dir>/model.safetensors
+/// on rank 0, every parameter of manifest `m` (this engine's, made by the
+/// save) in the compute dtype, in model order, with metadata from `m` (and
+/// tp_size / tp_rank on a mesh). Stages 0-2: rank 0 writes its full compute
+/// copy unit by unit; stage 3: each unit's shards, read from their tier,
+/// are all-gathered over host_comm (padded elements of the compute dtype on
+/// every rank, one unit at a time) and appended by rank 0. Every phase is
+/// agreed: a failure on any rank (a swap read, the write) throws the same
+/// AgreedIoError on every rank. Returns the file's entry (size, CRC-32) on
+/// rank 0, recorded = false elsewhere. Collective over host_comm. Defined in
+/// checkpoint_weights.cpp.
+ManifestWeights write_checkpoint_weights(EngineState& s, const std::string& dir, const Manifest& m);
 
 /// finalize()'s observability part: when the observer gathers, the clock
 /// offset to the world's rank 0 and the common origin, and the observer

@@ -170,6 +170,8 @@ void check_same_model(Communicator& comm, const EngineConfig& c, const FlatLayou
        Word{c.observe.records()}},
       {{"zeroshard.collective_check", show_bool}, Word{c.observe.collective_check}},
       {{"zeroshard.collective_timeout_s", show_double}, bits(c.observe.collective_timeout_s)},
+      {{"zero_optimization.stage3_gather_16bit_weights_on_model_save", show_bool},
+       Word{c.zero.gather_16bit_weights_on_model_save}},
       {{"parameter groups", show_int}, static_cast<Word>(groups)},
       {{"units (add_unit calls)", show_int}, static_cast<Word>(nunits)},
       {{"parameters (add_parameter calls)", show_int}, static_cast<Word>(layout.params().size())},

@@ -28,7 +28,7 @@
 namespace zeroshard {
 
 /// Words in the fixed-size summary each rank contributes.
-inline constexpr std::size_t kFingerprintFields = 24;
+inline constexpr std::size_t kFingerprintFields = 25;
 
 /// Collective over comm: returns if every rank has the same model and
 /// configuration summary, else throws on every rank AgreedConfigError
@@ -37,8 +37,9 @@ inline constexpr std::size_t kFingerprintFields = 24;
 /// difference. Compares: zero_optimization.stage, the compute dtype,
 /// optimizer.type and its hyper-parameters, gradient_accumulation_steps,
 /// gradient_clipping, communication_data_type, overlap_comm, the bucket
-/// sizes, sub_group_size, the offload tiers (devices, max_in_cpu), the
-/// parameter group count, the unit and parameter counts, each unit's
+/// sizes, sub_group_size, the offload tiers (devices, max_in_cpu),
+/// stage3_gather_16bit_weights_on_model_save (its save gathers at stage 3),
+/// the parameter group count, the unit and parameter counts, each unit's
 /// element count and a hash of the unit and parameter names and shapes.
 /// nvme paths may differ (node-local disks). `layout` is read before
 /// FlatLayout::finalize (element counts come from the parameters).

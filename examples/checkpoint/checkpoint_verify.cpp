@@ -29,26 +29,53 @@ std::string resolve_checkpoint_dir(const std::string& path) {
   return dir;
 }
 
+namespace {
+
+// Compares the open `file` with the manifest's size and (only when the
+// size matches) CRC-32 in c; `what` names the file kind in the problem.
+RankFileCheck compare_with_manifest(RankFileCheck c, const CheckpointReader& file, const char* what) {
+  c.actual_bytes = file.size();
+  if (c.actual_bytes != c.expected_bytes) {
+    c.problem = fmt::format("{} bytes, the manifest expects {} (truncated or wrong file)", c.actual_bytes,
+                            c.expected_bytes);
+    return c;
+  }
+  c.actual_crc32 = file.crc32();
+  if (c.actual_crc32 != c.expected_crc32) {
+    c.problem = fmt::format("CRC-32 {:08x} does not match the manifest's {:08x} (corrupted {})", c.actual_crc32,
+                            c.expected_crc32, what);
+  }
+  return c;
+}
+
+}  // namespace
+
 RankFileCheck check_rank_file(const Manifest& m, const ManifestFile& f, const CheckpointReader& file) {
   RankFileCheck c;
   c.path = file.path();
   c.rank = f.rank;
   c.expected_bytes = f.bytes;
   c.expected_crc32 = f.crc32;
-  c.actual_bytes = file.size();
   if (f.bytes != m.file_bytes()) {
+    c.actual_bytes = file.size();
     c.problem = fmt::format("the manifest lists {} bytes but its unit layout implies {} (inconsistent manifest)",
                             f.bytes, m.file_bytes());
     return c;
   }
-  if (c.actual_bytes != f.bytes) {
-    c.problem = fmt::format("{} bytes, the manifest expects {} (truncated or wrong file)", c.actual_bytes, f.bytes);
-    return c;
-  }
-  c.actual_crc32 = file.crc32();
-  if (c.actual_crc32 != f.crc32) {
-    c.problem = fmt::format("CRC-32 {:08x} does not match the manifest's {:08x} (corrupted shard)", c.actual_crc32,
-                            f.crc32);
+  return compare_with_manifest(std::move(c), file, "shard");
+}
+
+RankFileCheck check_weights_file(const Manifest& m, const std::string& dir) {
+  RankFileCheck c;
+  c.path = dir + "/" + m.weights.name;
+  c.rank = 0;
+  c.expected_bytes = m.weights.bytes;
+  c.expected_crc32 = m.weights.crc32;
+  try {
+    const CheckpointReader file(c.path);
+    return compare_with_manifest(std::move(c), file, "weights file");
+  } catch (const Error& e) {
+    c.problem = e.what();
   }
   return c;
 }

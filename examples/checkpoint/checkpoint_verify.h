@@ -40,6 +40,13 @@ struct RankFileCheck {
 /// is wrong. Throws IoError only if reading fails.
 RankFileCheck check_rank_file(const Manifest& m, const ManifestFile& f, const CheckpointReader& file);
 
+/// Checks the consolidated weights file (m.weights, recorded: a save with
+/// stage3_gather_16bit_weights_on_model_save) of the checkpoint in `dir`:
+/// its size, then its CRC-32, against the manifest's `weights_file`; `rank`
+/// is 0 (its writer). A missing or unreadable file is reported in the
+/// result, not thrown.
+RankFileCheck check_weights_file(const Manifest& m, const std::string& dir);
+
 /// Checks every rank file of the checkpoint in `dir` (one RankFileCheck per
 /// manifest entry, in rank order). A missing or unreadable file is reported
 /// in its result, not thrown.

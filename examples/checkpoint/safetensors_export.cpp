@@ -3,23 +3,19 @@
 #include <fmt/format.h>
 
 #include <algorithm>
-#include <bit>
 #include <filesystem>
 #include <functional>
 #include <memory>
-#include <nlohmann/json.hpp>
 
 #include "core/error.h"
 #include "examples/checkpoint/checkpoint_verify.h"
 #include "examples/report/progress_line.h"
 #include "runtime/checkpoint_files.h"
+#include "runtime/safetensors_writer.h"
 
 namespace zeroshard::examples {
 
 namespace fs = std::filesystem;
-
-static_assert(std::endian::native == std::endian::little,
-              "safetensors and zeroshard rank files are little-endian; this export copies bytes as they are");
 
 namespace {
 
@@ -90,7 +86,7 @@ using TensorSource = std::function<void(const ExportTensor& t, float* dst)>;
 
 // Writes the safetensors file of `plan`: the 8-byte header length, the
 // padded header, then each non-empty tensor in plan order, filled by `fill`
-// into one reused buffer of plan.largest_bytes. Writes out_path + ".tmp",
+// into one reused buffer of plan.layout.largest_bytes. Writes out_path + ".tmp",
 // fsyncs it and renames it over out_path (its directory fsynced); on any
 // error the temporary file is removed and out_path is untouched.
 // `m` is the manifest the plan was made from (tag and step of the result);
@@ -101,12 +97,9 @@ ExportResult write_safetensors(const ExportPlan& plan, const Manifest& m, const 
   const std::string tmp = out_path + ".tmp";
   TempFileGuard guard(tmp);
   CheckpointWriter out(tmp);
-  unsigned char length[8];
-  for (int i = 0; i < 8; ++i) length[i] = static_cast<unsigned char>(std::uint64_t(plan.header.size()) >> (8 * i));
-  out.write(length, sizeof length);
-  out.write(plan.header.data(), plan.header.size());
+  write_safetensors_header(out, plan.layout);
 
-  std::vector<float> buffer(plan.largest_bytes / sizeof(float));
+  std::vector<float> buffer(plan.layout.largest_bytes / sizeof(float));
   ProgressLine progress("export", static_cast<std::int64_t>(plan.tensors.size()), stderr);
   std::int64_t done = 0;
   for (const ExportTensor& t : plan.tensors) {
@@ -127,9 +120,9 @@ ExportResult write_safetensors(const ExportPlan& plan, const Manifest& m, const 
   r.tag = m.tag;
   r.optimizer_step = m.optimizer_steps;
   r.tensors = plan.tensors.size();
-  r.data_bytes = plan.data_bytes;
-  r.file_bytes = 8 + plan.header.size() + plan.data_bytes;
-  r.buffer_bytes = plan.largest_bytes;
+  r.data_bytes = plan.layout.data_bytes;
+  r.file_bytes = plan.layout.file_bytes();
+  r.buffer_bytes = plan.layout.largest_bytes;
   return r;
 }
 
@@ -137,29 +130,14 @@ ExportResult write_safetensors(const ExportPlan& plan, const Manifest& m, const 
 
 ExportPlan plan_safetensors_export(const Manifest& m) {
   ExportPlan plan;
-  nlohmann::ordered_json header = nlohmann::ordered_json::object();
-  header["__metadata__"] = {{"format", "pt"},
-                            {"tag", m.tag},
-                            {"optimizer_step", std::to_string(m.optimizer_steps)},
-                            {"world_size", std::to_string(m.world_size)},
-                            {"stage", std::to_string(m.stage)},
-                            {"compute_dtype", m.compute_dtype}};
-  std::uint64_t pos = 0;
+  plan.layout = plan_checkpoint_safetensors(m, DType::f32);
+  std::size_t k = 0;
   for (std::size_t u = 0; u < m.units.size(); ++u) {
     for (const ManifestParam& p : m.units[u].params) {
-      if (p.name == "__metadata__") {
-        throw IoError("a parameter named \"__metadata__\" cannot be exported: safetensors reserves that key");
-      }
-      const std::uint64_t bytes = p.numel * sizeof(float);
-      plan.tensors.push_back(ExportTensor{.unit = u, .param = &p, .begin = pos, .end = pos + bytes});
-      header[p.name] = {{"dtype", "F32"}, {"shape", p.shape}, {"data_offsets", {pos, pos + bytes}}};
-      pos += bytes;
-      plan.largest_bytes = std::max(plan.largest_bytes, bytes);
+      const SafetensorsEntry& e = plan.layout.tensors[k++];
+      plan.tensors.push_back(ExportTensor{.unit = u, .param = &p, .begin = e.begin, .end = e.end});
     }
   }
-  plan.data_bytes = pos;
-  plan.header = header.dump();
-  plan.header.resize((plan.header.size() + 7) / 8 * 8, ' ');
   return plan;
 }
 

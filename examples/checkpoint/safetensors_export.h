@@ -1,15 +1,8 @@
 // Consolidating a sharded zeroshard checkpoint into one safetensors file of
-// fp32 parameters (the master weights), streamed tensor by tensor.
-//
-// safetensors (https://github.com/huggingface/safetensors): an 8-byte
-// little-endian header length N, N bytes of JSON
-//   {"__metadata__": {...strings...},
-//    "<name>": {"dtype": "F32", "shape": [...], "data_offsets": [begin, end]}, ...}
-// padded with spaces to a multiple of 8, then the tensors' bytes; offsets are
-// relative to the start of the data and the tensors tile it without gaps.
-// Here the tensors appear, in the header and in the data, in the model's
-// order (units, then parameters within a unit). Details:
-// docs/checkpoint-format.md.
+// fp32 parameters (the master weights), streamed tensor by tensor. The
+// file's layout and header come from runtime/safetensors_writer.h ([Note:
+// safetensors layout]): tensors in the model's order (units, then
+// parameters within a unit). Details: docs/checkpoint-format.md.
 #pragma once
 
 #include <cstdint>
@@ -17,6 +10,7 @@
 #include <vector>
 
 #include "runtime/checkpoint_manifest.h"
+#include "runtime/safetensors_writer.h"
 
 namespace zeroshard::examples {
 
@@ -28,17 +22,18 @@ struct ExportTensor {
   std::uint64_t end = 0;          ///< one past its last byte (begin + 4 * numel)
 };
 
-/// The layout of an export: tensors in order and the padded header.
+/// The layout of an export: tensors in order, each with its parameter,
+/// and the file's layout (header, data bytes, largest tensor: the read
+/// buffer's size).
 struct ExportPlan {
   std::vector<ExportTensor> tensors;
-  std::string header;             ///< JSON, space-padded to a multiple of 8 bytes
-  std::uint64_t data_bytes = 0;   ///< sum of the tensors' bytes
-  std::uint64_t largest_bytes = 0;  ///< bytes of the largest tensor (the read buffer's size)
+  SafetensorsPlan layout;  ///< plan_checkpoint_safetensors(m, f32): the same tensors in the same order
 };
 
 /// Plans the export of manifest `m` (validated by Manifest::read,
-/// runtime/manifest_checks.h): __metadata__ holds "format": "pt", "tag",
-/// "optimizer_step", "world_size", "stage", "compute_dtype" (all strings).
+/// runtime/manifest_checks.h) through plan_checkpoint_safetensors:
+/// __metadata__ holds "format": "pt", "tag", "optimizer_step",
+/// "world_size", "stage", "compute_dtype" (all strings).
 /// The plan points into `m`, which must outlive it. Throws IoError if a
 /// parameter is named "__metadata__".
 ExportPlan plan_safetensors_export(const Manifest& m);

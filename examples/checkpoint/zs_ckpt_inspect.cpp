@@ -1,7 +1,8 @@
 // zs_ckpt_inspect: prints what a sharded zeroshard checkpoint holds (the
 // manifest: tag, world size, stage, dtype, optimizer step, loss scaler,
 // scheduler, client_state, units with their parameters and shapes, rank
-// files with sizes and CRC-32s) and, with --verify, checks every rank file.
+// files with sizes and CRC-32s, the consolidated weights file) and, with
+// --verify, checks every rank file and the weights file.
 //
 //   zs_ckpt_inspect /ckpt/run1                  # the checkpoint `latest` names
 //   zs_ckpt_inspect /ckpt/run1/step-00000400 --verify
@@ -56,11 +57,17 @@ void print_summary(const std::string& dir, const Manifest& m) {
   for (const ManifestFile& f : m.files) {
     fmt::print("  {:<16} rank {:>5}  {:>12} bytes  crc32 {:08x}\n", f.name, f.rank, f.bytes, f.crc32);
   }
+  if (m.weights.recorded) {
+    fmt::print("weights: {} ({}, every parameter in the compute dtype)  {} bytes  crc32 {:08x}\n", m.weights.name,
+               m.weights.dtype, m.weights.bytes, m.weights.crc32);
+  }
 }
 
-/// Checks every rank file, printing OK or FAILED per file; true if all OK.
+/// Checks every rank file and the consolidated weights file (if any),
+/// printing OK or FAILED per file; true if all OK.
 bool verify(const std::string& dir, const Manifest& m) {
-  const auto checks = check_rank_files(m, dir);
+  auto checks = check_rank_files(m, dir);
+  if (m.weights.recorded) checks.push_back(check_weights_file(m, dir));
   std::size_t failed = 0;
   for (const RankFileCheck& c : checks) {
     if (c.ok()) {
@@ -71,9 +78,9 @@ bool verify(const std::string& dir, const Manifest& m) {
     }
   }
   if (failed == 0) {
-    fmt::print("verify: all {} rank files match the manifest\n", checks.size());
+    fmt::print("verify: all {} files match the manifest\n", checks.size());
   } else {
-    fmt::print("verify: FAILED: {} of {} rank files do not match the manifest\n", failed, checks.size());
+    fmt::print("verify: FAILED: {} of {} files do not match the manifest\n", failed, checks.size());
   }
   return failed == 0;
 }

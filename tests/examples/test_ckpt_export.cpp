@@ -18,7 +18,7 @@
 #include "examples/checkpoint/checkpoint_verify.h"
 #include "examples/checkpoint/safetensors_export.h"
 #include "runtime/engine.h"
-#include "tests/examples/safetensors_reader.h"
+#include "tests/support/safetensors_reader.h"
 #include "tests/support/scratch_files.h"
 #include "tests/support/test_world.h"
 
@@ -107,6 +107,7 @@ void check_export(const std::string& save_dir, const std::string& out, const Mod
     CAPTURE(model.names[k]);
     const SafetensorsTensor& t = f.tensors.at(model.names[k]);
     CHECK(t.shape == shapes[k]);
+    CHECK(t.dtype == "F32");
     REQUIRE(t.values.size() == want[k].size());
     CHECK(std::memcmp(t.values.data(), want[k].data(), want[k].size() * sizeof(float)) == 0);
     largest = std::max<std::uint64_t>(largest, want[k].size() * sizeof(float));
@@ -201,6 +202,36 @@ TEST_CASE("zs_ckpt_inspect --verify and zs_ckpt_export exit codes") {
       CHECK_FALSE(fs::exists(dir + "/bad.safetensors"));
       CHECK(run_status(fmt::format("{} {}/missing --verify{}", inspect, dir, log)) == 1);
     }
+  }
+  world().barrier();
+}
+
+TEST_CASE("zs_ckpt_inspect --verify checks the consolidated weights file too") {
+  const char* inspect = std::getenv("ZS_CKPT_INSPECT");
+  const std::string dir = fresh_dir("cli-weights");
+  EngineConfig cfg = config_for(3, DType::bf16);
+  cfg.zero.gather_16bit_weights_on_model_save = true;
+  Engine engine(cfg, world());
+  const Model model(engine);
+  model.train_step(engine);
+  const std::string tag = engine.save_checkpoint(dir, {});
+  if (world().rank() == 0 && inspect != nullptr) {
+    const std::string log = " >" + dir + "/log.txt 2>&1";
+    auto log_text = [&] {
+      std::ifstream in(dir + "/log.txt");
+      return std::string((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    };
+    CHECK(run_status(fmt::format("{} {} --verify{}", inspect, dir, log)) == 0);
+    CHECK(log_text().find(fmt::format("weights: {} (bf16", kWeightsFileName)) != std::string::npos);
+    CHECK(log_text().find(fmt::format("all {} files match", world().world_size() + 1)) != std::string::npos);
+    const std::string weights = dir + "/" + tag + "/" + kWeightsFileName;
+    flip_bits(weights, 100, 0x20);
+    CHECK(run_status(fmt::format("{} {} --verify{}", inspect, dir, log)) == 2);
+    CHECK(log_text().find("(corrupted weights file)") != std::string::npos);
+    flip_bits(weights, 100, 0x20);
+    fs::resize_file(weights, fs::file_size(weights) - 2);
+    CHECK(run_status(fmt::format("{} {} --verify{}", inspect, dir, log)) == 2);
+    CHECK(log_text().find("truncated or wrong file") != std::string::npos);
   }
   world().barrier();
 }

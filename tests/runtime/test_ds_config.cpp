@@ -175,7 +175,6 @@ TEST_CASE("ds_config: ZeRO-3 with nvme offload and the stage3_* knobs loads once
   o.hidden_size = 512;
   std::ifstream in(config_path("hf_zero3_nvme.json"));
   json j = json::parse(in);
-  j["zero_optimization"].erase("stage3_gather_16bit_weights_on_model_save");
   const EngineConfig c = EngineConfig::from_json(j, "zero3.json", o);
   CHECK(c.zero.prefetch_bucket_size == 235929);  // floor(0.9 x 512^2)
   CHECK(c.zero.param_persistence_threshold == 5120);
@@ -183,6 +182,7 @@ TEST_CASE("ds_config: ZeRO-3 with nvme offload and the stage3_* knobs loads once
   CHECK(c.zero.max_reuse_distance == 1000000000);
   CHECK(c.zero.model_persistence_threshold == std::numeric_limits<std::int64_t>::max());
   CHECK(c.zero.stage == 3);
+  CHECK(c.zero.gather_16bit_weights_on_model_save);
   CHECK(c.zero.reduce_bucket_size == 512 * 512);
   CHECK(c.compute_dtype == DType::bf16);
   CHECK(c.offload.optimizer.device == OffloadDevice::nvme);
@@ -304,6 +304,42 @@ TEST_CASE("ds_config: the stage3_* knobs: defaults, bad values, typos") {
       R"({"zero_optimization": {"stage": 3, "stage3_module_granularity_threshold": 0,
           "stage3_use_all_reduce_for_fetch_params": true}})"));
   CHECK(has_warning(q, "zero_optimization.stage3_module_granularity_threshold"));
+}
+
+TEST_CASE("ds_config: stage3_gather_16bit_weights_on_model_save and its older fp16 name") {
+  EngineConfig c = EngineConfig::from_json(json::parse(R"({"zero_optimization": {"stage": 3}})"));
+  CHECK_FALSE(c.zero.gather_16bit_weights_on_model_save);
+  c = EngineConfig::from_json(
+      json::parse(R"({"zero_optimization": {"stage": 3, "stage3_gather_16bit_weights_on_model_save": true}})"));
+  CHECK(c.zero.gather_16bit_weights_on_model_save);
+  CHECK(c.warnings.empty());
+  // Any stage: DeepSpeed reads it at stages 0-2 too (the weights are full there already).
+  c = EngineConfig::from_json(
+      json::parse(R"({"zero_optimization": {"stage": 1, "stage3_gather_16bit_weights_on_model_save": true}})"));
+  CHECK(c.zero.gather_16bit_weights_on_model_save);
+  // The older name is mapped, with its note.
+  c = EngineConfig::from_json(
+      json::parse(R"({"zero_optimization": {"stage": 3, "stage3_gather_fp16_weights_on_model_save": true}})"));
+  CHECK(c.zero.gather_16bit_weights_on_model_save);
+  REQUIRE(c.warnings.size() == 1);
+  CHECK(c.warnings[0] == "<json>: legacy DeepSpeed spellings mapped: "
+                         "zero_optimization.stage3_gather_fp16_weights_on_model_save -> "
+                         "zero_optimization.stage3_gather_16bit_weights_on_model_save");
+  c = EngineConfig::from_json(
+      json::parse(R"({"zero_optimization": {"stage": 3, "stage3_gather_fp16_weights_on_model_save": false}})"));
+  CHECK_FALSE(c.zero.gather_16bit_weights_on_model_save);
+  // Both names, a wrong type under either, the old name in strict mode: errors.
+  CHECK(error_of(R"({"zero_optimization": {"stage3_gather_fp16_weights_on_model_save": true,
+                                           "stage3_gather_16bit_weights_on_model_save": true}})")
+            .find("keep stage3_gather_16bit_weights_on_model_save") != std::string::npos);
+  CHECK(error_of(R"({"zero_optimization": {"stage3_gather_16bit_weights_on_model_save": 1}})")
+            .find("\"zero_optimization.stage3_gather_16bit_weights_on_model_save\" = 1 must be true or false") !=
+        std::string::npos);
+  CHECK(error_of(R"({"zero_optimization": {"stage3_gather_fp16_weights_on_model_save": "yes"}})")
+            .find("must be true or false") != std::string::npos);
+  CHECK(error_of(R"({"zeroshard": {"strict": true},
+                    "zero_optimization": {"stage3_gather_fp16_weights_on_model_save": true}})")
+            .find("strict mode") != std::string::npos);
 }
 
 TEST_CASE("ds_config: Megatron-style file with wall_clock_breakdown and a scheduler") {

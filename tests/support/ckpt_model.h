@@ -12,6 +12,30 @@
 
 namespace zeroshard::testing {
 
+/// One micro-batch on engine e: every rank adds to each of `params` the
+/// same deterministic gradient of optimizer step `step` (a sine over the
+/// element index) times the loss scale, in the compute dtype; then
+/// e.step(). Collective, as step().
+inline StepResult sine_gradient_step(Engine& e, const std::vector<ParamId>& params, int step) {
+  const float scale = static_cast<float>(e.loss_scale());
+  for (std::size_t k = 0; k < params.size(); ++k) {
+    const std::size_t n = e.layout().param(params[k]).numel;
+    auto set = [&](auto grad) {
+      using T = typename decltype(grad)::element_type;
+      for (std::size_t i = 0; i < n; ++i) {
+        const float g = 0.05f * std::sin(0.3f * static_cast<float>(i) + static_cast<float>(k + step));
+        grad[i] = from_float<std::remove_cv_t<T>>(g * scale);
+      }
+    };
+    switch (e.compute_dtype()) {
+      case DType::bf16: set(e.grad_as<bf16>(params[k])); break;
+      case DType::f16: set(e.grad_as<f16>(params[k])); break;
+      default: set(e.grad(params[k])); break;
+    }
+  }
+  return e.step();
+}
+
 struct CkptModel {
   std::vector<ParamId> params;
 
@@ -35,25 +59,7 @@ struct CkptModel {
 
   /// One micro-batch of gradient at optimizer step `step` (every rank adds
   /// the same values times the loss scale), then engine.step().
-  StepResult train_step(Engine& e, int step) const {
-    const float scale = static_cast<float>(e.loss_scale());
-    for (std::size_t k = 0; k < params.size(); ++k) {
-      const std::size_t n = e.layout().param(params[k]).numel;
-      auto set = [&](auto grad) {
-        using T = typename decltype(grad)::element_type;
-        for (std::size_t i = 0; i < n; ++i) {
-          const float g = 0.05f * std::sin(0.3f * static_cast<float>(i) + static_cast<float>(k + step));
-          grad[i] = from_float<std::remove_cv_t<T>>(g * scale);
-        }
-      };
-      switch (e.compute_dtype()) {
-        case DType::bf16: set(e.grad_as<bf16>(params[k])); break;
-        case DType::f16: set(e.grad_as<f16>(params[k])); break;
-        default: set(e.grad(params[k])); break;
-      }
-    }
-    return e.step();
-  }
+  StepResult train_step(Engine& e, int step) const { return sine_gradient_step(e, params, step); }
 
   /// Masters then every optimizer state of every parameter, gathered.
   std::vector<float> state(Engine& e) const {

@@ -1,7 +1,9 @@
-// A small, strict safetensors reader for the export tests: parses the
-// header, checks the layout rules (8-byte header length, space padding,
-// F32 only, data_offsets contiguous from 0 and exactly covering the data)
-// and returns each tensor's shape and values.
+// A small, strict safetensors reader for the tests of the files zeroshard
+// writes (zs_ckpt_export's fp32 export, save_checkpoint's consolidated
+// weights): parses the header, checks the layout rules (8-byte header
+// length, space padding, dtype F32, BF16 or F16, data_offsets contiguous
+// from 0 and exactly covering the data) and returns each tensor's shape,
+// dtype, raw bytes and values widened to float (exactly).
 #pragma once
 
 #include <algorithm>
@@ -16,12 +18,16 @@
 
 #include <nlohmann/json.hpp>
 
+#include "core/dtype.h"
+
 namespace zeroshard::testing {
 
 /// One tensor read back.
 struct SafetensorsTensor {
   std::vector<std::int64_t> shape;
-  std::vector<float> values;
+  std::string dtype;                 ///< "F32", "BF16" or "F16"
+  std::string bytes;                 ///< the raw little-endian data
+  std::vector<float> values;         ///< widened to float (exact for the 16-bit types)
   std::uint64_t begin = 0, end = 0;  ///< data_offsets
 };
 
@@ -57,8 +63,10 @@ inline SafetensorsFile read_safetensors(const std::string& path) {
       for (const auto& [k, s] : v.items()) f.metadata[k] = s.get<std::string>();
       continue;
     }
-    if (v.at("dtype").get<std::string>() != "F32") throw std::runtime_error(name + ": dtype is not F32");
     SafetensorsTensor t;
+    t.dtype = v.at("dtype").get<std::string>();
+    const std::uint64_t size = t.dtype == "F32" ? 4 : t.dtype == "BF16" || t.dtype == "F16" ? 2 : 0;
+    if (size == 0) throw std::runtime_error(name + ": dtype is not F32, BF16 or F16");
     t.shape = v.at("shape").get<std::vector<std::int64_t>>();
     const auto off = v.at("data_offsets").get<std::vector<std::uint64_t>>();
     if (off.size() != 2 || off[0] > off[1] || off[1] > data_size) throw std::runtime_error(name + ": bad data_offsets");
@@ -72,11 +80,20 @@ inline SafetensorsFile read_safetensors(const std::string& path) {
         throw std::runtime_error(name + ": shape has a negative or too large dimension");
       }
     }
-    if (numel > (t.end - t.begin) / 4 || t.end - t.begin != numel * 4) {
+    if (numel > (t.end - t.begin) / size || t.end - t.begin != numel * size) {
       throw std::runtime_error(name + ": data_offsets do not match the shape");
     }
+    t.bytes = bytes.substr(8 + f.header_bytes + t.begin, t.end - t.begin);
     t.values.resize(numel);
-    if (numel > 0) std::memcpy(t.values.data(), bytes.data() + 8 + f.header_bytes + t.begin, numel * 4);
+    for (std::uint64_t i = 0; i < numel; ++i) {
+      if (size == 4) {
+        std::memcpy(&t.values[i], t.bytes.data() + 4 * i, 4);
+        continue;
+      }
+      std::uint16_t half = 0;
+      std::memcpy(&half, t.bytes.data() + 2 * i, 2);
+      t.values[i] = t.dtype == "BF16" ? bf16_to_float(half) : f16_to_float(half);
+    }
     ranges.emplace_back(t.begin, t.end);
     f.order.push_back(name);
     if (!f.tensors.emplace(name, std::move(t)).second) throw std::runtime_error(name + ": listed twice");
