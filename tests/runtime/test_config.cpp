@@ -213,6 +213,28 @@ TEST_CASE("the cuda engine constructor refuses what it cannot run, naming why") 
     what = e.what();
   }
   CHECK(what.find("offload_param needs offload_optimizer on the cuda compute device") != std::string::npos);
+  // Lion and Adagrad have CPU kernels only: refused unless the update runs on the host.
+  for (const OptimizerKind kind : {OptimizerKind::lion, OptimizerKind::adagrad}) {
+    EngineConfig o;
+    o.optimizer.kind = kind;
+    what.clear();
+    try {
+      Engine e(o, self, self);
+    } catch (const ConfigError& e) {
+      what = e.what();
+    }
+    CHECK(what.find(fmt::format("optimizer.type {} has no CUDA kernel", optimizer_name(kind))) != std::string::npos);
+    o.zero.stage = 1;
+    o.offload.optimizer.device = OffloadDevice::cpu;  // passes this check; the next one is the communicator's
+    what.clear();
+    try {
+      Engine e(o, self, self);
+    } catch (const ConfigError& e) {
+      what = e.what();
+    }
+    CHECK(what.find("has no CUDA kernel") == std::string::npos);
+    CHECK(what.find(ZS_HAVE_CUDA ? "needs an NcclCommunicator" : "needs a CUDA build") != std::string::npos);
+  }
 }
 
 TEST_CASE("nesting deeper than 32 levels is an error naming the file and the byte offset") {
