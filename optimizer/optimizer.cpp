@@ -3,7 +3,9 @@
 #include <cmath>
 
 #include "core/error.h"
+#include "kernels/cpu/adagrad.h"
 #include "kernels/cpu/adam.h"
+#include "kernels/cpu/lion.h"
 #include "kernels/cpu/sgd.h"
 
 namespace zeroshard {
@@ -13,12 +15,20 @@ std::string_view optimizer_name(OptimizerKind kind) {
     case OptimizerKind::adam: return "Adam";
     case OptimizerKind::adamw: return "AdamW";
     case OptimizerKind::sgd: return "SGD";
+    case OptimizerKind::lion: return "Lion";
+    case OptimizerKind::adagrad: return "Adagrad";
   }
   return "?";
 }
 
 int optimizer_state_count(const OptimizerHyper& hyper) {
-  if (hyper.kind == OptimizerKind::sgd) return hyper.momentum != 0.0 ? 1 : 0;
+  switch (hyper.kind) {
+    case OptimizerKind::sgd: return hyper.momentum != 0.0 ? 1 : 0;
+    case OptimizerKind::lion:
+    case OptimizerKind::adagrad: return 1;
+    case OptimizerKind::adam:
+    case OptimizerKind::adamw: break;
+  }
   return 2;
 }
 
@@ -26,6 +36,7 @@ std::string_view optimizer_state_name(const OptimizerHyper& hyper, int index) {
   ZS_CHECK(index >= 0 && index < optimizer_state_count(hyper), "optimizer state index {} out of range",
            index);
   if (hyper.kind == OptimizerKind::sgd) return "momentum_buffer";
+  if (hyper.kind == OptimizerKind::adagrad) return "sum";
   return index == 0 ? "exp_avg" : "exp_avg_sq";
 }
 
@@ -51,6 +62,27 @@ kernels::SgdScalars sgd_scalars(const OptimizerHyper& h, double lr, double wd, s
   return s;
 }
 
+kernels::LionScalars lion_scalars(const OptimizerHyper& h, double lr, double wd, std::int64_t step,
+                                  float grad_scale) {
+  ZS_CHECK(step >= 1, "lion_scalars: step must be >= 1, got {}", step);
+  // lion-pytorch: p.data.mul_(1. - lr * wd), p.add_(sign, alpha=-lr); the
+  // betas as DeepSpeed's kernels take them (floats; 1 - beta in float).
+  kernels::LionScalars s;
+  s.lr = static_cast<float>(lr);
+  s.beta1 = static_cast<float>(h.beta1);
+  s.beta2 = static_cast<float>(h.beta2);
+  s.weight_decay = static_cast<float>(wd);
+  s.decay_factor = static_cast<float>(1.0 - lr * wd);
+  s.grad_scale = grad_scale;
+  return s;
+}
+
+kernels::AdagradScalars adagrad_scalars(const OptimizerHyper& h, double lr, double wd,
+                                        std::int64_t step, float grad_scale) {
+  return kernels::make_adagrad_scalars(lr, h.lr_decay, h.eps, wd, h.initial_accumulator_value, step,
+                                       grad_scale);
+}
+
 namespace {
 
 template <bool kReference>
@@ -70,6 +102,24 @@ void update(const OptimizerHyper& h, double lr, double wd, std::int64_t step, fl
       }
     } else {
       kernels::sgd_update(param, grad, grad_dtype, buf, param_copy, copy_dtype, n, s);
+    }
+    return;
+  }
+  if (h.kind == OptimizerKind::lion) {
+    const auto s = lion_scalars(h, lr, wd, step, grad_scale);
+    if constexpr (kReference) {
+      kernels::lion_update_reference(param, grad, grad_dtype, states[0], param_copy, copy_dtype, n, s);
+    } else {
+      kernels::lion_update(param, grad, grad_dtype, states[0], param_copy, copy_dtype, n, s);
+    }
+    return;
+  }
+  if (h.kind == OptimizerKind::adagrad) {
+    const auto s = adagrad_scalars(h, lr, wd, step, grad_scale);
+    if constexpr (kReference) {
+      kernels::adagrad_update_reference(param, grad, grad_dtype, states[0], param_copy, copy_dtype, n, s);
+    } else {
+      kernels::adagrad_update(param, grad, grad_dtype, states[0], param_copy, copy_dtype, n, s);
     }
     return;
   }

@@ -7,9 +7,15 @@
 //    the bias-corrected second moment;
 //  - torch.optim.Adam: L2 weight decay g += wd*p, then the same Adam update;
 //  - torch.optim.SGD: g += wd*p; momentum buffer b = g on the first step,
-//    b = momentum*b + (1-dampening)*g after; nesterov uses g + momentum*b.
-// The element-wise kernels live in kernels/cpu (adam.h, sgd.h), each next to
-// its scalar reference; optimizer_update dispatches to their vectorised,
+//    b = momentum*b + (1-dampening)*g after; nesterov uses g + momentum*b;
+//  - Lion (Chen et al. 2023, "Symbolic Discovery of Optimization
+//    Algorithms"; DeepSpeed's FusedLion / DeepSpeedCPULion): decoupled
+//    decay p *= 1 - lr*wd, p -= lr*sign(beta1*m + (1-beta1)*g),
+//    m = beta2*m + (1-beta2)*g;
+//  - torch.optim.Adagrad: g += wd*p, sum += g*g,
+//    p -= clr*g / (sqrt(sum) + eps), clr = lr / (1 + (step-1)*lr_decay).
+// The element-wise kernels live in kernels/cpu (adam.h, sgd.h, lion.h,
+// adagrad.h), each next to its scalar reference; optimizer_update dispatches to their vectorised,
 // multi-threaded forms (Highway + kernels/cpu/thread_pool.h).
 #pragma once
 
@@ -19,15 +25,19 @@
 #include <string_view>
 
 #include "core/dtype.h"
+#include "kernels/cpu/adagrad.h"
 #include "kernels/cpu/adam.h"
+#include "kernels/cpu/lion.h"
 #include "kernels/cpu/sgd.h"
 
 namespace zeroshard {
 
 /// Which update rule.
-enum class OptimizerKind { adam, adamw, sgd };
+enum class OptimizerKind { adam, adamw, sgd, lion, adagrad };
 
-/// Name as in torch.optim ("Adam", "AdamW", "SGD").
+/// Name as in torch.optim and DeepSpeed's optimizer.type ("Adam", "AdamW",
+/// "SGD", "Lion", "Adagrad").
+/// Thread safety: pure.
 std::string_view optimizer_name(OptimizerKind kind);
 
 /// Hyper-parameters shared by all parameter groups (lr and weight_decay are
@@ -35,25 +45,29 @@ std::string_view optimizer_name(OptimizerKind kind);
 /// double, as the Python floats torch.optim is given: every value derived
 /// from them (1 - beta1, lr / (1 - beta1^step), ...) is computed in double
 /// and rounded to float once where it meets a float32 tensor, as torch does
-/// (adam_scalars, sgd_scalars).
+/// (adam_scalars, sgd_scalars, lion_scalars, adagrad_scalars).
 struct OptimizerHyper {
   OptimizerKind kind = OptimizerKind::adamw;
   double lr = 1e-3;
-  double beta1 = 0.9;
-  double beta2 = 0.999;
-  double eps = 1e-8;  ///< Adam: rounded to float once (torch adds it to a float32 tensor)
+  double beta1 = 0.9;   ///< Adam, Lion
+  double beta2 = 0.999; ///< Adam, Lion
+  double eps = 1e-8;  ///< Adam, Adagrad: rounded to float once (torch adds it to a float32 tensor)
   double weight_decay = 0.0;
   double momentum = 0.0;   ///< SGD only
   double dampening = 0.0;  ///< SGD only
   bool nesterov = false;   ///< SGD only (requires momentum > 0, dampening 0)
+  double lr_decay = 0.0;   ///< Adagrad only: clr = lr / (1 + (step - 1) * lr_decay)
+  double initial_accumulator_value = 0.0;  ///< Adagrad only: the state sum before step 1
 };
 
 /// Number of fp32 state arrays the optimizer keeps per parameter element:
 /// 2 for Adam/AdamW (exp_avg, exp_avg_sq), 1 for SGD with momentum, 0 for
-/// plain SGD.
+/// plain SGD, 1 for Lion (exp_avg) and 1 for Adagrad (sum). Pure.
 int optimizer_state_count(const OptimizerHyper& hyper);
 
-/// Names of those state arrays ("exp_avg", "exp_avg_sq", "momentum_buffer").
+/// Names of those state arrays, torch's state keys: "exp_avg",
+/// "exp_avg_sq", "momentum_buffer", Lion's "exp_avg", Adagrad's "sum".
+/// Throws InvariantError when index is out of range. Pure.
 std::string_view optimizer_state_name(const OptimizerHyper& hyper, int index);
 
 /// The per-call scalars of an Adam/AdamW update at 1-based `step`, derived
@@ -72,6 +86,20 @@ kernels::AdamScalars adam_scalars(const OptimizerHyper& h, double lr, double wei
 /// double to float once. Pure.
 kernels::SgdScalars sgd_scalars(const OptimizerHyper& h, double lr, double weight_decay,
                                 std::int64_t step, float grad_scale);
+/// The per-call scalars of a Lion update (kernels/cpu/lion.h): f(lr),
+/// f(beta1), f(beta2), f(weight_decay) and f(1 - lr * weight_decay) computed
+/// in double, f() rounding a double to float once. Lion has no step
+/// dependence; step is checked (InvariantError when < 1) for symmetry with
+/// the others. Pure.
+kernels::LionScalars lion_scalars(const OptimizerHyper& h, double lr, double weight_decay,
+                                  std::int64_t step, float grad_scale);
+/// The per-call scalars of an Adagrad update at 1-based `step`, derived by
+/// kernels::make_adagrad_scalars as torch.optim.Adagrad does (clr in
+/// double, -clr, eps, weight_decay, initial_accumulator_value rounded to
+/// float once; first_step when step == 1). Throws InvariantError when
+/// step < 1. Pure.
+kernels::AdagradScalars adagrad_scalars(const OptimizerHyper& h, double lr, double weight_decay,
+                                        std::int64_t step, float grad_scale);
 
 /// Applies one update to n contiguous elements.
 ///  - param: fp32 values, updated in place (the master weights);
@@ -80,9 +108,11 @@ kernels::SgdScalars sgd_scalars(const OptimizerHyper& h, double lr, double weigh
 ///  - states: optimizer_state_count(hyper) arrays of n floats, zero before
 ///    the first step;
 ///  - lr, weight_decay: this parameter group's values (doubles, see
-///    adam_scalars / sgd_scalars for where they are rounded);
+///    adam_scalars / sgd_scalars / lion_scalars / adagrad_scalars for where
+///    they are rounded);
 ///  - step: 1-based optimizer step count after this update (for bias
-///    correction and SGD's first-step momentum initialisation).
+///    correction, SGD's first-step momentum initialisation, Adagrad's
+///    lr_decay and initial accumulator).
 /// The work is vectorised and split over the kernel thread pool
 /// (kernels::num_threads(), ZS_NUM_THREADS); the result is bitwise that of
 /// optimizer_update_reference for any thread count.

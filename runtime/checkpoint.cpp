@@ -151,6 +151,10 @@ Manifest make_manifest(const EngineState& s, const std::string& tag, const json&
   m.optimizer = {{"type", optimizer_name(h.kind)}, {"lr", h.lr}, {"betas", {h.beta1, h.beta2}}, {"eps", h.eps},
                  {"weight_decay", h.weight_decay}, {"momentum", h.momentum}, {"dampening", h.dampening},
                  {"nesterov", h.nesterov}};
+  if (h.kind == OptimizerKind::adagrad) {
+    m.optimizer["lr_decay"] = h.lr_decay;
+    m.optimizer["initial_accumulator_value"] = h.initial_accumulator_value;
+  }
   m.param_groups = json::array();
   for (const GroupState& g : s.groups) {
     m.param_groups.push_back({{"name", g.name}, {"lr", g.lr}, {"weight_decay", g.weight_decay}});

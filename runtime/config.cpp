@@ -142,10 +142,16 @@ void read_optimizer(const Reader& r, EngineConfig& c, ConfigDiagnostics& d) {
     h.kind = OptimizerKind::adamw;  // DeepSpeed: Adam's adam_w_mode defaults to true
   } else if (t == "sgd") {
     h.kind = OptimizerKind::sgd;
+  } else if (t == "lion") {
+    h.kind = OptimizerKind::lion;  // DeepSpeed's FusedLion / DeepSpeedCPULion defaults: lr 1e-3, betas (0.9, 0.999)
+  } else if (t == "adagrad") {
+    h.kind = OptimizerKind::adagrad;  // torch.optim.Adagrad / DeepSpeedCPUAdagrad defaults
+    h.lr = 1e-2;
+    h.eps = 1e-10;
   } else {
     d.bad_value("optimizer.type", type,
-                "is not supported: zeroshard implements Adam, AdamW and SGD (DeepSpeed's Lamb, OneBitAdam, "
-                "OneBitLamb, ZeroOneAdam, Adagrad, Lion and others are not); use AdamW or SGD");
+                "is not supported: zeroshard implements Adam, AdamW, SGD, Lion and Adagrad (DeepSpeed's Lamb, "
+                "OneBitAdam, OneBitLamb, ZeroOneAdam, MuAdam and others are not); use one of those five");
   }
   r.get("optimizer.params.lr", h.lr);
   r.get("optimizer.params.weight_decay", h.weight_decay);
@@ -159,6 +165,8 @@ void read_optimizer(const Reader& r, EngineConfig& c, ConfigDiagnostics& d) {
   r.get("optimizer.params.momentum", h.momentum);
   r.get("optimizer.params.dampening", h.dampening);
   r.get("optimizer.params.nesterov", h.nesterov);
+  r.get("optimizer.params.lr_decay", h.lr_decay);
+  r.get("optimizer.params.initial_accumulator_value", h.initial_accumulator_value);
 }
 
 void read_precision(const Reader& r, EngineConfig& c, ConfigDiagnostics& d) {
@@ -309,12 +317,24 @@ void collect_range_problems(const EngineConfig& c, ConfigDiagnostics& d) {
   if (c.steps_per_print < 1) bad("steps_per_print", std::to_string(c.steps_per_print), "must be >= 1");
   if (!(h.lr >= 0.0)) bad("optimizer.params.lr", fmt::format("{}", h.lr), "must be >= 0");
   if (!(h.weight_decay >= 0.0)) bad("optimizer.params.weight_decay", fmt::format("{}", h.weight_decay), "must be >= 0");
-  if (h.kind != OptimizerKind::sgd) {
+  const bool adam_like = h.kind == OptimizerKind::adam || h.kind == OptimizerKind::adamw;
+  if (adam_like || h.kind == OptimizerKind::lion) {
     if (!(h.beta1 >= 0.0 && h.beta1 < 1.0) || !(h.beta2 >= 0.0 && h.beta2 < 1.0)) {
       bad("optimizer.params.betas", fmt::format("[{}, {}]", h.beta1, h.beta2), "each beta must be in [0, 1)");
     }
+  }
+  if (adam_like || h.kind == OptimizerKind::adagrad) {
     if (!(h.eps > 0.0)) bad("optimizer.params.eps", fmt::format("{}", h.eps), "must be > 0");
-  } else {
+  }
+  if (h.kind == OptimizerKind::adagrad) {
+    // torch.optim.Adagrad's own checks.
+    if (!(h.lr_decay >= 0.0)) bad("optimizer.params.lr_decay", fmt::format("{}", h.lr_decay), "must be >= 0");
+    if (!(h.initial_accumulator_value >= 0.0)) {
+      bad("optimizer.params.initial_accumulator_value", fmt::format("{}", h.initial_accumulator_value),
+          "must be >= 0");
+    }
+  }
+  if (h.kind == OptimizerKind::sgd) {
     if (!(h.momentum >= 0.0)) bad("optimizer.params.momentum", fmt::format("{}", h.momentum), "must be >= 0");
     if (h.nesterov && (h.momentum <= 0.0 || h.dampening != 0.0)) {
       bad("optimizer.params.nesterov", "true",

@@ -28,7 +28,8 @@ ConfigKey legacy(const char* path, T type, const char* maps_to) {
 }
 
 std::vector<ConfigKey> make_table() {
-  const char* adam = "Adam,AdamW";
+  const char* betas = "Adam,AdamW,Lion";
+  const char* eps = "Adam,AdamW,Adagrad";
   const char* decay = "WarmupDecayLR,WarmupCosineLR";
   const char* minmax = "WarmupLR,WarmupDecayLR";
   return {
@@ -46,19 +47,29 @@ std::vector<ConfigKey> make_table() {
            "and rounded once by default)"),
       impl("optimizer", T::section, "AdamW", "the optimizer: {type, params}"),
       impl("optimizer.type", T::string, "AdamW",
-           "Adam, AdamW or SGD (case-insensitive); as in DeepSpeed, Adam means AdamW unless adam_w_mode is false. "
-           "Other DeepSpeed optimizers (Lamb, OneBitAdam, OneBitLamb, ZeroOneAdam, Adagrad, Lion, ...) are refused"),
+           "Adam, AdamW, SGD, Lion or Adagrad (case-insensitive); as in DeepSpeed, Adam means AdamW unless "
+           "adam_w_mode is false. Other DeepSpeed optimizers (Lamb, OneBitAdam, OneBitLamb, ZeroOneAdam, MuAdam, "
+           "...) are refused"),
       impl("optimizer.params", T::section, "", "the optimizer's hyper-parameters"),
-      impl("optimizer.params.lr", T::float32, "0.001", "learning rate (>= 0)", true),
-      impl("optimizer.params.betas", T::betas, "[0.9, 0.999]", "Adam's beta1, beta2, each in [0, 1)", true, adam),
-      impl("optimizer.params.eps", T::float32, "1e-8", "Adam's epsilon (> 0)", true, adam),
-      impl("optimizer.params.weight_decay", T::float32, "0", "decoupled (AdamW) or L2 (Adam, SGD) decay (>= 0)", true),
+      impl("optimizer.params.lr", T::float32, "0.001 (Adagrad 0.01)", "learning rate (>= 0)", true),
+      impl("optimizer.params.betas", T::betas, "[0.9, 0.999]",
+           "Adam's or Lion's beta1, beta2, each in [0, 1) (Lion: beta1 mixes the update's sign, beta2 the "
+           "momentum)", true, betas),
+      impl("optimizer.params.eps", T::float32, "1e-8 (Adagrad 1e-10)", "Adam's or Adagrad's epsilon (> 0)", true,
+           eps),
+      impl("optimizer.params.weight_decay", T::float32, "0",
+           "decoupled (AdamW, Lion) or L2 (Adam, SGD, Adagrad) decay (>= 0)", true),
       impl("optimizer.params.adam_w_mode", T::boolean, "true", "Adam only: false selects Adam with L2 decay", false,
            "Adam"),
       impl("optimizer.params.momentum", T::float32, "0", "SGD momentum (>= 0)", false, "SGD"),
       impl("optimizer.params.dampening", T::float32, "0", "SGD dampening", false, "SGD"),
       impl("optimizer.params.nesterov", T::boolean, "false", "SGD Nesterov momentum (needs momentum > 0, dampening 0)",
            false, "SGD"),
+      impl("optimizer.params.lr_decay", T::float32, "0",
+           "Adagrad's learning-rate decay (>= 0): step t uses lr / (1 + (t - 1) * lr_decay), as torch.optim.Adagrad",
+           false, "Adagrad"),
+      impl("optimizer.params.initial_accumulator_value", T::float32, "0",
+           "Adagrad's starting sum of squared gradients (>= 0), as torch.optim.Adagrad", false, "Adagrad"),
       quiet("optimizer.params.torch_adam", T::boolean, "DeepSpeed's choice of torch's Adam over its fused kernel; "
             "same update"),
       quiet("optimizer.params.bias_correction", T::boolean, "zeroshard's Adam always bias-corrects", "true"),

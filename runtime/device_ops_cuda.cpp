@@ -123,6 +123,10 @@ class CudaOps final : public DeviceOps {
                                a.copy_dtype, stream());
       return;
     }
+    // Lion and Adagrad are refused on a cuda engine without offload_optimizer
+    // (Engine's check_cuda_optimizer); offloaded updates run on the host ops.
+    ZS_CHECK(hyper.kind == OptimizerKind::adam || hyper.kind == OptimizerKind::adamw,
+             "cuda update: no kernel for optimizer {}", optimizer_name(hyper.kind));
     ZS_CHECK(a.states.size() == 2, "Adam update with {} state arrays", a.states.size());
     const kernels::gpu::AdamTensor t{.param = a.weights, .grad = a.grads, .exp_avg = a.states[0],
                                      .exp_avg_sq = a.states[1], .param_copy = a.copy, .n = n};

@@ -46,6 +46,21 @@ void check_device_config(const EngineConfig& config, Communicator& nccl, Communi
   }
 }
 
+// The CUDA kernels (kernels/cuda) implement Adam, AdamW and SGD; Lion and
+// Adagrad have CPU kernels only, so they run on a cuda engine only where the
+// update runs on the host: with offload_optimizer cpu or nvme.
+void check_cuda_optimizer(const EngineConfig& config) {
+  const OptimizerKind k = config.optimizer.kind;
+  if ((k == OptimizerKind::lion || k == OptimizerKind::adagrad) &&
+      config.offload.optimizer.device == OffloadDevice::none) {
+    throw ConfigError(fmt::format(
+        "{}: optimizer.type {} has no CUDA kernel: on the cuda compute device use Adam, AdamW or SGD, or set "
+        "zero_optimization.offload_optimizer.device to \"cpu\" or \"nvme\" (the update then runs on the host's "
+        "CPU kernels)",
+        config.source, optimizer_name(k)));
+  }
+}
+
 }  // namespace
 
 Engine::Engine(const EngineConfig& config, Communicator& comm)
@@ -54,12 +69,14 @@ Engine::Engine(const EngineConfig& config, Communicator& comm)
 }
 
 Engine::Engine(const EngineConfig& config, Communicator& nccl, Communicator& host)
-    : Engine(config, nccl, host, (check_device_config(config, nccl, host), make_cuda_ops(nccl))) {}
+    : Engine(config, nccl, host,
+             (check_device_config(config, nccl, host), check_cuda_optimizer(config), make_cuda_ops(nccl))) {}
 
 Engine::Engine(const EngineConfig& config, Communicator& device_comm, Communicator& host_comm,
                std::unique_ptr<DeviceOps> ops) {
   ZS_CHECK(ops != nullptr, "Engine: null DeviceOps");
   if (!ops->host_addressable()) check_device_config(config, device_comm, host_comm);
+  if (ops->device() == ComputeDevice::cuda) check_cuda_optimizer(config);
   s_ = std::make_unique<EngineState>(config, device_comm, host_comm, std::move(ops));
   init();
 }

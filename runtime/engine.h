@@ -177,8 +177,9 @@ class Engine {
   /// host communicator over the same ranks in the same order (the one nccl
   /// was bootstrapped from). Both must outlive the engine. Throws
   /// ConfigError in a build without CUDA, when `nccl` is not an
-  /// NcclCommunicator, when the ranks differ, or for offload_param without
-  /// offload_optimizer; DeviceError if the device fails.
+  /// NcclCommunicator, when the ranks differ, for offload_param without
+  /// offload_optimizer, or for Lion / Adagrad without offload_optimizer
+  /// (they have CPU kernels only); DeviceError if the device fails.
   Engine(const EngineConfig& config, Communicator& nccl, Communicator& host);
   /// An engine on the compute device `ops` (runtime/device_ops.h), whose
   /// memory `device_comm`'s collectives must accept; host messages on

@@ -52,12 +52,13 @@ void validate_manifest(const Manifest& m, const std::string& path) {
   if (m.tensors.empty() || m.tensors.front() != "master") {
     bad(path, "tensors", "the first per-unit tensor must be \"master\" (the fp32 parameter values)");
   }
-  const std::set<std::string> states = {"exp_avg", "exp_avg_sq", "momentum_buffer"};
+  const std::set<std::string> states = {"exp_avg", "exp_avg_sq", "momentum_buffer", "sum"};
   std::set<std::string> seen_tensors;
   for (std::size_t t = 1; t < m.tensors.size(); ++t) {
     if (!states.count(m.tensors[t]) || !seen_tensors.insert(m.tensors[t]).second) {
       bad(path, fmt::format("tensors[{}]", t),
-          fmt::format("\"{}\" is not an optimizer state (exp_avg, exp_avg_sq, momentum_buffer) or is listed twice",
+          fmt::format("\"{}\" is not an optimizer state (exp_avg, exp_avg_sq, momentum_buffer, sum) or is listed "
+                      "twice",
                       m.tensors[t]));
     }
   }

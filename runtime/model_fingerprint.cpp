@@ -136,7 +136,7 @@ void check_same_model(Communicator& comm, const EngineConfig& c, const FlatLayou
   const OptimizerHyper& o = c.optimizer;
   Hash hyper;
   for (Word w : {bits(o.lr), bits(o.beta1), bits(o.beta2), bits(o.eps), bits(o.weight_decay), bits(o.momentum),
-                 bits(o.dampening), Word{o.nesterov}}) {
+                 bits(o.dampening), Word{o.nesterov}, bits(o.lr_decay), bits(o.initial_accumulator_value)}) {
     hyper.word(w);
   }
   Hash stage3;
@@ -149,7 +149,8 @@ void check_same_model(Communicator& comm, const EngineConfig& c, const FlatLayou
       {{"compute dtype (bf16.enabled / fp16.enabled)", show_dtype}, static_cast<Word>(c.compute_dtype)},
       {{"optimizer.type", [](Word w) { return std::string(optimizer_name(static_cast<OptimizerKind>(w))); }},
        static_cast<Word>(o.kind)},
-      {{"optimizer.params (lr, betas, eps, weight_decay, momentum, dampening, nesterov)", show_hash}, hyper.h},
+      {{"optimizer.params (lr, betas, eps, weight_decay, momentum, dampening, nesterov, lr_decay, "
+        "initial_accumulator_value)", show_hash}, hyper.h},
       {{"gradient_accumulation_steps", show_int}, static_cast<Word>(c.gradient_accumulation_steps)},
       {{"gradient_clipping", show_double}, bits(c.gradient_clipping)},
       {{"communication_data_type", [](Word w) { return w == 0 ? std::string("unset") : show_dtype(w - 1); }},

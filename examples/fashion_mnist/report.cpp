@@ -117,6 +117,12 @@ nlohmann::json to_json(const EngineConfig& config) {
     params["momentum"] = o.momentum;
     params["dampening"] = o.dampening;
     params["nesterov"] = o.nesterov;
+  } else if (o.kind == OptimizerKind::lion) {
+    params["betas"] = {o.beta1, o.beta2};
+  } else if (o.kind == OptimizerKind::adagrad) {
+    params["eps"] = o.eps;
+    params["lr_decay"] = o.lr_decay;
+    params["initial_accumulator_value"] = o.initial_accumulator_value;
   } else {
     params["betas"] = {o.beta1, o.beta2};
     params["eps"] = o.eps;

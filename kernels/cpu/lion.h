@@ -9,7 +9,13 @@
 //   m = beta2 * m + (1 - beta2) * g
 // where sign(c) is 1 for c > 0, -1 for c < 0 and c itself otherwise (so +-0
 // stays +-0 and NaN stays NaN, as torch.sign). The factor 1 - lr*weight_decay
-// is computed in double and rounded to float once per step, as for AdamW.
+// is computed in double and rounded to float once per step, as for AdamW
+// (lion-pytorch's p.data.mul_(1. - lr * wd) with Python floats); 1 - beta1
+// and 1 - beta2 are float operations on the rounded betas, as DeepSpeed's
+// cpu_lion and FusedLion compute them (torch has no Lion). Each other
+// operation is one float32 operation without FMA (fp_strict.h). DeepSpeed's
+// kernels differ at c == 0 only (FusedLion moves p by +lr there, cpu_lion by
+// -copysign(lr, c)); Chen et al.'s sign(0) = 0 leaves p at p * decay.
 // Mixed precision as in adam.h.
 #pragma once
 
@@ -19,12 +25,13 @@
 
 namespace zeroshard::kernels {
 
-/// Per-step scalars of a Lion update.
+/// Per-step scalars of a Lion update (optimizer.h's lion_scalars derives
+/// them from the config's doubles).
 struct LionScalars {
-  float lr = 0;
-  float beta1 = 0.9f;
-  float beta2 = 0.99f;
-  float weight_decay = 0;
+  float lr = 0;            ///< f(lr): p moves by exactly lr * sign(c)
+  float beta1 = 0.9f;      ///< f(beta1)
+  float beta2 = 0.99f;     ///< f(beta2)
+  float weight_decay = 0;  ///< f(weight_decay) (informational: decay_factor applies it)
   float decay_factor = 1;  ///< (float)(1 - (double)lr * weight_decay)
   float grad_scale = 1;    ///< multiplies every gradient element first
 };

@@ -18,6 +18,7 @@
 #include <doctest/doctest.h>
 
 #include "core/error.h"
+#include "kernels/cpu/adagrad.h"
 #include "kernels/cpu/adam.h"
 #include "kernels/cpu/convert.h"
 #include "kernels/cpu/grad_check.h"
@@ -181,6 +182,52 @@ TEST_CASE("lion_update equals lion_update_reference bit for bit") {
       }
     }
   });
+}
+
+TEST_CASE("adagrad_update equals adagrad_update_reference bit for bit") {
+  // Later steps with and without L2 decay, and a first step that starts the
+  // sum at initial_accumulator_value (kernels/cpu/adagrad.h).
+  struct Case {
+    double weight_decay, lr_decay, initial;
+    long long step;
+  };
+  for (const Case& k : {Case{0.0, 0.0, 0.0, 3}, Case{0.1, 0.2, 0.0, 4}, Case{0.05, 0.0, 0.3, 1}}) {
+    const auto s = kernels::make_adagrad_scalars(1e-2, k.lr_decay, 1e-10, k.weight_decay, k.initial, k.step, 0.75f);
+    CAPTURE(k.weight_decay);
+    CAPTURE(k.step);
+    for_each_target_and_threads([&] {
+      for (const std::size_t n : kSizes) {
+        for (const std::size_t off : kOffsets) {
+          CAPTURE(n);
+          CAPTURE(off);
+          const OptimizerCase c(n, off, 47 * n + off);
+          // The sum is state1 (non-negative, as a sum of squares is).
+          check_optimizer(
+              c,
+              [&](float* p, const void* g, DType gd, float*, float* sum, void* cp, DType cd, std::size_t e) {
+                kernels::adagrad_update(p, g, gd, sum, cp, cd, e, s);
+              },
+              [&](float* p, const void* g, DType gd, float*, float* sum, void* cp, DType cd, std::size_t e) {
+                kernels::adagrad_update_reference(p, g, gd, sum, cp, cd, e, s);
+              },
+              off);
+        }
+      }
+    });
+  }
+}
+
+TEST_CASE("make_adagrad_scalars rounds torch's Python floats once") {
+  const auto s = kernels::make_adagrad_scalars(1e-2, 0.5, 1e-10, 0.1, 0.25, 3, 2.0f);
+  CHECK(s.neg_clr == static_cast<float>(-(1e-2 / (1.0 + 2 * 0.5))));
+  CHECK(s.eps == 1e-10f);
+  CHECK(s.weight_decay == 0.1f);
+  CHECK(s.initial_sum == 0.25f);
+  CHECK(s.grad_scale == 2.0f);
+  CHECK_FALSE(s.first_step);
+  CHECK(kernels::make_adagrad_scalars(1e-2, 0.5, 1e-10, 0.0, 0.0, 1).first_step);
+  CHECK(kernels::make_adagrad_scalars(1e-2, 0.5, 1e-10, 0.0, 0.0, 1).neg_clr == -1e-2f);
+  CHECK_THROWS_AS(kernels::make_adagrad_scalars(1e-2, 0.0, 1e-10, 0.0, 0.0, 0), InvariantError);
 }
 
 TEST_CASE("lion_update_reference follows Chen et al. 2023 on one element") {

@@ -103,7 +103,7 @@ run 120 "stage equivalence, 2 hosts x 2 ranks (TCP)" \
   "${tb_mpirun[@]}" -np 4 --host zs-host0:2,zs-host1:2 -x ZS_STAGE_EQUIVALENCE_DIGEST="$work/two-hosts.txt" "$stage" --minimal --no-colors
 step "stage equivalence: one host against two hosts, bit for bit"
 lines=$(wc -l <"$work/one-host.txt")
-[ "$lines" = 16 ] || { echo "multinode: FAILED: expected 16 digest lines (2 optimizers x 2 sizes x 4 stages), got $lines" >&2; exit 1; }
+[ "$lines" = 32 ] || { echo "multinode: FAILED: expected 32 digest lines (4 optimizers: SGD, AdamW, Lion, Adagrad x 2 sizes x 4 stages), got $lines" >&2; exit 1; }
 if ! diff "$work/one-host.txt" "$work/two-hosts.txt"; then
   echo "multinode: FAILED: the runs across 2 hosts differ from the run on one host (lines above)" >&2
   exit 1

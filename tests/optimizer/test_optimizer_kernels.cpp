@@ -40,14 +40,20 @@ OptimizerHyper hyper(OptimizerKind kind) {
 }  // namespace
 
 TEST_CASE("optimizer_update equals the scalar reference bit for bit") {
-  for (auto kind : {OptimizerKind::adam, OptimizerKind::adamw, OptimizerKind::sgd}) {
+  for (auto kind : {OptimizerKind::adam, OptimizerKind::adamw, OptimizerKind::sgd, OptimizerKind::lion,
+                    OptimizerKind::adagrad}) {
     for (bool nesterov : {false, true}) {
-      if (nesterov && kind != OptimizerKind::sgd) continue;
+      // The second pass: SGD's Nesterov form; Adagrad's lr_decay and initial accumulator.
+      if (nesterov && kind != OptimizerKind::sgd && kind != OptimizerKind::adagrad) continue;
       for (std::size_t n : {0, 1, 7, 57, 10001}) {
         CAPTURE(optimizer_name(kind));
         CAPTURE(n);
         OptimizerHyper h = hyper(kind);
-        h.nesterov = nesterov;
+        h.nesterov = nesterov && kind == OptimizerKind::sgd;
+        if (nesterov && kind == OptimizerKind::adagrad) {
+          h.lr_decay = 0.1;
+          h.initial_accumulator_value = 0.5;
+        }
         const int ns = optimizer_state_count(h);
         std::vector<float> p1 = random_vector(n, 1, 1.0f), p2 = p1;
         std::vector<std::vector<float>> s1(ns, std::vector<float>(n, 0.0f)), s2 = s1;

@@ -13,6 +13,7 @@
 //                                        step, save "fixed" again with the crash hook
 //                                        (ZS_CHECKPOINT_CRASH_AT) set by the caller
 //   checkpoint_driver latest DIR STEPS   `latest` loads and has STEPS optimizer steps
+// ZS_CKPT_OPTIMIZER=Lion or Adagrad trains with that optimizer instead of AdamW.
 // Exit code 0 on success, 1 with a message on the first mismatch.
 #include <cstdio>
 #include <cstdlib>
@@ -35,11 +36,20 @@ using namespace zeroshard::testing;
 
 namespace {
 
+// AdamW, or the optimizer ZS_CKPT_OPTIMIZER names ("Lion" or "Adagrad").
 EngineConfig config(int stage) {
   OptimizerHyper h;
   h.kind = OptimizerKind::adamw;
   h.lr = 1e-2f;
   h.weight_decay = 0.05f;
+  const char* name = std::getenv("ZS_CKPT_OPTIMIZER");
+  const std::string opt = name != nullptr ? name : "";
+  if (opt == "Lion") h.kind = OptimizerKind::lion;
+  if (opt == "Adagrad") {
+    h.kind = OptimizerKind::adagrad;
+    h.lr_decay = 0.1;
+  }
+  if (!opt.empty() && h.kind == OptimizerKind::adamw) throw ConfigError("ZS_CKPT_OPTIMIZER: unknown " + opt);
   return make_config(stage, h);
 }
 

@@ -1,5 +1,5 @@
 // Checkpoints at this process group's world size: exact resume (fp32, bf16,
-// fp16 with its loss scaler), atomic layout, keep_last, and the errors for a
+// fp16 with its loss scaler; AdamW, Lion, Adagrad), atomic layout, keep_last, and the errors for a
 // flipped byte, a truncated or deleted shard, another model, another format
 // version, and a save in the middle of gradient accumulation.
 #include <cstring>
@@ -92,6 +92,49 @@ TEST_CASE("12 steps straight == 6 steps, save, load in a new engine, 6 steps (bi
       CHECK(straight.current_lr(0) == second.current_lr(0));
       CHECK(straight.current_lr(1) == second.current_lr(1));
       for (ParamId p : ms.params) CHECK(straight.gather_parameter(p) == second.gather_parameter(p));
+    }
+  }
+}
+
+TEST_CASE("Lion and Adagrad: resume bit for bit at every stage; manifest names their states; cross-load refused") {
+  for (const OptimizerKind kind : {OptimizerKind::lion, OptimizerKind::adagrad}) {
+    for (DType dtype : {DType::f32, DType::bf16}) {
+      for (int stage = 0; stage <= 3; ++stage) {
+        CAPTURE(optimizer_name(kind));
+        CAPTURE(dtype_name(dtype));
+        CAPTURE(stage);
+        const std::string dir =
+            fresh_dir(fmt::format("resume-{}-{}-{}", optimizer_name(kind), dtype_name(dtype), stage));
+        EngineConfig cfg = config_for(dtype, stage);
+        cfg.optimizer.kind = kind;
+        cfg.optimizer.lr_decay = kind == OptimizerKind::adagrad ? 0.1 : 0.0;  // the step count matters
+        Engine straight(cfg, world());
+        CkptModel ms(straight);
+        for (int s = 1; s <= 8; ++s) ms.train_step(straight, s);
+        Engine first(cfg, world());
+        CkptModel m1(first);
+        for (int s = 1; s <= 4; ++s) m1.train_step(first, s);
+        first.save_checkpoint(dir, {});
+        world().barrier();
+        const Manifest man = Manifest::read(dir + "/step-00000004");
+        const std::vector<std::string> want_tensors = {"master", kind == OptimizerKind::lion ? "exp_avg" : "sum"};
+        CHECK(man.tensors == want_tensors);
+        CHECK(man.optimizer.at("type") == optimizer_name(kind));
+        Engine second(cfg, world());
+        CkptModel m2(second);
+        second.load_checkpoint(dir);
+        CHECK(m2.state(second) == m1.state(first));
+        for (int s = 5; s <= 8; ++s) m2.train_step(second, s);
+        CHECK(ms.state(straight) == m2.state(second));
+        // The other one-state optimizer cannot read these states.
+        EngineConfig other = cfg;
+        other.optimizer.kind = kind == OptimizerKind::lion ? OptimizerKind::adagrad : OptimizerKind::lion;
+        Engine wrong(other, world());
+        CkptModel mw(wrong);
+        const std::string err = load_error(wrong, dir);
+        CHECK(err.find(fmt::format("holds tensors [master, {}] but this optimizer ({}) needs", want_tensors[1],
+                                   optimizer_name(other.optimizer.kind))) != std::string::npos);
+      }
     }
   }
 }

@@ -55,6 +55,65 @@ TEST_CASE("optimizer types: Adam is AdamW unless adam_w_mode is false (DeepSpeed
   CHECK(s.optimizer.nesterov);
 }
 
+TEST_CASE("optimizer types Lion and Adagrad: DeepSpeed's names (any case), defaults and params") {
+  const EngineConfig l = EngineConfig::from_json(json::parse(R"({"optimizer": {"type": "lion"}})"));
+  CHECK(l.optimizer.kind == OptimizerKind::lion);
+  CHECK(l.optimizer.lr == 1e-3);  // FusedLion / DeepSpeedCPULion: lr 1e-3, betas (0.9, 0.999), weight_decay 0
+  CHECK(l.optimizer.beta1 == 0.9);
+  CHECK(l.optimizer.beta2 == 0.999);
+  CHECK(l.optimizer.weight_decay == 0.0);
+  const EngineConfig l2 = EngineConfig::from_json(json::parse(
+      R"({"optimizer": {"type": "Lion", "params": {"lr": 1e-4, "betas": [0.95, 0.98], "weight_decay": 0.1}}})"));
+  CHECK(l2.optimizer.lr == 1e-4);
+  CHECK(l2.optimizer.beta1 == 0.95);
+  CHECK(l2.optimizer.beta2 == 0.98);
+  CHECK(l2.optimizer.weight_decay == 0.1);
+  const EngineConfig a = EngineConfig::from_json(json::parse(R"({"optimizer": {"type": "ADAGRAD"}})"));
+  CHECK(a.optimizer.kind == OptimizerKind::adagrad);
+  CHECK(a.optimizer.lr == 1e-2);  // torch.optim.Adagrad / DeepSpeedCPUAdagrad
+  CHECK(a.optimizer.eps == 1e-10);
+  CHECK(a.optimizer.lr_decay == 0.0);
+  CHECK(a.optimizer.initial_accumulator_value == 0.0);
+  const EngineConfig a2 = EngineConfig::from_json(json::parse(
+      R"({"optimizer": {"type": "Adagrad", "params": {"lr": 0.1, "eps": 1e-8, "weight_decay": 0.01,
+                                                    "lr_decay": 0.5, "initial_accumulator_value": 0.25}},
+          "zero_allow_untested_optimizer": true})"));
+  CHECK(a2.optimizer.lr == 0.1);
+  CHECK(a2.optimizer.eps == 1e-8);
+  CHECK(a2.optimizer.weight_decay == 0.01);
+  CHECK(a2.optimizer.lr_decay == 0.5);
+  CHECK(a2.optimizer.initial_accumulator_value == 0.25);
+}
+
+TEST_CASE("Lion and Adagrad: keys of other optimizers and out-of-range values are errors naming the key") {
+  std::string m = error_of(R"({"optimizer": {"type": "Adagrad", "params": {"betas": [0.9, 0.99]}}})");
+  CHECK(m.find("\"optimizer.params.betas\" applies only to Adam,AdamW,Lion (optimizer.type is \"Adagrad\")") !=
+        std::string::npos);
+  m = error_of(R"({"optimizer": {"type": "Lion", "params": {"eps": 1e-8}}})");
+  CHECK(m.find("\"optimizer.params.eps\" applies only to Adam,AdamW,Adagrad (optimizer.type is \"Lion\")") !=
+        std::string::npos);
+  m = error_of(R"({"optimizer": {"type": "Lion", "params": {"lr_decay": 0.1}}})");
+  CHECK(m.find("\"optimizer.params.lr_decay\" applies only to Adagrad") != std::string::npos);
+  m = error_of(R"({"optimizer": {"type": "AdamW", "params": {"initial_accumulator_value": 0.1}}})");
+  CHECK(m.find("\"optimizer.params.initial_accumulator_value\" applies only to Adagrad") != std::string::npos);
+  m = error_of(R"({"optimizer": {"type": "Lion", "params": {"momentum": 0.9}}})");
+  CHECK(m.find("\"optimizer.params.momentum\" applies only to SGD") != std::string::npos);
+  m = error_of(R"({"optimizer": {"type": "Lion", "params": {"betas": [0.9, 1.0]}}})");
+  CHECK(m.find("\"optimizer.params.betas\" = [0.9, 1] is invalid: each beta must be in [0, 1)") != std::string::npos);
+  m = error_of(R"({"optimizer": {"type": "Adagrad", "params": {"lr_decay": -1}}})");
+  CHECK(m.find("\"optimizer.params.lr_decay\" = -1 is invalid: must be >= 0") != std::string::npos);
+  m = error_of(R"({"optimizer": {"type": "Adagrad", "params": {"initial_accumulator_value": -0.5}}})");
+  CHECK(m.find("\"optimizer.params.initial_accumulator_value\" = -0.5 is invalid: must be >= 0") !=
+        std::string::npos);
+  m = error_of(R"({"optimizer": {"type": "Adagrad", "params": {"eps": 0}}})");
+  CHECK(m.find("\"optimizer.params.eps\" = 0 is invalid: must be > 0") != std::string::npos);
+  m = error_of(R"({"optimizer": {"type": "Adagrad", "params": {"lr_dekay": 0.1}}})");
+  CHECK(m.find("did you mean \"optimizer.params.lr_decay\"?") != std::string::npos);
+  m = error_of(R"({"optimizer": {"type": "OneBitAdam"}})");
+  CHECK(m.find("\"optimizer.type\" = \"OneBitAdam\" is not supported: zeroshard implements Adam, AdamW, SGD, Lion "
+               "and Adagrad") != std::string::npos);
+}
+
 TEST_CASE("errors name the key and the value") {
   std::string m = error_of(R"({"zero_optimisation": {"stage": 2}})");
   CHECK(m.find("\"zero_optimisation\"") != std::string::npos);
@@ -154,6 +213,28 @@ TEST_CASE("the cuda engine constructor refuses what it cannot run, naming why") 
     what = e.what();
   }
   CHECK(what.find("offload_param needs offload_optimizer on the cuda compute device") != std::string::npos);
+  // Lion and Adagrad have CPU kernels only: refused unless the update runs on the host.
+  for (const OptimizerKind kind : {OptimizerKind::lion, OptimizerKind::adagrad}) {
+    EngineConfig o;
+    o.optimizer.kind = kind;
+    what.clear();
+    try {
+      Engine e(o, self, self);
+    } catch (const ConfigError& e) {
+      what = e.what();
+    }
+    CHECK(what.find(fmt::format("optimizer.type {} has no CUDA kernel", optimizer_name(kind))) != std::string::npos);
+    o.zero.stage = 1;
+    o.offload.optimizer.device = OffloadDevice::cpu;  // passes this check; the next one is the communicator's
+    what.clear();
+    try {
+      Engine e(o, self, self);
+    } catch (const ConfigError& e) {
+      what = e.what();
+    }
+    CHECK(what.find("has no CUDA kernel") == std::string::npos);
+    CHECK(what.find(ZS_HAVE_CUDA ? "needs an NcclCommunicator" : "needs a CUDA build") != std::string::npos);
+  }
 }
 
 TEST_CASE("nesting deeper than 32 levels is an error naming the file and the byte offset") {

@@ -460,7 +460,8 @@ TEST_CASE("ds_config: every problem in one message: types, values, refused keys,
   INFO(m);
   CHECK(m.find("ds.json: 12 problems in the configuration:\n") == 0);
   for (const char* part : {"\"gradient_clipping\" = \"big\" must be a number",
-                           "\"optimizer.type\" = \"Lamb\" is not supported: zeroshard implements Adam, AdamW and SGD",
+                           "\"optimizer.type\" = \"Lamb\" is not supported: zeroshard implements Adam, AdamW, SGD, Lion and "
+                           "Adagrad",
                            "\"optimizer.params.momentum\" applies only to SGD (optimizer.type is \"Lamb\")",
                            "\"fp16.auto_cast\" = true is not supported",
                            "\"sparse_attention\" = {\"mode\":\"fixed\"} is not supported",

@@ -1,5 +1,5 @@
 // Engine values against closed forms, at this process group's world size and
-// every stage: AdamW/Adam/SGD from the starting point, odd shapes
+// every stage: AdamW/Adam/SGD/Lion/Adagrad from the starting point, odd shapes
 // and empty shards, the global gradient norm and clipping, parameter groups.
 #include <algorithm>
 #include <cmath>
@@ -25,6 +25,19 @@ std::vector<double> closed_form(const OptimizerHyper& h, std::vector<double> p, 
   for (int t = 1; t <= steps; ++t) {
     for (std::size_t i = 0; i < p.size(); ++i) {
       double gi = g;
+      if (h.kind == OptimizerKind::lion) {  // Chen et al. 2023, Alg. 1, decoupled decay
+        const double c = b1 * m[i] + (1 - b1) * gi;
+        p[i] = p[i] * (1.0 - lr * wd) - lr * (c > 0 ? 1.0 : c < 0 ? -1.0 : 0.0);
+        m[i] = b2 * m[i] + (1 - b2) * gi;
+        continue;
+      }
+      if (h.kind == OptimizerKind::adagrad) {  // torch.optim.Adagrad
+        gi += wd * p[i];
+        if (t == 1) v[i] = h.initial_accumulator_value;
+        v[i] += gi * gi;
+        p[i] -= lr / (1 + (t - 1) * h.lr_decay) * gi / (std::sqrt(v[i]) + eps);
+        continue;
+      }
       if (h.kind == OptimizerKind::adamw) p[i] *= 1.0 - lr * wd;
       if (h.kind != OptimizerKind::adamw) gi += wd * p[i];
       if (h.kind == OptimizerKind::sgd) {
@@ -46,7 +59,7 @@ std::vector<double> closed_form(const OptimizerHyper& h, std::vector<double> p, 
 
 }  // namespace
 
-TEST_CASE("AdamW, Adam and SGD equal their closed forms when sharded") {
+TEST_CASE("AdamW, Adam, SGD, Lion and Adagrad equal their closed forms when sharded") {
   OptimizerHyper adamw;
   adamw.kind = OptimizerKind::adamw;
   adamw.lr = 1e-3f;
@@ -60,7 +73,17 @@ TEST_CASE("AdamW, Adam and SGD equal their closed forms when sharded") {
   sgd.momentum = 0.9f;
   OptimizerHyper nesterov = sgd;
   nesterov.nesterov = true;
-  for (const OptimizerHyper& h : {adamw, adam, sgd, nesterov}) {
+  OptimizerHyper lion = adamw;
+  lion.kind = OptimizerKind::lion;
+  lion.beta2 = 0.99;
+  OptimizerHyper adagrad;
+  adagrad.kind = OptimizerKind::adagrad;
+  adagrad.lr = 1e-2;
+  adagrad.eps = 1e-10;
+  adagrad.weight_decay = 0.01;
+  adagrad.lr_decay = 0.1;
+  adagrad.initial_accumulator_value = 0.1;
+  for (const OptimizerHyper& h : {adamw, adam, sgd, nesterov, lion, adagrad}) {
     const std::vector<double> want = closed_form(h, {1.0, -2.0, 0.5}, 1e-6, 3);
     for (int stage = 0; stage <= 3; ++stage) {
       CAPTURE(optimizer_name(h.kind));
@@ -86,14 +109,13 @@ float rank_grad(int p, std::size_t i, int s, int r) {
   return std::sin(0.7f * static_cast<float>(i) + 1.3f * p + 0.4f * s) * static_cast<float>(r + 1);
 }
 
-void check_shapes(const std::vector<std::vector<std::int64_t>>& shapes, const std::vector<int>& unit_of,
-                  const std::vector<int>& group_of) {
+// The engine at every stage against the scalar reference update applied to
+// the mean gradient, unsharded; group 1 overrides lr and weight_decay.
+void check_shapes_with(const OptimizerHyper& h, const std::vector<std::vector<std::int64_t>>& shapes,
+                       const std::vector<int>& unit_of, const std::vector<int>& group_of) {
   const int n = world().world_size(), r = world().rank();
-  OptimizerHyper h;
-  h.kind = OptimizerKind::adamw;
-  h.lr = 1e-2f;
-  h.weight_decay = 0.1f;
   for (int stage = 0; stage <= 3; ++stage) {
+    CAPTURE(optimizer_name(h.kind));
     CAPTURE(stage);
     Engine e(make_config(stage, h), world());
     const GroupId g1 = e.add_param_group("second", {.lr = 5e-3f, .weight_decay = 0.0f});
@@ -138,6 +160,24 @@ void check_shapes(const std::vector<std::vector<std::int64_t>>& shapes, const st
       check_close(e.gather_parameter(ids[p]), ref[p], 1e-6, 1e-7, fmt::format("p{}", p));
     }
   }
+}
+
+// check_shapes_with for AdamW, Lion (one state, sign update) and Adagrad
+// (one state, lr_decay and an initial accumulator).
+void check_shapes(const std::vector<std::vector<std::int64_t>>& shapes, const std::vector<int>& unit_of,
+                  const std::vector<int>& group_of) {
+  OptimizerHyper h;
+  h.kind = OptimizerKind::adamw;
+  h.lr = 1e-2f;
+  h.weight_decay = 0.1f;
+  check_shapes_with(h, shapes, unit_of, group_of);
+  h.kind = OptimizerKind::lion;
+  check_shapes_with(h, shapes, unit_of, group_of);
+  h.kind = OptimizerKind::adagrad;
+  h.eps = 1e-10;
+  h.lr_decay = 0.05;
+  h.initial_accumulator_value = 0.1;
+  check_shapes_with(h, shapes, unit_of, group_of);
 }
 
 }  // namespace

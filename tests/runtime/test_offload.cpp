@@ -206,6 +206,34 @@ TEST_CASE("offload cpu and nvme match no offload bitwise at stages 1-3") {
   }
 }
 
+TEST_CASE("Lion and Adagrad (one state each): offload cpu, nvme and nvme parameters match no offload bitwise") {
+  for (const OptimizerKind kind : {OptimizerKind::lion, OptimizerKind::adagrad}) {
+    for (const int stage : {1, 2, 3}) {
+      CAPTURE(optimizer_name(kind));
+      CAPTURE(stage);
+      const DType dt = stage == 2 ? DType::bf16 : DType::f32;
+      const Result want = train(config(stage, dt, 1, {}, kind), 3);
+      REQUIRE(want.states.size() == want.master.size());  // exactly one state array per parameter
+      std::vector<OffloadConfig> variants;
+      OffloadConfig cpu;
+      cpu.optimizer.device = OffloadDevice::cpu;
+      variants.push_back(cpu);
+      variants.push_back(nvme(4096, 1, false));  // several sub-groups through the swap pipeline
+      if (stage == 3) {
+        OffloadConfig p = nvme();
+        p.param.device = OffloadDevice::nvme;
+        p.param.nvme_path = (swap_root() / "param").string();
+        p.param.max_in_cpu = 0;
+        variants.push_back(p);
+      }
+      for (std::size_t v = 0; v < variants.size(); ++v) {
+        CAPTURE(v);
+        check_bitwise(train(config(stage, dt, 1, variants[v], kind), 3), want);
+      }
+    }
+  }
+}
+
 TEST_CASE("offload to a tmpfs directory (buffered fallback) matches no offload") {
   if (!fs::is_directory("/dev/shm")) return;
   OffloadConfig o = nvme();
