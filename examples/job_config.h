@@ -25,6 +25,8 @@ struct ConfigFlags {
   std::string config_path;                  ///< --config ("": the program's defaults)
   int stage = -1;                           ///< --stage; -1: from the config or the defaults
   std::optional<std::int64_t> micro_batch;  ///< --micro-batch: fills "auto" train_micro_batch_size_per_gpu
+  /// --gradient-accumulation-steps: fills "auto" gradient_accumulation_steps
+  std::optional<std::int64_t> accumulation;
   std::optional<double> lr;                 ///< --lr: fills "auto" optimizer.params.lr
   std::vector<std::string> fills;           ///< --fill KEY=JSON: fills "auto" KEY
   bool breakdown = false;                   ///< --breakdown: sets wall_clock_breakdown
@@ -57,6 +59,7 @@ inline EngineConfig adamw_job_defaults(std::int64_t micro_batch, double lr, doub
 inline ConfigOptions config_fills(const ConfigFlags& f) {
   ConfigOptions fill;
   if (f.micro_batch) fill.fill("train_micro_batch_size_per_gpu", *f.micro_batch);
+  if (f.accumulation) fill.fill("gradient_accumulation_steps", *f.accumulation);
   if (f.lr) fill.fill("optimizer.params.lr", *f.lr);
   for (const std::string& kv : f.fills) {
     const std::size_t eq = kv.find('=');
@@ -73,7 +76,8 @@ inline ConfigOptions config_fills(const ConfigFlags& f) {
 /// The configuration of a job on `world_size` data-parallel ranks:
 ///  - with --config, the file read by EngineConfig::from_file with `fill`
 ///    (config_fills plus the hidden size) and the world size;
-///  - without, `defaults` with --micro-batch and --lr set over it;
+///  - without, `defaults` with --micro-batch, --gradient-accumulation-steps
+///    and --lr set over it;
 /// then --stage, --breakdown and --trace over either, then `adjust` (the
 /// program's own overrides, e.g. --bf16), then EngineConfig::validate and
 /// validate_for_world.
@@ -84,6 +88,7 @@ inline EngineConfig make_job_config(const ConfigFlags& f, ConfigOptions fill, En
   fill.world_size = world_size;
   EngineConfig c = f.config_path.empty() ? std::move(defaults) : EngineConfig::from_file(f.config_path, fill);
   if (f.config_path.empty() && f.micro_batch) c.train_micro_batch_size_per_gpu = *f.micro_batch;
+  if (f.config_path.empty() && f.accumulation) c.gradient_accumulation_steps = *f.accumulation;
   if (f.config_path.empty() && f.lr) c.optimizer.lr = *f.lr;
   if (f.stage >= 0) c.zero.stage = f.stage;
   if (f.breakdown) c.observe.wall_clock_breakdown = true;

@@ -269,6 +269,10 @@ int main(int argc, char** argv) {
                  "value of an \"auto\" train_micro_batch_size_per_gpu in --config (without --config: the "
                  "micro-batch, default 32)")
       ->check(CLI::Range(std::int64_t{1}, std::int64_t{1} << 40));
+  app.add_option("--gradient-accumulation-steps", o.config.accumulation,
+                 "value of an \"auto\" gradient_accumulation_steps in --config (without --config: the "
+                 "micro-batches per optimizer step, default 1)")
+      ->check(CLI::Range(std::int64_t{1}, std::int64_t{1} << 40));
   app.add_option("--lr", o.config.lr,
                  "value of an \"auto\" optimizer.params.lr in --config (without --config: the learning rate, "
                  "default 1e-3)")

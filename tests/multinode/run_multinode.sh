@@ -12,8 +12,11 @@
 #      writing a digest (ZS_STAGE_EQUIVALENCE_DIGEST) of every run's losses
 #      and final parameters; the two digests must be identical, bit for bit
 #      ([Note: reduction order across hosts]);
-#  (c) the main job, examples/fashion_mnist, at stage 3 for a few steps on
-#      2 hosts x 1 rank;
+#  (c) the main jobs across hosts against the same world size on this
+#      machine: fashion_mnist at stage 3 on 2 hosts x 1 rank (final
+#      accuracy and last loss equal in its report), gpt at dp 2 x tp 2 on 2
+#      hosts x 2 ranks (every printed loss equal), and the stress program
+#      with nvme offload on 2 hosts x 1 rank;
 #  (d) scripts/zs-launch running the main job on 3 hosts with checkpoints,
 #      zs-host2's processes killed mid-run: it must resume on 2 hosts from
 #      the 3-rank checkpoint and finish;
@@ -110,8 +113,42 @@ if ! diff "$work/one-host.txt" "$work/two-hosts.txt"; then
 fi
 echo "multinode: ok: all $lines runs (losses and final parameters) bitwise equal"
 
+# (c) The main jobs across hosts against the same world size on one
+# machine: every printed loss and the final accuracy identical.
+fm=("$build/examples/fashion_mnist" --stage 3 --epochs 1 --max-steps 20)
+run 150 "fashion_mnist stage 3, 20 steps, 2 ranks on this machine" mpirun -np 2 "${fm[@]}" --report "$work/fm-one.json"
 run 150 "fashion_mnist stage 3, 20 steps, 2 hosts x 1 rank" \
-  "${tb_mpirun[@]}" -np 2 --host zs-host0,zs-host1 "$build/examples/fashion_mnist" --stage 3 --epochs 1 --max-steps 20
+  "${tb_mpirun[@]}" -np 2 --host zs-host0,zs-host1 "${fm[@]}" --report "$work/fm-two.json"
+gpt=("$build/examples/gpt" --tp 2 --stage 3 --steps 6 --eval-every 3 --eval-batches 2 --layers 2 --dim 64 --heads 4 --seq 64)
+run 200 "gpt dp 2 x tp 2, 6 steps, 4 ranks on this machine" sh -c "mpirun -np 4 ${gpt[*]} > $work/gpt-one.out"
+run 200 "gpt dp 2 x tp 2, 6 steps, 2 hosts x 2 ranks (tp groups inside a host)" \
+  sh -c "$testbed mpirun -np 4 --host zs-host0:2,zs-host1:2 ${gpt[*]} > $work/gpt-two.out"
+step "main jobs: one machine against two hosts"
+python3 - "$work/fm-one.json" "$work/fm-two.json" <<'PY' || { echo "multinode: FAILED: fashion_mnist across hosts differs" >&2; exit 1; }
+import json, sys
+def find(j, k):
+    if isinstance(j, dict):
+        if k in j:
+            return j[k]
+        for v in j.values():
+            r = find(v, k)
+            if r is not None:
+                return r
+    return None
+a, b = ({k: find(json.load(open(p)), k) for k in ("final_accuracy", "last_step_loss")} for p in sys.argv[1:])
+keys = ("final_accuracy", "last_step_loss")
+diff = [k for k in keys if a[k] != b[k]]
+print("multinode: fashion_mnist", {k: a.get(k) for k in keys}, "on both" if not diff else f"differs in {diff}: {[b.get(k) for k in diff]}")
+sys.exit(1 if diff or any(a.get(k) is None for k in keys) else 0)
+PY
+if ! diff <(grep -E "^step|validation loss" "$work/gpt-one.out") <(grep -E "^step|validation loss" "$work/gpt-two.out"); then
+  echo "multinode: FAILED: the gpt losses across hosts differ from one machine (lines above)" >&2
+  exit 1
+fi
+echo "multinode: ok: gpt's $(grep -cE "^step|validation loss" "$work/gpt-one.out") loss lines identical"
+run 200 "offload_stress, nvme, 2 hosts x 1 rank (every step checked against a replay)" \
+  "${tb_mpirun[@]}" -np 2 --host zs-host0,zs-host1 "$build/examples/zs_offload_stress" --params 2e6 --units 4 \
+  --steps 2 --nvme-path "$work/stress"
 
 # (d) scripts/zs-launch: host 2's processes are killed once the first
 # checkpoint is complete; the job must go on from it on hosts 0 and 1.

@@ -220,8 +220,10 @@ TEST_CASE("breakdown: the parts add up to the step; hidden communication with an
     // The breakdown's step runs from one boundary's accounting to the next,
     // the loop's from one step() return to the next; they differ by how long
     // the observer's own all-gathers waited for the other ranks, which varies
-    // (several ms on oversubscribed sanitizer builds), hence the absolute slack.
-    CHECK(std::abs(sum - measured_ms) <= 0.05 * measured_ms + 10.0);
+    // with the load (seen: 6% on an ASan build at 3 ranks on 2 cores, 16% at
+    // 4 ranks beside a compiler), hence the slack: this catches a step
+    // counted twice or half, not the last milliseconds.
+    CHECK(std::abs(sum - measured_ms) <= 0.25 * measured_ms + 10.0);
     CHECK(f.compute >= 5.0 * 2 * kUnits * 0.9);  // the loop's spans
     CHECK(f.optimizer > 0);
     if (!overlap) {
