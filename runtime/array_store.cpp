@@ -19,15 +19,6 @@ namespace fs = std::filesystem;
 
 namespace {
 
-MemTier tier_of(OffloadDevice d) {
-  switch (d) {
-    case OffloadDevice::none: return MemTier::device;
-    case OffloadDevice::cpu: return MemTier::host;
-    case OffloadDevice::nvme: return MemTier::nvme;
-  }
-  return MemTier::device;
-}
-
 std::string array_name(ArrayRef a) {
   switch (a.kind) {
     case ArrayKind::params: return "param";
@@ -83,51 +74,20 @@ ArrayStore::~ArrayStore() {
   }
 }
 
+// Tiers and sub-groups from the plan (runtime/array_plan.h); swap
+// folders for the nvme tiers.
 void ArrayStore::assign_tiers() {
-  const OffloadConfig& c = o_.offload;
-  const std::size_t sg = c.sub_group_elements();
-  const MemTier opt = tier_of(c.optimizer.device), param = tier_of(c.param.device);
-  std::int64_t in_cpu = c.param.max_in_cpu;
-  std::uint64_t opt_bytes = 0, param_bytes = 0;
-  const std::uint64_t f = sizeof(float), e = dtype_size(o_.dtype);
+  ArrayPlan plan = plan_arrays(layout_, o_.plan_options());
   units_.resize(layout_.units().size());
   for (std::size_t i = 0; i < units_.size(); ++i) {
-    UnitArrays& us = units_[i];
-    const UnitInfo& info = layout_.units()[i];
-    const std::size_t shard = info.shard;
-    for (std::size_t b = 0; b < shard; b += sg) us.subgroups.push_back(SubGroup{b, std::min(shard, b + sg)});
-    if (o_.stage == 0 || shard == 0) continue;
-    us.optimizer_tier = opt;
-    if (opt == MemTier::nvme) {
-      opt_bytes += shard * f * static_cast<std::uint64_t>(o_.state_count + (o_.mixed() ? 1 : 0));
-      if (o_.stage >= 2) opt_bytes += shard * e;
-    }
-    if (o_.stage != 3) continue;
-    us.param_tier = param;
-    if (param == MemTier::nvme && static_cast<std::int64_t>(shard) <= in_cpu) {
-      us.param_tier = MemTier::host;  // offload_param.max_in_cpu
-      in_cpu -= static_cast<std::int64_t>(shard);
-    }
-    if (us.param_tier == MemTier::nvme) {
-      if (static_cast<std::int64_t>(shard) > c.param.buffer_size) {
-        throw ConfigError(fmt::format(
-            "{}: unit \"{}\" has a parameter shard of {} elements, more than "
-            "zero_optimization.offload_param.buffer_size ({}); raise buffer_size",
-            o_.source, info.name, shard, c.param.buffer_size));
-      }
-      param_bytes += shard * e;
-    }
+    units_[i].param_tier = plan.units[i].param_tier;
+    units_[i].optimizer_tier = plan.units[i].optimizer_tier;
+    units_[i].subgroups = std::move(plan.units[i].subgroups);
   }
-  offloaded_ = opt != MemTier::device || param != MemTier::device;
-  if (!c.uses_nvme()) return;
-  // A write goes to a temporary next to the file it replaces: room for
-  // every staging set's sub-group (all arrays) and a unit's parameters.
-  std::uint64_t largest = 0;
-  for (const UnitInfo& info : layout_.units()) largest = std::max<std::uint64_t>(largest, info.shard);
-  const std::uint64_t arrays = static_cast<std::uint64_t>(o_.state_count + 2 + (o_.mixed() ? 1 : 0));
-  const std::uint64_t in_flight = static_cast<std::uint64_t>(c.optimizer.buffer_count) * arrays * f *
-                                      std::min<std::uint64_t>(largest, sg) + largest * e;
-  open_swap_folders(opt_bytes, param_bytes, in_flight);
+  offloaded_ = plan.offloaded;
+  arrays_ = std::move(plan.arrays);
+  if (!o_.offload.uses_nvme()) return;
+  open_swap_folders(plan.nvme_optimizer_bytes, plan.nvme_param_bytes, plan.nvme_in_flight_bytes);
 }
 
 void ArrayStore::open_swap_folders(std::uint64_t optimizer_bytes, std::uint64_t param_bytes,
@@ -162,25 +122,21 @@ void ArrayStore::open_swap_folders(std::uint64_t optimizer_bytes, std::uint64_t 
   }
 }
 
+// Allocates and records what the plan lists; arrays on nvme get no memory.
 void ArrayStore::allocate() {
-  const int r = o_.rank;
-  for (std::size_t i = 0; i < units_.size(); ++i) {
-    const UnitInfo& info = layout_.units()[i];
-    UnitArrays& us = units_[i];
-    const UnitId u = static_cast<UnitId>(i);
-    const std::uint64_t full_pad = info.padded - info.numel, shard_pad = info.shard - info.logical_in_shard(r);
-    // Arrays on nvme get no memory here.
-    auto make = [&](ArrayRef a, MemCategory c) {
-      const std::uint64_t n = numel(u, a), pad = n == info.padded ? full_pad : shard_pad;
-      const DType t = dtype(a);
-      ledger_.add(c, tier(u, a), n * dtype_size(t), pad * dtype_size(t));
-      return ops(u, a).allocate(tier(u, a) == MemTier::nvme ? 0 : n, t);
-    };
-    us.params = make({ArrayKind::params}, MemCategory::parameters);
-    us.grad = make({ArrayKind::grad}, MemCategory::gradients);
-    if (o_.mixed()) us.master = make({ArrayKind::master}, MemCategory::master_weights);
-    for (int k = 0; k < o_.state_count; ++k) us.states.push_back(make({ArrayKind::state, k}, MemCategory::optimizer_states));
+  for (const ArrayAllocation& x : arrays_) {
+    UnitArrays& us = units_[static_cast<std::size_t>(x.unit)];
+    ledger_.add(x.category, x.tier, x.bytes, x.padding);
+    DeviceArray buf = ops(x.unit, x.array).allocate(x.tier == MemTier::nvme ? 0 : x.numel, x.dtype);
+    switch (x.array.kind) {
+      case ArrayKind::params: us.params = std::move(buf); break;
+      case ArrayKind::grad: us.grad = std::move(buf); break;
+      case ArrayKind::master: us.master = std::move(buf); break;
+      case ArrayKind::state: us.states.push_back(std::move(buf)); break;
+    }
   }
+  arrays_.clear();
+  arrays_.shrink_to_fit();
 }
 
 ArrayStore::UnitArrays& ArrayStore::unit(UnitId u) {
@@ -195,23 +151,12 @@ const ArrayStore::UnitArrays& ArrayStore::unit(UnitId u) const {
 
 MemTier ArrayStore::tier(UnitId u, ArrayRef a) const {
   const UnitArrays& us = unit(u);
-  if (a.kind == ArrayKind::params) return o_.stage == 3 ? us.param_tier : MemTier::device;
-  if (a.kind == ArrayKind::grad && o_.stage < 2) return MemTier::device;
-  return us.optimizer_tier;
+  return array_tier(o_.stage, us.param_tier, us.optimizer_tier, a);
 }
 
-std::size_t ArrayStore::numel(UnitId u, ArrayRef a) const {
-  const UnitInfo& info = layout_.unit(u);
-  switch (a.kind) {
-    case ArrayKind::params: return o_.stage < 3 ? info.padded : info.shard;
-    case ArrayKind::grad: return o_.stage < 2 ? info.padded : info.shard;
-    default: return o_.stage == 0 ? info.padded : info.shard;
-  }
-}
+std::size_t ArrayStore::numel(UnitId u, ArrayRef a) const { return array_numel(o_.stage, layout_.unit(u), a); }
 
-DType ArrayStore::dtype(ArrayRef a) const {
-  return a.kind == ArrayKind::params || a.kind == ArrayKind::grad ? o_.dtype : DType::f32;
-}
+DType ArrayStore::dtype(ArrayRef a) const { return array_dtype(o_.dtype, a); }
 
 bool ArrayStore::in_device_memory(UnitId u, ArrayRef a) const {
   return !ops_.host_addressable() && tier(u, a) == MemTier::device;

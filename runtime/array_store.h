@@ -48,25 +48,13 @@
 #include "offload/io_engine.h"
 #include "offload/swap_directory.h"
 #include "offload/swap_pipeline.h"
+#include "runtime/array_plan.h"
 #include "runtime/device_ops.h"
 #include "runtime/flat_layout.h"
 #include "runtime/offload_config.h"
 #include "runtime/swap_sharing.h"
 
 namespace zeroshard {
-
-/// One sub-group: elements [begin, end) of a unit's shard.
-struct SubGroup {
-  std::size_t begin = 0;
-  std::size_t end = 0;
-};
-
-/// A unit's array, as the store names it.
-enum class ArrayKind { params, master, state, grad };
-struct ArrayRef {
-  ArrayKind kind = ArrayKind::params;
-  int state = 0;  ///< optimizer state index for ArrayKind::state
-};
 
 /// What the ArrayStore needs to know besides the layout.
 struct ArrayStoreOptions {
@@ -78,9 +66,15 @@ struct ArrayStoreOptions {
   SwapSharers swap_sharers;       ///< ranks sharing each swap file system (free-space check)
   std::string source = "config";  ///< the configuration's name, for messages
   bool mixed() const { return dtype != DType::f32; }
+  /// The part of these options the array sizes depend on.
+  ArrayPlanOptions plan_options() const {
+    return ArrayPlanOptions{.stage = stage, .rank = rank, .dtype = dtype, .state_count = state_count,
+                            .offload = offload, .source = source};
+  }
 };
 
-/// Every array of every unit on this rank and its tier. Sizes: parameters
+/// Every array of every unit on this rank and its tier, as plan_arrays()
+/// (runtime/array_plan.h) lays them out. Sizes: parameters
 /// are the padded full flat buffer at stages 0-2, the shard at stage 3;
 /// gradients full at stages 0/1, shard at 2/3; master weights and states
 /// full at stage 0, shard at 1-3 (elements; FlatLayout gives padded and
@@ -91,7 +85,7 @@ struct ArrayStoreOptions {
 /// Thread safety: one thread (the engine's).
 class ArrayStore {
  public:
-  /// Picks each unit's tiers and sub-groups, opens the swap folders
+  /// Picks each unit's tiers and sub-groups (plan_arrays), opens the swap folders
   /// (checking free space), allocates every resident array (zeroed) and
   /// records all of them in `ledger`. `layout` must be finalized and
   /// outlive the store, as must `ops` and `ledger`. Throws ConfigError (a
@@ -258,6 +252,7 @@ class ArrayStore {
   std::unique_ptr<SwapDirectory> optimizer_dir_;
   std::unique_ptr<SwapDirectory> param_dir_;
   std::vector<UnitArrays> units_;
+  std::vector<ArrayAllocation> arrays_;  ///< the plan's arrays, until allocate() has made them
   OpenGradSubGroup open_grad_;
   std::deque<PendingGradWrite> grad_writes_;
   int params_staged_ = 0;

@@ -10,6 +10,7 @@
 #include "kernels/cpu/cast.h"
 #include "runtime/collective_error.h"
 #include "runtime/engine_state.h"
+#include "runtime/memory_estimate.h"
 #include "runtime/model_fingerprint.h"
 #include "runtime/storage_phase.h"
 
@@ -123,11 +124,13 @@ void allocate_state(EngineState& s, const SwapSharers& sharers) {
   const int stage = s.stage();
   const int r = s.rank();
   const DType dt = s.dtype();
+  // The options the memory estimator uses too (runtime/memory_estimate.h).
+  const ArrayPlanOptions plan = engine_array_plan_options(s.config, r);
   s.store = std::make_unique<ArrayStore>(
       s.layout, *s.ops, s.ledger,
-      ArrayStoreOptions{.stage = stage, .rank = r, .dtype = dt,
-                        .state_count = optimizer_state_count(s.config.optimizer), .offload = s.config.offload,
-                        .swap_sharers = sharers, .source = s.config.source});
+      ArrayStoreOptions{.stage = plan.stage, .rank = plan.rank, .dtype = plan.dtype,
+                        .state_count = plan.state_count, .offload = plan.offload,
+                        .swap_sharers = sharers, .source = plan.source});
   s.store->set_tracer(s.tracer());
   s.units.resize(s.layout.units().size());
   for (std::size_t i = 0; i < s.units.size(); ++i) {
