@@ -25,6 +25,8 @@
 
 #include "comm/communicator.h"
 #include "comm/mesh.h"
+#include "comm/mesh_placement.h"
+#include "comm/node_groups.h"
 #include "core/error.h"
 #include "examples/fashion_mnist/preflight.h"
 #include "examples/fashion_mnist/report.h"
@@ -123,6 +125,8 @@ int run(const Options& o) {
   const int tp = o.tp;
   const int dp = o.dp > 0 ? o.dp : std::max(1, world->world_size() / std::max(1, tp));
   Mesh mesh(*world, MeshShape{dp, tp});
+  // [Note: tensor-parallel placement]: said before anything else runs.
+  const TpPlacement placement = tp_placement(mesh, split_by_node(*world));
   const EngineConfig config = make_config(o, dp);
   if (!o.save_dir.empty()) check_save_dir(*world, o.save_dir);
   const TextCorpus corpus = load_text_corpus(o.data_dir, 0.05);
@@ -149,6 +153,7 @@ int run(const Options& o) {
         corpus.files, corpus.train.size(), corpus.valid.size(), corpus.unigram_bits, o.shape.layers, o.shape.heads,
         o.shape.dim, o.shape.context, gpt.full_parameter_count(), dp, tp, world->world_size(), config.zero.stage,
         dtype_name(config.compute_dtype), o.offload, o.micro_batch, o.seq, config.optimizer.lr);
+    fmt::print("gpt: {}\n", placement.describe());
     std::fflush(stdout);
   }
   // Each dp rank draws its own windows; the ranks of a tp group draw the same.

@@ -148,6 +148,8 @@ if ! diff <(losses "$work/gpt-one.out") <(losses "$work/gpt-two.out"); then
   exit 1
 fi
 echo "multinode: ok: gpt's $(grep -cE "^step|validation loss" "$work/gpt-one.out") loss lines identical"
+grep -qF "gpt: tensor-parallel groups (tp 2): all 2 inside a node (2 nodes)" "$work/gpt-two.out" ||
+  { echo "multinode: FAILED: gpt on 2 hosts x 2 ranks did not report its tp groups inside the hosts" >&2; grep "^gpt:" "$work/gpt-two.out" >&2; exit 1; }
 run 200 "offload_stress, nvme, 2 hosts x 1 rank (every step checked against a replay)" \
   "${tb_mpirun[@]}" -np 2 --host zs-host0,zs-host1 "$build/examples/zs_offload_stress" --params 2e6 --units 4 \
   --steps 2 --nvme-path "$work/stress"

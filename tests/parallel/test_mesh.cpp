@@ -4,11 +4,14 @@
 // sizes and the world size on every rank. Checks come after the collectives
 // of each case, so a failure on one rank never leaves the others waiting.
 #include <doctest/doctest.h>
+#include <fmt/format.h>
 
 #include <string>
 #include <vector>
 
 #include "comm/mesh.h"
+#include "comm/mesh_placement.h"
+#include "comm/node_groups.h"
 #include "core/error.h"
 #include "parallel_test_util.h"
 
@@ -138,6 +141,52 @@ TEST_CASE("mesh: a bad shape is a ConfigError naming dp, tp and the world size")
   double one = 1.0;
   w.all_reduce(&one, 1, DType::f64, ReduceOp::sum);
   CHECK(one == n);
+}
+
+}  // namespace
+}  // namespace zeroshard
+
+namespace zeroshard {
+namespace {
+
+// Synthetic nodes on one machine: ranks in blocks of `per_node` (by-slot
+// mapping) or dealt round-robin over `nodes` (--map-by node).
+std::string host_of(int rank, bool round_robin, int per_node_or_nodes) {
+  return "node" + std::to_string(round_robin ? rank % per_node_or_nodes : rank / per_node_or_nodes);
+}
+
+TEST_CASE("tp_placement: groups inside nodes under by-slot mapping, spanning under round-robin") {
+  Communicator& w = world();
+  const int n = w.world_size(), r = w.rank();
+  for (const MeshShape shape : factorisations(n)) {
+    const int dp = shape.dp, tp = shape.tp;
+    CAPTURE(dp);
+    CAPTURE(tp);
+    Mesh mesh(w, shape);
+    // Nodes of tp ranks each (by slot): every group inside one node.
+    {
+      const NodeGroups nodes = split_by_node(w, host_of(r, false, tp));
+      const TpPlacement p = tp_placement(mesh, nodes);
+      CHECK(p.num_nodes == dp);
+      CHECK(p.within_nodes());
+      CHECK(p.describe() == fmt::format("tensor-parallel groups (tp {}): all {} inside a node ({} node{})", tp, dp,
+                                        dp, dp == 1 ? "" : "s"));
+    }
+    // Two nodes, ranks dealt round-robin: with tp > 1 every group spans both.
+    if (n >= 2) {
+      const NodeGroups nodes = split_by_node(w, host_of(r, true, 2));
+      const TpPlacement p = tp_placement(mesh, nodes);
+      CHECK(p.num_nodes == 2);
+      std::vector<int> all;
+      if (tp > 1) {
+        for (int d = 0; d < dp; ++d) all.push_back(d);
+      }
+      CHECK(p.spanning_groups == all);
+      if (tp > 1) CHECK(p.describe().find("span nodes (dp ranks 0") != std::string::npos);
+    }
+    // One node: everything inside it.
+    CHECK(tp_placement(mesh, split_by_node(w, "one-machine")).within_nodes());
+  }
 }
 
 }  // namespace
