@@ -21,30 +21,10 @@ set -euo pipefail
 
 src="${1:?usage: run_elastic.sh SOURCE_ROOT BUILD_ROOT}"
 build="${2:?usage: run_elastic.sh SOURCE_ROOT BUILD_ROOT}"
-testbed="$src/scripts/testbed"
 export ZS_TESTBED_PREFIX="${ZS_TESTBED_PREFIX:-zsel}" ZS_TESTBED_NET="${ZS_TESTBED_NET:-10.214.0}"
-export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
-export OMPI_MCA_rmaps_base_oversubscribe=1 OMPI_MCA_mpi_yield_when_idle=1
-export OPENBLAS_NUM_THREADS=1
-
-skip() { echo "elastic: skipped: $*"; exit 77; }
-[ "$(id -u)" = 0 ] || skip "needs root with CAP_NET_ADMIN to create network namespaces (running as uid $(id -u))"
-command -v ip >/dev/null || skip "iproute2 (ip) is not installed (scripts/bootstrap installs it)"
-probe="$ZS_TESTBED_PREFIX-probe$$"
-if ! err=$(ip netns add "$probe" 2>&1); then
-  skip "cannot create network namespaces (needs CAP_NET_ADMIN): $err"
-fi
-ip netns delete "$probe"
-
-t0=$SECONDS
-work=$(mktemp -d /tmp/zs-elastic.XXXXXX)
-cleanup() {
-  "$testbed" down || echo "elastic: testbed down failed" >&2
-  rm -rf "$work"
-}
-trap cleanup EXIT
-trap 'exit 130' INT TERM
-step() { printf '\n=== elastic [%3ds] %s\n' $((SECONDS - t0)) "$*"; }
+job=elastic
+# shellcheck source=tests/multinode/testbed_job.sh
+source "$src/tests/multinode/testbed_job.sh"
 fail() { echo "elastic: FAILED: $*" >&2; exit 1; }
 ns() { echo "$ZS_TESTBED_PREFIX-h$1"; }
 link() { ip netns exec "$(ns "$1")" ip link set eth0 "$2"; }

@@ -43,6 +43,16 @@ OffloadConfig nvme(std::size_t sub_group = 4096, int buffers = 4, bool pipeline 
   return o;
 }
 
+// nvme() with the stage 3 parameter shards on nvme too (their own folder),
+// at most max_in_cpu elements of them kept in host memory.
+OffloadConfig nvme_params(std::int64_t max_in_cpu) {
+  OffloadConfig o = nvme();
+  o.param.device = OffloadDevice::nvme;
+  o.param.nvme_path = (swap_root() / "param").string();
+  o.param.max_in_cpu = max_in_cpu;
+  return o;
+}
+
 float init_value(int p, std::size_t i) { return 0.5f * std::sin(0.7f * static_cast<float>(i) + static_cast<float>(p)); }
 
 float grad_value(int step, int micro, int rank, int p, std::size_t i) {
@@ -170,13 +180,8 @@ TEST_CASE("offload cpu and nvme match no offload bitwise at stages 1-3") {
         variants.push_back(nvme());  // small reduction buckets: partial blocks per sub-group
         buckets.push_back(1000);
         if (stage == 3) {
-          OffloadConfig p = nvme();
-          p.param.device = OffloadDevice::nvme;
-          p.param.nvme_path = (swap_root() / "param").string();
-          p.param.max_in_cpu = 0;
-          variants.push_back(p);
-          p.param.max_in_cpu = 70;  // the first unit stays in host memory
-          variants.push_back(p);
+          variants.push_back(nvme_params(0));
+          variants.push_back(nvme_params(70));  // the first unit stays in host memory
           OffloadConfig pc;
           pc.param.device = OffloadDevice::cpu;
           variants.push_back(pc);
@@ -220,11 +225,7 @@ TEST_CASE("Lion and Adagrad (one state each): offload cpu, nvme and nvme paramet
       variants.push_back(cpu);
       variants.push_back(nvme(4096, 1, false));  // several sub-groups through the swap pipeline
       if (stage == 3) {
-        OffloadConfig p = nvme();
-        p.param.device = OffloadDevice::nvme;
-        p.param.nvme_path = (swap_root() / "param").string();
-        p.param.max_in_cpu = 0;
-        variants.push_back(p);
+        variants.push_back(nvme_params(0));
       }
       for (std::size_t v = 0; v < variants.size(); ++v) {
         CAPTURE(v);

@@ -1,0 +1,29 @@
+# The common start of the test-host drivers (run_multinode.sh,
+# run_elastic.sh), sourced after setting job (the name in messages), src
+# and build: Open MPI's environment for root and oversubscribed cores, the
+# skip (exit 77, one line saying why) where network namespaces cannot be
+# made, a work folder, the testbed brought down (and the work folder
+# removed) on exit, and step DESCRIPTION for the log's headings.
+testbed="$src/scripts/testbed"
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+export OMPI_MCA_rmaps_base_oversubscribe=1 OMPI_MCA_mpi_yield_when_idle=1
+export OPENBLAS_NUM_THREADS=1
+
+skip() { echo "$job: skipped: $*"; exit 77; }
+[ "$(id -u)" = 0 ] || skip "needs root with CAP_NET_ADMIN to create network namespaces (running as uid $(id -u))"
+command -v ip >/dev/null || skip "iproute2 (ip) is not installed (scripts/bootstrap installs it)"
+probe="$ZS_TESTBED_PREFIX-probe$$"
+if ! err=$(ip netns add "$probe" 2>&1); then
+  skip "cannot create network namespaces (needs CAP_NET_ADMIN): $err"
+fi
+ip netns delete "$probe"
+
+t0=$SECONDS
+work=$(mktemp -d "/tmp/zs-$job.XXXXXX")
+cleanup() {
+  "$testbed" down || echo "$job: testbed down failed" >&2
+  rm -rf "$work"
+}
+trap cleanup EXIT
+trap 'exit 130' INT TERM
+step() { printf '\n=== %s [%3ds] %s\n' "$job" $((SECONDS - t0)) "$*"; }
