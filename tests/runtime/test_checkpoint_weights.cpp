@@ -98,7 +98,8 @@ std::vector<float> rounded(const std::vector<float>& values, DType t) {
 }
 
 bool same_bits(const std::vector<float>& a, const std::vector<float>& b) {
-  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
+  // memcmp of two empty vectors would be passed null pointers (UB).
+  return a.size() == b.size() && (a.empty() || std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0);
 }
 
 // Checks <cdir>/model.safetensors against engine e's compute copy (gathered;
