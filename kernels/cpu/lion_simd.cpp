@@ -15,7 +15,7 @@
 #include "kernels/cpu/convert-inl.h"
 #include "kernels/cpu/convert.h"
 #include "kernels/cpu/lion.h"
-#include "kernels/cpu/thread_pool.h"
+#include "kernels/cpu/one_state_update.h"
 
 HWY_BEFORE_NAMESPACE();
 namespace zeroshard::kernels::HWY_NAMESPACE {
@@ -103,14 +103,8 @@ void lion_update(float* param, const void* grad, DType grad_dtype, float* exp_av
                  void* param_copy, DType copy_dtype, std::size_t n, const LionScalars& s) {
   check_kernel_dtype(grad_dtype, "grad");
   if (param_copy != nullptr) check_copy_dtype(copy_dtype);
-  if (n == 0) return;
-  const auto kernel = HWY_DYNAMIC_DISPATCH(LionRange);
-  const std::size_t gs = dtype_size(grad_dtype), cs = dtype_size(copy_dtype);
-  parallel_for_elements(n, [&](std::size_t b, std::size_t e) {
-    void* copy = param_copy == nullptr ? nullptr : static_cast<unsigned char*>(param_copy) + b * cs;
-    kernel(param + b, static_cast<const unsigned char*>(grad) + b * gs, grad_dtype, exp_avg + b,
-           copy, copy_dtype, e - b, s);
-  });
+  one_state_update(HWY_DYNAMIC_DISPATCH(LionRange), param, grad, grad_dtype, exp_avg, param_copy, copy_dtype, n,
+                   s);
 }
 
 }  // namespace zeroshard::kernels

@@ -15,7 +15,7 @@
 #include "kernels/cpu/convert-inl.h"
 #include "kernels/cpu/convert.h"
 #include "kernels/cpu/sgd.h"
-#include "kernels/cpu/thread_pool.h"
+#include "kernels/cpu/one_state_update.h"
 
 HWY_BEFORE_NAMESPACE();
 namespace zeroshard::kernels::HWY_NAMESPACE {
@@ -119,15 +119,8 @@ void sgd_update(float* param, const void* grad, DType grad_dtype, float* momentu
   if (param_copy != nullptr) check_copy_dtype(copy_dtype);
   ZS_CHECK(s.momentum == 0.0f || momentum_buffer != nullptr || n == 0,
            "SGD with momentum {} needs a momentum buffer", s.momentum);
-  if (n == 0) return;
-  const auto kernel = HWY_DYNAMIC_DISPATCH(SgdRange);
-  const std::size_t gs = dtype_size(grad_dtype), cs = dtype_size(copy_dtype);
-  const bool use_buf = s.momentum != 0.0f;
-  parallel_for_elements(n, [&](std::size_t b, std::size_t e) {
-    void* copy = param_copy == nullptr ? nullptr : static_cast<unsigned char*>(param_copy) + b * cs;
-    kernel(param + b, static_cast<const unsigned char*>(grad) + b * gs, grad_dtype,
-           use_buf ? momentum_buffer + b : nullptr, copy, copy_dtype, e - b, s);
-  });
+  one_state_update(HWY_DYNAMIC_DISPATCH(SgdRange), param, grad, grad_dtype,
+                   s.momentum != 0.0f ? momentum_buffer : nullptr, param_copy, copy_dtype, n, s);
 }
 
 void sgd_update(float* param, const float* grad, float* momentum_buffer, std::size_t n,
