@@ -213,6 +213,15 @@ void read_offload_tier(const Reader& r, const std::string& prefix, Tier& tier, C
   r.get(prefix + "pin_memory", tier.pin_memory);
 }
 
+// The stage3_* element counts (keys under zero_optimization.) and their
+// ZeroConfig fields: read_zero reads them, collect_range_problems checks them.
+constexpr std::pair<const char*, std::int64_t ZeroConfig::*> kStage3Counts[] = {
+    {"stage3_prefetch_bucket_size", &ZeroConfig::prefetch_bucket_size},
+    {"stage3_max_live_parameters", &ZeroConfig::max_live_parameters},
+    {"stage3_max_reuse_distance", &ZeroConfig::max_reuse_distance},
+    {"stage3_param_persistence_threshold", &ZeroConfig::param_persistence_threshold},
+    {"stage3_model_persistence_threshold", &ZeroConfig::model_persistence_threshold}};
+
 void read_zero(const Reader& r, const std::set<std::string>& bad, EngineConfig& c, ConfigDiagnostics& d) {
   const std::string z = "zero_optimization.";
   r.get(z + "stage", c.zero.stage);
@@ -221,11 +230,7 @@ void read_zero(const Reader& r, const std::set<std::string>& bad, EngineConfig& 
   bool overlap = false;
   if (r.get(z + "overlap_comm", overlap)) c.zero.overlap_comm = overlap;
   r.get(z + "contiguous_gradients", c.zero.contiguous_gradients);
-  r.get(z + "stage3_prefetch_bucket_size", c.zero.prefetch_bucket_size);
-  r.get(z + "stage3_max_live_parameters", c.zero.max_live_parameters);
-  r.get(z + "stage3_max_reuse_distance", c.zero.max_reuse_distance);
-  r.get(z + "stage3_param_persistence_threshold", c.zero.param_persistence_threshold);
-  r.get(z + "stage3_model_persistence_threshold", c.zero.model_persistence_threshold);
+  for (const auto& [key, field] : kStage3Counts) r.get(z + key, c.zero.*field);
   r.get(z + "stage3_gather_16bit_weights_on_model_save", c.zero.gather_16bit_weights_on_model_save);
   OffloadConfig& o = c.offload;
   r.get(z + "sub_group_size", o.sub_group_size);
@@ -279,14 +284,11 @@ void collect_range_problems(const EngineConfig& c, ConfigDiagnostics& d) {
     bad("zero_optimization.allgather_bucket_size", std::to_string(c.zero.allgather_bucket_size),
         "must be > 0 (elements)");
   }
-  const std::pair<const char*, std::int64_t> stage3_knobs[] = {
-      {"zero_optimization.stage3_prefetch_bucket_size", c.zero.prefetch_bucket_size},
-      {"zero_optimization.stage3_max_live_parameters", c.zero.max_live_parameters},
-      {"zero_optimization.stage3_max_reuse_distance", c.zero.max_reuse_distance},
-      {"zero_optimization.stage3_param_persistence_threshold", c.zero.param_persistence_threshold},
-      {"zero_optimization.stage3_model_persistence_threshold", c.zero.model_persistence_threshold}};
-  for (const auto& [key, value] : stage3_knobs) {
-    if (value < 0) bad(key, std::to_string(value), "must be >= 0 (elements)");
+  for (const auto& [key, field] : kStage3Counts) {
+    const std::int64_t value = c.zero.*field;
+    if (value < 0) {
+      bad(fmt::format("zero_optimization.{}", key).c_str(), std::to_string(value), "must be >= 0 (elements)");
+    }
   }
   if (!c.zero.contiguous_gradients) {
     bad("zero_optimization.contiguous_gradients", "false",
