@@ -5,12 +5,15 @@
 #      host that does not exist, are errors naming the host (exit 2);
 #  (b) the main job, examples/fashion_mnist at stage 3, 4 hosts x 1 rank,
 #      global batch 96, a checkpoint every 50 steps, 250 steps:
-#       - zs-host3 fails at a random step in 60..140 (its processes killed,
-#         its link down): the job restarts on 3 hosts from the last
-#         checkpoint (micro-batch 32 instead of 24: the same global batch);
-#       - zs-host3's link comes back; zs-host2 fails 10 steps after the
-#         restarted run's first checkpoint: the job restarts on zs-host0,
-#         zs-host1 and zs-host3 (added back) and completes its 250 steps;
+#       - zs-host3 crashes at a random step in 60..140 (its processes
+#         killed, and once they are gone its link down): the job restarts
+#         on 3 hosts from the last checkpoint (micro-batch 32 instead of
+#         24: the same global batch);
+#       - zs-host3's link comes back; zs-host2 goes silent 10 steps after
+#         the restarted run's first checkpoint (its link down first, so no
+#         connection to it is ever closed; then its processes killed): the
+#         job restarts on zs-host0, zs-host1 and zs-host3 (added back) and
+#         completes its 250 steps;
 #      its final test accuracy is within 1 point of an uninterrupted 4-rank
 #      run of the same global batch, no process is left in any test host,
 #      and the timeline (failure step, detection and restart times, steps
@@ -28,14 +31,23 @@ source "$src/tests/multinode/testbed_job.sh"
 fail() { echo "elastic: FAILED: $*" >&2; exit 1; }
 ns() { echo "$ZS_TESTBED_PREFIX-h$1"; }
 link() { ip netns exec "$(ns "$1")" ip link set eth0 "$2"; }
-# kill_host I: SIGKILL every process in test host I and take its link down.
-kill_host() {
-  local pids
-  pids=$(ip netns pids "$(ns "$1")" | tr '\n' ' ')
-  # shellcheck disable=SC2086
-  [ -z "$pids" ] || kill -9 $pids 2>/dev/null || true
-  link "$1" down
+# kill_processes I: SIGKILL every process in test host I and wait (up to
+# 10 s) until they are gone.
+kill_processes() {
+  local pids tries=0
+  while pids=$(ip netns pids "$(ns "$1")" | tr '\n' ' ') && [ -n "$pids" ] && [ $tries -lt 100 ]; do
+    # shellcheck disable=SC2086
+    kill -9 $pids 2>/dev/null || true
+    sleep 0.1
+    tries=$((tries + 1))
+  done
 }
+# crash_host I: host I's processes die (their connections are closed), then
+# its link goes down.
+crash_host() { kill_processes "$1"; link "$1" down; }
+# silence_host I: host I's link goes down first (nothing it had open is ever
+# closed towards the others), then its processes are killed.
+silence_host() { link "$1" down; kill_processes "$1"; }
 now() { date +%s.%N; }
 main="$build/examples/fashion_mnist"
 # The example's defaults with a line every 10 steps; the batch keys are
@@ -45,7 +57,7 @@ cat >"$work/config.json" <<'JSON'
  "gradient_clipping": 1.0, "zero_optimization": {"stage": 3},
  "optimizer": {"type": "AdamW", "params": {"lr": 1e-3, "betas": [0.9, 0.999], "eps": 1e-8, "weight_decay": 0.01}}}
 JSON
-job=(--config "$work/config.json" --epochs 1 --save-every 50 --max-steps 250 --seed 7)
+prog=(--config "$work/config.json" --epochs 1 --save-every 50 --max-steps 250 --seed 7)
 launch=("$src/scripts/zs-launch" --global-batch 96 --max-micro-batch 32 --probe-timeout 15 --mpirun "$testbed mpirun")
 
 step "bringing up 4 test hosts"
@@ -54,23 +66,23 @@ step "bringing up 4 test hosts"
 step "(a) errors before any start"
 link 3 down
 rc=0
-"${launch[@]}" --hosts zs-host0,zs-host1,zs-host2,zs-host3 --save-dir "$work/a" -- "$main" "${job[@]}" >"$work/a.out" 2>&1 || rc=$?
+"${launch[@]}" --hosts zs-host0,zs-host1,zs-host2,zs-host3 --save-dir "$work/a" -- "$main" "${prog[@]}" >"$work/a.out" 2>&1 || rc=$?
 [ "$rc" = 2 ] && grep -q "host zs-host3 cannot be reached" "$work/a.out" || { cat "$work/a.out" >&2; fail "unreachable host: exit status $rc"; }
 echo "elastic: ok: $(grep -m1 "cannot be reached" "$work/a.out" | cut -c1-150)"
 link 3 up
 printf 'zs-host0\nzs-host9 slots=1\n' >"$work/hostfile"
 rc=0
-"${launch[@]}" --hostfile "$work/hostfile" --save-dir "$work/a" -- "$main" "${job[@]}" >"$work/a.out" 2>&1 || rc=$?
+"${launch[@]}" --hostfile "$work/hostfile" --save-dir "$work/a" -- "$main" "${prog[@]}" >"$work/a.out" 2>&1 || rc=$?
 [ "$rc" = 2 ] && grep -q "host zs-host9 cannot be reached" "$work/a.out" || { cat "$work/a.out" >&2; fail "unknown host: exit status $rc"; }
 echo "elastic: ok: $(grep -m1 "cannot be reached" "$work/a.out" | cut -c1-150)"
 
 step "(b) the uninterrupted reference: 4 ranks, micro-batch 24"
-mpirun -np 4 "$main" "${job[@]}" --micro-batch 24 --gradient-accumulation-steps 1 --save-dir "$work/ref" \
+mpirun -np 4 "$main" "${prog[@]}" --micro-batch 24 --gradient-accumulation-steps 1 --save-dir "$work/ref" \
   >"$work/ref.out" 2>&1 || { tail -20 "$work/ref.out" >&2; fail "reference run"; }
 ref=$(grep -o "final test accuracy [0-9.]*" "$work/ref.out" | awk '{print $4}')
 echo "elastic: reference accuracy $ref"
 
-step "(b) the elastic run: zs-host3 then zs-host2 fail"
+step "(b) the elastic run: zs-host3 crashes, then zs-host2 goes silent"
 first=$((10 * (6 + RANDOM % 9)))  # 60, 70, ..., 140
 out="$work/elastic.out"
 : >"$out"
@@ -78,7 +90,7 @@ out="$work/elastic.out"
   # The first failure at step $first.
   until grep -qE "^  step +$first \|" "$out"; do sleep 0.1; done
   echo "killed zs-host3 at step $first at $(now)" >"$work/kill1"
-  kill_host 3
+  crash_host 3
   # The restarted run: its first new checkpoint, then 10 more steps.
   until [ "$(grep -c "resumed from" "$out")" -ge 1 ]; do sleep 0.1; done
   link 3 up  # zs-host3 is back (for the restart after the next failure)
@@ -86,12 +98,12 @@ out="$work/elastic.out"
   target=$((resumed + 60))
   until grep -qE "^  step +$target \|" "$out"; do sleep 0.1; done
   echo "killed zs-host2 at step $target at $(now)" >"$work/kill2"
-  kill_host 2
+  silence_host 2
 ) &
 killer=$!
 rc=0
 timeout --kill-after=10 400 "${launch[@]}" --hosts zs-host0,zs-host1,zs-host2,zs-host3 --save-dir "$work/ckpt" \
-  --max-restarts 2 --log "$work/elastic.log" -- "$main" "${job[@]}" >>"$out" 2>"$work/launch.err" || rc=$?
+  --max-restarts 2 --log "$work/elastic.log" -- "$main" "${prog[@]}" >>"$out" 2>"$work/launch.err" || rc=$?
 kill "$killer" 2>/dev/null || true  # still waiting for a step when the job ended early
 wait "$killer" 2>/dev/null || true
 cat "$work/elastic.log"

@@ -18,7 +18,10 @@ trap 'rm -rf "$work"' EXIT
 # MPI-like error) and $STUB_NO_DIR (the token is looked for elsewhere). A
 # job run appends "hosts=LIST args=ARGS" to $STUB_RUNS, and fails as if
 # the ranks on the host named in line K of $STUB_FAILS (K = the run's
-# number) were killed; an empty or missing line: the run succeeds.
+# number) were killed; an empty or missing line: the run succeeds. With
+# $STUB_STUCK set, a failing run then ignores SIGTERM (as mpirun waiting for
+# a daemon it cannot reach). Each run appends Open MPI's keepalive settings
+# it was given to $STUB_RUNS.keepalive.
 cat >"$work/mpirun" <<'EOF'
 #!/usr/bin/env bash
 [ "$1" = -np ] && [ "$3" = --host ] || { echo "stub mpirun: unexpected arguments $*" >&2; exit 99; }
@@ -31,11 +34,13 @@ if [ "$1" = sh ]; then
   exec "$@"
 fi
 echo "hosts=$hosts args=${*:2}" >>"$STUB_RUNS"
+echo "${OMPI_MCA_oob_tcp_keepalive_time:-} ${OMPI_MCA_oob_tcp_keepalive_intvl:-} ${OMPI_MCA_oob_tcp_keepalive_probes:-}" >>"$STUB_RUNS.keepalive"
 k=$(wc -l <"$STUB_RUNS")
 failed=$(sed -n "${k}p" "${STUB_FAILS:-/dev/null}" 2>/dev/null || true)
 mkdir -p "$(dirname "$STUB_LATEST")"; echo "step-$k" >"$STUB_LATEST"
 if [ -n "$failed" ]; then
   echo "mpirun noticed that process rank 1 with PID 4242 on node $failed exited on signal 9 (Killed)."
+  if [ -n "${STUB_STUCK:-}" ]; then trap '' TERM; exec sleep 60; fi
   exit 137
 fi
 echo "job ran"
@@ -57,13 +62,15 @@ check() {  # check DESCRIPTION WANTED_STATUS WANTED_TEXT CMD...
     echo "ok: $what"
   fi
 }
-fresh() { rm -rf "$work/ckpt" "$STUB_RUNS"; : >"$STUB_RUNS"; }
+fresh() { rm -rf "$work/ckpt" "$STUB_RUNS" "$STUB_RUNS.keepalive"; : >"$STUB_RUNS"; }
 run_launch() { "$launch" --save-dir "$work/ckpt" --mpirun "$work/mpirun" "$@"; }
 
 fresh
 check "no hosts" 2 "--hosts or --hostfile is required" run_launch -- prog
 check "no program" 2 "no program after --" run_launch --hosts a
 check "bad ranks per host" 2 "--ranks-per-host must be a positive integer (got '0')" run_launch --hosts a --ranks-per-host 0 -- prog
+check "silent-host timeout too small" 2 "--silent-host-timeout must be at least 2" run_launch --hosts a --silent-host-timeout 1 -- prog
+check "bad failure grace" 2 "--failure-grace must be a positive integer (got 'x')" run_launch --hosts a --failure-grace x -- prog
 printf 'a slots=2\nb slot=2\n' >"$work/hf"
 check "hostfile: unknown word" 2 "hf:2: unknown word 'slot=2'" run_launch --hostfile "$work/hf" -- prog
 printf 'a\n# comment\na slots=1\n' >"$work/hf"
@@ -108,6 +115,22 @@ check "gives up after --max-restarts" 1 "restarted 1 time(s) already (--max-rest
 check "a global batch that cannot be kept is said" 0 "global batch 7 cannot be kept at 3 ranks (micro-batch <= 2): using 2 x 1 x 3 = 6" \
   env STUB_FAILS=/dev/null "$launch" --hosts a,b,c --save-dir "$work/ckpt2" --mpirun "$work/mpirun" \
   --global-batch 7 --max-micro-batch 2 -- prog
+
+# A silent host is lost after about --silent-host-timeout s of keepalive.
+fresh
+check "keepalive from --silent-host-timeout" 0 "job finished on a" \
+  env STUB_FAILS=/dev/null "$launch" --hosts a --save-dir "$work/ckpt3" --mpirun "$work/mpirun" --silent-host-timeout 7 -- prog
+[ "$(cat "$STUB_RUNS.keepalive")" = "4 1 3" ] ||
+  { echo "FAILED: keepalive time/intvl/probes for 7 s: $(cat "$STUB_RUNS.keepalive") (want 4 1 3)" >&2; fails=$((fails + 1)); }
+
+# An mpirun that ignores SIGTERM after a failure is killed.
+fresh
+printf 'b\n' >"$work/fails"
+t_stuck=$SECONDS
+check "an mpirun stuck after a failure is killed" 0 "mpirun still running 1 s after SIGTERM; killing it" \
+  env STUB_FAILS="$work/fails" STUB_STUCK=1 "$launch" --hosts a,b --save-dir "$work/ckpt4" --mpirun "$work/mpirun" \
+  --failure-grace 1 -- prog
+[ $((SECONDS - t_stuck)) -lt 30 ] || { echo "FAILED: the stuck mpirun was ended only after $((SECONDS - t_stuck)) s" >&2; fails=$((fails + 1)); }
 
 [ "$fails" = 0 ] || { echo "test_zs_launch: $fails failed" >&2; exit 1; }
 echo "test_zs_launch: all passed"
