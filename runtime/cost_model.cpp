@@ -1,0 +1,243 @@
+#include "runtime/cost_model.h"
+
+#include <algorithm>
+#include <cmath>
+#include <fstream>
+#include <sstream>
+
+#include <fmt/format.h>
+
+#include "core/error.h"
+#include "optimizer/optimizer.h"
+#include "runtime/array_plan.h"
+#include "runtime/memory_estimate.h"
+
+namespace zeroshard {
+
+double CollectiveRates::time(double b) const {
+  if (bytes.empty() || bytes.size() != seconds.size()) {
+    throw ConfigError("the calibration has no collective timings (calibrate under mpirun with 2 or more ranks)");
+  }
+  if (b <= 0) return 0;
+  if (b <= bytes.front()) return seconds.front();
+  if (b >= bytes.back()) return seconds.back() * b / bytes.back();
+  const auto hi = static_cast<std::size_t>(std::upper_bound(bytes.begin(), bytes.end(), b) - bytes.begin());
+  const std::size_t lo = hi - 1;
+  const double f = (b - bytes[lo]) / (bytes[hi] - bytes[lo]);
+  return seconds[lo] + f * (seconds[hi] - seconds[lo]);
+}
+
+namespace {
+
+nlohmann::json rates_json(const CollectiveRates& c) { return {{"bytes", c.bytes}, {"seconds", c.seconds}}; }
+
+template <class T>
+T get(const nlohmann::json& j, const char* key, const std::string& source) {
+  if (!j.is_object() || !j.contains(key)) throw ConfigError(fmt::format("{}: missing key '{}'", source, key));
+  try {
+    return j.at(key).get<T>();
+  } catch (const nlohmann::json::exception&) {
+    throw ConfigError(fmt::format("{}: key '{}' has the wrong type ({})", source, key, j.at(key).dump()));
+  }
+}
+
+CollectiveRates rates_from(const nlohmann::json& j, const char* key, const std::string& source) {
+  const auto c = get<nlohmann::json>(j, key, source);
+  const std::string where = fmt::format("{}: {}", source, key);
+  CollectiveRates r{get<std::vector<double>>(c, "bytes", where), get<std::vector<double>>(c, "seconds", where)};
+  if (r.bytes.size() != r.seconds.size()) throw ConfigError(where + ": 'bytes' and 'seconds' differ in length");
+  for (std::size_t i = 0; i < r.bytes.size(); ++i) {
+    if (!(r.bytes[i] > 0) || !(r.seconds[i] >= 0) || (i > 0 && !(r.bytes[i] > r.bytes[i - 1]))) {
+      throw ConfigError(fmt::format("{}: entry {} (bytes {}, seconds {}) is not positive and ascending", where, i,
+                                    r.bytes[i], r.seconds[i]));
+    }
+  }
+  return r;
+}
+
+// Seconds of `total` elements cut into buckets of `bucket` elements, each
+// costing cost(bytes of the bucket).
+template <class F>
+double bucketed(double total, double bucket, double elem_bytes, F cost) {
+  if (total <= 0) return 0;
+  bucket = std::max(1.0, bucket);
+  const double full = std::floor(total / bucket);
+  const double rest = total - full * bucket;
+  return full * cost(bucket * elem_bytes) + (rest > 0 ? cost(rest * elem_bytes) : 0.0);
+}
+
+double last_bucket(double total, double bucket, double elem_bytes, auto cost) {
+  if (total <= 0) return 0;
+  bucket = std::max(1.0, bucket);
+  const double rest = total - std::floor(total / bucket) * bucket;
+  return cost((rest > 0 ? rest : bucket) * elem_bytes);
+}
+
+}  // namespace
+
+nlohmann::json MachineRates::to_json() const {
+  return {{"isa", isa},
+          {"threads", threads},
+          {"world_size", world_size},
+          {"optimizer_bandwidth", optimizer_bandwidth},
+          {"disk_read", disk_read},
+          {"disk_write", disk_write},
+          {"all_to_all", rates_json(all_to_all)},
+          {"all_gather", rates_json(all_gather)},
+          {"all_reduce", rates_json(all_reduce)}};
+}
+
+MachineRates MachineRates::from_json(const nlohmann::json& j, const std::string& source) {
+  MachineRates r;
+  r.isa = get<std::string>(j, "isa", source);
+  r.threads = get<int>(j, "threads", source);
+  r.world_size = get<int>(j, "world_size", source);
+  r.optimizer_bandwidth = get<double>(j, "optimizer_bandwidth", source);
+  r.disk_read = get<double>(j, "disk_read", source);
+  r.disk_write = get<double>(j, "disk_write", source);
+  r.all_to_all = rates_from(j, "all_to_all", source);
+  r.all_gather = rates_from(j, "all_gather", source);
+  r.all_reduce = rates_from(j, "all_reduce", source);
+  if (r.world_size < 1) throw ConfigError(fmt::format("{}: world_size {} is not positive", source, r.world_size));
+  if (!(r.optimizer_bandwidth > 0)) throw ConfigError(source + ": optimizer_bandwidth must be positive");
+  if (!(r.disk_read >= 0) || !(r.disk_write >= 0)) throw ConfigError(source + ": disk rates must not be negative");
+  return r;
+}
+
+MachineRates MachineRates::from_file(const std::string& path) {
+  std::ifstream in(path);
+  if (!in) throw IoError(fmt::format("{}: cannot read the calibration file", path));
+  std::stringstream ss;
+  ss << in.rdbuf();
+  nlohmann::json j;
+  try {
+    j = nlohmann::json::parse(ss.str());
+  } catch (const nlohmann::json::parse_error& e) {
+    throw ConfigError(fmt::format("{}: not JSON (byte {})", path, e.byte));
+  }
+  return from_json(j, path);
+}
+
+double optimizer_bytes_per_element(const EngineConfig& config) {
+  const bool mixed = config.compute_dtype != DType::f32;
+  const double states = optimizer_state_count(config.optimizer);
+  // weight (param or master) read + written, each state read + written, the gradient read,
+  // and in mixed precision the compute copy written.
+  return 8.0 + 8.0 * states + (mixed ? 2.0 : 4.0) + (mixed ? 2.0 : 0.0);
+}
+
+nlohmann::json StepCost::to_json() const {
+  return {{"loop_s", loop},           {"reduction_s", reduction}, {"gather_s", gather},
+          {"comm_exposed_s", comm_exposed}, {"optimizer_s", optimizer}, {"swap_s", swap},
+          {"swap_exposed_s", swap_exposed}, {"step_s", step()}};
+}
+
+StepCost predict_step(const FlatLayout& layout, const EngineConfig& config, int rank, const MachineRates& rates,
+                      double loop_seconds) {
+  const int n = layout.world_size();
+  const int stage = config.zero.stage;
+  const double micro = static_cast<double>(std::max<std::int64_t>(1, config.gradient_accumulation_steps));
+  const double total = static_cast<double>(layout.total_padded());
+  const double numel = std::max(1.0, static_cast<double>(layout.total_numel()));
+  const double b_c = static_cast<double>(dtype_size(config.compute_dtype));
+  const double b_m = static_cast<double>(dtype_size(config.communication_data_type.value_or(DType::f32)));
+  const bool overlap = config.zero.overlap();
+  StepCost c;
+  c.loop = loop_seconds * micro;
+  const double fwd = loop_seconds / 3.0, bwd = loop_seconds - fwd;
+
+  // Collectives at world n, from the calibrated world (bus-bandwidth scaling).
+  const bool comm = n > 1;
+  if (comm && rates.world_size < 2) {
+    throw ConfigError(fmt::format("the calibration was measured at 1 rank: collectives at {} ranks need a "
+                                  "calibration under mpirun with 2 or more ranks",
+                                  n));
+  }
+  const double scale = comm ? ((n - 1.0) / n) / ((rates.world_size - 1.0) / rates.world_size) : 0.0;
+  auto a2a = [&](double b) { return scale * rates.all_to_all.time(b); };
+  auto ag = [&](double b) { return scale * rates.all_gather.time(b); };
+  auto ordered_all_reduce = [&](double b) { return a2a(b) + ag(b); };
+  const auto bucket = static_cast<double>(config.zero.reduce_bucket_size);
+  const auto ag_bucket = static_cast<double>(config.zero.allgather_bucket_size);
+
+  // Gradient reduction: once per step at stages 0/1, every micro-batch at 2/3.
+  double reduce_once = 0, reduce_last = 0;
+  if (comm) {
+    if (stage <= 1) {
+      reduce_once = bucketed(total, bucket, b_m, ordered_all_reduce);
+      reduce_last = last_bucket(total, bucket, b_m, ordered_all_reduce);
+    } else {
+      reduce_once = bucketed(total, bucket, b_m, a2a);
+      reduce_last = last_bucket(total, bucket, b_m, a2a);
+    }
+  }
+  const double reductions = stage <= 1 ? 1.0 : micro;
+  c.reduction = reductions * reduce_once;
+  const double reduce_exposed_once = overlap ? std::max(0.0, reduce_once - reduce_last - bwd) + reduce_last : reduce_once;
+  c.comm_exposed = reductions * reduce_exposed_once;
+
+  // Where each array lives: the plan the ArrayStore allocates.
+  const ArrayPlan arrays = plan_arrays(layout, engine_array_plan_options(config, rank));
+  const bool param_nvme = arrays.nvme_param_bytes > 0;
+  if ((param_nvme || arrays.nvme_optimizer_bytes > 0) && !(rates.disk_read > 0 && rates.disk_write > 0)) {
+    throw ConfigError("nvme offload needs disk rates: calibrate with --nvme-path");
+  }
+
+  // Parameter all-gathers.
+  if (stage == 1 || stage == 2) {
+    if (comm) {
+      c.gather = bucketed(total, ag_bucket, b_c, ag);
+      c.comm_exposed += c.gather;
+    }
+  } else if (stage == 3) {
+    const auto& units = layout.units();
+    const std::size_t U = units.size();
+    std::vector<double> g(U), cf(U), cb(U);
+    double swap_reads = 0;
+    for (std::size_t u = 0; u < U; ++u) {
+      const double read = arrays.units[u].param_tier == MemTier::nvme
+                              ? static_cast<double>(units[u].shard) * b_c / rates.disk_read
+                              : 0.0;
+      swap_reads += read;
+      g[u] = (comm ? ag(static_cast<double>(units[u].padded) * b_c) : 0.0) + read;
+      const double share = static_cast<double>(units[u].numel) / numel;
+      cf[u] = fwd * share;
+      cb[u] = bwd * share;
+    }
+    double once = 0, exposed = 0;
+    for (std::size_t u = 0; u < U; ++u) {  // forward 0..U-1
+      once += g[u];
+      exposed += (overlap && u > 0) ? std::max(0.0, g[u] - cf[u - 1]) : g[u];
+    }
+    for (std::size_t k = 1; k < U; ++k) {  // backward U-2..0 (U-1 reused)
+      const std::size_t u = U - 1 - k;
+      once += g[u];
+      exposed += overlap ? std::max(0.0, g[u] - cb[u + 1]) : g[u];
+    }
+    // The disk reads are counted as swap, the rest as gather.
+    const double reads_per_micro = U == 0 ? 0.0 : swap_reads * (2.0 * static_cast<double>(U) - 1.0) / U;
+    c.gather = micro * (once - reads_per_micro);
+    c.swap += micro * reads_per_micro;
+    c.comm_exposed += micro * exposed;  // exposed reads included: they wait like the gathers
+  }
+
+  // The update.
+  double shard = 0;
+  for (const UnitInfo& u : layout.units()) shard += static_cast<double>(stage == 0 ? u.padded : u.shard);
+  c.optimizer = shard * optimizer_bytes_per_element(config) / rates.optimizer_bandwidth;
+
+  // Optimizer swap: the swapped arrays (master weights, states, and at
+  // stages 2/3 the gradient shards) read and written once per step; nvme
+  // parameter shards written once after the update.
+  const auto nvme_opt = static_cast<double>(arrays.nvme_optimizer_bytes);
+  const double opt_swap = nvme_opt > 0 ? nvme_opt / rates.disk_read + nvme_opt / rates.disk_write : 0.0;
+  const double param_write = static_cast<double>(arrays.nvme_param_bytes) / (param_nvme ? rates.disk_write : 1.0);
+  c.swap += opt_swap + param_write;
+  const auto& oo = config.offload.optimizer;
+  const bool pipelined = oo.pipeline_read && oo.pipeline_write && oo.buffer_count >= 2;
+  const double disk = opt_swap + param_write;
+  c.swap_exposed = pipelined ? std::max(disk, c.optimizer) - c.optimizer : disk;
+  return c;
+}
+
+}  // namespace zeroshard
