@@ -31,6 +31,9 @@ struct ConfigFlags {
   std::vector<std::string> fills;           ///< --fill KEY=JSON: fills "auto" KEY
   bool breakdown = false;                   ///< --breakdown: sets wall_clock_breakdown
   std::string trace_dir;                    ///< --trace DIR: zeroshard.trace on, output_path DIR
+  /// --calibration FILE (zs_plan --calibrate): the program prints the
+  /// predicted step time beside the measured one; sets wall_clock_breakdown.
+  std::string calibration_path;
 };
 
 /// AdamW (beta1 0.9, eps 1e-8) with the given micro-batch (sequences or
@@ -78,7 +81,7 @@ inline ConfigOptions config_fills(const ConfigFlags& f) {
 ///    (config_fills plus the hidden size) and the world size;
 ///  - without, `defaults` with --micro-batch, --gradient-accumulation-steps
 ///    and --lr set over it;
-/// then --stage, --breakdown and --trace over either, then `adjust` (the
+/// then --stage, --breakdown (or --calibration) and --trace over either, then `adjust` (the
 /// program's own overrides, e.g. --bf16), then EngineConfig::validate and
 /// validate_for_world.
 /// Throws ConfigError as EngineConfig::from_file / validate /
@@ -91,7 +94,7 @@ inline EngineConfig make_job_config(const ConfigFlags& f, ConfigOptions fill, En
   if (f.config_path.empty() && f.accumulation) c.gradient_accumulation_steps = *f.accumulation;
   if (f.config_path.empty() && f.lr) c.optimizer.lr = *f.lr;
   if (f.stage >= 0) c.zero.stage = f.stage;
-  if (f.breakdown) c.observe.wall_clock_breakdown = true;
+  if (f.breakdown || !f.calibration_path.empty()) c.observe.wall_clock_breakdown = true;
   if (!f.trace_dir.empty()) {
     c.observe.trace = true;
     c.observe.trace_output_path = f.trace_dir;

@@ -181,13 +181,14 @@ Plan make_plan(const PlanRequest& r) {
   if (plan.fits.empty()) {
     const PlanCandidate* smallest = nullptr;
     for (const PlanCandidate& c : plan.rejected) {
-      if (smallest == nullptr || c.bytes[0] < smallest->bytes[0]) smallest = &c;
+      if (smallest == nullptr || c.bytes[0] + c.bytes[1] < smallest->bytes[0] + smallest->bytes[1]) smallest = &c;
     }
     plan.nothing_fits =
         smallest == nullptr
             ? "no configuration of the engine applies to this request"
-            : fmt::format("nothing fits: the smallest device footprint is {} ({}: {}); {}", format_bytes(smallest->bytes[0]),
-                          smallest->label, tier_list(smallest->bytes), smallest->rejection);
+            : fmt::format("nothing fits: the smallest footprint in memory (device + host) is {} ({}: {}); {}",
+                          format_bytes(smallest->bytes[0] + smallest->bytes[1]), smallest->label,
+                          tier_list(smallest->bytes), smallest->rejection);
   }
   return plan;
 }

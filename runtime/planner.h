@@ -26,8 +26,9 @@
 // every tier is within its budget; a rejected one names each tier over
 // budget and by how much. Fits are ranked by predicted time per sample
 // (step time / samples per step) when rates are given, else by device bytes
-// (and the plan says so). When nothing fits, the plan names the smallest
-// device footprint of all candidates and the tiers it would need.
+// (and the plan says so). When nothing fits, the plan names the candidate
+// with the smallest footprint in memory (device + host) and what it would
+// need on each tier.
 #pragma once
 
 #include <array>
@@ -88,8 +89,8 @@ struct Plan {
   std::vector<PlanCandidate> fits;      ///< best first
   std::vector<PlanCandidate> rejected;  ///< in enumeration order
   bool ranked_by_time = false;          ///< false: by device bytes (no rates given)
-  /// Empty when something fits; otherwise the smallest device footprint of
-  /// all candidates and what it needs on each tier.
+  /// Empty when something fits; otherwise the candidate with the smallest
+  /// footprint in memory (device + host) and what it needs on each tier.
   std::string nothing_fits;
   const PlanCandidate* chosen() const { return fits.empty() ? nullptr : &fits.front(); }
 };

@@ -26,6 +26,7 @@
 #include <cstring>
 #include <exception>
 #include <fstream>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -39,6 +40,7 @@
 #include "examples/fashion_mnist/idx_dataset.h"
 #include "examples/fashion_mnist/preflight.h"
 #include "examples/fashion_mnist/report.h"
+#include "examples/report/plan_lines.h"
 #include "examples/report/run_charts.h"
 #include "examples/fashion_mnist/trainer.h"
 #include "runtime/collective_error.h"
@@ -140,6 +142,8 @@ int run(const Options& o) {
   if (world > 1) openblas_set_num_threads(1);
 #endif
   const EngineConfig config = make_config(o, world);
+  std::optional<MachineRates> rates;
+  if (!o.config.calibration_path.empty()) rates = MachineRates::from_file(o.config.calibration_path);
   if (rank == 0) {
     for (const std::string& w : config.warnings) std::fprintf(stderr, "fashion_mnist: warning: %s\n", w.c_str());
   }
@@ -216,13 +220,14 @@ int run(const Options& o) {
     }
   } else {
     LedgerFigures mine;
-    std::string table;
+    std::string table, predicted;
     nlohmann::json observe;
     const RunOutcome outcome = train_fresh(config, *comm, train, test, spec, [&](Engine& engine) {
       mine = LedgerFigures::of(engine.ledger());
       table = engine.ledger().table(
           fmt::format("memory ledger, rank {} of {}, stage {}", rank, world, engine.stage()));
       observe = finish_observed_run(engine);
+      if (rates) predicted = predicted_beside_measured(engine, *rates);
     });
     const auto all = gather_ledger_figures(*comm, mine);
     if (rank == 0) {
@@ -230,6 +235,7 @@ int run(const Options& o) {
                  outcome.result.final_accuracy, outcome.result.optimizer_steps,
                  outcome.result.wall_seconds, table);
       if (!table.empty() && table.back() != '\n') fmt::print("\n");
+      fmt::print("{}", predicted);
     }
     nlohmann::json per_rank = nlohmann::json::array();
     for (const LedgerFigures& f : all) per_rank.push_back(f.model_state);
@@ -279,6 +285,10 @@ int main(int argc, char** argv) {
       ->check(CLI::NonNegativeNumber);
   app.add_flag("--breakdown", o.config.breakdown,
                "print the step breakdown and straggler line every steps_per_print steps (wall_clock_breakdown)");
+  app.add_option("--calibration", o.config.calibration_path,
+                 "rates from zs_plan --calibrate: print the predicted step time beside the measured one "
+                 "(turns on wall_clock_breakdown)")
+      ->check(CLI::ExistingFile);
   app.add_option("--trace", o.config.trace_dir,
                  "write Chrome traces (trace-rank<r>.json and the merged trace.json) to this directory");
   app.add_option("--fill", o.config.fills,

@@ -9,6 +9,7 @@
 #include <optional>
 
 #include "core/error.h"
+#include "examples/report/plan_lines.h"
 #include "examples/report/progress_line.h"
 
 namespace zeroshard::examples {
@@ -246,6 +247,10 @@ RunOutcome train_fresh(const EngineConfig& config, Communicator& comm, const Lab
   Mlp mlp(engine, spec.layer_sizes,
           std::max(std::size_t(config.train_micro_batch_size_per_gpu), spec.train.eval_batch));
   engine.finalize();
+  if (comm.rank() == 0 && spec.train.print_epochs) {
+    fmt::print("{}", estimate_beside_ledger(engine));
+    std::fflush(stdout);
+  }
   mlp.initialize(spec.init_seed);
   TrainOptions options = spec.train;
   if (spec.resume) {

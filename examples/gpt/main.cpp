@@ -35,6 +35,7 @@
 #include "examples/job_config.h"
 #include "examples/job_error.h"
 #include "examples/report/progress_line.h"
+#include "examples/report/plan_lines.h"
 #include "examples/report/run_charts.h"
 #include "runtime/collective_error.h"
 #include "runtime/config.h"
@@ -53,6 +54,7 @@ struct Options {
   int stage = -1;
   bool breakdown = false;  ///< --breakdown: wall_clock_breakdown
   std::string trace_dir;   ///< --trace DIR: Chrome traces
+  std::string calibration_path;  ///< --calibration FILE: predicted vs measured step time
   bool bf16 = false;
   std::string offload = "none";  ///< offload_optimizer device: none or cpu
   GptShape shape;
@@ -83,6 +85,7 @@ EngineConfig make_config(const Options& o, int dp) {
   flags.stage = o.stage;
   flags.breakdown = o.breakdown;
   flags.trace_dir = o.trace_dir;
+  flags.calibration_path = o.calibration_path;
   flags.micro_batch = o.micro_batch;
   flags.lr = o.lr;
   ConfigOptions fill = config_fills(flags);
@@ -134,9 +137,12 @@ int run(const Options& o) {
     throw ConfigError(fmt::format("--seq {} exceeds --context {}", o.seq, o.shape.context));
   }
 
+  std::optional<MachineRates> rates;
+  if (!o.calibration_path.empty()) rates = MachineRates::from_file(o.calibration_path);
   Engine engine(config, mesh);
   Gpt gpt(engine, mesh, o.shape);
   engine.finalize();
+  const std::string estimate = estimate_beside_ledger(engine);
   gpt.initialize(o.seed);
   std::int64_t start_step = 0;
   std::uint64_t data_seed = o.seed + 1;
@@ -154,6 +160,7 @@ int run(const Options& o) {
         o.shape.dim, o.shape.context, gpt.full_parameter_count(), dp, tp, world->world_size(), config.zero.stage,
         dtype_name(config.compute_dtype), o.offload, o.micro_batch, o.seq, config.optimizer.lr);
     fmt::print("gpt: {}\n", placement.describe());
+    fmt::print("{}", estimate);
     std::fflush(stdout);
   }
   // Each dp rank draws its own windows; the ranks of a tp group draw the same.
@@ -200,6 +207,7 @@ int run(const Options& o) {
   }
   if (progress) progress->finish();
   const nlohmann::json observe = finish_observed_run(engine);
+  const std::string predicted = rates ? predicted_beside_measured(engine, *rates) : "";
   const double tokens_per_s = compute_s > 0 ? static_cast<double>(tokens_done) / compute_s : 0.0;
   const LedgerFigures mine = LedgerFigures::of(engine.ledger());
   const auto all = gather_ledger_figures(*world, mine);
@@ -212,6 +220,7 @@ int run(const Options& o) {
     fmt::print("model-state bytes per rank:");
     for (std::size_t q = 0; q < all.size(); ++q) fmt::print(" r{}={}", q, all[q].model_state);
     fmt::print("\n\n{}", table);
+    fmt::print("{}", predicted);
     std::fflush(stdout);
   }
   std::string text;
@@ -260,6 +269,10 @@ int main(int argc, char** argv) {
   app.add_option("--stage", o.stage, "ZeRO stage 0-3 (overrides the config)")->check(CLI::Range(0, 3));
   app.add_flag("--breakdown", o.breakdown,
                "print the step breakdown and straggler line every steps_per_print steps (wall_clock_breakdown)");
+  app.add_option("--calibration", o.calibration_path,
+                 "rates from zs_plan --calibrate: print the predicted step time beside the measured one "
+                 "(turns on wall_clock_breakdown)")
+      ->check(CLI::ExistingFile);
   app.add_option("--trace", o.trace_dir,
                  "write Chrome traces (trace-rank<r>.json and the merged trace.json) to this directory");
   app.add_flag("--bf16", o.bf16, "bf16 parameters and gradients, fp32 master weights");

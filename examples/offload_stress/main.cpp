@@ -33,6 +33,7 @@
 #include "comm/communicator.h"
 #include "core/error.h"
 #include "examples/job_error.h"
+#include "examples/report/plan_lines.h"
 #include "examples/report/progress_line.h"
 #include "optimizer/optimizer.h"
 #include "runtime/engine.h"
@@ -128,6 +129,7 @@ struct Options {
   double sub_group_size = 1.6e7;
   int buffer_count = 4;
   bool verify = true;
+  std::string calibration_path;  ///< --calibration FILE: predicted vs measured step time
 };
 
 int run(const Options& o) {
@@ -147,6 +149,11 @@ int run(const Options& o) {
   off.param.max_in_cpu = 0;
   off.sub_group_size = static_cast<std::int64_t>(o.sub_group_size);
   cfg.source = "zs_offload_stress options";
+  std::optional<MachineRates> rates;
+  if (!o.calibration_path.empty()) {
+    rates = MachineRates::from_file(o.calibration_path);
+    cfg.observe.wall_clock_breakdown = true;
+  }
 
   const auto total = static_cast<std::uint64_t>(o.params);
   const std::uint64_t per_unit = total / static_cast<std::uint64_t>(o.units);
@@ -188,6 +195,7 @@ int run(const Options& o) {
                format_bytes(L.current(MemCategory::parameters, MemTier::device) +
                             L.current(MemCategory::gradients, MemTier::device) +
                             L.current(MemCategory::optimizer_states, MemTier::device)));
+    fmt::print("{}", examples::estimate_beside_ledger(e));
     std::fflush(stdout);
   }
   {
@@ -265,7 +273,9 @@ int run(const Options& o) {
   failures += bad;
   double all = failures;
   comm->all_reduce(&all, 1, DType::f64, ReduceOp::sum);
+  const std::string predicted = rates ? examples::predicted_beside_measured(e, *rates) : "";
   if (rank == 0) {
+    fmt::print("{}", predicted);
     fmt::print("final parameters after {} steps: {} ({:.1f} s to verify); peak RSS rank 0: {:.2f} GiB\n", o.steps,
                all == 0 ? std::string("every checksum matches") : fmt::format("{} checksum mismatches", all), verify_s,
                peak_rss_gib());
@@ -288,6 +298,9 @@ int main(int argc, char** argv) {
   app.add_option("--sub-group-size", o.sub_group_size, "elements per optimizer sub-group")->check(CLI::Range(1.0, 1e12));
   app.add_option("--buffer-count", o.buffer_count, "staging buffer sets of the swap pipeline")->check(CLI::Range(1, 64));
   app.add_flag("!--no-verify", o.verify, "skip the checksums (timing runs)");
+  app.add_option("--calibration", o.calibration_path,
+                 "rates from zs_plan --calibrate: print the predicted step time beside the measured one")
+      ->check(CLI::ExistingFile);
   CLI11_PARSE(app, argc, argv);
   // CLI::Range lets NaN through (every comparison with it is false).
   if (!(o.params >= 1.0) || !(o.sub_group_size >= 1.0)) {

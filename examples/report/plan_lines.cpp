@@ -1,0 +1,49 @@
+#include "examples/report/plan_lines.h"
+
+#include <algorithm>
+
+#include <fmt/format.h>
+
+#include "runtime/memory_estimate.h"
+
+namespace zeroshard::examples {
+
+std::string estimate_beside_ledger(const Engine& engine) {
+  const MemoryEstimate est = estimate_memory(engine.layout(), engine.config(), engine.rank());
+  const MemoryLedger& ledger = engine.ledger();
+  std::string tiers, differ;
+  for (int t = 0; t < static_cast<int>(MemTier::count); ++t) {
+    std::uint64_t want = 0, got = 0;
+    for (int c = 0; c < static_cast<int>(MemCategory::count); ++c) {
+      want += est.after_finalize.current(static_cast<MemCategory>(c), static_cast<MemTier>(t));
+      got += ledger.current(static_cast<MemCategory>(c), static_cast<MemTier>(t));
+    }
+    const auto name = mem_tier_name(static_cast<MemTier>(t));
+    tiers += fmt::format("{}{} {} / {}", t == 0 ? "" : ", ", name, want, got);
+    if (want != got) differ += fmt::format(" {}", name);
+  }
+  return fmt::format("memory estimate (zs_plan) / ledger after finalize, rank {}, bytes: {}: {}\n", engine.rank(),
+                     tiers, differ.empty() ? "equal" : "DIFFER on" + differ);
+}
+
+std::string predicted_beside_measured(const Engine& engine, const MachineRates& rates) {
+  const nlohmann::json report = engine.observe_report();
+  const auto& rows = report.at("per_rank_mean_ms");
+  if (report.value("steps", 0) == 0 || rows.size() <= static_cast<std::size_t>(engine.rank())) {
+    return "predicted step time: no step breakdown recorded (wall_clock_breakdown off)\n";
+  }
+  const auto& m = rows.at(static_cast<std::size_t>(engine.rank()));
+  const double wall = m.at("wall"), loop = m.at("compute").get<double>() + m.at("other").get<double>();
+  const double micro = static_cast<double>(std::max<std::int64_t>(1, engine.config().gradient_accumulation_steps));
+  const StepCost c = predict_step(engine.layout(), engine.config(), engine.rank(), rates, loop / micro / 1e3);
+  const double predicted = c.step() * 1e3;
+  return fmt::format(
+      "step time, rank {} (mean of {} steps, ms): measured {:.2f}, predicted {:.2f} ({:+.0f}%); loop {:.2f} "
+      "(measured, the model's input); optimizer {:.2f} predicted / {:.2f} measured; exposed communication "
+      "{:.2f} / {:.2f}; swap waits {:.2f} / {:.2f}\n",
+      engine.rank(), report.at("steps").get<std::int64_t>(), wall, predicted, (predicted - wall) / wall * 100, loop,
+      c.optimizer * 1e3, m.at("optimizer").get<double>(), c.comm_exposed * 1e3, m.at("comm_wait").get<double>(),
+      c.swap_exposed * 1e3, m.at("io_wait").get<double>());
+}
+
+}  // namespace zeroshard::examples
