@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <span>
 #include <filesystem>
 #include <unistd.h>
 #include <vector>
@@ -14,6 +15,7 @@
 #include "kernels/cpu/thread_pool.h"
 #include "offload/host_allocator.h"
 #include "offload/io_engine.h"
+#include "offload/swap_directory.h"
 
 namespace zeroshard {
 namespace {
@@ -72,6 +74,21 @@ void measure_collectives(Communicator& comm, std::size_t max_bytes, MachineRates
   }
 }
 
+// Seconds to write (or read) `items` through `dir` as one batch, the slowest rank's.
+double swap_batch_seconds(Communicator& comm, SwapDirectory& dir, std::span<const SwapItem> items, bool write) {
+  comm.barrier();
+  const double t0 = now_s();
+  SwapBatch batch = write ? dir.write(items) : dir.read(items);
+  batch.wait();
+  float t = static_cast<float>(now_s() - t0);
+  comm.all_reduce(&t, 1, DType::f32, ReduceOp::max);  // the ranks share the disk
+  return t;
+}
+
+// The swap files' own protocol (offload/swap_directory.h: O_DIRECT, a write
+// to a temporary file, fdatasync, rename, directory fsync): one file of
+// disk_bytes gives the bandwidth, a batch of kSmallFiles files of 64 KiB the
+// cost per file beyond its bytes.
 void measure_disk(Communicator& comm, const CalibrateOptions& o, MachineRates& r) {
   if (o.nvme_path.empty()) return;
   if (o.disk_bytes == 0 || o.disk_bytes % kDirectIoAlignment != 0) {
@@ -79,40 +96,41 @@ void measure_disk(Communicator& comm, const CalibrateOptions& o, MachineRates& r
                                   kDirectIoAlignment));
   }
   namespace fs = std::filesystem;
-  const fs::path path = fs::path(o.nvme_path) / fmt::format("zs-calibrate-{}-{}.bin", ::getpid(), comm.rank());
+  constexpr int kSmallFiles = 16;
+  constexpr std::size_t kSmall = std::size_t{64} << 10;
+  const fs::path path = fs::path(o.nvme_path) / fmt::format("zs-calibrate-{}-{}", ::getpid(), comm.rank());
   AioConfig cfg;
   auto io = make_io_engine(cfg);
-  HostBlock buf(std::make_shared<PageableHostAllocator>(), o.disk_bytes);
-  std::fill(buf.data(), buf.data() + buf.bytes(), std::byte{0x5a});
-  int err = 0;
-  FileHandle w = FileHandle::try_open(path, FileMode::write_create, true, err);
-  if (!w.valid()) w = FileHandle::open(path, FileMode::write_create, false);
-  struct Remove {
+  struct Remove {  // the probe's folder goes, also on an error
     fs::path p;
     ~Remove() {
       std::error_code ec;
-      fs::remove(p, ec);
+      fs::remove_all(p, ec);
     }
   } remove{path};
-  const IoRequest wr{IoOp::write, &w, 0, buf.data(), buf.bytes()};
-  comm.barrier();
-  double t0 = now_s();
-  io->wait(io->submit({&wr, 1}));
-  w.sync_data();
-  float write_s = static_cast<float>(now_s() - t0);
-  w.close();
-  FileHandle rd = FileHandle::try_open(path, FileMode::read, true, err);
-  if (!rd.valid()) rd = FileHandle::open(path, FileMode::read, false);
-  const IoRequest rq{IoOp::read, &rd, 0, buf.data(), buf.bytes()};
-  comm.barrier();
-  t0 = now_s();
-  io->wait(io->submit({&rq, 1}));
-  float read_s = static_cast<float>(now_s() - t0);
-  // Every rank shares the disk: the slowest rank's time is what a step sees.
-  comm.all_reduce(&write_s, 1, DType::f32, ReduceOp::max);
-  comm.all_reduce(&read_s, 1, DType::f32, ReduceOp::max);
-  r.disk_write = static_cast<double>(o.disk_bytes) / write_s;
-  r.disk_read = static_cast<double>(o.disk_bytes) / read_s;
+  SwapDirectory dir(*io, path, cfg);
+  HostBlock big(std::make_shared<PageableHostAllocator>(), o.disk_bytes);
+  HostBlock small(std::make_shared<PageableHostAllocator>(), kSmall * kSmallFiles);
+  std::fill(big.data(), big.data() + big.bytes(), std::byte{0x5a});
+  std::fill(small.data(), small.data() + small.bytes(), std::byte{0xa5});
+  const SwapItem one{"big", big.span(), big.bytes()};
+  std::vector<std::string> keys;
+  std::vector<SwapItem> many;
+  for (int i = 0; i < kSmallFiles; ++i) keys.push_back(fmt::format("small{}", i));
+  for (int i = 0; i < kSmallFiles; ++i) {
+    many.push_back({keys[static_cast<std::size_t>(i)], small.span().subspan(static_cast<std::size_t>(i) * kSmall, kSmall),
+                    kSmall});
+  }
+  const double write_big = swap_batch_seconds(comm, dir, {&one, 1}, true);
+  const double read_big = swap_batch_seconds(comm, dir, {&one, 1}, false);
+  const double write_many = swap_batch_seconds(comm, dir, many, true);
+  const double read_many = swap_batch_seconds(comm, dir, many, false);
+  const auto bytes = static_cast<double>(o.disk_bytes);
+  r.disk_write = bytes / write_big;
+  r.disk_read = bytes / read_big;
+  const double small_bytes = static_cast<double>(kSmall) * kSmallFiles;
+  r.disk_write_file = std::max(0.0, (write_many - small_bytes / r.disk_write) / kSmallFiles);
+  r.disk_read_file = std::max(0.0, (read_many - small_bytes / r.disk_read) / kSmallFiles);
 }
 
 }  // namespace

@@ -10,10 +10,13 @@
 //     rank in steps of 4x: the median of 9 timed calls (3 above 1 MiB)
 //     after one untimed, the slowest rank's median (every rank then holds
 //     the same figures);
-//   - with `nvme_path`: `disk_bytes` written to a file there and read back
-//     through the offload layer's I/O engine (offload/io_engine.h, the
-//     default aio settings, O_DIRECT where the file system allows it), the
-//     file removed after.
+//   - with `nvme_path`: swap files written and read back through the swap
+//     files' own code (offload/swap_directory.h: O_DIRECT where the file
+//     system allows it, a temporary file fdatasync'ed and renamed, the
+//     default aio settings) in a folder there, removed after: one file of
+//     `disk_bytes` (the bandwidth), then a batch of 16 files of 64 KiB (the
+//     cost per file beyond its bytes: the syncs and renames), every rank at
+//     once, the slowest rank's times.
 // A probe takes well under a second per size on this project's machines.
 #pragma once
 

@@ -82,6 +82,8 @@ nlohmann::json MachineRates::to_json() const {
           {"optimizer_bandwidth", optimizer_bandwidth},
           {"disk_read", disk_read},
           {"disk_write", disk_write},
+          {"disk_read_file", disk_read_file},
+          {"disk_write_file", disk_write_file},
           {"all_to_all", rates_json(all_to_all)},
           {"all_gather", rates_json(all_gather)},
           {"all_reduce", rates_json(all_reduce)}};
@@ -95,12 +97,14 @@ MachineRates MachineRates::from_json(const nlohmann::json& j, const std::string&
   r.optimizer_bandwidth = get<double>(j, "optimizer_bandwidth", source);
   r.disk_read = get<double>(j, "disk_read", source);
   r.disk_write = get<double>(j, "disk_write", source);
+  r.disk_read_file = get<double>(j, "disk_read_file", source);
+  r.disk_write_file = get<double>(j, "disk_write_file", source);
   r.all_to_all = rates_from(j, "all_to_all", source);
   r.all_gather = rates_from(j, "all_gather", source);
   r.all_reduce = rates_from(j, "all_reduce", source);
   if (r.world_size < 1) throw ConfigError(fmt::format("{}: world_size {} is not positive", source, r.world_size));
   if (!(r.optimizer_bandwidth > 0)) throw ConfigError(source + ": optimizer_bandwidth must be positive");
-  if (!(r.disk_read >= 0) || !(r.disk_write >= 0)) throw ConfigError(source + ": disk rates must not be negative");
+  if (!(r.disk_read >= 0) || !(r.disk_write >= 0) || !(r.disk_read_file >= 0) || !(r.disk_write_file >= 0)) throw ConfigError(source + ": disk rates must not be negative");
   return r;
 }
 
@@ -196,7 +200,7 @@ StepCost predict_step(const FlatLayout& layout, const EngineConfig& config, int 
     double swap_reads = 0;
     for (std::size_t u = 0; u < U; ++u) {
       const double read = arrays.units[u].param_tier == MemTier::nvme
-                              ? static_cast<double>(units[u].shard) * b_c / rates.disk_read
+                              ? static_cast<double>(units[u].shard) * b_c / rates.disk_read + rates.disk_read_file
                               : 0.0;
       swap_reads += read;
       g[u] = (comm ? ag(static_cast<double>(units[u].padded) * b_c) : 0.0) + read;
@@ -229,9 +233,20 @@ StepCost predict_step(const FlatLayout& layout, const EngineConfig& config, int 
   // Optimizer swap: the swapped arrays (master weights, states, and at
   // stages 2/3 the gradient shards) read and written once per step; nvme
   // parameter shards written once after the update.
+  double opt_files = 0, param_files = 0;
+  const double arrays_per_unit = optimizer_state_count(config.optimizer) + (config.compute_dtype != DType::f32 ? 1 : 0) +
+                                 (stage >= 2 ? 1 : 0);
+  for (const UnitTiers& u : arrays.units) {
+    if (u.optimizer_tier == MemTier::nvme) opt_files += arrays_per_unit * static_cast<double>(u.subgroups.size());
+    if (u.param_tier == MemTier::nvme) param_files += 1;
+  }
   const auto nvme_opt = static_cast<double>(arrays.nvme_optimizer_bytes);
-  const double opt_swap = nvme_opt > 0 ? nvme_opt / rates.disk_read + nvme_opt / rates.disk_write : 0.0;
-  const double param_write = static_cast<double>(arrays.nvme_param_bytes) / (param_nvme ? rates.disk_write : 1.0);
+  const double opt_swap = nvme_opt > 0 ? nvme_opt / rates.disk_read + nvme_opt / rates.disk_write +
+                                             opt_files * (rates.disk_read_file + rates.disk_write_file)
+                                       : 0.0;
+  const double param_write = param_nvme ? static_cast<double>(arrays.nvme_param_bytes) / rates.disk_write +
+                                              param_files * rates.disk_write_file
+                                        : 0.0;
   c.swap += opt_swap + param_write;
   const auto& oo = config.offload.optimizer;
   const bool pipelined = oo.pipeline_read && oo.pipeline_write && oo.buffer_count >= 2;

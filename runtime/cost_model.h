@@ -31,7 +31,9 @@
 //               shards) read and written once per step; with offload_param
 //               nvme (stage 3) each nvme unit's parameter shard (those
 //               beyond max_in_cpu) read at every gather and written once
-//               after the update (disk rates).
+//               after the update: per file, its bytes at the disk rate
+//               plus the measured cost per swap file (one file per array,
+//               unit and sub-group).
 // Overlap, as the engine does it: with overlap_comm the reduction buckets
 // run under the backward compute (exposed: what exceeds it, plus the last
 // bucket, which completes after backward), and at stage 3 each unit's
@@ -82,6 +84,8 @@ struct MachineRates {
   double optimizer_bandwidth = 0;  ///< bytes/s the fp32 AdamW kernel moved (28 B/element)
   double disk_read = 0;            ///< bytes/s; 0 = not measured (no --nvme-path)
   double disk_write = 0;           ///< bytes/s; 0 = not measured
+  double disk_read_file = 0;       ///< seconds per swap file read beyond its bytes
+  double disk_write_file = 0;      ///< seconds per swap file written beyond its bytes (sync, rename)
   CollectiveRates all_to_all, all_gather, all_reduce;  ///< empty at world size 1
 
   nlohmann::json to_json() const;

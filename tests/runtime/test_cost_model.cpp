@@ -131,6 +131,16 @@ TEST_CASE("predicted steps equal the closed forms") {
     c.offload.optimizer.pipeline_read = false;
     s = predict_step(layout, c, 0, rates, 0.0);
     CHECK(near(s.swap_exposed, s.swap));
+    // Each swap file's own cost: 2 units x 1 sub-group x 2 states, read and written.
+    MachineRates per_file = rates;
+    per_file.disk_read_file = 0.5e-3;
+    per_file.disk_write_file = 1e-3;
+    CHECK(near(predict_step(layout, c, 0, per_file, 0.0).swap, bytes / 2e9 + bytes / 1e9 + 4 * 1.5e-3));
+    // Shards of 8192 elements: 4096-element sub-groups double the files.
+    const FlatLayout wide = two_units(4).layout(2);
+    const double one = predict_step(wide, c, 0, per_file, 0.0).swap;
+    c.offload.sub_group_size = 4096;
+    CHECK(near(predict_step(wide, c, 0, per_file, 0.0).swap - one, 4 * 1.5e-3));
     MachineRates no_disk = rates;
     no_disk.disk_read = no_disk.disk_write = 0;
     CHECK_THROWS_WITH_AS(predict_step(layout, c, 0, no_disk, 0.0), doctest::Contains("calibrate with --nvme-path"),
