@@ -170,7 +170,14 @@ Plan make_plan(const PlanRequest& r) {
                             r.loop_seconds_per_sample * static_cast<double>(s.micro));
       c.seconds_per_sample = c.cost->step() / static_cast<double>(s.micro * s.accumulation * r.world_size);
     }
-    (c.fits ? plan.fits : plan.rejected).push_back(std::move(c));
+    // A sub-group / buffer-count variant that changes neither the bytes nor
+    // the predicted time is listed once (the first: DeepSpeed's defaults).
+    auto& list = c.fits ? plan.fits : plan.rejected;
+    const bool same_as_earlier = s.sub_group != 0 && std::any_of(list.begin(), list.end(), [&](const PlanCandidate& o) {
+      return o.stage == c.stage && o.offload_optimizer == c.offload_optimizer && o.offload_param == c.offload_param &&
+             o.micro_batch == c.micro_batch && o.bytes == c.bytes && o.seconds_per_sample == c.seconds_per_sample;
+    });
+    if (!same_as_earlier) list.push_back(std::move(c));
   }
   std::stable_sort(plan.fits.begin(), plan.fits.end(), [&](const PlanCandidate& a, const PlanCandidate& b) {
     if (plan.ranked_by_time && a.seconds_per_sample != b.seconds_per_sample) {
@@ -205,7 +212,7 @@ std::string plan_text(const PlanRequest& r, const Plan& plan) {
                            r.loop_seconds_per_sample * 1e3)
              : "fits, smallest device footprint first (no calibration given: not ranked by time):\n";
   for (const PlanCandidate& c : plan.fits) {
-    out += fmt::format("  {:<70} {}", c.label, tier_list(c.bytes));
+    out += fmt::format("  {:<74} {}", c.label, tier_list(c.bytes));
     if (c.cost) {
       out += fmt::format(" | step {:.1f} ms (optimizer {:.1f}, comm exposed {:.1f}, swap exposed {:.1f}), {:.3f} ms/sample",
                          c.cost->step() * 1e3, c.cost->optimizer * 1e3, c.cost->comm_exposed * 1e3,
@@ -215,7 +222,7 @@ std::string plan_text(const PlanRequest& r, const Plan& plan) {
   }
   if (plan.fits.empty()) out += "  (none)\n";
   out += "rejected:\n";
-  for (const PlanCandidate& c : plan.rejected) out += fmt::format("  {:<70} {}\n", c.label, c.rejection);
+  for (const PlanCandidate& c : plan.rejected) out += fmt::format("  {:<74} {}\n", c.label, c.rejection);
   if (plan.rejected.empty()) out += "  (none)\n";
   out += plan.chosen() != nullptr ? fmt::format("chosen: {}\n", plan.chosen()->label) : plan.nothing_fits + "\n";
   return out;

@@ -11,7 +11,8 @@
 //   offload_param.device none, cpu, nvme (stage 3);
 //   sub_group_size 1e9 and 1e8 and buffer_count 4 and 2 where the optimizer
 //     is on nvme (smaller sub-groups and fewer buffers hold less host memory
-//     for the swap pipeline);
+//     for the swap pipeline; more files cost time); a variant whose bytes
+//     and predicted time equal an earlier one's is listed once;
 //   train_micro_batch_size_per_gpu from the micro-batch list, with
 //     gradient_accumulation_steps = global batch / (micro-batch x world)
 //     where a global batch is given (micro-batches that do not divide it are
