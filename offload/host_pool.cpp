@@ -89,8 +89,8 @@ HostBuffer HostPool::acquire(std::size_t bytes, MemCategory category) {
   const std::size_t need = host_block_bytes(bytes);
   HostPoolState& s = *state_;
   std::lock_guard lk(s.mu);
-  auto it = s.free.lower_bound(need);
-  if (it != s.free.end() && it->first <= 2 * need) {
+  auto it = host_pool_pick(s.free, need);
+  if (it != s.free.end()) {
     out.block_ = std::move(it->second);
     s.free.erase(it);
   } else {
@@ -145,5 +145,28 @@ std::vector<std::span<std::byte>> HostPool::blocks() const {
 }
 
 const HostAllocator& HostPool::allocator() const { return *state_->allocator; }
+
+HostLeaseSize HostPoolSizes::acquire(std::size_t bytes, MemCategory category) {
+  HostLeaseSize out{.bytes = bytes, .capacity = 0, .category = category};
+  if (bytes == 0) return out;
+  const std::size_t need = host_block_bytes(bytes);
+  auto it = host_pool_pick(free_, need);
+  if (it != free_.end()) {
+    out.capacity = *it;
+    free_.erase(it);
+  } else {
+    out.capacity = need;
+    reserved_ += need;
+  }
+  ledger_.add(category, MemTier::host, out.capacity, out.capacity - bytes);
+  return out;
+}
+
+void HostPoolSizes::release(HostLeaseSize& lease) {
+  if (!lease.valid()) return;
+  ledger_.remove(lease.category, MemTier::host, lease.capacity, lease.capacity - lease.bytes);
+  free_.insert(lease.capacity);
+  lease = HostLeaseSize{};
+}
 
 }  // namespace zeroshard

@@ -11,8 +11,11 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <map>
 #include <memory>
+#include <set>
 #include <span>
+#include <utility>
 #include <vector>
 
 #include "offload/host_allocator.h"
@@ -64,6 +67,58 @@ class HostBuffer {
   HostBlock block_;
   std::size_t size_ = 0;
   MemCategory category_ = MemCategory::unsharded;
+};
+
+/// Capacity of a cache entry: a HostPool's (capacity, block) pair or a
+/// HostPoolSizes' capacity.
+inline std::size_t host_cache_capacity(std::size_t capacity) { return capacity; }
+template <class Block>
+std::size_t host_cache_capacity(const std::pair<const std::size_t, Block>& entry) {
+  return entry.first;
+}
+
+/// The reuse rule of HostPool::acquire, shared with HostPoolSizes: in
+/// `cache` (an ordered multi-container keyed by capacity), the smallest
+/// cached buffer of capacity >= need (need = host_block_bytes(bytes)) if
+/// that capacity is at most 2 x need; else cache.end() (allocate `need`
+/// bytes). Pure.
+template <class Cache>
+auto host_pool_pick(Cache& cache, std::size_t need) {
+  auto it = cache.lower_bound(need);
+  if (it != cache.end() && host_cache_capacity(*it) <= 2 * need) return it;
+  return cache.end();
+}
+
+/// A HostPool lease as HostPoolSizes models it: bytes asked for, capacity
+/// leased (0: none, for 0 bytes), category. Plain value.
+struct HostLeaseSize {
+  std::size_t bytes = 0;
+  std::size_t capacity = 0;
+  MemCategory category = MemCategory::unsharded;
+  bool valid() const { return capacity > 0; }
+};
+
+/// A HostPool without memory: the same reuse rule (host_pool_pick) and the
+/// same ledger records (capacity, of which capacity - bytes padding, on
+/// MemTier::host), over capacities only. The memory estimate replays a
+/// step's host staging with it (runtime/memory_replay.h). Assumes the
+/// allocator never fails (HostPool trims its cache and retries then).
+/// Not thread safe.
+class HostPoolSizes {
+ public:
+  /// `ledger` must outlive the model.
+  explicit HostPoolSizes(MemoryLedger& ledger) : ledger_(ledger) {}
+  /// As HostPool::acquire(bytes, category).
+  HostLeaseSize acquire(std::size_t bytes, MemCategory category);
+  /// As HostBuffer::release() of `lease`; resets it. No-op when invalid.
+  void release(HostLeaseSize& lease);
+  /// Bytes of all buffers the model owns (leased or cached).
+  std::uint64_t reserved_bytes() const { return reserved_; }
+
+ private:
+  MemoryLedger& ledger_;
+  std::multiset<std::size_t> free_;
+  std::uint64_t reserved_ = 0;
 };
 
 /// The caching pool. Thread safety: every member is serialised by an

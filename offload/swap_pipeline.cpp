@@ -95,7 +95,7 @@ class Pipeline {
       const SwapSlot& slot = set.slots[k];
       ZS_CHECK(slot.dir != nullptr, "swap pipeline: slot \"{}\" names no directory", slot.key);
       HostBuffer& buf = set.buffers[k];
-      if (!buf.valid() || buf.capacity() < SwapDirectory::padded_size(slot.bytes) || buf.size() < slot.bytes) {
+      if (!staging_buffer_holds(buf.valid() ? buf.capacity() : 0, buf.size(), slot.bytes)) {
         buf.release();
         buf = pool_.acquire(slot.bytes, category_);
       }
@@ -164,21 +164,58 @@ class Pipeline {
 
 }  // namespace
 
+void swap_pipeline_schedule(std::size_t count, const SwapPipelineOptions& options,
+                            const std::function<void(std::size_t)>& read,
+                            const std::function<void(std::size_t)>& update,
+                            const std::function<void(std::size_t, bool)>& write) {
+  // Reading ahead needs a second set; it must not be the one being updated.
+  const bool read_ahead = options.pipeline_read && options.buffer_count >= 2;
+  for (std::size_t i = 0; i < count; ++i) {
+    if (i == 0 || !read_ahead) read(i);
+    if (read_ahead && i + 1 < count) read(i + 1);
+    update(i);
+    write(i, !options.pipeline_write);
+  }
+}
+
+bool staging_buffer_holds(std::size_t capacity, std::size_t size, std::uint64_t bytes) {
+  return capacity > 0 && capacity >= SwapDirectory::padded_size(bytes) && size >= bytes;
+}
+
+void replay_swap_pipeline(HostPoolSizes& pool, const SwapPipelineOptions& options, MemCategory category,
+                          std::size_t count, const std::function<std::vector<std::uint64_t>(std::size_t)>& slot_bytes) {
+  ZS_CHECK(options.buffer_count >= 1, "swap pipeline: buffer_count {} must be >= 1", options.buffer_count);
+  // Pipeline::start_read's leases, set by set; writes and updates lease nothing.
+  std::vector<std::vector<HostLeaseSize>> sets(static_cast<std::size_t>(options.buffer_count));
+  const auto read = [&](std::size_t i) {
+    std::vector<HostLeaseSize>& set = sets[i % sets.size()];
+    const std::vector<std::uint64_t> bytes = slot_bytes(i);
+    for (std::size_t k = bytes.size(); k < set.size(); ++k) pool.release(set[k]);  // resize() drops the rest
+    set.resize(bytes.size());
+    for (std::size_t k = 0; k < bytes.size(); ++k) {
+      HostLeaseSize& buf = set[k];
+      if (!staging_buffer_holds(buf.capacity, buf.bytes, bytes[k])) {
+        pool.release(buf);
+        buf = pool.acquire(bytes[k], category);
+      }
+    }
+  };
+  swap_pipeline_schedule(count, options, read, [](std::size_t) {}, [](std::size_t, bool) {});
+  for (auto& set : sets) {
+    for (HostLeaseSize& buf : set) pool.release(buf);
+  }
+}
+
 SwapPipelineStats run_swap_pipeline(HostPool& pool, const SwapPipelineOptions& options,
                                     MemCategory category, std::size_t count,
                                     const std::function<std::vector<SwapSlot>(std::size_t)>& slots,
                                     const std::function<void(std::size_t, std::span<std::byte* const>)>& update) {
   ZS_CHECK(options.buffer_count >= 1, "swap pipeline: buffer_count {} must be >= 1", options.buffer_count);
   Pipeline p(pool, options, category, slots);
-  // Reading ahead needs a second set; it must not be the one being updated.
-  const bool read_ahead = options.pipeline_read && options.buffer_count >= 2;
   try {
-    for (std::size_t i = 0; i < count; ++i) {
-      if (i == 0 || !read_ahead) p.start_read(i);
-      if (read_ahead && i + 1 < count) p.start_read(i + 1);
-      p.update(i, update);
-      p.start_write(i, !options.pipeline_write);
-    }
+    swap_pipeline_schedule(
+        count, options, [&](std::size_t i) { p.start_read(i); }, [&](std::size_t i) { p.update(i, update); },
+        [&](std::size_t i, bool wait_now) { p.start_write(i, wait_now); });
     p.drain();
   } catch (...) {
     try {

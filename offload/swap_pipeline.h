@@ -75,4 +75,31 @@ SwapPipelineStats run_swap_pipeline(HostPool& pool, const SwapPipelineOptions& o
                                     const std::function<std::vector<SwapSlot>(std::size_t)>& slots,
                                     const std::function<void(std::size_t, std::span<std::byte* const>)>& update);
 
+/// The pipeline's order of work over sub-groups 0..count-1, shared by
+/// run_swap_pipeline and replay_swap_pipeline: calls read(i) when sub-group
+/// i's read starts (into staging set i % buffer_count), update(i) and
+/// write(i, wait_now) (wait_now: pipeline_write off) in the order the
+/// pipeline runs them. Reads run one sub-group ahead with pipeline_read
+/// and buffer_count >= 2. Exceptions from the callbacks propagate.
+void swap_pipeline_schedule(std::size_t count, const SwapPipelineOptions& options,
+                            const std::function<void(std::size_t)>& read,
+                            const std::function<void(std::size_t)>& update,
+                            const std::function<void(std::size_t, bool)>& write);
+
+/// Whether a staging buffer leased for `size` bytes with `capacity` bytes
+/// (0: none) holds a slot of `bytes` logical bytes as it is (padded to
+/// SwapDirectory::padded_size for the I/O); otherwise the pipeline releases
+/// it and leases one for `bytes`. Pure.
+bool staging_buffer_holds(std::size_t capacity, std::size_t size, std::uint64_t bytes);
+
+/// run_swap_pipeline's staging leases without I/O or memory: the same
+/// schedule, staging sets and buffer rule over `pool`, a HostPoolSizes
+/// (offload/host_pool.h) recording into its ledger as the real pool would.
+/// `slot_bytes(i)` lists sub-group i's slots' bytes, in slot order. Every
+/// staging lease is released at the end, as the real pipeline's are. For
+/// the memory estimate (runtime/memory_replay.h). Throws InvariantError for
+/// buffer_count < 1.
+void replay_swap_pipeline(HostPoolSizes& pool, const SwapPipelineOptions& options, MemCategory category,
+                          std::size_t count, const std::function<std::vector<std::uint64_t>(std::size_t)>& slot_bytes);
+
 }  // namespace zeroshard

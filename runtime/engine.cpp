@@ -123,7 +123,6 @@ void allocate_state(EngineState& s, const SwapSharers& sharers) {
   for (GroupId g = 0; g < static_cast<GroupId>(s.groups.size()); ++g) s.lr_at(g, 0);
   const int stage = s.stage();
   const int r = s.rank();
-  const DType dt = s.dtype();
   // The options the memory estimator uses too (runtime/memory_estimate.h).
   const ArrayPlanOptions plan = engine_array_plan_options(s.config, r);
   s.store = std::make_unique<ArrayStore>(
@@ -147,28 +146,11 @@ void allocate_state(EngineState& s, const SwapSharers& sharers) {
       us.segments = s.layout.segments(static_cast<UnitId>(i), r);
     }
   }
-  s.reducer = std::make_unique<GradReducer>(
-      s.comm, s.layout, *s.ops, s.pool,
-      GradReducerOptions{.stage = stage,
-                         .reduce_bucket_size = static_cast<std::size_t>(s.config.zero.reduce_bucket_size),
-                         .allgather_bucket_size = static_cast<std::size_t>(s.config.zero.allgather_bucket_size),
-                         .overlap = s.config.zero.overlap(),
-                         .compute_dtype = dt,
-                         .comm_dtype = s.comm_dtype(),
-                         .stored_scale = s.stored_scale(),
-                         .order = s.config.reduction_order},
-      s.grad_target);
-  s.unsharder = std::make_unique<Unsharder>(
-      s.comm, s.layout, *s.ops, s.pool,
-      UnsharderOptions{.gather = stage == 3,
-                       .overlap = s.config.zero.overlap(),
-                       .dtype = dt,
-                       .prefetch_bucket_size = s.config.zero.prefetch_bucket_size,
-                       .max_live_parameters = s.config.zero.max_live_parameters,
-                       .max_reuse_distance = s.config.zero.max_reuse_distance,
-                       .param_persistence_threshold = s.config.zero.param_persistence_threshold,
-                       .model_persistence_threshold = s.config.zero.model_persistence_threshold},
-      s.shard_source);
+  // The options the memory estimator replays a step with (runtime/memory_estimate.h).
+  s.reducer = std::make_unique<GradReducer>(s.comm, s.layout, *s.ops, s.pool,
+                                            engine_grad_reducer_options(s.config, s.world()), s.grad_target);
+  s.unsharder = std::make_unique<Unsharder>(s.comm, s.layout, *s.ops, s.pool, engine_unsharder_options(s.config),
+                                            s.shard_source);
 }
 
 }  // namespace

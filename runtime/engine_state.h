@@ -166,10 +166,6 @@ class EngineState {
   bool mixed() const { return config.compute_dtype != DType::f32; }
   /// True while the current micro-batch ends an accumulation cycle.
   bool boundary() const { return (micro_steps + 1) % config.gradient_accumulation_steps == 0; }
-  DType comm_dtype() const { return config.communication_data_type.value_or(DType::f32); }
-  /// Factor applied to reduced gradient sums as they are stored: 16-bit
-  /// buffers hold the mean over ranks (no overflow of the sum), fp32 the sum.
-  float stored_scale() const { return mixed() ? 1.0f / static_cast<float>(world()) : 1.0f; }
   UnitState& unit(UnitId u);
   const UnitInfo& info(UnitId u) const { return layout.unit(u); }
   /// Learning rate of group g at applied step k (0-based).

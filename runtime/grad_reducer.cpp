@@ -177,8 +177,17 @@ void GradReducer::launch(Bucket& b, std::deque<Bucket>& flight) {
   for (std::size_t i = 0; i + 1 < flight.size(); ++i) {
     if (flight[i].kind == BucketKind::all_reduce) flight[i].ordered.advance();
   }
-  const auto done = [](Bucket& f) { return f.work.test() && f.ordered.test(); };
-  while (!flight.empty() && (!o_.overlap || flight.size() > kMaxBucketsInFlight || done(flight.front()))) {
+  // With overlap a bucket is retired only when kMaxBucketsInFlight newer
+  // ones are in flight (or in complete()), never because a test succeeded:
+  // the leases, hence the ledger's peak, follow the call sequence alone,
+  // the same on every rank and in every run, which the memory estimate
+  // replays (runtime/memory_estimate.h). The oldest bucket is still tested
+  // here, which drives the backend's progress.
+  if (o_.overlap && !flight.empty()) {
+    flight.front().work.test();
+    flight.front().ordered.test();
+  }
+  while (!flight.empty() && (!o_.overlap || flight.size() > kMaxBucketsInFlight)) {
     finish_collective(flight.front());
     flight.pop_front();
   }

@@ -58,8 +58,12 @@
 // >= 3 results may differ in the last bits between stages and between
 // bucket sizes; for a given configuration they are deterministic.
 // With overlap_comm, at most kMaxBucketsInFlight buckets are in flight
-// (bounding memory) and finished ones are retired whenever a bucket starts;
-// without it each bucket completes before the call that started it returns.
+// (bounding memory): when a bucket starts and more are in flight, the
+// oldest is completed and retired (at these fixed points only, not when a
+// test happens to succeed, so the buffers leased at any point of a step
+// are a function of the calls: [Note: step replay] in
+// runtime/memory_replay.h); without it each bucket completes before the
+// call that started it returns.
 #pragma once
 
 #include <cstddef>

@@ -5,6 +5,7 @@
 
 #include "core/error.h"
 #include "optimizer/optimizer.h"
+#include "runtime/memory_replay.h"
 
 namespace zeroshard {
 
@@ -15,6 +16,30 @@ ArrayPlanOptions engine_array_plan_options(const EngineConfig& config, int rank)
                           .state_count = optimizer_state_count(config.optimizer),
                           .offload = config.offload,
                           .source = config.source};
+}
+
+GradReducerOptions engine_grad_reducer_options(const EngineConfig& config, int world_size) {
+  const bool mixed = config.compute_dtype != DType::f32;
+  return GradReducerOptions{.stage = config.zero.stage,
+                            .reduce_bucket_size = static_cast<std::size_t>(config.zero.reduce_bucket_size),
+                            .allgather_bucket_size = static_cast<std::size_t>(config.zero.allgather_bucket_size),
+                            .overlap = config.zero.overlap(),
+                            .compute_dtype = config.compute_dtype,
+                            .comm_dtype = config.communication_data_type.value_or(DType::f32),
+                            .stored_scale = mixed ? 1.0f / static_cast<float>(world_size) : 1.0f,
+                            .order = config.reduction_order};
+}
+
+UnsharderOptions engine_unsharder_options(const EngineConfig& config) {
+  const ZeroConfig& z = config.zero;
+  return UnsharderOptions{.gather = z.stage == 3,
+                          .overlap = z.overlap(),
+                          .dtype = config.compute_dtype,
+                          .prefetch_bucket_size = z.prefetch_bucket_size,
+                          .max_live_parameters = z.max_live_parameters,
+                          .max_reuse_distance = z.max_reuse_distance,
+                          .param_persistence_threshold = z.param_persistence_threshold,
+                          .model_persistence_threshold = z.model_persistence_threshold};
 }
 
 MemoryEstimate estimate_memory(const FlatLayout& layout, const EngineConfig& config, int rank) {
@@ -28,6 +53,9 @@ MemoryEstimate estimate_memory(const FlatLayout& layout, const EngineConfig& con
   e.plan = plan_arrays(layout, engine_array_plan_options(config, rank));
   // The adds ArrayStore::allocate makes, in its order.
   for (const ArrayAllocation& x : e.plan.arrays) e.after_finalize.add(x.category, x.tier, x.bytes, x.padding);
+  // One step, replayed by the engine's components over sizes.
+  e.after_step = e.after_finalize;
+  replay_step(layout, config, rank, e.plan, e.after_step);
   e.parameter_count = layout.total_numel();
   e.padded_count = layout.total_padded();
   for (const UnitInfo& u : layout.units()) e.largest_unit = std::max<std::uint64_t>(e.largest_unit, u.padded);

@@ -8,14 +8,23 @@
 // byte (tests/runtime/test_memory_estimate.cpp checks a grid of
 // configurations against real Engines at 1-3 ranks).
 //
-// Scope: after finalize() the ledger holds exactly the resident arrays
-// (parameters, gradients, master weights, optimizer states; the nvme tier
-// counts swap-file bytes). The transient buffers of a step (stage 3
-// gathered units, gradient buckets, staging) are not part of this
-// estimate; runtime/zero_formulas.h gives the published model-state
-// formulas to compare with. The world size is the data-parallel group's
-// (the dp size on a mesh). Free space for swap files is not checked (a
-// property of the machine, which finalize() checks).
+// Two moments:
+//  - after_finalize: the resident arrays (parameters, gradients, master
+//    weights, optimizer states; the nvme tier counts swap-file bytes);
+//  - after_step: after one standard training step, current and peak, the
+//    transient buffers of the step included (stage 3 gathered units and
+//    their swap-ins, gradient buckets and micro-batch gradients, the
+//    stage 1/2 parameter all-gather, nvme gradient sub-groups and the
+//    optimizer's swap pipeline). It replays the step with the engine's own
+//    Unsharder, GradReducer and BufferPool over sizes and the HostPool's
+//    reuse rule ([Note: step replay], runtime/memory_replay.h, which
+//    states the loop: forward 0..U-1, backward U-1..0, one micro-batch,
+//    gradient_accumulation_steps 1, no overflow, overlap_comm and the
+//    stage3_* knobs as configured, the cpu compute device).
+// runtime/zero_formulas.h gives the published model-state formulas to
+// compare with. The world size is the data-parallel group's (the dp size
+// on a mesh). Free space for swap files is not checked (a property of the
+// machine, which finalize() checks).
 #pragma once
 
 #include <cstdint>
@@ -24,7 +33,9 @@
 #include "runtime/array_plan.h"
 #include "runtime/config.h"
 #include "runtime/flat_layout.h"
+#include "runtime/grad_reducer.h"
 #include "runtime/model_description.h"
+#include "runtime/unsharder.h"
 
 namespace zeroshard {
 
@@ -33,13 +44,33 @@ namespace zeroshard {
 /// source. The Engine's finalize() builds its ArrayStore from these.
 ArrayPlanOptions engine_array_plan_options(const EngineConfig& config, int rank);
 
-/// What one rank's ledger holds after finalize(). Plain value type.
+/// The GradReducer options an Engine with `config` over `world_size` ranks
+/// uses: stage, bucket sizes, overlap(), compute and communication dtype
+/// (communication_data_type, else fp32), stored scale (1 / world_size for
+/// 16-bit compute, whose buffers hold the mean over ranks so that the sum
+/// cannot overflow; else 1, the sum) and reduction order. Pure.
+GradReducerOptions engine_grad_reducer_options(const EngineConfig& config, int world_size);
+
+/// The Unsharder options an Engine with `config` uses: gather at stage 3,
+/// overlap(), compute dtype and the stage3_* knobs. Pure.
+UnsharderOptions engine_unsharder_options(const EngineConfig& config);
+
+/// What one rank's ledger holds after finalize() and after a step. Plain
+/// value type.
 struct MemoryEstimate {
   int world_size = 0;
   int rank = 0;
   /// A ledger holding exactly the adds the Engine's finalize() records:
   /// current(c, t), padding(c), peak(c) are bytes.
   MemoryLedger after_finalize;
+  /// The ledger after finalize() and one standard training step (the loop
+  /// of replay_step, runtime/memory_replay.h): current(c, t) and
+  /// padding(c) are what the engine holds after step() returns (the
+  /// resident arrays, plus the full buffers of stage 3 persistent units),
+  /// peak(c) and peak_total() the highest values during finalize() and
+  /// that step, in bytes. Equal byte for byte to a cpu Engine's ledger
+  /// driven through that loop.
+  MemoryLedger after_step;
   ArrayPlan plan;                      ///< the arrays behind it, per unit
   std::uint64_t parameter_count = 0;   ///< Psi: parameter elements of all units
   std::uint64_t padded_count = 0;      ///< elements of all units' padded flat buffers
@@ -49,7 +80,9 @@ struct MemoryEstimate {
 /// The estimate for rank `rank` of a layout finalized for its world size.
 /// Throws ConfigError as EngineConfig::validate_for_world and
 /// plan_arrays (nvme shard above offload_param.buffer_size);
-/// InvariantError for a rank outside the world. Pure; thread safe.
+/// InvariantError for a rank outside the world, and where the step would
+/// throw it (more nvme parameter swap-ins at once than
+/// offload_param.buffer_count). Pure; thread safe.
 MemoryEstimate estimate_memory(const FlatLayout& layout, const EngineConfig& config, int rank);
 
 /// The estimate for rank `rank` of `world_size` ranks of `model`. Throws as

@@ -1,11 +1,14 @@
 // HostPool: alignment, pre-faulted reuse by size class, ledger accounting
 // under MemTier::host, reserve/trim, a custom allocator (the hook a CUDA
-// build uses for pinned memory), leases that outlive the pool.
+// build uses for pinned memory), leases that outlive the pool, and the
+// size-only model (HostPoolSizes) recording the same ledger entries.
 #include <doctest/doctest.h>
 
 #include <atomic>
 #include <cstdint>
 #include <cstring>
+#include <iterator>
+#include <vector>
 
 #include "offload/host_pool.h"
 
@@ -113,4 +116,41 @@ TEST_CASE("a lease may outlive its pool") {
   std::memset(survivor.data(), 1, survivor.size());
   survivor.release();
   CHECK(alloc->frees == 2);
+}
+
+TEST_CASE("HostPoolSizes records what HostPool records for the same acquire/release sequence") {
+  // Sizes around the 4 KiB classes, the 2x reuse limit and the 2 MiB
+  // classes, leased and released in a fixed pseudo-random order.
+  const std::size_t sizes[] = {1, 4096, 4097, 8191, 9000, 20000, 40000, 100, 2u << 20, (2u << 20) + 1, 3u << 20, 0};
+  MemoryLedger real_ledger, model_ledger;
+  HostPool pool(real_ledger);
+  HostPoolSizes model(model_ledger);
+  std::vector<HostBuffer> held;
+  std::vector<HostLeaseSize> held_model;
+  std::uint32_t x = 12345;
+  auto next = [&x] { return x = x * 1664525u + 1013904223u; };
+  for (int i = 0; i < 400; ++i) {
+    if (!held.empty() && next() % 3 == 0) {
+      const std::size_t k = next() % held.size();
+      held[k].release();
+      model.release(held_model[k]);
+      held.erase(held.begin() + static_cast<std::ptrdiff_t>(k));
+      held_model.erase(held_model.begin() + static_cast<std::ptrdiff_t>(k));
+      continue;
+    }
+    const std::size_t bytes = sizes[next() % std::size(sizes)];
+    const auto cat = next() % 2 == 0 ? MemCategory::unsharded : MemCategory::optimizer_states;
+    held.push_back(pool.acquire(bytes, cat));
+    held_model.push_back(model.acquire(bytes, cat));
+    REQUIRE(held.back().capacity() == held_model.back().capacity);
+  }
+  for (int c = 0; c < static_cast<int>(MemCategory::count); ++c) {
+    const auto cat = static_cast<MemCategory>(c);
+    CHECK(real_ledger.current(cat, MemTier::host) == model_ledger.current(cat, MemTier::host));
+    CHECK(real_ledger.padding(cat) == model_ledger.padding(cat));
+    CHECK(real_ledger.peak(cat) == model_ledger.peak(cat));
+  }
+  CHECK(real_ledger.peak_total() == model_ledger.peak_total());
+  CHECK(real_ledger.peak_total() > 0);
+  CHECK(pool.reserved_bytes() == model.reserved_bytes());
 }

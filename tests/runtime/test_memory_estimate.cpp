@@ -1,11 +1,14 @@
-// Memory estimate == the Engine's ledger after finalize(), byte for byte,
+// Memory estimate == the Engine's ledger after finalize() and after one
+// training step (current and peak, per category and tier), byte for byte,
 // over a grid of stages, dtypes, optimizers, offload tiers (max_in_cpu
 // included), bucket sizes, sub-group sizes and two models whose unit sizes
 // (0, 1, 7, 57, 10001 elements) are not divisible by the world size and
 // smaller than it. Run at 1-3 ranks: every rank compares its own ledger
 // with the estimate for its rank, which the estimator computes without a
-// communicator.
+// communicator. The step is the loop runtime/memory_replay.h states.
+#include <algorithm>
 #include <cstdint>
+#include <cstring>
 #include <filesystem>
 #include <string>
 #include <vector>
@@ -14,6 +17,7 @@
 #include <fmt/format.h>
 
 #include "core/error.h"
+#include "offload/host_allocator.h"
 #include "runtime/engine.h"
 #include "runtime/memory_estimate.h"
 #include "runtime/model_description.h"
@@ -101,6 +105,31 @@ bool same_ledger(const MemoryLedger& got, const MemoryLedger& want) {
   return same;
 }
 
+// One standard step on e (runtime/memory_replay.h, replay_step): forward
+// 0..U-1 unshard/reshard; backward U-1..0 unshard, each parameter's
+// gradient accumulated (zeros: no overflow), reduce_gradients, reshard;
+// step(), which must apply the update.
+void run_step(Engine& e) {
+  const FlatLayout& l = e.layout();
+  const UnitId n = static_cast<UnitId>(l.units().size());
+  for (UnitId u = 0; u < n; ++u) {
+    e.unshard(u);
+    e.reshard(u);
+  }
+  const DType dt = e.compute_dtype();
+  for (UnitId u = n - 1; u >= 0; --u) {
+    e.unshard(u);
+    for (ParamId p : l.unit(u).params) {
+      void* g = e.grad_data(p, dt);
+      if (l.param(p).numel > 0) std::memset(g, 0, l.param(p).numel * dtype_size(dt));
+    }
+    e.reduce_gradients(u);
+    e.reshard(u);
+  }
+  const StepResult r = e.step();
+  CHECK(r.applied);
+}
+
 }  // namespace
 
 TEST_CASE("the estimate equals the ledger after finalize(), byte for byte, over the grid") {
@@ -108,7 +137,7 @@ TEST_CASE("the estimate equals the ledger after finalize(), byte for byte, over 
   const int n = comm.world_size(), r = comm.rank();
   const OptimizerKind optimizers[] = {OptimizerKind::adamw, OptimizerKind::sgd, OptimizerKind::lion,
                                       OptimizerKind::adagrad};
-  int checked = 0, mismatches = 0, index = 0;
+  int checked = 0, mismatches = 0, index = 0, step_mismatches = 0;
   for (const ModelDescription& model : {uneven_model(), layered_model()}) {
     for (int stage = 0; stage <= 3; ++stage) {
       for (DType dt : {DType::f32, DType::bf16, DType::f16}) {
@@ -141,15 +170,21 @@ TEST_CASE("the estimate equals the ledger after finalize(), byte for byte, over 
               e.finalize();
               ++checked;
               if (!same_ledger(e.ledger(), est.after_finalize)) ++mismatches;
+              run_step(e);
+              if (!same_ledger(e.ledger(), est.after_step) && ++step_mismatches <= 3) {
+                MESSAGE((e.ledger().table("engine after a step") + est.after_step.table("estimate after a step")));
+              }
             }
           }
         }
       }
     }
   }
-  MESSAGE(fmt::format("rank {} of {}: {} configurations checked, {} mismatches", r, n, checked, mismatches));
+  MESSAGE(fmt::format("rank {} of {}: {} configurations checked, {} mismatches after finalize(), {} after a step", r,
+                      n, checked, mismatches, step_mismatches));
   CHECK(checked >= 200);
   CHECK(mismatches == 0);
+  CHECK(step_mismatches == 0);
 }
 
 TEST_CASE("max_in_cpu splits stage 3 parameter shards between host and nvme in unit order") {
@@ -187,4 +222,119 @@ TEST_CASE("estimates for world sizes 1-8 shard every unit, larger worlds include
     }
   }
   CHECK_THROWS_AS(estimate_memory(m, make_config(3), 2, 2), InvariantError);
+}
+
+namespace {
+
+// One unit of 10001 elements.
+ModelDescription one_unit_model() {
+  ModelDescription m;
+  m.units.push_back({"big", {param("big.w", {10001})}});
+  return m;
+}
+
+// True when every current figure of a and b is equal.
+bool same_current(const MemoryLedger& a, const MemoryLedger& b) {
+  for (int c = 0; c < static_cast<int>(MemCategory::count); ++c) {
+    const auto cat = static_cast<MemCategory>(c);
+    if (a.padding(cat) != b.padding(cat)) return false;
+    for (int t = 0; t < static_cast<int>(MemTier::count); ++t) {
+      if (a.current(cat, static_cast<MemTier>(t)) != b.current(cat, static_cast<MemTier>(t))) return false;
+    }
+  }
+  return true;
+}
+
+}  // namespace
+
+TEST_CASE("after a stage 3 step the peak holds the full unit, its gradient and the reduce-scatter's receive buffer") {
+  // fp32 AdamW, overlap off, one bucket: backward holds the gathered unit
+  // (P elements), its micro-batch gradient (P, sent in place as the one
+  // bucket) and the rank-ordered reduce-scatter's receive buffer (world x
+  // shard = P) at once: 12 P bytes on top of 16 S resident bytes.
+  EngineConfig c = make_config(3);
+  c.zero.overlap_comm = false;
+  for (int n = 1; n <= 4; ++n) {
+    CAPTURE(n);
+    const FlatLayout l = one_unit_model().layout(n);
+    const std::uint64_t P = l.unit(0).padded, S = l.unit(0).shard;
+    const MemoryEstimate est = estimate_memory(one_unit_model(), c, n, n - 1);
+    CHECK(same_current(est.after_step, est.after_finalize));
+    CHECK(est.after_step.current(MemCategory::unsharded) == 0);
+    CHECK(est.after_step.peak(MemCategory::unsharded) == 12 * P);
+    CHECK(est.after_step.peak_total() == 16 * S + 12 * P);
+    CHECK(est.after_finalize.peak(MemCategory::unsharded) == 0);
+  }
+}
+
+TEST_CASE("after a stage 1 step with nvme optimizer state the swap pipeline's staging is on the host tier") {
+  // fp32 AdamW, one sub-group: the pipeline stages the two fp32 states of
+  // the shard (host_block_bytes(4 S) each, a size class of 4 KiB pages);
+  // before it, the one all-reduce bucket is the whole padded gradient,
+  // reduced in place with a scratch buffer of 4 P bytes on the device.
+  EngineConfig c = make_config(1);
+  c.offload.optimizer.device = OffloadDevice::nvme;
+  c.offload.optimizer.nvme_path = swap_root().string();
+  for (int n = 1; n <= 3; ++n) {
+    CAPTURE(n);
+    const FlatLayout l = one_unit_model().layout(n);
+    const std::uint64_t P = l.unit(0).padded, S = l.unit(0).shard;
+    const std::uint64_t staged = 2 * host_block_bytes(4 * S);
+    const MemoryEstimate est = estimate_memory(one_unit_model(), c, n, 0);
+    CHECK(same_current(est.after_step, est.after_finalize));
+    CHECK(est.after_step.peak(MemCategory::unsharded) == std::max<std::uint64_t>(4 * P, staged));
+    // Resident: fp32 parameters and gradients (P each) on the device, the
+    // states' swap files (S each) on nvme.
+    CHECK(est.after_step.peak_total() == 8 * P + 8 * S + std::max<std::uint64_t>(4 * P, staged));
+  }
+}
+
+TEST_CASE("the estimate equals the ledger after a step over overlap, reduction and stage 3 knobs") {
+  // overlap_comm on and off at stages 1-3, the backend's reductions, a
+  // communication dtype other than the compute dtype, and at stage 3
+  // persistent units (kept gathered after the step), a live-parameter
+  // limit and a longer prefetch.
+  Communicator& comm = world();
+  const int n = comm.world_size(), r = comm.rank();
+  int checked = 0, mismatches = 0;
+  for (const ModelDescription& model : {uneven_model(), layered_model()}) {
+    for (int stage = 1; stage <= 3; ++stage) {
+      for (bool overlap : {false, true}) {
+        for (int variant = 0; variant < 4; ++variant) {
+          EngineConfig c = make_config(stage);
+          c.zero.overlap_comm = overlap;
+          c.zero.reduce_bucket_size = c.zero.allgather_bucket_size = variant % 2 == 0 ? 64 : 3000;
+          if (variant == 1) c.reduction_order = ReductionOrder::native;
+          if (variant == 2) {
+            c.compute_dtype = DType::bf16;
+            c.communication_data_type = DType::f32;
+          }
+          if (variant == 3) c.communication_data_type = DType::bf16;
+          if (stage == 3 && variant >= 2) {
+            c.zero.param_persistence_threshold = 100;
+            c.zero.max_live_parameters = 9000;
+            c.zero.prefetch_bucket_size = 20000;
+          }
+          CAPTURE(stage);
+          CAPTURE(overlap);
+          CAPTURE(variant);
+          const MemoryEstimate est = estimate_memory(model, c, n, r);
+          Engine e(c, comm);
+          declare(e, model);
+          e.finalize();
+          run_step(e);
+          ++checked;
+          if (!same_ledger(e.ledger(), est.after_step)) ++mismatches;
+          if (stage == 3 && variant >= 2) {
+            // Persistent units stay gathered after the step.
+            CHECK(est.after_step.current(MemCategory::persistent) > 0);
+          }
+        }
+      }
+    }
+  }
+  MESSAGE(fmt::format("rank {} of {}: {} knob configurations checked, {} mismatches after a step", r, n, checked,
+                      mismatches));
+  CHECK(checked == 48);
+  CHECK(mismatches == 0);
 }
