@@ -37,6 +37,8 @@ void MemoryLedger::add(MemCategory c, MemTier t, std::uint64_t bytes, std::uint6
   peak_[ci] = std::max(peak_[ci], current(c));
   total_ += bytes;
   peak_total_ = std::max(peak_total_, total_);
+  tier_total_[ti] += bytes;
+  peak_tier_[ti] = std::max(peak_tier_[ti], tier_total_[ti]);
 }
 
 void MemoryLedger::remove(MemCategory c, MemTier t, std::uint64_t bytes,
@@ -49,6 +51,7 @@ void MemoryLedger::remove(MemCategory c, MemTier t, std::uint64_t bytes,
   cur_[ci][ti] -= bytes;
   pad_[ci][ti] -= padding_bytes;
   total_ -= bytes;
+  tier_total_[ti] -= bytes;
 }
 
 std::uint64_t MemoryLedger::current(MemCategory c) const {

@@ -55,6 +55,9 @@ class MemoryLedger {
   std::uint64_t model_state_padding() const;
   /// Highest total over all categories at any moment.
   std::uint64_t peak_total() const;
+  /// Highest total of one tier over all categories at any moment (what a
+  /// tier must have room for; the planner's budget check).
+  std::uint64_t peak_total(MemTier t) const { return peak_tier_[static_cast<int>(t)]; }
   /// Current total over all categories.
   std::uint64_t current_total() const;
 
@@ -70,6 +73,8 @@ class MemoryLedger {
   std::array<std::uint64_t, kC> peak_{};
   std::uint64_t total_ = 0;
   std::uint64_t peak_total_ = 0;
+  std::array<std::uint64_t, kT> tier_total_{};
+  std::array<std::uint64_t, kT> peak_tier_{};
 };
 
 /// Human-readable byte count ("1.50 MiB").

@@ -20,6 +20,7 @@ struct Shape {
   std::int64_t sub_group = 0;  ///< 0: the base config's
   int buffers = 0;             ///< 0: the base config's
   std::int64_t micro = 1, accumulation = 1;
+  std::int64_t bucket = 0;     ///< reduce/allgather_bucket_size; 0: the base config's
 };
 
 std::vector<Shape> shapes(const PlanRequest& r, const std::vector<std::int64_t>& micros) {
@@ -39,12 +40,14 @@ std::vector<Shape> shapes(const PlanRequest& r, const std::vector<std::int64_t>&
         if (stage == 0 && opt != OffloadDevice::none) continue;
         for (OffloadDevice param : tiers) {
           if (stage != 3 && param != OffloadDevice::none) continue;
-          if (opt == OffloadDevice::nvme) {
-            for (std::int64_t sg : {std::int64_t{1'000'000'000}, std::int64_t{100'000'000}}) {
-              for (int b : {4, 2}) out.push_back({stage, opt, param, sg, b, m, a});
+          for (std::int64_t bucket : {std::int64_t{0}, std::int64_t{50'000'000}, std::int64_t{5'000'000}}) {
+            if (opt == OffloadDevice::nvme) {
+              for (std::int64_t sg : {std::int64_t{1'000'000'000}, std::int64_t{100'000'000}}) {
+                for (int b : {4, 2}) out.push_back({stage, opt, param, sg, b, m, a, bucket});
+              }
+            } else {
+              out.push_back({stage, opt, param, 0, 0, m, a, bucket});
             }
-          } else {
-            out.push_back({stage, opt, param, 0, 0, m, a});
           }
         }
       }
@@ -72,6 +75,10 @@ nlohmann::json rewrite(const PlanRequest& r, const Shape& s) {
   offload("offload_optimizer", s.optimizer, true);
   offload("offload_param", s.param, false);
   if (s.sub_group != 0) z["sub_group_size"] = s.sub_group;
+  if (s.bucket != 0) {
+    z["reduce_bucket_size"] = s.bucket;
+    z["allgather_bucket_size"] = s.bucket;
+  }
   j["train_micro_batch_size_per_gpu"] = s.micro;
   j["gradient_accumulation_steps"] = s.accumulation;
   j.erase("train_batch_size");
@@ -84,15 +91,13 @@ std::string label(const Shape& s) {
   if (s.stage > 0) l += fmt::format(", optimizer {}", offload_device_name(s.optimizer));
   if (s.stage == 3) l += fmt::format(", param {}", offload_device_name(s.param));
   if (s.sub_group != 0) l += fmt::format(", sub_group {:.0e}, buffers {}", static_cast<double>(s.sub_group), s.buffers);
+  if (s.bucket != 0) l += fmt::format(", buckets {:.0e}", static_cast<double>(s.bucket));
   return l + fmt::format(", micro-batch {} x {}", s.micro, s.accumulation);
 }
 
-// Bytes of tier t at the step's peak.
-std::uint64_t tier_peak(const MemoryEstimate& e, MemTier t) {
-  std::uint64_t sum = 0;
-  for (int c = 0; c < static_cast<int>(MemCategory::count); ++c) sum += e.after_finalize.current(static_cast<MemCategory>(c), t);
-  return sum;
-}
+// Bytes of tier t at the step's peak: the ledger after one step
+// (runtime/memory_estimate.h, after_step), the tier's highest total.
+std::uint64_t tier_peak(const MemoryEstimate& e, MemTier t) { return e.after_step.peak_total(t); }
 
 std::uint64_t budget_of(const PlanBudget& b, MemTier t) {
   return t == MemTier::device ? b.device : t == MemTier::host ? b.host : b.nvme;
@@ -173,7 +178,7 @@ Plan make_plan(const PlanRequest& r) {
     // A sub-group / buffer-count variant that changes neither the bytes nor
     // the predicted time is listed once (the first: DeepSpeed's defaults).
     auto& list = c.fits ? plan.fits : plan.rejected;
-    const bool same_as_earlier = s.sub_group != 0 && std::any_of(list.begin(), list.end(), [&](const PlanCandidate& o) {
+    const bool same_as_earlier = (s.sub_group != 0 || s.bucket != 0) && std::any_of(list.begin(), list.end(), [&](const PlanCandidate& o) {
       return o.stage == c.stage && o.offload_optimizer == c.offload_optimizer && o.offload_param == c.offload_param &&
              o.micro_batch == c.micro_batch && o.bytes == c.bytes && o.seconds_per_sample == c.seconds_per_sample;
     });

@@ -11,8 +11,11 @@
 //   offload_param.device none, cpu, nvme (stage 3);
 //   sub_group_size 1e9 and 1e8 and buffer_count 4 and 2 where the optimizer
 //     is on nvme (smaller sub-groups and fewer buffers hold less host memory
-//     for the swap pipeline; more files cost time); a variant whose bytes
-//     and predicted time equal an earlier one's is listed once;
+//     for the swap pipeline; more files cost time);
+//   reduce_bucket_size = allgather_bucket_size: the base config's, 5e7 and
+//     5e6 (smaller buckets hold less transient memory, cost more calls);
+//   a variant whose bytes and predicted time equal an earlier one's is
+//   listed once (the first: the base config's or DeepSpeed's defaults);
 //   train_micro_batch_size_per_gpu from the micro-batch list, with
 //     gradient_accumulation_steps = global batch / (micro-batch x world)
 //     where a global batch is given (micro-batches that do not divide it are
@@ -21,9 +24,10 @@
 // A candidate that EngineConfig rejects is left out. Each is laid out for
 // the world size and estimated (runtime/memory_estimate.h) for rank 0 and
 // the last rank (shards are equal in size; the last ranks' hold the
-// padding), keeping the one with more bytes: per tier, the bytes after finalize() plus
-// the step's transient buffers at their peak (estimate's step_peak), plus
-// on the device tier activation_bytes_per_sample x micro-batch. It fits when
+// padding), keeping the one with more bytes: per tier, the tier's peak in
+// the ledger after one training step (MemoryEstimate::after_step: the
+// resident arrays and the step's transient buffers at their peak), plus on
+// the device tier activation_bytes_per_sample x micro-batch. It fits when
 // every tier is within its budget; a rejected one names each tier over
 // budget and by how much. Fits are ranked by predicted time per sample
 // (step time / samples per step) when rates are given, else by device bytes

@@ -57,8 +57,13 @@ std::string plan_report(const ModelDescription& model, const std::string& model_
                      states, offload_device_name(config.offload.optimizer.device),
                      offload_device_name(config.offload.param.device));
   out += l.table(fmt::format("memory ledger after finalize(), rank {} of {} (bytes):", rank, world));
-  out += fmt::format("total: device {}, host {}, nvme {}\n\n", tier_total(l, MemTier::device),
+  out += fmt::format("total: device {}, host {}, nvme {}\n", tier_total(l, MemTier::device),
                      tier_total(l, MemTier::host), tier_total(l, MemTier::nvme));
+  const MemoryLedger& s = est.after_step;
+  out += fmt::format("peak during a training step (the ledger after one step: gathered units, gradient buckets, "
+                     "staging included): device {}, host {}, nvme {}; transient buffers at their peak {}\n\n",
+                     s.peak_total(MemTier::device), s.peak_total(MemTier::host), s.peak_total(MemTier::nvme),
+                     bytes_text(s.peak(MemCategory::unsharded)));
 
   // Side by side: model states per rank.
   const double k = 4.0 * states + (mixed ? 4.0 : 0.0);
@@ -93,7 +98,7 @@ std::string plan_report(const ModelDescription& model, const std::string& model_
                      world, kShardAlignElements, world, est.padded_count - psi, l.model_state_padding());
   if (stage == 3) {
     out += fmt::format("  - stage 3 gathers one unit at a time during a step: the largest unit's full buffer is {} "
-                       "bytes ({} padded elements x {} B), not in the figures after finalize(); DeepSpeed counts 4 "
+                       "bytes ({} padded elements x {} B), in the step's peak; DeepSpeed counts 4 "
                        "B per parameter of the largest layer ({} bytes) on the GPU\n",
                        est.largest_unit * e, est.largest_unit, e, 4 * largest_layer);
   }
@@ -101,8 +106,8 @@ std::string plan_report(const ModelDescription& model, const std::string& model_
     out += "  - DeepSpeed's CPU figure is for the whole node (all GPUs' processes) with additional_buffer_factor "
            "1.5; zeroshard's host tier is this rank's arrays, buffers excluded\n";
   }
-  out += "  - transient buffers of a step (gradient buckets, staging, gathered units) are not part of the figures "
-         "after finalize()\n";
+  out += "  - transient buffers of a step (gradient buckets, staging, gathered units) are in the peak during a "
+         "step above, not in the figures after finalize(); the formulas have none\n";
   return out;
 }
 

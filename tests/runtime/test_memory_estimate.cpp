@@ -102,6 +102,12 @@ bool same_ledger(const MemoryLedger& got, const MemoryLedger& want) {
   }
   CHECK(got.current_total() == want.current_total());
   CHECK(got.peak_total() == want.peak_total());
+  for (int t = 0; t < static_cast<int>(MemTier::count); ++t) {
+    const auto tier = static_cast<MemTier>(t);
+    CAPTURE(mem_tier_name(tier));
+    CHECK(got.peak_total(tier) == want.peak_total(tier));
+    same = same && got.peak_total(tier) == want.peak_total(tier);
+  }
   return same;
 }
 
