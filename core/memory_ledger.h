@@ -60,6 +60,8 @@ class MemoryLedger {
   std::uint64_t peak_total(MemTier t) const { return peak_tier_[static_cast<int>(t)]; }
   /// Current total over all categories.
   std::uint64_t current_total() const;
+  /// Current total of one tier over all categories.
+  std::uint64_t current_total(MemTier t) const { return tier_total_[static_cast<int>(t)]; }
 
   /// A table: one row per category (current, of which padding, peak) and
   /// per tier.

@@ -14,12 +14,6 @@ namespace {
 
 std::string bytes_text(std::uint64_t b) { return fmt::format("{:>15} ({})", b, format_bytes(b)); }
 
-std::uint64_t tier_total(const MemoryLedger& l, MemTier t) {
-  std::uint64_t n = 0;
-  for (int c = 0; c < static_cast<int>(MemCategory::count); ++c) n += l.current(static_cast<MemCategory>(c), t);
-  return n;
-}
-
 }  // namespace
 
 int largest_rank(const ModelDescription& model, const EngineConfig& config, int world) {
@@ -57,8 +51,8 @@ std::string plan_report(const ModelDescription& model, const std::string& model_
                      states, offload_device_name(config.offload.optimizer.device),
                      offload_device_name(config.offload.param.device));
   out += l.table(fmt::format("memory ledger after finalize(), rank {} of {} (bytes):", rank, world));
-  out += fmt::format("total: device {}, host {}, nvme {}\n", tier_total(l, MemTier::device),
-                     tier_total(l, MemTier::host), tier_total(l, MemTier::nvme));
+  out += fmt::format("total: device {}, host {}, nvme {}\n", l.current_total(MemTier::device),
+                     l.current_total(MemTier::host), l.current_total(MemTier::nvme));
   const MemoryLedger& s = est.after_step;
   out += fmt::format("peak during a training step (the ledger after one step: gathered units, gradient buckets, "
                      "staging included): device {}, host {}, nvme {}; transient buffers at their peak {}\n\n",
@@ -87,9 +81,9 @@ std::string plan_report(const ModelDescription& model, const std::string& model_
     const char* fn = stage < 3 ? "estimate_zero2_model_states_mem_needs" : "estimate_zero3_model_states_mem_needs";
     out += fmt::format("  {:<58} {}\n", fmt::format("DeepSpeed {} GPU", fn), bytes_text(ds.gpu));
     out += fmt::format("  {:<58} {}\n", "  zeroshard device tier (model states)",
-                       bytes_text(l.model_state_bytes() - tier_total(l, MemTier::host) - tier_total(l, MemTier::nvme)));
+                       bytes_text(l.model_state_bytes() - l.current_total(MemTier::host) - l.current_total(MemTier::nvme)));
     out += fmt::format("  {:<58} {}\n", fmt::format("DeepSpeed {} CPU", fn), bytes_text(ds.cpu));
-    out += fmt::format("  {:<58} {}\n", "  zeroshard host tier", bytes_text(tier_total(l, MemTier::host)));
+    out += fmt::format("  {:<58} {}\n", "  zeroshard host tier", bytes_text(l.current_total(MemTier::host)));
   }
   out += "where they differ:\n";
   out += fmt::format("  - padding: each unit is padded to a multiple of {} x {} elements and every rank holds "

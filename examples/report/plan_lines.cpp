@@ -13,11 +13,8 @@ std::string estimate_beside_ledger(const Engine& engine) {
   const MemoryLedger& ledger = engine.ledger();
   std::string tiers, differ;
   for (int t = 0; t < static_cast<int>(MemTier::count); ++t) {
-    std::uint64_t want = 0, got = 0;
-    for (int c = 0; c < static_cast<int>(MemCategory::count); ++c) {
-      want += est.after_finalize.current(static_cast<MemCategory>(c), static_cast<MemTier>(t));
-      got += ledger.current(static_cast<MemCategory>(c), static_cast<MemTier>(t));
-    }
+    const std::uint64_t want = est.after_finalize.current_total(static_cast<MemTier>(t));
+    const std::uint64_t got = ledger.current_total(static_cast<MemTier>(t));
     const auto name = mem_tier_name(static_cast<MemTier>(t));
     tiers += fmt::format("{}{} {} / {}", t == 0 ? "" : ", ", name, want, got);
     if (want != got) differ += fmt::format(" {}", name);

@@ -129,3 +129,21 @@ TEST_CASE("the buffer pool reuses its buffers: a steady state allocates nothing,
     }
   }
 }
+
+TEST_CASE("per-tier totals and peaks follow adds and removes in closed form") {
+  MemoryLedger l;
+  l.add(MemCategory::parameters, MemTier::device, 100, 4);
+  l.add(MemCategory::optimizer_states, MemTier::host, 300);
+  l.add(MemCategory::unsharded, MemTier::device, 50);
+  l.remove(MemCategory::unsharded, MemTier::device, 50);
+  l.add(MemCategory::unsharded, MemTier::host, 20);
+  l.add(MemCategory::master_weights, MemTier::nvme, 7);
+  CHECK(l.current_total(MemTier::device) == 100);
+  CHECK(l.current_total(MemTier::host) == 320);
+  CHECK(l.current_total(MemTier::nvme) == 7);
+  CHECK(l.peak_total(MemTier::device) == 150);  // while the 50 transient bytes were held
+  CHECK(l.peak_total(MemTier::host) == 320);
+  CHECK(l.peak_total(MemTier::nvme) == 7);
+  CHECK(l.current_total() == 427);
+  CHECK(l.peak_total() == 450);  // 100 + 300 + 50: the tiers' peaks need not coincide
+}

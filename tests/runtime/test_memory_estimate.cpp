@@ -105,8 +105,9 @@ bool same_ledger(const MemoryLedger& got, const MemoryLedger& want) {
   for (int t = 0; t < static_cast<int>(MemTier::count); ++t) {
     const auto tier = static_cast<MemTier>(t);
     CAPTURE(mem_tier_name(tier));
+    CHECK(got.current_total(tier) == want.current_total(tier));
     CHECK(got.peak_total(tier) == want.peak_total(tier));
-    same = same && got.peak_total(tier) == want.peak_total(tier);
+    same = same && got.current_total(tier) == want.current_total(tier) && got.peak_total(tier) == want.peak_total(tier);
   }
   return same;
 }
