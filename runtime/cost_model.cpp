@@ -2,14 +2,13 @@
 
 #include <algorithm>
 #include <cmath>
-#include <fstream>
-#include <sstream>
 
 #include <fmt/format.h>
 
 #include "core/error.h"
 #include "optimizer/optimizer.h"
 #include "runtime/array_plan.h"
+#include "runtime/checkpoint_files.h"
 #include "runtime/memory_estimate.h"
 
 namespace zeroshard {
@@ -109,13 +108,10 @@ MachineRates MachineRates::from_json(const nlohmann::json& j, const std::string&
 }
 
 MachineRates MachineRates::from_file(const std::string& path) {
-  std::ifstream in(path);
-  if (!in) throw IoError(fmt::format("{}: cannot read the calibration file", path));
-  std::stringstream ss;
-  ss << in.rdbuf();
+  const std::string text = read_text_file(path);
   nlohmann::json j;
   try {
-    j = nlohmann::json::parse(ss.str());
+    j = nlohmann::json::parse(text);
   } catch (const nlohmann::json::parse_error& e) {
     throw ConfigError(fmt::format("{}: not JSON (byte {})", path, e.byte));
   }
@@ -196,38 +192,37 @@ StepCost predict_step(const FlatLayout& layout, const EngineConfig& config, int 
   } else if (stage == 3) {
     const auto& units = layout.units();
     const std::size_t U = units.size();
-    std::vector<double> g(U), cf(U), cb(U);
-    double swap_reads = 0;
+    // Per unit: its all-gather, its parameter shard's disk read (nvme units),
+    // and its share of the forward and backward compute.
+    std::vector<double> gather(U), swap_in(U), cf(U), cb(U);
     for (std::size_t u = 0; u < U; ++u) {
-      const double read = arrays.units[u].param_tier == MemTier::nvme
-                              ? static_cast<double>(units[u].shard) * b_c / rates.disk_read + rates.disk_read_file
-                              : 0.0;
-      swap_reads += read;
-      g[u] = (comm ? ag(static_cast<double>(units[u].padded) * b_c) : 0.0) + read;
+      swap_in[u] = arrays.units[u].param_tier == MemTier::nvme
+                    ? static_cast<double>(units[u].shard) * b_c / rates.disk_read + rates.disk_read_file
+                    : 0.0;
+      gather[u] = comm ? ag(static_cast<double>(units[u].padded) * b_c) : 0.0;
       const double share = static_cast<double>(units[u].numel) / numel;
       cf[u] = fwd * share;
       cb[u] = bwd * share;
     }
-    double once = 0, exposed = 0;
-    for (std::size_t u = 0; u < U; ++u) {  // forward 0..U-1
-      once += g[u];
-      exposed += (overlap && u > 0) ? std::max(0.0, g[u] - cf[u - 1]) : g[u];
-    }
-    for (std::size_t k = 1; k < U; ++k) {  // backward U-2..0 (U-1 reused)
-      const std::size_t u = U - 1 - k;
-      once += g[u];
-      exposed += overlap ? std::max(0.0, g[u] - cb[u + 1]) : g[u];
-    }
-    // The disk reads are counted as swap, the rest as gather.
-    const double reads_per_micro = U == 0 ? 0.0 : swap_reads * (2.0 * static_cast<double>(U) - 1.0) / U;
-    c.gather = micro * (once - reads_per_micro);
-    c.swap += micro * reads_per_micro;
+    // Each unit fetched: forward 0..U-1, backward U-2..0 (U-1 reused); its
+    // read and gather wait together, hidden under the previous unit's compute.
+    double gathers = 0, reads = 0, exposed = 0;
+    auto fetch = [&](std::size_t u, double hidden_under) {
+      gathers += gather[u];
+      reads += swap_in[u];
+      exposed += std::max(0.0, gather[u] + swap_in[u] - hidden_under);
+    };
+    for (std::size_t u = 0; u < U; ++u) fetch(u, overlap && u > 0 ? cf[u - 1] : 0.0);
+    for (std::size_t k = 1; k < U; ++k) fetch(U - 1 - k, overlap ? cb[U - k] : 0.0);
+    c.gather = micro * gathers;
+    c.swap += micro * reads;
     c.comm_exposed += micro * exposed;  // exposed reads included: they wait like the gathers
   }
 
   // The update.
-  double shard = 0;
-  for (const UnitInfo& u : layout.units()) shard += static_cast<double>(stage == 0 ? u.padded : u.shard);
+  // Stage 0 updates every element; stages 1-3 this rank's shard (units are
+  // padded to a multiple of the world size).
+  const double shard = stage == 0 ? total : total / n;
   c.optimizer = shard * optimizer_bytes_per_element(config) / rates.optimizer_bandwidth;
 
   // Optimizer swap: the swapped arrays (master weights, states, and at

@@ -111,6 +111,21 @@ TEST_CASE("predicted steps equal the closed forms") {
     s = predict_step(layout, c, 0, rates, 0.0);
     CHECK(near(s.comm_exposed, 3 * g + P * 4 / 1e9));
   }
+  SUBCASE("stage 3 with the parameters on nvme: each fetch reads the unit's shard, waited for with its gather") {
+    EngineConfig c = make_config(3);
+    c.zero.overlap_comm = false;
+    c.offload.param.device = OffloadDevice::nvme;
+    c.offload.param.nvme_path = "/nonexistent-is-not-opened";
+    c.offload.param.max_in_cpu = 0;
+    MachineRates r = rates;
+    r.disk_read_file = 0.5e-3;
+    const double g = 4096.0 * n * 4 / 1e9;            // one unit's all-gather
+    const double read = 4096.0 * 4 / 2e9 + 0.5e-3;    // one unit's shard from disk
+    const StepCost s = predict_step(layout, c, 0, r, 0.0);
+    CHECK(near(s.gather, 3 * g));                      // forward u0 u1, backward u0
+    CHECK(near(s.swap, 3 * read + P / n * 4 / 1e9));   // the reads, and the shards written after the update
+    CHECK(near(s.comm_exposed, 3 * (g + read) + P * 4 / 1e9));
+  }
   SUBCASE("collectives scale to other world sizes by the bus-bandwidth factor") {
     const FlatLayout l4 = two_units(4).layout(4);
     EngineConfig c = make_config(0);
