@@ -1,7 +1,6 @@
 #include "runtime/calibrate.h"
 
 #include <algorithm>
-#include <chrono>
 #include <span>
 #include <filesystem>
 #include <unistd.h>
@@ -10,6 +9,7 @@
 #include <fmt/format.h>
 
 #include "core/error.h"
+#include "core/tracer.h"
 #include "kernels/cpu/adam.h"
 #include "kernels/cpu/simd_targets.h"
 #include "kernels/cpu/thread_pool.h"
@@ -20,9 +20,7 @@
 namespace zeroshard {
 namespace {
 
-double now_s() {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
-}
+double now_s() { return static_cast<double>(Tracer::now_ns()) * 1e-9; }
 
 double optimizer_bandwidth(std::size_t n) {
   std::vector<float> p(n, 0.5f), g(n, 0.01f), m(n, 0.0f), v(n, 0.0f);

@@ -95,10 +95,6 @@ std::string label(const Shape& s) {
   return l + fmt::format(", micro-batch {} x {}", s.micro, s.accumulation);
 }
 
-// Bytes of tier t at the step's peak: the ledger after one step
-// (runtime/memory_estimate.h, after_step), the tier's highest total.
-std::uint64_t tier_peak(const MemoryEstimate& e, MemTier t) { return e.after_step.peak_total(t); }
-
 std::uint64_t budget_of(const PlanBudget& b, MemTier t) {
   return t == MemTier::device ? b.device : t == MemTier::host ? b.host : b.nvme;
 }
@@ -147,12 +143,13 @@ Plan make_plan(const PlanRequest& r) {
       continue;  // a combination the engine does not run
     }
     // Rank 0 and the last rank: shards are equal in size, the last ranks'
-    // hold the padding; the one with more bytes (the last on a tie).
+    // hold the padding; the one with more bytes (the last on a tie). Each
+    // tier's bytes are its peak in the ledger after one step.
     std::array<std::uint64_t, 3> best{};
-    for (int rank : {0, r.world_size - 1}) {
+    for (int rank = 0; rank < r.world_size; rank = std::max(rank + 1, r.world_size - 1)) {
       const MemoryEstimate e = estimate_memory(layout, config, rank);
       std::array<std::uint64_t, 3> b{};
-      for (std::size_t t = 0; t < kTiers.size(); ++t) b[t] = tier_peak(e, kTiers[t]);
+      for (std::size_t t = 0; t < kTiers.size(); ++t) b[t] = e.after_step.peak_total(kTiers[t]);
       if (rank == 0 || b[0] + b[1] + b[2] >= best[0] + best[1] + best[2]) {
         best = b;
         c.rank = rank;
@@ -175,13 +172,15 @@ Plan make_plan(const PlanRequest& r) {
                             r.loop_seconds_per_sample * static_cast<double>(s.micro));
       c.seconds_per_sample = c.cost->step() / static_cast<double>(s.micro * s.accumulation * r.world_size);
     }
-    // A sub-group / buffer-count variant that changes neither the bytes nor
-    // the predicted time is listed once (the first: DeepSpeed's defaults).
+    // A sub-group / buffer-count / bucket variant that changes neither the
+    // bytes nor the predicted time is listed once (the first: the base
+    // config's or DeepSpeed's defaults).
     auto& list = c.fits ? plan.fits : plan.rejected;
-    const bool same_as_earlier = (s.sub_group != 0 || s.bucket != 0) && std::any_of(list.begin(), list.end(), [&](const PlanCandidate& o) {
+    const auto same = [&](const PlanCandidate& o) {
       return o.stage == c.stage && o.offload_optimizer == c.offload_optimizer && o.offload_param == c.offload_param &&
              o.micro_batch == c.micro_batch && o.bytes == c.bytes && o.seconds_per_sample == c.seconds_per_sample;
-    });
+    };
+    const bool same_as_earlier = (s.sub_group != 0 || s.bucket != 0) && std::any_of(list.begin(), list.end(), same);
     if (!same_as_earlier) list.push_back(std::move(c));
   }
   std::stable_sort(plan.fits.begin(), plan.fits.end(), [&](const PlanCandidate& a, const PlanCandidate& b) {

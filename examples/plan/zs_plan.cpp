@@ -36,9 +36,7 @@
 #include <CLI/CLI.hpp>
 #include <cstdio>
 #include <exception>
-#include <fstream>
 #include <optional>
-#include <sstream>
 #include <string>
 
 #include "comm/communicator.h"
@@ -46,25 +44,15 @@
 #include "examples/plan/plan_report.h"
 #include "examples/report/svg_chart.h"
 #include "runtime/calibrate.h"
+#include "runtime/checkpoint_files.h"
 #include "runtime/config.h"
+#include "runtime/config_diagnostics.h"
 #include "runtime/model_description.h"
 #include "runtime/planner.h"
 
 namespace {
 
 using namespace zeroshard;
-
-nlohmann::json read_json(const std::string& path) {
-  std::ifstream in(path);
-  if (!in) throw IoError(fmt::format("{}: cannot be read", path));
-  std::stringstream ss;
-  ss << in.rdbuf();
-  try {
-    return nlohmann::json::parse(ss.str());
-  } catch (const nlohmann::json::parse_error& e) {
-    throw ConfigError(fmt::format("{}: not JSON (byte {})", path, e.byte));
-  }
-}
 
 int calibrate_mode(const std::string& out_path, const std::string& nvme_path) {
   auto comm = make_world_communicator();
@@ -142,7 +130,7 @@ int main(int argc, char** argv) {
       PlanRequest req;
       req.model = model;
       req.world_size = world;
-      if (!config_path.empty()) req.base_config = read_json(config_path);
+      if (!config_path.empty()) req.base_config = parse_config_text(read_text_file(config_path), config_path);
       req.nvme_path = nvme_path;
       req.budget = {budget_device, budget_host, nvme_free};
       req.activation_bytes_per_sample = activations;
