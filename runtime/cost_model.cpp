@@ -65,11 +65,33 @@ double bucketed(double total, double bucket, double elem_bytes, F cost) {
   return full * cost(bucket * elem_bytes) + (rest > 0 ? cost(rest * elem_bytes) : 0.0);
 }
 
-double last_bucket(double total, double bucket, double elem_bytes, auto cost) {
-  if (total <= 0) return 0;
-  bucket = std::max(1.0, bucket);
-  const double rest = total - std::floor(total / bucket) * bucket;
-  return cost((rest > 0 ? rest : bucket) * elem_bytes);
+// Element counts of one pass's gradient reduction collectives, in launch
+// order, as GradReducer forms them ([Note: gradient buckets]): units in
+// backward order; a unit already in the communication dtype is reduced in
+// its own buffer (stages 0/1: in runs of the bucket; stages 2/3: whole, if
+// its shard fits a bucket), the rest packed into buckets across units.
+std::vector<double> reduction_collectives(const FlatLayout& layout, int stage, std::size_t bucket, bool in_place) {
+  const auto world = static_cast<std::size_t>(layout.world_size());
+  const std::size_t total = layout.total_padded();
+  std::size_t cap = std::max<std::size_t>(1, std::min(bucket, total));  // all-reduce bucket, elements
+  if (stage <= 1) cap = std::max(world, cap / world * world);
+  const std::size_t shard_cap = std::max<std::size_t>(1, std::min(bucket / world, total / world));
+  std::vector<double> out;
+  std::size_t packed = 0;  // elements waiting in the open packed bucket
+  const std::size_t packed_cap = stage <= 1 ? cap : shard_cap * world;
+  const auto& units = layout.units();
+  for (std::size_t i = units.size(); i-- > 0;) {
+    const UnitInfo& u = units[i];
+    if (in_place && stage <= 1) {
+      for (std::size_t a = 0; a < u.padded; a += cap) out.push_back(static_cast<double>(std::min(cap, u.padded - a)));
+    } else if (in_place && u.shard <= shard_cap) {
+      if (u.padded > 0) out.push_back(static_cast<double>(u.padded));
+    } else {
+      for (packed += u.padded; packed >= packed_cap; packed -= packed_cap) out.push_back(static_cast<double>(packed_cap));
+    }
+  }
+  if (packed > 0) out.push_back(static_cast<double>(packed));
+  return out;
 }
 
 }  // namespace
@@ -157,18 +179,16 @@ StepCost predict_step(const FlatLayout& layout, const EngineConfig& config, int 
   auto a2a = [&](double b) { return scale * rates.all_to_all.time(b); };
   auto ag = [&](double b) { return scale * rates.all_gather.time(b); };
   auto ordered_all_reduce = [&](double b) { return a2a(b) + ag(b); };
-  const auto bucket = static_cast<double>(config.zero.reduce_bucket_size);
   const auto ag_bucket = static_cast<double>(config.zero.allgather_bucket_size);
 
   // Gradient reduction: once per step at stages 0/1, every micro-batch at 2/3.
   double reduce_once = 0, reduce_last = 0;
   if (comm) {
-    if (stage <= 1) {
-      reduce_once = bucketed(total, bucket, b_m, ordered_all_reduce);
-      reduce_last = last_bucket(total, bucket, b_m, ordered_all_reduce);
-    } else {
-      reduce_once = bucketed(total, bucket, b_m, a2a);
-      reduce_last = last_bucket(total, bucket, b_m, a2a);
+    const DType comm_dtype = config.communication_data_type.value_or(DType::f32);
+    for (const double elems : reduction_collectives(layout, stage, config.zero.reduce_bucket_size,
+                                                    comm_dtype == config.compute_dtype)) {
+      reduce_last = stage <= 1 ? ordered_all_reduce(elems * b_m) : a2a(elems * b_m);
+      reduce_once += reduce_last;
     }
   }
   const double reductions = stage <= 1 ? 1.0 : micro;

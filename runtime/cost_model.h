@@ -11,9 +11,11 @@
 //               2/3 backward, as the usual 1:2 ratio of forward to backward
 //               FLOPs), spread over units in proportion to their elements;
 //   reduction   stages 0/1: once per step, stages 2/3: every micro-batch,
-//               buckets of reduce_bucket_size elements of the padded
-//               gradients in communication_data_type (fp32 unless set),
-//               each as the engine reduces it ([Note: gradient buckets]):
+//               the engine's collectives over the padded gradients in
+//               communication_data_type (fp32 unless set; a unit already
+//               in it reduced in its own buffer, in runs of at most
+//               reduce_bucket_size elements, the others packed into
+//               buckets of that size: [Note: gradient buckets]):
 //               rank-ordered all-reduce = all-to-all + all-gather of the
 //               bucket, reduce-scatter = all-to-all;
 //   all-gather  stages 1/2 after the update: buckets of

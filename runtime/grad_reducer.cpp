@@ -77,6 +77,10 @@ void GradReducer::open_packed(Bucket& b, BucketKind kind, std::size_t capacity) 
 
 // Starts b's collective over its `fill` elements (per block).
 void GradReducer::start_collective(Bucket& b) {
+  // One rank: its buffer already is the sum and the gathered whole (every
+  // path below would only copy it, bitwise unchanged: a sum of one block
+  // is the block). finish_collective reads the result from `send`.
+  if (comm_.world_size() == 1) return;
   const DType t = bucket_dtype(b);
   // The bucket's units name its collectives in logs and traces.
   if (!b.pieces.empty()) {
@@ -135,6 +139,8 @@ void GradReducer::finish_collective(Bucket& b) {
   b.work.wait();
   b.ordered.wait();
   const DType t = bucket_dtype(b);
+  // Where the collective left its result (at world size 1 none ran: `send`).
+  const PoolLease& result = b.recv.valid() ? b.recv : b.send;
   switch (b.kind) {
     case BucketKind::all_reduce:
       for (const BucketPiece& p : b.pieces) {
@@ -147,7 +153,7 @@ void GradReducer::finish_collective(Bucket& b) {
       break;
     case BucketKind::reduce_scatter:
       for (const BucketPiece& p : b.pieces) {
-        target_.accumulate_shard(p.unit, p.offset, b.recv.at(p.pos), t, p.n, o_.stored_scale);
+        target_.accumulate_shard(p.unit, p.offset, result.at(p.pos), t, p.n, o_.stored_scale);
       }
       break;
     case BucketKind::all_gather:
@@ -156,7 +162,7 @@ void GradReducer::finish_collective(Bucket& b) {
         const UnitInfo& info = layout_.unit(p.unit);
         void* dst = gather_dst_[static_cast<std::size_t>(p.unit)];
         for (std::size_t r = 0; r < static_cast<std::size_t>(comm_.world_size()); ++r) {
-          ops_.move(elem(dst, r * info.shard + p.offset, t), b.recv.at(r * b.fill + p.pos), p.n * dtype_size(t));
+          ops_.move(elem(dst, r * info.shard + p.offset, t), result.at(r * b.fill + p.pos), p.n * dtype_size(t));
         }
       }
       break;
@@ -206,18 +212,21 @@ void GradReducer::pack_all_reduce(UnitId u) {
   const DType ct = o_.comm_dtype, dt = o_.compute_dtype;
   void* grads = target_.full_grad(u);
   for (std::size_t a = 0; a < padded;) {
-    Bucket& b = open_;
-    if (b.pieces.empty() && ct == dt && padded - a >= cap) {
-      // A whole bucket of this unit alone: reduce it where it is.
-      b = Bucket{};
+    if (ct == dt) {
+      // Already in the communication dtype: reduce it where it is, a
+      // bucket's worth at a time (padded and cap are multiples of the world
+      // size, so is every run): no copy in, none out.
+      const std::size_t n = std::min(cap, padded - a);
+      Bucket b;
       b.kind = BucketKind::all_reduce;
-      b.capacity = b.fill = cap;
+      b.capacity = b.fill = n;
       b.in_place = elem(grads, a, dt);
-      b.pieces.push_back(BucketPiece{.unit = u, .offset = a, .n = cap, .pos = 0});
-      a += cap;
+      b.pieces.push_back(BucketPiece{.unit = u, .offset = a, .n = n, .pos = 0});
+      a += n;
       launch(b, in_flight_);
       continue;
     }
+    Bucket& b = open_;
     if (b.pieces.empty()) open_packed(b, BucketKind::all_reduce, cap);
     const std::size_t n = std::min(b.capacity - b.fill, padded - a);
     convert(b.send.at(b.fill), ct, elem(grads, a, dt), dt, n);
@@ -237,17 +246,18 @@ void GradReducer::pack_reduce_scatter(UnitId u) {
   PoolLease& grad = micro_[static_cast<std::size_t>(u)];
   for (std::size_t a = 0; a < info.shard;) {
     Bucket& b = open_;
-    if (a == 0 && b.pieces.empty() && ct == dt && info.shard == cap) {
-      // The unit is exactly one bucket (and none of it is packed yet): send
-      // its gradient buffer itself.
-      b = Bucket{};
-      b.kind = BucketKind::reduce_scatter;
-      b.capacity = b.fill = cap;
-      b.pieces.push_back(BucketPiece{.unit = u, .offset = 0, .n = cap, .pos = 0});
-      b.send = std::move(grad);
-      b.in_place = b.send.data();
-      a = cap;
-      launch(b, in_flight_);
+    if (ct == dt && info.shard <= cap) {
+      // The unit's shards fit one bucket and are in the communication
+      // dtype: its gradient buffer (world blocks of `shard` elements) is
+      // the send buffer itself, no packing copy.
+      Bucket whole;
+      whole.kind = BucketKind::reduce_scatter;
+      whole.capacity = whole.fill = info.shard;
+      whole.pieces.push_back(BucketPiece{.unit = u, .offset = 0, .n = info.shard, .pos = 0});
+      whole.send = std::move(grad);
+      whole.in_place = whole.send.data();
+      a = info.shard;
+      launch(whole, in_flight_);
       continue;
     }
     if (b.pieces.empty()) open_packed(b, BucketKind::reduce_scatter, cap);

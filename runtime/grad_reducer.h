@@ -11,13 +11,15 @@
 // the rest of u (so a unit larger than a bucket is split, and small units
 // share one). complete() (the engine calls it at the end of a micro-batch,
 // from step()) starts the partly filled bucket and completes every bucket.
-//  - Stages 0/1 (the engine reduces at the accumulation boundary): a bucket
-//    is up to reduce_bucket_size consecutive elements of units' padded flat
-//    gradients (GradTarget::full_grad), packed in the communication dtype
-//    and all-reduced in place; on completion each piece is copied back into
-//    its unit's full gradient with the stored scale. A bucket that is
-//    exactly one run of one unit's gradient, already in the communication
-//    dtype, is all-reduced in the gradient buffer itself (no copy).
+//  - Stages 0/1 (the engine reduces at the accumulation boundary): when
+//    the communication dtype is the gradients' own, each unit's padded
+//    flat gradient (GradTarget::full_grad) is all-reduced in the gradient
+//    buffer itself, in runs of at most reduce_bucket_size elements (no
+//    copy in or out; units live in separate buffers, so runs of different
+//    units are never merged). Otherwise a bucket is up to
+//    reduce_bucket_size consecutive elements of units' gradients, packed
+//    (cast) into the communication dtype and all-reduced; on completion each
+//    piece is cast back into its unit's full gradient with the stored scale.
 //  - Stages 2/3 (every micro-batch): the input is the unit's micro-batch
 //    gradient, a full buffer the reducer leases (micro_batch_grad). A
 //    bucket holds, for every rank r, the same range [a, a+n) of rank r's
@@ -25,14 +27,17 @@
 //    so the reduce-scatter hands each rank the reduced part of its own
 //    shard, which enters the gradient shard through
 //    GradTarget::accumulate_shard. Per-rank block capacity is
-//    max(1, reduce_bucket_size / world size) elements. A bucket that is
-//    exactly one unit's whole gradient in the communication dtype is sent
-//    from the gradient buffer itself.
+//    max(1, reduce_bucket_size / world size) elements. A unit whose shard
+//    fits one bucket and whose gradient is in the communication dtype is
+//    sent from its gradient buffer itself (world blocks of one shard each),
+//    as its own collective.
 //  - Stage 1/2 post-step all-gather (all_gather_shards): buckets of the
 //    same shape (per-rank block max(1, allgather_bucket_size / world size))
 //    of the updated shards; a bucket that is exactly one unit is gathered in
 //    place.
-// Every element goes through the same casts as without buckets. By default
+// At world size 1 no collective runs: each bucket's buffer already is its
+// sum and its gathered whole, and only the casts and the stored scale are
+// applied. Every element goes through the same casts as without buckets. By default
 // (ReductionOrder::rank) every reduction is rank-ordered ([Note:
 // rank-ordered reduction] in comm/ordered_reduce.h): a reduce-scatter
 // bucket is an all-to-all into a scratch buffer (world x fill) and a

@@ -102,14 +102,20 @@ TEST_CASE("predicted steps equal the closed forms") {
     EngineConfig c = make_config(3);
     c.zero.overlap_comm = true;
     const double g = 4096.0 * n * 4 / 1e9;  // one unit's all-gather
-    // A long loop: every prefetched gather is hidden; the first is not, and
-    // the last reduction bucket (the whole gradient here) completes after backward.
+    // A long loop: every prefetched gather is hidden; the first is not.
+    // Each unit's gradient is reduced from its own buffer: u1's under the
+    // backward, u0's (the last, half the gradient) after it.
     StepCost s = predict_step(layout, c, 0, rates, 1.0);
     CHECK(near(s.gather, 3 * g));  // forward u0 u1, backward u0 (u1 reused)
-    CHECK(near(s.comm_exposed, g + P * 4 / 1e9));
+    CHECK(near(s.reduction, P * 4 / 1e9));
+    CHECK(near(s.comm_exposed, g + P / 2 * 4 / 1e9));
     // No loop: everything is exposed.
     s = predict_step(layout, c, 0, rates, 0.0);
     CHECK(near(s.comm_exposed, 3 * g + P * 4 / 1e9));
+    // bf16 gradients reduced in fp32 are packed: one bucket of both units, exposed whole.
+    c.compute_dtype = DType::bf16;
+    s = predict_step(layout, c, 0, rates, 1.0);
+    CHECK(near(s.comm_exposed, g / 2 + P * 4 / 1e9));  // the first bf16 gather, the bucket
   }
   SUBCASE("stage 3 with the parameters on nvme: each fetch reads the unit's shard, waited for with its gather") {
     EngineConfig c = make_config(3);
