@@ -203,7 +203,12 @@ nlohmann::json to_json(const TrainResult& result) {
                       {"seconds", e.seconds},
                       {"samples_per_second", e.samples_per_second}});
   }
+  // Per step, this rank's breakdown fields in StepFigures::names() order.
+  nlohmann::json figures = nlohmann::json::array();
+  for (const StepFigures& f : result.step_figures) figures.push_back(f.as_array());
   return {{"epochs", epochs},
+          {"step_breakdown_fields", StepFigures::names()},
+          {"step_breakdown_ms", figures},
           {"optimizer_steps", result.optimizer_steps},
           {"skipped_steps", result.skipped_steps},
           {"checkpoints", result.checkpoints},

@@ -164,6 +164,7 @@ TrainResult Trainer::run() {
         ++micro_count;
       }
       result.step_seconds.push_back(seconds_since(step_start));
+      if (engine_.config().observe.records()) result.step_figures.push_back(engine_.last_step_figures());
       ZS_CHECK(sr.boundary,
                "engine.step() did not end the accumulation cycle after {} "
                "micro-batches",

@@ -15,6 +15,7 @@
 #include "examples/fashion_mnist/compute_device.h"
 #include "examples/fashion_mnist/data_parallel.h"
 #include "examples/fashion_mnist/idx_dataset.h"
+#include "runtime/step_breakdown.h"
 #include "examples/fashion_mnist/mlp.h"
 #include "examples/fashion_mnist/resume.h"
 #include "runtime/engine.h"
@@ -60,6 +61,10 @@ struct TrainResult {
   /// its first micro-batch's forward to its boundary step() returning
   /// (logging, checkpoints and evaluation excluded).
   std::vector<double> step_seconds;
+  /// This rank's step breakdown of each optimizer step of this run
+  /// (Engine::last_step_figures(), ms; [Note: step breakdown]); empty
+  /// unless wall_clock_breakdown or zeroshard.trace is on.
+  std::vector<StepFigures> step_figures;
   std::vector<std::string> checkpoints;  ///< tags saved by this run, in order
 };
 
