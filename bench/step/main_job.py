@@ -24,7 +24,7 @@ DeepSpeed's default (off at stages 0-2, on at stage 3).
 Usage (from the repository root, after a build):
   bench/step/main_job.py [--build build] [--ranks 1 4] [--stages 0 3]
                          [--overlap default on off] [--warmup 50]
-                         [--steps 200] [--program PATH]
+                         [--steps 200] [--hidden W,W] [--program PATH]
 """
 import argparse
 import json
@@ -95,10 +95,14 @@ def main():
     ap.add_argument("--warmup", type=int, default=50)
     ap.add_argument("--steps", type=int, default=200)
     ap.add_argument("--micro-batch", type=int, default=32)
+    ap.add_argument("--hidden", help="the job's hidden layer widths (default: its own, 1024,1024)")
     ap.add_argument("--overlap", nargs="+", choices=["default", "on", "off"], default=["default"])
     a = ap.parse_args()
     if a.warmup < 1 or a.steps < 1:
         sys.exit("main_job: --warmup and --steps must be >= 1")
+    if any(r < 1 for r in a.ranks) or any(not 0 <= st <= 3 for st in a.stages) or a.micro_batch < 1:
+        sys.exit(f"main_job: --ranks must be >= 1 (got {a.ranks}), --stages in 0-3 (got {a.stages}), "
+                 f"--micro-batch >= 1 (got {a.micro_batch})")
     program = a.program or os.path.join(a.build, "examples", "fashion_mnist")
     if not os.access(program, os.X_OK):
         sys.exit(f"main_job: {program} is not an executable (build first, or give --build / --program)")
@@ -120,9 +124,13 @@ def main():
                     extra = ["--micro-batch", str(a.micro_batch)]
                     if overlap != "default":
                         extra = ["--config", write_config(f"{tmp}/ds_config.json", a.micro_batch, overlap == "on")]
+                    if a.hidden is not None:
+                        extra += ["--hidden", a.hidden]
                     rows, cpu_long = run_job(program, ranks, stage, a.warmup + a.steps, f"{tmp}/a.json", extra)
                     _, cpu_short = run_job(program, ranks, stage, a.warmup, f"{tmp}/b.json", extra)
                     per = {k: statistics.median(r[k] for r in rows[a.warmup:]) for k in FIELDS}
+                    if not (per["wall"] > 0 and per["compute"] > 0 and all(v >= 0 for v in per.values())):
+                        sys.exit(f"main_job: implausible breakdown at {ranks} ranks, stage {stage}: {per}")
                     cpu_ms = (cpu_long - cpu_short) / a.steps * 1000
                     limit = cpu_ms / min(ranks, cores)
                     samples = ranks * a.micro_batch / (per["wall"] / 1000)
