@@ -73,8 +73,14 @@ void Unsharder::start(UnitId u) {
       ops_.upload_async(x.upload.data(), src, info.shard * dtype_size(o_.dtype));
       src = x.upload.data();
     }
-    comm_.set_label(info.name);
-    x.work = comm_.iall_gather(src, x.full.data(), info.shard, o_.dtype);
+    if (comm_.world_size() == 1) {
+      // One rank: its shard is the whole unit; a copy in the ops' order is
+      // what the collective would do, without the backend's request.
+      ops_.move(x.full.data(), src, info.shard * dtype_size(o_.dtype));
+    } else {
+      comm_.set_label(info.name);
+      x.work = comm_.iall_gather(src, x.full.data(), info.shard, o_.dtype);
+    }
     ++x.all_gathers;
   } catch (...) {
     // No all-gather: u stays without a full buffer.

@@ -176,7 +176,8 @@ class Unsharder {
   /// Starts the peak over from live_elements(). Local.
   void reset_peak() { peak_live_ = live_; }
   /// All-gathers this unsharder has started for unit u (prefetches
-  /// included). Throws InvariantError for an unknown unit.
+  /// included; at world size 1 each is a copy of the shard, no
+  /// collective). Throws InvariantError for an unknown unit.
   std::int64_t all_gathers(UnitId u) const;
 
   /// The recorded unshard order (gather with overlap only).

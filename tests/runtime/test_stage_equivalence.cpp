@@ -313,7 +313,13 @@ TEST_CASE("stage 3 persistent units: one all-gather per optimizer step, in the l
       if (row["kind"] == "all_gather" && row["message_bytes"] == padded * 4) gathers[threshold > 0] += row["count"].get<std::int64_t>();
     }
     const std::uint64_t persistent = mlp.engine.ledger().current(MemCategory::persistent);
-    if (threshold > 0) {
+    if (n == 1) {
+      // One rank unshards by copying its shard: no collective at all (the
+      // gather counts per unit are checked at every world size in
+      // test_unsharder_knobs through Unsharder::all_gathers).
+      CHECK(gathers[threshold > 0] == 0);
+      CHECK(persistent == (threshold > 0 ? 3 * padded * 4 : 0));
+    } else if (threshold > 0) {
       // Gathered at first use, then once after each step.
       CHECK(gathers[1] == 3 * (1 + steps));
       CHECK(persistent == 3 * padded * 4);
