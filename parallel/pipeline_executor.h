@@ -13,7 +13,10 @@
 // later: their buffers return to a pool once a test() finds them done, and
 // run() waits for the last ones at its end. The stage's forward and
 // backward run on the calling thread; MPI moves the messages meanwhile (its
-// progress thread, [Note: MPI progress] in comm/mpi/mpi_progress.h).
+// progress thread, [Note: MPI progress] in comm/mpi/mpi_progress.h). The
+// messages are labelled "activation i" and "gradient i" (set_label, seen by
+// a TracedCommunicator's records and hang reports); run() leaves the label
+// empty.
 //
 // [Note: pipeline deadlock freedom]
 // Whatever the compute and transfer times, run() finishes on every stage
