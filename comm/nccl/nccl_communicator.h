@@ -38,7 +38,8 @@
 // call runs. Messages between a pair are matched in issue order, as on
 // MPI, but unlike MPI a rank's operations complete one after the other: two
 // ranks that each send to the other before receiving deadlock on NCCL
-// (they do not on MPI). Code for both backends issues sends and receives in
+// (they do not on MPI), and so does a send to the rank itself, which NCCL
+// completes only inside one group with its receive. Code for both backends issues sends and receives in
 // an order that completes when each waits for its match, or fuses the
 // exchange into one all_to_all. Count mismatches are undefined (NCCL cannot
 // see them). A count of 0 enqueues nothing, on both sides.
