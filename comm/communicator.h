@@ -174,9 +174,10 @@ class Communicator {
   /// peer take part. Throws CommError naming this rank, the peer and the
   /// world size when peer is outside [0, world_size()) (SelfCommunicator:
   /// any peer other than 0), CommError naming the rank and peer for a count
-  /// above PTRDIFF_MAX (a negative count converted to size_t) or above the
-  /// backend's limit (MPI: INT_MAX), InvariantError for a null buf with
-  /// count > 0. Source: MPI_Isend; ncclSend.
+  /// above PTRDIFF_MAX (a negative count converted to size_t), CommError
+  /// naming the count and the rank above the backend's limit (MPI: INT_MAX),
+  /// InvariantError for a null buf with count > 0. Source: MPI_Isend;
+  /// ncclSend.
   virtual CommWork isend(const void* buf, std::size_t count, DType dtype, int peer) = 0;
   /// Point-to-point receive of count elements of dtype from rank `peer`
   /// into buf[0..count); the counterpart of isend (same count and dtype as
