@@ -2,6 +2,7 @@
 // comm/collective_args.h.
 #include "comm/collective_args.h"
 
+#include <cstddef>
 #include <cstdint>
 
 #include "core/error.h"
@@ -24,6 +25,24 @@ void check_split_color(int color, int rank, std::string_view backend) {
         "a color >= 0",
         color, rank, backend));
   }
+}
+
+void check_p2p(std::string_view what, const void* buf, std::size_t count, int peer, int rank,
+               int world_size, std::string_view backend) {
+  if (peer < 0 || peer >= world_size) {
+    throw CommError(fmt::format(
+        "{} on rank {} of the {} communicator: peer {} is out of range for world size {} (valid "
+        "peers are 0..{}); pass a rank of this communicator",
+        what, rank, backend, peer, world_size, world_size - 1));
+  }
+  if (count > static_cast<std::size_t>(PTRDIFF_MAX)) {
+    throw CommError(fmt::format(
+        "{} on rank {} of the {} communicator to/from peer {}: count {} elements is too large (a "
+        "negative count, {} as a signed value?)",
+        what, rank, backend, peer, count, static_cast<std::ptrdiff_t>(count)));
+  }
+  ZS_CHECK(buf != nullptr || count == 0, "{} buf on rank {} (peer {}) is null but count is {} elements",
+           what, rank, peer, count);
 }
 
 void check_buffer(const void* buf, std::size_t count, std::string_view what) {

@@ -23,6 +23,18 @@ void check_broadcast_root(int root, int world_size, int rank, std::string_view b
 /// colour, the rank and the backend. Thread safety: pure function.
 void check_split_color(int color, int rank, std::string_view backend);
 
+/// Checks a point-to-point call (`what`: "send" or "recv") on rank `rank`
+/// of a `world_size`-rank communicator of `backend`: throws CommError naming
+/// the call, the rank, the peer, the world size and the backend if peer is
+/// outside [0, world_size); CommError naming the call, rank, peer and count
+/// if count exceeds PTRDIFF_MAX elements (a negative count converted to
+/// size_t); InvariantError if buf is null while count > 0. Local, like
+/// every check here, but unlike a collective's its peer does not throw with
+/// it ([Note: point-to-point order] in comm/communicator.h). Thread safety:
+/// pure function.
+void check_p2p(std::string_view what, const void* buf, std::size_t count, int peer, int rank,
+               int world_size, std::string_view backend);
+
 /// Throws InvariantError if buf is null while count > 0 elements. `what`
 /// names the collective and argument ("all_reduce buf") for the message.
 /// Thread safety: pure function.

@@ -7,7 +7,8 @@ namespace zeroshard {
 
 namespace {
 constexpr const char* kNames[kCollectiveKinds] = {"all_reduce", "reduce_scatter", "all_gather",
-                                                  "all_to_all", "broadcast",      "barrier"};
+                                                  "all_to_all", "broadcast",      "barrier",
+                                                  "send",       "recv"};
 }  // namespace
 
 const char* to_string(CollectiveKind kind) {
@@ -31,7 +32,9 @@ std::uint64_t collective_bytes(CollectiveKind kind, std::size_t count, DType dty
   const std::uint64_t n = world_size < 1 ? 1 : static_cast<std::uint64_t>(world_size);
   switch (kind) {
     case CollectiveKind::all_reduce:
-    case CollectiveKind::broadcast: return block;
+    case CollectiveKind::broadcast:
+    case CollectiveKind::send:
+    case CollectiveKind::recv: return block;
     case CollectiveKind::all_gather:
     case CollectiveKind::reduce_scatter:
     case CollectiveKind::all_to_all: return block * n;
@@ -47,7 +50,9 @@ double bus_bandwidth_factor(CollectiveKind kind, int world_size) {
     case CollectiveKind::all_gather:
     case CollectiveKind::reduce_scatter:
     case CollectiveKind::all_to_all: return (n - 1.0) / n;
-    case CollectiveKind::broadcast: return 1.0;
+    case CollectiveKind::broadcast:
+    case CollectiveKind::send:
+    case CollectiveKind::recv: return 1.0;
     case CollectiveKind::barrier: return 0.0;
   }
   return 0.0;
@@ -56,6 +61,8 @@ double bus_bandwidth_factor(CollectiveKind kind, int world_size) {
 std::string describe(const CollectiveFingerprint& fp, std::int64_t seq,
                      std::string_view communicator) {
   std::string inside(communicator);
+  if (fp.kind == CollectiveKind::send) inside += fmt::format(", to rank {}", fp.peer);
+  if (fp.kind == CollectiveKind::recv) inside += fmt::format(", from rank {}", fp.peer);
   if (!fp.label.empty()) inside += fmt::format(", unit {}", fp.label);
   if (fp.kind != CollectiveKind::barrier) {
     inside += fmt::format(", {} {}", fp.count, dtype_name(fp.dtype));

@@ -1,6 +1,6 @@
-// What one collective is, for logs, traces and hang reports: its kind, its
-// fingerprint (kind, count, dtype, root, label) and the record a
-// TracedCommunicator keeps of it once complete. Byte counts and bus
+// What one collective (or point-to-point message) is, for logs, traces and
+// hang reports: its kind, its fingerprint (kind, count, dtype, root, peer,
+// label) and the record a TracedCommunicator keeps of it once complete. Byte counts and bus
 // bandwidth factors follow nccl-tests' definitions (doc/PERFORMANCE.md
 // there): the "size" of a collective and the factor that turns algorithm
 // bandwidth into bus bandwidth.
@@ -15,7 +15,9 @@
 
 namespace zeroshard {
 
-/// The collectives of the Communicator interface.
+/// The collectives of the Communicator interface, and its point-to-point
+/// send and recv (one rank's side of a message; they are numbered per peer,
+/// not by the communicator's collective sequence: see TracedCommunicator).
 enum class CollectiveKind : std::uint8_t {
   all_reduce,
   reduce_scatter,
@@ -23,10 +25,18 @@ enum class CollectiveKind : std::uint8_t {
   all_to_all,
   broadcast,
   barrier,
+  send,
+  recv,
 };
-inline constexpr std::size_t kCollectiveKinds = 6;
+inline constexpr std::size_t kCollectiveKinds = 8;
 
-/// Lower-case name ("all_reduce", "reduce_scatter", ...), as in logs and spans.
+/// True for send and recv.
+constexpr bool is_point_to_point(CollectiveKind kind) {
+  return kind == CollectiveKind::send || kind == CollectiveKind::recv;
+}
+
+/// Lower-case name ("all_reduce", "reduce_scatter", ..., "send", "recv"),
+/// as in logs and spans (DeepSpeed's comms logger names send and recv alike).
 const char* to_string(CollectiveKind kind);
 /// The kind named `name` (to_string's inverse); false if none is.
 bool parse_collective_kind(std::string_view name, CollectiveKind& kind);
@@ -35,12 +45,14 @@ bool parse_collective_kind(std::string_view name, CollectiveKind& kind);
 /// `dtype` per rank block on `world_size` ranks: all_reduce and broadcast
 /// count * elt; all_gather count * world * elt (total received);
 /// reduce_scatter count * world * elt (total sent); all_to_all count *
-/// world * elt; barrier 0.
+/// world * elt; barrier 0; send and recv count * elt (nccl-tests'
+/// sendrecv).
 std::uint64_t collective_bytes(CollectiveKind kind, std::size_t count, DType dtype,
                                int world_size);
 
 /// nccl-tests' bus bandwidth factor on n ranks: all_reduce 2(n-1)/n;
-/// all_gather, reduce_scatter, all_to_all (n-1)/n; broadcast 1; barrier 0.
+/// all_gather, reduce_scatter, all_to_all (n-1)/n; broadcast, send, recv 1
+/// (nccl-tests' sendrecv); barrier 0.
 /// busbw = algbw * factor. n < 1 is treated as 1.
 double bus_bandwidth_factor(CollectiveKind kind, int world_size);
 
@@ -52,13 +64,16 @@ struct CollectiveFingerprint {
   DType dtype = DType::f32;
   int root = -1;          ///< broadcast root, -1 for other kinds
   std::string label;      ///< unit or bucket name set by the caller, may be empty
+  int peer = -1;          ///< send: destination rank, recv: source rank; -1 for collectives
 
   bool operator==(const CollectiveFingerprint&) const = default;
 };
 
 /// "all_gather #812 (dp, unit fc2, 262144 f32)": kind, sequence number,
 /// communicator name, label (if any), count and dtype (none for a barrier),
-/// root (broadcast).
+/// root (broadcast); "send #3 (pp, to rank 1, 1024 f32)" and "recv #3 (pp,
+/// from rank 0, 1024 f32)" for point-to-point, whose number counts the
+/// messages to (from) that peer.
 std::string describe(const CollectiveFingerprint& fp, std::int64_t seq,
                      std::string_view communicator);
 
@@ -75,6 +90,7 @@ struct CollectiveRecord {
   std::int64_t wait_begin_ns = -1;  ///< wait() began; -1 if test() saw completion
   std::int64_t end_ns = 0;       ///< wait() returned, or test() first saw completion
   bool blocking = false;         ///< a blocking call (issue_ns == wait_begin_ns)
+  int peer = -1;                 ///< send/recv: the other rank; -1 for collectives
 };
 
 }  // namespace zeroshard

@@ -246,7 +246,9 @@ void CollectiveWatchdog::Slot::end_wait(std::int64_t seq) {
 void CollectiveWatchdog::Slot::completed(std::int64_t seq, const CollectiveFingerprint& fp,
                                          std::int64_t now_ns) {
   std::lock_guard<std::mutex> lock(registry().mu);
-  if (state_->blocked_seq == seq) state_->blocked_seq = 0;
+  // Point-to-point messages are numbered per peer, so a number alone may
+  // name a collective and a message: the fingerprint tells them apart.
+  if (state_->blocked_seq == seq && state_->blocked_fp == fp) state_->blocked_seq = 0;
   state_->done_seq = seq;
   state_->done_fp = fp;
   state_->done_ns = now_ns;
@@ -256,7 +258,7 @@ void CollectiveWatchdog::Slot::failed(std::int64_t seq, const CollectiveFingerpr
                                       const std::string& what) {
   Registry& reg = registry();
   std::lock_guard<std::mutex> lock(reg.mu);
-  if (state_->blocked_seq == seq) state_->blocked_seq = 0;
+  if (state_->blocked_seq == seq && state_->blocked_fp == fp) state_->blocked_seq = 0;
   if (state_->failed_seq == 0) {
     state_->failed_seq = seq;
     state_->failed_fp = fp;

@@ -3,7 +3,10 @@
 //
 // [Note: collective watchdog]
 // Every TracedCommunicator with a timeout holds a CollectiveWatchdog::Slot
-// and tells it, per collective, when the calling thread starts blocking in
+// and tells it, per collective or point-to-point message (a send or recv,
+// reported as "recv #4 (pp, from rank 1, ...)": the 4th message from rank
+// 1, which rank 1 reports as its send #4 to this rank if it got that far),
+// when the calling thread starts blocking in
 // it (wait(), or a blocking call), when it completes, and when the inner
 // communicator threw. The first slot of the process creates the watchdog:
 // a side channel over every process of the job (Communicator::
@@ -68,7 +71,8 @@ class CollectiveWatchdog {
     /// The calling thread stops blocking in `seq` without it completing
     /// (e.g. after the fingerprint check that precedes it).
     void end_wait(std::int64_t seq);
-    /// Collective `seq` completed at `now_ns` (ends a wait on it, if any).
+    /// Collective `seq` completed at `now_ns` (ends a wait on it, if any:
+    /// the one blocked in with the same seq and fingerprint).
     void completed(std::int64_t seq, const CollectiveFingerprint& fp, std::int64_t now_ns);
     /// The inner communicator threw `what` in collective `seq`: the watchdog
     /// reports at once (and then ends the job).

@@ -8,7 +8,8 @@
 //    only the kinds named in prof_ops;
 //  - prof_ops: collective kinds to log when prof_all is false, by
 //    zeroshard's names ("all_reduce", "reduce_scatter", "all_gather",
-//    "all_to_all", "broadcast", "barrier");
+//    "all_to_all", "broadcast", "barrier", and "send" and "recv" for
+//    point-to-point messages, which DeepSpeed logs under the same names);
 //  - debug: add the communicator name and the unit label (DeepSpeed adds the
 //    calling function) to each verbose line.
 // Figures are kept per (kind, message size in bytes, world size): count,

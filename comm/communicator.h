@@ -1,4 +1,6 @@
-// The Communicator interface: collectives over the data-parallel group.
+// The Communicator interface: collectives over a group of ranks (the
+// data-parallel group, a tensor-parallel group, ...) and point-to-point
+// messages between two of its ranks (pipeline stages).
 //
 // Modelled on gloo's transport-independent context and on NCCL's collective
 // signatures. Implementations: comm/mpi (MPI-3 non-blocking collectives, CPU,
@@ -13,6 +15,40 @@
 //    alive and untouched until wait() returns (or the handle is destroyed,
 //    which waits);
 //  - a Communicator object is used from one thread at a time.
+//
+// Point-to-point (isend/irecv, send/recv) is the exception to SPMD: only
+// the two ranks of a message take part.
+//
+// [Note: point-to-point order]
+// Messages are matched per ordered pair of ranks of one communicator: the
+// k-th send from rank a to rank b (counting isend and send alike) is
+// received by the k-th receive that rank b posts from rank a, whatever the
+// message sizes, whichever completes first, and however they interleave
+// with collectives (which never match point-to-point messages). There are
+// no tags: every backend uses one fixed channel per communicator, so two
+// messages between the same pair in the same direction never cross, and
+// messages in opposite directions are told apart by their sender. This is
+// MPI's non-overtaking rule for one (source, tag, communicator), which
+// MpiCommunicator uses with the single tag kP2pTag; NCCL and the self
+// communicator match in issue order per peer as well. Code that needs two
+// independent streams of messages between the same pair (say, two
+// pipelines) uses two communicators (split or a second Mesh).
+// The sender and the receiver must pass the same count and dtype: MPI
+// reports a longer message as MPI_ERR_TRUNCATE and MpiCommunicator a
+// shorter one as a CommError on the receiver; SelfCommunicator reports
+// either; NCCL cannot detect it (undefined, as for ncclSend/ncclRecv).
+// Progress differs by backend: on MPI and self a posted send or receive
+// never blocks the caller or the rank's other operations, so ranks may post
+// sends and receives in both directions at once in any order and then wait;
+// on NCCL each operation blocks the GPU until its peer's match runs, so
+// a rank's operations must be issued in an order that completes when each
+// one waits for its match (comm/nccl/nccl_communicator.h).
+// An argument error (a peer outside the communicator, a count that is a
+// negative value converted to size_t) is thrown on the calling rank only;
+// its peer then waits for a message that never comes. Following [Note:
+// agreeing on errors] (runtime/collective_error.h), such an error is a
+// local one: end the job with abort(); a TracedCommunicator with a timeout
+// reports it through the collective watchdog first.
 #pragma once
 
 #include <cstddef>
@@ -129,6 +165,29 @@ class Communicator {
   /// Completes once every rank has entered it.
   virtual CommWork ibarrier() = 0;
 
+  /// Point-to-point send of buf[0..count) (count elements of dtype) to rank
+  /// `peer` of this communicator (peer == rank() is a send to self, matched
+  /// by an irecv from rank()). Non-blocking: the returned handle completes
+  /// once buf may be reused (on MPI, possibly only once the receiver has
+  /// matched it); buf must stay untouched until then. Matching follows
+  /// [Note: point-to-point order]. Not a collective: only this rank and
+  /// peer take part. Throws CommError naming this rank, the peer and the
+  /// world size when peer is outside [0, world_size()) (SelfCommunicator:
+  /// any peer other than 0), CommError naming the rank and peer for a count
+  /// above PTRDIFF_MAX (a negative count converted to size_t), CommError
+  /// naming the count and the rank above the backend's limit (MPI: INT_MAX),
+  /// InvariantError for a null buf with count > 0. Source: MPI_Isend;
+  /// ncclSend.
+  virtual CommWork isend(const void* buf, std::size_t count, DType dtype, int peer) = 0;
+  /// Point-to-point receive of count elements of dtype from rank `peer`
+  /// into buf[0..count); the counterpart of isend (same count and dtype as
+  /// the matching send, [Note: point-to-point order]). Non-blocking: buf
+  /// holds the message once the handle completes. Throws what isend throws
+  /// for the same arguments; wait() throws CommError when the message has
+  /// another length (where the backend can tell). Source: MPI_Irecv;
+  /// ncclRecv.
+  virtual CommWork irecv(void* buf, std::size_t count, DType dtype, int peer) = 0;
+
   /// New communicator over the ranks that pass the same color, ordered by
   /// (key, old rank), as MPI_Comm_split. Collective over this communicator.
   virtual std::unique_ptr<Communicator> split(int color, int key) = 0;
@@ -192,6 +251,18 @@ class Communicator {
   }
   /// Blocking ibarrier: returns once every rank has entered it.
   virtual void barrier() { ibarrier().wait(); }
+  /// Blocking isend: returns once buf may be reused. On MPI a send to a
+  /// rank that has not posted its receive may wait for it (as MPI_Send), so
+  /// two ranks that send to each other first must use isend. Throws what
+  /// isend and wait() throw.
+  virtual void send(const void* buf, std::size_t count, DType dtype, int peer) {
+    isend(buf, count, dtype, peer).wait();
+  }
+  /// Blocking irecv: returns once buf[0..count) holds the message from
+  /// peer. Throws what irecv and wait() throw.
+  virtual void recv(void* buf, std::size_t count, DType dtype, int peer) {
+    irecv(buf, count, dtype, peer).wait();
+  }
 };
 
 /// Returns the communicator over every process of the job: MPI_COMM_WORLD

@@ -26,9 +26,11 @@ namespace zeroshard {
 /// Where the tensor-parallel groups of a mesh are. Plain value.
 struct TpPlacement {
   int tp = 1;         ///< tensor-parallel size
-  int groups = 1;     ///< tensor-parallel groups (the dp size)
+  int pp = 1;         ///< pipeline-parallel size
+  int groups = 1;     ///< tensor-parallel groups (dp x pp)
   int num_nodes = 1;  ///< nodes of the job
-  /// dp ranks whose tensor-parallel group has ranks on more than one node,
+  /// Indices pp_rank * dp + dp_rank (the dp rank when pp = 1) of the
+  /// tensor-parallel groups that have ranks on more than one node,
   /// ascending; empty when every group is inside a node.
   std::vector<int> spanning_groups;
   bool within_nodes() const { return spanning_groups.empty(); }
@@ -40,7 +42,7 @@ struct TpPlacement {
 /// The placement of `mesh`'s tensor-parallel groups over the nodes of
 /// `nodes`, which must come from split_by_node(mesh.world()) on the same
 /// ranks. Collective over mesh.world() (one all_gather of one f64 per
-/// rank); every rank gets the same answer. Throws InvariantError when
+/// rank); every rank gets the same answer. Covers every stage's groups. Throws InvariantError when
 /// `nodes` does not match the world's size (num_nodes out of range), and
 /// what Communicator::all_gather throws.
 TpPlacement tp_placement(const Mesh& mesh, const NodeGroups& nodes);

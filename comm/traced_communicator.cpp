@@ -97,6 +97,32 @@ TracedCommunicator::Call TracedCommunicator::begin(CollectiveKind kind, std::siz
   return c;
 }
 
+std::int64_t TracedCommunicator::next_p2p(std::vector<std::int64_t>& counts, int peer) {
+  if (peer < 0 || peer >= inner_->world_size()) return 0;  // the inner call throws
+  if (counts.empty()) counts.assign(static_cast<std::size_t>(inner_->world_size()), 0);
+  return ++counts[static_cast<std::size_t>(peer)];
+}
+
+TracedCommunicator::Call TracedCommunicator::begin_p2p(CollectiveKind kind, std::int64_t seq,
+                                                       std::size_t count, DType dtype, int peer) {
+  Call c;
+  c.seq = seq;
+  c.fp = CollectiveFingerprint{kind, count, dtype, -1, label_, peer};
+  c.bytes = collective_bytes(kind, count, dtype, inner_->world_size());
+  c.issue_ns = Tracer::now_ns();  // no fingerprint check: only two ranks take part
+  return c;
+}
+
+std::int64_t TracedCommunicator::last_send_seq(int peer) const {
+  if (peer < 0 || static_cast<std::size_t>(peer) >= sends_.size()) return 0;
+  return sends_[static_cast<std::size_t>(peer)];
+}
+
+std::int64_t TracedCommunicator::last_recv_seq(int peer) const {
+  if (peer < 0 || static_cast<std::size_t>(peer) >= recvs_.size()) return 0;
+  return recvs_[static_cast<std::size_t>(peer)];
+}
+
 namespace {
 // A fingerprint as doubles (exact: integers below 2^53, label characters
 // one per element, the first kLabelChars of them).
@@ -187,7 +213,7 @@ void TracedCommunicator::finish(Call& call, std::int64_t wait_begin_ns, std::int
   if (recording_) {
     records_.push_back(CollectiveRecord{call.seq, call.fp.kind, call.fp.count, call.fp.dtype,
                                         call.bytes, call.fp.label, call.issue_ns, wait_begin_ns,
-                                        end_ns, blocking});
+                                        end_ns, blocking, call.fp.peer});
   }
   CommsLog* log = options_.comms_log;
   if (log != nullptr && log->enabled()) {
@@ -338,8 +364,52 @@ void TracedCommunicator::barrier() {
   ZS_TRACED_BLOCKING(CollectiveKind::barrier, 0, DType::f32, -1, inner_->barrier());
 }
 
+// A point-to-point call: numbered per peer always, observed when anything is on.
+#define ZS_TRACED_P2P_ISSUE(KIND, COUNTS, COUNT, DTYPE, PEER, CALL) \
+  const std::int64_t n = next_p2p(COUNTS, PEER);                    \
+  if (!observed()) [[likely]] return CALL;                          \
+  Call call = begin_p2p(KIND, n, COUNT, DTYPE, PEER);               \
+  CommWork work;                                                    \
+  try {                                                             \
+    work = CALL;                                                    \
+  } catch (const std::exception& e) {                               \
+    fail(call, e.what());                                           \
+    throw;                                                          \
+  }                                                                 \
+  return wrap(std::move(call), std::move(work))
+
+#define ZS_TRACED_P2P_BLOCKING(KIND, COUNTS, COUNT, DTYPE, PEER, CALL) \
+  const std::int64_t n = next_p2p(COUNTS, PEER);                       \
+  if (!observed()) [[likely]] {                                        \
+    CALL;                                                              \
+    return;                                                            \
+  }                                                                    \
+  blocking(begin_p2p(KIND, n, COUNT, DTYPE, PEER), [&] { CALL; })
+
+CommWork TracedCommunicator::isend(const void* buf, std::size_t count, DType dtype, int peer) {
+  ZS_TRACED_P2P_ISSUE(CollectiveKind::send, sends_, count, dtype, peer,
+                      inner_->isend(buf, count, dtype, peer));
+}
+
+CommWork TracedCommunicator::irecv(void* buf, std::size_t count, DType dtype, int peer) {
+  ZS_TRACED_P2P_ISSUE(CollectiveKind::recv, recvs_, count, dtype, peer,
+                      inner_->irecv(buf, count, dtype, peer));
+}
+
+void TracedCommunicator::send(const void* buf, std::size_t count, DType dtype, int peer) {
+  ZS_TRACED_P2P_BLOCKING(CollectiveKind::send, sends_, count, dtype, peer,
+                         inner_->send(buf, count, dtype, peer));
+}
+
+void TracedCommunicator::recv(void* buf, std::size_t count, DType dtype, int peer) {
+  ZS_TRACED_P2P_BLOCKING(CollectiveKind::recv, recvs_, count, dtype, peer,
+                         inner_->recv(buf, count, dtype, peer));
+}
+
 #undef ZS_TRACED_ISSUE
 #undef ZS_TRACED_BLOCKING
+#undef ZS_TRACED_P2P_ISSUE
+#undef ZS_TRACED_P2P_BLOCKING
 
 std::unique_ptr<Communicator> TracedCommunicator::split(int color, int key) {
   return split(color, key, name_ + "." + std::to_string(color));

@@ -4,8 +4,15 @@
 // Every collective, blocking or not, gets the next sequence number of this
 // communicator (`seq`, from 1; every rank numbers alike under SPMD) and a
 // fingerprint {kind, count, dtype, root, label}, where the label is the
-// unit or bucket name the caller set (set_label / LabelScope). Then, each
-// only when switched on:
+// unit or bucket name the caller set (set_label / LabelScope). A
+// point-to-point send or recv (not SPMD: only two ranks take part) leaves
+// that sequence alone and is numbered per peer instead: send #k to rank b
+// is this rank's k-th send to b, which rank b receives as its recv #k from
+// this rank ([Note: point-to-point order] in comm/communicator.h); its
+// fingerprint carries the peer. Sends and receives are observed like
+// collectives below (records, spans, comms log, watchdog) except for
+// check_fingerprints, which compares collectives only. Then, each only
+// when switched on:
 //  - recording (set_recording): a CollectiveRecord per completed
 //    collective, returned in issue order by take_records();
 //  - a Tracer: a TraceSpan on TraceThread::comm from issue to completion
@@ -129,6 +136,10 @@ class TracedCommunicator final : public Communicator {
   CommWork iall_to_all(const void* send, void* recv, std::size_t count, DType dtype) override;
   CommWork ibroadcast(void* buf, std::size_t count, DType dtype, int root) override;
   CommWork ibarrier() override;
+  /// inner().isend, numbered and observed as the file comment says.
+  CommWork isend(const void* buf, std::size_t count, DType dtype, int peer) override;
+  /// inner().irecv, numbered and observed as the file comment says.
+  CommWork irecv(void* buf, std::size_t count, DType dtype, int peer) override;
 
   void all_reduce(void* buf, std::size_t count, DType dtype, ReduceOp op) override;
   void reduce_scatter(const void* send, void* recv, std::size_t count, DType dtype,
@@ -137,6 +148,14 @@ class TracedCommunicator final : public Communicator {
   void all_to_all(const void* send, void* recv, std::size_t count, DType dtype) override;
   void broadcast(void* buf, std::size_t count, DType dtype, int root) override;
   void barrier() override;
+  /// inner().send (blocking), numbered and observed as isend.
+  void send(const void* buf, std::size_t count, DType dtype, int peer) override;
+  /// inner().recv (blocking), numbered and observed as irecv.
+  void recv(void* buf, std::size_t count, DType dtype, int peer) override;
+  /// Number of the last send to (recv from) `peer` issued so far (0 before
+  /// the first, and for a peer outside the communicator).
+  std::int64_t last_send_seq(int peer) const;
+  std::int64_t last_recv_seq(int peer) const;
 
   /// inner().split(color, key) wrapped in an owning TracedCommunicator named
   /// "<name>.<color>" with the same options (recording off). Collective.
@@ -160,6 +179,9 @@ class TracedCommunicator final : public Communicator {
   // Compares every rank's fingerprint of `call` (check_fingerprints).
   void check_fingerprint(const Call& call);
   Call begin(CollectiveKind kind, std::size_t count, DType dtype, int root);
+  // The next number of a send (recv) to `peer`; 0 for a peer outside.
+  std::int64_t next_p2p(std::vector<std::int64_t>& counts, int peer);
+  Call begin_p2p(CollectiveKind kind, std::int64_t seq, std::size_t count, DType dtype, int peer);
   CommWork wrap(Call&& call, CommWork inner);
   template <class F>
   void blocking(Call&& call, F&& f);
@@ -176,6 +198,8 @@ class TracedCommunicator final : public Communicator {
   std::string label_;
   bool recording_ = false;
   std::int64_t seq_ = 0;
+  std::vector<std::int64_t> sends_;  // per peer: sends issued
+  std::vector<std::int64_t> recvs_;  // per peer: receives issued
   std::vector<CollectiveRecord> records_;
 };
 

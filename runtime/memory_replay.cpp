@@ -82,6 +82,8 @@ class SizeOnlyCommunicator final : public Communicator {
   CommWork iall_to_all(const void*, void*, std::size_t, DType) override { return {}; }
   CommWork ibroadcast(void*, std::size_t, DType, int) override { return {}; }
   CommWork ibarrier() override { return {}; }
+  CommWork isend(const void*, std::size_t, DType, int) override { return {}; }
+  CommWork irecv(void*, std::size_t, DType, int) override { return {}; }
   std::unique_ptr<Communicator> split(int, int) override {
     throw InvariantError("the step replay's communicator cannot split");
   }

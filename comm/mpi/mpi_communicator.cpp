@@ -1,6 +1,8 @@
 // MpiCommunicator on MPI-3 collectives; see comm/mpi/mpi_communicator.h.
 #include "comm/mpi/mpi_communicator.h"
 
+#include <fmt/format.h>
+
 #include <string>
 #include <utility>
 
@@ -16,14 +18,24 @@ namespace zeroshard {
 
 namespace {
 
+// What a receive expects, checked against the status once it completes
+// ([Note: point-to-point order] in comm/communicator.h).
+struct RecvCheck {
+  bool on = false;
+  int peer = -1;
+  int count = 0;
+  MPI_Datatype type = MPI_DATATYPE_NULL;
+  DType dtype = DType::f32;
+};
+
 // One outstanding MPI request. `call` names the collective that started it,
 // so a failing MPI_Wait is reported as "MPI_Wait on MPI_Iallreduce".
 class MpiWork final : public CommWork::Impl {
  public:
   // Registers with the progress thread ([Note: MPI progress]) until done;
   // `bytes`: the collective's largest buffer.
-  MpiWork(MPI_Request request, const char* call, int rank, std::size_t bytes)
-      : request_(request), call_(call), rank_(rank) {
+  MpiWork(MPI_Request request, const char* call, int rank, std::size_t bytes, RecvCheck check = {})
+      : request_(request), call_(call), rank_(rank), check_(check) {
     MpiProgress::instance().begin(bytes);
   }
 
@@ -45,25 +57,44 @@ class MpiWork final : public CommWork::Impl {
       // pauses meanwhile, and finds nothing left to poll for afterwards
       // ([Note: MPI progress]).
       const MpiProgress::WaitScope waiting(MpiProgress::instance());
-      rc = MPI_Wait(&request_, MPI_STATUS_IGNORE);
+      rc = MPI_Wait(&request_, &status_);
       if (rc != MPI_SUCCESS) request_ = MPI_REQUEST_NULL;
       unregister();
     }
     if (rc != MPI_SUCCESS) mpi_check(rc, std::string("MPI_Wait on ") + call_, rank_);
+    check_received();
   }
 
   bool test() override {
     int done = 0;
-    const int rc = MPI_Test(&request_, &done, MPI_STATUS_IGNORE);
+    const int rc = MPI_Test(&request_, &done, &status_);
     if (rc != MPI_SUCCESS) {
       request_ = MPI_REQUEST_NULL;
       mpi_check(rc, std::string("MPI_Test on ") + call_, rank_);
     }
-    if (done != 0) unregister();
+    if (done != 0) {
+      unregister();
+      check_received();
+    }
     return done != 0;
   }
 
  private:
+  // A receive got exactly the elements it expected (a longer message is
+  // MPI_ERR_TRUNCATE, reported by MPI_Wait itself).
+  void check_received() {
+    if (!check_.on) return;
+    check_.on = false;
+    int got = 0;
+    mpi_check(MPI_Get_count(&status_, check_.type, &got), "MPI_Get_count", rank_);
+    if (got != check_.count) {
+      throw CommError(fmt::format(
+          "recv on rank {} of the mpi communicator from peer {}: expected {} {} elements, the "
+          "message has {}; the sender and the receiver must pass the same count",
+          rank_, check_.peer, check_.count, dtype_name(check_.dtype), got));
+    }
+  }
+
   // Tells the progress thread this collective no longer needs it (once).
   void unregister() {
     if (registered_) MpiProgress::instance().end();
@@ -73,11 +104,14 @@ class MpiWork final : public CommWork::Impl {
   MPI_Request request_;
   const char* call_;
   int rank_;
+  RecvCheck check_;
+  MPI_Status status_{};
   bool registered_ = true;
 };
 
-CommWork make_work(MPI_Request request, const char* call, int rank, std::size_t bytes) {
-  return CommWork(std::make_unique<MpiWork>(request, call, rank, bytes));
+CommWork make_work(MPI_Request request, const char* call, int rank, std::size_t bytes,
+                   RecvCheck check = {}) {
+  return CommWork(std::make_unique<MpiWork>(request, call, rank, bytes, check));
 }
 
 // The MPI arguments of one collective, after the checks that its blocking
@@ -241,6 +275,27 @@ CommWork MpiCommunicator::ibarrier() {
   MPI_Request request = MPI_REQUEST_NULL;
   ZS_MPI_CALL(rank_, MPI_Ibarrier, comm_, &request);
   return make_work(request, "MPI_Ibarrier", rank_, 0);
+}
+
+CommWork MpiCommunicator::isend(const void* buf, std::size_t count, DType dtype, int peer) {
+  check_p2p("send", buf, count, peer, rank_, size_, "mpi");
+  const int n = mpi_count(count, "MPI_Isend", rank_);
+  MPI_Request request = MPI_REQUEST_NULL;
+  ZS_MPI_CALL(rank_, MPI_Isend, buf, n, mpi_datatype(dtype), peer, kP2pTag, comm_, &request);
+  return make_work(request, "MPI_Isend", rank_, count * dtype_size(dtype));
+}
+
+CommWork MpiCommunicator::irecv(void* buf, std::size_t count, DType dtype, int peer) {
+  check_p2p("recv", buf, count, peer, rank_, size_, "mpi");
+  RecvCheck check;
+  check.on = true;
+  check.peer = peer;
+  check.count = mpi_count(count, "MPI_Irecv", rank_);
+  check.type = mpi_datatype(dtype);
+  check.dtype = dtype;
+  MPI_Request request = MPI_REQUEST_NULL;
+  ZS_MPI_CALL(rank_, MPI_Irecv, buf, check.count, check.type, peer, kP2pTag, comm_, &request);
+  return make_work(request, "MPI_Irecv", rank_, count * dtype_size(dtype), check);
 }
 
 void MpiCommunicator::all_reduce(void* buf, std::size_t count, DType dtype, ReduceOp op) {

@@ -9,6 +9,11 @@
 //   ibroadcast       MPI_Ibcast
 //   ibarrier         MPI_Ibarrier
 //   split            MPI_Comm_split (the result owns and frees its MPI_Comm)
+//   isend / irecv    MPI_Isend / MPI_Irecv with the one tag kP2pTag, so
+//                    messages between a pair follow MPI's non-overtaking
+//                    order ([Note: point-to-point order] in
+//                    comm/communicator.h); a completed receive checks with
+//                    MPI_Get_count that the message had the expected count
 // and the blocking forms to MPI's blocking collectives, with the same
 // argument checks, type/operator mapping and in-place rule:
 //   all_reduce       MPI_Allreduce(MPI_IN_PLACE, buf, ...)
@@ -108,6 +113,20 @@ class MpiCommunicator final : public Communicator {
   CommWork ibroadcast(void* buf, std::size_t count, DType dtype, int root) override;
   /// MPI_Ibarrier. Throws CommError on an MPI failure.
   CommWork ibarrier() override;
+
+  /// The MPI tag of every point-to-point message ([Note: point-to-point
+  /// order]): one tag, so matching is by (source, communicator) in order.
+  /// Collectives and the side channel (a duplicate of MPI_COMM_WORLD) never
+  /// see these messages.
+  static constexpr int kP2pTag = 0x5A50;
+  /// MPI_Isend of count elements to peer with tag kP2pTag. Throws what
+  /// check_p2p throws (bad peer, negative count, null buf), CommError for
+  /// count > INT_MAX or an MPI failure (naming MPI_Isend, or MPI_Wait on it).
+  CommWork isend(const void* buf, std::size_t count, DType dtype, int peer) override;
+  /// MPI_Irecv of count elements from peer with tag kP2pTag. Errors as
+  /// isend; wait() throws CommError (MPI_ERR_TRUNCATE) for a longer message
+  /// and CommError naming both counts and the peer for a shorter one.
+  CommWork irecv(void* buf, std::size_t count, DType dtype, int peer) override;
 
   /// MPI_Allreduce with MPI_IN_PLACE over buf[0..count); the checks and
   /// errors of iall_reduce (CommError naming MPI_Allreduce).

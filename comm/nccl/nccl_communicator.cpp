@@ -260,6 +260,22 @@ CommWork NcclCommunicator::iall_to_all(const void* send, void* recv, std::size_t
   });
 }
 
+CommWork NcclCommunicator::isend(const void* buf, std::size_t count, DType dtype, int peer) {
+  check_p2p("send", buf, count, peer, rank_, size_, "nccl");
+  ncclComm_t comm = state_->comm;
+  return enqueue(state_, false, "ncclSend", count, [&](cudaStream_t stream) {
+    return ncclSend(buf, count, nccl_type(dtype), peer, comm, stream);
+  });
+}
+
+CommWork NcclCommunicator::irecv(void* buf, std::size_t count, DType dtype, int peer) {
+  check_p2p("recv", buf, count, peer, rank_, size_, "nccl");
+  ncclComm_t comm = state_->comm;
+  return enqueue(state_, false, "ncclRecv", count, [&](cudaStream_t stream) {
+    return ncclRecv(buf, count, nccl_type(dtype), peer, comm, stream);
+  });
+}
+
 CommWork NcclCommunicator::ibroadcast(void* buf, std::size_t count, DType dtype, int root) {
   check_broadcast_root(root, size_, rank_, "nccl");
   check_buffer(buf, count, "broadcast buf");

@@ -10,6 +10,8 @@
 //   ibroadcast       ncclBroadcast, in place            reduce-scatter stream
 //   ibarrier         ncclAllReduce of one device word   reduce-scatter stream
 //   split            ncclCommSplit (the result owns its ncclComm and streams)
+//   isend / irecv    ncclSend / ncclRecv, one call each (a group of one needs
+//                    no ncclGroupStart/End)          reduce-scatter stream
 // Element types: f32, f64, bf16, f16 map to ncclFloat32, ncclFloat64,
 // ncclBfloat16, ncclFloat16. NCCL reduces bf16/f16 natively (not by the
 // pairwise rule of [Note: 16-bit reductions] in comm/mpi/mpi_types.h); the
@@ -28,6 +30,19 @@
 // the buffers. stream_wait_all_gathers() / stream_wait_reductions() order
 // the compute stream after the queued collectives without blocking the host.
 // A count of 0 enqueues no NCCL call but still records the event.
+//
+// Point-to-point ([Note: point-to-point order] in comm/communicator.h): a
+// send or receive is blocking for the GPU (NCCL's p2p documentation): it
+// occupies the reduce-scatter stream, and NCCL gives no guarantee that two
+// operations of a rank progress concurrently, until the peer's matching
+// call runs. Messages between a pair are matched in issue order, as on
+// MPI, but unlike MPI a rank's operations complete one after the other: two
+// ranks that each send to the other before receiving deadlock on NCCL
+// (they do not on MPI), and so does a send to the rank itself, which NCCL
+// completes only inside one group with its receive. Code for both backends issues sends and receives in
+// an order that completes when each waits for its match, or fuses the
+// exchange into one all_to_all. Count mismatches are undefined (NCCL cannot
+// see them). A count of 0 enqueues nothing, on both sides.
 //
 // Errors: NCCL failures throw CommError (core/cuda_check.h), CUDA failures
 // DeviceError; a bad root or split colour CommError; null or wrongly
@@ -112,6 +127,13 @@ class NcclCommunicator final : public Communicator {
   CommWork ibroadcast(void* buf, std::size_t count, DType dtype, int root) override;
   /// All-reduce of one device word; complete once every rank entered it.
   CommWork ibarrier() override;
+  /// ncclSend of count elements (device memory) to peer on the
+  /// reduce-scatter stream, after the compute stream's queued work. Errors
+  /// of Communicator::isend (check_p2p); CommError if NCCL fails.
+  CommWork isend(const void* buf, std::size_t count, DType dtype, int peer) override;
+  /// ncclRecv of count elements (device memory) from peer on the
+  /// reduce-scatter stream. Errors as isend.
+  CommWork irecv(void* buf, std::size_t count, DType dtype, int peer) override;
   /// ncclCommSplit(color, key): a new NcclCommunicator on the same device
   /// with its own streams and this one's compute stream. color must be >= 0
   /// (CommError otherwise). Collective over this communicator.

@@ -57,6 +57,17 @@ count "zeroshard: collective" 1
 expect "zeroshard: collective error: "
 expect "rank 2 failed in all_reduce #16 (dp, unit fc1, 2048 f32): MPI_Allreduce failed on rank 2: MPI_ERR_TRUNCATE"
 
+# A point-to-point message that is never sent: rank 2 skips its send to
+# rank 3 in step 5, so rank 3 waits in its first receive from rank 2 while
+# the others go on to all_reduce #16 (messages do not take collective
+# sequence numbers) and wait there for rank 3.
+run 15 "$probe" p2p 3
+[ "$rc" -eq 3 ] || fail "exit $rc, want 3 (the watchdog's)"
+count "zeroshard: collective" 1
+expect "zeroshard: collective timeout after 3 s: "
+expect "ranks 0, 1, 2 are in all_reduce #16 (dp, unit fc1, 1024 f32)"
+expect "rank 3 is in recv #1 (dp, from rank 2, unit fc1, 256 f32)"
+
 # (c) Rank 2 is killed (SIGKILL) before step 5. By default Open MPI's mpirun
 # sees the process die and ends the job itself within a second (status
 # 137, its own message), before any timeout: the watchdog has nothing to add.

@@ -294,3 +294,98 @@ TEST_CASE("check_fingerprints: the same CommError on every rank names the odd ra
   c.barrier();
   CHECK(c.last_seq() == 3);
 }
+
+TEST_CASE("TracedCommunicator: sends and receives are numbered per peer, recorded and logged") {
+  // Each rank sends three messages to the next rank and receives three from
+  // the previous one (one blocking, two not), then runs a collective: the
+  // messages leave the collective sequence alone, so every rank numbers the
+  // all_reduce #1 even with fingerprint checks on.
+  Communicator& w = world();
+  const int n = w.world_size(), me = w.rank();
+  const int next = (me + 1) % n, prev = (me + n - 1) % n;
+  CommsLogOptions log_options;
+  log_options.enabled = true;
+  CommsLog log(log_options);
+  Tracer tracer;
+  tracer.set_spans(true);
+  TracedCommunicator c(w, "pp", {.tracer = &tracer, .comms_log = &log, .recording = true,
+                                 .check_fingerprints = true});
+  std::vector<float> out(57, static_cast<float>(me)), in(57, -1.0f);
+  {
+    TracedCommunicator::LabelScope scope(c, "act");
+    std::vector<CommWork> work;
+    work.push_back(c.isend(out.data(), 7, DType::f32, next));
+    work.push_back(c.irecv(in.data(), 7, DType::f32, prev));
+    for (CommWork& x : work) x.wait();
+    work.push_back(c.isend(out.data(), 1, DType::f32, next));
+    work.push_back(c.irecv(in.data() + 7, 1, DType::f32, prev));
+    while (!work[3].test()) {
+    }
+    work[2].wait();
+    if (me % 2 == 0 || n == 1) {
+      CommWork s = c.isend(out.data(), 57, DType::f32, next);
+      c.recv(in.data(), 57, DType::f32, prev);
+      s.wait();
+    } else {
+      CommWork r = c.irecv(in.data(), 57, DType::f32, prev);
+      c.send(out.data(), 57, DType::f32, next);
+      r.wait();
+    }
+  }
+  CHECK(in[0] == static_cast<float>(prev));
+  CHECK(in[56] == static_cast<float>(prev));
+  CHECK(c.last_send_seq(next) == 3);
+  CHECK(c.last_recv_seq(prev) == 3);
+  CHECK(c.last_send_seq(n) == 0);
+  CHECK(c.last_seq() == 0);
+  float one = 1.0f;
+  c.all_reduce(&one, 1, DType::f32, ReduceOp::sum);
+  CHECK(one == static_cast<float>(n));
+  CHECK(c.last_seq() == 1);
+  const auto records = c.take_records();
+  REQUIRE(records.size() == 7);
+  int sends = 0, recvs = 0;
+  for (const CollectiveRecord& r : records) {
+    if (r.kind == CollectiveKind::all_reduce) {
+      CHECK(r.peer == -1);
+      continue;
+    }
+    REQUIRE(is_point_to_point(r.kind));
+    const bool send = r.kind == CollectiveKind::send;
+    CHECK(r.peer == (send ? next : prev));
+    CHECK(r.seq == ++(send ? sends : recvs));
+    CHECK(r.label == "act");
+    CHECK(r.bytes == r.count * 4);
+    CHECK(r.issue_ns <= r.end_ns);
+  }
+  CHECK(sends == 3);
+  CHECK(recvs == 3);
+  std::uint64_t logged = 0;
+  for (const CommsLogRow& r : log.rows()) {
+    if (is_point_to_point(r.kind)) {
+      logged += r.count;
+      if (r.total_ms > 0) CHECK(r.busbw_gbps == doctest::Approx(r.algbw_gbps));
+    }
+  }
+  CHECK(logged == 6);
+  int spans = 0;
+  for (const TraceSpan& s : tracer.take_all().first) spans += (s.name == "send" || s.name == "recv") ? 1 : 0;
+  CHECK(spans == 6);
+  // A bad peer fails like a bad collective argument, on this rank only.
+  CHECK_THROWS_AS(c.isend(out.data(), 1, DType::f32, n), CommError);
+  CHECK(c.last_send_seq(next) == 3);
+}
+
+TEST_CASE("describe names a point-to-point message's peer and its number") {
+  CollectiveFingerprint fp{CollectiveKind::send, 1024, DType::f32, -1, "", 1};
+  CHECK(describe(fp, 3, "pp") == "send #3 (pp, to rank 1, 1024 f32)");
+  fp = {CollectiveKind::recv, 7, DType::bf16, -1, "act 2", 0};
+  CHECK(describe(fp, 4, "pp") == "recv #4 (pp, from rank 0, unit act 2, 7 bf16)");
+  CHECK(collective_bytes(CollectiveKind::send, 7, DType::f64, 4) == 56);
+  CHECK(collective_bytes(CollectiveKind::recv, 7, DType::bf16, 2) == 14);
+  CHECK(bus_bandwidth_factor(CollectiveKind::send, 4) == 1.0);
+  CollectiveKind k{};
+  CHECK(parse_collective_kind("recv", k));
+  CHECK(k == CollectiveKind::recv);
+  CHECK(std::string(to_string(CollectiveKind::send)) == "send");
+}

@@ -1,11 +1,13 @@
 // Mesh tests (comm/mesh.h) at world sizes 1-4: coordinates, group sizes,
-// ranks and membership for every (dp, tp) factorisation of the world, checked
-// with collectives over each group; bad shapes give a ConfigError naming the
-// sizes and the world size on every rank. Checks come after the collectives
+// ranks and membership for every (dp, tp) and every (dp, tp, pp)
+// factorisation of the world, checked with collectives over each group and
+// point-to-point messages along each pipeline; bad shapes give a ConfigError
+// naming the sizes and the world size on every rank. Checks come after the collectives
 // of each case, so a failure on one rank never leaves the others waiting.
 #include <doctest/doctest.h>
 #include <fmt/format.h>
 
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -129,7 +131,7 @@ TEST_CASE("mesh: a bad shape is a ConfigError naming dp, tp and the world size")
     if (shape.dp > 0 && shape.tp > 0) {
       CHECK(contains(msg, "does not equal"));
     } else {
-      CHECK(contains(msg, "must both be positive"));
+      CHECK(contains(msg, "must all be positive"));
     }
   }
   if (n == 4) {
@@ -187,6 +189,119 @@ TEST_CASE("tp_placement: groups inside nodes under by-slot mapping, spanning und
     // One node: everything inside it.
     CHECK(tp_placement(mesh, split_by_node(w, "one-machine")).within_nodes());
   }
+}
+
+}  // namespace
+}  // namespace zeroshard
+
+namespace zeroshard {
+namespace {
+
+// Every (dp, tp, pp) with dp x tp x pp = n.
+std::vector<MeshShape> factorisations3(int n) {
+  std::vector<MeshShape> out;
+  for (int pp = 1; pp <= n; ++pp) {
+    for (int tp = 1; tp <= n; ++tp) {
+      if (n % (pp * tp) == 0) out.push_back(MeshShape{n / (pp * tp), tp, pp});
+    }
+  }
+  return out;
+}
+
+TEST_CASE("mesh: pipeline stages, groups and neighbours for every dp x tp x pp of the world") {
+  Communicator& w = world();
+  const int n = w.world_size();
+  const int me = w.rank();
+  for (MeshShape shape : factorisations3(n)) {
+    const int dp = shape.dp, tp = shape.tp, pp = shape.pp;
+    CAPTURE(dp);
+    CAPTURE(tp);
+    CAPTURE(pp);
+    Mesh mesh(w, shape);
+    // Megatron order: tp fastest, then dp, pp outermost.
+    const int stage = me / (dp * tp), d = (me % (dp * tp)) / tp, t = me % tp;
+    CHECK(mesh.coord() == MeshCoord{d, t, stage});
+    CHECK(mesh.pp_size() == pp);
+    CHECK(mesh.pp_rank() == stage);
+    CHECK(mesh.is_first_stage() == (stage == 0));
+    CHECK(mesh.is_last_stage() == (stage == pp - 1));
+    CHECK(Mesh::world_rank_of(shape, mesh.coord()) == me);
+    CHECK(mesh.pp_group().world_size() == pp);
+    CHECK(mesh.pp_group().rank() == stage);
+    CHECK(mesh.prev_stage() == (stage > 0 ? std::optional<int>(stage - 1) : std::nullopt));
+    CHECK(mesh.next_stage() == (stage < pp - 1 ? std::optional<int>(stage + 1) : std::nullopt));
+    CHECK(mesh.prev_stage_world_rank() == (stage > 0 ? std::optional<int>(me - dp * tp) : std::nullopt));
+    CHECK(mesh.next_stage_world_rank() ==
+          (stage < pp - 1 ? std::optional<int>(me + dp * tp) : std::nullopt));
+
+    std::vector<int> want_tp, want_dp, want_pp;
+    for (int k = 0; k < tp; ++k) want_tp.push_back((stage * dp + d) * tp + k);
+    for (int k = 0; k < dp; ++k) want_dp.push_back((stage * dp + k) * tp + t);
+    for (int k = 0; k < pp; ++k) want_pp.push_back((k * dp + d) * tp + t);
+    CHECK(gathered_world_ranks(mesh.tp_group(), me) == want_tp);
+    CHECK(gathered_world_ranks(mesh.dp_group(), me) == want_dp);
+    CHECK(gathered_world_ranks(mesh.pp_group(), me) == want_pp);
+    CHECK(mesh.tp_group_world_ranks() == want_tp);
+    CHECK(mesh.dp_group_world_ranks() == want_dp);
+    CHECK(mesh.pp_group_world_ranks() == want_pp);
+    check_group_sum(mesh.pp_group(), me, want_pp, pp);
+
+    // Point-to-point along the pipeline: each stage sends its world rank to
+    // the next stage and receives the previous stage's.
+    double from_prev = -1;
+    const double mine = me;
+    CommWork r, s;
+    if (mesh.prev_stage()) r = mesh.pp_group().irecv(&from_prev, 1, DType::f64, *mesh.prev_stage());
+    if (mesh.next_stage()) s = mesh.pp_group().isend(&mine, 1, DType::f64, *mesh.next_stage());
+    r.wait();
+    s.wait();
+    if (mesh.prev_stage_world_rank()) CHECK(from_prev == *mesh.prev_stage_world_rank());
+  }
+}
+
+TEST_CASE("mesh: world_rank_of and coord_of are inverse with a pipeline dimension") {
+  for (int dp = 1; dp <= 3; ++dp) {
+    for (int tp = 1; tp <= 3; ++tp) {
+      for (int pp = 1; pp <= 4; ++pp) {
+        const MeshShape shape{dp, tp, pp};
+        for (int r = 0; r < dp * tp * pp; ++r) {
+          const MeshCoord c = Mesh::coord_of(shape, r);
+          CHECK(c.pp_rank == r / (dp * tp));
+          CHECK(Mesh::world_rank_of(shape, c) == r);
+          if (pp == 1) CHECK(c == MeshCoord{r / tp, r % tp, 0});  // the dp x tp numbering
+        }
+        CHECK_THROWS_AS(Mesh::coord_of(shape, dp * tp * pp), ConfigError);
+        CHECK_THROWS_AS(Mesh::world_rank_of(shape, MeshCoord{0, 0, pp}), ConfigError);
+        CHECK_THROWS_AS(Mesh::world_rank_of(shape, MeshCoord{0, 0, -1}), ConfigError);
+      }
+    }
+  }
+}
+
+TEST_CASE("mesh: a bad shape with a pipeline size names dp, tp, pp and the world size") {
+  Communicator& w = world();
+  const int n = w.world_size();
+  std::string msg = mesh_error(w, MeshShape{n, 1, 2});
+  CHECK(contains(msg, "dp=" + std::to_string(n) + " x tensor-parallel size tp=1 x pipeline-parallel size pp=2 = " +
+                          std::to_string(2 * n) + " does not equal the world size " + std::to_string(n)));
+  msg = mesh_error(w, MeshShape{n, 1, 0});
+  CHECK(contains(msg, "pp=0 must all be positive"));
+  CHECK(contains(msg, "world size " + std::to_string(n)));
+}
+
+TEST_CASE("tp_placement: tensor-parallel groups of every stage") {
+  Communicator& w = world();
+  const int n = w.world_size(), r = w.rank();
+  if (n != 4) return;
+  Mesh mesh(w, MeshShape{1, 2, 2});  // two stages, one tp group of 2 each
+  const TpPlacement inside = tp_placement(mesh, split_by_node(w, host_of(r, false, 2)));
+  CHECK(inside.groups == 2);
+  CHECK(inside.pp == 2);
+  CHECK(inside.within_nodes());
+  const TpPlacement spread = tp_placement(mesh, split_by_node(w, host_of(r, true, 2)));
+  CHECK(spread.spanning_groups == std::vector<int>{0, 1});
+  CHECK(spread.describe().find("2 of 2 span nodes (groups 0, 1, numbered stage * dp + dp_rank)") !=
+        std::string::npos);
 }
 
 }  // namespace

@@ -52,6 +52,16 @@ class QueueOrderedComm final : public Communicator {
     return inner_.ibroadcast(buf, count, dtype, root);
   }
   CommWork ibarrier() override { return inner_.ibarrier(); }
+  CommWork isend(const void* buf, std::size_t count, DType dtype, int peer) override {
+    device(buf, count, dtype);
+    settle();
+    return inner_.isend(buf, count, dtype, peer);
+  }
+  CommWork irecv(void* buf, std::size_t count, DType dtype, int peer) override {
+    device(buf, count, dtype);
+    settle();
+    return inner_.irecv(buf, count, dtype, peer);
+  }
   std::unique_ptr<Communicator> split(int color, int key) override { return inner_.split(color, key); }
 
  private:
