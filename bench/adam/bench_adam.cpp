@@ -20,6 +20,8 @@
 #include <string>
 #include <vector>
 
+#include <hwy/targets.h>
+
 #include <CLI/CLI.hpp>
 #include <fmt/format.h>
 
@@ -83,7 +85,25 @@ int main(int argc, char** argv) {
       ->check(CLI::PositiveNumber);
   app.add_option("--sizes", sizes, "parameter counts (default: 10000000 100000000 400000000)");
   app.add_option("--threads", thread_counts, "thread counts (default: 1 2)");
+  std::string target;
+  app.add_option("--target", target,
+                 "SIMD target to run (AVX3 = AVX-512, AVX2, EMU128/SCALAR); default: the best "
+                 "this CPU supports");
   CLI11_PARSE(app, argc, argv);
+  if (!target.empty()) {
+    std::int64_t chosen = 0;
+    std::string known;
+    for (const std::int64_t t : kernels::simd_targets()) {
+      known += std::string(known.empty() ? "" : ", ") + hwy::TargetName(t);
+      if (target == hwy::TargetName(t)) chosen = t;
+    }
+    if (chosen == 0) {
+      std::fprintf(stderr, "bench_adam: --target %s is not one of this CPU's targets (%s)\n",
+                   target.c_str(), known.c_str());
+      return 1;
+    }
+    kernels::force_simd_target(chosen);
+  }
   if (sizes.empty()) {
     sizes = quick ? std::vector<std::size_t>{1000000, 4000000}
                   : std::vector<std::size_t>{10000000, 100000000, 400000000};
