@@ -15,6 +15,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <cstring>
 #include <limits>
 
 #include <hwy/highway.h>
@@ -29,83 +30,147 @@ namespace hn = hwy::HWY_NAMESPACE;
 /// log2 of a power of two (compile time).
 constexpr int Log2Exact(std::size_t x) { return x <= 1 ? 0 : 1 + Log2Exact(x / 2); }
 
-/// table[idx] per lane for a table of N entries (idx in [0, N); the table
-/// array holds at least max(N, Lanes) entries): one in-register lookup per
-/// Lanes entries, the pieces combined by the index's high bits. D: a tag of
-/// 32-bit lanes (float or int32).
+/// A table of N 32-bit entries (N a power of two) held in registers for a
+/// kernel's loop (loaded once: the loops store bytes, which may alias any
+/// table in memory, so lookups from memory would reload every iteration).
+/// The array it is loaded from holds at least max(N, Lanes) entries. D: a
+/// tag of 32-bit lanes (float or int32).
 template <std::size_t N, class D>
-HWY_INLINE hn::Vec<D> LookupSmall(D d, const hn::TFromD<D>* HWY_RESTRICT table,
-                                  hn::Vec<hn::RebindToSigned<D>> idx) {
-  constexpr std::size_t kL = hn::MaxLanes(D());
-  const hn::RebindToSigned<D> di;
-  if constexpr (N <= kL) {
-    return hn::TableLookupLanes(hn::LoadU(d, table), hn::IndicesFromVec(d, idx));
-  } else {
-    const auto ind = hn::IndicesFromVec(d, hn::And(idx, hn::Set(di, static_cast<int>(kL - 1))));
-    const auto piece = hn::ShiftRight<Log2Exact(kL)>(idx);
-    auto r = hn::TableLookupLanes(hn::LoadU(d, table), ind);
-    for (std::size_t c = 1; c * kL < N; ++c) {
-      const auto in_c = hn::RebindMask(d, hn::Eq(piece, hn::Set(di, static_cast<int>(c))));
-      r = hn::IfThenElse(in_c, hn::TableLookupLanes(hn::LoadU(d, table + c * kL), ind), r);
-    }
-    return r;
+struct RegTable {
+  static constexpr std::size_t kL = hn::MaxLanes(D());
+  static constexpr std::size_t kPieces = N <= kL ? 1 : N / kL;
+
+  RegTable(D d, const hn::TFromD<D>* HWY_RESTRICT table) {
+    for (std::size_t c = 0; c < kPieces; ++c) piece[c] = hn::LoadU(d, table + c * kL);
   }
+
+  /// table[idx] per lane, idx in [0, N); on AVX-512 with N = 32 only the
+  /// index's low 5 bits are read (one two-table permute: Highway 1.0 has
+  /// no TwoTablesLookupLanes, hence the intrinsic). Elsewhere one
+  /// in-register lookup per Lanes entries, combined by the index's high bits.
+  HWY_INLINE hn::Vec<D> operator()(D d, hn::Vec<hn::RebindToSigned<D>> idx) const {
+    const hn::RebindToSigned<D> di;
+    if constexpr (kPieces == 1) {
+      return hn::TableLookupLanes(piece[0], hn::IndicesFromVec(d, idx));
+    } else {
+#if HWY_TARGET == HWY_AVX3 || HWY_TARGET == HWY_AVX3_DL
+      if constexpr (kPieces == 2 && kL == 16) {
+        if constexpr (hwy::IsFloat<hn::TFromD<D>>()) {
+          return hn::Vec<D>{_mm512_permutex2var_ps(piece[0].raw, idx.raw, piece[1].raw)};
+        } else {
+          return hn::Vec<D>{_mm512_permutex2var_epi32(piece[0].raw, idx.raw, piece[1].raw)};
+        }
+      }
+#endif
+      const auto ind = hn::IndicesFromVec(d, hn::And(idx, hn::Set(di, static_cast<int>(kL - 1))));
+      const auto hi = hn::ShiftRight<Log2Exact(kL)>(idx);
+      auto r = hn::TableLookupLanes(piece[0], ind);
+      for (std::size_t c = 1; c < kPieces; ++c) {
+        const auto in_c = hn::RebindMask(d, hn::Eq(hi, hn::Set(di, static_cast<int>(c))));
+        r = hn::IfThenElse(in_c, hn::TableLookupLanes(piece[c], ind), r);
+      }
+      return r;
+    }
+  }
+
+  hn::Vec<D> piece[kPieces];
+};
+
+/// The decode constants of a map in registers (detail::QuantTables).
+template <class DF>
+struct DecodeTables {
+  DecodeTables(DF df, const detail::QuantTables& t) : r(df, t.dec_r), c(df, t.dec_c) {}
+  RegTable<16, DF> r, c;
+};
+
+/// The encode constants of a map in registers (detail::QuantTables).
+template <class DF>
+struct EncodeTables {
+  using DI = hn::RebindToSigned<DF>;
+  EncodeTables(DF df, const detail::QuantTables& t)
+      : base(DI(), t.enc_base), bound(df, t.enc_bound), next(df, t.enc_next),
+        scale(df, t.enc_scale), offset(df, t.enc_offset), lmax(t.lmax) {}
+  RegTable<32, DI> base;
+  RegTable<32, DF> bound;
+  RegTable<8, DF> next, scale, offset;
+  int lmax;
+};
+
+/// trunc(x) per lane for x in [0, 2^31) (what the encoder converts): the
+/// bare VCVTTPS2DQ on x86 (Highway 1.0's ConvertTo adds four operations to
+/// saturate out-of-range lanes, which never occur here), ConvertTo elsewhere.
+template <class DF>
+HWY_INLINE hn::Vec<hn::RebindToSigned<DF>> TruncInRange(DF df, hn::Vec<DF> x) {
+  const hn::RebindToSigned<DF> di;
+#if HWY_TARGET == HWY_AVX3 || HWY_TARGET == HWY_AVX3_DL
+  if constexpr (hn::MaxLanes(DF()) == 16) return hn::Vec<decltype(di)>{_mm512_cvttps_epi32(x.raw)};
+#elif HWY_TARGET == HWY_AVX2
+  if constexpr (hn::MaxLanes(DF()) == 8) return hn::Vec<decltype(di)>{_mm256_cvttps_epi32(x.raw)};
+#endif
+  (void)df;
+  return hn::ConvertTo(di, x);
 }
 
-/// Magnitudes u (int32 lanes, 0..255) -> map values (detail::QuantTables::dec_r).
+/// Magnitudes u (int32 lanes, 0..255) -> map values (detail::QuantTables:
+/// fma(u, 9, dec_c[i]) * dec_r[i], i from the exponent of 2u + 1).
 template <class DF>
-HWY_INLINE hn::Vec<DF> DecodeMagnitude(DF df, const detail::QuantTables& t,
+HWY_INLINE hn::Vec<DF> DecodeMagnitude(DF df, const DecodeTables<DF>& t,
                                        hn::Vec<hn::RebindToSigned<DF>> u) {
   const hn::RebindToSigned<DF> di;
-  const auto fu = hn::ConvertTo(df, u);  // exact
-  const auto fbits = hn::BitCast(di, fu);
-  const auto e = hn::ShiftRight<23>(fbits);  // 0 for u = 0, else 127 + L
-  const auto idx = hn::Sub(hn::Max(e, hn::Set(di, 126)), hn::Set(di, 126));
-  const auto r = LookupSmall<16>(df, t.dec_r, idx);
-  // N_u = 9u + 9 - 8 * 2^L, every step exact in float (2^L: fu's exponent bits).
-  const auto p2 = hn::BitCast(df, hn::And(fbits, hn::Set(di, 0x7f800000)));
-  const auto nu = hn::Sub(hn::Add(hn::Mul(fu, hn::Set(df, 9.0f)), hn::Set(df, 9.0f)),
-                          hn::Mul(p2, hn::Set(df, 8.0f)));
-  return hn::Mul(nu, r);
+  const auto fu = hn::ConvertTo(df, u);                                   // exact
+  const auto t2 = hn::MulAdd(fu, hn::Set(df, 2.0f), hn::Set(df, 1.0f));  // exact
+  const auto idx = hn::And(hn::ShiftRight<23>(hn::BitCast(di, t2)), hn::Set(di, 15));
+  const auto nu = hn::MulAdd(fu, hn::Set(df, 9.0f), t.c(df, idx));  // N_u, exact
+  return hn::Mul(nu, t.r(df, idx));
 }
 
 /// Codes (int32 lanes holding 0..255) of a block with scale absmax -> fp32,
 /// as dequantize_value.
 template <bool kSigned, class DF>
-HWY_INLINE hn::Vec<DF> DecodeCodes(DF df, const detail::QuantTables& t,
+HWY_INLINE hn::Vec<DF> DecodeCodes(DF df, const DecodeTables<DF>& t,
                                    hn::Vec<hn::RebindToSigned<DF>> code, hn::Vec<DF> absmax) {
   const hn::RebindToSigned<DF> di;
   if constexpr (!kSigned) {
     return hn::Mul(DecodeMagnitude(df, t, code), absmax);
   } else {
     const auto v = hn::Mul(DecodeMagnitude(df, t, hn::And(code, hn::Set(di, 0x7f))), absmax);
-    const auto sign = hn::ShiftLeft<24>(hn::And(code, hn::Set(di, 0x80)));
-    return hn::BitCast(df, hn::Or(hn::BitCast(di, v), sign));
+    const auto sign = hn::ShiftLeft<24>(code);  // bit 7 -> the sign bit
+    return hn::BitCast(df, hn::OrAnd(hn::BitCast(di, v), sign, hn::Set(di, INT32_MIN)));
   }
 }
 
-/// fp32 values x with inverse scale inv (quant_inverse_absmax) -> codes
-/// (int32 lanes), as quantize_value.
+/// fp32 values x with inverse scale inv -> codes (int32 lanes), as
+/// quantize_value, for blocks whose inv is a positive finite number (then
+/// x * inv is finite: no NaN reaches the encoder; other blocks take the
+/// scalar path, see VectorEncodable).
 template <bool kSigned, class DF>
-HWY_INLINE hn::Vec<hn::RebindToSigned<DF>> EncodeValues(DF df, const detail::QuantTables& t,
+HWY_INLINE hn::Vec<hn::RebindToSigned<DF>> EncodeValues(DF df, const EncodeTables<DF>& t,
                                                         hn::Vec<DF> x, hn::Vec<DF> inv) {
   const hn::RebindToSigned<DF> di;
   const auto y = hn::Mul(x, inv);
-  auto a = hn::Abs(y);
-  a = hn::IfThenZeroElse(hn::IsNaN(a), a);
-  a = hn::Min(a, hn::Set(df, 1.5f));
+  const auto a = hn::Min(hn::Abs(y), hn::Set(df, 1.0f));
   const auto e = hn::ShiftRight<23>(hn::BitCast(di, a));
-  const auto bi = hn::Sub(hn::Max(e, hn::Set(di, 96)), hn::Set(di, 96));
-  const auto base = LookupSmall<32>(di, t.enc_base, bi);
-  const auto bound = LookupSmall<32>(df, t.enc_bound, bi);
+  hn::Vec<decltype(di)> base;
+  hn::Vec<DF> bound;
+#if HWY_TARGET == HWY_AVX3 || HWY_TARGET == HWY_AVX3_DL
+  // By binade: two 32-entry permutes reading the index's low 5 bits, which
+  // for max(e, 96) are max(e, 96) - 96.
+  const auto bi = hn::Max(e, hn::Set(di, 96));
+  base = t.base(di, bi);
+  bound = t.bound(df, bi);
+#else
+  // By arithmetic (detail::quant_region_base), then the next bound.
+  base = hn::Add(hn::ShiftRight<12>(hn::Mul(hn::Sub(e, hn::Set(di, 127)), hn::Set(di, 1233))),
+                 hn::Set(di, t.lmax + 1));
+  base = hn::Min(hn::Max(base, hn::Zero(di)), hn::Set(di, t.lmax));
+  bound = t.next(df, base);
+#endif
   // region = base + (a >= bound): a true mask is -1 in integer lanes.
   const auto region = hn::Sub(base, hn::VecFromMask(di, hn::RebindMask(di, hn::Ge(a, bound))));
-  const auto scale = LookupSmall<8>(df, t.enc_scale, region);
-  const auto offset = LookupSmall<8>(df, t.enc_offset, region);
-  const auto hi = LookupSmall<8>(di, t.enc_hi, region);
-  const auto pos = FusedMulAdd(df, a, scale, offset);
-  auto u = hn::Min(hn::ConvertTo(di, pos), hi);  // pos >= 0.5: truncation rounds
+  // pos >= 0.5: truncation rounds.
+  auto u = TruncInRange(df, FusedMulAdd(df, a, t.scale(df, region), t.offset(df, region)));
   if constexpr (kSigned) {
+    // Bit 7 for y < 0 (not for -0.0, as quantize_value).
     const auto neg = hn::RebindMask(di, hn::Lt(y, hn::Zero(df)));
     u = hn::IfThenElse(neg, hn::Or(u, hn::Set(di, 0x80)), u);
   }
@@ -123,28 +188,45 @@ HWY_INLINE hn::Vec<hn::RebindToSigned<DF>> LoadCodes(DF, const std::uint8_t* HWY
 /// int32 lanes holding 0..255 -> Lanes(df) codes at p.
 template <class DF>
 HWY_INLINE void StoreCodes(DF, hn::Vec<hn::RebindToSigned<DF>> c, std::uint8_t* HWY_RESTRICT p) {
+#if HWY_TARGET == HWY_AVX3 || HWY_TARGET == HWY_AVX3_DL
+  if constexpr (hn::MaxLanes(DF()) == 16) {  // one VPMOVDB (Highway 1.0's DemoteTo packs 4 times)
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(p), _mm512_cvtepi32_epi8(c.raw));
+    return;
+  }
+#endif
   const hn::Rebind<std::uint8_t, DF> d8;
   hn::StoreU(hn::DemoteTo(d8, c), d8, p);
 }
 
-/// Running absmax of a block in the vector kernels: the lanes' maxima of
-/// |x| (a NaN never replaces them) and whether a NaN was seen, as
-/// quant_block_absmax.
+/// Running absmax of a block in the vector kernels, as quant_block_absmax:
+/// the lanes' maxima of the bits of |x| as integers (the order of
+/// non-negative floats; a NaN's bits exceed Inf's 0x7f800000).
 template <class DF>
 struct AbsMaxAcc {
-  explicit AbsMaxAcc(DF df) : max(hn::Zero(df)), nan(hn::Zero(df)) {}
+  explicit AbsMaxAcc(DF df) : max(hn::Zero(hn::RebindToSigned<DF>())) { (void)df; }
   HWY_INLINE void add(DF df, hn::Vec<DF> x) {
-    const auto a = hn::Abs(x);
-    max = hn::IfThenElse(hn::Gt(a, max), a, max);
-    nan = hn::Or(nan, hn::VecFromMask(df, hn::IsNaN(a)));
+    const hn::RebindToSigned<DF> di;
+    max = hn::Max(max, hn::BitCast(di, hn::Abs(x)));
+    (void)df;
   }
   /// The block's absmax (the canonical quiet NaN if a NaN was seen).
   HWY_INLINE float result(DF df) const {
-    if (!hn::AllFalse(df, hn::MaskFromVec(nan))) return std::numeric_limits<float>::quiet_NaN();
-    return hn::GetLane(hn::MaxOfLanes(df, max));
+    const hn::RebindToSigned<DF> di;
+    const std::int32_t m = hn::GetLane(hn::MaxOfLanes(di, max));
+    (void)df;
+    if (m > 0x7f800000) return std::numeric_limits<float>::quiet_NaN();
+    float f;
+    std::memcpy(&f, &m, 4);
+    return f;
   }
-  hn::Vec<DF> max, nan;
+  hn::Vec<hn::RebindToSigned<DF>> max;
 };
+
+/// Whether a block with inverse scale inv is encoded by the vector code
+/// (0 < inv < Inf); otherwise element by element with quantize_value.
+inline bool VectorEncodable(float inv) {
+  return inv > 0.0f && inv <= std::numeric_limits<float>::max();
+}
 
 }  // namespace zeroshard::kernels::HWY_NAMESPACE
 HWY_AFTER_NAMESPACE();

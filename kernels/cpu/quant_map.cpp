@@ -37,8 +37,11 @@ detail::QuantTables build_tables(bool is_signed) {
       mag[u] = static_cast<float>(9u * u + 9u - (8u << l)) * r[l];
     }
   }
-  t.dec_r[0] = 0.0f;
-  for (int l = 0; l <= lmax; ++l) t.dec_r[l + 1] = r[l];
+  t.lmax = lmax;
+  for (int l = 0; l <= lmax; ++l) {
+    t.dec_r[l] = r[l];
+    t.dec_c[l] = static_cast<float>(9 - (8 << l));
+  }  // entries lmax + 1 .. 15 stay 0 (entry 15: u = 0)
   // Regions: 0 covers [0, value(1)) (codes 0, 1); L >= 1 covers
   // [value(2^L - 1), value(2^(L+1) - 1)), where value(2^L - 1) and the
   // 2^L values of level L are equally spaced by the level's step, so the
@@ -49,29 +52,38 @@ detail::QuantTables build_tables(bool is_signed) {
     if (l == 0) {
       t.enc_scale[0] = static_cast<float>(denom / 10.0);  // a / value(1)
       t.enc_offset[0] = 0.5f;
-      t.enc_hi[0] = 1;
     } else {
       // value = (9u + 9 - 8 * 2^L) / denom  =>  u = value * denom / 9 + (8 * 2^L - 9) / 9.
       t.enc_scale[l] = static_cast<float>(denom / 9.0);
       t.enc_offset[l] = static_cast<float>((std::ldexp(8.0, l) - 9.0) / 9.0 + 0.5);
-      t.enc_hi[l] = static_cast<std::int32_t>((2u << l) - 1);
     }
   }
-  // Region bounds: the region is the number of L >= 1 with a >= value(2^L - 1);
-  // each binade [2^(e-127), 2^(e-126)) holds at most one bound (they are a
-  // decade apart).
-  for (int i = 0; i < 32; ++i) {
-    const float lo = bits_float(static_cast<std::uint32_t>(96 + i) << 23);
-    const float hi = bits_float(static_cast<std::uint32_t>(97 + i) << 23);
-    t.enc_base[i] = 0;
-    t.enc_bound[i] = std::numeric_limits<float>::infinity();
+  // Region bounds value(2^L - 1), L = 1..lmax: enc_next[r] is the bound
+  // above region r; by binade (enc_base / enc_bound), the number of bounds
+  // at or below the binade's start and the bound inside it. The arithmetic
+  // base (quant_region_base) must count the same for every binade.
+  for (int r = 0; r < 16; ++r) {
+    t.enc_next[r] = r < lmax ? mag[(2u << r) - 1] : std::numeric_limits<float>::infinity();
+  }
+  for (int e = 0; e < 255; ++e) {
+    const float lo = e == 0 ? 0.0f : bits_float(static_cast<std::uint32_t>(e) << 23);
+    const float hi = bits_float(static_cast<std::uint32_t>(e + 1) << 23);
+    int base = 0;
+    float bound = std::numeric_limits<float>::infinity();
     for (int l = 1; l <= lmax; ++l) {
-      const float bound = mag[(1u << l) - 1];
-      if (bound <= lo) {
-        ++t.enc_base[i];
-      } else if (bound < hi) {
-        t.enc_bound[i] = bound;
+      const float b = mag[(1u << l) - 1];
+      if (b <= lo) {
+        ++base;
+      } else if (b < hi) {
+        bound = b;
       }
+    }
+    ZS_CHECK(base == detail::quant_region_base(lmax, e),
+             "quant_map: region base of binade {} is {}, arithmetic gives {}", e, base,
+             detail::quant_region_base(lmax, e));
+    if (e >= 96 && e < 128) {
+      t.enc_base[e - 96] = base;
+      t.enc_bound[e - 96] = bound;
     }
   }
   for (unsigned c = 0; c < 256; ++c) {
@@ -106,11 +118,11 @@ namespace detail {
 
 unsigned quantize_magnitude_arith(const QuantTables& t, float a) {
   if (std::isnan(a)) a = 0.0f;
-  a = std::min(a, 1.5f);
-  const std::uint32_t e = std::max<std::uint32_t>(float_bits(a) >> 23, 96u) - 96u;
-  const std::int32_t region = t.enc_base[e] + (a >= t.enc_bound[e] ? 1 : 0);
+  a = std::min(a, 1.0f);
+  const int base = quant_region_base(t.lmax, static_cast<int>(float_bits(a) >> 23));
+  const int region = base + (a >= t.enc_next[base] ? 1 : 0);
   const float pos = std::fma(a, t.enc_scale[region], t.enc_offset[region]);
-  return static_cast<unsigned>(std::min(static_cast<std::int32_t>(pos), t.enc_hi[region]));
+  return static_cast<unsigned>(static_cast<std::int32_t>(pos));
 }
 
 const QuantTables& quant_tables(QuantMap map) {

@@ -153,32 +153,55 @@ namespace detail {
 
 /// The constants the vector kernels (quant_map-inl.h) and the GPU kernels
 /// compute codes and values with; see [Note: dynamic tree quantization
-/// map]. Arrays are padded to 32 entries.
+/// map]. lmax = 6 (signed) or 7 (unsigned) is the top level.
 struct QuantTables {
-  // Decode: value(u) = (9u + 9 - 8 * 2^L) * dec_r[e(float(u)) - 126], with
-  // e(f) the biased exponent field (0 for u = 0, whose entry is 0).
-  alignas(64) float dec_r[32];
-  // Encode, step 0: a = |x * inv|, NaN -> 0, then min(a, 1.5).
-  // Step 1: the region (an exponent's linear range, extended down to the
-  // previous exponent's top value) of a:
-  // region = enc_base[i] + (a >= enc_bound[i]), i = max(e(a), 96) - 96.
+  // Decode: t = 2u + 1 in float (exact) has the exponent field 128 + L for
+  // u >= 1 (L = floor(log2 u)) and 127 for u = 0, so i = e(t) & 15 is L, or
+  // 15 for u = 0; value(u) = fma(float(u), 9, dec_c[i]) * dec_r[i] with
+  // dec_c[L] = 9 - 8 * 2^L (the fma is N_u = 9u + 9 - 8 * 2^L, exact) and
+  // dec_r[L] = R_L; dec_c[15] = dec_r[15] = 0 (value 0).
+  alignas(64) float dec_r[16];
+  alignas(64) float dec_c[16];
+  // Encode, step 0: a = min(|x * inv|, 1) (NaN handled before: see
+  // quantize_magnitude_arith).
+  // Step 1: the region (level L's linear range, extended down to level
+  // L - 1's top value; 0 for [0, value(1))) of a is base + (a >= bound):
+  // base = the number of region bounds value(2^L - 1), L = 1..lmax, that
+  // are <= 2^k for a in the binade [2^k, 2^(k+1)), which is
+  //   clamp(lmax + 1 + floor(k * 1233 / 4096), 0, lmax)    (k = e(a) - 127;
+  // 1233 / 4096 ~ log10(2), exact for every k of a float) and equals
+  // enc_base[max(e(a), 96) - 96]; bound = enc_next[base], the next region
+  // bound above base (Inf above the top), equal in effect to enc_bound[same
+  // index], the bound inside that binade (Inf if none): a binade holds at
+  // most one bound, as they are a decade apart.
   alignas(64) std::int32_t enc_base[32];
   alignas(64) float enc_bound[32];
-  // Step 2: u = min(trunc(fma(a, enc_scale[r], enc_offset[r])), enc_hi[r]).
-  alignas(64) float enc_scale[32];
-  alignas(64) float enc_offset[32];
-  alignas(64) std::int32_t enc_hi[32];
+  alignas(64) float enc_next[16];
+  // Step 2: u = trunc(fma(a, enc_scale[r], enc_offset[r])): the rounded
+  // position within region r (never above the region's top code for a <= 1).
+  alignas(64) float enc_scale[16];
+  alignas(64) float enc_offset[16];
   float values[256];      // by code (quant_map_values)
   float thresholds[256];  // by magnitude (quant_map_thresholds)
   unsigned max_magnitude;  // 127 or 255
+  int lmax;                // 6 or 7
   bool is_signed;
 };
+
+/// Step 1's base region of a binade by arithmetic (see QuantTables): e is
+/// the biased exponent field of a (0..255). Pure.
+inline int quant_region_base(int lmax, int e) {
+  const int b = lmax + 1 + ((e - 127) * 1233 >> 12);  // arithmetic shift: floor
+  return b < 0 ? 0 : (b > lmax ? lmax : b);
+}
 
 /// The tables of a map (static storage, built on first use; thread safe).
 const QuantTables& quant_tables(QuantMap map);
 
 /// The magnitude code of a (a >= 0) by the arithmetic of the vector
-/// kernels (QuantTables steps 0-2): a NaN gives 0, a > 1 the top code. Pure.
+/// kernels (QuantTables steps 0-2): a NaN gives 0, a > 1 the top code.
+/// The vector kernels never see a NaN here (a block whose inverse scale is
+/// not a positive finite number takes the scalar path). Pure.
 unsigned quantize_magnitude_arith(const QuantTables& t, float a);
 
 }  // namespace detail

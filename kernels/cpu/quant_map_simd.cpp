@@ -25,8 +25,10 @@ namespace {
 
 template <bool kSigned>
 void QuantizeBlocks(const float* x, std::size_t n, std::size_t block, std::uint8_t* codes,
-                    float* absmax, const detail::QuantTables& t) {
-  const hn::ScalableTag<float> df;
+                    float* absmax, const detail::QuantTables& qt) {
+  using DF = hn::ScalableTag<float>;
+  const DF df;
+  const EncodeTables<DF> t(df, qt);
   const std::size_t lanes = hn::Lanes(df);
   for (std::size_t lo = 0; lo < n; lo += block) {
     const std::size_t len = std::min(block, n - lo), full = len - len % lanes;
@@ -37,7 +39,13 @@ void QuantizeBlocks(const float* x, std::size_t n, std::size_t block, std::uint8
     if (full < len) acc.add(df, hn::Load(df, tail));  // zero padding: no effect on the max
     const float am = acc.result(df);
     absmax[lo / block] = am;
-    const auto inv = hn::Set(df, quant_inverse_absmax(am));
+    const float inv_s = quant_inverse_absmax(am);
+    if (!VectorEncodable(inv_s)) {  // absmax 0, NaN, Inf or below 2^-128
+      const QuantMap map = kSigned ? QuantMap::signed_dynamic : QuantMap::unsigned_dynamic;
+      for (std::size_t i = lo; i < lo + len; ++i) codes[i] = quantize_value(map, x[i], inv_s);
+      continue;
+    }
+    const auto inv = hn::Set(df, inv_s);
     for (std::size_t i = 0; i < full; i += lanes) {
       StoreCodes(df, EncodeValues<kSigned>(df, t, hn::LoadU(df, x + lo + i), inv), codes + lo + i);
     }
@@ -51,8 +59,10 @@ void QuantizeBlocks(const float* x, std::size_t n, std::size_t block, std::uint8
 
 template <bool kSigned>
 void DequantizeBlocks(const std::uint8_t* codes, const float* absmax, std::size_t n,
-                      std::size_t block, float* x, const detail::QuantTables& t) {
-  const hn::ScalableTag<float> df;
+                      std::size_t block, float* x, const detail::QuantTables& qt) {
+  using DF = hn::ScalableTag<float>;
+  const DF df;
+  const DecodeTables<DF> t(df, qt);
   const std::size_t lanes = hn::Lanes(df);
   for (std::size_t lo = 0; lo < n; lo += block) {
     const std::size_t len = std::min(block, n - lo), full = len - len % lanes;

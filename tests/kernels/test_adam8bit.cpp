@@ -349,3 +349,60 @@ TEST_CASE("adam8bit_update rejects bad arguments") {
   kernels::adam8bit_update(&p, &g, DType::f32, kernels::Adam8bitState{}, nullptr, DType::bf16, 0,
                            256, sc);  // n == 0: nothing to do
 }
+
+TEST_CASE("blocks the vector encoder leaves to the scalar path: zero, subnormal and huge scales") {
+  // A block's inverse scale 1 / absmax is 0 (absmax 0, NaN or Inf) or Inf
+  // (absmax below 2^-128): those blocks are encoded element by element by
+  // quantize_value in the vector kernels; codes and absmax must still equal
+  // the references bit for bit, next to ordinary blocks.
+  const std::size_t block = 64, n = 6 * block + 7;
+  std::vector<float> x = test_floats(n, 77, 1.0f, 0);
+  for (std::size_t i = 0; i < block; ++i) x[i] = 0.0f;                         // absmax 0
+  for (std::size_t i = block; i < 2 * block; ++i) x[i] *= 1e-39f;              // subnormal absmax
+  x[2 * block + 3] = std::numeric_limits<float>::denorm_min();                 // one subnormal
+  for (std::size_t i = 2 * block + 4; i < 3 * block; ++i) x[i] = 0.0f;
+  for (std::size_t i = 3 * block; i < 4 * block; ++i) x[i] *= 3e38f;           // near FLT_MAX
+  x[4 * block + 1] = -0.0f;
+  for (const QuantMap map : kMaps) {
+    CAPTURE(map == QuantMap::signed_dynamic);
+    std::vector<float> xs = x;
+    if (map == QuantMap::unsigned_dynamic) for (auto& e : xs) e = std::fabs(e);
+    const std::size_t nb = kernels::quant_block_count(n, block);
+    std::vector<std::uint8_t> c1(n), c2(n);
+    std::vector<float> a1(nb), a2(nb);
+    kernels::quantize_blockwise_reference(xs.data(), n, block, map, c2.data(), a2.data());
+    for_each_target_and_threads([&] {
+      kernels::quantize_blockwise(xs.data(), n, block, map, c1.data(), a1.data());
+      check_codes(c1.data(), c2.data(), n, "codes");
+      check_bitwise(a1.data(), a2.data(), nb, "absmax", false);
+    });
+  }
+  // The fused kernel: a block whose gradient and states are 0 (both absmax
+  // 0 afterwards) and one whose exp_avg becomes subnormal (inverse scale
+  // Inf; exp_avg_sq underflows to 0).
+  const std::size_t bl = 256, m = 3 * bl + 5;
+  std::vector<float> g = test_floats(m, 8, 0.5f, 0);
+  for (std::size_t i = 0; i < bl; ++i) g[i] = 0.0f;
+  for (std::size_t i = bl; i < 2 * bl; ++i) g[i] *= 1e-38f;
+  for_each_target_and_threads([&] {
+    State8 s1(m, bl, 21), s2 = s1;
+    for (std::size_t i = 0; i < 2 * bl; ++i) s1.cm[i] = s1.cv[i] = s2.cm[i] = s2.cv[i] = 0;
+    s1.am[0] = s1.av[0] = s2.am[0] = s2.av[0] = 0.0f;
+    s1.am[1] = s1.av[1] = s2.am[1] = s2.av[1] = 0.0f;
+    std::vector<float> p1 = test_floats(m, 9, 1.0f, 0), p2 = p1;
+    const auto sc = kernels::make_adam_scalars(1e-3, 0.9, 0.999, 1e-8, 0.0, 1, true);
+    kernels::adam8bit_update(p1.data(), g.data(), DType::f32, s1.view(), nullptr, DType::bf16, m,
+                             bl, sc);
+    kernels::adam8bit_update_reference(p2.data(), g.data(), DType::f32, s2.view(), nullptr,
+                                       DType::bf16, m, bl, sc);
+    CHECK(s2.am[0] == 0.0f);
+    CHECK(s2.am[1] > 0.0f);
+    CHECK(s2.am[1] < 1e-38f);
+    CHECK(std::isinf(kernels::quant_inverse_absmax(s2.am[1])));
+    check_bitwise(p1.data(), p2.data(), m, "param", true);
+    check_codes(s1.cm.data(), s2.cm.data(), m, "exp_avg codes");
+    check_codes(s1.cv.data(), s2.cv.data(), m, "exp_avg_sq codes");
+    check_bitwise(s1.am.data(), s2.am.data(), s1.am.size(), "exp_avg absmax", false);
+    check_bitwise(s1.av.data(), s2.av.data(), s1.av.size(), "exp_avg_sq absmax", false);
+  });
+}
