@@ -3,7 +3,7 @@
 // order, the lerp's fused multiply-add included (FusedMulAdd, one rounding
 // on every target as std::fma). Shared by the vector kernels of every Adam
 // state format (adam_simd.cpp: fp32, adam8bit_simd.cpp: 8-bit blockwise,
-// adam_bf16_states_simd.cpp: bf16); Highway's toggle guard for "-inl.h"
+// adam_bf16_state_simd.cpp: bf16); Highway's toggle guard for "-inl.h"
 // headers, as convert-inl.h.
 #if defined(ZEROSHARD_KERNELS_CPU_ADAM_INL_H_) == defined(HWY_TARGET_TOGGLE)
 #ifdef ZEROSHARD_KERNELS_CPU_ADAM_INL_H_

@@ -1,7 +1,7 @@
 // One element of the Adam / AdamW update in torch's single-tensor float32
 // operation order (the definition in kernels/cpu/adam.h), shared by the
 // scalar references of every Adam kernel: fp32 states (adam.cpp), 8-bit
-// blockwise states (adam8bit.cpp) and bf16 states (adam_bf16_states.cpp).
+// blockwise states (adam8bit.cpp) and bf16 states (adam_bf16_state.cpp).
 // The vector kernels perform the same operations per lane (adam-inl.h).
 //
 // Include after kernels/cpu/fp_strict.h in a kernel translation unit (no
