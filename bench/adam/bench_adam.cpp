@@ -6,6 +6,8 @@
 //   - the limit pass: reads four fp32 arrays and writes three (limit_pass.h);
 //   - AdamW, fp32 gradient (kernels::adam_update);
 //   - AdamW, bf16 gradient + bf16 copy of the updated parameter;
+//   - AdamW with 8-bit states (block 256, 2048) and with bf16 states
+//     (round to nearest even, stochastic rounding);
 //   - the scalar reference (kernels::adam_update_reference), run per chunk
 //     on the same threads;
 // over the same buffers (allocated once, pre-faulted), after one warm-up
@@ -29,6 +31,7 @@
 #include "core/aligned_buffer.h"
 #include "kernels/cpu/adam.h"
 #include "kernels/cpu/adam8bit.h"
+#include "kernels/cpu/adam_bf16_state.h"
 #include "kernels/cpu/convert.h"
 #include "kernels/cpu/simd_targets.h"
 #include "kernels/cpu/thread_pool.h"
@@ -115,19 +118,20 @@ int main(int argc, char** argv) {
   // Allocate once; AlignedBuffer asks for huge pages and zero-fills (pre-faults) every page.
   const auto t_alloc = std::chrono::steady_clock::now();
   AlignedBuffer<float> p, g, m, v;
-  AlignedBuffer<std::uint16_t> g16, copy16;
+  AlignedBuffer<std::uint16_t> g16, copy16, m16, v16;
   AlignedBuffer<std::uint8_t> cm, cv;
   AlignedBuffer<float> am, av;
   try {
     p = AlignedBuffer<float>(nmax), g = AlignedBuffer<float>(nmax);
     m = AlignedBuffer<float>(nmax), v = AlignedBuffer<float>(nmax);
     g16 = AlignedBuffer<std::uint16_t>(nmax), copy16 = AlignedBuffer<std::uint16_t>(nmax);
+    m16 = AlignedBuffer<std::uint16_t>(nmax), v16 = AlignedBuffer<std::uint16_t>(nmax);
     cm = AlignedBuffer<std::uint8_t>(nmax), cv = AlignedBuffer<std::uint8_t>(nmax);
     am = AlignedBuffer<float>(kernels::quant_block_count(nmax, kernels::kQuantBlockMin));
     av = AlignedBuffer<float>(kernels::quant_block_count(nmax, kernels::kQuantBlockMin));
   } catch (const std::bad_alloc&) {
     std::fprintf(stderr, "bench_adam: cannot allocate %.1f GiB for %zu parameters; use --sizes\n",
-                 nmax * 22.0 / (1u << 30), nmax);
+                 nmax * 26.0 / (1u << 30), nmax);
     return 1;
   }
   fill(p.data(), nmax, 1, 1.0f);
@@ -144,6 +148,17 @@ int main(int argc, char** argv) {
     });
     kernels::quantize_blockwise(tmp.data(), nmax, 256, kernels::QuantMap::unsigned_dynamic,
                                 cv.data(), av.data());
+  }
+  // bf16 states rounded from fp32 ones of the same ranges.
+  {
+    AlignedBuffer<float> tmp(nmax);
+    fill(tmp.data(), nmax, 3, 1e-2f);
+    kernels::parallel_for_elements(nmax, [&](std::size_t b, std::size_t e) {
+      for (std::size_t i = b; i < e; ++i) {
+        m16[i] = float_to_bf16(tmp[i]);
+        v16[i] = float_to_bf16(tmp[i] * tmp[i] * 0.1f);
+      }
+    });
   }
   const kernels::Adam8bitState st8{cm.data(), am.data(), cv.data(), av.data()};
   const double alloc_s =
@@ -171,6 +186,17 @@ int main(int argc, char** argv) {
          kernels::adam8bit_update(p.data(), g.data(), DType::f32, st8, nullptr, DType::bf16, n,
                                   2048, s);
        }},
+      {"AdamW bf16 states, nearest", 20.0,
+       [&](std::size_t n) {
+         kernels::adam_bf16_state_update(p.data(), g.data(), DType::f32, m16.data(), v16.data(),
+                                         nullptr, DType::bf16, n, s, {});
+       }},
+      {"AdamW bf16 states, stochastic", 20.0,
+       [&](std::size_t n) {
+         kernels::adam_bf16_state_update(
+             p.data(), g.data(), DType::f32, m16.data(), v16.data(), nullptr, DType::bf16, n, s,
+             {kernels::StateRounding::stochastic, 1, 4, 0});
+       }},
       {"AdamW scalar reference fp32", 28.0,
        [&](std::size_t n) {
          kernels::parallel_for_elements(n, [&](std::size_t b, std::size_t e) {
@@ -184,11 +210,12 @@ int main(int argc, char** argv) {
              "{:.1f} GiB allocated and pre-faulted in {:.1f} s; median of {} iterations "
              "after 1 warm-up, rows interleaved\n",
              kernels::simd_target_name(), kernels::default_num_threads(),
-             nmax * 22.0 / (1u << 30), alloc_s, iters);
+             nmax * 26.0 / (1u << 30), alloc_s, iters);
   fmt::print("bytes model (per parameter): fp32 AdamW reads p,g,m,v (16 B) and writes p,m,v "
              "(12 B) = 28 B; bf16 row reads p,m,v + bf16 g (14 B) and writes p,m,v + bf16 copy "
              "(14 B) = 28 B; 8-bit states read p,g (8 B) + 2 codes (2 B) + 2 absmax/block and "
-             "write p (4 B) + 2 codes (2 B) + 2 absmax/block = 16 + 16/block B; scalar "
+             "write p (4 B) + 2 codes (2 B) + 2 absmax/block = 16 + 16/block B; bf16 states read "
+             "p,g (8 B) + 2 bf16 states (4 B) and write p (4 B) + 2 states (4 B) = 20 B; scalar "
              "reference = 28 B; limit pass reads 4 and writes 3 fp32 arrays = 28 B\n");
   fmt::print("ratio = (params/s x B/param) / (limit pass bytes/s, same size and threads); "
              "vs fp32 = params/s / AdamW fp32 (SIMD) params/s\n\n");
