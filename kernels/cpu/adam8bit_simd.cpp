@@ -54,6 +54,7 @@ HWY_INLINE void Adam8Step(DF df, const AdamVecScalars<DF>& c, const DecodeTables
 // the encoder's arithmetic overlaps the update's square root and division.
 template <class DF>
 struct PendingBlock {
+  explicit PendingBlock(DF df) : inv_m(hn::Zero(df)), inv_v(hn::Zero(df)) {}
   const float* m = nullptr;  // updated exp_avg, zero-padded to whole vectors
   const float* v = nullptr;  // updated exp_avg_sq
   std::uint8_t* cm = nullptr;
@@ -107,7 +108,7 @@ void Adam8Blocks(float* p, const void* g, const Adam8bitState& st, void* copy, s
   // pass 2 reads the other.
   HWY_ALIGN float bm[2][kQuantBlockMax];
   HWY_ALIGN float bv[2][kQuantBlockMax];
-  PendingBlock<DF> pend;
+  PendingBlock<DF> pend(df);
   for (std::size_t lo = 0, b = 0; lo < n; lo += block, ++b) {
     const std::size_t len = std::min(block, n - lo), full = len - len % lanes;
     float* tm = bm[b % 2];
