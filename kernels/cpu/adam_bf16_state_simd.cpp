@@ -35,16 +35,20 @@ HWY_INLINE hn::Vec<DU> Fmix32(DU du, hn::Vec<DU> h) {
   return hn::Xor(h, hn::ShiftRight<16>(h));
 }
 
-/// stochastic_bits(key, idx0 + lane) per lane.
+/// stochastic_bits(key, idx0 + lane) per lane: one fmix32 per lane; the
+/// high half's hash is a scalar unless the vector crosses a multiple of
+/// 2^32 (then the lanes past it take hi + 1's).
 template <class DU>
 HWY_INLINE hn::Vec<DU> StochasticBits(DU du, StochasticKey key, std::uint64_t idx0) {
-  const auto lo0 = hn::Set(du, static_cast<std::uint32_t>(idx0));
-  const auto lo = hn::Add(lo0, hn::Iota(du, 0));  // modulo 2^32
-  // Lanes whose low half wrapped around carry into the high half.
-  const auto carry = hn::VecFromMask(du, hn::Lt(lo, lo0));  // all ones: -1
-  const auto hi = hn::Sub(hn::Set(du, static_cast<std::uint32_t>(idx0 >> 32)), carry);
-  const auto h = Fmix32(du, hn::Xor(lo, hn::Set(du, key.lo)));
-  return Fmix32(du, hn::Xor(hn::Xor(h, hi), hn::Set(du, key.hi)));
+  const std::uint32_t lo0 = static_cast<std::uint32_t>(idx0);
+  const std::uint32_t hi0 = static_cast<std::uint32_t>(idx0 >> 32);
+  const auto lo = hn::Add(hn::Set(du, lo0), hn::Iota(du, 0));  // modulo 2^32
+  auto high = hn::Set(du, stochastic_high(key, hi0));
+  if (lo0 > 0xffffffffu - static_cast<std::uint32_t>(hn::Lanes(du) - 1)) {
+    const auto wrapped = hn::Lt(lo, hn::Set(du, lo0));
+    high = hn::IfThenElse(wrapped, hn::Set(du, stochastic_high(key, hi0 + 1)), high);
+  }
+  return Fmix32(du, hn::Xor(hn::Xor(lo, hn::Set(du, key.lo)), high));
 }
 
 /// float_to_bf16_stochastic per lane (b: 16 random bits per u32 lane).

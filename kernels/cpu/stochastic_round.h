@@ -9,9 +9,11 @@
 // not its position within a thread's chunk) at optimizer step t with seed
 // s come from a counter-based hash, no generator state:
 //   key   = splitmix64(s ^ splitmix64(t ^ 0x632be59bd9b4e019))   (per call)
-//   r(i)  = fmix32(fmix32(lo32(i) ^ lo32(key)) ^ hi32(i) ^ hi32(key))
+//   r(i)  = fmix32(lo32(i) ^ lo32(key) ^ fmix32(hi32(i) ^ hi32(key)))
 // (splitmix64: Steele, Lea, Flood 2014; fmix32: MurmurHash3's 32-bit
-// finalizer). So results depend on (s, t, i) only: any thread count, any
+// finalizer; the inner hash of the index's high half is one value for
+// every element of a call below 2^32 elements, so the vector kernels hash
+// once per element). So results depend on (s, t, i) only: any thread count, any
 // chunking, CPU or GPU. An Adam step rounds exp_avg with the low 16 bits of
 // r(i) and exp_avg_sq with the high 16 bits.
 // Rounding x (not NaN) with 16 random bits b: bf16 bits = (bits(x) + b) >>
@@ -32,7 +34,7 @@ namespace zeroshard::kernels {
 /// splitmix64(seed ^ splitmix64(step ^ 0x632be59bd9b4e019)).
 struct StochasticKey {
   std::uint32_t lo = 0;  ///< xor-ed into the index's low 32 bits
-  std::uint32_t hi = 0;  ///< xor-ed into the index's high 32 bits
+  std::uint32_t hi = 0;  ///< xor-ed into the index's high 32 bits before their hash
 };
 
 /// splitmix64's output function of x + golden ratio. Pure.
@@ -59,10 +61,15 @@ ZS_HOST_DEVICE inline StochasticKey stochastic_key(std::uint64_t seed, std::uint
   return StochasticKey{static_cast<std::uint32_t>(k), static_cast<std::uint32_t>(k >> 32)};
 }
 
+/// The key's mix of an index's high half: fmix32(hi ^ key.hi). Pure.
+ZS_HOST_DEVICE inline std::uint32_t stochastic_high(StochasticKey key, std::uint32_t hi) {
+  return fmix32(hi ^ key.hi);
+}
+
 /// The 32 random bits of global element index i. Pure.
 ZS_HOST_DEVICE inline std::uint32_t stochastic_bits(StochasticKey key, std::uint64_t i) {
-  const std::uint32_t h = fmix32(static_cast<std::uint32_t>(i) ^ key.lo);
-  return fmix32(h ^ static_cast<std::uint32_t>(i >> 32) ^ key.hi);
+  return fmix32(static_cast<std::uint32_t>(i) ^ key.lo ^
+                stochastic_high(key, static_cast<std::uint32_t>(i >> 32)));
 }
 
 /// x rounded to bf16 bits with 16 random bits b (b < 2^16): (bits(x) + b)
