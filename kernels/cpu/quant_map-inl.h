@@ -76,11 +76,15 @@ struct RegTable {
   hn::Vec<D> piece[kPieces];
 };
 
-/// The decode constants of a map in registers (detail::QuantTables).
+/// The decode constants of a map in registers (detail::QuantTables). With
+/// 16 lanes the 16-entry tables are one register each; with fewer, the
+/// first 8 entries only (index 7 then also stands for u = 0, whose value
+/// the decoder zeroes instead: one lookup per table instead of two).
 template <class DF>
 struct DecodeTables {
+  static constexpr std::size_t kEntries = hn::MaxLanes(DF()) >= 16 ? 16 : 8;
   DecodeTables(DF df, const detail::QuantTables& t) : r(df, t.dec_r), c(df, t.dec_c) {}
-  RegTable<16, DF> r, c;
+  RegTable<kEntries, DF> r, c;
 };
 
 /// The encode constants of a map in registers (detail::QuantTables).
@@ -117,11 +121,17 @@ template <class DF>
 HWY_INLINE hn::Vec<DF> DecodeMagnitude(DF df, const DecodeTables<DF>& t,
                                        hn::Vec<hn::RebindToSigned<DF>> u) {
   const hn::RebindToSigned<DF> di;
+  constexpr int kMask = static_cast<int>(DecodeTables<DF>::kEntries) - 1;
   const auto fu = hn::ConvertTo(df, u);                                   // exact
   const auto t2 = hn::MulAdd(fu, hn::Set(df, 2.0f), hn::Set(df, 1.0f));  // exact
-  const auto idx = hn::And(hn::ShiftRight<23>(hn::BitCast(di, t2)), hn::Set(di, 15));
+  const auto idx = hn::And(hn::ShiftRight<23>(hn::BitCast(di, t2)), hn::Set(di, kMask));
   const auto nu = hn::MulAdd(fu, hn::Set(df, 9.0f), t.c(df, idx));  // N_u, exact
-  return hn::Mul(nu, t.r(df, idx));
+  const auto value = hn::Mul(nu, t.r(df, idx));
+  if constexpr (kMask == 15) {
+    return value;  // u = 0: entry 15, value 0
+  } else {
+    return hn::IfThenZeroElse(hn::RebindMask(df, hn::Eq(u, hn::Zero(di))), value);
+  }
 }
 
 /// Codes (int32 lanes holding 0..255) of a block with scale absmax -> fp32,
