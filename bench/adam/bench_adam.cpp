@@ -6,6 +6,8 @@
 //   - the limit pass: reads four fp32 arrays and writes three (limit_pass.h);
 //   - AdamW, fp32 gradient (kernels::adam_update);
 //   - AdamW, bf16 gradient + bf16 copy of the updated parameter;
+//   - AdamW with 8-bit states (block 256, 2048) and with bf16 states
+//     (round to nearest even, stochastic rounding);
 //   - the scalar reference (kernels::adam_update_reference), run per chunk
 //     on the same threads;
 // over the same buffers (allocated once, pre-faulted), after one warm-up
@@ -20,12 +22,16 @@
 #include <string>
 #include <vector>
 
+#include <hwy/targets.h>
+
 #include <CLI/CLI.hpp>
 #include <fmt/format.h>
 
 #include "bench/adam/limit_pass.h"
 #include "core/aligned_buffer.h"
 #include "kernels/cpu/adam.h"
+#include "kernels/cpu/adam8bit.h"
+#include "kernels/cpu/adam_bf16_state.h"
 #include "kernels/cpu/convert.h"
 #include "kernels/cpu/simd_targets.h"
 #include "kernels/cpu/thread_pool.h"
@@ -83,7 +89,25 @@ int main(int argc, char** argv) {
       ->check(CLI::PositiveNumber);
   app.add_option("--sizes", sizes, "parameter counts (default: 10000000 100000000 400000000)");
   app.add_option("--threads", thread_counts, "thread counts (default: 1 2)");
+  std::string target;
+  app.add_option("--target", target,
+                 "SIMD target to run (AVX3 = AVX-512, AVX2, EMU128/SCALAR); default: the best "
+                 "this CPU supports");
   CLI11_PARSE(app, argc, argv);
+  if (!target.empty()) {
+    std::int64_t chosen = 0;
+    std::string known;
+    for (const std::int64_t t : kernels::simd_targets()) {
+      known += std::string(known.empty() ? "" : ", ") + hwy::TargetName(t);
+      if (target == hwy::TargetName(t)) chosen = t;
+    }
+    if (chosen == 0) {
+      std::fprintf(stderr, "bench_adam: --target %s is not one of this CPU's targets (%s)\n",
+                   target.c_str(), known.c_str());
+      return 1;
+    }
+    kernels::force_simd_target(chosen);
+  }
   if (sizes.empty()) {
     sizes = quick ? std::vector<std::size_t>{1000000, 4000000}
                   : std::vector<std::size_t>{10000000, 100000000, 400000000};
@@ -94,19 +118,49 @@ int main(int argc, char** argv) {
   // Allocate once; AlignedBuffer asks for huge pages and zero-fills (pre-faults) every page.
   const auto t_alloc = std::chrono::steady_clock::now();
   AlignedBuffer<float> p, g, m, v;
-  AlignedBuffer<std::uint16_t> g16, copy16;
+  AlignedBuffer<std::uint16_t> g16, copy16, m16, v16;
+  AlignedBuffer<std::uint8_t> cm, cv;
+  AlignedBuffer<float> am, av;
   try {
     p = AlignedBuffer<float>(nmax), g = AlignedBuffer<float>(nmax);
     m = AlignedBuffer<float>(nmax), v = AlignedBuffer<float>(nmax);
     g16 = AlignedBuffer<std::uint16_t>(nmax), copy16 = AlignedBuffer<std::uint16_t>(nmax);
+    m16 = AlignedBuffer<std::uint16_t>(nmax), v16 = AlignedBuffer<std::uint16_t>(nmax);
+    cm = AlignedBuffer<std::uint8_t>(nmax), cv = AlignedBuffer<std::uint8_t>(nmax);
+    am = AlignedBuffer<float>(kernels::quant_block_count(nmax, kernels::kQuantBlockMin));
+    av = AlignedBuffer<float>(kernels::quant_block_count(nmax, kernels::kQuantBlockMin));
   } catch (const std::bad_alloc&) {
     std::fprintf(stderr, "bench_adam: cannot allocate %.1f GiB for %zu parameters; use --sizes\n",
-                 nmax * 20.0 / (1u << 30), nmax);
+                 nmax * 26.0 / (1u << 30), nmax);
     return 1;
   }
   fill(p.data(), nmax, 1, 1.0f);
   fill(g.data(), nmax, 2, 1e-3f);
   kernels::f32_to_bf16(g.data(), g16.data(), nmax);
+  // 8-bit states quantized from fp32 ones (m in [-0.01, 0.01], v = m^2 / 10).
+  {
+    AlignedBuffer<float> tmp(nmax);
+    fill(tmp.data(), nmax, 3, 1e-2f);
+    kernels::quantize_blockwise(tmp.data(), nmax, 256, kernels::QuantMap::signed_dynamic, cm.data(),
+                                am.data());
+    kernels::parallel_for_elements(nmax, [&](std::size_t b, std::size_t e) {
+      for (std::size_t i = b; i < e; ++i) tmp[i] = tmp[i] * tmp[i] * 0.1f;
+    });
+    kernels::quantize_blockwise(tmp.data(), nmax, 256, kernels::QuantMap::unsigned_dynamic,
+                                cv.data(), av.data());
+  }
+  // bf16 states rounded from fp32 ones of the same ranges.
+  {
+    AlignedBuffer<float> tmp(nmax);
+    fill(tmp.data(), nmax, 3, 1e-2f);
+    kernels::parallel_for_elements(nmax, [&](std::size_t b, std::size_t e) {
+      for (std::size_t i = b; i < e; ++i) {
+        m16[i] = float_to_bf16(tmp[i]);
+        v16[i] = float_to_bf16(tmp[i] * tmp[i] * 0.1f);
+      }
+    });
+  }
+  const kernels::Adam8bitState st8{cm.data(), am.data(), cv.data(), av.data()};
   const double alloc_s =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - t_alloc).count();
 
@@ -122,6 +176,27 @@ int main(int argc, char** argv) {
          kernels::adam_update(p.data(), g16.data(), DType::bf16, m.data(), v.data(),
                               copy16.data(), DType::bf16, n, s);
        }},
+      {"AdamW 8-bit states, block 256", 16.0 + 16.0 / 256,
+       [&](std::size_t n) {
+         kernels::adam8bit_update(p.data(), g.data(), DType::f32, st8, nullptr, DType::bf16, n, 256,
+                                  s);
+       }},
+      {"AdamW 8-bit states, block 2048", 16.0 + 16.0 / 2048,
+       [&](std::size_t n) {
+         kernels::adam8bit_update(p.data(), g.data(), DType::f32, st8, nullptr, DType::bf16, n,
+                                  2048, s);
+       }},
+      {"AdamW bf16 states, nearest", 20.0,
+       [&](std::size_t n) {
+         kernels::adam_bf16_state_update(p.data(), g.data(), DType::f32, m16.data(), v16.data(),
+                                         nullptr, DType::bf16, n, s, {});
+       }},
+      {"AdamW bf16 states, stochastic", 20.0,
+       [&](std::size_t n) {
+         kernels::adam_bf16_state_update(
+             p.data(), g.data(), DType::f32, m16.data(), v16.data(), nullptr, DType::bf16, n, s,
+             {kernels::StateRounding::stochastic, 1, 4, 0});
+       }},
       {"AdamW scalar reference fp32", 28.0,
        [&](std::size_t n) {
          kernels::parallel_for_elements(n, [&](std::size_t b, std::size_t e) {
@@ -135,14 +210,18 @@ int main(int argc, char** argv) {
              "{:.1f} GiB allocated and pre-faulted in {:.1f} s; median of {} iterations "
              "after 1 warm-up, rows interleaved\n",
              kernels::simd_target_name(), kernels::default_num_threads(),
-             nmax * 20.0 / (1u << 30), alloc_s, iters);
+             nmax * 26.0 / (1u << 30), alloc_s, iters);
   fmt::print("bytes model (per parameter): fp32 AdamW reads p,g,m,v (16 B) and writes p,m,v "
              "(12 B) = 28 B; bf16 row reads p,m,v + bf16 g (14 B) and writes p,m,v + bf16 copy "
-             "(14 B) = 28 B; scalar reference = 28 B; limit pass reads 4 and writes 3 fp32 "
-             "arrays = 28 B\n");
-  fmt::print("ratio = (params/s x B/param) / (limit pass bytes/s, same size and threads)\n\n");
-  fmt::print("{:>6} {:>7}  {:<32} {:>7} {:>10} {:>11} {:>8} {:>10} {:>6}\n", "params", "threads",
-             "kernel", "B/param", "median ms", "Mparams/s", "GB/s", "limit GB/s", "ratio");
+             "(14 B) = 28 B; 8-bit states read p,g (8 B) + 2 codes (2 B) + 2 absmax/block and "
+             "write p (4 B) + 2 codes (2 B) + 2 absmax/block = 16 + 16/block B; bf16 states read "
+             "p,g (8 B) + 2 bf16 states (4 B) and write p (4 B) + 2 states (4 B) = 20 B; scalar "
+             "reference = 28 B; limit pass reads 4 and writes 3 fp32 arrays = 28 B\n");
+  fmt::print("ratio = (params/s x B/param) / (limit pass bytes/s, same size and threads); "
+             "vs fp32 = params/s / AdamW fp32 (SIMD) params/s\n\n");
+  fmt::print("{:>6} {:>7}  {:<32} {:>7} {:>10} {:>11} {:>8} {:>10} {:>6} {:>8}\n", "params",
+             "threads", "kernel", "B/param", "median ms", "Mparams/s", "GB/s", "limit GB/s",
+             "ratio", "vs fp32");
   for (const std::size_t n : sizes) {
     for (const int threads : thread_counts) {
       kernels::set_num_threads(threads);
@@ -154,13 +233,15 @@ int main(int argc, char** argv) {
         }
       }
       const double limit_bps = kernels_list[0].bytes_per_param * n / median(times[0]);
+      const double fp32_pps = n / median(times[1]);
       for (std::size_t r = 0; r < kernels_list.size(); ++r) {
         const double t = median(times[r]);
         const double pps = n / t;
         const double bps = pps * kernels_list[r].bytes_per_param;
-        fmt::print("{:>6} {:>7}  {:<32} {:>7.0f} {:>10.2f} {:>11.0f} {:>8.1f} {:>10.1f} {:>6.2f}\n",
-                   count_name(n), threads, kernels_list[r].name, kernels_list[r].bytes_per_param,
-                   t * 1e3, pps / 1e6, bps / 1e9, limit_bps / 1e9, bps / limit_bps);
+        fmt::print(
+            "{:>6} {:>7}  {:<32} {:>7.2f} {:>10.2f} {:>11.0f} {:>8.1f} {:>10.1f} {:>6.2f} {:>8.2f}\n",
+            count_name(n), threads, kernels_list[r].name, kernels_list[r].bytes_per_param, t * 1e3,
+            pps / 1e6, bps / 1e9, limit_bps / 1e9, bps / limit_bps, pps / fp32_pps);
       }
     }
   }

@@ -6,6 +6,7 @@
 
 #include "core/error.h"
 
+#include "kernels/cpu/adam_element.h"
 #include "kernels/cpu/convert.h"
 
 namespace zeroshard::kernels {
@@ -32,32 +33,11 @@ AdamScalars make_adam_scalars(double lr, double beta1, double beta2, double eps,
   return s;
 }
 
-namespace {
-
-// One element of the update: the definition (torch's op order, see adam.h).
-// The vector kernel (adam_simd.cpp) performs the same operations in the same
-// order per lane, the lerp's fused multiply-add included (FusedMulAdd).
-inline void adam_element(float& p, float graw, float& m, float& v, const AdamScalars& s) {
-  float g = graw * s.grad_scale;
-  if (s.decoupled) {
-    p = p * s.decay_factor;
-  } else {
-    g = g + s.weight_decay * p;
-  }
-  // torch's lerp_(g, w): fma(w, g - m, m) or, for |w| >= 0.5, fma(w - 1, g - m, g).
-  m = std::fma(s.lerp_coeff, g - m, s.lerp_small ? m : g);
-  v = v * s.beta2;
-  v = v + (s.one_minus_beta2 * g) * g;
-  const float denom = std::sqrt(v) / s.bc2_sqrt + s.eps;
-  p = p + (s.neg_step_size * m) / denom;
-}
-
-}  // namespace
 
 void adam_update_reference(float* param, const float* grad, float* exp_avg, float* exp_avg_sq,
                            std::size_t n, const AdamScalars& s) {
   for (std::size_t i = 0; i < n; ++i) {
-    adam_element(param[i], grad[i], exp_avg[i], exp_avg_sq[i], s);
+    detail::adam_element(param[i], grad[i], exp_avg[i], exp_avg_sq[i], s);
   }
 }
 
@@ -67,7 +47,7 @@ void adam_update_reference(float* param, const void* grad, DType grad_dtype, flo
   check_kernel_dtype(grad_dtype, "grad");
   if (param_copy != nullptr) check_copy_dtype(copy_dtype);
   for (std::size_t i = 0; i < n; ++i) {
-    adam_element(param[i], load_as_float(grad, grad_dtype, i), exp_avg[i], exp_avg_sq[i], s);
+    detail::adam_element(param[i], load_as_float(grad, grad_dtype, i), exp_avg[i], exp_avg_sq[i], s);
     if (param_copy != nullptr) store_from_float(param_copy, copy_dtype, i, param[i]);
   }
 }

@@ -14,6 +14,7 @@
 #include <hwy/highway.h>
 
 #include "kernels/cpu/adam.h"
+#include "kernels/cpu/adam-inl.h"
 #include "kernels/cpu/convert-inl.h"
 #include "kernels/cpu/convert.h"
 #include "kernels/cpu/thread_pool.h"
@@ -22,43 +23,15 @@ HWY_BEFORE_NAMESPACE();
 namespace zeroshard::kernels::HWY_NAMESPACE {
 namespace {
 
-// Per-step scalars broadcast once per call.
-template <class DF>
-struct AdamVecScalars {
-  explicit AdamVecScalars(DF df, const AdamScalars& s)
-      : grad_scale(hn::Set(df, s.grad_scale)),
-        decay(hn::Set(df, s.decay_factor)),
-        wd(hn::Set(df, s.weight_decay)),
-        lerp_coeff(hn::Set(df, s.lerp_coeff)),
-        beta2(hn::Set(df, s.beta2)),
-        one_minus_beta2(hn::Set(df, s.one_minus_beta2)),
-        eps(hn::Set(df, s.eps)),
-        neg_step_size(hn::Set(df, s.neg_step_size)),
-        bc2_sqrt(hn::Set(df, s.bc2_sqrt)),
-        lerp_small(s.lerp_small) {}
-  hn::Vec<DF> grad_scale, decay, wd, lerp_coeff, beta2, one_minus_beta2, eps, neg_step_size,
-      bc2_sqrt;
-  bool lerp_small;
-};
-
 // Elements [i, i + Lanes) of one update.
 template <Fmt kGrad, Fmt kCopy, bool kDecoupled, class DF>
 HWY_INLINE void AdamStep(DF df, const AdamVecScalars<DF>& c, float* HWY_RESTRICT p,
                          const void* HWY_RESTRICT g, float* HWY_RESTRICT m,
                          float* HWY_RESTRICT v, void* HWY_RESTRICT copy, std::size_t i) {
-  auto gv = hn::Mul(LoadAsF32<kGrad>(df, g, i), c.grad_scale);
   auto pv = hn::LoadU(df, p + i);
-  if constexpr (kDecoupled) {
-    pv = hn::Mul(pv, c.decay);
-  } else {
-    gv = hn::Add(gv, hn::Mul(c.wd, pv));
-  }
-  const auto m0 = hn::LoadU(df, m + i);
-  const auto mv = FusedMulAdd(df, c.lerp_coeff, hn::Sub(gv, m0), c.lerp_small ? m0 : gv);
-  const auto vv = hn::Add(hn::Mul(hn::LoadU(df, v + i), c.beta2),
-                          hn::Mul(hn::Mul(c.one_minus_beta2, gv), gv));
-  const auto denom = hn::Add(hn::Div(hn::Sqrt(vv), c.bc2_sqrt), c.eps);
-  pv = hn::Add(pv, hn::Div(hn::Mul(c.neg_step_size, mv), denom));
+  auto mv = hn::LoadU(df, m + i);
+  auto vv = hn::LoadU(df, v + i);
+  AdamVec<kDecoupled>(df, c, LoadAsF32<kGrad>(df, g, i), pv, mv, vv);
   hn::StoreU(pv, df, p + i);
   hn::StoreU(mv, df, m + i);
   hn::StoreU(vv, df, v + i);

@@ -17,18 +17,7 @@ void adam_update_multi_tensor(std::span<const AdamTensor> tensors, const AdamSca
       });
 
   // The scalars adam_update_reference uses (make_adam_scalars, kernels/cpu/adam.h).
-  detail::AdamDeviceScalars d{};
-  d.neg_step_size = s.neg_step_size;
-  d.bc2_sqrt = s.bc2_sqrt;
-  d.lerp_coeff = s.lerp_coeff;
-  d.lerp_small = s.lerp_small;
-  d.beta2 = s.beta2;
-  d.one_minus_beta2 = s.one_minus_beta2;
-  d.eps = s.eps;
-  d.weight_decay = s.weight_decay;
-  d.decay_factor = s.decay_factor;
-  d.grad_scale = s.grad_scale;
-  d.decoupled = s.decoupled;
+  const detail::AdamDeviceScalars d = detail::adam_device_scalars(s);
   ZS_CUDA_CHECK(detail::launch_adam(tensors, d, grad_dtype, copy, copy_dtype, stream));
 }
 

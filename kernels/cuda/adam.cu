@@ -2,6 +2,7 @@
 // [Note: .cu / .cpp split] in kernels/cuda/launchers.h.
 #include <array>
 
+#include "kernels/cuda/adam_math.cuh"
 #include "kernels/cuda/device_math.cuh"
 #include "kernels/cuda/launchers.h"
 #include "kernels/cuda/optimizer_launch.cuh"
@@ -25,19 +26,8 @@ struct AdamOp {
     r.v = static_cast<const float*>(a[3])[i];
   }
 
-  // kernels/cpu/adam.cpp adam_element, operation for operation.
-  __device__ void compute(Regs& r) const {
-    float g = mul(r.g, s.grad_scale);
-    if (s.decoupled) {
-      r.p = mul(r.p, s.decay_factor);
-    } else {
-      g = add(g, mul(s.weight_decay, r.p));
-    }
-    r.m = fma_rn(s.lerp_coeff, sub(g, r.m), s.lerp_small ? r.m : g);
-    r.v = add(mul(r.v, s.beta2), mul(mul(s.one_minus_beta2, g), g));
-    const float denom = add(div(sqrt_rn(r.v), s.bc2_sqrt), s.eps);
-    r.p = add(r.p, div(mul(s.neg_step_size, r.m), denom));
-  }
+  // kernels/cpu/adam_element.h adam_element, operation for operation.
+  __device__ void compute(Regs& r) const { adam_element(s, r.p, r.g, r.m, r.v); }
 
   __device__ void store(void* const* a, std::int64_t i, const Regs& r) const {
     static_cast<float*>(a[0])[i] = r.p;

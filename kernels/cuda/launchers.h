@@ -1,6 +1,6 @@
 // Internal: the raw kernel launchers of kernels/cuda, defined in the .cu
 // files and called by the .cpp wrappers behind the public headers (adam.h,
-// sgd.h, convert.h, grad_check.h).
+// adam8bit.h, adam_bf16_state.h, sgd.h, convert.h, grad_check.h).
 //
 // [Note: .cu / .cpp split]
 // fmt 9 (behind core/error.h and ZS_CHECK) does not compile under nvcc in
@@ -20,6 +20,8 @@
 
 #include "core/dtype.h"
 #include "kernels/cuda/adam.h"
+#include "kernels/cuda/adam8bit.h"
+#include "kernels/cuda/adam_bf16_state.h"
 #include "kernels/cuda/grad_check.h"
 #include "kernels/cuda/sgd.h"
 
@@ -36,6 +38,56 @@ struct AdamDeviceScalars {
   bool lerp_small;      ///< AdamScalars::lerp_small (torch's lerp branch)
   bool decoupled;
 };
+
+/// The AdamDeviceScalars of make_adam_scalars' AdamScalars (the same
+/// values: what adam_update_reference uses).
+inline AdamDeviceScalars adam_device_scalars(const AdamScalars& s) {
+  AdamDeviceScalars d{};
+  d.neg_step_size = s.neg_step_size;
+  d.bc2_sqrt = s.bc2_sqrt;
+  d.lerp_coeff = s.lerp_coeff;
+  d.lerp_small = s.lerp_small;
+  d.beta2 = s.beta2;
+  d.one_minus_beta2 = s.one_minus_beta2;
+  d.eps = s.eps;
+  d.weight_decay = s.weight_decay;
+  d.decay_factor = s.decay_factor;
+  d.grad_scale = s.grad_scale;
+  d.decoupled = s.decoupled;
+  return d;
+}
+
+/// The dynamic tree map constants one 8-bit kernel launch needs
+/// (kernels/cpu/quant_map.h detail::QuantTables, decode and the
+/// arithmetic encode), for the signed map [0] and the unsigned map [1].
+struct QuantDeviceTables {
+  float dec_r[2][16];
+  float dec_c[2][16];
+  float enc_next[2][8];
+  float enc_scale[2][8];
+  float enc_offset[2][8];
+  int lmax[2];
+};
+
+/// Launches the 8-bit-state Adam kernel over one tensor: one thread block
+/// per quantization block of `block` elements (a power of two in [64,
+/// 4096]). Returns the launch error.
+cudaError_t launch_adam8bit(const Adam8bitTensor& t, std::size_t block,
+                            const QuantDeviceTables& tables, const AdamDeviceScalars& s,
+                            DType grad_dtype, bool copy, DType copy_dtype, cudaStream_t stream);
+
+/// The stochastic-rounding parameters of a bf16-state launch.
+struct Bf16StateDeviceRounding {
+  bool stochastic;
+  std::uint32_t key_lo, key_hi;  ///< stochastic_key(seed, step)
+};
+
+/// Launches the multi-tensor bf16-state Adam kernels. Returns the first
+/// launch error.
+cudaError_t launch_adam_bf16_state(std::span<const AdamBf16StateTensor> tensors,
+                                   const AdamDeviceScalars& s, const Bf16StateDeviceRounding& r,
+                                   DType grad_dtype, bool copy, DType copy_dtype,
+                                   cudaStream_t stream);
 
 /// SGD scalars as the kernel consumes them.
 struct SgdDeviceScalars {

@@ -126,4 +126,16 @@ inline void check_bitwise(const std::vector<std::uint16_t>& got,
   CHECK_MESSAGE(i == got.size(), msg.str());
 }
 
+/// As check_bitwise for bytes (8-bit quantization codes).
+inline void check_bitwise(const std::vector<std::uint8_t>& got,
+                          const std::vector<std::uint8_t>& want, const std::string& what) {
+  const std::size_t i = first_mismatch(got, want);
+  std::ostringstream msg;
+  if (i < got.size()) {
+    msg << what << ": first mismatch at " << i << " of " << got.size() << ": got "
+        << static_cast<int>(got[i]) << ", want " << static_cast<int>(want[i]);
+  }
+  CHECK_MESSAGE(i == got.size(), msg.str());
+}
+
 }  // namespace zeroshard::testing
