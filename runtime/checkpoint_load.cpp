@@ -233,12 +233,14 @@ json Engine::load_checkpoint(const std::string& mesh_save_dir, const std::string
       LoadedUnit& lu = loaded[u];
       // Optimizer states: every window at stage 0, else this rank's
       // ([Note: state arrays]); the saved codes and absmax as they are when
-      // the blocks are the same (8-bit with the same block size and shard),
+      // the blocks are the same (8-bit, the same block size, world size and
+      // so shard: window w is old rank w's),
       // else fp32 values (8-bit dequantized), quantized anew for 8-bit.
       const std::uint64_t sn = stage == 0 ? info.padded : info.shard;  // master weights
       const UnitStates& target = s.store->states(static_cast<UnitId>(u));
       const bool exact = target.dtype == StateDtype::q8 && m.units[u].state_format == "8bit" &&
-                         m.states.block_size == target.block && m.units[u].shard == info.shard;
+                         m.states.block_size == target.block && m.world_size == s.world() &&
+                         m.units[u].shard == info.shard;
       lu.states.assign(static_cast<std::size_t>(target.arrays()), {});
       for (int w = stage == 0 ? 0 : r; w < (stage == 0 ? s.world() : r + 1); ++w) {
         std::vector<std::vector<std::byte>> arrays;
