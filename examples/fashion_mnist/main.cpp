@@ -190,7 +190,7 @@ int run(const Options& o) {
         "lr {:g}, micro-batch {} x accumulation {} x {} ranks = global batch {}, device {}{}\n",
         train.size(), test.size(), fmt::join(spec.layer_sizes, "-"), world, comm->backend(),
         o.compare ? "stages 0-3" : fmt::format("stage {}", config.zero.stage),
-        optimizer_name(config.optimizer.kind), config.optimizer.lr,
+        optimizer_type_name(config.optimizer), config.optimizer.lr,
         config.train_micro_batch_size_per_gpu, config.gradient_accumulation_steps, world,
         config.train_micro_batch_size_per_gpu * config.gradient_accumulation_steps * world,
         device_text, world > 1 && device == ComputeDevice::cuda ? " on rank 0" : "");
