@@ -23,8 +23,10 @@
 
 namespace zeroshard {
 
-/// Element type of a buffer handed to a communicator or kernel.
-enum class DType : std::uint8_t { f32, f64, bf16, f16 };
+/// Element type of a buffer handed to a communicator or kernel. u8: raw
+/// bytes (the codes of 8-bit optimizer states, kernels/cpu/quant_map.h);
+/// storage only, never a compute, gradient or communication dtype.
+enum class DType : std::uint8_t { f32, f64, bf16, f16, u8 };
 
 /// Size of one element in bytes.
 constexpr std::size_t dtype_size(DType t) {
@@ -33,17 +35,19 @@ constexpr std::size_t dtype_size(DType t) {
     case DType::f64: return 8;
     case DType::bf16: return 2;
     case DType::f16: return 2;
+    case DType::u8: return 1;
   }
   return 0;
 }
 
-/// Lower-case name ("f32", "f64", "bf16", "f16").
+/// Lower-case name ("f32", "f64", "bf16", "f16", "u8").
 constexpr std::string_view dtype_name(DType t) {
   switch (t) {
     case DType::f32: return "f32";
     case DType::f64: return "f64";
     case DType::bf16: return "bf16";
     case DType::f16: return "f16";
+    case DType::u8: return "u8";
   }
   return "?";
 }
@@ -58,7 +62,7 @@ struct f16 {
   std::uint16_t bits;
 };
 
-/// The DType of a storage type: float, double, bf16 or f16.
+/// The DType of a storage type: float, double, bf16, f16 or std::uint8_t.
 template <class T>
 constexpr DType dtype_of();
 template <>
@@ -69,6 +73,8 @@ template <>
 constexpr DType dtype_of<bf16>() { return DType::bf16; }
 template <>
 constexpr DType dtype_of<f16>() { return DType::f16; }
+template <>
+constexpr DType dtype_of<std::uint8_t>() { return DType::u8; }
 
 /// Bits of a float, and back (on the device: CUDA's reinterpreting
 /// intrinsics, which compile to no instruction).

@@ -21,6 +21,12 @@ std::string_view optimizer_name(OptimizerKind kind) {
   return "?";
 }
 
+std::string optimizer_type_name(const OptimizerHyper& hyper) {
+  std::string name(optimizer_name(hyper.kind));
+  if (hyper.states.dtype == StateDtype::q8) name += "8bit";
+  return name;
+}
+
 int optimizer_state_count(const OptimizerHyper& hyper) {
   switch (hyper.kind) {
     case OptimizerKind::sgd: return hyper.momentum != 0.0 ? 1 : 0;

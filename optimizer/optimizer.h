@@ -29,6 +29,7 @@
 #include "kernels/cpu/adam.h"
 #include "kernels/cpu/lion.h"
 #include "kernels/cpu/sgd.h"
+#include "optimizer/state_format.h"
 
 namespace zeroshard {
 
@@ -58,7 +59,16 @@ struct OptimizerHyper {
   bool nesterov = false;   ///< SGD only (requires momentum > 0, dampening 0)
   double lr_decay = 0.0;   ///< Adagrad only: clr = lr / (1 + (step - 1) * lr_decay)
   double initial_accumulator_value = 0.0;  ///< Adagrad only: the state sum before step 1
+  /// How the states are stored (optimizer/state_format.h): fp32 unless
+  /// optimizer.type is AdamW8bit / Adam8bit (8-bit, Adam and AdamW only)
+  /// or optimizer.params.state_dtype says bf16.
+  StateFormat states;
 };
+
+/// The optimizer.type a configuration names: optimizer_name(kind), with
+/// "8bit" appended for 8-bit states ("AdamW8bit", "Adam8bit", as
+/// bitsandbytes names them). Pure.
+std::string optimizer_type_name(const OptimizerHyper& hyper);
 
 /// Number of fp32 state arrays the optimizer keeps per parameter element:
 /// 2 for Adam/AdamW (exp_avg, exp_avg_sq), 1 for SGD with momentum, 0 for

@@ -22,16 +22,44 @@ MemTier tier_of(OffloadDevice d) {
 
 }  // namespace
 
-std::size_t array_numel(int stage, const UnitInfo& unit, ArrayRef a) {
+std::size_t array_numel(int stage, const UnitInfo& unit, const UnitStates& states, ArrayRef a) {
   switch (a.kind) {
     case ArrayKind::params: return stage < 3 ? unit.padded : unit.shard;
     case ArrayKind::grad: return stage < 2 ? unit.padded : unit.shard;
-    default: return stage == 0 ? unit.padded : unit.shard;
+    case ArrayKind::master: return stage == 0 ? unit.padded : unit.shard;
+    case ArrayKind::state: return states.array_numel(a.state, stage == 0 ? unit.padded : unit.shard, unit.shard);
   }
+  return 0;
 }
 
-DType array_dtype(DType compute, ArrayRef a) {
-  return a.kind == ArrayKind::params || a.kind == ArrayKind::grad ? compute : DType::f32;
+DType array_dtype(DType compute, const UnitStates& states, ArrayRef a) {
+  switch (a.kind) {
+    case ArrayKind::params:
+    case ArrayKind::grad: return compute;
+    case ArrayKind::master: return DType::f32;
+    case ArrayKind::state: return states.array_dtype(a.state);
+  }
+  return DType::f32;
+}
+
+void array_range(const UnitStates& states, ArrayRef a, std::size_t begin, std::size_t end, std::size_t& first,
+                 std::size_t& last) {
+  if (a.kind == ArrayKind::state) return states.array_range(a.state, begin, end, first, last);
+  first = begin;
+  last = end;
+}
+
+std::uint64_t UnitTiers::subgroup_bytes(DType compute, ArrayRef a, const SubGroup& sg) const {
+  std::size_t first = 0, last = 0;
+  array_range(states, a, sg.begin, sg.end, first, last);
+  return static_cast<std::uint64_t>(last - first) * dtype_size(array_dtype(compute, states, a));
+}
+
+std::vector<ArrayRef> unit_arrays(bool mixed, const UnitStates& states) {
+  std::vector<ArrayRef> out{{ArrayKind::params}, {ArrayKind::grad}};
+  if (mixed) out.push_back({ArrayKind::master});
+  for (int k = 0; k < states.arrays(); ++k) out.push_back({ArrayKind::state, k});
+  return out;
 }
 
 MemCategory array_category(ArrayRef a) {
@@ -65,11 +93,15 @@ ArrayPlan plan_arrays(const FlatLayout& layout, const ArrayPlanOptions& o) {
     UnitTiers& us = plan.units[i];
     const UnitInfo& info = layout.units()[i];
     const std::size_t shard = info.shard;
+    us.states = unit_states(o.states, o.state_count, info.numel);
+    // sg is a multiple of 4096, so of every block size (kQuantBlockMax).
+    ZS_CHECK(us.states.block == 0 || sg % us.states.block == 0, "sub-group size {} is not a multiple of block {}",
+             sg, us.states.block);
     for (std::size_t b = 0; b < shard; b += sg) us.subgroups.push_back(SubGroup{b, std::min(shard, b + sg)});
     if (o.stage == 0 || shard == 0) continue;
     us.optimizer_tier = opt;
     if (opt == MemTier::nvme) {
-      plan.nvme_optimizer_bytes += shard * f * static_cast<std::uint64_t>(o.state_count + (o.mixed() ? 1 : 0));
+      plan.nvme_optimizer_bytes += shard * f * static_cast<std::uint64_t>(o.mixed() ? 1 : 0) + us.states.bytes(shard, shard);
       if (o.stage >= 2) plan.nvme_optimizer_bytes += shard * e;
     }
     if (o.stage != 3) continue;
@@ -92,33 +124,47 @@ ArrayPlan plan_arrays(const FlatLayout& layout, const ArrayPlanOptions& o) {
   if (c.uses_nvme()) {
     // A write goes to a temporary next to the file it replaces: room for
     // every staging set's sub-group (all arrays) and a unit's parameters.
-    std::uint64_t largest = 0;
-    for (const UnitInfo& info : layout.units()) largest = std::max<std::uint64_t>(largest, info.shard);
-    const std::uint64_t arrays = static_cast<std::uint64_t>(o.state_count + 2 + (o.mixed() ? 1 : 0));
-    plan.nvme_in_flight_bytes = static_cast<std::uint64_t>(c.optimizer.buffer_count) * arrays * f *
-                                    std::min<std::uint64_t>(largest, sg) + largest * e;
+    std::uint64_t largest = 0, set = 0;
+    for (std::size_t i = 0; i < plan.units.size(); ++i) {
+      const std::size_t shard = layout.units()[i].shard, part = std::min(shard, sg);
+      largest = std::max<std::uint64_t>(largest, shard);
+      // The largest staging set of any unit: a sub-group of every array,
+      // parameters, gradients and master weights counted at 4 bytes.
+      const std::uint64_t bytes = static_cast<std::uint64_t>(2 + (o.mixed() ? 1 : 0)) * f * part +
+                                  plan.units[i].states.bytes(part, part);
+      set = std::max(set, bytes);
+    }
+    plan.nvme_in_flight_bytes = static_cast<std::uint64_t>(c.optimizer.buffer_count) * set + largest * e;
   }
   // The arrays, in the order the store allocates them.
   for (std::size_t i = 0; i < plan.units.size(); ++i) {
     const UnitInfo& info = layout.units()[i];
     const std::uint64_t full_pad = info.padded - info.numel, shard_pad = info.shard - info.logical_in_shard(o.rank);
-    auto add = [&](ArrayRef a) {
+    const UnitStates& st = plan.units[i].states;
+    for (ArrayRef a : unit_arrays(o.mixed(), st)) {
       ArrayAllocation x;
       x.unit = static_cast<UnitId>(i);
       x.array = a;
       x.category = array_category(a);
       x.tier = plan.units[i].tier(o.stage, a);
-      x.dtype = array_dtype(o.dtype, a);
-      x.numel = array_numel(o.stage, info, a);
-      const std::uint64_t pad = x.numel == info.padded ? full_pad : shard_pad;
+      x.dtype = array_dtype(o.dtype, st, a);
+      x.numel = array_numel(o.stage, info, st, a);
+      const bool full = a.kind == ArrayKind::params ? o.stage < 3 : a.kind == ArrayKind::grad ? o.stage < 2 : o.stage == 0;
+      std::uint64_t pad = full ? full_pad : shard_pad;
+      if (a.kind == ArrayKind::state && st.is_absmax(a.state)) {
+        // Absmax entries of blocks that hold no logical element.
+        std::uint64_t logical_blocks = 0;
+        const std::size_t windows = full ? static_cast<std::size_t>(layout.world_size()) : 1;
+        for (std::size_t w = 0; w < windows; ++w) {
+          const std::size_t logical = info.logical_in_shard(full ? static_cast<int>(w) : o.rank);
+          logical_blocks += (logical + st.block - 1) / st.block;
+        }
+        pad = x.numel - logical_blocks;
+      }
       x.bytes = x.numel * dtype_size(x.dtype);
       x.padding = pad * dtype_size(x.dtype);
       plan.arrays.push_back(x);
-    };
-    add({ArrayKind::params});
-    add({ArrayKind::grad});
-    if (o.mixed()) add({ArrayKind::master});
-    for (int k = 0; k < o.state_count; ++k) add({ArrayKind::state, k});
+    }
   }
   return plan;
 }

@@ -83,6 +83,7 @@ void ArrayStore::assign_tiers() {
     units_[i].param_tier = plan.units[i].param_tier;
     units_[i].optimizer_tier = plan.units[i].optimizer_tier;
     units_[i].subgroups = std::move(plan.units[i].subgroups);
+    units_[i].state_arrays = plan.units[i].states;
   }
   offloaded_ = plan.offloaded;
   arrays_ = std::move(plan.arrays);
@@ -154,9 +155,21 @@ MemTier ArrayStore::tier(UnitId u, ArrayRef a) const {
   return array_tier(o_.stage, us.param_tier, us.optimizer_tier, a);
 }
 
-std::size_t ArrayStore::numel(UnitId u, ArrayRef a) const { return array_numel(o_.stage, layout_.unit(u), a); }
+std::size_t ArrayStore::numel(UnitId u, ArrayRef a) const {
+  return array_numel(o_.stage, layout_.unit(u), unit(u).state_arrays, a);
+}
 
-DType ArrayStore::dtype(ArrayRef a) const { return array_dtype(o_.dtype, a); }
+DType ArrayStore::dtype(UnitId u, ArrayRef a) const { return array_dtype(o_.dtype, unit(u).state_arrays, a); }
+
+const UnitStates& ArrayStore::states(UnitId u) const { return unit(u).state_arrays; }
+
+std::uint64_t ArrayStore::subgroup_bytes(UnitId u, std::size_t g, ArrayRef a) const {
+  const UnitArrays& us = unit(u);
+  ZS_CHECK(g < us.subgroups.size(), "unit {}: sub-group {} of {}", u, g, us.subgroups.size());
+  std::size_t first = 0, last = 0;
+  array_range(us.state_arrays, a, us.subgroups[g].begin, us.subgroups[g].end, first, last);
+  return static_cast<std::uint64_t>(last - first) * dtype_size(dtype(u, a));
+}
 
 bool ArrayStore::in_device_memory(UnitId u, ArrayRef a) const {
   return !ops_.host_addressable() && tier(u, a) == MemTier::device;
@@ -192,25 +205,44 @@ SwapDirectory& ArrayStore::swap_dir(ArrayRef a) {
 
 // Items reading (or writing) every sub-group file of array a of unit u
 // from (into) `buf`; for reads, sub-groups never written are zeroed instead.
+// A sub-group whose part of buf is not 4 KiB aligned, or whose padded size
+// would run into the next one (8-bit absmax arrays: 4 bytes per block),
+// goes through a buffer of its own in `bounce` (filled for writes here;
+// copied back for reads by unbounce()).
 std::vector<SwapItem> ArrayStore::items(UnitId u, ArrayRef a, std::byte* buf, bool reading,
-                                        std::vector<std::string>& keys) {
+                                        std::vector<std::string>& keys, std::vector<Bounce>& bounce) {
   const UnitArrays& us = unit(u);
-  const std::size_t e = dtype_size(dtype(a));
+  const std::size_t e = dtype_size(dtype(u, a));
   SwapDirectory& dir = swap_dir(a);
   keys.clear();
   for (std::size_t g = 0; g < us.subgroups.size(); ++g) keys.push_back(swap_key(u, g, a));
   std::vector<SwapItem> out;
   for (std::size_t g = 0; g < us.subgroups.size(); ++g) {
     const SubGroup& sg = us.subgroups[g];
-    const std::uint64_t bytes = (sg.end - sg.begin) * e;
-    std::byte* at = buf + sg.begin * e;
+    std::size_t first = 0, last = 0;
+    array_range(us.state_arrays, a, sg.begin, sg.end, first, last);
+    const std::uint64_t bytes = (last - first) * e;
+    std::byte* at = buf + first * e;
     if (reading && dir.find(keys[g]) == nullptr) {
       std::memset(at, 0, bytes);
       continue;
     }
+    const bool aligned = (first * e) % 4096 == 0 && (g + 1 == us.subgroups.size() || bytes % 4096 == 0);
+    if (!aligned) {
+      bounce.push_back(Bounce{host_.acquire(bytes, MemCategory::unsharded), at, bytes});
+      if (!reading && bytes > 0) std::memcpy(bounce.back().buffer.data(), at, bytes);
+      at = bounce.back().buffer.data();
+    }
     out.push_back(SwapItem{.key = keys[g], .buffer = {at, SwapDirectory::padded_size(bytes)}, .bytes = bytes});
   }
   return out;
+}
+
+void ArrayStore::unbounce(std::vector<Bounce>& bounce) {
+  for (Bounce& b : bounce) {
+    if (b.bytes > 0) std::memcpy(b.target, b.buffer.data(), b.bytes);
+  }
+  bounce.clear();
 }
 
 // Waits for `batch` (wait_traced: io_wait and an I/O span with a tracer),
@@ -233,7 +265,7 @@ const void* ArrayStore::host_copy(const void* src, std::size_t bytes, HostBuffer
 }
 
 void* ArrayStore::read(UnitId u, ArrayRef a, HostBuffer& holder) {
-  const std::size_t bytes = numel(u, a) * dtype_size(dtype(a));
+  const std::size_t bytes = numel(u, a) * dtype_size(dtype(u, a));
   if (tier(u, a) != MemTier::nvme) {
     if (!in_device_memory(u, a)) return resident(u, a);
     return const_cast<void*>(host_copy(resident(u, a), bytes, holder));
@@ -241,15 +273,17 @@ void* ArrayStore::read(UnitId u, ArrayRef a, HostBuffer& holder) {
   if (a.kind == ArrayKind::grad) finish_grad_writes();
   holder = host_.acquire(bytes, MemCategory::unsharded);
   std::vector<std::string> keys;
-  const auto list = items(u, a, holder.data(), true, keys);
+  std::vector<Bounce> bounce;
+  const auto list = items(u, a, holder.data(), true, keys, bounce);
   SwapBatch batch = swap_dir(a).read(list);
   timed_wait(batch, false);
+  unbounce(bounce);
   total_.bytes_read += item_bytes(list);
   return holder.data();
 }
 
 void ArrayStore::store(UnitId u, ArrayRef a, const void* src) {
-  const std::size_t bytes = numel(u, a) * dtype_size(dtype(a));
+  const std::size_t bytes = numel(u, a) * dtype_size(dtype(u, a));
   if (tier(u, a) != MemTier::nvme) {
     ops(u, a).upload(resident(u, a), src, bytes);  // no-op when src is the resident buffer
     return;
@@ -258,7 +292,8 @@ void ArrayStore::store(UnitId u, ArrayRef a, const void* src) {
   HostBuffer buf = host_.acquire(bytes, MemCategory::unsharded);
   if (bytes > 0) std::memcpy(buf.data(), src, bytes);
   std::vector<std::string> keys;
-  const auto list = items(u, a, buf.data(), false, keys);
+  std::vector<Bounce> bounce;
+  const auto list = items(u, a, buf.data(), false, keys, bounce);
   SwapBatch batch = swap_dir(a).write(list);
   timed_wait(batch, true);
   total_.bytes_written += item_bytes(list);
@@ -421,7 +456,9 @@ bool ArrayStore::start_param_fetch(UnitId u, bool required) {
   ++params_staged_;
   try {
     std::vector<std::string> keys;
-    const auto list = items(u, a, us.param_stage.data(), true, keys);
+    std::vector<Bounce> bounce;  // parameter shards: sub-groups of 4096 elements, never bounced
+    const auto list = items(u, a, us.param_stage.data(), true, keys, bounce);
+    ZS_CHECK(bounce.empty(), "unit {}: parameter swap-in needs no bounce buffers", u);
     us.param_read = param_dir_->read(list);
     total_.bytes_read += item_bytes(list);
   } catch (...) {

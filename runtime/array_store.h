@@ -61,7 +61,8 @@ struct ArrayStoreOptions {
   int stage = 0;                  ///< ZeRO stage 0-3
   int rank = 0;                   ///< this rank in the data-parallel group
   DType dtype = DType::f32;       ///< compute dtype (parameters, gradients)
-  int state_count = 0;            ///< fp32 optimizer state arrays per element (optimizer_state_count)
+  int state_count = 0;            ///< optimizer states per element (optimizer_state_count)
+  StateFormat states;             ///< their storage (optimizer/state_format.h)
   OffloadConfig offload;          ///< tiers, sub_group_size, swap paths, aio settings
   SwapSharers swap_sharers;       ///< ranks sharing each swap file system (free-space check)
   std::string source = "config";  ///< the configuration's name, for messages
@@ -69,7 +70,7 @@ struct ArrayStoreOptions {
   /// The part of these options the array sizes depend on.
   ArrayPlanOptions plan_options() const {
     return ArrayPlanOptions{.stage = stage, .rank = rank, .dtype = dtype, .state_count = state_count,
-                            .offload = offload, .source = source};
+                            .states = states, .offload = offload, .source = source};
   }
 };
 
@@ -110,8 +111,13 @@ class ArrayStore {
   MemTier tier(UnitId u, ArrayRef a) const;
   /// Elements of array a of unit u on this rank (full or shard, by stage).
   std::size_t numel(UnitId u, ArrayRef a) const;
-  /// Element type of array a (compute dtype for parameters and gradients, else fp32).
-  DType dtype(ArrayRef a) const;
+  /// Element type of array a of unit u (compute dtype for parameters and
+  /// gradients, fp32 for master weights, the unit's state arrays' own).
+  DType dtype(UnitId u, ArrayRef a) const;
+  /// Unit u's optimizer state arrays (format, block, count).
+  const UnitStates& states(UnitId u) const;
+  /// Bytes of sub-group g of array a of unit u (its swap file's size).
+  std::uint64_t subgroup_bytes(UnitId u, std::size_t g, ArrayRef a) const;
   /// True when array a of unit u is in memory the host cannot address: the
   /// device tier of a DeviceOps that is not host_addressable().
   bool in_device_memory(UnitId u, ArrayRef a) const;
@@ -211,6 +217,7 @@ class ArrayStore {
     MemTier param_tier = MemTier::device;      // stage 3 parameter shard
     MemTier optimizer_tier = MemTier::device;  // master, states, grad shard (stages 2/3)
     std::vector<SubGroup> subgroups;
+    UnitStates state_arrays;                   // how `states` is laid out
     HostBuffer param_stage;                    // nvme parameter shard swapped in
     std::optional<SwapBatch> param_read;       // its read in flight
     kernels::GradStats nvme_grad_stats;        // nvme gradient shard: stats of the boundary micro-batch
@@ -230,12 +237,21 @@ class ArrayStore {
     HostBuffer buffer;
   };
 
+  // A sub-group staged apart from the whole-array buffer (items()).
+  struct Bounce {
+    HostBuffer buffer;
+    std::byte* target = nullptr;  // its place in the whole-array buffer
+    std::uint64_t bytes = 0;
+  };
+
   void assign_tiers();
   void open_swap_folders(std::uint64_t optimizer_bytes, std::uint64_t param_bytes, std::uint64_t in_flight_bytes);
   void allocate();
   UnitArrays& unit(UnitId u);
   const UnitArrays& unit(UnitId u) const;
-  std::vector<SwapItem> items(UnitId u, ArrayRef a, std::byte* buf, bool reading, std::vector<std::string>& keys);
+  std::vector<SwapItem> items(UnitId u, ArrayRef a, std::byte* buf, bool reading, std::vector<std::string>& keys,
+                              std::vector<Bounce>& bounce);
+  static void unbounce(std::vector<Bounce>& bounce);
   void timed_wait(SwapBatch& batch, bool write);
   Tracer* tracer_ = nullptr;
   void accumulate_nvme_grad(UnitId u, std::size_t at, const void* src, DType src_type, std::size_t n, float scale,

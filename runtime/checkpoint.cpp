@@ -25,15 +25,13 @@ using nlohmann::json;
 
 namespace {
 
-// Where tensor t of unit u lives on this rank, and the flat-buffer index of
-// its element 0 (0 when the rank holds the full buffer, r*S for a shard).
-// Arrays on nvme are read into `holder` (runtime/array_store.h).
-const float* tensor_data(EngineState& s, UnitId u, std::size_t t, std::size_t& first, HostBuffer& holder) {
-  const bool full = t == 0 ? (s.mixed() ? s.stage() == 0 : s.stage() < 3) : s.stage() == 0;
+// Where the master values of unit u live on this rank, and the flat-buffer
+// index of their element 0 (0 when the rank holds the full buffer, r*S for
+// a shard). Arrays on nvme are read into `holder` (runtime/array_store.h).
+const float* master_data(EngineState& s, UnitId u, std::size_t& first, HostBuffer& holder) {
+  const bool full = s.mixed() ? s.stage() == 0 : s.stage() < 3;
   first = full ? 0 : static_cast<std::size_t>(s.rank()) * s.info(u).shard;
-  const ArrayRef a = t > 0 ? ArrayRef{ArrayKind::state, static_cast<int>(t - 1)}
-                           : ArrayRef{s.mixed() ? ArrayKind::master : ArrayKind::params};
-  return static_cast<const float*>(s.store->read(u, a, holder));
+  return static_cast<const float*>(s.store->read(u, {s.mixed() ? ArrayKind::master : ArrayKind::params}, holder));
 }
 
 // Test hook: ZS_CHECKPOINT_PAUSE_RANK=r makes rank r stop in the middle of
@@ -135,8 +133,16 @@ Manifest make_manifest(const EngineState& s, const std::string& tag, const json&
   m.stage = s.stage();
   m.compute_dtype = std::string(dtype_name(s.dtype()));
   m.tensors = checkpoint_tensor_names(s.config.optimizer);
+  const StateFormat& sf = s.config.optimizer.states;
+  m.states.type = std::string(state_dtype_name(sf.dtype));
+  if (sf.dtype == StateDtype::q8) {
+    m.states.block_size = sf.block_size;
+    m.states.min_8bit_size = sf.min_8bit_size;
+  }
   for (const UnitInfo& u : s.layout.units()) {
-    ManifestUnit mu{.name = u.name, .numel = u.numel, .padded = u.padded, .shard = u.shard, .params = {}};
+    ManifestUnit mu{.name = u.name, .numel = u.numel, .padded = u.padded, .shard = u.shard, .params = {},
+                    .state_format = std::string(state_dtype_name(
+                        s.store->states(static_cast<UnitId>(&u - s.layout.units().data())).dtype))};
     for (ParamId id : u.params) {
       const ParamInfo& p = s.layout.param(id);
       mu.params.push_back(ManifestParam{.name = p.name, .shape = p.shape, .numel = p.numel, .offset = p.offset,
@@ -148,7 +154,7 @@ Manifest make_manifest(const EngineState& s, const std::string& tag, const json&
   m.micro_steps = s.micro_steps;
   m.scaler = s.scaler.state();
   const OptimizerHyper& h = s.config.optimizer;
-  m.optimizer = {{"type", optimizer_name(h.kind)}, {"lr", h.lr}, {"betas", {h.beta1, h.beta2}}, {"eps", h.eps},
+  m.optimizer = {{"type", optimizer_type_name(h)}, {"lr", h.lr}, {"betas", {h.beta1, h.beta2}}, {"eps", h.eps},
                  {"weight_decay", h.weight_decay}, {"momentum", h.momentum}, {"dampening", h.dampening},
                  {"nesterov", h.nesterov}};
   if (h.kind == OptimizerKind::adagrad) {
@@ -196,15 +202,20 @@ void write_checkpoint(EngineState& s, const std::string& save_dir, const std::st
   TraceScope files_span(s.tracer(), "checkpoint_save_files", TraceThread::engine, tag);
   run_agreed(s.host_comm, [&] {
     CheckpointWriter w(tmp_dir + "/" + rank_file_name(r));
-    const std::size_t ntensors = checkpoint_tensor_names(s.config.optimizer).size();
     for (UnitId u = 0; u < static_cast<UnitId>(s.units.size()); ++u) {
       const std::size_t shard = s.info(u).shard;
-      for (std::size_t t = 0; t < ntensors; ++t) {
+      {
         std::size_t first = 0;
         HostBuffer holder;
-        const float* data = tensor_data(s, u, t, first, holder);
+        const float* data = master_data(s, u, first, holder);
         const std::size_t begin = static_cast<std::size_t>(r) * shard - first;
         w.write(data + begin, shard * sizeof(float));
+      }
+      // The states as stored: fp32 values, or 8-bit codes then absmax
+      // (docs/checkpoint-format.md), this rank's window.
+      for (int k = 0; k < s.store->states(u).arrays(); ++k) {
+        const std::vector<std::byte> bytes = state_array_window(s, u, k, r);
+        if (!bytes.empty()) w.write(bytes.data(), bytes.size());
       }
       if (u == 0) {
         maybe_pause(tmp_dir, r);
@@ -287,14 +298,21 @@ std::vector<float> Engine::gather_optimizer_state(ParamId p, int index) {
   EngineState& s = *s_;
   const ParamInfo& info = s.layout.param(p);
   ZS_CHECK(index >= 0 && index < s.store->options().state_count, "optimizer state index {} out of range", index);
-  HostBuffer holder;
-  const float* full = static_cast<const float*>(s.store->read(info.unit, {ArrayKind::state, index}, holder));
-  std::vector<std::byte> gathered;
-  if (s.stage() != 0) {
-    gathered = gather_host(s, info.unit, full, DType::f32);
-    full = reinterpret_cast<const float*>(gathered.data());
+  // As fp32 (8-bit states dequantized), window by window.
+  std::vector<float> full;
+  if (s.stage() == 0) {
+    for (int w = 0; w < s.world(); ++w) {
+      const std::vector<float> part = state_window_f32(s, info.unit, index, w);
+      full.insert(full.end(), part.begin(), part.end());
+    }
+  } else {
+    const std::vector<float> shard = state_window_f32(s, info.unit, index, s.rank());
+    const std::vector<std::byte> gathered = gather_host(s, info.unit, shard.data(), DType::f32);
+    const auto* f = reinterpret_cast<const float*>(gathered.data());
+    full.assign(f, f + gathered.size() / sizeof(float));
   }
-  return std::vector<float>(full + info.offset, full + info.offset + info.numel);
+  return std::vector<float>(full.begin() + static_cast<std::ptrdiff_t>(info.offset),
+                            full.begin() + static_cast<std::ptrdiff_t>(info.offset + info.numel));
 }
 
 }  // namespace zeroshard

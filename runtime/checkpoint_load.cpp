@@ -7,6 +7,7 @@
 
 #include "core/aligned_buffer.h"
 #include "core/error.h"
+#include "kernels/cpu/quant_map.h"
 #include "runtime/collective_error.h"
 #include "kernels/cpu/cast.h"
 #include "runtime/checkpoint_files.h"
@@ -72,7 +73,9 @@ std::vector<std::string> model_differences(const Manifest& m, const FlatLayout& 
 }
 
 // Reads logical elements [lo, hi) of tensor t of unit u from the old rank
-// files into dst (dst[0] = element lo), verifying each file on first use.
+// files into dst (dst[0] = element lo) as fp32, dequantizing 8-bit states
+// (each old window's codes with its absmax), verifying each file on first
+// use; raw() reads one old rank's tensor as stored.
 class TensorReader {
  public:
   TensorReader(const Manifest& m, std::string dir) : m_(m), dir_(std::move(dir)) {}
@@ -80,15 +83,51 @@ class TensorReader {
   void read(std::size_t u, std::size_t t, std::uint64_t lo, std::uint64_t hi, float* dst) {
     const std::uint64_t shard = m_.units[u].shard;
     hi = std::min(hi, m_.units[u].numel);
+    const bool q8 = t > 0 && m_.units[u].state_format == "8bit";
     for (std::uint64_t e = lo; e < hi;) {
       const int q = static_cast<int>(e / shard);
       const std::uint64_t off = e % shard, n = std::min(hi - e, shard - off);
-      file(q).read(m_.file_offset(u, t) + off * sizeof(float), dst + (e - lo), n * sizeof(float));
+      if (q8) {
+        const std::vector<float>& window = dequantized(u, t, q);
+        std::copy(window.begin() + static_cast<std::ptrdiff_t>(off),
+                  window.begin() + static_cast<std::ptrdiff_t>(off + n), dst + (e - lo));
+      } else {
+        file(q).read(m_.file_offset(u, t) + off * sizeof(float), dst + (e - lo), n * sizeof(float));
+      }
       e += n;
     }
   }
 
+  // Tensor t of unit u in old rank q's file, as stored (tensor_bytes).
+  std::vector<std::byte> raw(std::size_t u, std::size_t t, int q) {
+    std::vector<std::byte> out(m_.tensor_bytes(u, t));
+    if (!out.empty()) file(q).read(m_.file_offset(u, t), out.data(), out.size());
+    return out;
+  }
+
  private:
+  // Old rank q's window of 8-bit state t - 1 of unit u, dequantized (the
+  // last one is kept: loads read windows in order).
+  const std::vector<float>& dequantized(std::size_t u, std::size_t t, int q) {
+    if (cached_u_ == u && cached_t_ == t && cached_q_ == q) return cached_;
+    const std::uint64_t shard = m_.units[u].shard;
+    const std::vector<std::byte> bytes = raw(u, t, q);
+    cached_.assign(shard, 0.0f);
+    kernels::dequantize_blockwise(reinterpret_cast<const std::uint8_t*>(bytes.data()),
+                                  reinterpret_cast<const float*>(bytes.data() + shard), shard,
+                                  m_.states.block_size,
+                                  t == 1 ? kernels::QuantMap::signed_dynamic : kernels::QuantMap::unsigned_dynamic,
+                                  cached_.data());
+    cached_u_ = u;
+    cached_t_ = t;
+    cached_q_ = q;
+    return cached_;
+  }
+
+  std::vector<float> cached_;
+  std::size_t cached_u_ = SIZE_MAX, cached_t_ = SIZE_MAX;
+  int cached_q_ = -1;
+
   const CheckpointReader& file(int q) {
     auto it = open_.find(q);
     if (it != open_.end()) return *it->second;
@@ -116,7 +155,7 @@ class TensorReader {
 struct LoadedUnit {
   TypedBuffer params;
   AlignedBuffer<float> master;
-  std::vector<AlignedBuffer<float>> states;
+  std::vector<std::vector<std::byte>> states;  ///< the unit's state arrays (UnitStates), whole
 };
 
 // Replaces the engine's state with `loaded`, on this rank alone.
@@ -192,11 +231,37 @@ json Engine::load_checkpoint(const std::string& mesh_save_dir, const std::string
       const UnitInfo& info = s.info(static_cast<UnitId>(u));
       const std::uint64_t shard_lo = static_cast<std::uint64_t>(r) * info.shard;
       LoadedUnit& lu = loaded[u];
-      // Optimizer states: full at stage 0, else this rank's shard.
-      const std::uint64_t slo = stage == 0 ? 0 : shard_lo, sn = stage == 0 ? info.padded : info.shard;
-      for (std::size_t k = 1; k < names.size(); ++k) {
-        lu.states.emplace_back(sn);
-        reader.read(u, k, slo, slo + sn, lu.states.back().data());
+      // Optimizer states: every window at stage 0, else this rank's
+      // ([Note: state arrays]); the saved codes and absmax as they are when
+      // the blocks are the same (8-bit, the same block size, world size and
+      // so shard: window w is old rank w's),
+      // else fp32 values (8-bit dequantized), quantized anew for 8-bit.
+      const std::uint64_t sn = stage == 0 ? info.padded : info.shard;  // master weights
+      const UnitStates& target = s.store->states(static_cast<UnitId>(u));
+      const bool exact = target.dtype == StateDtype::q8 && m.units[u].state_format == "8bit" &&
+                         m.states.block_size == target.block && m.world_size == s.world() &&
+                         m.units[u].shard == info.shard;
+      lu.states.assign(static_cast<std::size_t>(target.arrays()), {});
+      for (int w = stage == 0 ? 0 : r; w < (stage == 0 ? s.world() : r + 1); ++w) {
+        std::vector<std::vector<std::byte>> arrays;
+        if (exact) {
+          for (std::size_t k = 1; k < names.size(); ++k) {
+            std::vector<std::byte> b = reader.raw(u, k, w);
+            arrays.emplace_back(b.begin(), b.begin() + static_cast<std::ptrdiff_t>(info.shard));
+            arrays.emplace_back(b.begin() + static_cast<std::ptrdiff_t>(info.shard), b.end());
+          }
+        } else {
+          std::vector<std::vector<float>> values;
+          const std::uint64_t lo = static_cast<std::uint64_t>(w) * info.shard;
+          for (std::size_t k = 1; k < names.size(); ++k) {
+            values.emplace_back(info.shard, 0.0f);
+            reader.read(u, k, lo, lo + info.shard, values.back().data());
+          }
+          arrays = state_arrays_from_f32(s, static_cast<UnitId>(u), values);
+        }
+        for (std::size_t k = 0; k < arrays.size(); ++k) {
+          lu.states[k].insert(lu.states[k].end(), arrays[k].begin(), arrays[k].end());
+        }
       }
       // Parameters (compute dtype): full at stages 0-2, else the shard; from the masters.
       const std::uint64_t plo = stage < 3 ? 0 : shard_lo, pn = stage < 3 ? info.padded : info.shard;

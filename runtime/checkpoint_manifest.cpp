@@ -34,7 +34,7 @@ json Manifest::to_json() const {
       if (mesh.recorded) params_j.back()["tp_split_dim"] = p.tp_split_dim;
     }
     units_j.push_back({{"name", u.name}, {"numel", u.numel}, {"padded", u.padded}, {"shard", u.shard},
-                       {"params", params_j}});
+                       {"params", params_j}, {"state_format", u.state_format}});
   }
   json files_j = json::array();
   for (const auto& f : files) {
@@ -60,6 +60,11 @@ json Manifest::to_json() const {
               {"param_groups", param_groups},
               {"scheduler", scheduler},
               {"client_state", client_state}};
+  out["state_format"] = {{"type", states.type}};
+  if (states.type == "8bit") {
+    out["state_format"]["block_size"] = states.block_size;
+    out["state_format"]["min_8bit_size"] = states.min_8bit_size;
+  }
   if (mesh.recorded) out["mesh"] = {{"dp", mesh.dp}, {"tp", mesh.tp}, {"tp_rank", mesh.tp_rank}};
   if (weights.recorded) {
     out["weights_file"] = {{"name", weights.name}, {"dtype", weights.dtype}, {"bytes", weights.bytes},
@@ -161,7 +166,16 @@ Manifest Manifest::from_json(const json& j, const std::string& path) {
                                                              ? integer<int>(pj, "tp_split_dim", path)
                                                              : -1});
       }
+      if (m.format_version >= 3) u.state_format = uj.at("state_format").get<std::string>();
       m.units.push_back(std::move(u));
+    }
+    if (m.format_version >= 3) {
+      const json& sj = j.at("state_format");
+      m.states.type = sj.at("type").get<std::string>();
+      if (m.states.type == "8bit") {
+        m.states.block_size = integer<std::uint64_t>(sj, "block_size", path);
+        m.states.min_8bit_size = integer<std::uint64_t>(sj, "min_8bit_size", path);
+      }
     }
     for (const auto& fj : j.at("files")) {
       m.files.push_back(ManifestFile{.name = fj.at("name").get<std::string>(),
@@ -238,10 +252,20 @@ Manifest Manifest::read(const std::string& dir) {
   return from_json(j, path);
 }
 
+std::uint64_t Manifest::tensor_bytes(std::size_t u, std::size_t t) const {
+  const std::uint64_t shard = units[u].shard;
+  if (t == 0 || units[u].state_format != "8bit") return shard * sizeof(float);
+  return shard + (shard + states.block_size - 1) / states.block_size * sizeof(float);
+}
+
 std::uint64_t Manifest::file_offset(std::size_t u, std::size_t t) const {
   std::uint64_t off = 0;
-  for (std::size_t i = 0; i < u; ++i) off += units[i].shard * tensors.size() * sizeof(float);
-  if (u < units.size()) off += t * units[u].shard * sizeof(float);
+  for (std::size_t i = 0; i < u; ++i) {
+    for (std::size_t k = 0; k < tensors.size(); ++k) off += tensor_bytes(i, k);
+  }
+  if (u < units.size()) {
+    for (std::size_t k = 0; k < t; ++k) off += tensor_bytes(u, k);
+  }
   return off;
 }
 

@@ -13,10 +13,12 @@
 
 namespace zeroshard {
 
-/// Version written by this build. Version 2 added `manifest_crc32`; this
-/// build also reads version 1 (without that checksum, otherwise the same
-/// format); any other version is an error.
-inline constexpr int kCheckpointFormatVersion = 2;
+/// Version written by this build. Version 2 added `manifest_crc32`,
+/// version 3 the optimizer state format (`state_format` at the top and per
+/// unit; 8-bit states stored as codes and absmax); this build also reads
+/// versions 1 and 2 (all states fp32, otherwise the same format); any other
+/// version is an error.
+inline constexpr int kCheckpointFormatVersion = 3;
 /// Oldest version this build reads.
 inline constexpr int kOldestCheckpointFormatVersion = 1;
 
@@ -48,6 +50,18 @@ struct ManifestUnit {
   std::string name;
   std::uint64_t numel = 0, padded = 0, shard = 0;
   std::vector<ManifestParam> params;
+  /// How its optimizer states are stored: "fp32" or "8bit" (codes and
+  /// absmax, blocks of ManifestStates::block_size per shard). Versions 1
+  /// and 2: "fp32".
+  std::string state_format = "fp32";
+};
+
+/// The optimizer state format the checkpoint was saved with (manifest key
+/// `state_format`; absent before version 3: fp32).
+struct ManifestStates {
+  std::string type = "fp32";       ///< "fp32" or "8bit" (the configured format)
+  std::uint64_t block_size = 0;    ///< 8-bit: elements per absmax block
+  std::uint64_t min_8bit_size = 0; ///< 8-bit: units below it hold fp32 states
 };
 
 /// One rank file.
@@ -93,6 +107,7 @@ struct Manifest {
   nlohmann::json client_state;  ///< the training loop's own state (data position, RNG, ...)
   ManifestMesh mesh;            ///< the mesh at save time
   ManifestWeights weights;      ///< the consolidated weights file, if saved
+  ManifestStates states;        ///< the optimizer state format
 
   /// The manifest as JSON, without `manifest_crc32`.
   nlohmann::json to_json() const;
@@ -116,9 +131,13 @@ struct Manifest {
   /// for every version. Loaders compare it across ranks.
   std::uint32_t body_crc32 = 0;
 
+  /// Bytes of tensor t of unit u in a rank file: `shard` fp32 values for
+  /// master and fp32 states; for an 8-bit unit's state, shard code bytes
+  /// then ceil(shard / block_size) fp32 absmax values.
+  std::uint64_t tensor_bytes(std::size_t u, std::size_t t) const;
   /// Byte offset, in old rank `rank`'s file, of tensor `t` of unit `u`:
-  /// units follow each other, each holding tensors.size() arrays of
-  /// `shard` fp32 elements.
+  /// units follow each other, each holding its tensors.size() tensors of
+  /// tensor_bytes each.
   std::uint64_t file_offset(std::size_t u, std::size_t t) const;
   /// Total bytes of one rank file.
   std::uint64_t file_bytes() const;

@@ -142,10 +142,12 @@ MachineRates MachineRates::from_file(const std::string& path) {
 
 double optimizer_bytes_per_element(const EngineConfig& config) {
   const bool mixed = config.compute_dtype != DType::f32;
-  const double states = optimizer_state_count(config.optimizer);
+  // Each state's bytes per element (4 fp32, 2 bf16, 1 + 4 / block 8-bit:
+  // optimizer/state_format.h), large units assumed.
+  const double states = state_bytes_per_element(config.optimizer.states, optimizer_state_count(config.optimizer));
   // weight (param or master) read + written, each state read + written, the gradient read,
   // and in mixed precision the compute copy written.
-  return 8.0 + 8.0 * states + (mixed ? 2.0 : 4.0) + (mixed ? 2.0 : 0.0);
+  return 8.0 + 2.0 * states + (mixed ? 2.0 : 4.0) + (mixed ? 2.0 : 0.0);
 }
 
 nlohmann::json StepCost::to_json() const {
@@ -249,10 +251,11 @@ StepCost predict_step(const FlatLayout& layout, const EngineConfig& config, int 
   // stages 2/3 the gradient shards) read and written once per step; nvme
   // parameter shards written once after the update.
   double opt_files = 0, param_files = 0;
-  const double arrays_per_unit = optimizer_state_count(config.optimizer) + (config.compute_dtype != DType::f32 ? 1 : 0) +
-                                 (stage >= 2 ? 1 : 0);
+  const double arrays_per_unit = (config.compute_dtype != DType::f32 ? 1 : 0) + (stage >= 2 ? 1 : 0);
   for (const UnitTiers& u : arrays.units) {
-    if (u.optimizer_tier == MemTier::nvme) opt_files += arrays_per_unit * static_cast<double>(u.subgroups.size());
+    if (u.optimizer_tier == MemTier::nvme) {
+      opt_files += (arrays_per_unit + u.states.arrays()) * static_cast<double>(u.subgroups.size());
+    }
     if (u.param_tier == MemTier::nvme) param_files += 1;
   }
   const auto nvme_opt = static_cast<double>(arrays.nvme_optimizer_bytes);

@@ -68,6 +68,12 @@ class CpuOps : public DeviceOps {
     optimizer_update_mixed(hyper, lr, weight_decay, step, grad_scale, a.weights, a.grads, a.grad_dtype,
                            a.states.data(), a.copy, a.copy_dtype, n);
   }
+  void update_8bit(const OptimizerHyper& hyper, std::int64_t step, float grad_scale, const UpdateArrays& a,
+                   const kernels::Adam8bitState& state, std::size_t block, std::span<const UpdateRun> runs,
+                   std::size_t n) override {
+    optimizer_update_8bit(hyper, step, grad_scale, a.weights, a.grads, a.grad_dtype, state, a.copy, a.copy_dtype, n,
+                          block, runs);
+  }
 
  private:
   std::shared_ptr<HostAllocator> allocator_;
@@ -163,6 +169,20 @@ class SimulatedDeviceOps final : public CpuOps {
     for (float* st : a.states) check_device(st, n * sizeof(float), "update state");
     if (a.copy != nullptr) check_device(a.copy, n * dtype_size(a.copy_dtype), "update copy");
     CpuOps::update(hyper, lr, weight_decay, step, grad_scale, a, n);
+  }
+  void update_8bit(const OptimizerHyper& hyper, std::int64_t step, float grad_scale, const UpdateArrays& a,
+                   const kernels::Adam8bitState& state, std::size_t block, std::span<const UpdateRun> runs,
+                   std::size_t n) override {
+    flush();
+    check_device(a.weights, n * sizeof(float), "update_8bit weights");
+    check_device(a.grads, n * dtype_size(a.grad_dtype), "update_8bit grads");
+    const std::size_t nb = kernels::quant_block_count(n, block) * sizeof(float);
+    check_device(state.exp_avg_code, n, "update_8bit exp_avg codes");
+    check_device(state.exp_avg_sq_code, n, "update_8bit exp_avg_sq codes");
+    check_device(state.exp_avg_absmax, nb, "update_8bit exp_avg absmax");
+    check_device(state.exp_avg_sq_absmax, nb, "update_8bit exp_avg_sq absmax");
+    if (a.copy != nullptr) check_device(a.copy, n * dtype_size(a.copy_dtype), "update_8bit copy");
+    CpuOps::update_8bit(hyper, step, grad_scale, a, state, block, runs, n);
   }
 
  private:

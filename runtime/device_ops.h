@@ -42,6 +42,7 @@
 #include "kernels/cpu/cast.h"
 #include "offload/host_allocator.h"
 #include "optimizer/optimizer.h"
+#include "optimizer/update_8bit.h"
 #include "runtime/config.h"
 
 namespace zeroshard {
@@ -165,6 +166,17 @@ class DeviceOps {
   /// One optimizer update (optimizer/optimizer.h) over n elements of `a`.
   virtual void update(const OptimizerHyper& hyper, double lr, double weight_decay, std::int64_t step,
                       float grad_scale, const UpdateArrays& a, std::size_t n) = 0;
+  /// One Adam / AdamW update with 8-bit states (optimizer_update_8bit,
+  /// optimizer/update_8bit.h) over n elements starting at a block
+  /// boundary: a.weights, a.grads, a.copy as update() (a.states unused),
+  /// `state` the codes and absmax of the range, `runs` the parameter
+  /// groups' parts. The cpu ops (and the simulated device's) run it; the
+  /// cuda ops have no 8-bit kernel and throw InvariantError (a cuda engine
+  /// with 8-bit states needs offload_optimizer: Engine refuses it
+  /// otherwise, so its updates run on the host ops).
+  virtual void update_8bit(const OptimizerHyper& hyper, std::int64_t step, float grad_scale, const UpdateArrays& a,
+                           const kernels::Adam8bitState& state, std::size_t block, std::span<const UpdateRun> runs,
+                           std::size_t n) = 0;
 };
 
 /// Ops on host memory and kernels/cpu; arrays from `allocator` when given

@@ -133,6 +133,13 @@ class CudaOps final : public DeviceOps {
     kernels::gpu::adam_update(t, adam_scalars(hyper, lr, weight_decay, step, grad_scale), a.grad_dtype,
                               a.copy_dtype, stream());
   }
+  // No CUDA 8-bit kernel is wired: Engine's check_cuda_optimizer refuses
+  // 8-bit states without offload_optimizer, so this is never reached.
+  void update_8bit(const OptimizerHyper& hyper, std::int64_t, float, const UpdateArrays&,
+                   const kernels::Adam8bitState&, std::size_t, std::span<const UpdateRun>, std::size_t) override {
+    throw InvariantError(fmt::format("cuda update: {} has no CUDA kernel for 8-bit states in this build (use "
+                                     "offload_optimizer)", optimizer_type_name(hyper)));
+  }
 
  private:
   CUstream_st* stream() const { return comm_.compute_stream(); }

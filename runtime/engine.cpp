@@ -49,9 +49,17 @@ void check_device_config(const EngineConfig& config, Communicator& nccl, Communi
 
 // The CUDA kernels (kernels/cuda) implement Adam, AdamW and SGD; Lion and
 // Adagrad have CPU kernels only, so they run on a cuda engine only where the
-// update runs on the host: with offload_optimizer cpu or nvme.
+// update runs on the host: with offload_optimizer cpu or nvme. The same
+// holds for 8-bit optimizer states (kernels/cpu/adam8bit.h).
 void check_cuda_optimizer(const EngineConfig& config) {
   const OptimizerKind k = config.optimizer.kind;
+  if (config.optimizer.states.dtype != StateDtype::fp32 && config.offload.optimizer.device == OffloadDevice::none) {
+    throw ConfigError(fmt::format(
+        "{}: optimizer.type {}: {} optimizer states have no CUDA kernel in this build: on the cuda compute device "
+        "set zero_optimization.offload_optimizer.device to \"cpu\" or \"nvme\" (the update then runs on the "
+        "host's CPU kernels), or use fp32 states",
+        config.source, optimizer_type_name(config.optimizer), state_dtype_name(config.optimizer.states.dtype)));
+  }
   if ((k == OptimizerKind::lion || k == OptimizerKind::adagrad) &&
       config.offload.optimizer.device == OffloadDevice::none) {
     throw ConfigError(fmt::format(
@@ -128,7 +136,7 @@ void allocate_state(EngineState& s, const SwapSharers& sharers) {
   s.store = std::make_unique<ArrayStore>(
       s.layout, *s.ops, s.ledger,
       ArrayStoreOptions{.stage = plan.stage, .rank = plan.rank, .dtype = plan.dtype,
-                        .state_count = plan.state_count, .offload = plan.offload,
+                        .state_count = plan.state_count, .states = plan.states, .offload = plan.offload,
                         .swap_sharers = sharers, .source = plan.source});
   s.store->set_tracer(s.tracer());
   s.units.resize(s.layout.units().size());
@@ -190,7 +198,7 @@ void copy_window(DeviceOps& ops, void* dst, DType dst_type, std::size_t begin, s
 void set_array_window(EngineState& s, UnitId u, ArrayRef a, std::size_t begin, std::size_t n, const ParamInfo& p,
                       std::span<const float> values) {
   ArrayStore& store = *s.store;
-  const DType t = store.dtype(a);
+  const DType t = store.dtype(u, a);
   if (store.tier(u, a) != MemTier::nvme) {
     copy_window(store.ops(u, a), store.resident(u, a), t, begin, n, p, values);
     return;
@@ -315,11 +323,7 @@ std::vector<float> Engine::optimizer_state(UnitId u, int index) const {
   EngineState& s = *s_;
   const int states = s.store->options().state_count;
   ZS_CHECK(index >= 0 && index < states, "optimizer state index {} out of range ({} states)", index, states);
-  const UnitInfo& info = s.info(u);
-  HostBuffer holder;
-  const float* st = static_cast<const float*>(s.store->read(u, {ArrayKind::state, index}, holder));
-  if (s.stage() == 0) st += static_cast<std::size_t>(s.rank()) * info.shard;
-  return std::vector<float>(st, st + info.shard);
+  return state_window_f32(s, u, index, s.rank());
 }
 
 std::vector<float> Engine::param_shard(UnitId u) const {

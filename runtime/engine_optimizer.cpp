@@ -1,12 +1,17 @@
 // The optimizer part of Engine::step(): runs the update over every unit's
 // local shard, in memory or sub-group by sub-group through the swap
-// pipeline (runtime/array_store.h, offload/swap_pipeline.h).
+// pipeline (runtime/array_store.h, offload/swap_pipeline.h). Units with
+// 8-bit states are updated window by window (each rank's shard; the whole
+// flat buffer's N windows at stage 0) with their parameter groups as runs
+// (optimizer/update_8bit.h), so blocks are the same at every stage and
+// tier ([Note: state arrays] in optimizer/state_format.h).
 #include <algorithm>
 #include <cstring>
 
 #include <fmt/format.h>
 
 #include "core/error.h"
+#include "kernels/cpu/quant_map.h"
 #include "runtime/engine_state.h"
 
 namespace zeroshard {
@@ -21,8 +26,53 @@ struct UpdateView {
   std::byte* params = nullptr;  ///< compute dtype (fp32 training: the optimizer's weights)
   const std::byte* grads = nullptr;
   float* master = nullptr;      ///< mixed precision only
-  std::vector<float*> states;
+  /// The unit's state arrays (UnitStates): element `begin` of fp32 / bf16
+  /// states and 8-bit codes, the absmax entry of that element's block.
+  std::vector<std::byte*> states;
 };
+
+// The 8-bit path of update_view: window by window, the parameter groups of
+// each window part as runs.
+void update_view_8bit(EngineState& s, DeviceOps& ops, UnitId u, std::int64_t step, float grad_scale,
+                      const UpdateView& v) {
+  const UnitStates& st = s.store->states(u);
+  const std::size_t W = s.info(u).shard, B = st.block, nbw = kernels::quant_block_count(W, B);
+  if (W == 0) return;  // an empty unit
+  const bool flat = s.stage() == 0;  // the update index space is the full buffer: N windows
+  auto absmax_index = [&](std::size_t x) { return flat ? x / W * nbw + x % W / B : x / B; };
+  const DType dt = s.dtype();
+  const std::size_t e = dtype_size(dt);
+  const UnitState& us = s.unit(u);
+  std::vector<UpdateRun> runs;
+  for (std::size_t wlo = v.begin / W * W; wlo < v.end; wlo += W) {
+    const std::size_t lo = std::max(wlo, v.begin), hi = std::min(wlo + W, v.end);
+    ZS_CHECK((lo - wlo) % B == 0, "8-bit update of unit {} from element {}: not a block boundary", u, lo);
+    runs.clear();
+    for (const ShardSegment& seg : us.segments) {
+      const std::size_t a = std::max(seg.shard_offset, lo), b = std::min(seg.shard_offset + seg.length, hi);
+      if (a >= b) continue;
+      const GroupState& g = s.groups[static_cast<std::size_t>(seg.group)];
+      runs.push_back(UpdateRun{.begin = a - lo, .end = b - lo, .lr = s.lr_at(seg.group, step - 1),
+                               .weight_decay = g.weight_decay});
+    }
+    if (runs.empty()) continue;
+    const std::size_t r = lo - v.begin, q = absmax_index(lo) - absmax_index(v.begin);
+    const kernels::Adam8bitState q8{
+        .exp_avg_code = reinterpret_cast<std::uint8_t*>(v.states[0]) + r,
+        .exp_avg_absmax = reinterpret_cast<float*>(v.states[1]) + q,
+        .exp_avg_sq_code = reinterpret_cast<std::uint8_t*>(v.states[2]) + r,
+        .exp_avg_sq_absmax = reinterpret_cast<float*>(v.states[3]) + q};
+    UpdateArrays a{.grads = v.grads + r * e, .grad_dtype = dt, .states = {}};
+    if (s.mixed()) {
+      a.weights = v.master + r;
+      a.copy = v.params + r * e;
+      a.copy_dtype = dt;
+    } else {
+      a.weights = reinterpret_cast<float*>(v.params) + r;
+    }
+    ops.update_8bit(s.config.optimizer, step, grad_scale, a, q8, B, runs, hi - lo);
+  }
+}
 
 // Runs the optimizer over unit u's segments inside the view with `ops`
 // (runtime/device_ops.h), whose memory every pointer of v addresses. fp32:
@@ -30,6 +80,9 @@ struct UpdateView {
 // rounded compute copy written back.
 void update_view(EngineState& s, DeviceOps& ops, UnitId u, std::int64_t step, float grad_scale,
                  const UpdateView& v) {
+  if (s.store->states(u).dtype == StateDtype::q8) return update_view_8bit(s, ops, u, step, grad_scale, v);
+  ZS_CHECK(s.store->states(u).dtype == StateDtype::fp32, "unit {}: {} optimizer states have no update path", u,
+           state_dtype_name(s.store->states(u).dtype));
   UnitState& us = s.unit(u);
   const DType dt = s.dtype();
   const std::size_t e = dtype_size(dt);
@@ -41,7 +94,7 @@ void update_view(EngineState& s, DeviceOps& ops, UnitId u, std::int64_t step, fl
     const GroupState& g = s.groups[static_cast<std::size_t>(seg.group)];
     const double lr = s.lr_at(seg.group, step - 1);
     const std::size_t r = lo - v.begin;
-    for (std::size_t k = 0; k < st.size(); ++k) st[k] = v.states[k] + r;
+    for (std::size_t k = 0; k < st.size(); ++k) st[k] = reinterpret_cast<float*>(v.states[k]) + r;
     UpdateArrays a{.grads = v.grads + r * e, .grad_dtype = dt, .states = st};
     if (s.mixed()) {
       a.weights = v.master + r;
@@ -60,10 +113,23 @@ UpdateView resident_view(EngineState& s, UnitId u, std::size_t begin, std::size_
   // Element 0 of the update index space inside full buffers (0 at stage 0).
   const std::size_t base = s.stage() == 0 ? 0 : static_cast<std::size_t>(s.rank()) * s.info(u).shard;
   ArrayStore& store = *s.store;
+  const bool full_states = s.stage() == 0;
   auto at = [&](ArrayRef a) -> std::byte* {
     if (store.tier(u, a) == MemTier::nvme) return nullptr;
+    const std::size_t sz = dtype_size(store.dtype(u, a));
+    if (a.kind == ArrayKind::state) {
+      // Full buffer at stage 0 (the view's indices are flat), else the
+      // shard: element `begin` of the window it falls in, as array_range
+      // maps it (absmax: its block's entry).
+      const std::size_t W = s.info(u).shard;
+      const std::size_t w = full_states && W > 0 ? begin / W : 0, in = full_states && W > 0 ? begin % W : begin;
+      std::size_t first = 0, last = 0;
+      array_range(store.states(u), a, in, in, first, last);
+      const std::size_t per_window = W > 0 ? store.states(u).array_numel(a.state, W, W) : 0;
+      return store.resident(u, a) + (w * per_window + first) * sz;
+    }
     const std::size_t first = store.numel(u, a) == s.info(u).padded ? base : 0;
-    return store.resident(u, a) + (first + begin) * dtype_size(store.dtype(a));
+    return store.resident(u, a) + (first + begin) * sz;
   };
   UpdateView v;
   v.begin = begin;
@@ -71,9 +137,7 @@ UpdateView resident_view(EngineState& s, UnitId u, std::size_t begin, std::size_
   v.params = at({ArrayKind::params});
   v.grads = at({ArrayKind::grad});
   if (s.mixed()) v.master = reinterpret_cast<float*>(at({ArrayKind::master}));
-  for (int k = 0; k < store.options().state_count; ++k) {
-    v.states.push_back(reinterpret_cast<float*>(at({ArrayKind::state, k})));
-  }
+  for (int k = 0; k < store.states(u).arrays(); ++k) v.states.push_back(at({ArrayKind::state, k}));
   return v;
 }
 
@@ -139,11 +203,7 @@ bool needs_staging(const EngineState& s, UnitId u) {
 // The arrays of unit u the pipeline swaps, in slot order.
 std::vector<ArrayRef> swapped_arrays(const EngineState& s, UnitId u) {
   std::vector<ArrayRef> out;
-  std::vector<ArrayRef> all{{ArrayKind::params}, {ArrayKind::grad}};
-  if (s.mixed()) all.push_back({ArrayKind::master});
-  const int nstates = optimizer_state_count(s.config.optimizer);
-  for (int k = 0; k < nstates; ++k) all.push_back({ArrayKind::state, k});
-  for (ArrayRef a : all) {
+  for (ArrayRef a : unit_arrays(s.mixed(), s.store->states(u))) {
     if (s.store->tier(u, a) == MemTier::nvme) out.push_back(a);
   }
   return out;
@@ -195,11 +255,10 @@ void run_optimizer(EngineState& s, std::int64_t step, float grad_scale) {
                                     .pipeline_write = oc.pipeline_write, .tracer = s.tracer()};
   auto slots = [&](std::size_t i) {
     const auto [u, g] = work[i];
-    const SubGroup& sg = store.subgroups(u)[g];
     std::vector<SwapSlot> out;
     for (ArrayRef a : arrays[static_cast<std::size_t>(u)]) {
       out.push_back(SwapSlot{.key = ArrayStore::swap_key(u, g, a),
-                             .bytes = (sg.end - sg.begin) * dtype_size(store.dtype(a)),
+                             .bytes = store.subgroup_bytes(u, g, a),
                              .write_back = a.kind != ArrayKind::grad,
                              .dir = &store.swap_dir(a)});
     }
@@ -217,7 +276,7 @@ void run_optimizer(EngineState& s, std::int64_t step, float grad_scale) {
         case ArrayKind::params: v.params = data[k]; break;
         case ArrayKind::grad: v.grads = data[k]; break;
         case ArrayKind::master: v.master = reinterpret_cast<float*>(data[k]); break;
-        case ArrayKind::state: v.states[static_cast<std::size_t>(list[k].state)] = reinterpret_cast<float*>(data[k]); break;
+        case ArrayKind::state: v.states[static_cast<std::size_t>(list[k].state)] = data[k]; break;
       }
     }
     if (needs_staging(s, u)) {

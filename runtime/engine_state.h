@@ -237,4 +237,22 @@ void end_observed_step(EngineState& s);
 /// Defined in engine_optimizer.cpp.
 void run_optimizer(EngineState& s, std::int64_t step, float grad_scale);
 
+/// The bytes of state array k of unit u (UnitStates: fp32 / bf16 values,
+/// 8-bit codes or absmax) that hold window w, a rank's shard: every window
+/// is on this rank at stage 0, only its own (w = rank) at stages 1-3
+/// (InvariantError otherwise). Read from nvme when swapped. Defined in
+/// engine_states.cpp.
+std::vector<std::byte> state_array_window(EngineState& s, UnitId u, int k, int w);
+/// Optimizer state `state` (optimizer_state_name's index) of unit u over
+/// window w as shard-many fp32 values: fp32 states as stored, 8-bit ones
+/// dequantized (dequantize_blockwise with their absmax: signed map for
+/// exp_avg, unsigned for exp_avg_sq). Windows as state_array_window.
+std::vector<float> state_window_f32(EngineState& s, UnitId u, int state, int w);
+/// The state arrays of window w of unit u holding `values` (shard-many
+/// fp32 values of each optimizer state, in state order): fp32 as given,
+/// 8-bit quantized blockwise from the window's start (quantize_blockwise):
+/// one byte buffer per state array, sized as state_array_window's.
+std::vector<std::vector<std::byte>> state_arrays_from_f32(const EngineState& s, UnitId u,
+                                                          const std::vector<std::vector<float>>& values);
+
 }  // namespace zeroshard

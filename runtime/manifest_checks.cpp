@@ -62,6 +62,26 @@ void validate_manifest(const Manifest& m, const std::string& path) {
                       m.tensors[t]));
     }
   }
+  // The state format (version 3; earlier versions read as fp32).
+  if (m.states.type != "fp32" && m.states.type != "8bit") {
+    bad(path, "state_format.type", fmt::format("\"{}\" is not fp32 or 8bit", m.states.type.substr(0, 16)));
+  }
+  if (m.states.type == "8bit") {
+    const std::uint64_t b = m.states.block_size;
+    if (b < 64 || b > 4096 || (b & (b - 1)) != 0) {
+      bad(path, "state_format.block_size", fmt::format("{} is not a power of two from 64 to 4096", b));
+    }
+    if (m.tensors != std::vector<std::string>{"master", "exp_avg", "exp_avg_sq"}) {
+      bad(path, "state_format", "8-bit states are Adam's exp_avg and exp_avg_sq only");
+    }
+  }
+  for (std::size_t u = 0; u < m.units.size(); ++u) {
+    const std::string& f = m.units[u].state_format;
+    if (f != "fp32" && (f != "8bit" || m.states.type != "8bit")) {
+      bad(path, fmt::format("units[{}].state_format", u),
+          fmt::format("\"{}\" is not fp32{}", f.substr(0, 16), m.states.type == "8bit" ? " or 8bit" : ""));
+    }
+  }
   const auto ws = static_cast<std::uint64_t>(m.world_size);
   const std::uint64_t quantum = ws * kShardAlignElements;
   const std::size_t ngroups = m.param_groups.is_array() ? m.param_groups.size() : 0;
@@ -121,9 +141,12 @@ void validate_manifest(const Manifest& m, const std::string& path) {
           fmt::format("unit \"{}\" has numel {} but its parameters hold {} elements", unit.name, unit.numel, next));
     }
   }
-  const std::uint64_t bytes = checked_mul(checked_mul(shard_sum, m.tensors.size(), path, "units"), sizeof(float),
-                                          path, "units");
-  if (bytes > static_cast<std::uint64_t>(INT64_MAX)) bad(path, "units", "a rank file would exceed 2^63 bytes");
+  // fp32 bounds every format (8-bit: 1 + 4 / block <= 4 bytes per element),
+  // so once the fp32 size fits, the file's size in its format does too.
+  const std::uint64_t fp32_bytes = checked_mul(checked_mul(shard_sum, m.tensors.size(), path, "units"),
+                                               sizeof(float), path, "units");
+  if (fp32_bytes > static_cast<std::uint64_t>(INT64_MAX)) bad(path, "units", "a rank file would exceed 2^63 bytes");
+  const std::uint64_t bytes = m.file_bytes();
   if (m.files.size() != ws) {
     bad(path, "files", fmt::format("lists {} rank files for world size {}", m.files.size(), m.world_size));
   }

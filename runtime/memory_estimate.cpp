@@ -14,6 +14,7 @@ ArrayPlanOptions engine_array_plan_options(const EngineConfig& config, int rank)
                           .rank = rank,
                           .dtype = config.compute_dtype,
                           .state_count = optimizer_state_count(config.optimizer),
+                          .states = config.optimizer.states,
                           .offload = config.offload,
                           .source = config.source};
 }

@@ -63,6 +63,8 @@ class SizeOnlyOps final : public DeviceOps {
   kernels::GradStats grad_stats(const void*, DType, std::size_t) override { return {}; }
   void update(const OptimizerHyper&, double, double, std::int64_t, float, const UpdateArrays&,
               std::size_t) override {}
+  void update_8bit(const OptimizerHyper&, std::int64_t, float, const UpdateArrays&, const kernels::Adam8bitState&,
+                   std::size_t, std::span<const UpdateRun>, std::size_t) override {}
 
  private:
   AddressSpace& space_;
@@ -195,10 +197,7 @@ void replay_optimizer(const FlatLayout& layout, const EngineConfig& config, cons
   for (UnitId u = 0; u < static_cast<UnitId>(layout.units().size()); ++u) {
     const UnitTiers& t = plan.units[static_cast<std::size_t>(u)];
     for (std::size_t g = 0; g < t.subgroups.size(); ++g) work.emplace_back(u, g);
-    std::vector<ArrayRef> all{{ArrayKind::params}, {ArrayKind::grad}};
-    if (o.mixed()) all.push_back({ArrayKind::master});
-    for (int k = 0; k < o.state_count; ++k) all.push_back({ArrayKind::state, k});
-    for (ArrayRef a : all) {
+    for (ArrayRef a : unit_arrays(o.mixed(), t.states)) {
       if (t.tier(o.stage, a) == MemTier::nvme) arrays[static_cast<std::size_t>(u)].push_back(a);
     }
   }
@@ -207,11 +206,10 @@ void replay_optimizer(const FlatLayout& layout, const EngineConfig& config, cons
                                     .pipeline_write = oc.pipeline_write};
   replay_swap_pipeline(host, options, MemCategory::unsharded, work.size(), [&](std::size_t i) {
     const auto [u, g] = work[i];
-    const SubGroup& sg = plan.units[static_cast<std::size_t>(u)].subgroups[g];
+    const UnitTiers& t = plan.units[static_cast<std::size_t>(u)];
+    const SubGroup& sg = t.subgroups[g];
     std::vector<std::uint64_t> bytes;
-    for (ArrayRef a : arrays[static_cast<std::size_t>(u)]) {
-      bytes.push_back((sg.end - sg.begin) * dtype_size(array_dtype(o.dtype, a)));
-    }
+    for (ArrayRef a : arrays[static_cast<std::size_t>(u)]) bytes.push_back(t.subgroup_bytes(o.dtype, a, sg));
     return bytes;
   });
 }

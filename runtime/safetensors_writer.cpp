@@ -24,6 +24,7 @@ const char* safetensors_dtype_name(DType t) {
     case DType::f64: return "F64";
     case DType::bf16: return "BF16";
     case DType::f16: return "F16";
+    case DType::u8: return "U8";
   }
   throw InvariantError(fmt::format("no safetensors name for dtype {}", static_cast<int>(t)));
 }

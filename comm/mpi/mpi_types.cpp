@@ -164,6 +164,7 @@ MPI_Datatype mpi_datatype(DType dtype) {
     case DType::f64: return MPI_DOUBLE;
     case DType::bf16:
     case DType::f16: return ready_registry().types[half_index(dtype)];
+    case DType::u8: return MPI_UNSIGNED_CHAR;
   }
   ZS_CHECK(false, "unknown DType {}", static_cast<int>(dtype));
   return MPI_DATATYPE_NULL;
@@ -179,6 +180,7 @@ MPI_Op mpi_op(DType dtype, ReduceOp op) {
     }
     case DType::bf16:
     case DType::f16: return ready_registry().ops[half_index(dtype)][o];
+    case DType::u8: break;  // bytes are moved, never reduced
   }
   ZS_CHECK(false, "unknown DType {}", static_cast<int>(dtype));
   return MPI_OP_NULL;

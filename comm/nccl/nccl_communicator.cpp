@@ -79,6 +79,7 @@ ncclDataType_t nccl_type(DType dtype) {
     case DType::f64: return ncclFloat64;
     case DType::bf16: return ncclBfloat16;
     case DType::f16: return ncclFloat16;
+    case DType::u8: return ncclUint8;
   }
   throw InvariantError(fmt::format("nccl: unknown DType {}", static_cast<int>(dtype)));
 }

@@ -39,13 +39,21 @@ void print_summary(const std::string& dir, const Manifest& m) {
              m.scaler.clean_steps, m.scaler.hysteresis_left, m.scaler.overflows);
   fmt::print("  client_state {}\n", m.client_state.dump());
   fmt::print("  per-unit tensors in each rank file: {}\n", fmt::join(m.tensors, ", "));
+  if (m.states.type == "8bit") {
+    fmt::print("  optimizer states: 8bit (codes + one fp32 absmax per block of {} elements; units under {} elements "
+               "fp32)\n",
+               m.states.block_size, m.states.min_8bit_size);
+  } else {
+    fmt::print("  optimizer states: {}\n", m.states.type);
+  }
   std::uint64_t params = 0;
   for (const ManifestUnit& u : m.units) {
     for (const ManifestParam& p : u.params) params += p.numel;
   }
   fmt::print("units: {} ({} parameters)\n", m.units.size(), params);
   for (const ManifestUnit& u : m.units) {
-    fmt::print("  {}: {} elements, padded {}, shard {} per rank\n", u.name, u.numel, u.padded, u.shard);
+    fmt::print("  {}: {} elements, padded {}, shard {} per rank, {} states\n", u.name, u.numel, u.padded, u.shard,
+               u.state_format);
     for (const ManifestParam& p : u.params) {
       fmt::print("    {:<28} {:<16} numel {:>10}  offset {:>10}  group {}\n", p.name, shape_text(p.shape), p.numel,
                  p.offset, p.group);

@@ -42,7 +42,8 @@ StateBytesPerParam StateBytesPerParam::of(const EngineConfig& config) {
   const bool mixed = config.compute_dtype != DType::f32;
   b.parameters = double(dtype_size(config.compute_dtype));
   b.gradients = b.parameters;
-  b.optimizer = (mixed ? 4.0 : 0.0) + 4.0 * double(optimizer_state_count(config.optimizer));
+  b.optimizer = (mixed ? 4.0 : 0.0) + state_bytes_per_element(config.optimizer.states,
+                                                              optimizer_state_count(config.optimizer));
   return b;
 }
 

@@ -17,6 +17,7 @@
 // cuda_mlp.h).
 #include <cblas.h>
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include <CLI/CLI.hpp>
 #include <algorithm>
@@ -189,7 +190,7 @@ int run(const Options& o) {
         "lr {:g}, micro-batch {} x accumulation {} x {} ranks = global batch {}, device {}{}\n",
         train.size(), test.size(), fmt::join(spec.layer_sizes, "-"), world, comm->backend(),
         o.compare ? "stages 0-3" : fmt::format("stage {}", config.zero.stage),
-        optimizer_name(config.optimizer.kind), config.optimizer.lr,
+        optimizer_type_name(config.optimizer), config.optimizer.lr,
         config.train_micro_batch_size_per_gpu, config.gradient_accumulation_steps, world,
         config.train_micro_batch_size_per_gpu * config.gradient_accumulation_steps * world,
         device_text, world > 1 && device == ComputeDevice::cuda ? " on rank 0" : "");
@@ -236,6 +237,11 @@ int run(const Options& o) {
                  outcome.result.wall_seconds, table);
       if (!table.empty() && table.back() != '\n') fmt::print("\n");
       fmt::print("{}", predicted);
+      // Optimizer states per rank (8-bit: codes + one fp32 absmax per block).
+      std::vector<std::uint64_t> states;
+      for (const LedgerFigures& f : all) states.push_back(f.now(MemCategory::optimizer_states));
+      fmt::print("optimizer-state bytes per rank ({} states): {}\n",
+                 state_dtype_name(config.optimizer.states.dtype), fmt::join(states, " "));
     }
     nlohmann::json per_rank = nlohmann::json::array();
     for (const LedgerFigures& f : all) per_rank.push_back(f.model_state);
@@ -245,6 +251,10 @@ int run(const Options& o) {
     report["final_accuracy"] = outcome.result.final_accuracy;
     report["ledger_rank0"] = to_json(all.front());
     report["model_state_bytes_per_rank"] = per_rank;
+    nlohmann::json state_bytes = nlohmann::json::array();
+    for (const LedgerFigures& f : all) state_bytes.push_back(f.now(MemCategory::optimizer_states));
+    report["optimizer_state_bytes_per_rank"] = state_bytes;
+    report["optimizer_state_format"] = std::string(state_dtype_name(config.optimizer.states.dtype));
     report["observe"] = observe;
     if (rank == 0 && !o.report_path.empty()) {
       const std::string what = fmt::format("stage {}, {} ranks", config.zero.stage, world);

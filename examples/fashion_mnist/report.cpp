@@ -129,7 +129,11 @@ nlohmann::json to_json(const EngineConfig& config) {
     // DeepSpeed's "Adam" means AdamW unless adam_w_mode is false.
     if (o.kind == OptimizerKind::adam) params["adam_w_mode"] = false;
   }
-  j["optimizer"] = {{"type", std::string(optimizer_name(o.kind))}, {"params", params}};
+  if (o.states.dtype == StateDtype::q8) {
+    params["block_size"] = o.states.block_size;
+    params["min_8bit_size"] = o.states.min_8bit_size;
+  }
+  j["optimizer"] = {{"type", optimizer_type_name(o)}, {"params", params}};
   j["zero_optimization"] = {{"stage", config.zero.stage}};
   const OffloadConfig& off = config.offload;
   if (off.optimizer.device != OffloadDevice::none) {

@@ -46,9 +46,14 @@ std::string plan_report(const ModelDescription& model, const std::string& model_
   std::string out;
   out += fmt::format("model {}: {} parameters in {} units (largest unit {} elements, {} padded)\n", model_name, psi,
                      model.units.size(), largest_layer, est.largest_unit);
-  out += fmt::format("config {}: ZeRO stage {}, {}, {} ({} fp32 state arrays), offload optimizer {}, param {}\n",
-                     config.source, stage, dtype_name(config.compute_dtype), optimizer_name(config.optimizer.kind),
-                     states, offload_device_name(config.offload.optimizer.device),
+  const StateFormat& sf = config.optimizer.states;
+  const std::string state_text =
+      sf.dtype == StateDtype::q8
+          ? fmt::format("{} 8-bit states, block {}, fp32 below {} elements", states, sf.block_size, sf.min_8bit_size)
+          : fmt::format("{} {} state arrays", states, state_dtype_name(sf.dtype));
+  out += fmt::format("config {}: ZeRO stage {}, {}, {} ({}), offload optimizer {}, param {}\n",
+                     config.source, stage, dtype_name(config.compute_dtype), optimizer_type_name(config.optimizer),
+                     state_text, offload_device_name(config.offload.optimizer.device),
                      offload_device_name(config.offload.param.device));
   out += l.table(fmt::format("memory ledger after finalize(), rank {} of {} (bytes):", rank, world));
   out += fmt::format("total: device {}, host {}, nvme {}\n", l.current_total(MemTier::device),
@@ -60,7 +65,7 @@ std::string plan_report(const ModelDescription& model, const std::string& model_
                      bytes_text(s.peak(MemCategory::unsharded)));
 
   // Side by side: model states per rank.
-  const double k = 4.0 * states + (mixed ? 4.0 : 0.0);
+  const double k = state_bytes_per_element(sf, states) + (mixed ? 4.0 : 0.0);
   const ZeroPaperBytes paper = zero_paper_bytes(stage, world, static_cast<double>(e), k);
   const auto paper_bytes = static_cast<std::uint64_t>(paper.total() * static_cast<double>(psi) + 0.5);
   const bool opt_off = config.offload.optimizer.device != OffloadDevice::none;

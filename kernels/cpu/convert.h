@@ -70,7 +70,8 @@ inline float load_as_float(const void* base, DType t, std::size_t i) {
     case DType::f32: return static_cast<const float*>(base)[i];
     case DType::bf16: return bf16_to_float(static_cast<const std::uint16_t*>(base)[i]);
     case DType::f16: return f16_to_float(static_cast<const std::uint16_t*>(base)[i]);
-    case DType::f64: break;
+    case DType::f64:
+    case DType::u8: break;
   }
   ZS_CHECK(false, "kernel arrays must be f32, bf16 or f16, got {}", dtype_name(t));
   return 0.0f;
@@ -83,7 +84,8 @@ inline void store_from_float(void* base, DType t, std::size_t i, float v) {
     case DType::f32: static_cast<float*>(base)[i] = v; return;
     case DType::bf16: static_cast<std::uint16_t*>(base)[i] = float_to_bf16(v); return;
     case DType::f16: static_cast<std::uint16_t*>(base)[i] = float_to_f16(v); return;
-    case DType::f64: break;
+    case DType::f64:
+    case DType::u8: break;
   }
   ZS_CHECK(false, "kernel arrays must be f32, bf16 or f16, got {}", dtype_name(t));
 }

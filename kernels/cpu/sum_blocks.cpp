@@ -6,9 +6,10 @@
 
 namespace zeroshard::kernels {
 
-void check_sum_blocks_args(const void* dst, const void* src, std::size_t blocks, std::size_t n);
+void check_sum_blocks_args(const void* dst, const void* src, std::size_t blocks, std::size_t n, DType dtype);
 
-void check_sum_blocks_args(const void* dst, const void* src, std::size_t blocks, std::size_t n) {
+void check_sum_blocks_args(const void* dst, const void* src, std::size_t blocks, std::size_t n, DType dtype) {
+  ZS_CHECK(dtype != DType::u8, "sum_blocks: u8 arrays are not summed (f32, f64, bf16 or f16 only)");
   ZS_CHECK(blocks > 0, "sum_blocks: needs at least one block (n = {} elements)", n);
   ZS_CHECK(n == 0 || (dst != nullptr && src != nullptr), "sum_blocks: null buffer with n = {} elements", n);
 }
@@ -37,7 +38,7 @@ void sum_16bit(std::uint16_t* dst, const std::uint16_t* src, std::size_t blocks,
 }  // namespace
 
 void sum_blocks_reference(void* dst, const void* src, std::size_t blocks, std::size_t n, DType dtype) {
-  check_sum_blocks_args(dst, src, blocks, n);
+  check_sum_blocks_args(dst, src, blocks, n, dtype);
   switch (dtype) {
     case DType::f32:
       return sum_typed(static_cast<float*>(dst), static_cast<const float*>(src), blocks, n);
@@ -49,6 +50,7 @@ void sum_blocks_reference(void* dst, const void* src, std::size_t blocks, std::s
     case DType::f16:
       return sum_16bit<f16_to_float, float_to_f16>(static_cast<std::uint16_t*>(dst),
                                                    static_cast<const std::uint16_t*>(src), blocks, n);
+    case DType::u8: return;  // refused by check_sum_blocks_args
   }
 }
 

@@ -90,6 +90,7 @@ void SumBlocksRange(void* dst, const void* src, std::size_t blocks, std::size_t 
     case DType::f16:
       return Sum16<Fmt::f16>(static_cast<std::uint16_t*>(dst), static_cast<const std::uint16_t*>(src), blocks, n,
                              b, e);
+    case DType::u8: return;  // refused by check_sum_blocks_args
   }
 }
 
@@ -101,10 +102,10 @@ namespace zeroshard::kernels {
 
 HWY_EXPORT(SumBlocksRange);
 
-void check_sum_blocks_args(const void* dst, const void* src, std::size_t blocks, std::size_t n);
+void check_sum_blocks_args(const void* dst, const void* src, std::size_t blocks, std::size_t n, DType dtype);
 
 void sum_blocks(void* dst, const void* src, std::size_t blocks, std::size_t n, DType dtype) {
-  check_sum_blocks_args(dst, src, blocks, n);
+  check_sum_blocks_args(dst, src, blocks, n, dtype);
   if (n == 0) return;
   const auto kernel = HWY_DYNAMIC_DISPATCH(SumBlocksRange);
   parallel_for_elements(n, [&](std::size_t b, std::size_t e) { kernel(dst, src, blocks, n, dtype, b, e); });

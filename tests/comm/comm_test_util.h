@@ -60,6 +60,7 @@ inline void put(DType t, void* buf, std::size_t i, double v) {
       std::memcpy(p, &h, 2);
       break;
     }
+    case DType::u8: *p = static_cast<unsigned char>(v); break;  // bytes: not a reduction dtype
   }
 }
 
@@ -83,6 +84,7 @@ inline double get(DType t, const void* buf, std::size_t i) {
       std::memcpy(&h, p, 2);
       return t == DType::bf16 ? bf16_to_float(h) : f16_to_float(h);
     }
+    case DType::u8: return *p;
   }
   return 0;
 }

@@ -31,6 +31,7 @@ double contribution(DType t, int r, std::size_t i) {
     case DType::bf16: return bf16_to_float(float_to_bf16(static_cast<float>(v)));
     case DType::f16: return f16_to_float(float_to_f16(static_cast<float>(v)));
     case DType::f64: return v;
+    case DType::u8: break;  // not a reduction dtype
   }
   return v;
 }
@@ -65,6 +66,7 @@ std::uint64_t sum_bits(DType t, const std::vector<int>& order, std::size_t i) {
       }
       return acc;
     }
+    case DType::u8: break;  // not a reduction dtype
   }
   return 0;
 }

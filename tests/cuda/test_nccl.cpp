@@ -52,6 +52,7 @@ std::vector<std::uint8_t> pattern(std::size_t count, DType dtype, int salt) {
         std::memcpy(&bytes[i * 2], &h, 2);
         break;
       }
+      case DType::u8: bytes[i] = static_cast<std::uint8_t>(x); break;
     }
   }
   return bytes;

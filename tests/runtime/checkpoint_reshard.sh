@@ -25,6 +25,17 @@ for opt in Lion Adagrad; do
   done
 done
 
+# 8-bit states (AdamW8bit, block 64): saved at 2; loaded at 2 (exact, and
+# the next step bitwise close), re-sharded to 3 (dequantized and quantized
+# anew), as fp32 states at 3 (the dequantized values, exact); fp32 states
+# saved at 3 loaded as 8-bit at 2.
+dir="$work/8bit-saved-by-2"
+ZS_CKPT_OPTIMIZER=AdamW8bit "$mpirun" -np 2 "$driver" save "$dir" 1
+ZS_CKPT_OPTIMIZER=AdamW8bit "$mpirun" -np 2 "$driver" load "$dir" 3
+ZS_CKPT_OPTIMIZER=AdamW8bit "$mpirun" -np 3 "$driver" load "$dir" 2
+ZS_CKPT_OPTIMIZER=AdamW "$mpirun" -np 3 "$driver" load "$dir" 0
+ZS_CKPT_OPTIMIZER=AdamW8bit "$mpirun" -np 2 "$driver" load "$work/saved-by-3" 1
+
 # Kill test: rank 1 pauses in the middle of writing its file of the second
 # save; SIGKILL the whole job there.
 dir="$work/killed"

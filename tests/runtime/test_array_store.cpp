@@ -148,7 +148,7 @@ TEST_CASE("array store: sizes, tiers and ledger in closed form") {
         CHECK(store.numel(u, a) == numel);
         CHECK(store.tier(u, a) == tier);
         const DType t = a.kind == ArrayKind::params || a.kind == ArrayKind::grad ? o.dtype : DType::f32;
-        CHECK(store.dtype(a) == t);
+        CHECK(store.dtype(u, a) == t);
         CHECK((store.resident(u, a) != nullptr) == (tier != MemTier::nvme && numel > 0));
         want[cat][static_cast<int>(tier)] += numel * dtype_size(t);
       }
@@ -169,7 +169,7 @@ TEST_CASE("array store: store then read gives back the same bytes on every tier"
     int salt = 0;
     for (UnitId u = 0; u < 3; ++u) {
       for (ArrayRef a : all_arrays(o)) {
-        const std::size_t bytes = store.numel(u, a) * dtype_size(store.dtype(a));
+        const std::size_t bytes = store.numel(u, a) * dtype_size(store.dtype(u, a));
         HostBuffer h0;
         const auto* fresh = static_cast<const std::byte*>(store.read(u, a, h0));
         CHECK(std::vector<std::byte>(fresh, fresh + bytes) == std::vector<std::byte>(bytes));

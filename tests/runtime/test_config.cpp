@@ -87,10 +87,10 @@ TEST_CASE("optimizer types Lion and Adagrad: DeepSpeed's names (any case), defau
 
 TEST_CASE("Lion and Adagrad: keys of other optimizers and out-of-range values are errors naming the key") {
   std::string m = error_of(R"({"optimizer": {"type": "Adagrad", "params": {"betas": [0.9, 0.99]}}})");
-  CHECK(m.find("\"optimizer.params.betas\" applies only to Adam,AdamW,Lion (optimizer.type is \"Adagrad\")") !=
+  CHECK(m.find("\"optimizer.params.betas\" applies only to Adam,AdamW,Adam8bit,AdamW8bit,Lion (optimizer.type is \"Adagrad\")") !=
         std::string::npos);
   m = error_of(R"({"optimizer": {"type": "Lion", "params": {"eps": 1e-8}}})");
-  CHECK(m.find("\"optimizer.params.eps\" applies only to Adam,AdamW,Adagrad (optimizer.type is \"Lion\")") !=
+  CHECK(m.find("\"optimizer.params.eps\" applies only to Adam,AdamW,Adam8bit,AdamW8bit,Adagrad (optimizer.type is \"Lion\")") !=
         std::string::npos);
   m = error_of(R"({"optimizer": {"type": "Lion", "params": {"lr_decay": 0.1}}})");
   CHECK(m.find("\"optimizer.params.lr_decay\" applies only to Adagrad") != std::string::npos);

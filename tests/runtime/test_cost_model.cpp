@@ -71,6 +71,13 @@ TEST_CASE("bytes the update moves per element") {
   CHECK(optimizer_bytes_per_element(c) == 12);
   c.optimizer.momentum = 0.9;
   CHECK(optimizer_bytes_per_element(c) == 20);
+  // AdamW8bit: p rw, g r, codes of m and v rw, absmax 4 / block each way.
+  c.optimizer = OptimizerHyper{};
+  c.optimizer.states.dtype = StateDtype::q8;
+  c.optimizer.states.block_size = 256;
+  CHECK(optimizer_bytes_per_element(c) == 16 + 16.0 / 256);
+  c.optimizer.states.block_size = 64;
+  CHECK(optimizer_bytes_per_element(c) == 16 + 16.0 / 64);
 }
 
 TEST_CASE("predicted steps equal the closed forms") {

@@ -142,8 +142,10 @@ void run_step(Engine& e) {
 TEST_CASE("the estimate equals the ledger after finalize(), byte for byte, over the grid") {
   Communicator& comm = world();
   const int n = comm.world_size(), r = comm.rank();
+  // The fifth is AdamW8bit (8-bit states; blocks of 64 or 256, every unit
+  // 8-bit or those of at least 100 elements).
   const OptimizerKind optimizers[] = {OptimizerKind::adamw, OptimizerKind::sgd, OptimizerKind::lion,
-                                      OptimizerKind::adagrad};
+                                      OptimizerKind::adagrad, OptimizerKind::adamw};
   int checked = 0, mismatches = 0, index = 0, step_mismatches = 0;
   for (const ModelDescription& model : {uneven_model(), layered_model()}) {
     for (int stage = 0; stage <= 3; ++stage) {
@@ -153,7 +155,13 @@ TEST_CASE("the estimate equals the ledger after finalize(), byte for byte, over 
             for (std::int64_t sub_group : {std::int64_t{4096}, std::int64_t{1'000'000'000}}) {
               EngineConfig c = make_config(stage);
               c.compute_dtype = dt;
-              c.optimizer.kind = optimizers[index % 4];
+              c.optimizer.kind = optimizers[index % 5];
+              if (index % 5 == 4) {
+                c.optimizer.states.dtype = StateDtype::q8;
+                c.optimizer.states.block_size = (index / 5) % 2 == 0 ? 256 : 64;
+                c.optimizer.states.min_8bit_size = (index / 5) % 3 == 0 ? 0 : 100;
+              }
+              CAPTURE(optimizer_type_name(c.optimizer));
               c.optimizer.momentum = index % 8 == 1 ? 0.9 : 0.0;  // SGD with and without a momentum state
               ++index;
               c.zero.reduce_bucket_size = bucket;
