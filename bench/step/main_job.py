@@ -50,6 +50,9 @@ def run_job(program, ranks, stage, steps, report, extra):
     cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
     with open(report) as f:
         run = json.load(f)["run"]
+    if "step_breakdown_ms" not in run:
+        sys.exit(f"main_job: {report} has no run.step_breakdown_ms: {program} predates the per-step "
+                 f"breakdown in its report")
     names, rows = run["step_breakdown_fields"], run["step_breakdown_ms"]
     if len(rows) != steps:
         sys.exit(f"main_job: the report of {' '.join(cmd)} has {len(rows)} steps, expected {steps} "
