@@ -31,6 +31,23 @@ struct UpdateView {
   std::vector<std::byte*> states;
 };
 
+// The weights, gradients and (mixed precision) compute copy of update index
+// v.begin + r: the parameters in place in fp32 training, the master weights
+// and the rounded copy in mixed precision. `states` as the kernel takes them.
+UpdateArrays update_arrays(const EngineState& s, const UpdateView& v, std::size_t r, std::span<float* const> states) {
+  const DType dt = s.dtype();
+  const std::size_t e = dtype_size(dt);
+  UpdateArrays a{.grads = v.grads + r * e, .grad_dtype = dt, .states = states};
+  if (s.mixed()) {
+    a.weights = v.master + r;
+    a.copy = v.params + r * e;
+    a.copy_dtype = dt;
+  } else {
+    a.weights = reinterpret_cast<float*>(v.params) + r;
+  }
+  return a;
+}
+
 // The 8-bit path of update_view: window by window, the parameter groups of
 // each window part as runs.
 void update_view_8bit(EngineState& s, DeviceOps& ops, UnitId u, std::int64_t step, float grad_scale,
@@ -40,8 +57,6 @@ void update_view_8bit(EngineState& s, DeviceOps& ops, UnitId u, std::int64_t ste
   if (W == 0) return;  // an empty unit
   const bool flat = s.stage() == 0;  // the update index space is the full buffer: N windows
   auto absmax_index = [&](std::size_t x) { return flat ? x / W * nbw + x % W / B : x / B; };
-  const DType dt = s.dtype();
-  const std::size_t e = dtype_size(dt);
   const UnitState& us = s.unit(u);
   std::vector<UpdateRun> runs;
   for (std::size_t wlo = v.begin / W * W; wlo < v.end; wlo += W) {
@@ -62,15 +77,7 @@ void update_view_8bit(EngineState& s, DeviceOps& ops, UnitId u, std::int64_t ste
         .exp_avg_absmax = reinterpret_cast<float*>(v.states[1]) + q,
         .exp_avg_sq_code = reinterpret_cast<std::uint8_t*>(v.states[2]) + r,
         .exp_avg_sq_absmax = reinterpret_cast<float*>(v.states[3]) + q};
-    UpdateArrays a{.grads = v.grads + r * e, .grad_dtype = dt, .states = {}};
-    if (s.mixed()) {
-      a.weights = v.master + r;
-      a.copy = v.params + r * e;
-      a.copy_dtype = dt;
-    } else {
-      a.weights = reinterpret_cast<float*>(v.params) + r;
-    }
-    ops.update_8bit(s.config.optimizer, step, grad_scale, a, q8, B, runs, hi - lo);
+    ops.update_8bit(s.config.optimizer, step, grad_scale, update_arrays(s, v, r, {}), q8, B, runs, hi - lo);
   }
 }
 
@@ -84,8 +91,6 @@ void update_view(EngineState& s, DeviceOps& ops, UnitId u, std::int64_t step, fl
   ZS_CHECK(s.store->states(u).dtype == StateDtype::fp32, "unit {}: {} optimizer states have no update path", u,
            state_dtype_name(s.store->states(u).dtype));
   UnitState& us = s.unit(u);
-  const DType dt = s.dtype();
-  const std::size_t e = dtype_size(dt);
   std::vector<float*> st(v.states.size());
   for (const ShardSegment& seg : us.segments) {
     const std::size_t lo = std::max(seg.shard_offset, v.begin);
@@ -95,15 +100,7 @@ void update_view(EngineState& s, DeviceOps& ops, UnitId u, std::int64_t step, fl
     const double lr = s.lr_at(seg.group, step - 1);
     const std::size_t r = lo - v.begin;
     for (std::size_t k = 0; k < st.size(); ++k) st[k] = reinterpret_cast<float*>(v.states[k]) + r;
-    UpdateArrays a{.grads = v.grads + r * e, .grad_dtype = dt, .states = st};
-    if (s.mixed()) {
-      a.weights = v.master + r;
-      a.copy = v.params + r * e;
-      a.copy_dtype = dt;
-    } else {
-      a.weights = reinterpret_cast<float*>(v.params) + r;
-    }
-    ops.update(s.config.optimizer, lr, g.weight_decay, step, grad_scale, a, hi - lo);
+    ops.update(s.config.optimizer, lr, g.weight_decay, step, grad_scale, update_arrays(s, v, r, st), hi - lo);
   }
 }
 
