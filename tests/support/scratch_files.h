@@ -15,16 +15,21 @@
 
 namespace zeroshard::testing {
 
-/// Removes `dir` and everything in it (nothing if absent) on rank 0; every
-/// rank returns once it is gone.
+/// Removes `dir` and everything in it (nothing if absent) on rank 0 once
+/// every rank is done with it (a first barrier: another rank's engine may
+/// still be deleting its own swap files there, and remove_all fails on a
+/// file that vanishes under it); every rank returns once it is gone.
 inline void remove_dir_on_rank0(Communicator& comm, const std::filesystem::path& dir) {
+  comm.barrier();
   if (comm.rank() == 0) std::filesystem::remove_all(dir);
   comm.barrier();
 }
 
-/// Makes `dir` an empty directory (removed, then created) on rank 0; every
-/// rank returns once it is there and empty.
+/// Makes `dir` an empty directory (removed, then created) on rank 0 once
+/// every rank is done with it (as remove_dir_on_rank0); every rank returns
+/// once it is there and empty.
 inline void make_empty_dir_on_rank0(Communicator& comm, const std::filesystem::path& dir) {
+  comm.barrier();
   if (comm.rank() == 0) {
     std::filesystem::remove_all(dir);
     std::filesystem::create_directories(dir);
