@@ -63,6 +63,11 @@ Mesh::Mesh(Communicator& world, MeshShape shape) : world_(world), shape_(shape) 
   tp_group_ = world.split(/*color=*/coord_.pp_rank * dp + coord_.dp_rank, /*key=*/coord_.tp_rank);
   dp_group_ = world.split(/*color=*/coord_.pp_rank * tp + coord_.tp_rank, /*key=*/coord_.dp_rank);
   pp_group_ = world.split(/*color=*/coord_.dp_rank * tp + coord_.tp_rank, /*key=*/coord_.pp_rank);
+  // First and last stage of a pipeline together; every other rank alone
+  // (colours past dp x tp, one per world rank).
+  const bool ends = coord_.pp_rank == 0 || coord_.pp_rank == shape.pp - 1;
+  embedding_group_ = world.split(/*color=*/ends ? coord_.dp_rank * tp + coord_.tp_rank : dp * tp + world.rank(),
+                                 /*key=*/coord_.pp_rank);
   ZS_CHECK(tp_group_->world_size() == shape.tp && tp_group_->rank() == coord_.tp_rank,
            "mesh: tensor-parallel group has size {} and rank {}, expected {} and {}",
            tp_group_->world_size(), tp_group_->rank(), shape.tp, coord_.tp_rank);

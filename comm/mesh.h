@@ -67,9 +67,9 @@ struct MeshCoord {
 class Mesh {
  public:
   /// Splits `world` into groups for `shape`. Collective over `world`: every
-  /// rank calls it with the same shape (three Communicator::split calls:
+  /// rank calls it with the same shape (four Communicator::split calls:
   /// the tensor-parallel group, the data-parallel group, the
-  /// pipeline-parallel group, also for pp = 1). Throws ConfigError when a
+  /// pipeline-parallel group and the embedding group, also for pp = 1). Throws ConfigError when a
   /// size is zero or negative or dp x tp x pp differs from
   /// world.world_size() (the message names the three sizes and the world
   /// size); every rank throws before any communication, so a bad shape
@@ -131,6 +131,13 @@ class Mesh {
   /// A group of one rank when pp = 1.
   Communicator& pp_group() const { return *pp_group_; }
 
+  /// The embedding group (Megatron-LM's): the first and the last pipeline
+  /// stage's ranks with this rank's (dp_rank, tp_rank), first stage first,
+  /// which hold the tied token embedding and LM head and sum its gradient
+  /// (Engine::tie_parameter). On a middle stage, and when pp = 1, a group
+  /// of this rank alone.
+  Communicator& embedding_group() const { return *embedding_group_; }
+
   /// World ranks of this rank's tensor-parallel group, in tp_rank order.
   std::vector<int> tp_group_world_ranks() const;
   /// World ranks of this rank's data-parallel group, in dp_rank order.
@@ -145,6 +152,7 @@ class Mesh {
   std::unique_ptr<Communicator> tp_group_;
   std::unique_ptr<Communicator> dp_group_;
   std::unique_ptr<Communicator> pp_group_;
+  std::unique_ptr<Communicator> embedding_group_;
 };
 
 }  // namespace zeroshard

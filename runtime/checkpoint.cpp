@@ -168,7 +168,8 @@ Manifest make_manifest(const EngineState& s, const std::string& tag, const json&
   m.scheduler = {{"type", s.config.scheduler.name()}, {"position", s.optimizer_steps}};
   m.client_state = client_state;
   if (s.world_comm != nullptr) {
-    m.mesh = ManifestMesh{.recorded = true, .dp = s.world(), .tp = s.tp_size(), .tp_rank = s.tp_rank()};
+    m.mesh = ManifestMesh{.recorded = true, .dp = s.world(), .tp = s.tp_size(), .tp_rank = s.tp_rank(),
+                          .pp = s.pp_size, .pp_rank = s.pp_rank};
   }
   return m;
 }
@@ -260,7 +261,7 @@ void write_checkpoint(EngineState& s, const std::string& save_dir, const std::st
 std::string Engine::save_checkpoint(const std::string& mesh_save_dir, const json& client_state, int keep_last,
                                     const std::string& tag_in) {
   EngineState& s = *s_;
-  // On a mesh each tp rank's group saves into its own folder ([Note: engine on a mesh]).
+  // On a mesh each (pipeline stage, tp rank)'s group saves into its own folder ([Note: engine on a mesh]).
   const std::string save_dir = mesh_checkpoint_root(s, mesh_save_dir);
   ZS_CHECK(s.finalized, "save_checkpoint() before finalize()");
   check_usable(s, "save_checkpoint()");

@@ -65,7 +65,13 @@ json Manifest::to_json() const {
     out["state_format"]["block_size"] = states.block_size;
     out["state_format"]["min_8bit_size"] = states.min_8bit_size;
   }
-  if (mesh.recorded) out["mesh"] = {{"dp", mesh.dp}, {"tp", mesh.tp}, {"tp_rank", mesh.tp_rank}};
+  if (mesh.recorded) {
+    out["mesh"] = {{"dp", mesh.dp}, {"tp", mesh.tp}, {"tp_rank", mesh.tp_rank}};
+    if (mesh.pp > 1) {
+      out["mesh"]["pp"] = mesh.pp;
+      out["mesh"]["pp_rank"] = mesh.pp_rank;
+    }
+  }
   if (weights.recorded) {
     out["weights_file"] = {{"name", weights.name}, {"dtype", weights.dtype}, {"bytes", weights.bytes},
                            {"crc32", weights.crc32}};
@@ -200,11 +206,16 @@ Manifest Manifest::from_json(const json& j, const std::string& path) {
       m.mesh = ManifestMesh{.recorded = true,
                             .dp = integer<int>(mj, "dp", path),
                             .tp = integer<int>(mj, "tp", path),
-                            .tp_rank = integer<int>(mj, "tp_rank", path)};
+                            .tp_rank = integer<int>(mj, "tp_rank", path),
+                            .pp = mj.contains("pp") ? integer<int>(mj, "pp", path) : 1,
+                            .pp_rank = mj.contains("pp_rank") ? integer<int>(mj, "pp_rank", path) : 0};
       if (m.mesh.dp != m.world_size || m.mesh.tp < 1 || m.mesh.tp > (1 << 24) || m.mesh.tp_rank < 0 ||
           m.mesh.tp_rank >= m.mesh.tp) {
         throw IoError(fmt::format("{}: mesh: dp {} x tp {} (tp_rank {}) does not fit world_size {}", path, m.mesh.dp,
                                   m.mesh.tp, m.mesh.tp_rank, m.world_size));
+      }
+      if (m.mesh.pp < 1 || m.mesh.pp > (1 << 24) || m.mesh.pp_rank < 0 || m.mesh.pp_rank >= m.mesh.pp) {
+        throw IoError(fmt::format("{}: mesh: pp_rank {} is outside [0, pp {})", path, m.mesh.pp_rank, m.mesh.pp));
       }
     }
     if (j.contains("weights_file")) {

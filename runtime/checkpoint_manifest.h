@@ -37,12 +37,14 @@ struct ManifestParam {
 
 /// The device mesh a checkpoint was saved on (comm/mesh.h). Manifests
 /// without the `mesh` key (no mesh, or written before it existed) read as
-/// dp = world_size, tp = 1.
+/// dp = world_size, tp = 1, pp = 1; without `pp` / `pp_rank` as pp = 1.
 struct ManifestMesh {
   bool recorded = false;  ///< the manifest has a `mesh` key
   int dp = 1;             ///< data-parallel size (= world_size)
   int tp = 1;             ///< tensor-parallel size
   int tp_rank = 0;        ///< the tp rank whose slices this checkpoint holds
+  int pp = 1;             ///< pipeline stages (key absent: 1)
+  int pp_rank = 0;        ///< the pipeline stage whose layers this checkpoint holds
 };
 
 /// One unit's flat-buffer layout at save time.

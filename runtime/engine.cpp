@@ -173,6 +173,7 @@ void Engine::finalize() {
   start_observer(s);           // clock offsets, when the breakdown or the trace is on
   const SwapSharers sharers = count_swap_sharers(s.host_comm, s.config.offload);  // the free-space check counts them all
   run_agreed(s.host_comm, [&] { allocate_state(s, sharers); });
+  check_ties(s);  // [Note: engine on a mesh]: tied copies laid out alike, agreed over the world
   s.finalized = true;
 }
 

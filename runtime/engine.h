@@ -88,6 +88,22 @@
 // At tp = 1 the step is the single-group engine's, with the norm's
 // all-reduce on the world (which is then the data-parallel group).
 //
+// With pipeline parallelism (mesh.pp_size() > 1) each rank's engine holds
+// its pipeline stage's layers only (parallel/pipeline_executor.h runs the
+// schedule); the sum and flag above still run over mesh.world(), so the
+// norm covers every pipeline stage and tensor-parallel slice and one
+// stage's overflow skips the step on every rank. A parameter that several
+// pipeline stages hold (a tied embedding and LM head on the first and last
+// stage, Megatron-LM's shared embedding) is declared on each of them and
+// tied with tie_parameter(p, group): at each boundary step, after the
+// data-parallel reductions and before the norm, its gradient (the part of
+// it this rank updates) is summed over `group` in the compute dtype, so
+// the copies get the same update and stay identical; the norm counts it on
+// group rank 0 only. Stage 3's prefetch order is recorded over a whole
+// first step, not its first micro-batch, so it follows the schedule's
+// interleaving of forwards and backwards ([Note: unshard order],
+// runtime/unsharder.h).
+//
 // [Note: SPMD]
 // Every rank must make the same sequence of unshard / reduce_gradients /
 // step calls (they issue collectives). Only data differs between ranks.
@@ -219,7 +235,24 @@ class Engine {
   /// when split_dim is outside the shape.
   ParamId add_parameter(UnitId unit, std::string name, std::vector<std::int64_t> shape, GroupId group,
                         TensorParallel tp);
+  /// Ties parameter p to its copies on the other ranks of `group` (a tied
+  /// embedding and LM head on the first and last pipeline stage:
+  /// Mesh::embedding_group(); [Note: engine on a mesh]): from the boundary
+  /// step on, p's gradient is summed over `group` before the norm and
+  /// counted in the norm on group rank 0 only. Every rank of `group` must
+  /// tie its copy, in the same order as the other ties over that group;
+  /// the copies must sit at the same place of units of equal size
+  /// (finalize() checks it). `group` must outlive the engine. Only on a
+  /// mesh (Engine(config, mesh)); throws InvariantError otherwise, after
+  /// finalize(), or for an unknown p.
+  void tie_parameter(ParamId p, Communicator& group);
+
   /// Lays out flat buffers for the world size, allocates (parameters zero).
+  /// On a mesh with tied parameters (tie_parameter), throws
+  /// AgreedConfigError on every rank of the world when a tied copy's
+  /// element count, its offset in its unit or its unit's padded size
+  /// differs from the copy on the group's rank 0, or when
+  /// offload_optimizer is on nvme (the gradients must be addressable).
   /// On a mesh with tp > 1, first throws ConfigError (on every rank) naming
   /// every parameter declared without a TensorParallel layout, then
   /// AgreedConfigError when the tp ranks' layouts differ (every tp rank
@@ -396,6 +429,9 @@ class Engine {
   int tp_rank() const;
   /// The declared tensor-parallel layout of p (replicated when undeclared).
   TensorParallel param_parallel(ParamId p) const;
+  /// Pipeline stages and this rank's stage (1 and 0 without a mesh).
+  int pp_size() const;
+  int pp_rank() const;
   const EngineConfig& config() const;
   const FlatLayout& layout() const;
   const MemoryLedger& ledger() const;

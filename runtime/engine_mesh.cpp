@@ -40,7 +40,24 @@ Engine::Engine(const EngineConfig& config, const Mesh& mesh) : Engine(checked_fo
   s_->traced_tp = std::make_unique<TracedCommunicator>(mesh.tp_group(), "tp", s_->traced_options());
   s_->world_comm = s_->traced_world.get();
   s_->tp_comm = s_->traced_tp.get();
+  s_->pp_size = mesh.pp_size();
+  s_->pp_rank = mesh.pp_rank();
 }
+
+void Engine::tie_parameter(ParamId p, Communicator& group) {
+  EngineState& s = *s_;
+  if (s.world_comm == nullptr) {
+    throw InvariantError("tie_parameter(): only an engine on a mesh (Engine(config, mesh)) ties parameters");
+  }
+  if (s.finalized) throw InvariantError("tie_parameter() after finalize()");
+  if (p < 0 || static_cast<std::size_t>(p) >= s.layout.params().size()) {
+    throw InvariantError(fmt::format("tie_parameter(): unknown parameter id {}", p));
+  }
+  s.ties.push_back(EngineState::Tie{.param = p, .group = &group});
+}
+
+int Engine::pp_size() const { return s_->pp_size; }
+int Engine::pp_rank() const { return s_->pp_rank; }
 
 ParamId Engine::add_parameter(UnitId unit, std::string name, std::vector<std::int64_t> shape, GroupId group,
                               TensorParallel tp) {
@@ -101,60 +118,113 @@ struct GradRun {
   std::size_t n;
   bool replicated;
   bool in_shard;  // counted in the norm (inside this rank's shard window)
+  bool tied_copy;  // a tied parameter on a rank other than its group's rank 0
 };
 
-// The runs of every parameter in unit u's gradient buffer that the
-// optimizer reads on this rank: the whole unit at stage 0 (each rank
-// updates it all), the rank's shard window otherwise.
-void unit_runs(EngineState& s, UnitId u, std::vector<GradRun>& out) {
-  const UnitInfo& info = s.info(u);
+// The runs of parameter id's gradient that the optimizer reads on this rank
+// (in unit u's gradient buffer g): the whole parameter at stage 0 (each
+// rank updates it all), its part of the rank's shard window otherwise.
+// `all_at_stage0` false leaves out the stage-0 parts outside the window of
+// a split parameter (the tp average needs the replicated ones only).
+void param_runs(EngineState& s, ParamId id, bool all_at_stage0, bool tied_copy, std::vector<GradRun>& out) {
+  const ParamInfo& p = s.layout.param(id);
+  const UnitInfo& info = s.info(p.unit);
   const std::size_t e = dtype_size(s.dtype());
   const std::size_t w0 = static_cast<std::size_t>(s.rank()) * info.shard, w1 = w0 + info.shard;
-  std::byte* g = s.store->resident(u, {ArrayKind::grad});
-  for (ParamId id : info.params) {
-    const ParamInfo& p = s.layout.param(id);
-    const bool rep = s.param_parallel(id).is_replicated();
-    const std::size_t a = p.offset, b = p.offset + p.numel;
-    // Shard window part, then (stage 0) the parts outside it.
-    const std::size_t lo = std::max(a, w0), hi = std::min(b, w1);
-    if (lo < hi) {
-      const std::size_t at = s.stage() >= 2 ? lo - w0 : lo;
-      out.push_back(GradRun{g + at * e, hi - lo, rep, true});
-    }
-    if (s.stage() == 0 && rep) {
-      if (a < std::min(b, w0)) out.push_back(GradRun{g + a * e, std::min(b, w0) - a, rep, false});
-      if (std::max(a, w1) < b) out.push_back(GradRun{g + std::max(a, w1) * e, b - std::max(a, w1), rep, false});
+  std::byte* g = s.store->resident(p.unit, {ArrayKind::grad});
+  const bool rep = s.param_parallel(id).is_replicated();
+  const std::size_t a = p.offset, b = p.offset + p.numel;
+  // Shard window part, then (stage 0) the parts outside it.
+  const std::size_t lo = std::max(a, w0), hi = std::min(b, w1);
+  if (lo < hi) {
+    const std::size_t at = s.stage() >= 2 ? lo - w0 : lo;
+    out.push_back(GradRun{g + at * e, hi - lo, rep, true, tied_copy});
+  }
+  if (s.stage() == 0 && (rep || all_at_stage0)) {
+    if (a < std::min(b, w0)) out.push_back(GradRun{g + a * e, std::min(b, w0) - a, rep, false, tied_copy});
+    if (std::max(a, w1) < b) {
+      out.push_back(GradRun{g + std::max(a, w1) * e, b - std::max(a, w1), rep, false, tied_copy});
     }
   }
 }
 
 }  // namespace
 
-kernels::GradStats mesh_grad_stats(EngineState& s) {
+void reduce_tied_gradients(EngineState& s) {
   std::vector<GradRun> runs;
-  for (UnitId u = 0; u < static_cast<UnitId>(s.units.size()); ++u) unit_runs(s, u, runs);
-  // Average the replicated runs over the tp group: one fp32 all-reduce.
-  std::size_t total = 0;
-  for (const GradRun& r : runs) total += r.replicated ? r.n : 0;
-  // The gradients are in the compute device's memory: every operation on
-  // them goes through its DeviceOps (the cast back computes sum * (1/tp) in
-  // float and rounds once).
-  DeviceOps& ops = *s.ops;
-  PoolLease buf = s.pool.acquire(total, DType::f32, false);
-  auto* sums = static_cast<float*>(buf.data());
-  std::size_t at = 0;
-  for (const GradRun& r : runs) {
-    if (!r.replicated) continue;
-    ops.cast(sums + at, DType::f32, r.data, s.dtype(), r.n, 1.0f);
-    at += r.n;
+  for (const EngineState::Tie& t : s.ties) {
+    runs.clear();
+    param_runs(s, t.param, true, false, runs);
+    t.group->set_label("tied_gradient");
+    // The group's ranks hold equal layouts (check_ties): the same runs.
+    for (const GradRun& r : runs) t.group->all_reduce(r.data, r.n, s.dtype(), ReduceOp::sum);
   }
-  s.tp_comm->all_reduce(sums, total, DType::f32, ReduceOp::sum);
-  const float inv = 1.0f / static_cast<float>(s.tp_size());
-  at = 0;
-  for (const GradRun& r : runs) {
-    if (!r.replicated) continue;
-    ops.cast(r.data, s.dtype(), sums + at, DType::f32, r.n, inv);
-    at += r.n;
+}
+
+void check_ties(EngineState& s) {
+  if (s.world_comm == nullptr) return;
+  std::string err;
+  if (!s.ties.empty() && s.config.offload.optimizer.device == OffloadDevice::nvme) {
+    err = fmt::format("{}: zero_optimization.offload_optimizer.device \"nvme\" with tied parameter \"{}\": a tied "
+                      "gradient is summed over its group in memory; use \"cpu\" or \"none\"",
+                      s.config.source, s.layout.param(s.ties.front().param).name);
+  }
+  for (const EngineState::Tie& t : s.ties) {
+    const ParamInfo& p = s.layout.param(t.param);
+    const UnitInfo& u = s.info(p.unit);
+    const double mine[3] = {static_cast<double>(p.numel), static_cast<double>(p.offset),
+                            static_cast<double>(u.padded)};
+    std::vector<double> all(3 * static_cast<std::size_t>(t.group->world_size()));
+    t.group->all_gather(mine, all.data(), 3, DType::f64);
+    for (int r = 1; r < t.group->world_size() && err.empty(); ++r) {
+      const double* o = all.data() + 3 * r;
+      if (o[0] != all[0] || o[1] != all[1] || o[2] != all[2]) {
+        err = fmt::format(
+            "tied parameter \"{}\": group rank 0 holds {} elements at offset {} of a unit of {} padded elements, "
+            "group rank {} holds {} at offset {} of {}; tied copies must be laid out alike (the same shape, alone "
+            "or at the same place in units of equal size)",
+            p.name, all[0], all[1], all[2], r, o[0], o[1], o[2]);
+      }
+    }
+  }
+  // Ranks without ties (middle pipeline stages) take part: no rank is left
+  // in a collective when a tie is wrong.
+  agree_on_error(s.norm_comm(), err, ErrorKind::config);
+}
+
+kernels::GradStats mesh_grad_stats(EngineState& s) {
+  std::vector<bool> tied_copy(s.layout.params().size(), false);
+  for (const EngineState::Tie& t : s.ties) {
+    if (t.group->rank() != 0) tied_copy[static_cast<std::size_t>(t.param)] = true;
+  }
+  std::vector<GradRun> runs;
+  for (UnitId u = 0; u < static_cast<UnitId>(s.units.size()); ++u) {
+    for (ParamId id : s.info(u).params) param_runs(s, id, false, tied_copy[static_cast<std::size_t>(id)], runs);
+  }
+  // Average the replicated runs over the tp group: one fp32 all-reduce.
+  DeviceOps& ops = *s.ops;
+  if (s.tp_size() > 1) {
+    std::size_t total = 0;
+    for (const GradRun& r : runs) total += r.replicated ? r.n : 0;
+    // The gradients are in the compute device's memory: every operation on
+    // them goes through its DeviceOps (the cast back computes sum * (1/tp) in
+    // float and rounds once).
+    PoolLease buf = s.pool.acquire(total, DType::f32, false);
+    auto* sums = static_cast<float*>(buf.data());
+    std::size_t at = 0;
+    for (const GradRun& r : runs) {
+      if (!r.replicated) continue;
+      ops.cast(sums + at, DType::f32, r.data, s.dtype(), r.n, 1.0f);
+      at += r.n;
+    }
+    s.tp_comm->all_reduce(sums, total, DType::f32, ReduceOp::sum);
+    const float inv = 1.0f / static_cast<float>(s.tp_size());
+    at = 0;
+    for (const GradRun& r : runs) {
+      if (!r.replicated) continue;
+      ops.cast(r.data, s.dtype(), sums + at, DType::f32, r.n, inv);
+      at += r.n;
+    }
   }
   // This rank's share: split slices always, replicated ones on tp rank 0;
   // Inf/NaN counted everywhere.
@@ -162,7 +232,7 @@ kernels::GradStats mesh_grad_stats(EngineState& s) {
   for (const GradRun& r : runs) {
     if (!r.in_shard) continue;
     const kernels::GradStats st = ops.grad_stats(r.data, s.dtype(), r.n);
-    if (!r.replicated || s.tp_rank() == 0) out.sum_of_squares += st.sum_of_squares;
+    if ((!r.replicated || s.tp_rank() == 0) && !r.tied_copy) out.sum_of_squares += st.sum_of_squares;
     out.nonfinite += st.nonfinite;
   }
   return out;
@@ -173,7 +243,8 @@ kernels::GradStats mesh_grad_stats(EngineState& s) {
 namespace zeroshard {
 
 std::string mesh_checkpoint_root(const EngineState& s, const std::string& save_dir) {
-  return s.tp_size() > 1 ? fmt::format("{}/tp-{:02d}", save_dir, s.tp_rank()) : save_dir;
+  const std::string stage = s.pp_size > 1 ? fmt::format("{}/pp-{:02d}", save_dir, s.pp_rank) : save_dir;
+  return s.tp_size() > 1 ? fmt::format("{}/tp-{:02d}", stage, s.tp_rank()) : stage;
 }
 
 namespace {
@@ -186,6 +257,14 @@ namespace {
       dir, m.mesh.tp, m.mesh.dp, m.mesh.tp, s.tp_size(), s.world(), s.tp_size()));
 }
 
+[[noreturn]] void refuse_pp(const EngineState& s, const std::string& dir, const Manifest& m) {
+  throw ConfigError(fmt::format(
+      "{}: checkpoint saved at pipeline-parallel size {} (mesh dp {} x tp {} x pp {}), this engine runs at "
+      "pipeline-parallel size {} (mesh dp {} x tp {} x pp {}); a checkpoint loads at any data-parallel size but "
+      "only at the pipeline-parallel size it was saved at (re-partitioning the layers is not supported)",
+      dir, m.mesh.pp, m.mesh.dp, m.mesh.tp, m.mesh.pp, s.pp_size, s.world(), s.tp_size(), s.pp_size));
+}
+
 // <root>/<tag or latest>'s manifest.
 Manifest read_tagged(const std::string& root, const std::string& tag_in) {
   std::string tag = tag_in;
@@ -196,28 +275,47 @@ Manifest read_tagged(const std::string& root, const std::string& tag_in) {
   return Manifest::read(root + "/" + tag);
 }
 
+// The checkpoint root under `base` that holds `entry` ("/latest" or
+// "/<tag>"): base itself (tp = 1) or its tp-00 folder; "" when neither.
+std::string root_with(const std::string& base, const std::string& entry) {
+  namespace fs = std::filesystem;
+  if (fs::exists(base + entry)) return base;
+  if (fs::exists(base + "/tp-00" + entry)) return base + "/tp-00";
+  return "";
+}
+
 }  // namespace
 
 void check_checkpoint_mesh(const EngineState& s, const std::string& save_dir, const std::string& tag) {
   namespace fs = std::filesystem;
   const std::string root = mesh_checkpoint_root(s, save_dir);
-  const bool here = fs::exists(root + "/" + (tag.empty() ? std::string("latest") : tag));
-  if (here) return;  // the manifest's own mesh is checked after it is read
   const std::string entry = "/" + (tag.empty() ? std::string("latest") : tag);
+  if (fs::exists(root + entry)) return;  // the manifest's own mesh is checked after it is read
+  // Saved with another number of pipeline stages: stage 0's folder (pp > 1)
+  // or the folder itself (pp = 1) tells it.
+  const std::string first_stage = root_with(save_dir + "/pp-00", entry);
+  const std::string no_stages = root_with(save_dir, entry);
+  if (s.pp_size > 1 && first_stage.empty() && !no_stages.empty()) refuse_pp(s, no_stages, read_tagged(no_stages, tag));
+  if (!first_stage.empty() && (s.pp_size == 1 || no_stages.empty())) {
+    const Manifest m = read_tagged(first_stage, tag);
+    if (m.mesh.pp != s.pp_size) refuse_pp(s, first_stage, m);
+  }
+  const std::string stage_dir = s.pp_size > 1 ? fmt::format("{}/pp-{:02d}", save_dir, s.pp_rank) : save_dir;
   // Saved at a smaller tp > 1: tp rank 0's folder tells the size.
-  const std::string tp0 = save_dir + "/tp-00";
+  const std::string tp0 = stage_dir + "/tp-00";
   if (s.tp_size() > 1 && fs::exists(tp0 + entry)) {
     const Manifest m = read_tagged(tp0, tag);
     if (m.mesh.tp != s.tp_size()) refuse_tp(s, tp0, m);
     return;
   }
   // Saved in the other layout: at tp = 1 (no folders) or at tp > 1 (tp-NN folders).
-  const std::string other = s.tp_size() > 1 ? save_dir : tp0;
+  const std::string other = s.tp_size() > 1 ? stage_dir : tp0;
   if (!fs::exists(other + entry)) return;  // the read names what is missing
   refuse_tp(s, other, read_tagged(other, tag));
 }
 
 void check_manifest_mesh(const EngineState& s, const std::string& dir, const Manifest& m) {
+  if (m.mesh.pp != s.pp_size) refuse_pp(s, dir, m);
   if (m.mesh.tp != s.tp_size()) refuse_tp(s, dir, m);
 }
 

@@ -149,6 +149,15 @@ class EngineState {
   Communicator* world_comm = nullptr;
   Communicator* tp_comm = nullptr;
   std::vector<std::optional<TensorParallel>> param_tp;
+  /// Pipeline stages of the mesh and this rank's (1 and 0 without one).
+  int pp_size = 1;
+  int pp_rank = 0;
+  /// A parameter tied to copies on other ranks (Engine::tie_parameter).
+  struct Tie {
+    ParamId param = -1;
+    Communicator* group = nullptr;
+  };
+  std::vector<Tie> ties;  ///< in tie_parameter order
 
   int tp_size() const { return tp_comm ? tp_comm->world_size() : 1; }
   int tp_rank() const { return tp_comm ? tp_comm->rank() : 0; }
@@ -177,10 +186,19 @@ class EngineState {
 /// Collective.
 std::vector<std::byte> gather_host(EngineState& s, UnitId u, const void* shard, DType t);
 
-/// Mesh with tp > 1 ([Note: engine on a mesh]): averages the replicated
-/// parameters' gradients over the tp group and returns this rank's share
-/// of the global squared norm and Inf/NaN count (to be summed over the
-/// world). Collective over the tp group. Defined in engine_mesh.cpp.
+/// Tied parameters ([Note: engine on a mesh]): sums each tied gradient
+/// (the part this rank updates) over its group. Collective over every
+/// tie's group, in tie order. Defined in engine_mesh.cpp.
+void reduce_tied_gradients(EngineState& s);
+/// finalize()'s tie checks (see Engine::finalize): collective over every
+/// tie's group, then agreed over the world. Defined in engine_mesh.cpp.
+void check_ties(EngineState& s);
+/// Mesh with tp > 1 or tied parameters ([Note: engine on a mesh]): averages
+/// the replicated parameters' gradients over the tp group (tp > 1) and
+/// returns this rank's share of the global squared norm (tied copies on
+/// their group's rank 0 only) and Inf/NaN count (to be summed over the
+/// world). Collective over the tp group when tp > 1. Defined in
+/// engine_mesh.cpp.
 kernels::GradStats mesh_grad_stats(EngineState& s);
 /// finalize()'s mesh checks: every parameter declared, equal layouts over
 /// the tp group. Collective over the tp group. Throws ConfigError /
@@ -191,17 +209,20 @@ struct Manifest;
 struct ManifestWeights;
 
 /// Where this rank's data-parallel group keeps its checkpoints under
-/// save_dir: save_dir itself at tp = 1, save_dir/tp-NN (NN = tp rank) on a
-/// mesh with tp > 1 (docs/checkpoint-format.md, "Checkpoints on a mesh").
+/// save_dir: save_dir itself at tp = pp = 1, save_dir/tp-NN (NN = tp rank)
+/// with tp > 1, inside save_dir/pp-SS (SS = pipeline stage) with pp > 1
+/// (docs/checkpoint-format.md, "Checkpoints on a mesh").
 std::string mesh_checkpoint_root(const EngineState& s, const std::string& save_dir);
 /// Before reading a manifest: when this rank's folder has no checkpoint but
-/// save_dir holds one in another layout (tp-NN folders at tp = 1, none at
-/// tp > 1, or fewer tp-NN folders than this tp rank needs), throws the
-/// ConfigError of check_manifest_mesh for it, naming the saved and the
-/// engine's tensor-parallel sizes on every rank. Local (no collective).
+/// save_dir holds one in another layout (pp-SS folders at pp = 1, none or
+/// fewer than this stage needs at pp > 1; tp-NN folders at tp = 1, none at
+/// tp > 1, or fewer than this tp rank needs), throws the ConfigError of
+/// check_manifest_mesh for it, naming the saved and the engine's pipeline
+/// or tensor-parallel sizes on every rank. Local (no collective).
 void check_checkpoint_mesh(const EngineState& s, const std::string& save_dir, const std::string& tag);
-/// Throws ConfigError naming both tensor-parallel sizes (and meshes) when
-/// manifest m (of `dir`) was saved at a tensor-parallel size other than the
+/// Throws ConfigError naming both pipeline sizes, else both tensor-parallel
+/// sizes (and meshes) when manifest m (of `dir`) was saved with another
+/// number of pipeline stages or at another tensor-parallel size than the
 /// engine's. Local.
 void check_manifest_mesh(const EngineState& s, const std::string& dir, const Manifest& m);
 

@@ -152,7 +152,9 @@ StepResult Engine::step_body() {
     finish_reductions(s, result.boundary);
   }
   ++s.micro_steps;
-  s.unsharder->end_micro_batch();
+  // With pipeline stages the forwards and backwards of several micro-batches
+  // interleave: the prefetch order is a whole step's ([Note: engine on a mesh]).
+  if (s.pp_size == 1 || result.boundary) s.unsharder->end_micro_batch();
   result.optimizer_step = s.optimizer_steps;
   if (!result.boundary) return result;
 
@@ -168,7 +170,11 @@ StepResult Engine::step_body() {
   // mesh]) the replicated gradients are averaged over the tensor-parallel
   // group first, and the sums run over the whole world.
   double stats[2] = {0, 0};
-  if (s.tp_size() > 1) {
+  if (!s.ties.empty()) {
+    const TraceScope span(s.tracer(), "tied_gradients", TraceThread::engine);
+    reduce_tied_gradients(s);
+  }
+  if (s.tp_size() > 1 || !s.ties.empty()) {
     const kernels::GradStats st = mesh_grad_stats(s);
     stats[0] = st.sum_of_squares;
     stats[1] = static_cast<double>(st.nonfinite);

@@ -245,6 +245,13 @@ TEST_CASE("mesh: pipeline stages, groups and neighbours for every dp x tp x pp o
     CHECK(mesh.dp_group_world_ranks() == want_dp);
     CHECK(mesh.pp_group_world_ranks() == want_pp);
     check_group_sum(mesh.pp_group(), me, want_pp, pp);
+    // The embedding group: first and last stage of this pipeline, alone elsewhere.
+    std::vector<int> want_emb = {me};
+    if (stage == 0 || stage == pp - 1) {
+      want_emb = {d * tp + t};
+      if (pp > 1) want_emb.push_back(((pp - 1) * dp + d) * tp + t);
+    }
+    CHECK(gathered_world_ranks(mesh.embedding_group(), me) == want_emb);
 
     // Point-to-point along the pipeline: each stage sends its world rank to
     // the next stage and receives the previous stage's.

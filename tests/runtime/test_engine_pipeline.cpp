@@ -1,0 +1,169 @@
+// The Engine on a mesh with pipeline stages ([Note: engine on a mesh],
+// runtime/engine.h) at every dp x tp x pp of 2-4 ranks with pp > 1, ZeRO
+// stages 0-3, against closed forms: each pipeline stage's engine holds its
+// own parameter (57 elements), the first and the last stage a tied one (7
+// elements; Mesh::embedding_group()). The global norm covers every stage
+// and counts the tied parameter once, with its gradient summed over the two
+// stages; the clip factor follows; the tied copies get bitwise the same
+// update. An Inf on the last stage alone skips the step on every rank.
+// Tied copies laid out differently are one AgreedConfigError on every rank
+// of the world, middle stages included; tying without a mesh is refused.
+#include <doctest/doctest.h>
+
+#include <cmath>
+#include <string>
+#include <vector>
+
+#include "comm/mesh.h"
+#include "core/dtype.h"
+#include "core/error.h"
+#include "kernels/cpu/cast.h"
+#include "runtime/collective_error.h"
+#include "runtime/engine.h"
+#include "support/test_world.h"
+
+namespace zeroshard {
+namespace {
+
+using testing::world;
+
+// Every (dp, tp, pp) of n ranks with pp > 1.
+std::vector<MeshShape> pipeline_shapes(int n) {
+  std::vector<MeshShape> out;
+  for (int pp = 2; pp <= n; ++pp) {
+    for (int tp = 1; tp <= n / pp; ++tp) {
+      if (n % (pp * tp) == 0) out.push_back(MeshShape{n / (pp * tp), tp, pp});
+    }
+  }
+  return out;
+}
+
+EngineConfig sgd_config(int stage, double clipping) {
+  EngineConfig c;
+  c.train_micro_batch_size_per_gpu = 1;
+  c.gradient_accumulation_steps = 1;
+  c.gradient_clipping = clipping;
+  c.optimizer.kind = OptimizerKind::sgd;
+  c.optimizer.lr = 0.5f;
+  c.optimizer.weight_decay = 0.0f;
+  c.zero.stage = stage;
+  return c;
+}
+
+constexpr std::size_t kOwn = 57, kTied = 7;
+
+// Stage s: "w.s" [57] in unit "u"; first and last stage: "tied" [tied_numel]
+// alone in unit "t", tied over the embedding group.
+struct StageModel {
+  Engine engine;
+  ParamId w = -1, tied = -1;
+  StageModel(const EngineConfig& cfg, const Mesh& mesh, std::size_t tied_numel = kTied) : engine(cfg, mesh) {
+    const UnitId u = engine.add_unit("u");
+    w = engine.add_parameter(u, fmt::format("w.{}", mesh.pp_rank()), {static_cast<std::int64_t>(kOwn)}, 0,
+                             TensorParallel::replicated());
+    if (mesh.is_first_stage() || mesh.is_last_stage()) {
+      const UnitId t = engine.add_unit("t");
+      tied = engine.add_parameter(t, "tied", {static_cast<std::int64_t>(tied_numel)}, 0,
+                                  TensorParallel::replicated());
+      engine.tie_parameter(tied, mesh.embedding_group());
+    }
+    engine.finalize();
+  }
+};
+
+TEST_CASE("engine with pipeline stages: the norm covers every stage, the tied gradient is summed and counted once") {
+  for (MeshShape shape : pipeline_shapes(world().world_size())) {
+    for (int stage = 0; stage <= 3; ++stage) {
+      CAPTURE(shape.dp);
+      CAPTURE(shape.tp);
+      CAPTURE(shape.pp);
+      CAPTURE(stage);
+      Mesh mesh(world(), shape);
+      StageModel m(sgd_config(stage, 1.0), mesh);
+      CHECK(m.engine.pp_size() == shape.pp);
+      CHECK(m.engine.pp_rank() == mesh.pp_rank());
+      // Every dp rank adds the same gradients: w.s = s + 1; tied = 1 on the
+      // first stage and 2 on the last, 3 once summed.
+      const float own = static_cast<float>(mesh.pp_rank() + 1);
+      for (float& v : m.engine.grad(m.w)) v += own;
+      if (m.tied >= 0) {
+        for (float& v : m.engine.grad(m.tied)) v += mesh.is_first_stage() ? 1.0f : 2.0f;
+      }
+      const StepResult r = m.engine.step();
+      double squares = 9.0 * kTied;
+      for (int s = 0; s < shape.pp; ++s) squares += static_cast<double>(kOwn) * (s + 1) * (s + 1);
+      const double norm = std::sqrt(squares), coef = 1.0 / (norm + 1e-6);
+      CHECK(r.applied);
+      CHECK(std::abs(r.grad_norm - norm) <= 1e-12 * norm);
+      CHECK(std::abs(r.clip_coef - coef) <= 1e-12 * coef);
+      // SGD from 0: p = -lr x coef x g, in float.
+      const float w_want = static_cast<float>(-0.5 * coef) * own;
+      for (float v : m.engine.gather_parameter(m.w)) CHECK(v == doctest::Approx(w_want).epsilon(1e-6));
+      if (m.tied >= 0) {
+        const std::vector<float> t = m.engine.gather_parameter(m.tied);
+        for (float v : t) CHECK(v == doctest::Approx(-0.5 * coef * 3.0).epsilon(1e-6));
+        // Bitwise the same on both stages.
+        std::vector<float> both(2 * t.size());
+        mesh.embedding_group().all_gather(t.data(), both.data(), t.size(), DType::f32);
+        CHECK(std::equal(both.begin(), both.begin() + static_cast<std::ptrdiff_t>(t.size()),
+                         both.begin() + static_cast<std::ptrdiff_t>(t.size())));
+      }
+    }
+  }
+}
+
+TEST_CASE("engine with pipeline stages: fp16 overflow on the last stage alone skips the step on every rank") {
+  for (MeshShape shape : pipeline_shapes(world().world_size())) {
+    for (int stage = 0; stage <= 3; ++stage) {
+      CAPTURE(shape.dp);
+      CAPTURE(shape.tp);
+      CAPTURE(shape.pp);
+      CAPTURE(stage);
+      Mesh mesh(world(), shape);
+      EngineConfig cfg = sgd_config(stage, 0.0);
+      cfg.compute_dtype = DType::f16;
+      StageModel m(cfg, mesh);
+      std::vector<float> g(kOwn, 1.0f);
+      if (mesh.is_last_stage() && mesh.dp_rank() == 0) g[kOwn / 2] = INFINITY;
+      kernels::cast(m.engine.grad_data(m.w, DType::f16), DType::f16, g.data(), DType::f32, g.size());
+      const StepResult r = m.engine.step();
+      double hi[2] = {r.skipped ? 1.0 : 0.0, m.engine.loss_scale()};
+      double lo[2] = {hi[0], hi[1]};
+      world().all_reduce(hi, 2, DType::f64, ReduceOp::max);
+      world().all_reduce(lo, 2, DType::f64, ReduceOp::min);
+      CHECK(r.skipped);
+      CHECK(lo[0] == 1.0);
+      CHECK(lo[1] == hi[1]);  // one loss scale everywhere
+      CHECK(m.engine.optimizer_steps() == 0);
+      for (float v : m.engine.gather_parameter(m.w)) CHECK(v == 0.0f);
+    }
+  }
+}
+
+TEST_CASE("engine with pipeline stages: tied copies of different sizes are one error on every rank") {
+  for (MeshShape shape : pipeline_shapes(world().world_size())) {
+    CAPTURE(shape.pp);
+    Mesh mesh(world(), shape);
+    std::string what;
+    bool agreed = false;
+    try {
+      StageModel m(sgd_config(2, 0.0), mesh, mesh.is_last_stage() ? kTied + 1 : kTied);
+    } catch (const AgreedConfigError& e) {
+      what = e.what();
+      agreed = true;
+    }
+    CHECK(agreed);
+    CHECK(what.find("tied parameter \"tied\"") != std::string::npos);
+    CHECK(what.find("7 elements") != std::string::npos);
+    CHECK(what.find("holds 8") != std::string::npos);
+  }
+}
+
+TEST_CASE("engine: tie_parameter without a mesh is refused") {
+  Engine e(sgd_config(1, 0.0), world());
+  const ParamId p = e.add_parameter(e.add_unit("u"), "p", {3});
+  CHECK_THROWS_AS(e.tie_parameter(p, world()), InvariantError);
+}
+
+}  // namespace
+}  // namespace zeroshard
