@@ -1,5 +1,6 @@
 // The GPT of gpt_model.h: declaration, initialisation, forward and backward.
 #include "examples/gpt/gpt_model.h"
+#include "examples/gpt/gpt_micro_batch.h"
 
 #include <algorithm>
 #include <cmath>
@@ -27,6 +28,12 @@ void check_shape(const GptShape& s, int tp) {
   if (s.vocab % tp != 0) fail(fmt::format("tensor-parallel size {} must divide vocab {}", tp, s.vocab));
 }
 
+void check_stages(const GptShape& s, int pp) {
+  if (s.layers < pp) {
+    throw ConfigError(fmt::format("gpt: {} pipeline stages need at least as many layers (layers {})", pp, s.layers));
+  }
+}
+
 std::size_t z(int v) { return static_cast<std::size_t>(v); }
 
 // Adds n fp32 values into engine storage of dtype t.
@@ -44,16 +51,14 @@ void add_into(void* dst, DType t, const float* src, std::size_t n) {
 
 }  // namespace
 
-// One forward's activations of a block (tokens T = batch x seq).
-struct Gpt::Block {
-  std::vector<float> x, h1, mean1, rstd1, x2, h2, mean2, rstd2, f, g;
-  parallel::AttentionSaved attn;
-};
+Gpt::~Gpt() = default;
 
 Gpt::Gpt(Engine& engine, const Mesh& mesh, GptShape shape)
     : engine_(engine),
       mesh_(mesh),
-      shape_((check_shape(shape, mesh.tp_size()), shape)),
+      shape_((check_shape(shape, mesh.tp_size()), check_stages(shape, mesh.pp_size()), shape)),
+      layer_begin_(mesh.pp_rank() * shape.layers / mesh.pp_size()),
+      layer_end_((mesh.pp_rank() + 1) * shape.layers / mesh.pp_size()),
       wte_layer_(mesh.tp_group(), z(shape.vocab), z(shape.dim)),
       head_(mesh.tp_group(), z(shape.dim), z(shape.vocab), /*bias=*/false),
       loss_(mesh.tp_group(), z(shape.vocab)),
@@ -65,14 +70,19 @@ Gpt::Gpt(Engine& engine, const Mesh& mesh, GptShape shape)
   const std::int64_t D = shape.dim, F = 4 * D, V = shape.vocab;
   const auto rep = TensorParallel::replicated();
   const parallel::Slice all{};
-  embed_unit_ = engine.add_unit("embed");
-  wte_ = declare(embed_unit_, "wte", {V, D}, TensorParallel::split(0), wte_layer_.vocab_slice(), false);
-  wpe_ = declare(embed_unit_, "wpe", {shape.context, D}, rep, all, false);
+  const bool pipeline = mesh.pp_size() > 1;
+  if (first_stage()) {
+    // [Note: GPT pipeline stages]: the tied wte alone in its unit with pp > 1.
+    embed_units_.push_back(engine.add_unit(pipeline ? "wte" : "embed"));
+    if (pipeline) embed_units_.push_back(engine.add_unit("wpe"));
+    wte_ = declare(embed_units_.front(), "wte", {V, D}, TensorParallel::split(0), wte_layer_.vocab_slice(), false);
+    wpe_ = declare(embed_units_.back(), "wpe", {shape.context, D}, rep, all, false);
+  }
   const std::size_t hd = z(shape.dim / shape.heads);
   const parallel::Slice heads = attn_.head_slice();
   const parallel::Slice qkv_rows{3 * hd * heads.begin, 3 * hd * heads.size};
   const parallel::Slice ctx_cols{hd * heads.begin, hd * heads.size};
-  for (int i = 0; i < shape.layers; ++i) {
+  for (int i = layer_begin_; i < layer_end_; ++i) {
     const std::string p = fmt::format("h.{}.", i);
     const UnitId u = engine.add_unit(fmt::format("h.{}", i));
     block_units_.push_back(u);
@@ -91,9 +101,16 @@ Gpt::Gpt(Engine& engine, const Mesh& mesh, GptShape shape)
     ids.mproj_b = declare(u, p + "mlp.c_proj.bias", {D}, rep, all, false);
     ids_.push_back(ids);
   }
-  final_unit_ = engine.add_unit("ln_f");
-  lnf_w_ = declare(final_unit_, "ln_f.weight", {D}, rep, all, false);
-  lnf_b_ = declare(final_unit_, "ln_f.bias", {D}, rep, all, false);
+  if (last_stage()) {
+    final_units_.push_back(engine.add_unit("ln_f"));
+    lnf_w_ = declare(final_units_.front(), "ln_f.weight", {D}, rep, all, false);
+    lnf_b_ = declare(final_units_.front(), "ln_f.bias", {D}, rep, all, false);
+    if (pipeline) {
+      final_units_.push_back(engine.add_unit("lm_head"));
+      wte_ = declare(final_units_.back(), "wte", {V, D}, TensorParallel::split(0), wte_layer_.vocab_slice(), false);
+    }
+  }
+  if (pipeline && (first_stage() || last_stage())) engine.tie_parameter(wte_, mesh.embedding_group());
 }
 
 ParamId Gpt::declare(UnitId unit, const std::string& name, std::vector<std::int64_t> full_shape, TensorParallel tp,
@@ -125,13 +142,9 @@ std::vector<std::string> Gpt::parameter_names() const {
 std::vector<std::int64_t> Gpt::full_shape(const std::string& name) const { return find(name).full_shape; }
 
 std::uint64_t Gpt::full_parameter_count() const {
-  std::uint64_t n = 0;
-  for (const Param& p : params_) {
-    std::uint64_t k = 1;
-    for (auto d : p.full_shape) k *= static_cast<std::uint64_t>(d);
-    n += k;
-  }
-  return n;
+  const std::uint64_t D = z(shape_.dim), L = z(shape_.layers);
+  const std::uint64_t block = 4 * D + (3 * D * D + 3 * D) + (D * D + D) + (4 * D * D + 4 * D) + (4 * D * D + D);
+  return z(shape_.vocab) * D + z(shape_.context) * D + L * block + 2 * D;
 }
 
 void Gpt::initialize(std::uint64_t seed) {
@@ -181,172 +194,181 @@ std::vector<float> Gpt::full_parameter(const std::string& name) {
   return full;
 }
 
-double Gpt::train_micro_batch(std::span<const std::int32_t> tokens, int batch, int seq, double loss_scale) {
-  return forward_backward(tokens, batch, seq, true, loss_scale, nullptr);
+std::size_t Gpt::activation_count(int batch, int seq) const { return z(batch) * z(seq) * z(shape_.dim); }
+
+void Gpt::track_saved(std::ptrdiff_t bytes) {
+  saved_bytes_ = static_cast<std::size_t>(static_cast<std::ptrdiff_t>(saved_bytes_) + bytes);
+  peak_saved_bytes_ = std::max(peak_saved_bytes_, saved_bytes_);
 }
 
-double Gpt::evaluate(std::span<const std::int32_t> tokens, int batch, int seq) {
-  return forward_backward(tokens, batch, seq, false, 1.0, nullptr);
-}
+namespace {
 
-double Gpt::forward_backward(std::span<const std::int32_t> tokens, int batch, int seq, bool backward,
-                             double loss_scale, std::vector<float>* last_logits) {
-  ZS_CHECK(seq >= 1 && seq <= shape_.context, "gpt: sequence length {} outside [1, context {}]", seq,
-           shape_.context);
-  ZS_CHECK(tokens.size() == z(batch) * z(seq + 1), "gpt: {} tokens for batch {} x (seq {} + 1)", tokens.size(),
-           batch, seq);
-  const std::size_t D = z(shape_.dim), T = z(batch) * z(seq), Fl = fc_.local_out(), Vl = head_.local_out();
-  const DType dt = engine_.compute_dtype();
-  std::vector<std::int32_t> in(T), target(T);
-  for (std::size_t b = 0; b < z(batch); ++b) {
-    for (std::size_t s = 0; s < z(seq); ++s) {
-      in[b * z(seq) + s] = tokens[b * z(seq + 1) + s];
-      target[b * z(seq) + s] = tokens[b * z(seq + 1) + s + 1];
-    }
-  }
-  // Parameter values in fp32 (a widened copy for 16-bit storage) and fp32
-  // gradient buffers flushed into the engine's after each unit's backward.
-  std::vector<std::vector<float>> wide(params_.size());
-  auto P = [&](ParamId id) -> std::span<const float> {
-    const std::size_t n = engine_.layout().param(id).numel;
+// Parameter values in fp32 (the engine's own memory, or a widened copy for
+// 16-bit storage) and fp32 gradient buffers, flushed into the engine's
+// gradients unit by unit.
+class ParamAccess {
+ public:
+  explicit ParamAccess(Engine& engine)
+      : engine_(engine), wide_(engine.layout().params().size()), grads_(engine.layout().params().size()) {}
+  std::span<const float> P(ParamId id) {
+    const DType dt = engine_.compute_dtype();
     if (dt == DType::f32) return engine_.param(id);
-    auto& w = wide[z(id)];
-    w.resize(n);
-    kernels::cast(w.data(), DType::f32, engine_.param_data(id, dt), dt, n);
+    auto& w = wide_[z(id)];
+    w.resize(engine_.layout().param(id).numel);
+    kernels::cast(w.data(), DType::f32, engine_.param_data(id, dt), dt, w.size());
     return w;
-  };
-  std::vector<std::vector<float>> grads(params_.size());
-  auto G = [&](ParamId id) -> std::span<float> {
-    auto& g = grads[z(id)];
+  }
+  // A zeroed gradient buffer for id.
+  std::span<float> G(ParamId id) {
+    auto& g = grads_[z(id)];
     g.assign(engine_.layout().param(id).numel, 0.0f);
     return g;
-  };
-  auto flush = [&](UnitId u) {
-    for (const Param& p : params_) {
-      if (p.unit != u) continue;
-      auto& g = grads[z(p.id)];
+  }
+  // Adds unit u's buffers into the engine's gradients, reduces them and
+  // reshards u.
+  void finish_unit(UnitId u) {
+    const DType dt = engine_.compute_dtype();
+    for (ParamId id : engine_.layout().unit(u).params) {
+      auto& g = grads_[z(id)];
       if (g.empty()) continue;
-      add_into(engine_.grad_data(p.id, dt), dt, g.data(), g.size());
+      add_into(engine_.grad_data(id, dt), dt, g.data(), g.size());
       g.clear();
     }
-  };
+    engine_.reduce_gradients(u);
+    engine_.reshard(u);
+  }
 
-  // ---- forward ----
-  engine_.unshard(embed_unit_);
+ private:
+  Engine& engine_;
+  std::vector<std::vector<float>> wide_, grads_;
+};
+
+}  // namespace
+
+void Gpt::forward(MicroBatch& mb, const float* input, float* output, bool backward_follows) {
+  const std::size_t D = z(shape_.dim), T = z(mb.batch) * z(mb.seq), Fl = fc_.local_out(), Vl = head_.local_out();
+  ParamAccess pa(engine_);
   std::vector<float> x(T * D);
-  wte_layer_.forward(in, P(wte_), x);
-  {
-    auto wpe = P(wpe_);
+  if (first_stage()) {
+    for (UnitId u : embed_units_) engine_.unshard(u);
+    wte_layer_.forward(mb.in, pa.P(wte_), x);
+    auto wpe = pa.P(wpe_);
     for (std::size_t t = 0; t < T; ++t) {
-      const std::size_t s = t % z(seq);
+      const std::size_t s = t % z(mb.seq);
       for (std::size_t d = 0; d < D; ++d) x[t * D + d] += wpe[s * D + d];
     }
+    // At pp = 1 the head uses wte: the embeddings stay unsharded.
+    if (!last_stage()) {
+      for (UnitId u : embed_units_) engine_.reshard(u);
+    }
+  } else {
+    std::copy_n(input, T * D, x.begin());
   }
-  std::vector<Block> saved(z(shape_.layers));
+  mb.blocks.assign(block_units_.size(), Block{});
   std::vector<float> tmp(T * D);
-  for (int i = 0; i < shape_.layers; ++i) {
-    const Ids& id = ids_[z(i)];
-    Block& k = saved[z(i)];
-    engine_.unshard(block_units_[z(i)]);
-    const auto span = engine_.trace("forward", engine_.layout().unit(block_units_[z(i)]).name);
+  for (std::size_t i = 0; i < block_units_.size(); ++i) {
+    const Ids& id = ids_[i];
+    Block& k = mb.blocks[i];
+    engine_.unshard(block_units_[i]);
+    const auto span = engine_.trace("forward", engine_.layout().unit(block_units_[i]).name);
     k.x = x;
     k.h1.resize(T * D), k.mean1.resize(T), k.rstd1.resize(T);
-    norm_.forward(k.x, T, P(id.ln1_w), P(id.ln1_b), k.h1, k.mean1, k.rstd1);
-    attn_.forward(k.h1, z(batch), z(seq), {P(id.qkv_w), P(id.qkv_b), P(id.proj_w), P(id.proj_b)}, tmp, k.attn);
+    norm_.forward(k.x, T, pa.P(id.ln1_w), pa.P(id.ln1_b), k.h1, k.mean1, k.rstd1);
+    attn_.forward(k.h1, z(mb.batch), z(mb.seq), {pa.P(id.qkv_w), pa.P(id.qkv_b), pa.P(id.proj_w), pa.P(id.proj_b)},
+                  tmp, k.attn);
     k.x2.resize(T * D);
     for (std::size_t j = 0; j < T * D; ++j) k.x2[j] = k.x[j] + tmp[j];
     k.h2.resize(T * D), k.mean2.resize(T), k.rstd2.resize(T);
-    norm_.forward(k.x2, T, P(id.ln2_w), P(id.ln2_b), k.h2, k.mean2, k.rstd2);
+    norm_.forward(k.x2, T, pa.P(id.ln2_w), pa.P(id.ln2_b), k.h2, k.mean2, k.rstd2);
     k.f.resize(T * Fl), k.g.resize(T * Fl);
-    fc_.forward(k.h2, T, P(id.fc_w), P(id.fc_b), k.f);
+    fc_.forward(k.h2, T, pa.P(id.fc_w), pa.P(id.fc_b), k.f);
     parallel::gelu_forward(k.f, k.g);
-    mlp_proj_.forward(k.g, T, P(id.mproj_w), P(id.mproj_b), tmp);
+    mlp_proj_.forward(k.g, T, pa.P(id.mproj_w), pa.P(id.mproj_b), tmp);
     for (std::size_t j = 0; j < T * D; ++j) x[j] = k.x2[j] + tmp[j];
-    engine_.reshard(block_units_[z(i)]);
+    engine_.reshard(block_units_[i]);
   }
-  engine_.unshard(final_unit_);
-  auto head_span = engine_.trace("head_and_loss", "final");
-  std::vector<float> hf(T * D), meanf(T), rstdf(T), logits(T * Vl);
-  norm_.forward(x, T, P(lnf_w_), P(lnf_b_), hf, meanf, rstdf);
-  head_.forward(hf, T, P(wte_), {}, logits);
-  const parallel::CrossEntropyForward ce = loss_.forward(logits, target);
-  if (last_logits != nullptr) *last_logits = logits;
-  if (!backward) {
-    engine_.reshard(final_unit_);
-    engine_.reshard(embed_unit_);
-    return ce.loss;
-  }
-
-  // ---- backward ----
-  loss_.backward(logits, target, ce, static_cast<float>(loss_scale), logits);
-  std::vector<float> dh(T * D), dx(T * D);
-  auto g_wte = G(wte_);
-  head_.backward(hf, logits, T, P(wte_), dh, g_wte, {});
-  norm_.backward(x, dh, T, P(lnf_w_), meanf, rstdf, dx, G(lnf_w_), G(lnf_b_));
-  head_span.end();
-  flush(final_unit_);
-  engine_.reduce_gradients(final_unit_);
-  engine_.reshard(final_unit_);
-  std::vector<float> dg, dpre(T * D);
-  for (int i = shape_.layers - 1; i >= 0; --i) {
-    const Ids& id = ids_[z(i)];
-    Block& k = saved[z(i)];
-    engine_.unshard(block_units_[z(i)]);
-    auto span = engine_.trace("backward", engine_.layout().unit(block_units_[z(i)]).name);
-    // x3 = x2 + mlp(ln2(x2)): dx is dL/dx3.
-    dg.assign(T * Fl, 0.0f);
-    mlp_proj_.backward(k.g, dx, T, P(id.mproj_w), dg, G(id.mproj_w), G(id.mproj_b));
-    parallel::gelu_backward(k.f, dg, dg);
-    fc_.backward(k.h2, dg, T, P(id.fc_w), dh, G(id.fc_w), G(id.fc_b));
-    norm_.backward(k.x2, dh, T, P(id.ln2_w), k.mean2, k.rstd2, dpre, G(id.ln2_w), G(id.ln2_b));
-    for (std::size_t j = 0; j < T * D; ++j) dx[j] += dpre[j];  // dL/dx2
-    attn_.backward(k.h1, dx, z(batch), z(seq), {P(id.qkv_w), P(id.qkv_b), P(id.proj_w), P(id.proj_b)}, k.attn, dh,
-                   {G(id.qkv_w), G(id.qkv_b), G(id.proj_w), G(id.proj_b)});
-    norm_.backward(k.x, dh, T, P(id.ln1_w), k.mean1, k.rstd1, dpre, G(id.ln1_w), G(id.ln1_b));
-    for (std::size_t j = 0; j < T * D; ++j) dx[j] += dpre[j];  // dL/dx
-    span.end();
-    flush(block_units_[z(i)]);
-    engine_.reduce_gradients(block_units_[z(i)]);
-    engine_.reshard(block_units_[z(i)]);
-    k = Block{};
-  }
-  wte_layer_.backward(in, dx, g_wte);
-  {
-    auto g_wpe = G(wpe_);
-    for (std::size_t t = 0; t < T; ++t) {
-      const std::size_t s = t % z(seq);
-      for (std::size_t d = 0; d < D; ++d) g_wpe[s * D + d] += dx[t * D + d];
+  if (last_stage()) {
+    for (UnitId u : final_units_) engine_.unshard(u);
+    const auto head_span = engine_.trace("head_and_loss", "final");
+    mb.hf.resize(T * D), mb.meanf.resize(T), mb.rstdf.resize(T), mb.logits.resize(T * Vl);
+    norm_.forward(x, T, pa.P(lnf_w_), pa.P(lnf_b_), mb.hf, mb.meanf, mb.rstdf);
+    head_.forward(mb.hf, T, pa.P(wte_), {}, mb.logits);
+    mb.ce = loss_.forward(mb.logits, mb.target);
+    mb.loss = mb.ce.loss;
+    mb.x = std::move(x);
+    if (!backward_follows) {
+      for (UnitId u : final_units_) engine_.reshard(u);
+      if (first_stage()) {
+        for (UnitId u : embed_units_) engine_.reshard(u);
+      }
     }
+  } else {
+    std::copy_n(x.data(), T * D, output);
   }
-  flush(embed_unit_);
-  engine_.reduce_gradients(embed_unit_);
-  engine_.reshard(embed_unit_);
-  return ce.loss;
+  if (backward_follows) {
+    mb.saved_bytes = mb.bytes();
+    track_saved(static_cast<std::ptrdiff_t>(mb.saved_bytes));
+  }
 }
 
-std::string Gpt::sample(const std::string& prompt, int n, double temperature, std::uint64_t seed) {
-  std::mt19937_64 gen(seed);
-  std::string text = prompt.empty() ? std::string("\n") : prompt;
-  const std::size_t V = z(shape_.vocab), Vl = head_.local_out();
-  for (int i = 0; i < n; ++i) {
-    const std::size_t start = text.size() > z(shape_.context) ? text.size() - z(shape_.context) : 0;
-    const int seq = static_cast<int>(text.size() - start);
-    std::vector<std::int32_t> tokens;
-    for (std::size_t j = start; j < text.size(); ++j) tokens.push_back(static_cast<unsigned char>(text[j]));
-    tokens.push_back(0);  // forward_backward reads seq + 1 tokens; the last one is a target the sample never uses
-    std::vector<float> logits;
-    forward_backward(tokens, 1, seq, false, 1.0, &logits);
-    // The last position's logits, gathered over the tensor-parallel group.
-    std::vector<float> last(Vl), full(V);
-    std::copy_n(logits.data() + (z(seq) - 1) * Vl, Vl, last.data());
-    mesh_.tp_group().all_gather(last.data(), full.data(), Vl, DType::f32);
-    const double m = *std::max_element(full.begin(), full.end());
-    std::vector<double> w(V);
-    for (std::size_t v = 0; v < V; ++v) w[v] = std::exp((full[v] - m) / std::max(temperature, 1e-3));
-    std::discrete_distribution<int> pick(w.begin(), w.end());
-    text.push_back(static_cast<char>(pick(gen)));
+void Gpt::backward(MicroBatch& mb, const float* grad_output, float* grad_input) {
+  const std::size_t D = z(shape_.dim), T = z(mb.batch) * z(mb.seq), Fl = fc_.local_out();
+  ParamAccess pa(engine_);
+  std::vector<float> dh(T * D), dx(T * D);
+  std::span<float> g_wte;
+  if (last_stage()) {
+    auto head_span = engine_.trace("head_and_loss", "final");
+    loss_.backward(mb.logits, mb.target, mb.ce, static_cast<float>(mb.loss_scale), mb.logits);
+    g_wte = pa.G(wte_);
+    head_.backward(mb.hf, mb.logits, T, pa.P(wte_), dh, g_wte, {});
+    norm_.backward(mb.x, dh, T, pa.P(lnf_w_), mb.meanf, mb.rstdf, dx, pa.G(lnf_w_), pa.G(lnf_b_));
+    head_span.end();
+    // With pp > 1 the head's wte copy (unit lm_head) is flushed here; at
+    // pp = 1 wte's buffer waits for the embedding's share.
+    for (UnitId u : final_units_) pa.finish_unit(u);
+  } else {
+    std::copy_n(grad_output, T * D, dx.begin());
   }
-  return text;
+  std::vector<float> dg, dpre(T * D);
+  for (std::size_t i = block_units_.size(); i-- > 0;) {
+    const Ids& id = ids_[i];
+    Block& k = mb.blocks[i];
+    engine_.unshard(block_units_[i]);
+    auto span = engine_.trace("backward", engine_.layout().unit(block_units_[i]).name);
+    // x3 = x2 + mlp(ln2(x2)): dx is dL/dx3.
+    dg.assign(T * Fl, 0.0f);
+    mlp_proj_.backward(k.g, dx, T, pa.P(id.mproj_w), dg, pa.G(id.mproj_w), pa.G(id.mproj_b));
+    parallel::gelu_backward(k.f, dg, dg);
+    fc_.backward(k.h2, dg, T, pa.P(id.fc_w), dh, pa.G(id.fc_w), pa.G(id.fc_b));
+    norm_.backward(k.x2, dh, T, pa.P(id.ln2_w), k.mean2, k.rstd2, dpre, pa.G(id.ln2_w), pa.G(id.ln2_b));
+    for (std::size_t j = 0; j < T * D; ++j) dx[j] += dpre[j];  // dL/dx2
+    attn_.backward(k.h1, dx, z(mb.batch), z(mb.seq),
+                   {pa.P(id.qkv_w), pa.P(id.qkv_b), pa.P(id.proj_w), pa.P(id.proj_b)}, k.attn, dh,
+                   {pa.G(id.qkv_w), pa.G(id.qkv_b), pa.G(id.proj_w), pa.G(id.proj_b)});
+    norm_.backward(k.x, dh, T, pa.P(id.ln1_w), k.mean1, k.rstd1, dpre, pa.G(id.ln1_w), pa.G(id.ln1_b));
+    for (std::size_t j = 0; j < T * D; ++j) dx[j] += dpre[j];  // dL/dx
+    span.end();
+    pa.finish_unit(block_units_[i]);
+    k = Block{};
+  }
+  if (first_stage()) {
+    // With pp > 1 the embeddings were resharded after the forward.
+    if (!last_stage()) {
+      for (UnitId u : embed_units_) engine_.unshard(u);
+    }
+    if (g_wte.empty()) g_wte = pa.G(wte_);
+    wte_layer_.backward(mb.in, dx, g_wte);
+    auto g_wpe = pa.G(wpe_);
+    for (std::size_t t = 0; t < T; ++t) {
+      const std::size_t s = t % z(mb.seq);
+      for (std::size_t d = 0; d < D; ++d) g_wpe[s * D + d] += dx[t * D + d];
+    }
+    for (UnitId u : embed_units_) pa.finish_unit(u);
+  } else {
+    std::copy_n(dx.data(), T * D, grad_input);
+  }
+  track_saved(-static_cast<std::ptrdiff_t>(mb.saved_bytes));
+  mb = MicroBatch{};
 }
 
 }  // namespace zeroshard::examples

@@ -25,6 +25,19 @@
 // weights N(0, 0.02 / sqrt(2 layers)), biases 0, norm weights 1, drawn for
 // the full tensor from a seed and the parameter's name, then sliced, so
 // every mesh starts from the same full model.
+//
+// [Note: GPT pipeline stages]
+// With pp > 1 pipeline stages (mesh.pp_size()) stage s holds blocks
+// [s L / pp, (s + 1) L / pp) (L = layers; as even as integers allow), the
+// first stage also the embeddings, the last also ln_f and the LM head. The
+// LM head's weight is a copy of wte on the last stage (unit "lm_head"),
+// tied to the first stage's (Engine::tie_parameter over
+// Mesh::embedding_group(), as Megatron-LM keeps its shared embedding): the
+// two start equal, their gradients are summed, so they stay equal. The
+// first stage's units are then "wte" and "wpe" (a tied copy must be laid
+// out alike on both stages). Activations between stages are the residual
+// stream [batch x seq, D] in fp32; train_batch runs a step's micro-batches
+// through parallel/pipeline_executor.h with the schedule asked for.
 #pragma once
 
 #include <cstdint>
@@ -36,6 +49,8 @@
 #include "comm/mesh.h"
 #include "parallel/layer_norm.h"
 #include "parallel/parallel_attention.h"
+#include "parallel/pipeline_executor.h"
+#include "parallel/pipeline_schedule.h"
 #include "parallel/vocab_parallel_cross_entropy.h"
 #include "parallel/vocab_parallel_embedding.h"
 #include "runtime/engine.h"
@@ -57,10 +72,13 @@ struct GptShape {
 /// out).
 class Gpt {
  public:
-  /// Declares the parameters in `engine` (not finalized yet; its mesh is
-  /// `mesh`). Throws ConfigError naming the sizes when heads does not divide
-  /// dim, or tp does not divide heads, 4 dim or vocab.
+  /// Declares this pipeline stage's parameters in `engine` (not finalized
+  /// yet; its mesh is `mesh`) and, with pp > 1 on the first and last stage,
+  /// ties wte ([Note: GPT pipeline stages]). Throws ConfigError naming the
+  /// sizes when heads does not divide dim, tp does not divide heads, 4 dim
+  /// or vocab, or layers < pp.
   Gpt(Engine& engine, const Mesh& mesh, GptShape shape);
+  ~Gpt();
 
   /// After engine.finalize(): sets every parameter from the GPT-2
   /// initialisation of the full model (seeded; the same on every mesh).
@@ -71,24 +89,44 @@ class Gpt {
   /// of each row, targets the last seq), adding the gradient of the mean
   /// cross-entropy (times loss_scale) into the engine's gradients and
   /// reducing them. Returns the mean loss in nats. Collective.
+  /// pp = 1 only (InvariantError otherwise).
   double train_micro_batch(std::span<const std::int32_t> tokens, int batch, int seq, double loss_scale);
-  /// Forward only: the mean loss of the same layout. Collective.
+  /// One gradient-accumulation cycle through the pipeline: the
+  /// micro-batches (each laid out as train_micro_batch's tokens, the same
+  /// on every stage of a pipeline; their number must be the engine's
+  /// gradient_accumulation_steps) run forward and backward in the order of
+  /// schedule `kind` (parallel/pipeline_schedule.h), and engine.step() is
+  /// called after every micro-batch's backward but the last: the caller's
+  /// step() ends the cycle. Any pp, including 1. Returns the mean loss over
+  /// the micro-batches (nats), on every stage. Collective over the world.
+  /// Throws InvariantError for a wrong number of micro-batches or tokens.
+  double train_batch(std::span<const std::vector<std::int32_t>> micro_batches, int batch, int seq,
+                     PipelineScheduleKind kind, double loss_scale);
+  /// The last train_batch's timeline on this stage (parallel/pipeline_executor.h).
+  const PipelineTimeline& last_timeline() const { return timeline_; }
+  /// Most bytes of forward state (activations kept for the backward) this
+  /// stage held at once since construction: 1F1B keeps at most min(pp -
+  /// stage, m) micro-batches' worth, GPipe m.
+  std::size_t peak_activation_bytes() const { return peak_saved_bytes_; }
+  /// Forward only: the mean loss of the same layout, on every stage (with
+  /// pp > 1 the activations go stage to stage by blocking messages).
+  /// Collective.
   double evaluate(std::span<const std::int32_t> tokens, int batch, int seq);
   /// Greedy-free sampling: extends `prompt` by `n` bytes drawn from the
   /// softmax at `temperature`, with a generator seeded by `seed` (the same
   /// on every rank, so every rank draws the same bytes). Collective.
   std::string sample(const std::string& prompt, int n, double temperature, std::uint64_t seed);
 
-  /// The full (unsplit) values of parameter `name`: this rank's slice
+  /// The full (unsplit) values of parameter `name` of this pipeline stage: this rank's slice
   /// gathered over the tensor-parallel group and put together along its
   /// split dimension. Collective (engine gather and tp all-gather).
   std::vector<float> full_parameter(const std::string& name);
-  /// Names of every parameter, in declaration order.
+  /// Names of this pipeline stage's parameters, in declaration order.
   std::vector<std::string> parameter_names() const;
   /// Full shape of parameter `name`.
   std::vector<std::int64_t> full_shape(const std::string& name) const;
   const GptShape& shape() const { return shape_; }
-  /// Parameters of the full model (elements).
+  /// Parameters of the full model (elements; the tied LM head counted once).
   std::uint64_t full_parameter_count() const;
 
  private:
@@ -103,17 +141,40 @@ class Gpt {
   };
   ParamId declare(UnitId unit, const std::string& name, std::vector<std::int64_t> full_shape, TensorParallel tp,
                   parallel::Slice slice, bool decay);
+  struct MicroBatch;  // one micro-batch's forward state on this stage (gpt_model.cpp)
   const Param& find(const std::string& name) const;
-  double forward_backward(std::span<const std::int32_t> tokens, int batch, int seq, bool backward,
-                          double loss_scale, std::vector<float>* last_logits);
+  bool first_stage() const { return mesh_.is_first_stage(); }
+  bool last_stage() const { return mesh_.is_last_stage(); }
+  /// Elements of the activation between stages for batch x seq tokens.
+  std::size_t activation_count(int batch, int seq) const;
+  /// This stage's forward of `mb` (its tokens set): `input` is the previous
+  /// stage's activation (ignored on the first stage), `output` gets this
+  /// stage's (not on the last, whose forward ends in mb's loss). With
+  /// `backward_follows` the last stage keeps ln_f, the head (and at pp = 1
+  /// the embeddings) unsharded for backward(); otherwise every unit is
+  /// resharded and nothing is kept.
+  void forward(MicroBatch& mb, const float* input, float* output, bool backward_follows);
+  /// This stage's backward of `mb`: from mb's loss (last stage) or the
+  /// gradient of the output `grad_output`; writes the gradient of the input
+  /// to `grad_input` (not on the first stage); reduces every unit's
+  /// gradients into the engine and frees mb's state.
+  void backward(MicroBatch& mb, const float* grad_output, float* grad_input);
+  /// Runs a forward-only pass stage to stage (evaluate and sample); the
+  /// last stage's logits go to `last_logits` when not null. Returns the
+  /// loss on the last stage (0 elsewhere).
+  double forward_only(std::span<const std::int32_t> tokens, int batch, int seq, std::vector<float>* last_logits);
+  void track_saved(std::ptrdiff_t bytes);
 
   Engine& engine_;
   const Mesh& mesh_;
   GptShape shape_;
+  int layer_begin_ = 0, layer_end_ = 0;  ///< this stage's blocks
   GroupId no_decay_ = 0;
   std::vector<Param> params_;
-  UnitId embed_unit_ = -1, final_unit_ = -1;
-  std::vector<UnitId> block_units_;
+  /// First stage: the embeddings' units ("embed", or "wte" and "wpe" with
+  /// pp > 1); last stage: "ln_f" and, with pp > 1, "lm_head".
+  std::vector<UnitId> embed_units_, final_units_;
+  std::vector<UnitId> block_units_;  ///< this stage's blocks, in order
   parallel::VocabParallelEmbedding wte_layer_;
   parallel::ColumnParallelLinear head_;
   parallel::VocabParallelCrossEntropy loss_;
@@ -124,8 +185,14 @@ class Gpt {
   struct Ids {
     ParamId ln1_w, ln1_b, qkv_w, qkv_b, proj_w, proj_b, ln2_w, ln2_b, fc_w, fc_b, mproj_w, mproj_b;
   };
-  std::vector<Ids> ids_;
-  ParamId wte_ = -1, wpe_ = -1, lnf_w_ = -1, lnf_b_ = -1;
+  std::vector<Ids> ids_;  ///< this stage's blocks
+  ParamId wte_ = -1, wpe_ = -1, lnf_w_ = -1, lnf_b_ = -1;  ///< wte: the embedding's or the head's copy
+  std::vector<std::unique_ptr<MicroBatch>> micro_batches_;  ///< train_batch's, by index
+  std::vector<double> losses_;                              ///< their losses (last stage)
+  std::unique_ptr<PipelineExecutor> executor_;              ///< for executor_count_ activation elements
+  std::size_t executor_count_ = 0;
+  PipelineTimeline timeline_;
+  std::size_t saved_bytes_ = 0, peak_saved_bytes_ = 0;
 };
 
 }  // namespace zeroshard::examples

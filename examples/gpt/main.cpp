@@ -1,8 +1,10 @@
 // gpt: a GPT-2-style byte-level decoder (examples/gpt/gpt_model.h) trained
 // on the fortune files with tensor parallelism inside each tensor-parallel
-// group and ZeRO over the data-parallel group (comm/mesh.h).
+// group, the layers cut into pipeline stages ([Note: GPT pipeline stages])
+// and ZeRO over the data-parallel group (comm/mesh.h).
 //
 //   mpirun -np 4 gpt --dp 2 --tp 2 --stage 3 --report run.json   # 500 steps, a few minutes
+//   mpirun -np 4 gpt --dp 2 --pp 2 --schedule 1f1b --gradient-accumulation-steps 4
 //   mpirun -np 4 gpt --dp 4 --tp 1 --bf16 --sample "The "
 //   mpirun -np 4 gpt --dp 2 --tp 2 --save-dir ckpt --save-every 100
 //   mpirun -np 4 gpt --dp 2 --tp 2 --save-dir ckpt --resume --steps 400
@@ -37,6 +39,7 @@
 #include "examples/report/progress_line.h"
 #include "examples/report/plan_lines.h"
 #include "examples/report/run_charts.h"
+#include "parallel/pipeline_schedule.h"
 #include "runtime/collective_error.h"
 #include "runtime/config.h"
 #include "runtime/engine.h"
@@ -49,7 +52,9 @@ namespace zeroshard::examples {
 namespace {
 
 struct Options {
-  int dp = 0, tp = 1;  ///< dp 0: world / tp
+  int dp = 0, tp = 1, pp = 1;  ///< dp 0: world / (tp x pp)
+  std::string schedule = "1f1b";  ///< --schedule: gpipe or 1f1b
+  int accumulation = 0;           ///< --gradient-accumulation-steps: micro-batches per step (0: auto)
   std::string config_path;
   int stage = -1;
   bool breakdown = false;  ///< --breakdown: wall_clock_breakdown
@@ -76,6 +81,11 @@ struct Options {
   double temperature = 0.8;
 };
 
+/// Micro-batches per optimizer step: --gradient-accumulation-steps, or by
+/// default 1 without pipeline stages and 2 pp with them (bubble
+/// (pp - 1) / (3 pp - 1)).
+int micro_batches(const Options& o) { return o.accumulation > 0 ? o.accumulation : (o.pp > 1 ? 2 * o.pp : 1); }
+
 /// --config with its "auto" values filled from the flags, or AdamW
 /// (betas 0.9/0.95, weight decay 0.1 outside the no_decay group), clipping 1,
 /// stage 3, the flags' micro-batch and lr; then --stage, --bf16, --offload.
@@ -87,6 +97,7 @@ EngineConfig make_config(const Options& o, int dp) {
   flags.trace_dir = o.trace_dir;
   flags.calibration_path = o.calibration_path;
   flags.micro_batch = o.micro_batch;
+  flags.accumulation = micro_batches(o);
   flags.lr = o.lr;
   ConfigOptions fill = config_fills(flags);
   fill.hidden_size = o.shape.dim;
@@ -125,12 +136,14 @@ int run(const Options& o) {
 #if ZS_EXAMPLE_OPENBLAS
   if (world->world_size() > 1) openblas_set_num_threads(1);
 #endif
-  const int tp = o.tp;
-  const int dp = o.dp > 0 ? o.dp : std::max(1, world->world_size() / std::max(1, tp));
-  Mesh mesh(*world, MeshShape{dp, tp});
+  const int tp = o.tp, pp = o.pp;
+  const int dp = o.dp > 0 ? o.dp : std::max(1, world->world_size() / std::max(1, tp * pp));
+  Mesh mesh(*world, MeshShape{dp, tp, pp});
+  const PipelineScheduleKind schedule = parse_pipeline_schedule(o.schedule);
   // [Note: tensor-parallel placement]: said before anything else runs.
   const TpPlacement placement = tp_placement(mesh, split_by_node(*world));
   const EngineConfig config = make_config(o, dp);
+  const int m = static_cast<int>(config.gradient_accumulation_steps);
   if (!o.save_dir.empty()) check_save_dir(*world, o.save_dir);
   const TextCorpus corpus = load_text_corpus(o.data_dir, 0.05);
   if (o.seq > o.shape.context) {
@@ -154,32 +167,40 @@ int run(const Options& o) {
   if (rank == 0) {
     fmt::print(
         "gpt: {} files, {} train / {} validation bytes, unigram entropy {:.4f} bits/byte\n"
-        "gpt: {} layers, {} heads, width {}, context {}, {} parameters; mesh dp {} x tp {} ({} ranks), stage {}, "
-        "{}, offload {}, micro-batch {} x {} tokens per dp rank, lr {:g}\n",
+        "gpt: {} layers, {} heads, width {}, context {}, {} parameters; mesh dp {} x tp {} x pp {} ({} ranks), "
+        "stage {}, {}, offload {}, {} micro-batch(es) of {} x {} tokens per dp rank and step, lr {:g}\n",
         corpus.files, corpus.train.size(), corpus.valid.size(), corpus.unigram_bits, o.shape.layers, o.shape.heads,
-        o.shape.dim, o.shape.context, gpt.full_parameter_count(), dp, tp, world->world_size(), config.zero.stage,
-        dtype_name(config.compute_dtype), o.offload, o.micro_batch, o.seq, config.optimizer.lr);
+        o.shape.dim, o.shape.context, gpt.full_parameter_count(), dp, tp, pp, world->world_size(),
+        config.zero.stage, dtype_name(config.compute_dtype), o.offload, m, o.micro_batch, o.seq,
+        config.optimizer.lr);
+    if (pp > 1) {
+      fmt::print("gpt: {} pipeline stages, schedule {}, {} micro-batches: bubble (p - 1) / (m + p - 1) = {:.3f}\n",
+                 pp, to_string(schedule), m, static_cast<double>(pp - 1) / (m + pp - 1));
+    }
     fmt::print("gpt: {}\n", placement.describe());
     fmt::print("{}", estimate);
     std::fflush(stdout);
   }
   // Each dp rank draws its own windows; the ranks of a tp group draw the same.
   std::mt19937_64 gen(data_seed * 1000003ULL + static_cast<std::uint64_t>(mesh.dp_rank()));
-  for (std::int64_t k = 0; k < start_step; ++k) sample_windows(corpus.train, o.micro_batch, o.seq, gen);
+  for (std::int64_t k = 0; k < start_step * m; ++k) sample_windows(corpus.train, o.micro_batch, o.seq, gen);
   nlohmann::json history = nlohmann::json::array();
   double train_sum = 0, val = 0, train_last = 0;
   int train_n = 0;
   double compute_s = 0;
+  double bubble_sum = 0;  // this stage's idle fraction of each step's pipeline run
   std::int64_t tokens_done = 0;
   std::optional<ProgressLine> progress;  // rank 0, stderr: step, rate, ETA
   if (rank == 0) progress.emplace("train", o.steps - start_step, stderr);
   for (std::int64_t step = start_step; step < o.steps; ++step) {
     const auto t0 = std::chrono::steady_clock::now();
-    const auto batch = sample_windows(corpus.train, o.micro_batch, o.seq, gen);
-    const double loss = gpt.train_micro_batch(batch, o.micro_batch, o.seq, engine.loss_scale());
+    std::vector<std::vector<std::int32_t>> batches;
+    for (int j = 0; j < m; ++j) batches.push_back(sample_windows(corpus.train, o.micro_batch, o.seq, gen));
+    const double loss = gpt.train_batch(batches, o.micro_batch, o.seq, schedule, engine.loss_scale());
     const StepResult r = engine.step();
     compute_s += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-    tokens_done += static_cast<std::int64_t>(o.micro_batch) * o.seq * dp;
+    tokens_done += static_cast<std::int64_t>(o.micro_batch) * o.seq * dp * m;
+    bubble_sum += gpt.last_timeline().idle_fraction();
     double agg = loss;
     mesh.dp_group().all_reduce(&agg, 1, DType::f64, ReduceOp::sum);
     train_sum += agg / dp;
@@ -211,6 +232,12 @@ int run(const Options& o) {
   const double tokens_per_s = compute_s > 0 ? static_cast<double>(tokens_done) / compute_s : 0.0;
   const LedgerFigures mine = LedgerFigures::of(engine.ledger());
   const auto all = gather_ledger_figures(*world, mine);
+  // Per rank: the mean idle fraction of its pipeline runs and its peak of kept activations.
+  const std::int64_t steps_run = o.steps - start_step;
+  const double stage_figures[2] = {steps_run > 0 ? bubble_sum / static_cast<double>(steps_run) : 0.0,
+                                   static_cast<double>(gpt.peak_activation_bytes())};
+  std::vector<double> figures(2 * static_cast<std::size_t>(world->world_size()));
+  world->all_gather(stage_figures, figures.data(), 2, DType::f64);
   const std::string table = engine.ledger().table(
       fmt::format("memory ledger, rank {} of {} (dp {} tp {}), stage {}", rank, world->world_size(), mesh.dp_rank(),
                   mesh.tp_rank(), engine.stage()));
@@ -219,6 +246,10 @@ int run(const Options& o) {
                val, bits(val), corpus.unigram_bits, tokens_per_s);
     fmt::print("model-state bytes per rank:");
     for (std::size_t q = 0; q < all.size(); ++q) fmt::print(" r{}={}", q, all[q].model_state);
+    fmt::print("\npipeline idle fraction per rank (bubble and waiting):");
+    for (std::size_t q = 0; q < all.size(); ++q) fmt::print(" r{}={:.3f}", q, figures[2 * q]);
+    fmt::print("\npeak kept activations per rank (bytes):");
+    for (std::size_t q = 0; q < all.size(); ++q) fmt::print(" r{}={:.0f}", q, figures[2 * q + 1]);
     fmt::print("\n\n{}", table);
     fmt::print("{}", predicted);
     std::fflush(stdout);
@@ -229,11 +260,19 @@ int run(const Options& o) {
     if (rank == 0) fmt::print("\nsample (temperature {:g}):\n{}\n", o.temperature, text);
   }
   if (rank == 0 && !o.report_path.empty()) {
-    nlohmann::json per_rank = nlohmann::json::array();
+    nlohmann::json per_rank = nlohmann::json::array(), idle = nlohmann::json::array(),
+                   activations = nlohmann::json::array();
     for (const LedgerFigures& f : all) per_rank.push_back(f.model_state);
+    for (std::size_t q = 0; q < all.size(); ++q) {
+      idle.push_back(figures[2 * q]);
+      activations.push_back(figures[2 * q + 1]);
+    }
     nlohmann::json report = {{"program", "gpt"},
                              {"config", to_json(config)},
-                             {"mesh", {{"dp", dp}, {"tp", tp}}},
+                             {"mesh", {{"dp", dp}, {"tp", tp}, {"pp", pp}}},
+                             {"pipeline", {{"schedule", to_string(schedule)}, {"micro_batches", m},
+                                           {"idle_fraction_per_rank", idle},
+                                           {"peak_activation_bytes_per_rank", activations}}},
                              {"model", {{"layers", o.shape.layers}, {"heads", o.shape.heads}, {"dim", o.shape.dim},
                                         {"context", o.shape.context}, {"parameters", gpt.full_parameter_count()}}},
                              {"steps", o.steps},
@@ -248,7 +287,7 @@ int run(const Options& o) {
     if (o.sample) report["sample"] = text;
     report["observe"] = observe;
     write_json_file(o.report_path, report);
-    const std::string what = fmt::format("gpt, dp {} x tp {}, stage {}", dp, tp, engine.stage());
+    const std::string what = fmt::format("gpt, dp {} x tp {} x pp {}, stage {}", dp, tp, pp, engine.stage());
     write_text_atomically(chart_path(o.report_path, "memory"),
                           stacked_bar_svg(memory_chart(what + ": memory per rank", current_per_rank(all))));
     write_text_atomically(chart_path(o.report_path, "steps"),
@@ -262,9 +301,16 @@ int run(const Options& o) {
 
 int main(int argc, char** argv) {
   zeroshard::examples::Options o;
-  CLI::App app{"GPT-2-style byte-level decoder on a dp x tp mesh with ZeRO sharding (zeroshard)"};
-  app.add_option("--dp", o.dp, "data-parallel size (0: world / tp)")->check(CLI::NonNegativeNumber);
+  CLI::App app{"GPT-2-style byte-level decoder on a dp x tp x pp mesh with ZeRO sharding (zeroshard)"};
+  app.add_option("--dp", o.dp, "data-parallel size (0: world / (tp x pp))")->check(CLI::NonNegativeNumber);
   app.add_option("--tp", o.tp, "tensor-parallel size")->check(CLI::PositiveNumber)->capture_default_str();
+  app.add_option("--pp", o.pp, "pipeline stages (the layers split evenly)")
+      ->check(CLI::PositiveNumber)->capture_default_str();
+  app.add_option("--schedule", o.schedule, "pipeline schedule")
+      ->check(CLI::IsMember({"gpipe", "1f1b"}))->capture_default_str();
+  app.add_option("--gradient-accumulation-steps", o.accumulation,
+                 "micro-batches per optimizer step, run through the pipeline (0: 1, or 2 x pp with --pp > 1)")
+      ->check(CLI::NonNegativeNumber);
   app.add_option("--config", o.config_path, "ds_config JSON file (DeepSpeed keys)");
   app.add_option("--stage", o.stage, "ZeRO stage 0-3 (overrides the config)")->check(CLI::Range(0, 3));
   app.add_flag("--breakdown", o.breakdown,
@@ -283,7 +329,7 @@ int main(int argc, char** argv) {
   app.add_option("--dim", o.shape.dim, "model width")->capture_default_str();
   app.add_option("--context", o.shape.context, "longest sequence (position embeddings)")->capture_default_str();
   app.add_option("--seq", o.seq, "training sequence length")->capture_default_str();
-  app.add_option("--micro-batch", o.micro_batch, "sequences per dp rank and step")->capture_default_str();
+  app.add_option("--micro-batch", o.micro_batch, "sequences per dp rank and micro-batch")->capture_default_str();
   app.add_option("--lr", o.lr, "learning rate")->capture_default_str();
   app.add_option("--steps", o.steps, "optimizer steps")->capture_default_str();
   app.add_option("--eval-every", o.eval_every, "steps between validation passes")->check(CLI::PositiveNumber);
