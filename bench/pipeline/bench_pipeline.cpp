@@ -5,12 +5,19 @@
 // ranks: one pipeline of p stages (Mesh dp = tp = 1, pp = p).
 //
 // Every stage is the same synthetic layer block: a forward takes t_f
-// (--forward-ms) and a backward t_b = --backward-ratio x t_f (default 2).
+// (--forward-ms, default 8 ms) and a backward t_b = --backward-ratio x t_f
+// (default 2). The delays the schedule does not model (a message's
+// transfer, a stage's wake-up after its sleep or its message) are a fixed
+// time each, so their share of the bubble shrinks as t_f grows: with two
+// compilers running beside it on 2 cores, --quick failed 3 of 20 runs at
+// t_f = 4 ms and none of 20 at 8 ms (bench/README.md, "## pipeline").
 // By default a stage spends that time asleep (--compute sleep): 4 ranks
 // on a 2-core machine then measure the schedule (who waits for whom), not
 // the CPU contention of ranks that would all want a core at once.
-// --compute spin busy-waits instead, which is what a real stage does to its
-// core; with more ranks than cores the stages then slow each other down.
+// (A stage waiting for a message still polls: Open MPI's MPI_Wait spins,
+// yielding the core with mpi_yield_when_idle.) --compute spin busy-waits
+// instead, which is what a real stage does to its core; with more ranks
+// than cores the stages then slow each other down.
 //
 // Activations: one micro-batch's activation is --activation-bytes of fp32
 // (default 256 KiB), the size of the messages between stages. A forward
@@ -40,7 +47,11 @@
 //
 // Exit status 1 (on every rank) when a stage's peak differs from its
 // closed form in any step, a message element is wrong, or a mean bubble
-// differs from the formula by more than --tolerance (absolute).
+// differs from the formula by more than --tolerance (absolute). Other work
+// on the machine delays the stages' wake-ups and can push one row's bubble
+// out for a while, so a row outside the tolerance is measured again, up to
+// --attempts runs in all (the last is reported): a schedule that is wrong
+// is off in every run.
 #include <mpi.h>
 
 #include <algorithm>
@@ -83,7 +94,7 @@ enum class ComputeMode {
 
 /// Command-line options (see main()).
 struct Options {
-  double forward_ms = 4.0;      ///< t_f
+  double forward_ms = 8.0;      ///< t_f
   double backward_ratio = 2.0;  ///< t_b / t_f
   std::size_t activation_bytes = 256 * 1024;
   std::string compute = "sleep";
@@ -92,6 +103,7 @@ struct Options {
   int steps = 20;
   int warmup = 3;
   double tolerance = 0.05;  ///< |mean bubble - formula| allowed
+  int attempts = 3;         ///< runs of a row before its bubble fails
   bool quick = false;
 };
 
@@ -242,6 +254,7 @@ struct RunResult {
   std::vector<std::size_t> peak_formula_bytes;  ///< per stage
   bool peaks_exact = true;   ///< every step's peak equalled its formula on every stage
   std::uint64_t wrong = 0;   ///< message elements wrong, summed over stages and steps
+  int attempts = 1;          ///< runs of this row (the last reported)
 };
 
 /// Runs `kind` with m micro-batches for warmup + steps steps on `stage`'s
@@ -314,18 +327,20 @@ RunResult run_schedule(PipelineScheduleKind kind, int m, const Options& o, Commu
 /// Prints the bubble table (rank 0).
 void print_bubbles(const std::vector<RunResult>& results, int p, double tolerance) {
   fmt::print("\n# bubble fraction = idle / step time (median over steps); mean over stages vs "
-             "(p - 1) / (m + p - 1) and simulate_pipeline; ok = |mean - formula| <= {:.3f}\n",
+             "(p - 1) / (m + p - 1) and simulate_pipeline; ok = |mean - formula| <= {:.3f}; runs = "
+             "measurements of the row (again while not ok)\n",
              tolerance);
-  std::string head = fmt::format("{:<8} {:>3} {:>9} {:>9} {:>8} {:>8} {:>8} {:>7} {:>3} ", "schedule",
-                                 "m", "step ms", "sim ms", "formula", "sim", "mean", "diff", "ok");
+  std::string head = fmt::format("{:<8} {:>3} {:>9} {:>9} {:>8} {:>8} {:>8} {:>7} {:>3} {:>4} ",
+                                 "schedule", "m", "step ms", "sim ms", "formula", "sim", "mean", "diff",
+                                 "ok", "runs");
   for (int s = 0; s < p; ++s) head += fmt::format(" {:>7}", fmt::format("stage {}", s));
   fmt::print("{}\n", head);
   for (const RunResult& r : results) {
     const double diff = r.mean_bubble - r.formula;
-    std::string row = fmt::format("{:<8} {:>3} {:>9.2f} {:>9.2f} {:>8.3f} {:>8.3f} {:>8.3f} {:>+7.3f} {:>3} ",
+    std::string row = fmt::format("{:<8} {:>3} {:>9.2f} {:>9.2f} {:>8.3f} {:>8.3f} {:>8.3f} {:>+7.3f} {:>3} {:>4} ",
                                   to_string(r.kind), r.m, r.step_ms, r.simulated_ms, r.formula,
                                   r.simulated, r.mean_bubble, diff,
-                                  std::abs(diff) <= tolerance ? "yes" : "NO");
+                                  std::abs(diff) <= tolerance ? "yes" : "NO", r.attempts);
     for (const double b : r.stage_bubble) row += fmt::format(" {:>7.3f}", b);
     fmt::print("{}\n", row);
   }
@@ -394,7 +409,17 @@ int run(const Options& o) {
   std::vector<RunResult> results;
   for (const PipelineScheduleKind kind : kinds) {
     for (const int m : o.micro_batches) {
-      results.push_back(run_schedule(kind, m, o, pp, ex, stage, clock.offset_ns));
+      // Every rank decides on the same gathered figures, so all run the
+      // same number of attempts.
+      RunResult r = run_schedule(kind, m, o, pp, ex, stage, clock.offset_ns);
+      while (r.attempts < o.attempts && std::abs(r.mean_bubble - r.formula) > o.tolerance) {
+        RunResult again = run_schedule(kind, m, o, pp, ex, stage, clock.offset_ns);
+        again.attempts = r.attempts + 1;
+        again.peaks_exact = again.peaks_exact && r.peaks_exact;
+        again.wrong += r.wrong;
+        r = std::move(again);
+      }
+      results.push_back(std::move(r));
     }
   }
   bool ok = true;
@@ -430,10 +455,12 @@ int main(int argc, char** argv) {
   app.add_option("--warmup", o.warmup, "untimed steps per row first")->check(CLI::NonNegativeNumber);
   app.add_option("--tolerance", o.tolerance, "largest |mean bubble - formula| that passes")
       ->check(CLI::NonNegativeNumber);
-  app.add_flag("--quick", o.quick, "small run for tests: t_f <= 2 ms, m = 1, 2, 4 (unless given), <= 5 steps after <= 1 warm-up");
+  app.add_option("--attempts", o.attempts,
+                 "runs of a row whose mean bubble is outside the tolerance before it fails")
+      ->check(CLI::PositiveNumber);
+  app.add_flag("--quick", o.quick, "small run for tests: m = 1, 2, 4 (unless given), <= 5 steps after <= 1 warm-up");
   CLI11_PARSE(app, argc, argv);
   if (o.quick) {
-    o.forward_ms = std::min(o.forward_ms, 2.0);
     if (app.count("--micro-batches") == 0) o.micro_batches = {1, 2, 4};
     o.steps = std::min(o.steps, 5);
     o.warmup = std::min(o.warmup, 1);
