@@ -402,9 +402,11 @@ int run(const Options& o) {
                stage.mode == ComputeMode::sleep
                    ? "stages sleep, so ranks sharing cores measure the schedule, not CPU contention"
                    : "stages busy-wait: with more ranks than cores they also measure CPU contention");
-    fmt::print("activation: {} B fp32 per micro-batch and message; {} steps after {} warm-up per "
-               "row; clocks aligned to stage 0 within {:.1f} us\n",
-               stage.count * sizeof(float), o.steps, o.warmup, max_bound / 1e3);
+    const std::size_t bytes = stage.count * sizeof(float);
+    fmt::print("activation: {} ({} fp32) per micro-batch and message; {} steps after {} warm-up "
+               "per row; clocks aligned to stage 0 within {:.1f} us\n",
+               bytes % 1024 == 0 ? fmt::format("{} KiB", bytes / 1024) : fmt::format("{} B", bytes),
+               stage.count, o.steps, o.warmup, max_bound / 1e3);
   }
   std::vector<RunResult> results;
   for (const PipelineScheduleKind kind : kinds) {
