@@ -10,7 +10,7 @@
 // transfer, a stage's wake-up after its sleep or its message) are a fixed
 // time each, so their share of the bubble shrinks as t_f grows: with two
 // compilers running beside it on 2 cores, --quick failed 3 of 20 runs at
-// t_f = 4 ms and none of 20 at 8 ms (bench/README.md, "## pipeline").
+// t_f = 4 ms and none of 36 at 8 ms (bench/README.md, "## pipeline").
 // By default a stage spends that time asleep (--compute sleep): 4 ranks
 // on a 2-core machine then measure the schedule (who waits for whom), not
 // the CPU contention of ranks that would all want a core at once.
@@ -64,7 +64,6 @@
 #include <exception>
 #include <map>
 #include <memory>
-#include <stdexcept>
 #include <string>
 #include <thread>
 #include <utility>
@@ -94,17 +93,17 @@ enum class ComputeMode {
 
 /// Command-line options (see main()).
 struct Options {
-  double forward_ms = 8.0;      ///< t_f
-  double backward_ratio = 2.0;  ///< t_b / t_f
-  std::size_t activation_bytes = 256 * 1024;
-  std::string compute = "sleep";
-  std::string schedule = "all";
-  std::vector<int> micro_batches = {1, 2, 4, 8};
-  int steps = 20;
-  int warmup = 3;
-  double tolerance = 0.05;  ///< |mean bubble - formula| allowed
-  int attempts = 3;         ///< runs of a row before its bubble fails
-  bool quick = false;
+  double forward_ms = 8.0;                        ///< t_f
+  double backward_ratio = 2.0;                    ///< t_b / t_f
+  std::size_t activation_bytes = 256 * 1024;      ///< one micro-batch's activation
+  std::string compute = "sleep";                  ///< "sleep" or "spin" (ComputeMode)
+  std::string schedule = "all";                   ///< "all", "gpipe" or "1f1b"
+  std::vector<int> micro_batches = {1, 2, 4, 8};  ///< the values of m
+  int steps = 20;                                 ///< timed steps per row
+  int warmup = 3;                                 ///< untimed steps per row first
+  double tolerance = 0.05;                        ///< |mean bubble - formula| allowed
+  int attempts = 3;                               ///< runs of a row before its bubble fails
+  bool quick = false;                             ///< --quick (the 'bench' suite tests)
 };
 
 /// The activations one stage keeps from its forwards for its backwards,
@@ -124,7 +123,8 @@ class ActivationStash {
   /// InvariantError if it is not kept.
   std::vector<float> take(int i) {
     auto it = kept_.find(i);
-    ZS_CHECK(it != kept_.end(), "activation stash: backward of micro-batch {} without its forward", i);
+    ZS_CHECK(it != kept_.end(), "activation stash: backward of micro-batch {} without its forward",
+             i);
     std::vector<float> a = std::move(it->second);
     kept_.erase(it);
     current_ -= a.size() * sizeof(float);
@@ -156,7 +156,8 @@ void wait_until(std::chrono::steady_clock::time_point deadline, ComputeMode mode
 /// Element k of the activation stage s sends for micro-batch i (stage -1:
 /// stage 0's own input): a small integer, exact in fp32.
 float activation_value(int s, int i, std::size_t k) {
-  return static_cast<float>((static_cast<std::size_t>(s + 1) * 131 + static_cast<std::size_t>(i) * 17 + k) % 251);
+  return static_cast<float>(
+      (static_cast<std::size_t>(s + 1) * 131 + static_cast<std::size_t>(i) * 17 + k) % 251);
 }
 
 /// One stage of the synthetic pipeline: timed forward and backward that
@@ -178,7 +179,9 @@ struct SyntheticStage {
     f.dtype = DType::f32;
     f.input_count = stage > 0 ? count : 0;
     f.output_count = stage < stages - 1 ? count : 0;
-    f.forward = [this](int i, const void* input, void* output) { forward(i, static_cast<const float*>(input), static_cast<float*>(output)); };
+    f.forward = [this](int i, const void* input, void* output) {
+      forward(i, static_cast<const float*>(input), static_cast<float*>(output));
+    };
     f.backward = [this](int i, const void* grad_output, void* grad_input) {
       backward(i, static_cast<const float*>(grad_output), static_cast<float*>(grad_input));
     };
@@ -232,7 +235,9 @@ double median(std::vector<double> v) {
 
 /// (p - 1) / (m + p - 1): the bubble fraction of both schedules with equal
 /// stages and free communication.
-double bubble_formula(int p, int m) { return static_cast<double>(p - 1) / static_cast<double>(m + p - 1); }
+double bubble_formula(int p, int m) {
+  return static_cast<double>(p - 1) / static_cast<double>(m + p - 1);
+}
 
 /// The micro-batches of activations stage s of p keeps at its peak: m for
 /// GPipe, min(p - s, m) for 1F1B.
@@ -244,17 +249,17 @@ int peak_formula(PipelineScheduleKind kind, int p, int s, int m) {
 struct RunResult {
   PipelineScheduleKind kind = PipelineScheduleKind::gpipe;
   int m = 1;
-  double formula = 0;        ///< (p - 1) / (m + p - 1)
-  double simulated = 0;      ///< simulate_pipeline(t_f, t_b).bubble_fraction()
-  double step_ms = 0;        ///< median measured step time
-  double simulated_ms = 0;   ///< simulate_pipeline's makespan
-  double mean_bubble = 0;    ///< median over steps of the mean over stages
-  std::vector<double> stage_bubble;      ///< per stage, median over steps
-  std::vector<std::size_t> peak_bytes;   ///< per stage, the largest peak of any step
+  double formula = 0;                           ///< (p - 1) / (m + p - 1)
+  double simulated = 0;                         ///< simulate_pipeline(t_f, t_b).bubble_fraction()
+  double step_ms = 0;                           ///< median measured step time
+  double simulated_ms = 0;                      ///< simulate_pipeline's makespan
+  double mean_bubble = 0;                       ///< median over steps of the mean over stages
+  std::vector<double> stage_bubble;             ///< per stage, median over steps
+  std::vector<std::size_t> peak_bytes;          ///< per stage, the largest peak of any step
   std::vector<std::size_t> peak_formula_bytes;  ///< per stage
-  bool peaks_exact = true;   ///< every step's peak equalled its formula on every stage
-  std::uint64_t wrong = 0;   ///< message elements wrong, summed over stages and steps
-  int attempts = 1;          ///< runs of this row (the last reported)
+  bool peaks_exact = true;  ///< every step's peak equalled its formula on every stage
+  std::uint64_t wrong = 0;  ///< message elements wrong, summed over stages and steps
+  int attempts = 1;         ///< runs of this row (the last reported)
 };
 
 /// Runs `kind` with m micro-batches for warmup + steps steps on `stage`'s
@@ -276,8 +281,8 @@ RunResult run_schedule(PipelineScheduleKind kind, int m, const Options& o, Commu
   r.peak_bytes.assign(P, 0);
   r.stage_bubble.assign(P, 0.0);
   for (int s = 0; s < p; ++s) {
-    r.peak_formula_bytes.push_back(static_cast<std::size_t>(peak_formula(kind, p, s, m)) * stage.count *
-                                   sizeof(float));
+    r.peak_formula_bytes.push_back(static_cast<std::size_t>(peak_formula(kind, p, s, m)) *
+                                   stage.count * sizeof(float));
   }
   std::vector<double> step_ms, mean_bubble;
   std::vector<std::vector<double>> stage_bubble(P);
@@ -287,12 +292,12 @@ RunResult run_schedule(PipelineScheduleKind kind, int m, const Options& o, Commu
     stage.stash.reset_peak();
     pp.barrier();
     const PipelineTimeline tl = ex.run(table);
-    ZS_CHECK(stage.stash.current_bytes() == 0, "stage {} keeps {} bytes of activations after the step",
-             stage.stage, stage.stash.current_bytes());
-    const std::array<double, kFields> mine = {static_cast<double>(tl.begin_ns + offset_ns),
-                                              static_cast<double>(tl.end_ns + offset_ns),
-                                              static_cast<double>(tl.compute_ns()),
-                                              static_cast<double>(stage.stash.peak_bytes())};
+    ZS_CHECK(stage.stash.current_bytes() == 0,
+             "stage {} keeps {} bytes of activations after the step", stage.stage,
+             stage.stash.current_bytes());
+    const std::array<double, kFields> mine = {
+        static_cast<double>(tl.begin_ns + offset_ns), static_cast<double>(tl.end_ns + offset_ns),
+        static_cast<double>(tl.compute_ns()), static_cast<double>(stage.stash.peak_bytes())};
     std::vector<double> all(kFields * P);
     pp.all_gather(mine.data(), all.data(), kFields, DType::f64);
     const auto field = [&](std::size_t s, std::size_t f) { return all[s * kFields + f]; };
@@ -326,21 +331,22 @@ RunResult run_schedule(PipelineScheduleKind kind, int m, const Options& o, Commu
 
 /// Prints the bubble table (rank 0).
 void print_bubbles(const std::vector<RunResult>& results, int p, double tolerance) {
-  fmt::print("\n# bubble fraction = idle / step time (median over steps); mean over stages vs "
-             "(p - 1) / (m + p - 1) and simulate_pipeline; ok = |mean - formula| <= {:.3f}; runs = "
-             "measurements of the row (again while not ok)\n",
-             tolerance);
-  std::string head = fmt::format("{:<8} {:>3} {:>9} {:>9} {:>8} {:>8} {:>8} {:>7} {:>3} {:>4} ",
-                                 "schedule", "m", "step ms", "sim ms", "formula", "sim", "mean", "diff",
-                                 "ok", "runs");
+  fmt::print(
+      "\n# bubble fraction = idle / step time (median over steps); mean over stages vs "
+      "(p - 1) / (m + p - 1) and simulate_pipeline; ok = |mean - formula| <= {:.3f}; runs = "
+      "measurements of the row (again while not ok)\n",
+      tolerance);
+  std::string head =
+      fmt::format("{:<8} {:>3} {:>9} {:>9} {:>8} {:>8} {:>8} {:>7} {:>3} {:>4} ", "schedule", "m",
+                  "step ms", "sim ms", "formula", "sim", "mean", "diff", "ok", "runs");
   for (int s = 0; s < p; ++s) head += fmt::format(" {:>7}", fmt::format("stage {}", s));
   fmt::print("{}\n", head);
   for (const RunResult& r : results) {
     const double diff = r.mean_bubble - r.formula;
-    std::string row = fmt::format("{:<8} {:>3} {:>9.2f} {:>9.2f} {:>8.3f} {:>8.3f} {:>8.3f} {:>+7.3f} {:>3} {:>4} ",
-                                  to_string(r.kind), r.m, r.step_ms, r.simulated_ms, r.formula,
-                                  r.simulated, r.mean_bubble, diff,
-                                  std::abs(diff) <= tolerance ? "yes" : "NO", r.attempts);
+    std::string row = fmt::format(
+        "{:<8} {:>3} {:>9.2f} {:>9.2f} {:>8.3f} {:>8.3f} {:>8.3f} {:>+7.3f} {:>3} {:>4} ",
+        to_string(r.kind), r.m, r.step_ms, r.simulated_ms, r.formula, r.simulated, r.mean_bubble,
+        diff, std::abs(diff) <= tolerance ? "yes" : "NO", r.attempts);
     for (const double b : r.stage_bubble) row += fmt::format(" {:>7.3f}", b);
     fmt::print("{}\n", row);
   }
@@ -348,17 +354,19 @@ void print_bubbles(const std::vector<RunResult>& results, int p, double toleranc
 
 /// Prints the peak activation memory table (rank 0).
 void print_peaks(const std::vector<RunResult>& results, int p, std::size_t activation_bytes) {
-  fmt::print("\n# peak activation memory per stage, KiB measured / KiB formula (GPipe: m, 1F1B: "
-             "min(p - s, m) activations of {} KiB); exact = equal in every step; #wrong = message "
-             "elements wrong\n",
-             static_cast<double>(activation_bytes) / 1024.0);
+  fmt::print(
+      "\n# peak activation memory per stage, KiB measured / KiB formula (GPipe: m, 1F1B: "
+      "min(p - s, m) activations of {} KiB); exact = equal in every step; #wrong = message "
+      "elements wrong\n",
+      static_cast<double>(activation_bytes) / 1024.0);
   std::string head = fmt::format("{:<8} {:>3} ", "schedule", "m");
   for (int s = 0; s < p; ++s) head += fmt::format(" {:>13}", fmt::format("stage {}", s));
   fmt::print("{} {:>5} {:>6}\n", head, "exact", "#wrong");
   for (const RunResult& r : results) {
     std::string row = fmt::format("{:<8} {:>3} ", to_string(r.kind), r.m);
     for (std::size_t s = 0; s < r.peak_bytes.size(); ++s) {
-      row += fmt::format(" {:>13}", fmt::format("{}/{}", r.peak_bytes[s] / 1024, r.peak_formula_bytes[s] / 1024));
+      row += fmt::format(
+          " {:>13}", fmt::format("{}/{}", r.peak_bytes[s] / 1024, r.peak_formula_bytes[s] / 1024));
     }
     fmt::print("{} {:>5} {:>6}\n", row, r.peaks_exact ? "yes" : "NO", r.wrong);
   }
@@ -380,12 +388,14 @@ int run(const Options& o) {
   stage.stages = p;
   stage.count = o.activation_bytes / sizeof(float);
   stage.forward_time = std::chrono::nanoseconds(std::llround(o.forward_ms * 1e6));
-  stage.backward_time = std::chrono::nanoseconds(std::llround(o.forward_ms * o.backward_ratio * 1e6));
+  stage.backward_time =
+      std::chrono::nanoseconds(std::llround(o.forward_ms * o.backward_ratio * 1e6));
   stage.mode = o.compute == "spin" ? ComputeMode::spin : ComputeMode::sleep;
   PipelineExecutor ex(pp, stage.functions());
 
   std::vector<PipelineScheduleKind> kinds;
-  for (const PipelineScheduleKind k : {PipelineScheduleKind::gpipe, PipelineScheduleKind::one_f_one_b}) {
+  for (const PipelineScheduleKind k :
+       {PipelineScheduleKind::gpipe, PipelineScheduleKind::one_f_one_b}) {
     if (o.schedule == "all" || o.schedule == to_string(k)) kinds.push_back(k);
   }
   if (root) {
@@ -394,19 +404,22 @@ int run(const Options& o) {
     MPI_Get_library_version(version, &len);
     std::string lib(version, static_cast<std::size_t>(len));
     lib = lib.substr(0, lib.find_first_of(",\n"));
-    fmt::print("bench_pipeline: {} stages (dp = tp = 1, pp = {}); {}; {} hardware threads; SIMD "
-               "target {} (no kernel runs here)\n",
-               p, p, lib, std::thread::hardware_concurrency(), kernels::simd_target_name());
-    fmt::print("compute: {} (t_f = {:.2f} ms, t_b = {:.2f} ms); {}\n", o.compute, o.forward_ms,
-               o.forward_ms * o.backward_ratio,
-               stage.mode == ComputeMode::sleep
-                   ? "stages sleep, so ranks sharing cores measure the schedule, not CPU contention"
-                   : "stages busy-wait: with more ranks than cores they also measure CPU contention");
+    fmt::print(
+        "bench_pipeline: {} stages (dp = tp = 1, pp = {}); {}; {} hardware threads; SIMD "
+        "target {} (no kernel runs here)\n",
+        p, p, lib, std::thread::hardware_concurrency(), kernels::simd_target_name());
+    fmt::print(
+        "compute: {} (t_f = {:.2f} ms, t_b = {:.2f} ms); {}\n", o.compute, o.forward_ms,
+        o.forward_ms * o.backward_ratio,
+        stage.mode == ComputeMode::sleep
+            ? "stages sleep, so ranks sharing cores measure the schedule, not CPU contention"
+            : "stages busy-wait: with more ranks than cores they also measure CPU contention");
     const std::size_t bytes = stage.count * sizeof(float);
-    fmt::print("activation: {} ({} fp32) per micro-batch and message; {} steps after {} warm-up "
-               "per row; clocks aligned to stage 0 within {:.1f} us\n",
-               bytes % 1024 == 0 ? fmt::format("{} KiB", bytes / 1024) : fmt::format("{} B", bytes),
-               stage.count, o.steps, o.warmup, max_bound / 1e3);
+    fmt::print(
+        "activation: {} ({} fp32) per micro-batch and message; {} steps after {} warm-up "
+        "per row; clocks aligned to stage 0 within {:.1f} us\n",
+        bytes % 1024 == 0 ? fmt::format("{} KiB", bytes / 1024) : fmt::format("{} B", bytes),
+        stage.count, o.steps, o.warmup, max_bound / 1e3);
   }
   std::vector<RunResult> results;
   for (const PipelineScheduleKind kind : kinds) {
@@ -431,8 +444,10 @@ int run(const Options& o) {
   if (root) {
     print_bubbles(results, p, o.tolerance);
     print_peaks(results, p, stage.count * sizeof(float));
-    fmt::print("\n{}\n", ok ? "all peaks equal their formula, no wrong elements, every mean bubble within the tolerance"
-                            : "FAILED: a peak differs from its formula, an element is wrong or a mean bubble is outside the tolerance");
+    fmt::print("\n{}\n", ok ? "all peaks equal their formula, no wrong elements, every mean bubble "
+                              "within the tolerance"
+                            : "FAILED: a peak differs from its formula, an element is wrong or a "
+                              "mean bubble is outside the tolerance");
     std::fflush(stdout);
   }
   return ok ? 0 : 1;
@@ -441,26 +456,32 @@ int run(const Options& o) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  CLI::App app{"bench_pipeline: GPipe and 1F1B bubble and activation memory per stage vs. their "
-               "formulas (run under mpirun; one rank per stage)"};
+  CLI::App app{
+      "bench_pipeline: GPipe and 1F1B bubble and activation memory per stage vs. their "
+      "formulas (run under mpirun; one rank per stage)"};
   Options o;
-  app.add_option("--forward-ms", o.forward_ms, "t_f: time of one forward, ms")->check(CLI::PositiveNumber);
+  app.add_option("--forward-ms", o.forward_ms, "t_f: time of one forward, ms")
+      ->check(CLI::PositiveNumber);
   app.add_option("--backward-ratio", o.backward_ratio, "t_b / t_f")->check(CLI::PositiveNumber);
   app.add_option("--activation-bytes", o.activation_bytes,
                  "bytes of one micro-batch's activation (fp32; suffixes K/M = 2^10...)")
       ->transform(CLI::AsSizeValue(false));
   app.add_option("--compute", o.compute, "sleep (default) or spin (busy-wait) for t_f and t_b")
       ->check(CLI::IsMember({"sleep", "spin"}));
-  app.add_option("--schedule", o.schedule, "schedule to run")->check(CLI::IsMember({"all", "gpipe", "1f1b"}));
+  app.add_option("--schedule", o.schedule, "schedule to run")
+      ->check(CLI::IsMember({"all", "gpipe", "1f1b"}));
   app.add_option("--micro-batches", o.micro_batches, "values of m")->check(CLI::PositiveNumber);
-  app.add_option("--steps", o.steps, "timed steps per row (median reported)")->check(CLI::PositiveNumber);
-  app.add_option("--warmup", o.warmup, "untimed steps per row first")->check(CLI::NonNegativeNumber);
+  app.add_option("--steps", o.steps, "timed steps per row (median reported)")
+      ->check(CLI::PositiveNumber);
+  app.add_option("--warmup", o.warmup, "untimed steps per row first")
+      ->check(CLI::NonNegativeNumber);
   app.add_option("--tolerance", o.tolerance, "largest |mean bubble - formula| that passes")
       ->check(CLI::NonNegativeNumber);
   app.add_option("--attempts", o.attempts,
                  "runs of a row whose mean bubble is outside the tolerance before it fails")
       ->check(CLI::PositiveNumber);
-  app.add_flag("--quick", o.quick, "small run for tests: m = 1, 2, 4 (unless given), <= 5 steps after <= 1 warm-up");
+  app.add_flag("--quick", o.quick,
+               "small run for tests: m = 1, 2, 4 (unless given), <= 5 steps after <= 1 warm-up");
   CLI11_PARSE(app, argc, argv);
   if (o.quick) {
     if (app.count("--micro-batches") == 0) o.micro_batches = {1, 2, 4};
@@ -468,7 +489,8 @@ int main(int argc, char** argv) {
     o.warmup = std::min(o.warmup, 1);
   }
   if (o.activation_bytes < sizeof(float)) {
-    std::fprintf(stderr, "bench_pipeline: --activation-bytes %zu holds no fp32 element\n", o.activation_bytes);
+    std::fprintf(stderr, "bench_pipeline: --activation-bytes %zu holds no fp32 element\n",
+                 o.activation_bytes);
     return 2;
   }
   try {
