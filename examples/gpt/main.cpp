@@ -239,8 +239,8 @@ int run(const Options& o) {
   std::vector<double> figures(2 * static_cast<std::size_t>(world->world_size()));
   world->all_gather(stage_figures, figures.data(), 2, DType::f64);
   const std::string table = engine.ledger().table(
-      fmt::format("memory ledger, rank {} of {} (dp {} tp {}), stage {}", rank, world->world_size(), mesh.dp_rank(),
-                  mesh.tp_rank(), engine.stage()));
+      fmt::format("memory ledger, rank {} of {} (dp {} tp {} pp {}), stage {}", rank, world->world_size(),
+                  mesh.dp_rank(), mesh.tp_rank(), mesh.pp_rank(), engine.stage()));
   if (rank == 0) {
     fmt::print("\nvalidation loss {:.4f} nats = {:.4f} bits/byte vs unigram entropy {:.4f} bits/byte; {:.0f} tokens/s\n",
                val, bits(val), corpus.unigram_bits, tokens_per_s);
