@@ -181,9 +181,17 @@ int run(const Options& o) {
     fmt::print("{}", estimate);
     std::fflush(stdout);
   }
-  // Each dp rank draws its own windows; the ranks of a tp group draw the same.
-  std::mt19937_64 gen(data_seed * 1000003ULL + static_cast<std::uint64_t>(mesh.dp_rank()));
-  for (std::int64_t k = 0; k < start_step * m; ++k) sample_windows(corpus.train, o.micro_batch, o.seq, gen);
+  // Every rank draws the same global micro-batch (micro-batch x dp windows)
+  // and keeps its dp rank's rows: the data do not depend on the mesh, so runs
+  // at (dp, tp, pp) with the same global batch see the same sequences.
+  std::mt19937_64 gen(data_seed * 1000003ULL);
+  const std::size_t row = static_cast<std::size_t>(o.seq + 1) * static_cast<std::size_t>(o.micro_batch);
+  auto next_micro_batch = [&] {
+    const auto global = sample_windows(corpus.train, o.micro_batch * dp, o.seq, gen);
+    const auto first = global.begin() + static_cast<std::ptrdiff_t>(row * static_cast<std::size_t>(mesh.dp_rank()));
+    return std::vector<std::int32_t>(first, first + static_cast<std::ptrdiff_t>(row));
+  };
+  for (std::int64_t k = 0; k < start_step * m; ++k) next_micro_batch();
   nlohmann::json history = nlohmann::json::array();
   double train_sum = 0, val = 0, train_last = 0;
   int train_n = 0;
@@ -195,7 +203,7 @@ int run(const Options& o) {
   for (std::int64_t step = start_step; step < o.steps; ++step) {
     const auto t0 = std::chrono::steady_clock::now();
     std::vector<std::vector<std::int32_t>> batches;
-    for (int j = 0; j < m; ++j) batches.push_back(sample_windows(corpus.train, o.micro_batch, o.seq, gen));
+    for (int j = 0; j < m; ++j) batches.push_back(next_micro_batch());
     const double loss = gpt.train_batch(batches, o.micro_batch, o.seq, schedule, engine.loss_scale());
     const StepResult r = engine.step();
     compute_s += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
