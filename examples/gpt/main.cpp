@@ -112,22 +112,19 @@ EngineConfig make_config(const Options& o, int dp) {
 
 double bits(double nats) { return nats / std::log(2.0); }
 
-// Mean validation loss over eval_batches fixed windows, split over the dp ranks.
+// Mean validation loss over eval_batches global micro-batches of fixed
+// windows (micro-batch x dp each, the same set on every mesh with the same
+// global micro-batch): each dp rank evaluates its rows of each.
 double validation_loss(Gpt& gpt, const Mesh& mesh, const TextCorpus& corpus, const Options& o) {
+  const int dp = mesh.dp_size(), global = o.micro_batch * dp;
   double sum = 0;
-  int n = 0;
-  for (int b = mesh.dp_rank(); b < o.eval_batches; b += mesh.dp_size()) {
-    const auto w = fixed_windows(corpus.valid, b * o.micro_batch, o.micro_batch, o.eval_batches * o.micro_batch,
-                                 o.seq);
+  for (int b = 0; b < o.eval_batches; ++b) {
+    const auto w = fixed_windows(corpus.valid, b * global + mesh.dp_rank() * o.micro_batch, o.micro_batch,
+                                 o.eval_batches * global, o.seq);
     sum += gpt.evaluate(w, o.micro_batch, o.seq);
-    ++n;
   }
-  // Every dp rank must run the same number of collectives: pad with a repeat.
-  const int rounds = (o.eval_batches + mesh.dp_size() - 1) / mesh.dp_size();
-  for (int k = n; k < rounds; ++k) gpt.evaluate(fixed_windows(corpus.valid, 0, o.micro_batch, 1, o.seq), o.micro_batch, o.seq);
-  double agg[2] = {sum, static_cast<double>(n)};
-  mesh.dp_group().all_reduce(agg, 2, DType::f64, ReduceOp::sum);
-  return agg[0] / agg[1];
+  mesh.dp_group().all_reduce(&sum, 1, DType::f64, ReduceOp::sum);
+  return sum / (static_cast<double>(o.eval_batches) * dp);
 }
 
 int run(const Options& o) {
@@ -341,7 +338,7 @@ int main(int argc, char** argv) {
   app.add_option("--lr", o.lr, "learning rate")->capture_default_str();
   app.add_option("--steps", o.steps, "optimizer steps")->capture_default_str();
   app.add_option("--eval-every", o.eval_every, "steps between validation passes")->check(CLI::PositiveNumber);
-  app.add_option("--eval-batches", o.eval_batches, "validation micro-batches")->check(CLI::PositiveNumber);
+  app.add_option("--eval-batches", o.eval_batches, "validation batches of micro-batch x dp fixed windows")->check(CLI::PositiveNumber);
   app.add_option("--seed", o.seed, "seed of the initialisation and the data order")->capture_default_str();
   app.add_option("--data-dir", o.data_dir, "folder of fortune text files")->capture_default_str();
   app.add_option("--report", o.report_path, "write a JSON report to this file (rank 0)");
