@@ -21,6 +21,7 @@
 #include "core/error.h"
 #include "examples/checkpoint/safetensors_export.h"
 #include "examples/gpt/gpt_model.h"
+#include "tests/examples/gpt_test_support.h"
 #include "examples/gpt/text_corpus.h"
 #include "runtime/engine.h"
 #include "tests/support/safetensors_reader.h"
@@ -30,33 +31,13 @@ namespace zeroshard::examples {
 namespace {
 
 namespace fs = std::filesystem;
-
-Communicator& world() {
-  static std::unique_ptr<Communicator> comm = make_world_communicator();
-  return *comm;
-}
+using gpt_testing::close;
+using gpt_testing::world;
 
 constexpr int kBatch = 4, kSeq = 8, kSteps = 5;
 const GptShape kShape{.layers = 2, .heads = 4, .dim = 16, .context = 8, .vocab = 256};
 
-EngineConfig adamw(int stage) {
-  EngineConfig c;
-  c.train_micro_batch_size_per_gpu = 1;
-  c.gradient_accumulation_steps = 1;
-  c.gradient_clipping = 1.0;
-  c.optimizer.kind = OptimizerKind::adamw;
-  c.optimizer.lr = 1e-2f;
-  c.optimizer.beta1 = 0.9f;
-  c.optimizer.beta2 = 0.99f;
-  // eps well above rounding noise: the attention's key bias has a gradient of
-  // exactly 0 in exact arithmetic (softmax ignores a shift of every score by
-  // q.b_k), so what the ranks compute for it is summation-order noise of
-  // ~1e-10, which Adam at eps 1e-8 would scale up to lr-sized steps.
-  c.optimizer.eps = 1e-4f;
-  c.optimizer.weight_decay = 0.1f;
-  c.zero.stage = stage;
-  return c;
-}
+EngineConfig adamw(int stage) { return gpt_testing::gpt_test_adamw(stage, 1); }
 
 // kSteps + 1 global batches of fixed bytes (English-like text, so the model has
 // something to learn).
@@ -96,18 +77,6 @@ Run train(const Mesh& mesh, int stage, int steps) {
   }
   for (const std::string& name : gpt.parameter_names()) run.params.push_back(gpt.full_parameter(name));
   return run;
-}
-
-// max |a - b| <= tol x max |b| per tensor.
-bool close(const std::vector<float>& a, const std::vector<float>& b, double tol) {
-  if (a.size() != b.size()) return false;
-  double diff = 0, mag = 0;
-  for (std::size_t i = 0; i < a.size(); ++i) {
-    diff = std::max(diff, std::abs(static_cast<double>(a[i]) - b[i]));
-    mag = std::max(mag, std::abs(static_cast<double>(b[i])));
-  }
-  if (diff > tol * mag) MESSAGE("max |diff| " << diff << " vs max |ref| " << mag);
-  return diff <= tol * mag;
 }
 
 const Run& reference() {

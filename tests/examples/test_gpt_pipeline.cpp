@@ -23,6 +23,7 @@
 #include "comm/self/self_communicator.h"
 #include "core/error.h"
 #include "examples/gpt/gpt_model.h"
+#include "tests/examples/gpt_test_support.h"
 #include "examples/gpt/text_corpus.h"
 #include "parallel/pipeline_schedule.h"
 #include "runtime/engine.h"
@@ -32,29 +33,14 @@ namespace zeroshard::examples {
 namespace {
 
 namespace fs = std::filesystem;
-
-Communicator& world() {
-  static std::unique_ptr<Communicator> comm = make_world_communicator();
-  return *comm;
-}
+using gpt_testing::close;
+using gpt_testing::world;
 
 constexpr int kBatch = 4, kSeq = 8, kSteps = 5, kMicro = 4;
 const GptShape kShape{.layers = 4, .heads = 4, .dim = 16, .context = 8, .vocab = 256};
 
 EngineConfig adamw(int stage) {
-  EngineConfig c;
-  c.train_micro_batch_size_per_gpu = 1;
-  c.gradient_accumulation_steps = kMicro;
-  c.gradient_clipping = 1.0;
-  c.optimizer.kind = OptimizerKind::adamw;
-  c.optimizer.lr = 1e-2f;
-  c.optimizer.beta1 = 0.9f;
-  c.optimizer.beta2 = 0.99f;
-  // eps well above rounding noise (see tests/examples/test_gpt_mesh.cpp:
-  // the attention's key bias has a gradient of exactly 0 in exact arithmetic).
-  c.optimizer.eps = 1e-4f;
-  c.optimizer.weight_decay = 0.1f;
-  c.zero.stage = stage;
+  EngineConfig c = gpt_testing::gpt_test_adamw(stage, kMicro);
   if (stage == 3) c.zero.overlap_comm = true;
   return c;
 }
@@ -138,18 +124,6 @@ const Run& reference() {
     return run;
   }();
   return ref;
-}
-
-// max |a - b| <= tol x max |b| per tensor.
-bool close(const std::vector<float>& a, const std::vector<float>& b, double tol) {
-  if (a.size() != b.size()) return false;
-  double diff = 0, mag = 0;
-  for (std::size_t i = 0; i < a.size(); ++i) {
-    diff = std::max(diff, std::abs(static_cast<double>(a[i]) - b[i]));
-    mag = std::max(mag, std::abs(static_cast<double>(b[i])));
-  }
-  if (diff > tol * mag) MESSAGE("max |diff| " << diff << " vs max |ref| " << mag);
-  return diff <= tol * mag;
 }
 
 std::vector<MeshShape> meshes() {
