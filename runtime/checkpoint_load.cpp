@@ -74,8 +74,9 @@ std::vector<std::string> model_differences(const Manifest& m, const FlatLayout& 
 
 // Reads logical elements [lo, hi) of tensor t of unit u from the old rank
 // files into dst (dst[0] = element lo) as fp32, dequantizing 8-bit states
-// (each old window's codes with its absmax), verifying each file on first
-// use; raw() reads one old rank's tensor as stored.
+// (each old window's codes with its absmax) and widening bf16 states
+// (exact), verifying each file on first use; raw() reads one old rank's
+// tensor as stored.
 class TensorReader {
  public:
   TensorReader(const Manifest& m, std::string dir) : m_(m), dir_(std::move(dir)) {}
@@ -84,6 +85,7 @@ class TensorReader {
     const std::uint64_t shard = m_.units[u].shard;
     hi = std::min(hi, m_.units[u].numel);
     const bool q8 = t > 0 && m_.units[u].state_format == "8bit";
+    const bool b16 = t > 0 && m_.units[u].state_format == "bf16";
     for (std::uint64_t e = lo; e < hi;) {
       const int q = static_cast<int>(e / shard);
       const std::uint64_t off = e % shard, n = std::min(hi - e, shard - off);
@@ -91,6 +93,10 @@ class TensorReader {
         const std::vector<float>& window = dequantized(u, t, q);
         std::copy(window.begin() + static_cast<std::ptrdiff_t>(off),
                   window.begin() + static_cast<std::ptrdiff_t>(off + n), dst + (e - lo));
+      } else if (b16) {
+        bits_.resize(n);
+        file(q).read(m_.file_offset(u, t) + off * sizeof(std::uint16_t), bits_.data(), n * sizeof(std::uint16_t));
+        for (std::uint64_t i = 0; i < n; ++i) dst[e - lo + i] = bf16_to_float(bits_[i]);
       } else {
         file(q).read(m_.file_offset(u, t) + off * sizeof(float), dst + (e - lo), n * sizeof(float));
       }
@@ -125,6 +131,7 @@ class TensorReader {
   }
 
   std::vector<float> cached_;
+  std::vector<std::uint16_t> bits_;  // read(): a bf16 piece as stored
   std::size_t cached_u_ = SIZE_MAX, cached_t_ = SIZE_MAX;
   int cached_q_ = -1;
 
@@ -235,7 +242,8 @@ json Engine::load_checkpoint(const std::string& mesh_save_dir, const std::string
       // ([Note: state arrays]); the saved codes and absmax as they are when
       // the blocks are the same (8-bit, the same block size, world size and
       // so shard: window w is old rank w's),
-      // else fp32 values (8-bit dequantized), quantized anew for 8-bit.
+      // else fp32 values (8-bit dequantized, bf16 widened), quantized anew
+      // for 8-bit and rounded to bf16 for bf16 (exact for bf16 values).
       const std::uint64_t sn = stage == 0 ? info.padded : info.shard;  // master weights
       const UnitStates& target = s.store->states(static_cast<UnitId>(u));
       const bool exact = target.dtype == StateDtype::q8 && m.units[u].state_format == "8bit" &&

@@ -265,6 +265,7 @@ Manifest Manifest::read(const std::string& dir) {
 
 std::uint64_t Manifest::tensor_bytes(std::size_t u, std::size_t t) const {
   const std::uint64_t shard = units[u].shard;
+  if (t > 0 && units[u].state_format == "bf16") return shard * sizeof(std::uint16_t);
   if (t == 0 || units[u].state_format != "8bit") return shard * sizeof(float);
   return shard + (shard + states.block_size - 1) / states.block_size * sizeof(float);
 }

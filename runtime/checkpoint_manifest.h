@@ -15,7 +15,8 @@ namespace zeroshard {
 
 /// Version written by this build. Version 2 added `manifest_crc32`,
 /// version 3 the optimizer state format (`state_format` at the top and per
-/// unit; 8-bit states stored as codes and absmax); this build also reads
+/// unit; 8-bit states stored as codes and absmax, bf16 states as bf16
+/// values: a reader without bf16 support refuses "bf16"); this build also reads
 /// versions 1 and 2 (all states fp32, otherwise the same format); any other
 /// version is an error.
 inline constexpr int kCheckpointFormatVersion = 3;
@@ -52,16 +53,16 @@ struct ManifestUnit {
   std::string name;
   std::uint64_t numel = 0, padded = 0, shard = 0;
   std::vector<ManifestParam> params;
-  /// How its optimizer states are stored: "fp32" or "8bit" (codes and
-  /// absmax, blocks of ManifestStates::block_size per shard). Versions 1
-  /// and 2: "fp32".
+  /// How its optimizer states are stored: "fp32", "8bit" (codes and
+  /// absmax, blocks of ManifestStates::block_size per shard) or "bf16"
+  /// (bf16 values). Versions 1 and 2: "fp32".
   std::string state_format = "fp32";
 };
 
 /// The optimizer state format the checkpoint was saved with (manifest key
 /// `state_format`; absent before version 3: fp32).
 struct ManifestStates {
-  std::string type = "fp32";       ///< "fp32" or "8bit" (the configured format)
+  std::string type = "fp32";       ///< "fp32", "8bit" or "bf16" (the configured format)
   std::uint64_t block_size = 0;    ///< 8-bit: elements per absmax block
   std::uint64_t min_8bit_size = 0; ///< 8-bit: units below it hold fp32 states
 };
@@ -135,7 +136,8 @@ struct Manifest {
 
   /// Bytes of tensor t of unit u in a rank file: `shard` fp32 values for
   /// master and fp32 states; for an 8-bit unit's state, shard code bytes
-  /// then ceil(shard / block_size) fp32 absmax values.
+  /// then ceil(shard / block_size) fp32 absmax values; for a bf16 unit's
+  /// state, `shard` bf16 values (2 bytes each).
   std::uint64_t tensor_bytes(std::size_t u, std::size_t t) const;
   /// Byte offset, in old rank `rank`'s file, of tensor `t` of unit `u`:
   /// units follow each other, each holding its tensors.size() tensors of

@@ -189,14 +189,22 @@ void read_optimizer(const Reader& r, EngineConfig& c, ConfigDiagnostics& d) {
   if (r.get("optimizer.params.state_dtype", state_dtype)) {
     const std::string sd = lower(state_dtype);
     if (sd == "bf16") {
-      // The engine plumbing sizes bf16 arrays (optimizer/state_format.h),
-      // but no update kernel is wired yet: refused rather than emulated.
-      d.bad_value("optimizer.params.state_dtype", state_dtype,
-                  "is not supported yet: bf16 optimizer states need the bf16-state AdamW kernel, which this build "
-                  "does not wire into the engine; use \"fp32\", or optimizer.type \"AdamW8bit\" for 8-bit states");
+      // Adam / AdamW only (kernels/cpu/adam_bf16_state.h); the key table
+      // also names the types the key applies to.
+      if (h.states.dtype == StateDtype::q8) {
+        d.bad_value("optimizer.params.state_dtype", state_dtype,
+                    fmt::format("cannot be combined with optimizer.type \"{}\" (8-bit states): use optimizer.type "
+                                "\"AdamW\" or \"Adam\" with bf16 states, or drop state_dtype", type));
+      } else if (h.kind != OptimizerKind::adam && h.kind != OptimizerKind::adamw) {
+        d.bad_value("optimizer.params.state_dtype", state_dtype,
+                    fmt::format("is not supported for optimizer.type \"{}\": bf16 optimizer states are implemented "
+                                "for Adam and AdamW only", type));
+      } else {
+        h.states.dtype = StateDtype::bf16;
+      }
     } else if (sd != "fp32") {
       d.bad_value("optimizer.params.state_dtype", state_dtype,
-                  "is invalid: use \"fp32\" (or \"bf16\" once supported); 8-bit states are chosen by "
+                  "is invalid: use \"fp32\" or \"bf16\"; 8-bit states are chosen by "
                   "optimizer.type \"AdamW8bit\" / \"Adam8bit\"");
     }
   }

@@ -71,10 +71,12 @@ std::vector<ConfigKey> make_table() {
            "8-bit states: units (flat parameter buffers) with fewer elements keep fp32 states (>= 0), as "
            "bitsandbytes' min_8bit_size for tensors", false, q8),
       impl("optimizer.params.state_dtype", T::string, "fp32",
-           "Adam/AdamW state storage: fp32, or bf16 (refused in this build: the bf16-state kernel is not wired "
-           "yet); 8-bit states are chosen by optimizer.type", false, fp_adam),
+           "Adam/AdamW state storage: fp32, or bf16 (exp_avg and exp_avg_sq kept as bf16, 2 bytes each; the "
+           "parameters stay fp32; round to nearest even unless stochastic_rounding); 8-bit states are chosen by "
+           "optimizer.type", false, fp_adam),
       impl("optimizer.params.stochastic_rounding", T::boolean, "false",
-           "bf16 states: stochastic rounding instead of round-to-nearest-even", false, fp_adam),
+           "bf16 states: stochastic rounding instead of round-to-nearest-even, seeded by seed and the same at "
+           "every ZeRO stage, offload tier and world size", false, fp_adam),
       impl("optimizer.params.seed", T::int64, "0", "bf16 states: seed of the stochastic rounding (>= 0)", false,
            fp_adam),
       impl("optimizer.params.momentum", T::float32, "0", "SGD momentum (>= 0)", false, "SGD"),

@@ -74,6 +74,12 @@ class CpuOps : public DeviceOps {
     optimizer_update_8bit(hyper, step, grad_scale, a.weights, a.grads, a.grad_dtype, state, a.copy, a.copy_dtype, n,
                           block, runs);
   }
+  void update_bf16(const OptimizerHyper& hyper, double lr, double weight_decay, std::int64_t step, float grad_scale,
+                   const UpdateArrays& a, std::uint16_t* exp_avg, std::uint16_t* exp_avg_sq, std::uint64_t first_index,
+                   std::size_t n) override {
+    optimizer_update_bf16(hyper, lr, weight_decay, step, grad_scale, a.weights, a.grads, a.grad_dtype, exp_avg,
+                          exp_avg_sq, a.copy, a.copy_dtype, n, first_index);
+  }
 
  private:
   std::shared_ptr<HostAllocator> allocator_;
@@ -183,6 +189,17 @@ class SimulatedDeviceOps final : public CpuOps {
     check_device(state.exp_avg_sq_absmax, nb, "update_8bit exp_avg_sq absmax");
     if (a.copy != nullptr) check_device(a.copy, n * dtype_size(a.copy_dtype), "update_8bit copy");
     CpuOps::update_8bit(hyper, step, grad_scale, a, state, block, runs, n);
+  }
+  void update_bf16(const OptimizerHyper& hyper, double lr, double weight_decay, std::int64_t step, float grad_scale,
+                   const UpdateArrays& a, std::uint16_t* exp_avg, std::uint16_t* exp_avg_sq, std::uint64_t first_index,
+                   std::size_t n) override {
+    flush();
+    check_device(a.weights, n * sizeof(float), "update_bf16 weights");
+    check_device(a.grads, n * dtype_size(a.grad_dtype), "update_bf16 grads");
+    check_device(exp_avg, n * sizeof(std::uint16_t), "update_bf16 exp_avg");
+    check_device(exp_avg_sq, n * sizeof(std::uint16_t), "update_bf16 exp_avg_sq");
+    if (a.copy != nullptr) check_device(a.copy, n * dtype_size(a.copy_dtype), "update_bf16 copy");
+    CpuOps::update_bf16(hyper, lr, weight_decay, step, grad_scale, a, exp_avg, exp_avg_sq, first_index, n);
   }
 
  private:

@@ -43,6 +43,7 @@
 #include "offload/host_allocator.h"
 #include "optimizer/optimizer.h"
 #include "optimizer/update_8bit.h"
+#include "optimizer/update_bf16.h"
 #include "runtime/config.h"
 
 namespace zeroshard {
@@ -177,6 +178,18 @@ class DeviceOps {
   virtual void update_8bit(const OptimizerHyper& hyper, std::int64_t step, float grad_scale, const UpdateArrays& a,
                            const kernels::Adam8bitState& state, std::size_t block, std::span<const UpdateRun> runs,
                            std::size_t n) = 0;
+  /// One Adam / AdamW update with bf16 states (optimizer_update_bf16,
+  /// optimizer/update_bf16.h) over n elements of one parameter group:
+  /// a.weights, a.grads, a.copy as update() (a.states unused), exp_avg and
+  /// exp_avg_sq n bf16 bit patterns each in the ops' memory, first_index
+  /// the flat-buffer index of element 0 (the stochastic-rounding stream).
+  /// The cpu ops (and the simulated device's) run it; the cuda ops throw
+  /// InvariantError (a cuda engine with bf16 states needs
+  /// offload_optimizer: Engine refuses it otherwise, so its updates run on
+  /// the host ops).
+  virtual void update_bf16(const OptimizerHyper& hyper, double lr, double weight_decay, std::int64_t step,
+                           float grad_scale, const UpdateArrays& a, std::uint16_t* exp_avg,
+                           std::uint16_t* exp_avg_sq, std::uint64_t first_index, std::size_t n) = 0;
 };
 
 /// Ops on host memory and kernels/cpu; arrays from `allocator` when given

@@ -140,6 +140,14 @@ class CudaOps final : public DeviceOps {
     throw InvariantError(fmt::format("cuda update: {} has no CUDA kernel for 8-bit states in this build (use "
                                      "offload_optimizer)", optimizer_type_name(hyper)));
   }
+  // bf16 states on the GPU are not wired (kernels/cuda/adam_bf16_state.h
+  // exists, the engine does not call it): check_cuda_optimizer refuses
+  // non-fp32 states without offload_optimizer, so this is never reached.
+  void update_bf16(const OptimizerHyper& hyper, double, double, std::int64_t, float, const UpdateArrays&,
+                   std::uint16_t*, std::uint16_t*, std::uint64_t, std::size_t) override {
+    throw InvariantError(fmt::format("cuda update: {} with bf16 optimizer states has no CUDA path in this build "
+                                     "(use offload_optimizer)", optimizer_type_name(hyper)));
+  }
 
  private:
   CUstream_st* stream() const { return comm_.compute_stream(); }

@@ -4,7 +4,10 @@
 // 8-bit states are updated window by window (each rank's shard; the whole
 // flat buffer's N windows at stage 0) with their parameter groups as runs
 // (optimizer/update_8bit.h), so blocks are the same at every stage and
-// tier ([Note: state arrays] in optimizer/state_format.h).
+// tier ([Note: state arrays] in optimizer/state_format.h). Units with
+// bf16 states are updated segment by segment as fp32 ones, each segment
+// passing its flat-buffer index so stochastic rounding draws the same bits
+// at every stage, tier and world size (optimizer/update_bf16.h).
 #include <algorithm>
 #include <cstring>
 
@@ -87,9 +90,12 @@ void update_view_8bit(EngineState& s, DeviceOps& ops, UnitId u, std::int64_t ste
 // rounded compute copy written back.
 void update_view(EngineState& s, DeviceOps& ops, UnitId u, std::int64_t step, float grad_scale,
                  const UpdateView& v) {
-  if (s.store->states(u).dtype == StateDtype::q8) return update_view_8bit(s, ops, u, step, grad_scale, v);
-  ZS_CHECK(s.store->states(u).dtype == StateDtype::fp32, "unit {}: {} optimizer states have no update path", u,
-           state_dtype_name(s.store->states(u).dtype));
+  const StateDtype sd = s.store->states(u).dtype;
+  if (sd == StateDtype::q8) return update_view_8bit(s, ops, u, step, grad_scale, v);
+  ZS_CHECK(sd == StateDtype::fp32 || sd == StateDtype::bf16, "unit {}: {} optimizer states have no update path", u,
+           state_dtype_name(sd));
+  // bf16: flat-buffer index of update index 0 (stochastic rounding stream).
+  const std::size_t base = s.stage() == 0 ? 0 : static_cast<std::size_t>(s.rank()) * s.info(u).shard;
   UnitState& us = s.unit(u);
   std::vector<float*> st(v.states.size());
   for (const ShardSegment& seg : us.segments) {
@@ -99,6 +105,13 @@ void update_view(EngineState& s, DeviceOps& ops, UnitId u, std::int64_t step, fl
     const GroupState& g = s.groups[static_cast<std::size_t>(seg.group)];
     const double lr = s.lr_at(seg.group, step - 1);
     const std::size_t r = lo - v.begin;
+    if (sd == StateDtype::bf16) {
+      ZS_CHECK(v.states.size() == 2, "unit {}: bf16 states with {} arrays (Adam keeps 2)", u, v.states.size());
+      ops.update_bf16(s.config.optimizer, lr, g.weight_decay, step, grad_scale, update_arrays(s, v, r, {}),
+                      reinterpret_cast<std::uint16_t*>(v.states[0]) + r,
+                      reinterpret_cast<std::uint16_t*>(v.states[1]) + r, base + lo, hi - lo);
+      continue;
+    }
     for (std::size_t k = 0; k < st.size(); ++k) st[k] = reinterpret_cast<float*>(v.states[k]) + r;
     ops.update(s.config.optimizer, lr, g.weight_decay, step, grad_scale, update_arrays(s, v, r, st), hi - lo);
   }

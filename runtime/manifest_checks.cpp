@@ -63,8 +63,11 @@ void validate_manifest(const Manifest& m, const std::string& path) {
     }
   }
   // The state format (version 3; earlier versions read as fp32).
-  if (m.states.type != "fp32" && m.states.type != "8bit") {
-    bad(path, "state_format.type", fmt::format("\"{}\" is not fp32 or 8bit", m.states.type.substr(0, 16)));
+  if (m.states.type != "fp32" && m.states.type != "8bit" && m.states.type != "bf16") {
+    bad(path, "state_format.type", fmt::format("\"{}\" is not fp32, 8bit or bf16", m.states.type.substr(0, 16)));
+  }
+  if (m.states.type == "bf16" && m.tensors != std::vector<std::string>{"master", "exp_avg", "exp_avg_sq"}) {
+    bad(path, "state_format", "bf16 states are Adam's exp_avg and exp_avg_sq only");
   }
   if (m.states.type == "8bit") {
     const std::uint64_t b = m.states.block_size;
@@ -77,9 +80,12 @@ void validate_manifest(const Manifest& m, const std::string& path) {
   }
   for (std::size_t u = 0; u < m.units.size(); ++u) {
     const std::string& f = m.units[u].state_format;
-    if (f != "fp32" && (f != "8bit" || m.states.type != "8bit")) {
+    // A unit holds fp32 states or the configured format (8-bit units
+    // below min_8bit_size keep fp32).
+    if (f != "fp32" && (f != m.states.type || (f != "8bit" && f != "bf16"))) {
       bad(path, fmt::format("units[{}].state_format", u),
-          fmt::format("\"{}\" is not fp32{}", f.substr(0, 16), m.states.type == "8bit" ? " or 8bit" : ""));
+          fmt::format("\"{}\" is not fp32{}", f.substr(0, 16),
+                      m.states.type != "fp32" ? " or " + m.states.type.substr(0, 16) : ""));
     }
   }
   const auto ws = static_cast<std::uint64_t>(m.world_size);

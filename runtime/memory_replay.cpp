@@ -65,6 +65,8 @@ class SizeOnlyOps final : public DeviceOps {
               std::size_t) override {}
   void update_8bit(const OptimizerHyper&, std::int64_t, float, const UpdateArrays&, const kernels::Adam8bitState&,
                    std::size_t, std::span<const UpdateRun>, std::size_t) override {}
+  void update_bf16(const OptimizerHyper&, double, double, std::int64_t, float, const UpdateArrays&, std::uint16_t*,
+                   std::uint16_t*, std::uint64_t, std::size_t) override {}
 
  private:
   AddressSpace& space_;

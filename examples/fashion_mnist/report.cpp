@@ -133,6 +133,11 @@ nlohmann::json to_json(const EngineConfig& config) {
     params["block_size"] = o.states.block_size;
     params["min_8bit_size"] = o.states.min_8bit_size;
   }
+  if (o.states.dtype == StateDtype::bf16) {
+    params["state_dtype"] = "bf16";
+    params["stochastic_rounding"] = o.states.rounding == StateRounding::stochastic;
+    params["seed"] = o.states.seed;
+  }
   j["optimizer"] = {{"type", optimizer_type_name(o)}, {"params", params}};
   j["zero_optimization"] = {{"stage", config.zero.stage}};
   const OffloadConfig& off = config.offload;

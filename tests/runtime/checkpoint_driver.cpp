@@ -18,6 +18,10 @@
 // states are re-blocked (8-bit saved at another world size, or fp32 saved
 // and loaded as 8-bit) checks the states within the quantization bound and
 // skips the next-step check; 8-bit loaded as fp32 states is exact.
+// AdamWbf16 / AdamWbf16sr: bf16 states rounded to nearest even /
+// stochastically (seed 7). bf16 loaded as bf16 (any world size) or as fp32
+// is exact; fp32 loaded as bf16 is checked within half a bf16 ulp (2^-8 of
+// each value) and skips the next-step check.
 // Exit code 0 on success, 1 with a message on the first mismatch.
 #include <algorithm>
 #include <cmath>
@@ -56,11 +60,17 @@ EngineConfig config(int stage) {
     h.states.block_size = 64;
     h.states.min_8bit_size = 0;
   }
+  if (opt == "AdamWbf16" || opt == "AdamWbf16sr") {
+    h.states.dtype = StateDtype::bf16;
+    h.states.rounding = opt == "AdamWbf16sr" ? StateRounding::stochastic : StateRounding::nearest;
+    h.states.seed = 7;
+  }
   if (opt == "Adagrad") {
     h.kind = OptimizerKind::adagrad;
     h.lr_decay = 0.1;
   }
-  if (!opt.empty() && opt != "AdamW" && opt != "AdamW8bit" && h.kind == OptimizerKind::adamw) {
+  if (!opt.empty() && opt != "AdamW" && opt != "AdamW8bit" && opt != "AdamWbf16" && opt != "AdamWbf16sr" &&
+      h.kind == OptimizerKind::adamw) {
     throw ConfigError("ZS_CKPT_OPTIMIZER: unknown " + opt);
   }
   return make_config(stage, h);
@@ -116,8 +126,18 @@ int run(const std::string& mode, const std::string& dir, int arg) {
     const bool q8 = e.config().optimizer.states.dtype == StateDtype::q8;
     // Re-blocked 8-bit states: within the maps' bound of the saved values.
     const bool reblocked = q8 && (saved_format != "8bit" || client.at("saved_by").get<int>() != comm.world_size());
+    // fp32 states loaded as bf16: each rounded to nearest even.
+    const bool rounded = e.config().optimizer.states.dtype == StateDtype::bf16 && saved_format != "bf16";
     const std::vector<float> got_state = m.state(e);
-    if (reblocked) {
+    if (rounded) {
+      for (std::size_t i = 0; i < want_state.size(); ++i) {
+        if (!(std::fabs(got_state[i] - want_state[i]) <= 0x1p-8f * std::fabs(want_state[i]))) {
+          std::fprintf(stderr, "rank %d: rounded state element %zu: %.9g vs %.9g\n", comm.rank(), i, got_state[i],
+                       want_state[i]);
+          return 1;
+        }
+      }
+    } else if (reblocked) {
       float top = 0;
       for (float x : want_state) top = std::max(top, std::fabs(x));
       for (std::size_t i = 0; i < want_state.size(); ++i) {
@@ -135,7 +155,7 @@ int run(const std::string& mode, const std::string& dir, int arg) {
       std::fprintf(stderr, "optimizer step %ld after load, want 5\n", static_cast<long>(e.optimizer_steps()));
       return 1;
     }
-    if (reblocked || saved_format != std::string(state_dtype_name(e.config().optimizer.states.dtype))) {
+    if (reblocked || rounded || saved_format != std::string(state_dtype_name(e.config().optimizer.states.dtype))) {
       if (root) std::printf("load OK (%s states as %s): saved by %d ranks, loaded by %d\n", saved_format.c_str(),
                             std::string(state_dtype_name(e.config().optimizer.states.dtype)).c_str(),
                             client.at("saved_by").get<int>(), comm.world_size());

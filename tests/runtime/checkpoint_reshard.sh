@@ -36,6 +36,20 @@ ZS_CKPT_OPTIMIZER=AdamW8bit "$mpirun" -np 3 "$driver" load "$dir" 2
 ZS_CKPT_OPTIMIZER=AdamW "$mpirun" -np 3 "$driver" load "$dir" 0
 ZS_CKPT_OPTIMIZER=AdamW8bit "$mpirun" -np 2 "$driver" load "$work/saved-by-3" 1
 
+# bf16 states (round to nearest; stochastic, seeded): saved at 3; loaded as
+# bf16 at 3, 2 and 4 (exact at any world size and stage; the next step as
+# the saver's), as fp32 states at 2 (widened, exact); fp32 states saved at 3
+# loaded as bf16 at 4 (rounded to nearest even).
+for opt in AdamWbf16 AdamWbf16sr; do
+  dir="$work/$opt-saved-by-3"
+  ZS_CKPT_OPTIMIZER=$opt "$mpirun" -np 3 "$driver" save "$dir" 2
+  for m in 3 2 4; do
+    ZS_CKPT_OPTIMIZER=$opt "$mpirun" -np "$m" "$driver" load "$dir" $(((m + 2) % 4))
+  done
+done
+ZS_CKPT_OPTIMIZER=AdamW "$mpirun" -np 2 "$driver" load "$work/AdamWbf16sr-saved-by-3" 1
+ZS_CKPT_OPTIMIZER=AdamWbf16 "$mpirun" -np 4 "$driver" load "$work/saved-by-3" 3
+
 # Kill test: rank 1 pauses in the middle of writing its file of the second
 # save; SIGKILL the whole job there.
 dir="$work/killed"
