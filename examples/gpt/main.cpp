@@ -251,6 +251,8 @@ int run(const Options& o) {
                val, bits(val), corpus.unigram_bits, tokens_per_s);
     fmt::print("model-state bytes per rank:");
     for (std::size_t q = 0; q < all.size(); ++q) fmt::print(" r{}={}", q, all[q].model_state);
+    fmt::print("\noptimizer-state bytes per rank ({} states):", state_dtype_name(config.optimizer.states.dtype));
+    for (std::size_t q = 0; q < all.size(); ++q) fmt::print(" r{}={}", q, all[q].now(MemCategory::optimizer_states));
     fmt::print("\npipeline idle fraction per rank (bubble and waiting):");
     for (std::size_t q = 0; q < all.size(); ++q) fmt::print(" r{}={:.3f}", q, figures[2 * q]);
     fmt::print("\npeak kept activations per rank (bytes):");
@@ -267,7 +269,11 @@ int run(const Options& o) {
   if (rank == 0 && !o.report_path.empty()) {
     nlohmann::json per_rank = nlohmann::json::array(), idle = nlohmann::json::array(),
                    activations = nlohmann::json::array();
-    for (const LedgerFigures& f : all) per_rank.push_back(f.model_state);
+    nlohmann::json state_bytes = nlohmann::json::array();
+    for (const LedgerFigures& f : all) {
+      per_rank.push_back(f.model_state);
+      state_bytes.push_back(f.now(MemCategory::optimizer_states));
+    }
     for (std::size_t q = 0; q < all.size(); ++q) {
       idle.push_back(figures[2 * q]);
       activations.push_back(figures[2 * q + 1]);
@@ -288,7 +294,8 @@ int run(const Options& o) {
                              {"unigram_entropy_bits", corpus.unigram_bits},
                              {"tokens_per_s", tokens_per_s},
                              {"ledger_rank0", to_json(all.front())},
-                             {"model_state_bytes_per_rank", per_rank}};
+                             {"model_state_bytes_per_rank", per_rank},
+                             {"optimizer_state_bytes_per_rank", state_bytes}};
     if (o.sample) report["sample"] = text;
     report["observe"] = observe;
     write_json_file(o.report_path, report);
