@@ -141,7 +141,7 @@ class Gpt {
   };
   ParamId declare(UnitId unit, const std::string& name, std::vector<std::int64_t> full_shape, TensorParallel tp,
                   parallel::Slice slice, bool decay);
-  struct MicroBatch;  // one micro-batch's forward state on this stage (gpt_model.cpp)
+  struct MicroBatch;  // one micro-batch's forward state on this stage (gpt_micro_batch.h)
   const Param& find(const std::string& name) const;
   bool first_stage() const { return mesh_.is_first_stage(); }
   bool last_stage() const { return mesh_.is_last_stage(); }
