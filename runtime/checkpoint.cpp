@@ -15,6 +15,7 @@
 #include "runtime/checkpoint_manifest.h"
 #include "runtime/engine.h"
 #include "runtime/engine_state.h"
+#include "runtime/mesh_agreement.h"
 #include "runtime/storage_phase.h"
 #include "zs_config.h"
 
@@ -261,38 +262,41 @@ void write_checkpoint(EngineState& s, const std::string& save_dir, const std::st
 std::string Engine::save_checkpoint(const std::string& mesh_save_dir, const json& client_state, int keep_last,
                                     const std::string& tag_in) {
   EngineState& s = *s_;
-  // On a mesh each (pipeline stage, tp rank)'s group saves into its own folder ([Note: engine on a mesh]).
-  const std::string save_dir = mesh_checkpoint_root(s, mesh_save_dir);
-  ZS_CHECK(s.finalized, "save_checkpoint() before finalize()");
-  check_usable(s, "save_checkpoint()");
-  const std::int64_t gas = s.config.gradient_accumulation_steps;
-  if (s.micro_steps % gas != 0) {
-    throw Error(fmt::format("save_checkpoint(\"{}\"): called after micro-batch {} of {} of a gradient accumulation "
-                            "cycle; save after the step that ends the cycle (gradients are not saved)",
-                            save_dir, s.micro_steps % gas, gas));
-  }
-  const std::string tag = tag_in.empty() ? fmt::format("step-{:08d}", s.optimizer_steps) : tag_in;
-  const std::string final_dir = save_dir + "/" + tag, tmp_dir = save_dir + "/.tmp-" + tag;
-  const int r = s.rank();
-
-  run_agreed(s.host_comm, [&] {
-    if (r != 0) return;
-    fs::create_directories(save_dir);
-    sweep_leftovers(save_dir);  // left by saves that were killed or failed
-    fs::create_directory(tmp_dir);
-  });
-  try {
-    write_checkpoint(s, save_dir, tmp_dir, final_dir, tag, client_state, keep_last);
-  } catch (const AgreedError&) {
-    // Every rank failed this save: nothing of it is left behind (a disk that
-    // filled up is freed again).
-    if (r == 0) {
-      std::error_code ec;
-      fs::remove_all(tmp_dir, ec);
+  // A failure in one (pipeline stage, tp rank)'s group ends every rank of the mesh together.
+  return agreed_over_world(s, [&]() -> std::string {
+    // On a mesh each (pipeline stage, tp rank)'s group saves into its own folder ([Note: engine on a mesh]).
+    const std::string save_dir = mesh_checkpoint_root(s, mesh_save_dir);
+    ZS_CHECK(s.finalized, "save_checkpoint() before finalize()");
+    check_usable(s, "save_checkpoint()");
+    const std::int64_t gas = s.config.gradient_accumulation_steps;
+    if (s.micro_steps % gas != 0) {
+      throw Error(fmt::format("save_checkpoint(\"{}\"): called after micro-batch {} of {} of a gradient accumulation "
+                              "cycle; save after the step that ends the cycle (gradients are not saved)",
+                              save_dir, s.micro_steps % gas, gas));
     }
-    throw;
-  }
-  return tag;
+    const std::string tag = tag_in.empty() ? fmt::format("step-{:08d}", s.optimizer_steps) : tag_in;
+    const std::string final_dir = save_dir + "/" + tag, tmp_dir = save_dir + "/.tmp-" + tag;
+    const int r = s.rank();
+
+    run_agreed(s.host_comm, [&] {
+      if (r != 0) return;
+      fs::create_directories(save_dir);
+      sweep_leftovers(save_dir);  // left by saves that were killed or failed
+      fs::create_directory(tmp_dir);
+    });
+    try {
+      write_checkpoint(s, save_dir, tmp_dir, final_dir, tag, client_state, keep_last);
+    } catch (const AgreedError&) {
+      // Every rank failed this save: nothing of it is left behind (a disk that
+      // filled up is freed again).
+      if (r == 0) {
+        std::error_code ec;
+        fs::remove_all(tmp_dir, ec);
+      }
+      throw;
+    }
+    return tag;
+  });
 }
 
 std::vector<float> Engine::gather_optimizer_state(ParamId p, int index) {

@@ -14,6 +14,7 @@
 #include "runtime/checkpoint_manifest.h"
 #include "runtime/engine.h"
 #include "runtime/engine_state.h"
+#include "runtime/mesh_agreement.h"
 #include "runtime/storage_phase.h"
 
 namespace zeroshard {
@@ -185,121 +186,152 @@ void commit_loaded(EngineState& s, std::vector<LoadedUnit>& loaded) {
   }
 }
 
+// On a mesh, after every group loaded its own folder: the groups must have
+// loaded the same optimizer step (their `latest` files can disagree after a
+// save that was killed between stages). Collective over the world; throws
+// AgreedConfigError on every rank naming each (stage, tp rank)'s step.
+void check_same_step(EngineState& s, const std::string& save_dir) {
+  Communicator& world = *s.world_comm;
+  const double mine[3] = {static_cast<double>(s.optimizer_steps), static_cast<double>(s.pp_rank),
+                          static_cast<double>(s.tp_rank())};
+  std::vector<double> all(3 * static_cast<std::size_t>(world.world_size()));
+  world.all_gather(mine, all.data(), 3, DType::f64);
+  bool same = true;
+  for (std::size_t q = 1; q < static_cast<std::size_t>(world.world_size()); ++q) same = same && all[3 * q] == all[0];
+  if (same) return;
+  std::string steps;
+  for (std::size_t q = 0; q < static_cast<std::size_t>(world.world_size()); ++q) {
+    steps += fmt::format("{}rank {} (pipeline stage {}, tp rank {}): step {}", q == 0 ? "" : ", ", q, all[3 * q + 1],
+                         all[3 * q + 2], all[3 * q]);
+  }
+  throw AgreedConfigError(fmt::format("{}: the mesh's checkpoint folders hold different steps ({}); every pipeline "
+                                      "stage and tensor-parallel rank must load the same step: pass the tag, or "
+                                      "repair the folders' latest files",
+                                      save_dir, steps),
+                          0);
+}
+
 }  // namespace
 
 json Engine::load_checkpoint(const std::string& mesh_save_dir, const std::string& tag_in) {
   EngineState& s = *s_;
-  ZS_CHECK(s.finalized, "load_checkpoint() before finalize()");
-  std::string tag = tag_in;
-  const int r = s.rank();
-  Manifest m;
-  // On a mesh each tp rank's group reads its own folder ([Note: engine on a mesh]).
-  const std::string save_dir = mesh_checkpoint_root(s, mesh_save_dir);
-  TraceScope manifest_span(s.tracer(), "checkpoint_load_manifest", TraceThread::engine, tag_in);
-  run_agreed(s.host_comm, [&] {
-    check_checkpoint_mesh(s, mesh_save_dir, tag_in);
-    if (tag.empty()) {
-      tag = read_text_file(save_dir + "/latest");
-      while (!tag.empty() && (tag.back() == '\n' || tag.back() == ' ')) tag.pop_back();
+  // A failure in one (pipeline stage, tp rank)'s group ends every rank of the mesh together.
+  const json client_state = agreed_over_world(s, [&]() -> json {
+    ZS_CHECK(s.finalized, "load_checkpoint() before finalize()");
+    std::string tag = tag_in;
+    const int r = s.rank();
+    Manifest m;
+    // On a mesh each tp rank's group reads its own folder ([Note: engine on a mesh]).
+    const std::string save_dir = mesh_checkpoint_root(s, mesh_save_dir);
+    TraceScope manifest_span(s.tracer(), "checkpoint_load_manifest", TraceThread::engine, tag_in);
+    run_agreed(s.host_comm, [&] {
+      check_checkpoint_mesh(s, mesh_save_dir, tag_in);
+      if (tag.empty()) {
+        tag = read_text_file(save_dir + "/latest");
+        while (!tag.empty() && (tag.back() == '\n' || tag.back() == ' ')) tag.pop_back();
+      }
+      m = Manifest::read(save_dir + "/" + tag);
+      check_manifest_mesh(s, save_dir + "/" + tag, m);
+    });
+    const std::string dir = save_dir + "/" + tag;
+    // Every rank read the same manifest (the same file): the checks below up
+    // to the read phase then come out the same on every rank.
+    double crc[2] = {static_cast<double>(m.body_crc32), -static_cast<double>(m.body_crc32)};
+    s.host_comm.all_reduce(crc, 2, DType::f64, ReduceOp::max);
+    if (crc[0] != -crc[1]) {
+      throw AgreedIoError(fmt::format("{}/manifest.json: the ranks read different manifests (CRC-32 from {:08x} to "
+                                      "{:08x}); every rank must see the same save directory",
+                                      dir, static_cast<std::uint32_t>(-crc[1]), static_cast<std::uint32_t>(crc[0])),
+                          r);
     }
-    m = Manifest::read(save_dir + "/" + tag);
-    check_manifest_mesh(s, save_dir + "/" + tag, m);
-  });
-  const std::string dir = save_dir + "/" + tag;
-  // Every rank read the same manifest (the same file): the checks below up
-  // to the read phase then come out the same on every rank.
-  double crc[2] = {static_cast<double>(m.body_crc32), -static_cast<double>(m.body_crc32)};
-  s.host_comm.all_reduce(crc, 2, DType::f64, ReduceOp::max);
-  if (crc[0] != -crc[1]) {
-    throw AgreedIoError(fmt::format("{}/manifest.json: the ranks read different manifests (CRC-32 from {:08x} to "
-                                    "{:08x}); every rank must see the same save directory",
-                                    dir, static_cast<std::uint32_t>(-crc[1]), static_cast<std::uint32_t>(crc[0])),
-                        r);
-  }
-  const std::vector<std::string> diffs = model_differences(m, s.layout);
-  if (!diffs.empty()) {
-    throw AgreedConfigError(
-        fmt::format("{}/manifest.json is from a different model:\n  {}", dir, fmt::join(diffs, "\n  ")), r);
-  }
-  const std::vector<std::string> names = checkpoint_tensor_names(s.config.optimizer);
-  if (m.tensors != names) {
-    throw AgreedConfigError(fmt::format("{}/manifest.json holds tensors [{}] but this optimizer ({}) needs [{}]", dir,
-                            fmt::join(m.tensors, ", "), optimizer_name(s.config.optimizer.kind), fmt::join(names, ", ")),
-                            r);
-  }
+    const std::vector<std::string> diffs = model_differences(m, s.layout);
+    if (!diffs.empty()) {
+      throw AgreedConfigError(
+          fmt::format("{}/manifest.json is from a different model:\n  {}", dir, fmt::join(diffs, "\n  ")), r);
+    }
+    const std::vector<std::string> names = checkpoint_tensor_names(s.config.optimizer);
+    if (m.tensors != names) {
+      throw AgreedConfigError(
+          fmt::format("{}/manifest.json holds tensors [{}] but this optimizer ({}) needs [{}]", dir,
+                      fmt::join(m.tensors, ", "), optimizer_name(s.config.optimizer.kind), fmt::join(names, ", ")),
+          r);
+    }
 
-  manifest_span.end();
-  const int stage = s.stage();
-  std::vector<LoadedUnit> loaded(s.units.size());
-  TraceScope read_span(s.tracer(), "checkpoint_load_read", TraceThread::engine, tag);
-  run_agreed(s.host_comm, [&] {
-    TensorReader reader(m, dir);
-    for (std::size_t u = 0; u < s.units.size(); ++u) {
-      const UnitInfo& info = s.info(static_cast<UnitId>(u));
-      const std::uint64_t shard_lo = static_cast<std::uint64_t>(r) * info.shard;
-      LoadedUnit& lu = loaded[u];
-      // Optimizer states: every window at stage 0, else this rank's
-      // ([Note: state arrays]); the saved codes and absmax as they are when
-      // the blocks are the same (8-bit, the same block size, world size and
-      // so shard: window w is old rank w's),
-      // else fp32 values (8-bit dequantized, bf16 widened), quantized anew
-      // for 8-bit and rounded to bf16 for bf16 (exact for bf16 values).
-      const std::uint64_t sn = stage == 0 ? info.padded : info.shard;  // master weights
-      const UnitStates& target = s.store->states(static_cast<UnitId>(u));
-      const bool exact = target.dtype == StateDtype::q8 && m.units[u].state_format == "8bit" &&
-                         m.states.block_size == target.block && m.world_size == s.world() &&
-                         m.units[u].shard == info.shard;
-      lu.states.assign(static_cast<std::size_t>(target.arrays()), {});
-      for (int w = stage == 0 ? 0 : r; w < (stage == 0 ? s.world() : r + 1); ++w) {
-        std::vector<std::vector<std::byte>> arrays;
-        if (exact) {
-          for (std::size_t k = 1; k < names.size(); ++k) {
-            std::vector<std::byte> b = reader.raw(u, k, w);
-            arrays.emplace_back(b.begin(), b.begin() + static_cast<std::ptrdiff_t>(info.shard));
-            arrays.emplace_back(b.begin() + static_cast<std::ptrdiff_t>(info.shard), b.end());
+    manifest_span.end();
+    const int stage = s.stage();
+    std::vector<LoadedUnit> loaded(s.units.size());
+    TraceScope read_span(s.tracer(), "checkpoint_load_read", TraceThread::engine, tag);
+    run_agreed(s.host_comm, [&] {
+      TensorReader reader(m, dir);
+      for (std::size_t u = 0; u < s.units.size(); ++u) {
+        const UnitInfo& info = s.info(static_cast<UnitId>(u));
+        const std::uint64_t shard_lo = static_cast<std::uint64_t>(r) * info.shard;
+        LoadedUnit& lu = loaded[u];
+        // Optimizer states: every window at stage 0, else this rank's
+        // ([Note: state arrays]); the saved codes and absmax as they are when
+        // the blocks are the same (8-bit, the same block size, world size and
+        // so shard: window w is old rank w's),
+        // else fp32 values (8-bit dequantized, bf16 widened), quantized anew
+        // for 8-bit and rounded to bf16 for bf16 (exact for bf16 values).
+        const std::uint64_t sn = stage == 0 ? info.padded : info.shard;  // master weights
+        const UnitStates& target = s.store->states(static_cast<UnitId>(u));
+        const bool exact = target.dtype == StateDtype::q8 && m.units[u].state_format == "8bit" &&
+                           m.states.block_size == target.block && m.world_size == s.world() &&
+                           m.units[u].shard == info.shard;
+        lu.states.assign(static_cast<std::size_t>(target.arrays()), {});
+        for (int w = stage == 0 ? 0 : r; w < (stage == 0 ? s.world() : r + 1); ++w) {
+          std::vector<std::vector<std::byte>> arrays;
+          if (exact) {
+            for (std::size_t k = 1; k < names.size(); ++k) {
+              std::vector<std::byte> b = reader.raw(u, k, w);
+              arrays.emplace_back(b.begin(), b.begin() + static_cast<std::ptrdiff_t>(info.shard));
+              arrays.emplace_back(b.begin() + static_cast<std::ptrdiff_t>(info.shard), b.end());
+            }
+          } else {
+            std::vector<std::vector<float>> values;
+            const std::uint64_t lo = static_cast<std::uint64_t>(w) * info.shard;
+            for (std::size_t k = 1; k < names.size(); ++k) {
+              values.emplace_back(info.shard, 0.0f);
+              reader.read(u, k, lo, lo + info.shard, values.back().data());
+            }
+            arrays = state_arrays_from_f32(s, static_cast<UnitId>(u), values);
           }
+          for (std::size_t k = 0; k < arrays.size(); ++k) {
+            lu.states[k].insert(lu.states[k].end(), arrays[k].begin(), arrays[k].end());
+          }
+        }
+        // Parameters (compute dtype): full at stages 0-2, else the shard; from the masters.
+        const std::uint64_t plo = stage < 3 ? 0 : shard_lo, pn = stage < 3 ? info.padded : info.shard;
+        lu.params = TypedBuffer(pn, s.dtype());
+        if (!s.mixed()) {
+          reader.read(u, 0, plo, plo + pn, lu.params.as<float>());
+          continue;
+        }
+        AlignedBuffer<float> wide(pn);
+        reader.read(u, 0, plo, plo + pn, wide.data());
+        kernels::cast(lu.params.data(), s.dtype(), wide.data(), DType::f32, pn);
+        lu.master = AlignedBuffer<float>(sn);
+        if (stage == 0) {
+          std::copy(wide.data(), wide.data() + sn, lu.master.data());
         } else {
-          std::vector<std::vector<float>> values;
-          const std::uint64_t lo = static_cast<std::uint64_t>(w) * info.shard;
-          for (std::size_t k = 1; k < names.size(); ++k) {
-            values.emplace_back(info.shard, 0.0f);
-            reader.read(u, k, lo, lo + info.shard, values.back().data());
-          }
-          arrays = state_arrays_from_f32(s, static_cast<UnitId>(u), values);
-        }
-        for (std::size_t k = 0; k < arrays.size(); ++k) {
-          lu.states[k].insert(lu.states[k].end(), arrays[k].begin(), arrays[k].end());
+          reader.read(u, 0, shard_lo, shard_lo + sn, lu.master.data());
         }
       }
-      // Parameters (compute dtype): full at stages 0-2, else the shard; from the masters.
-      const std::uint64_t plo = stage < 3 ? 0 : shard_lo, pn = stage < 3 ? info.padded : info.shard;
-      lu.params = TypedBuffer(pn, s.dtype());
-      if (!s.mixed()) {
-        reader.read(u, 0, plo, plo + pn, lu.params.as<float>());
-        continue;
-      }
-      AlignedBuffer<float> wide(pn);
-      reader.read(u, 0, plo, plo + pn, wide.data());
-      kernels::cast(lu.params.data(), s.dtype(), wide.data(), DType::f32, pn);
-      lu.master = AlignedBuffer<float>(sn);
-      if (stage == 0) {
-        std::copy(wide.data(), wide.data() + sn, lu.master.data());
-      } else {
-        reader.read(u, 0, shard_lo, shard_lo + sn, lu.master.data());
-      }
-    }
-  });
+    });
 
-  // Commit: nothing above touched the engine. Its writes (swap files on
-  // nvme) are agreed: [Note: storage phases] in runtime/storage_phase.h.
-  read_span.end();
-  const TraceScope commit_span(s.tracer(), "checkpoint_load_commit", TraceThread::engine, tag);
-  run_storage_phase(s, fmt::format("load_checkpoint(\"{}\")", dir), [&] { commit_loaded(s, loaded); }, true);
-  s.unusable.clear();
-  s.optimizer_steps = m.optimizer_steps;
-  s.micro_steps = m.optimizer_steps * s.config.gradient_accumulation_steps;
-  if (s.dtype() == DType::f16) s.scaler.set_state(m.scaler);
-  return m.client_state;
+    // Commit: nothing above touched the engine. Its writes (swap files on
+    // nvme) are agreed: [Note: storage phases] in runtime/storage_phase.h.
+    read_span.end();
+    const TraceScope commit_span(s.tracer(), "checkpoint_load_commit", TraceThread::engine, tag);
+    run_storage_phase(s, fmt::format("load_checkpoint(\"{}\")", dir), [&] { commit_loaded(s, loaded); }, true);
+    s.unusable.clear();
+    s.optimizer_steps = m.optimizer_steps;
+    s.micro_steps = m.optimizer_steps * s.config.gradient_accumulation_steps;
+    if (s.dtype() == DType::f16) s.scaler.set_state(m.scaler);
+    return m.client_state;
+  });
+  if (s.world_comm != nullptr) check_same_step(s, mesh_save_dir);
+  return client_state;
 }
 
 }  // namespace zeroshard

@@ -8,9 +8,14 @@
 // update. An Inf on the last stage alone skips the step on every rank.
 // Tied copies laid out differently are one AgreedConfigError on every rank
 // of the world, middle stages included; tying without a mesh is refused.
+// Checkpoints: a stage's folder that is missing or cannot be written, or
+// stages whose folders hold different steps, are one AgreedError on every
+// rank of the world (no stage is left waiting in the next step).
 #include <doctest/doctest.h>
 
 #include <cmath>
+#include <filesystem>
+#include <fstream>
 #include <string>
 #include <vector>
 
@@ -20,6 +25,7 @@
 #include "kernels/cpu/cast.h"
 #include "runtime/collective_error.h"
 #include "runtime/engine.h"
+#include "support/scratch_files.h"
 #include "support/test_world.h"
 
 namespace zeroshard {
@@ -156,6 +162,70 @@ TEST_CASE("engine with pipeline stages: tied copies of different sizes are one e
     CHECK(what.find("tied parameter \"tied\"") != std::string::npos);
     CHECK(what.find("7 elements") != std::string::npos);
     CHECK(what.find("holds 8") != std::string::npos);
+  }
+}
+
+// What `f` throws on this rank: (message, agreed); ("", false) if nothing.
+template <class F>
+std::pair<std::string, bool> error_of(F&& f) {
+  try {
+    f();
+  } catch (const std::exception& e) {
+    return {e.what(), is_agreed(e)};
+  }
+  return {"", false};
+}
+
+TEST_CASE("engine with pipeline stages: a checkpoint problem on one stage is one error on every rank") {
+  namespace fs = std::filesystem;
+  for (MeshShape shape : pipeline_shapes(world().world_size())) {
+    CAPTURE(shape.dp);
+    CAPTURE(shape.tp);
+    CAPTURE(shape.pp);
+    const fs::path dir = fs::temp_directory_path() / fmt::format("zs-test-engine-pipeline-{}", world().world_size());
+    testing::make_empty_dir_on_rank0(world(), dir);
+    Mesh mesh(world(), shape);
+    const std::string last = fmt::format("pp-{:02d}", shape.pp - 1);
+    {
+      StageModel m(sgd_config(2, 0.0), mesh);
+      for (int s = 0; s < 2; ++s) {
+        for (float& v : m.engine.grad(m.w)) v += 1.0f;
+        m.engine.step();
+        m.engine.save_checkpoint(dir.string(), {{"k", s}});
+      }
+    }
+    // The last stage's latest file points at step 1, the others at step 2.
+    if (world().rank() == 0) {
+      std::ofstream(dir / last / (shape.tp > 1 ? "tp-00/latest" : "latest")) << "step-00000001\n";
+      if (shape.tp > 1) std::ofstream(dir / last / "tp-01/latest") << "step-00000001\n";
+    }
+    world().barrier();
+    {
+      StageModel m(sgd_config(1, 0.0), mesh);
+      const auto [what, agreed] = error_of([&] { m.engine.load_checkpoint(dir.string()); });
+      CHECK(agreed);
+      CHECK(what.find("different steps") != std::string::npos);
+      CHECK(what.find(fmt::format("pipeline stage {}, tp rank 0): step 1", shape.pp - 1)) != std::string::npos);
+      CHECK(what.find("pipeline stage 0, tp rank 0): step 2") != std::string::npos);
+    }
+    // The last stage's folder is gone: loading fails there, and everywhere.
+    testing::remove_dir_on_rank0(world(), dir / last);
+    {
+      StageModel m(sgd_config(1, 0.0), mesh);
+      const auto [what, agreed] = error_of([&] { m.engine.load_checkpoint(dir.string()); });
+      CHECK(agreed);
+      CHECK(what.find(last) != std::string::npos);
+    }
+    // The last stage's folder is a file: saving fails there, and everywhere.
+    if (world().rank() == 0) std::ofstream(dir / last) << "not a folder\n";
+    world().barrier();
+    {
+      StageModel m(sgd_config(1, 0.0), mesh);
+      const auto [what, agreed] = error_of([&] { m.engine.save_checkpoint(dir.string(), {}); });
+      CHECK(agreed);
+      CHECK(what.find(last) != std::string::npos);
+    }
+    testing::remove_dir_on_rank0(world(), dir);
   }
 }
 
