@@ -6,6 +6,7 @@
 #include <cerrno>
 #include <cstdlib>
 #include <cstring>
+#include <filesystem>
 #include <fstream>
 
 #include "core/error.h"
@@ -227,17 +228,27 @@ nlohmann::json to_json(const TrainResult& result) {
 }
 
 void write_json_file(const std::string& path, const nlohmann::json& report) {
-  std::ofstream out(path, std::ios::out | std::ios::trunc);
-  if (!out) {
-    const int err = errno;
-    throw IoError(fmt::format("{}: cannot open the report for writing: {} (errno {})", path,
-                              std::strerror(err), err));
+  // Serialised first (bytes that are not UTF-8, e.g. in a generated sample,
+  // become U+FFFD), then written to a temporary beside the file and renamed:
+  // a failure leaves an earlier report at `path` as it was.
+  const std::string text = report.dump(2, ' ', false, nlohmann::json::error_handler_t::replace) + "\n";
+  const std::string tmp = path + ".tmp";
+  {
+    std::ofstream out(tmp, std::ios::out | std::ios::trunc);
+    if (!out) {
+      const int err = errno;
+      throw IoError(fmt::format("{}: cannot open the report for writing: {} (errno {})", tmp,
+                                std::strerror(err), err));
+    }
+    out << text;
+    out.flush();
+    if (!out) {
+      throw IoError(fmt::format("{}: writing the report failed (disk full?)", tmp));
+    }
   }
-  out << report.dump(2) << '\n';
-  out.flush();
-  if (!out) {
-    throw IoError(fmt::format("{}: writing the report failed (disk full?)", path));
-  }
+  std::error_code ec;
+  std::filesystem::rename(tmp, path, ec);
+  if (ec) throw IoError(fmt::format("{}: cannot rename {} to it: {}", path, tmp, ec.message()));
 }
 
 }  // namespace zeroshard::examples

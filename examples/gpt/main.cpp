@@ -127,7 +127,8 @@ double validation_loss(Gpt& gpt, const Mesh& mesh, const TextCorpus& corpus, con
   return sum / (static_cast<double>(o.eval_batches) * dp);
 }
 
-int run(const Options& o) {
+int run(const Options& options) {
+  Options o = options;
   auto world = make_world_communicator();
   const int rank = world->rank();
 #if ZS_EXAMPLE_OPENBLAS
@@ -140,7 +141,11 @@ int run(const Options& o) {
   // [Note: tensor-parallel placement]: said before anything else runs.
   const TpPlacement placement = tp_placement(mesh, split_by_node(*world));
   const EngineConfig config = make_config(o, dp);
+  // The configuration decides (a ds_config value wins over the flag that
+  // fills its "auto"): the loop runs its micro-batch and accumulation.
+  o.micro_batch = static_cast<int>(config.train_micro_batch_size_per_gpu);
   const int m = static_cast<int>(config.gradient_accumulation_steps);
+  if (o.resume && o.save_dir.empty()) throw ConfigError("--resume needs --save-dir, the folder of the checkpoints");
   if (!o.save_dir.empty()) check_save_dir(*world, o.save_dir);
   const TextCorpus corpus = load_text_corpus(o.data_dir, 0.05);
   if (o.seq > o.shape.context) {
@@ -156,10 +161,11 @@ int run(const Options& o) {
   gpt.initialize(o.seed);
   std::int64_t start_step = 0;
   std::uint64_t data_seed = o.seed + 1;
-  if (o.resume && !o.save_dir.empty()) {
+  if (o.resume) {
     const nlohmann::json cs = engine.load_checkpoint(o.save_dir);
     start_step = cs.value("step", std::int64_t{0});
     data_seed = cs.value("data_seed", data_seed);
+    if (rank == 0) fmt::print("gpt: resumed from {} at step {}\n", o.save_dir, start_step);
   }
   if (rank == 0) {
     fmt::print(
@@ -315,9 +321,9 @@ int main(int argc, char** argv) {
   zeroshard::examples::Options o;
   CLI::App app{"GPT-2-style byte-level decoder on a dp x tp x pp mesh with ZeRO sharding (zeroshard)"};
   app.add_option("--dp", o.dp, "data-parallel size (0: world / (tp x pp))")->check(CLI::NonNegativeNumber);
-  app.add_option("--tp", o.tp, "tensor-parallel size")->check(CLI::PositiveNumber)->capture_default_str();
+  app.add_option("--tp", o.tp, "tensor-parallel size")->check(CLI::Range(1, 1 << 20))->capture_default_str();
   app.add_option("--pp", o.pp, "pipeline stages (the layers split evenly)")
-      ->check(CLI::PositiveNumber)->capture_default_str();
+      ->check(CLI::Range(1, 1 << 20))->capture_default_str();
   app.add_option("--schedule", o.schedule, "pipeline schedule")
       ->check(CLI::IsMember({"gpipe", "1f1b"}))->capture_default_str();
   app.add_option("--gradient-accumulation-steps", o.accumulation,
@@ -336,26 +342,38 @@ int main(int argc, char** argv) {
   app.add_flag("--bf16", o.bf16, "bf16 parameters and gradients, fp32 master weights");
   app.add_option("--offload", o.offload, "offload_optimizer device")
       ->check(CLI::IsMember({"none", "cpu"}))->capture_default_str();
-  app.add_option("--layers", o.shape.layers, "decoder blocks")->capture_default_str();
-  app.add_option("--heads", o.shape.heads, "attention heads")->capture_default_str();
-  app.add_option("--dim", o.shape.dim, "model width")->capture_default_str();
-  app.add_option("--context", o.shape.context, "longest sequence (position embeddings)")->capture_default_str();
-  app.add_option("--seq", o.seq, "training sequence length")->capture_default_str();
-  app.add_option("--micro-batch", o.micro_batch, "sequences per dp rank and micro-batch")->capture_default_str();
+  app.add_option("--layers", o.shape.layers, "decoder blocks")
+      ->check(CLI::Range(1, 1 << 20))->capture_default_str();
+  app.add_option("--heads", o.shape.heads, "attention heads")
+      ->check(CLI::Range(1, 1 << 20))->capture_default_str();
+  app.add_option("--dim", o.shape.dim, "model width")->check(CLI::Range(1, 1 << 20))->capture_default_str();
+  app.add_option("--context", o.shape.context, "longest sequence (position embeddings)")
+      ->check(CLI::Range(1, 1 << 20))->capture_default_str();
+  app.add_option("--seq", o.seq, "training sequence length")
+      ->check(CLI::Range(1, 1 << 20))->capture_default_str();
+  app.add_option("--micro-batch", o.micro_batch, "sequences per dp rank and micro-batch")
+      ->check(CLI::Range(1, 1 << 20))->capture_default_str();
   app.add_option("--lr", o.lr, "learning rate")->capture_default_str();
-  app.add_option("--steps", o.steps, "optimizer steps")->capture_default_str();
-  app.add_option("--eval-every", o.eval_every, "steps between validation passes")->check(CLI::PositiveNumber);
-  app.add_option("--eval-batches", o.eval_batches, "validation batches of micro-batch x dp fixed windows")->check(CLI::PositiveNumber);
+  app.add_option("--steps", o.steps, "optimizer steps")
+      ->check(CLI::Range(std::int64_t{0}, std::int64_t{1} << 40))->capture_default_str();
+  app.add_option("--eval-every", o.eval_every, "steps between validation passes")
+      ->check(CLI::Range(1, 1 << 20));
+  app.add_option("--eval-batches", o.eval_batches, "validation batches of micro-batch x dp fixed windows")
+      ->check(CLI::Range(1, 1 << 20));
   app.add_option("--seed", o.seed, "seed of the initialisation and the data order")->capture_default_str();
   app.add_option("--data-dir", o.data_dir, "folder of fortune text files")->capture_default_str();
   app.add_option("--report", o.report_path, "write a JSON report to this file (rank 0)");
   app.add_option("--save-dir", o.save_dir, "save sharded checkpoints here");
-  app.add_option("--save-every", o.save_every, "optimizer steps between checkpoints (0: at the end only)");
-  app.add_option("--keep-last", o.keep_last, "keep only the newest N checkpoints (0: all)");
+  app.add_option("--save-every", o.save_every, "optimizer steps between checkpoints (0: at the end only)")
+      ->check(CLI::Range(std::int64_t{0}, std::int64_t{1} << 40));
+  app.add_option("--keep-last", o.keep_last, "keep only the newest N checkpoints (0: all)")
+      ->check(CLI::Range(0, 1 << 20));
   app.add_flag("--resume", o.resume, "continue from the latest checkpoint in --save-dir");
   app.add_option("--sample", o.sample, "print text generated from this prompt after training");
-  app.add_option("--sample-bytes", o.sample_bytes, "bytes to generate")->capture_default_str();
-  app.add_option("--temperature", o.temperature, "sampling temperature")->capture_default_str();
+  app.add_option("--sample-bytes", o.sample_bytes, "bytes to generate")
+      ->check(CLI::Range(0, 1 << 20))->capture_default_str();
+  app.add_option("--temperature", o.temperature, "sampling temperature")
+      ->check(CLI::Range(0.001, 1000.0))->capture_default_str();
   CLI11_PARSE(app, argc, argv);
   try {
     return zeroshard::examples::run(o);
