@@ -104,7 +104,10 @@ class CommWork {
       impl->wait();
     }
   }
-  /// True if complete (or empty); a completed handle becomes empty.
+  /// True if complete (or empty); a completed handle becomes empty. A loop
+  /// that waits by calling test() should sleep between calls (or call
+  /// wait()): where ranks share cores, back-to-back calls (on MPI each ends
+  /// in a sched_yield) starve the ranks being waited for.
   bool test() {
     if (!impl_) return true;
     if (impl_->test()) {

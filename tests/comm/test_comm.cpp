@@ -221,8 +221,7 @@ TEST_CASE("non-blocking collectives: several outstanding, waited in reverse orde
   CommWork w6 = c.ibarrier();
 
   // test() drives progress; it must eventually report completion.
-  while (!w1.test()) {
-  }
+  test::poll_until_done(w1);
   CHECK_FALSE(w1.pending());
   CHECK(w1.test());  // an empty handle stays complete
 

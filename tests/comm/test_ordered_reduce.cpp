@@ -140,8 +140,7 @@ TEST_CASE("ordered reduce_scatter: every element is rank 0 + rank 1 + ... left t
         void* out = recv_in_scratch ? scratch.data() : recv.data();
         OrderedReduction red =
             OrderedReduction::reduce_scatter(c, send.data(), scratch.data(), out, count, t, host_block_sum());
-        while (!red.test()) {
-        }
+        test::poll_until_done(red);
         CHECK(!red.pending());
         const test::Bytes& got = recv_in_scratch ? scratch : recv;
         std::size_t wrong = 0;

@@ -156,8 +156,7 @@ TEST_CASE("p2p: test() polls a receive to completion") {
   CommWork r = c.irecv(in.data(), count, DType::f64, prev);
   const Bytes out = message(DType::f64, me, next, count);
   CommWork s = c.isend(out.data(), count, DType::f64, next);
-  while (!r.test()) {
-  }
+  test::poll_until_done(r);
   CHECK_FALSE(r.pending());
   s.wait();
   CHECK(test::diff(DType::f64, in.data(), message(DType::f64, prev, me, count).data(), count) == "");

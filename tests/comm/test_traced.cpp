@@ -30,8 +30,7 @@ std::vector<CollectiveKind> run_sequence(TracedCommunicator& c, std::size_t coun
   c.ireduce_scatter(a.data(), b.data(), count, DType::f32, ReduceOp::sum).wait();
   c.all_gather(a.data(), b.data(), count, DType::f32);
   CommWork w = c.iall_to_all(a.data(), b.data(), count, DType::f32);
-  while (!w.test()) {
-  }
+  test::poll_until_done(w);
   c.ibroadcast(a.data(), count, DType::f32, 0).wait();
   c.barrier();
   return {CollectiveKind::all_reduce, CollectiveKind::reduce_scatter, CollectiveKind::all_gather,
@@ -319,8 +318,7 @@ TEST_CASE("TracedCommunicator: sends and receives are numbered per peer, recorde
     for (CommWork& x : work) x.wait();
     work.push_back(c.isend(out.data(), 1, DType::f32, next));
     work.push_back(c.irecv(in.data() + 7, 1, DType::f32, prev));
-    while (!work[3].test()) {
-    }
+    test::poll_until_done(work[3]);
     work[2].wait();
     if (me % 2 == 0 || n == 1) {
       CommWork s = c.isend(out.data(), 57, DType::f32, next);
