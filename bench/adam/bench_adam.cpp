@@ -47,6 +47,26 @@ struct Kernel {
   std::function<void(std::size_t n)> run;
 };
 
+// The 8-bit states (codes and absmax of exp_avg and exp_avg_sq) of n
+// parameters at one block size.
+struct State8 {
+  State8() = default;
+  State8(std::size_t n, std::size_t block)
+      : n(n), block(block), cm(n), cv(n), am(kernels::quant_block_count(n, block)),
+        av(kernels::quant_block_count(n, block)) {}
+  // Quantizes fp32 states m and v (n elements each).
+  void quantize(const float* m, const float* v) {
+    kernels::quantize_blockwise(m, n, block, kernels::QuantMap::signed_dynamic, cm.data(),
+                                am.data());
+    kernels::quantize_blockwise(v, n, block, kernels::QuantMap::unsigned_dynamic, cv.data(),
+                                av.data());
+  }
+  kernels::Adam8bitState state() { return {cm.data(), am.data(), cv.data(), av.data()}; }
+  std::size_t n = 0, block = 0;
+  AlignedBuffer<std::uint8_t> cm, cv;
+  AlignedBuffer<float> am, av;
+};
+
 double seconds_of(const std::function<void(std::size_t)>& f, std::size_t n) {
   const auto t0 = std::chrono::steady_clock::now();
   f(n);
@@ -119,35 +139,32 @@ int main(int argc, char** argv) {
   const auto t_alloc = std::chrono::steady_clock::now();
   AlignedBuffer<float> p, g, m, v;
   AlignedBuffer<std::uint16_t> g16, copy16, m16, v16;
-  AlignedBuffer<std::uint8_t> cm, cv;
-  AlignedBuffer<float> am, av;
+  State8 s256, s2048;
   try {
     p = AlignedBuffer<float>(nmax), g = AlignedBuffer<float>(nmax);
     m = AlignedBuffer<float>(nmax), v = AlignedBuffer<float>(nmax);
     g16 = AlignedBuffer<std::uint16_t>(nmax), copy16 = AlignedBuffer<std::uint16_t>(nmax);
     m16 = AlignedBuffer<std::uint16_t>(nmax), v16 = AlignedBuffer<std::uint16_t>(nmax);
-    cm = AlignedBuffer<std::uint8_t>(nmax), cv = AlignedBuffer<std::uint8_t>(nmax);
-    am = AlignedBuffer<float>(kernels::quant_block_count(nmax, kernels::kQuantBlockMin));
-    av = AlignedBuffer<float>(kernels::quant_block_count(nmax, kernels::kQuantBlockMin));
+    s256 = State8(nmax, 256), s2048 = State8(nmax, 2048);
   } catch (const std::bad_alloc&) {
     std::fprintf(stderr, "bench_adam: cannot allocate %.1f GiB for %zu parameters; use --sizes\n",
-                 nmax * 26.0 / (1u << 30), nmax);
+                 nmax * 28.0 / (1u << 30), nmax);
     return 1;
   }
   fill(p.data(), nmax, 1, 1.0f);
   fill(g.data(), nmax, 2, 1e-3f);
   kernels::f32_to_bf16(g.data(), g16.data(), nmax);
-  // 8-bit states quantized from fp32 ones (m in [-0.01, 0.01], v = m^2 / 10).
+  // 8-bit states quantized from fp32 ones (m in [-0.01, 0.01], v = m^2 / 10),
+  // one set per block size: a row that read the other's absmax would scale
+  // its codes wrongly (and push blocks off the vector encoder).
   {
-    AlignedBuffer<float> tmp(nmax);
-    fill(tmp.data(), nmax, 3, 1e-2f);
-    kernels::quantize_blockwise(tmp.data(), nmax, 256, kernels::QuantMap::signed_dynamic, cm.data(),
-                                am.data());
+    AlignedBuffer<float> tm(nmax), tv(nmax);
+    fill(tm.data(), nmax, 3, 1e-2f);
     kernels::parallel_for_elements(nmax, [&](std::size_t b, std::size_t e) {
-      for (std::size_t i = b; i < e; ++i) tmp[i] = tmp[i] * tmp[i] * 0.1f;
+      for (std::size_t i = b; i < e; ++i) tv[i] = tm[i] * tm[i] * 0.1f;
     });
-    kernels::quantize_blockwise(tmp.data(), nmax, 256, kernels::QuantMap::unsigned_dynamic,
-                                cv.data(), av.data());
+    s256.quantize(tm.data(), tv.data());
+    s2048.quantize(tm.data(), tv.data());
   }
   // bf16 states rounded from fp32 ones of the same ranges.
   {
@@ -160,7 +177,6 @@ int main(int argc, char** argv) {
       }
     });
   }
-  const kernels::Adam8bitState st8{cm.data(), am.data(), cv.data(), av.data()};
   const double alloc_s =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - t_alloc).count();
 
@@ -178,13 +194,13 @@ int main(int argc, char** argv) {
        }},
       {"AdamW 8-bit states, block 256", 16.0 + 16.0 / 256,
        [&](std::size_t n) {
-         kernels::adam8bit_update(p.data(), g.data(), DType::f32, st8, nullptr, DType::bf16, n, 256,
-                                  s);
+         kernels::adam8bit_update(p.data(), g.data(), DType::f32, s256.state(), nullptr,
+                                  DType::bf16, n, 256, s);
        }},
       {"AdamW 8-bit states, block 2048", 16.0 + 16.0 / 2048,
        [&](std::size_t n) {
-         kernels::adam8bit_update(p.data(), g.data(), DType::f32, st8, nullptr, DType::bf16, n,
-                                  2048, s);
+         kernels::adam8bit_update(p.data(), g.data(), DType::f32, s2048.state(), nullptr,
+                                  DType::bf16, n, 2048, s);
        }},
       {"AdamW bf16 states, nearest", 20.0,
        [&](std::size_t n) {
@@ -210,7 +226,7 @@ int main(int argc, char** argv) {
              "{:.1f} GiB allocated and pre-faulted in {:.1f} s; median of {} iterations "
              "after 1 warm-up, rows interleaved\n",
              kernels::simd_target_name(), kernels::default_num_threads(),
-             nmax * 26.0 / (1u << 30), alloc_s, iters);
+             nmax * 28.0 / (1u << 30), alloc_s, iters);
   fmt::print("bytes model (per parameter): fp32 AdamW reads p,g,m,v (16 B) and writes p,m,v "
              "(12 B) = 28 B; bf16 row reads p,m,v + bf16 g (14 B) and writes p,m,v + bf16 copy "
              "(14 B) = 28 B; 8-bit states read p,g (8 B) + 2 codes (2 B) + 2 absmax/block and "

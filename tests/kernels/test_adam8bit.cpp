@@ -256,8 +256,10 @@ struct State8 {
 }  // namespace
 
 TEST_CASE("adam8bit_update equals adam8bit_update_reference bit for bit") {
+  // Blocks of 64 and 256 are updated in groups of 2048 elements, 2048 and
+  // 4096 one by one ([Note: 8-bit kernel groups]).
   for (const bool decoupled : {true, false}) {
-    for (const std::size_t block : {std::size_t{256}, std::size_t{2048}}) {
+    for (const std::size_t block : {std::size_t{64}, std::size_t{256}, std::size_t{2048}, std::size_t{4096}}) {
       for_each_target_and_threads([&] {
         for (const std::size_t n : kSizes8) {
           for (const DType gd : {DType::f32, DType::bf16, DType::f16}) {
