@@ -18,6 +18,7 @@
 #include "kernels/cpu/cast.h"
 #include "kernels/cpu/quant_map.h"
 #include "runtime/engine.h"
+#include "tests/support/state_format_model.h"
 #include "tests/support/test_world.h"
 
 using namespace zeroshard;
@@ -26,91 +27,20 @@ namespace fs = std::filesystem;
 
 namespace {
 
-struct ParamSpec {
-  std::int64_t numel;
-  bool no_decay;  // the "no_decay" group: a group boundary inside the unit
-};
 // Per unit. Unit 3 holds 300 + 100 + 113 elements: the groups change at 300
 // and 400, inside blocks of 64 and 256 at every world size.
-const std::vector<std::vector<ParamSpec>> kUnits = {
+const StateUnits kUnits = {
     {{0, false}}, {{1, false}}, {{7, false}, {57, true}}, {{300, false}, {100, true}, {113, false}},
     {{10001, false}}, {{256, false}}, {{257, true}}, {{513, false}}, {{3 * 4100, false}, {1, true}}};
 
 fs::path swap_root() { return fs::temp_directory_path() / "zs-test-states-8bit"; }
 
-float init_value(int p, std::size_t i) { return 0.5f * std::sin(0.7f * static_cast<float>(i) + static_cast<float>(p)); }
-float grad_value(int step, int rank, int p, std::size_t i) {
-  return 0.01f * std::cos(0.3f * static_cast<float>(i) + 1.3f * static_cast<float>(step) +
-                          0.11f * static_cast<float>(rank) + static_cast<float>(p));
-}
-
-struct Model {
-  Engine e;
-  std::vector<UnitId> units;
-  std::vector<std::vector<ParamId>> params;
-
-  explicit Model(const EngineConfig& cfg) : e(cfg, world()) {
-    const GroupId nd = e.add_param_group("no_decay", {.weight_decay = 0.0f});
-    int p = 0;
-    for (std::size_t u = 0; u < kUnits.size(); ++u) {
-      units.push_back(e.add_unit(fmt::format("unit{}", u)));
-      params.emplace_back();
-      for (const ParamSpec& s : kUnits[u]) {
-        params.back().push_back(e.add_parameter(units.back(), fmt::format("p{}", p++), {s.numel}, s.no_decay ? nd : 0));
-      }
-    }
-    e.finalize();
-    for (const auto& list : params) {
-      for (ParamId id : list) {
-        std::vector<float> v(e.layout().param(id).numel);
-        for (std::size_t i = 0; i < v.size(); ++i) v[i] = init_value(id, i);
-        e.set_parameter(id, v);
-      }
-    }
-  }
-
-  void step(int s) {
-    const DType dt = e.compute_dtype();
-    for (UnitId u : units) {
-      e.unshard(u);
-      e.reshard(u);
-    }
-    for (auto it = units.rbegin(); it != units.rend(); ++it) {
-      e.unshard(*it);
-      for (ParamId id : params[static_cast<std::size_t>(*it)]) {
-        std::vector<float> g(e.layout().param(id).numel);
-        for (std::size_t i = 0; i < g.size(); ++i) g[i] = grad_value(s, e.rank(), id, i);
-        kernels::accumulate_cast(e.grad_data(id, dt), dt, g.data(), DType::f32, g.size());
-      }
-      e.reduce_gradients(*it);
-      e.reshard(*it);
-    }
-    e.step();
-  }
-
-  // Masters then every (dequantized) state of every parameter, gathered.
-  std::vector<float> state() {
-    std::vector<float> out;
-    for (const auto& list : params) {
-      for (ParamId id : list) {
-        const auto m = e.gather_master(id);
-        out.insert(out.end(), m.begin(), m.end());
-        for (int k = 0; k < 2; ++k) {
-          const auto s = e.gather_optimizer_state(id, k);
-          out.insert(out.end(), s.begin(), s.end());
-        }
-      }
-    }
-    return out;
-  }
+struct Model : StateModel {
+  explicit Model(const EngineConfig& cfg) : StateModel(cfg, kUnits) {}
 };
 
 OffloadConfig offload(OffloadDevice d, std::size_t sub_group = 4096) {
-  OffloadConfig o;
-  o.optimizer.device = d;
-  if (d == OffloadDevice::nvme) o.optimizer.nvme_path = swap_root().string();
-  o.sub_group_size = static_cast<std::int64_t>(sub_group);
-  return o;
+  return state_offload(d, swap_root(), sub_group);
 }
 
 EngineConfig config(int stage, StateDtype states, DType dt = DType::f32, OffloadConfig o = {},
@@ -128,11 +58,7 @@ EngineConfig config(int stage, StateDtype states, DType dt = DType::f32, Offload
   return c;
 }
 
-std::vector<float> train(const EngineConfig& c, int steps = 3) {
-  Model m(c);
-  for (int s = 1; s <= steps; ++s) m.step(s);
-  return m.state();
-}
+std::vector<float> train(const EngineConfig& c, int steps = 3) { return train_states(c, kUnits, steps); }
 
 }  // namespace
 

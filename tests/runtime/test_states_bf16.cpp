@@ -23,6 +23,7 @@
 #include "kernels/cpu/cast.h"
 #include "optimizer/update_bf16.h"
 #include "runtime/engine.h"
+#include "tests/support/state_format_model.h"
 #include "tests/support/test_world.h"
 
 using namespace zeroshard;
@@ -31,11 +32,7 @@ namespace fs = std::filesystem;
 
 namespace {
 
-struct ParamSpec {
-  std::int64_t numel;
-  bool no_decay;  // the "no_decay" group: a group boundary inside the unit
-};
-const std::vector<std::vector<ParamSpec>> kUnits = {
+const StateUnits kUnits = {
     {{0, false}}, {{1, false}}, {{7, false}, {57, true}}, {{300, false}, {100, true}, {113, false}},
     {{10001, false}}, {{3 * 4100, false}, {1, true}}};
 
@@ -43,84 +40,12 @@ constexpr double kLr = 1e-2, kDecay = 0.01;
 
 fs::path swap_root() { return fs::temp_directory_path() / "zs-test-states-bf16"; }
 
-float init_value(int p, std::size_t i) { return 0.5f * std::sin(0.7f * static_cast<float>(i) + static_cast<float>(p)); }
-// Rank-dependent gradients, or (same_on_ranks) multiples of 2^-12 below 2^-2
-// that every rank gives: their sum over N <= 4 ranks and its product with
-// float(1 / N) are exact, so the reduced gradient is the value itself.
-float grad_value(int step, int rank, int p, std::size_t i, bool same_on_ranks) {
-  const float g = 0.01f * std::cos(0.3f * static_cast<float>(i) + 1.3f * static_cast<float>(step) +
-                                   (same_on_ranks ? 0.0f : 0.11f * static_cast<float>(rank)) + static_cast<float>(p));
-  return same_on_ranks ? std::round(g * 25.0f * 4096.0f) / 4096.0f : g;
-}
-
-struct Model {
-  Engine e;
-  std::vector<UnitId> units;
-  std::vector<std::vector<ParamId>> params;
-  bool same_grads;
-
-  explicit Model(const EngineConfig& cfg, bool same_on_ranks = false) : e(cfg, world()), same_grads(same_on_ranks) {
-    const GroupId nd = e.add_param_group("no_decay", {.weight_decay = 0.0f});
-    int p = 0;
-    for (std::size_t u = 0; u < kUnits.size(); ++u) {
-      units.push_back(e.add_unit(fmt::format("unit{}", u)));
-      params.emplace_back();
-      for (const ParamSpec& s : kUnits[u]) {
-        params.back().push_back(e.add_parameter(units.back(), fmt::format("p{}", p++), {s.numel}, s.no_decay ? nd : 0));
-      }
-    }
-    e.finalize();
-    for (const auto& list : params) {
-      for (ParamId id : list) {
-        std::vector<float> v(e.layout().param(id).numel);
-        for (std::size_t i = 0; i < v.size(); ++i) v[i] = init_value(id, i);
-        e.set_parameter(id, v);
-      }
-    }
-  }
-
-  void step(int s) {
-    const DType dt = e.compute_dtype();
-    for (UnitId u : units) {
-      e.unshard(u);
-      e.reshard(u);
-    }
-    for (auto it = units.rbegin(); it != units.rend(); ++it) {
-      e.unshard(*it);
-      for (ParamId id : params[static_cast<std::size_t>(*it)]) {
-        std::vector<float> g(e.layout().param(id).numel);
-        for (std::size_t i = 0; i < g.size(); ++i) g[i] = grad_value(s, e.rank(), id, i, same_grads);
-        kernels::accumulate_cast(e.grad_data(id, dt), dt, g.data(), DType::f32, g.size());
-      }
-      e.reduce_gradients(*it);
-      e.reshard(*it);
-    }
-    e.step();
-  }
-
-  // Masters then both (widened) states of every parameter, gathered.
-  std::vector<float> state() {
-    std::vector<float> out;
-    for (const auto& list : params) {
-      for (ParamId id : list) {
-        const auto m = e.gather_master(id);
-        out.insert(out.end(), m.begin(), m.end());
-        for (int k = 0; k < 2; ++k) {
-          const auto s = e.gather_optimizer_state(id, k);
-          out.insert(out.end(), s.begin(), s.end());
-        }
-      }
-    }
-    return out;
-  }
+struct Model : StateModel {
+  explicit Model(const EngineConfig& cfg, bool same_on_ranks = false) : StateModel(cfg, kUnits, same_on_ranks) {}
 };
 
 OffloadConfig offload(OffloadDevice d, std::size_t sub_group = 4096) {
-  OffloadConfig o;
-  o.optimizer.device = d;
-  if (d == OffloadDevice::nvme) o.optimizer.nvme_path = swap_root().string();
-  o.sub_group_size = static_cast<std::int64_t>(sub_group);
-  return o;
+  return state_offload(d, swap_root(), sub_group);
 }
 
 EngineConfig config(int stage, StateDtype states, StateRounding rounding = StateRounding::nearest,
@@ -138,11 +63,7 @@ EngineConfig config(int stage, StateDtype states, StateRounding rounding = State
   return c;
 }
 
-std::vector<float> train(const EngineConfig& c, int steps = 3) {
-  Model m(c);
-  for (int s = 1; s <= steps; ++s) m.step(s);
-  return m.state();
-}
+std::vector<float> train(const EngineConfig& c, int steps = 3) { return train_states(c, kUnits, steps); }
 
 const char* rounding_name(StateRounding r) { return r == StateRounding::stochastic ? "stochastic" : "nearest"; }
 
@@ -187,9 +108,9 @@ TEST_CASE("bf16 states: every stage and world size gives the single-buffer refer
           const bool nd = shape.e.layout().param(id).group != 0;
           std::vector<float> w(p.numel), g(p.numel);
           std::vector<std::uint16_t> m(p.numel, 0), v(p.numel, 0);
-          for (std::size_t i = 0; i < w.size(); ++i) w[i] = init_value(id, i);
+          for (std::size_t i = 0; i < w.size(); ++i) w[i] = state_init_value(id, i);
           for (int s = 1; s <= 3; ++s) {
-            for (std::size_t i = 0; i < g.size(); ++i) g[i] = grad_value(s, 0, id, i, true);
+            for (std::size_t i = 0; i < g.size(); ++i) g[i] = state_grad_value(s, 0, id, i, true);
             optimizer_update_bf16(c0.optimizer, kLr, nd ? 0.0 : kDecay, s, 1.0f, w.data(), g.data(), DType::f32,
                                   m.data(), v.data(), nullptr, DType::bf16, w.size(), p.offset);
           }
