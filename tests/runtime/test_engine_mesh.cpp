@@ -24,6 +24,7 @@
 namespace zeroshard {
 namespace {
 
+using testing::sgd_config;
 using testing::world;
 
 std::vector<MeshShape> factorisations(int n) {
@@ -32,18 +33,6 @@ std::vector<MeshShape> factorisations(int n) {
     if (n % tp == 0) out.push_back(MeshShape{n / tp, tp});
   }
   return out;
-}
-
-EngineConfig sgd_config(int stage, double clipping) {
-  EngineConfig c;
-  c.train_micro_batch_size_per_gpu = 1;
-  c.gradient_accumulation_steps = 1;
-  c.gradient_clipping = clipping;
-  c.optimizer.kind = OptimizerKind::sgd;
-  c.optimizer.lr = 0.5f;
-  c.optimizer.weight_decay = 0.0f;
-  c.zero.stage = stage;
-  return c;
 }
 
 // A split parameter "a" (full [12], this tp rank's 12/tp), a replicated "b" [4]

@@ -31,6 +31,7 @@
 namespace zeroshard {
 namespace {
 
+using testing::sgd_config;
 using testing::world;
 
 // Every (dp, tp, pp) of n ranks with pp > 1.
@@ -42,18 +43,6 @@ std::vector<MeshShape> pipeline_shapes(int n) {
     }
   }
   return out;
-}
-
-EngineConfig sgd_config(int stage, double clipping) {
-  EngineConfig c;
-  c.train_micro_batch_size_per_gpu = 1;
-  c.gradient_accumulation_steps = 1;
-  c.gradient_clipping = clipping;
-  c.optimizer.kind = OptimizerKind::sgd;
-  c.optimizer.lr = 0.5f;
-  c.optimizer.weight_decay = 0.0f;
-  c.zero.stage = stage;
-  return c;
 }
 
 constexpr std::size_t kOwn = 57, kTied = 7;

@@ -34,6 +34,19 @@ inline EngineConfig make_config(int stage, OptimizerHyper opt = {}, int accumula
   return c;
 }
 
+/// Plain SGD (lr 0.5, no weight decay) at `stage`, gradients clipped to
+/// global norm `clipping` (0: not clipped), one micro-batch per step: an
+/// update is p - 0.5 * g * clip factor, checkable in closed form.
+inline EngineConfig sgd_config(int stage, double clipping) {
+  OptimizerHyper h;
+  h.kind = OptimizerKind::sgd;
+  h.lr = 0.5f;
+  h.weight_decay = 0.0f;
+  EngineConfig c = make_config(stage, h, 1, clipping);
+  c.train_micro_batch_size_per_gpu = 1;
+  return c;
+}
+
 /// |a - b| <= rel * max(|a|, |b|) + abs_floor.
 inline bool close(double a, double b, double rel, double abs_floor = 0.0) {
   return std::fabs(a - b) <= rel * std::max(std::fabs(a), std::fabs(b)) + abs_floor;
