@@ -89,8 +89,12 @@ double Gpt::train_batch(std::span<const std::vector<std::int32_t>> micro_batches
     for (double l : losses_) loss += l;
     loss /= m;
   }
-  if (mesh_.pp_size() > 1) mesh_.pp_group().broadcast(&loss, 1, DType::f64, mesh_.pp_size() - 1);
-  return loss;
+  return from_last_stage(loss);
+}
+
+double Gpt::from_last_stage(double value) {
+  if (mesh_.pp_size() > 1) mesh_.pp_group().broadcast(&value, 1, DType::f64, mesh_.pp_size() - 1);
+  return value;
 }
 
 double Gpt::forward_only(std::span<const std::int32_t> tokens, int batch, int seq, std::vector<float>* last_logits) {
@@ -117,9 +121,7 @@ double Gpt::forward_only(std::span<const std::int32_t> tokens, int batch, int se
 }
 
 double Gpt::evaluate(std::span<const std::int32_t> tokens, int batch, int seq) {
-  double loss = forward_only(tokens, batch, seq, nullptr);
-  if (mesh_.pp_size() > 1) mesh_.pp_group().broadcast(&loss, 1, DType::f64, mesh_.pp_size() - 1);
-  return loss;
+  return from_last_stage(forward_only(tokens, batch, seq, nullptr));
 }
 
 std::string Gpt::sample(const std::string& prompt, int n, double temperature, std::uint64_t seed) {
@@ -148,8 +150,7 @@ std::string Gpt::sample(const std::string& prompt, int n, double temperature, st
       std::discrete_distribution<int> pick(w.begin(), w.end());
       byte = pick(gen);
     }
-    if (mesh_.pp_size() > 1) mesh_.pp_group().broadcast(&byte, 1, DType::f64, mesh_.pp_size() - 1);
-    text.push_back(static_cast<char>(static_cast<int>(byte)));
+    text.push_back(static_cast<char>(static_cast<int>(from_last_stage(byte))));
   }
   return text;
 }
