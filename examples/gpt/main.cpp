@@ -197,6 +197,15 @@ int run(const Options& options) {
   for (std::int64_t k = 0; k < start_step * m; ++k) next_micro_batch();
   nlohmann::json history = nlohmann::json::array();
   double train_sum = 0, val = 0, train_last = 0;
+  if (start_step >= o.steps) {
+    // Nothing to train: the summary reports the loaded model's validation loss.
+    if (rank == 0) {
+      fmt::print("gpt: the checkpoint is at step {}, not below --steps {}: no steps to run; the validation "
+                 "loss below is the loaded model's\n",
+                 start_step, o.steps);
+    }
+    val = validation_loss(gpt, mesh, corpus, o);
+  }
   int train_n = 0;
   double compute_s = 0;
   double bubble_sum = 0;  // this stage's idle fraction of each step's pipeline run

@@ -1,0 +1,40 @@
+#!/usr/bin/env bash
+# The GPT example's command line end to end on 2 ranks (a 1-layer model, 3
+# steps): --resume without --save-dir is an error; a run resumed from its
+# last checkpoint with the same --steps trains nothing and reports the
+# loaded model's validation loss (the saved run's, to the printed digit); a
+# resume with more steps continues from the checkpoint's step; flags out of
+# range are refused. Every mpirun runs under `timeout` (a hang fails).
+# Usage: gpt_cli.sh MPIRUN GPT WORKDIR
+set -uo pipefail
+mpirun="$1"; gpt="$2"; work="$3"
+rm -rf "$work"; mkdir -p "$work"
+fail() { echo "FAILED: $*"; echo "--- output:"; cat "$work/out"; exit 1; }
+# run EXPECTED_STATUS COMMAND...
+run() {
+  local want="$1"; shift
+  timeout 240 "$@" >"$work/out" 2>&1; local rc=$?
+  [ "$rc" -ne 124 ] || fail "timed out (hang): $*"
+  [ "$rc" -eq "$want" ] || fail "exit $rc, want $want: $*"
+}
+expect() { grep -qF -- "$1" "$work/out" || fail "no \"$1\" in the output"; }
+final_val() { sed -n 's/^validation loss \([0-9.]*\) nats.*/\1/p' "$work/out"; }
+small=(--layers 1 --dim 32 --heads 2 --seq 32 --eval-every 3 --eval-batches 2 --save-dir "$work/ckpt")
+
+run 1 "$gpt" --resume --steps 2
+expect "--resume needs --save-dir"
+run 105 "$gpt" --pp 0
+expect "--pp: Value 0 not in range"
+
+run 0 "$mpirun" -np 2 "$gpt" "${small[@]}" --steps 3
+saved=$(final_val)
+[ -n "$saved" ] || fail "no final validation loss"
+run 0 "$mpirun" -np 2 "$gpt" "${small[@]}" --steps 3 --resume
+expect "resumed from $work/ckpt at step 3"
+expect "the checkpoint is at step 3, not below --steps 3: no steps to run"
+[ "$(final_val)" = "$saved" ] || fail "validation loss of the loaded model $(final_val), saved run $saved"
+run 0 "$mpirun" -np 2 "$gpt" "${small[@]}" --steps 5 --resume
+expect "resumed from $work/ckpt at step 3"
+grep -q "^step     5 " "$work/out" || fail "no step 5 line after resuming at step 3"
+! grep -q "^step     3 " "$work/out" || fail "steps before the checkpoint were run again"
+echo "gpt_cli: ok"
