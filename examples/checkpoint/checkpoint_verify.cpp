@@ -1,8 +1,11 @@
 #include "examples/checkpoint/checkpoint_verify.h"
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
+#include <algorithm>
 #include <filesystem>
+#include <system_error>
 
 #include "core/error.h"
 
@@ -10,10 +13,64 @@ namespace zeroshard::examples {
 
 namespace fs = std::filesystem;
 
+namespace {
+
+bool is_checkpoint_or_save_dir(const fs::path& dir) {
+  std::error_code ec;
+  return fs::is_regular_file(dir / "manifest.json", ec) || fs::is_regular_file(dir / "latest", ec);
+}
+
+// Sub-folders of dir named <prefix>NN (two or more digits), in name order.
+std::vector<fs::path> numbered_subdirs(const fs::path& dir, const std::string& prefix) {
+  std::vector<fs::path> out;
+  std::error_code ec;
+  for (fs::directory_iterator it(dir, ec), end; !ec && it != end; it.increment(ec)) {
+    const std::string name = it->path().filename().string();
+    if (name.size() < prefix.size() + 2 || name.compare(0, prefix.size(), prefix) != 0) continue;
+    if (name.find_first_not_of("0123456789", prefix.size()) != std::string::npos) continue;
+    if (it->is_directory(ec)) out.push_back(it->path());
+  }
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
+}  // namespace
+
+std::vector<std::string> mesh_save_dirs(const std::string& path) {
+  std::vector<std::string> out;
+  const auto add_tp = [&](const fs::path& dir) {
+    const auto tps = numbered_subdirs(dir, "tp-");
+    for (const fs::path& t : tps) {
+      if (is_checkpoint_or_save_dir(t)) out.push_back(t.string());
+    }
+    return !tps.empty();
+  };
+  const auto pps = numbered_subdirs(path, "pp-");
+  if (pps.empty()) {
+    add_tp(path);
+    return out;
+  }
+  for (const fs::path& pp : pps) {
+    if (is_checkpoint_or_save_dir(pp)) {
+      out.push_back(pp.string());
+    } else {
+      add_tp(pp);
+    }
+  }
+  return out;
+}
+
 std::string resolve_checkpoint_dir(const std::string& path) {
   if (fs::is_regular_file(fs::path(path) / "manifest.json")) return path;
   const fs::path latest = fs::path(path) / "latest";
   if (!fs::is_regular_file(latest)) {
+    const std::vector<std::string> mesh = mesh_save_dirs(path);
+    if (!mesh.empty()) {
+      throw IoError(fmt::format(
+          "{}: the save directory of a run on a mesh, one checkpoint per pipeline stage or "
+          "tensor-parallel rank ({} of them: {}); give one of those directories",
+          path, mesh.size(), fmt::join(mesh, ", ")));
+    }
     throw IoError(fmt::format(
         "{}: not a checkpoint: expected a checkpoint directory with manifest.json or a save "
         "directory with a `latest` file",

@@ -19,6 +19,14 @@ namespace zeroshard::examples {
 /// directory without a manifest.
 std::string resolve_checkpoint_dir(const std::string& path);
 
+/// The per-stage / per-slice save directories under `path` when it is the
+/// save directory of a run on a mesh (docs/checkpoint-format.md): its
+/// pp-SS folders, or tp-TT folders, or the tp-TT folders inside each pp-SS,
+/// in name order, each holding manifest.json or `latest`. Empty when there
+/// are none (or `path` is not a directory). Never throws for a missing or
+/// unreadable `path`.
+std::vector<std::string> mesh_save_dirs(const std::string& path);
+
 /// The outcome of checking one rank file.
 struct RankFileCheck {
   std::string path;                  ///< <checkpoint dir>/<file name>

@@ -15,6 +15,7 @@
 #include <CLI/CLI.hpp>
 #include <cstdio>
 #include <exception>
+#include <filesystem>
 #include <string>
 
 #include "core/error.h"
@@ -100,19 +101,31 @@ int main(int argc, char** argv) {
   std::string path;
   bool verify = false;
   CLI::App app{"Print a sharded zeroshard checkpoint's manifest and optionally verify its rank files"};
-  app.add_option("CKPT_DIR", path, "checkpoint directory (with manifest.json) or save directory (with `latest`)")
+  app.add_option("CKPT_DIR", path,
+                 "checkpoint directory (with manifest.json), save directory (with `latest`), or a mesh run's "
+                 "save directory (with pp-SS / tp-TT folders: each is printed)")
       ->required();
   app.add_flag("--verify", verify, "check every rank file's size and CRC-32 against the manifest");
   CLI11_PARSE(app, argc, argv);
 
   try {
     using namespace zeroshard::examples;
-    const std::string dir = resolve_checkpoint_dir(path);
-    const zeroshard::Manifest m = zeroshard::Manifest::read(dir);
-    print_summary(dir, m);
-    if (!verify) return 0;
-    std::fflush(stdout);
-    return zeroshard::examples::verify(dir, m) ? 0 : 2;
+    // A mesh run's save directory: every stage's / slice's checkpoint in turn.
+    const bool plain = std::filesystem::is_regular_file(std::filesystem::path(path) / "manifest.json") ||
+                       std::filesystem::is_regular_file(std::filesystem::path(path) / "latest");
+    const std::vector<std::string> mesh = plain ? std::vector<std::string>{} : mesh_save_dirs(path);
+    const std::vector<std::string> targets = mesh.empty() ? std::vector<std::string>{path} : mesh;
+    bool all_good = true;
+    for (const std::string& t : targets) {
+      if (!mesh.empty()) std::printf("%s== %s\n", &t == &targets.front() ? "" : "\n", t.c_str());
+      const std::string dir = resolve_checkpoint_dir(t);
+      const zeroshard::Manifest m = zeroshard::Manifest::read(dir);
+      print_summary(dir, m);
+      if (!verify) continue;
+      std::fflush(stdout);
+      all_good = zeroshard::examples::verify(dir, m) && all_good;
+    }
+    return all_good ? 0 : 2;
   } catch (const zeroshard::Error& e) {
     std::fprintf(stderr, "zs_ckpt_inspect: error: %s\n", zeroshard::examples::one_line_message(e.what()).c_str());
   } catch (const std::exception& e) {

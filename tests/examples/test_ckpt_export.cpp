@@ -10,6 +10,8 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <string>
+#include <vector>
 
 #include <doctest/doctest.h>
 #include <nlohmann/json.hpp>
@@ -232,6 +234,54 @@ TEST_CASE("zs_ckpt_inspect --verify checks the consolidated weights file too") {
     fs::resize_file(weights, fs::file_size(weights) - 2);
     CHECK(run_status(fmt::format("{} {} --verify{}", inspect, dir, log)) == 2);
     CHECK(log_text().find("truncated or wrong file") != std::string::npos);
+  }
+  world().barrier();
+}
+
+TEST_CASE("a mesh run's save directory: its pp-SS / tp-TT checkpoints are listed, inspected in turn, named in errors") {
+  // The same engine saved where a mesh run's stages and slices save:
+  // pp-00, pp-01 (pipeline); and pp-00/tp-00, pp-00/tp-01, pp-01/tp-00,
+  // pp-01/tp-01 (pipeline x tensor parallel). Folders that are not a
+  // stage's (pp-x, pp-1, an empty pp-02) are left out.
+  const char* inspect = std::getenv("ZS_CKPT_INSPECT");
+  const std::string dir = fresh_dir("mesh"), dir2 = fresh_dir("mesh-tp");
+  Engine engine(config_for(1, DType::f32), world());
+  const Model model(engine);
+  model.train_step(engine);
+  std::vector<std::string> tags;
+  for (const char* sub : {"pp-00", "pp-01"}) tags.push_back(engine.save_checkpoint(dir + "/" + sub, {}));
+  for (const char* sub : {"pp-00/tp-00", "pp-00/tp-01", "pp-01/tp-00", "pp-01/tp-01"}) {
+    engine.save_checkpoint(dir2 + "/" + sub, {});
+  }
+  if (world().rank() == 0) {
+    for (const char* junk : {"pp-x", "pp-1", "pp-02"}) fs::create_directories(dir + "/" + junk);
+    CHECK(examples::mesh_save_dirs(dir) == std::vector<std::string>{dir + "/pp-00", dir + "/pp-01"});
+    CHECK(examples::mesh_save_dirs(dir2) ==
+          std::vector<std::string>{dir2 + "/pp-00/tp-00", dir2 + "/pp-00/tp-01", dir2 + "/pp-01/tp-00",
+                                   dir2 + "/pp-01/tp-01"});
+    CHECK(examples::mesh_save_dirs(dir2 + "/pp-01") ==
+          std::vector<std::string>{dir2 + "/pp-01/tp-00", dir2 + "/pp-01/tp-01"});
+    CHECK(examples::mesh_save_dirs(dir + "/pp-00").empty());
+    CHECK(examples::mesh_save_dirs(dir + "/nowhere").empty());
+    const std::string named = "2 of them: " + dir + "/pp-00, " + dir + "/pp-01); give one";
+    CHECK_THROWS_WITH_AS(examples::resolve_checkpoint_dir(dir), doctest::Contains(named.c_str()), IoError);
+    CHECK_THROWS_WITH_AS(examples::export_safetensors(dir, dir + "/out.safetensors"),
+                         doctest::Contains("run on a mesh"), IoError);
+    CHECK(examples::resolve_checkpoint_dir(dir + "/pp-01") == dir + "/pp-01/" + tags[1]);
+    if (inspect != nullptr) {
+      const std::string log = " >" + dir + "/log.txt 2>&1";
+      auto log_text = [&] {
+        std::ifstream in(dir + "/log.txt");
+        return std::string((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+      };
+      CHECK(run_status(fmt::format("{} {} --verify{}", inspect, dir, log)) == 0);
+      CHECK(log_text().find("== " + dir + "/pp-00\n") != std::string::npos);
+      CHECK(log_text().find("== " + dir + "/pp-01\n") != std::string::npos);
+      // A corrupted file in the second stage only: the whole run fails.
+      flip_bits(dir + "/pp-01/" + tags[1] + "/" + rank_file_name(0), 1, 0x20);
+      CHECK(run_status(fmt::format("{} {} --verify{}", inspect, dir, log)) == 2);
+      CHECK(log_text().find("FAILED") != std::string::npos);
+    }
   }
   world().barrier();
 }
