@@ -235,6 +235,18 @@ class Engine {
   /// when split_dim is outside the shape.
   ParamId add_parameter(UnitId unit, std::string name, std::vector<std::int64_t> shape, GroupId group,
                         TensorParallel tp);
+  /// The mesh's tensor-parallel group, traced like the engine's own
+  /// communicators: what the caller runs on it (a layer's all-reduce) is
+  /// timed as comm_wait in the step breakdown, and appears in the trace and
+  /// the comms log under "tp". Same ranks and order as Mesh::tp_group().
+  /// Only on a mesh (Engine(config, mesh)); throws InvariantError
+  /// otherwise. Thread safety: as the engine (one thread at a time).
+  Communicator& tp_communicator();
+  /// The mesh's pipeline-parallel group, traced likewise under "pp" (the
+  /// activations and gradients between stages, and the time a stage waits
+  /// for them). Same ranks and order as Mesh::pp_group(). Errors and thread
+  /// safety as tp_communicator().
+  Communicator& pp_communicator();
   /// Ties parameter p to its copies on the other ranks of `group` (a tied
   /// embedding and LM head on the first and last pipeline stage:
   /// Mesh::embedding_group(); [Note: engine on a mesh]): from the boundary

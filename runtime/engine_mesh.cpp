@@ -38,10 +38,21 @@ const EngineConfig& checked_for_mesh(const EngineConfig& config, const Mesh& mes
 Engine::Engine(const EngineConfig& config, const Mesh& mesh) : Engine(checked_for_mesh(config, mesh), mesh.dp_group()) {
   s_->traced_world = std::make_unique<TracedCommunicator>(mesh.world(), "world", s_->traced_options());
   s_->traced_tp = std::make_unique<TracedCommunicator>(mesh.tp_group(), "tp", s_->traced_options());
+  s_->traced_pp = std::make_unique<TracedCommunicator>(mesh.pp_group(), "pp", s_->traced_options());
   s_->world_comm = s_->traced_world.get();
   s_->tp_comm = s_->traced_tp.get();
   s_->pp_size = mesh.pp_size();
   s_->pp_rank = mesh.pp_rank();
+}
+
+Communicator& Engine::tp_communicator() {
+  if (!s_->traced_tp) throw InvariantError("tp_communicator(): only an engine on a mesh (Engine(config, mesh)) has one");
+  return *s_->traced_tp;
+}
+
+Communicator& Engine::pp_communicator() {
+  if (!s_->traced_pp) throw InvariantError("pp_communicator(): only an engine on a mesh (Engine(config, mesh)) has one");
+  return *s_->traced_pp;
 }
 
 void Engine::tie_parameter(ParamId p, Communicator& group) {

@@ -34,7 +34,7 @@ TracedOptions EngineState::traced_options() const {
 
 std::vector<TracedCommunicator*> EngineState::traced_all() const {
   std::vector<TracedCommunicator*> out;
-  for (TracedCommunicator* t : {traced_comm.get(), traced_host.get(), traced_world.get(), traced_tp.get()}) {
+  for (TracedCommunicator* t : {traced_comm.get(), traced_host.get(), traced_world.get(), traced_tp.get(), traced_pp.get()}) {
     if (t != nullptr) out.push_back(t);
   }
   return out;
@@ -64,11 +64,17 @@ namespace {
 
 // This step's collectives of every traced communicator as [issue,
 // completion) intervals, and the issue times of the data-parallel ones.
+// The pipeline group's sends and receives are left out of the intervals: a
+// receive posted ahead is "in flight" while the previous stage computes, so
+// counting it would report that wait as hidden communication. Their waits
+// still count as comm_wait.
 void collect_step_collectives(EngineState& s, std::vector<Interval>& intervals,
                               std::vector<std::int64_t>& arrivals) {
   for (TracedCommunicator* t : s.traced_all()) {
     const bool dp = t == s.traced_comm.get();
+    const bool pp = t == s.traced_pp.get();
     for (const CollectiveRecord& r : t->take_records()) {
+      if (pp) continue;
       intervals.emplace_back(r.issue_ns, r.end_ns);
       if (dp) arrivals.push_back(r.issue_ns);
     }

@@ -105,6 +105,7 @@ class EngineState {
   std::unique_ptr<TracedCommunicator> traced_host;  ///< null when the host communicator is the device one
   std::unique_ptr<TracedCommunicator> traced_world;  ///< on a mesh
   std::unique_ptr<TracedCommunicator> traced_tp;     ///< on a mesh
+  std::unique_ptr<TracedCommunicator> traced_pp;     ///< on a mesh: for the caller (pp_communicator())
   Communicator& comm;
   Communicator& host_comm;
   /// The options every traced communicator of this engine gets.

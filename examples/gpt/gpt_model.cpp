@@ -59,13 +59,13 @@ Gpt::Gpt(Engine& engine, const Mesh& mesh, GptShape shape)
       shape_((check_shape(shape, mesh.tp_size()), check_stages(shape, mesh.pp_size()), shape)),
       layer_begin_(mesh.pp_rank() * shape.layers / mesh.pp_size()),
       layer_end_((mesh.pp_rank() + 1) * shape.layers / mesh.pp_size()),
-      wte_layer_(mesh.tp_group(), z(shape.vocab), z(shape.dim)),
-      head_(mesh.tp_group(), z(shape.dim), z(shape.vocab), /*bias=*/false),
-      loss_(mesh.tp_group(), z(shape.vocab)),
+      wte_layer_(engine.tp_communicator(), z(shape.vocab), z(shape.dim)),
+      head_(engine.tp_communicator(), z(shape.dim), z(shape.vocab), /*bias=*/false),
+      loss_(engine.tp_communicator(), z(shape.vocab)),
       norm_(z(shape.dim)),
-      attn_(mesh.tp_group(), z(shape.dim), z(shape.heads)),
-      fc_(mesh.tp_group(), z(shape.dim), 4 * z(shape.dim)),
-      mlp_proj_(mesh.tp_group(), 4 * z(shape.dim), z(shape.dim)) {
+      attn_(engine.tp_communicator(), z(shape.dim), z(shape.heads)),
+      fc_(engine.tp_communicator(), z(shape.dim), 4 * z(shape.dim)),
+      mlp_proj_(engine.tp_communicator(), 4 * z(shape.dim), z(shape.dim)) {
   no_decay_ = engine.add_param_group("no_decay", {.weight_decay = 0.0f});
   const std::int64_t D = shape.dim, F = 4 * D, V = shape.vocab;
   const auto rep = TensorParallel::replicated();
@@ -180,7 +180,7 @@ std::vector<float> Gpt::full_parameter(const std::string& name) {
   if (p.tp.is_replicated() || mesh_.tp_size() == 1) return mine;
   const int tp = mesh_.tp_size();
   std::vector<float> all(mine.size() * z(tp));
-  mesh_.tp_group().all_gather(mine.data(), all.data(), mine.size(), DType::f32);
+  engine_.tp_communicator().all_gather(mine.data(), all.data(), mine.size(), DType::f32);
   if (p.tp.split_dim == 0) return all;  // row slices in tp order
   // Columns: rank t's [rows, c] block goes to columns [t c, (t + 1) c).
   const std::size_t rows = z(static_cast<int>(p.full_shape[0]));

@@ -72,7 +72,7 @@ double Gpt::train_batch(std::span<const std::vector<std::int32_t>> micro_batches
       if (static_cast<std::size_t>(i) + 1 < micro_batches_.size()) engine_.step();
     };
     executor_.reset();
-    executor_ = std::make_unique<PipelineExecutor>(mesh_.pp_group(), std::move(f));
+    executor_ = std::make_unique<PipelineExecutor>(engine_.pp_communicator(), std::move(f));
     executor_count_ = n;
   }
   micro_batches_.clear();
@@ -93,7 +93,7 @@ double Gpt::train_batch(std::span<const std::vector<std::int32_t>> micro_batches
 }
 
 double Gpt::from_last_stage(double value) {
-  if (mesh_.pp_size() > 1) mesh_.pp_group().broadcast(&value, 1, DType::f64, mesh_.pp_size() - 1);
+  if (mesh_.pp_size() > 1) engine_.pp_communicator().broadcast(&value, 1, DType::f64, mesh_.pp_size() - 1);
   return value;
 }
 
@@ -103,7 +103,7 @@ double Gpt::forward_only(std::span<const std::int32_t> tokens, int batch, int se
   mb.set_tokens(tokens, batch, seq);
   const std::size_t n = activation_count(batch, seq);
   std::vector<float> in(first_stage() ? 0 : n), out(last_stage() ? 0 : n);
-  Communicator& pp = mesh_.pp_group();
+  Communicator& pp = engine_.pp_communicator();
   // A chain: each stage receives, computes, sends (blocking; nothing waits
   // on a later stage).
   if (!first_stage()) {
@@ -143,7 +143,7 @@ std::string Gpt::sample(const std::string& prompt, int n, double temperature, st
     if (last_stage()) {
       std::vector<float> last(Vl), full(V);
       std::copy_n(logits.data() + (static_cast<std::size_t>(seq) - 1) * Vl, Vl, last.data());
-      mesh_.tp_group().all_gather(last.data(), full.data(), Vl, DType::f32);
+      engine_.tp_communicator().all_gather(last.data(), full.data(), Vl, DType::f32);
       const double m = *std::max_element(full.begin(), full.end());
       std::vector<double> w(V);
       for (std::size_t v = 0; v < V; ++v) w[v] = std::exp((full[v] - m) / std::max(temperature, 1e-3));
