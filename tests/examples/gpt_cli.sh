@@ -9,15 +9,8 @@
 set -uo pipefail
 mpirun="$1"; gpt="$2"; work="$3"
 rm -rf "$work"; mkdir -p "$work"
-fail() { echo "FAILED: $*"; echo "--- output:"; cat "$work/out"; exit 1; }
-# run EXPECTED_STATUS COMMAND...
-run() {
-  local want="$1"; shift
-  timeout 240 "$@" >"$work/out" 2>&1; local rc=$?
-  [ "$rc" -ne 124 ] || fail "timed out (hang): $*"
-  [ "$rc" -eq "$want" ] || fail "exit $rc, want $want: $*"
-}
-expect() { grep -qF -- "$1" "$work/out" || fail "no \"$1\" in the output"; }
+# shellcheck source=tests/examples/script_checks.sh
+source "$(dirname "${BASH_SOURCE[0]}")/script_checks.sh"
 final_val() { sed -n 's/^validation loss \([0-9.]*\) nats.*/\1/p' "$work/out"; }
 small=(--layers 1 --dim 32 --heads 2 --seq 32 --eval-every 3 --eval-batches 2 --save-dir "$work/ckpt")
 

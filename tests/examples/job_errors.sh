@@ -6,16 +6,8 @@
 set -uo pipefail
 mpirun="$1"; fm="$2"; stress="$3"; data="$4"; work="$5"; nvme_config="$6"
 rm -rf "$work"; mkdir -p "$work"
-fail() { echo "FAILED: $*"; echo "--- output:"; cat "$work/out"; exit 1; }
-# run EXPECTED_STATUS_KIND COMMAND...: kind "abort" (non-zero, not a timeout) or a number.
-run() {
-  local want="$1"; shift
-  timeout 240 "$@" >"$work/out" 2>&1; local rc=$?
-  [ "$rc" -ne 124 ] || fail "timed out (hang): $*"
-  if [ "$want" = abort ]; then [ "$rc" -ne 0 ] || fail "exit 0: $*"; else [ "$rc" -eq "$want" ] || fail "exit $rc, want $want: $*"; fi
-}
-expect() { grep -qF -- "$1" "$work/out" || fail "no \"$1\" in the output"; }
-count() { [ "$(grep -cF -- "$1" "$work/out")" -eq "$2" ] || fail "\"$1\" is not printed $2 time(s)"; }
+# shellcheck source=tests/examples/script_checks.sh
+source "$(dirname "${BASH_SOURCE[0]}")/script_checks.sh"
 fmargs=(--data-dir "$data" --hidden 64 --max-steps 20 --epochs 1)
 
 # 1. A bad config on rank 1 only: rank 1 reports it and ends every rank.
