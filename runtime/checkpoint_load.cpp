@@ -205,10 +205,11 @@ void check_same_step(EngineState& s, const std::string& save_dir) {
                          all[3 * q + 2], all[3 * q]);
   }
   throw AgreedConfigError(fmt::format("{}: the mesh's checkpoint folders hold different steps ({}); every pipeline "
-                                      "stage and tensor-parallel rank must load the same step: pass the tag, or "
-                                      "repair the folders' latest files",
+                                      "stage and tensor-parallel rank must load the same step: load a tag that "
+                                      "every folder holds (load_checkpoint(dir, tag)), or repair the folders' "
+                                      "latest files",
                                       save_dir, steps),
-                          0);
+                          world.rank());
 }
 
 }  // namespace

@@ -15,59 +15,97 @@ namespace fs = std::filesystem;
 
 namespace {
 
-bool is_checkpoint_or_save_dir(const fs::path& dir) {
-  std::error_code ec;
-  return fs::is_regular_file(dir / "manifest.json", ec) || fs::is_regular_file(dir / "latest", ec);
-}
-
-// Sub-folders of dir named <prefix>NN (two or more digits), in name order.
-std::vector<fs::path> numbered_subdirs(const fs::path& dir, const std::string& prefix) {
+// Entries of dir named <prefix>NN (two or more digits), directories or
+// not, in name order.
+std::vector<fs::path> numbered_entries(const fs::path& dir, const std::string& prefix) {
   std::vector<fs::path> out;
   std::error_code ec;
   for (fs::directory_iterator it(dir, ec), end; !ec && it != end; it.increment(ec)) {
     const std::string name = it->path().filename().string();
     if (name.size() < prefix.size() + 2 || name.compare(0, prefix.size(), prefix) != 0) continue;
     if (name.find_first_not_of("0123456789", prefix.size()) != std::string::npos) continue;
-    if (it->is_directory(ec)) out.push_back(it->path());
+    out.push_back(it->path());
   }
   std::sort(out.begin(), out.end());
   return out;
 }
 
+std::vector<std::string> strings_of(const std::vector<fs::path>& paths) {
+  std::vector<std::string> out;
+  for (const fs::path& p : paths) out.push_back(p.string());
+  return out;
+}
+
 }  // namespace
 
+std::vector<std::string> mesh_top_dirs(const std::string& path) {
+  const auto pps = numbered_entries(path, "pp-");
+  return strings_of(pps.empty() ? numbered_entries(path, "tp-") : pps);
+}
+
 std::vector<std::string> mesh_save_dirs(const std::string& path) {
+  if (numbered_entries(path, "pp-").empty()) return mesh_top_dirs(path);
   std::vector<std::string> out;
-  const auto add_tp = [&](const fs::path& dir) {
-    const auto tps = numbered_subdirs(dir, "tp-");
-    for (const fs::path& t : tps) {
-      if (is_checkpoint_or_save_dir(t)) out.push_back(t.string());
-    }
-    return !tps.empty();
-  };
-  const auto pps = numbered_subdirs(path, "pp-");
-  if (pps.empty()) {
-    add_tp(path);
-    return out;
-  }
-  for (const fs::path& pp : pps) {
-    if (is_checkpoint_or_save_dir(pp)) {
-      out.push_back(pp.string());
+  for (const std::string& top : mesh_top_dirs(path)) {
+    const auto tps = numbered_entries(top, "tp-");
+    if (tps.empty()) {
+      out.push_back(top);
     } else {
-      add_tp(pp);
+      for (const fs::path& t : tps) out.push_back(t.string());
     }
   }
   return out;
+}
+
+std::vector<std::string> mesh_checkpoint_problems(
+    const std::vector<std::pair<std::string, Manifest>>& checkpoints) {
+  std::vector<std::string> problems;
+  if (checkpoints.empty()) return problems;
+  const ManifestMesh& first = checkpoints.front().second.mesh;
+  std::vector<std::vector<std::string>> seen(static_cast<std::size_t>(first.pp),
+                                             std::vector<std::string>(static_cast<std::size_t>(first.tp)));
+  std::string steps;
+  bool same_step = true;
+  for (const auto& [dir, m] : checkpoints) {
+    steps += fmt::format("{}{}: step {}", steps.empty() ? "" : ", ", dir, m.optimizer_steps);
+    same_step = same_step && m.optimizer_steps == checkpoints.front().second.optimizer_steps;
+    if (m.mesh.pp != first.pp || m.mesh.tp != first.tp) {
+      problems.push_back(fmt::format("{} was saved on a mesh of pp {} x tp {}, {} on pp {} x tp {}", dir, m.mesh.pp,
+                                     m.mesh.tp, checkpoints.front().first, first.pp, first.tp));
+      continue;
+    }
+    std::string& slot = seen[static_cast<std::size_t>(m.mesh.pp_rank)][static_cast<std::size_t>(m.mesh.tp_rank)];
+    if (!slot.empty()) {
+      problems.push_back(fmt::format("{} and {} both hold pipeline stage {}, tp rank {}", slot, dir, m.mesh.pp_rank,
+                                     m.mesh.tp_rank));
+    }
+    slot = dir;
+  }
+  for (int s = 0; s < first.pp; ++s) {
+    for (int t = 0; t < first.tp; ++t) {
+      if (seen[static_cast<std::size_t>(s)][static_cast<std::size_t>(t)].empty()) {
+        problems.push_back(fmt::format("no readable checkpoint of pipeline stage {}, tp rank {} (the mesh is pp {} x "
+                                       "tp {})",
+                                       s, t, first.pp, first.tp));
+      }
+    }
+  }
+  if (!same_step) {
+    problems.push_back(fmt::format("the checkpoints hold different optimizer steps ({}); a load needs one step in "
+                                   "every folder",
+                                   steps));
+  }
+  return problems;
 }
 
 std::string resolve_checkpoint_dir(const std::string& path) {
   if (fs::is_regular_file(fs::path(path) / "manifest.json")) return path;
   const fs::path latest = fs::path(path) / "latest";
   if (!fs::is_regular_file(latest)) {
-    const std::vector<std::string> mesh = mesh_save_dirs(path);
+    const std::vector<std::string> mesh = mesh_top_dirs(path);
     if (!mesh.empty()) {
       throw IoError(fmt::format(
-          "{}: the save directory of a run on a mesh, one checkpoint per pipeline stage or "
+          "{}: the save directory of a run on a mesh, one save directory per pipeline stage or "
           "tensor-parallel rank ({} of them: {}); give one of those directories",
           path, mesh.size(), fmt::join(mesh, ", ")));
     }

@@ -5,6 +5,7 @@
 
 #include <cstdint>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "runtime/checkpoint_files.h"
@@ -19,13 +20,28 @@ namespace zeroshard::examples {
 /// directory without a manifest.
 std::string resolve_checkpoint_dir(const std::string& path);
 
-/// The per-stage / per-slice save directories under `path` when it is the
-/// save directory of a run on a mesh (docs/checkpoint-format.md): its
-/// pp-SS folders, or tp-TT folders, or the tp-TT folders inside each pp-SS,
-/// in name order, each holding manifest.json or `latest`. Empty when there
-/// are none (or `path` is not a directory). Never throws for a missing or
-/// unreadable `path`.
+/// The top-level folders of a mesh run's save directory `path`
+/// (docs/checkpoint-format.md): its pp-SS entries, or, without any, its
+/// tp-TT entries (SS, TT: two or more digits), in name order, whether or
+/// not they hold a checkpoint. Empty when there are none or `path` is not a
+/// directory. Never throws.
+std::vector<std::string> mesh_top_dirs(const std::string& path);
+
+/// One save directory per (pipeline stage, tp rank) of a mesh run's save
+/// directory: each top-level folder (mesh_top_dirs), or the tp-TT entries
+/// inside it when it has any, in name order, whether or not they hold a
+/// checkpoint (the caller's reading of each says). Empty as
+/// mesh_top_dirs. Never throws.
 std::vector<std::string> mesh_save_dirs(const std::string& path);
+
+/// What is wrong with a mesh run's checkpoints taken together, one line
+/// each (empty: nothing): `checkpoints` holds each save directory of
+/// mesh_save_dirs that could be read, with its manifest. Checks that they
+/// record one mesh (pp and tp sizes), that every (pipeline stage, tp rank)
+/// of it is there exactly once, and that they hold the same optimizer step
+/// (as Engine::load_checkpoint requires). Pure.
+std::vector<std::string> mesh_checkpoint_problems(
+    const std::vector<std::pair<std::string, Manifest>>& checkpoints);
 
 /// The outcome of checking one rank file.
 struct RankFileCheck {

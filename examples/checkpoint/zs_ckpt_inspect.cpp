@@ -17,6 +17,8 @@
 #include <exception>
 #include <filesystem>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "core/error.h"
 #include "examples/checkpoint/checkpoint_verify.h"
@@ -32,6 +34,10 @@ std::string shape_text(const std::vector<std::int64_t>& shape) { return fmt::for
 void print_summary(const std::string& dir, const Manifest& m) {
   fmt::print("checkpoint {} (tag {}, format version {})\n", dir, m.tag, m.format_version);
   fmt::print("  world size {}, ZeRO stage {}, compute dtype {}\n", m.world_size, m.stage, m.compute_dtype);
+  if (m.mesh.recorded) {
+    fmt::print("  mesh dp {} x tp {} x pp {}; this checkpoint: tp rank {}, pipeline stage {}\n", m.mesh.dp, m.mesh.tp,
+               m.mesh.pp, m.mesh.tp_rank, m.mesh.pp_rank);
+  }
   fmt::print("  optimizer step {} ({} micro-steps)\n", m.optimizer_steps, m.micro_steps);
   fmt::print("  optimizer {}\n", m.optimizer.dump());
   fmt::print("  param groups {}\n", m.param_groups.dump());
@@ -110,21 +116,46 @@ int main(int argc, char** argv) {
 
   try {
     using namespace zeroshard::examples;
-    // A mesh run's save directory: every stage's / slice's checkpoint in turn.
     const bool plain = std::filesystem::is_regular_file(std::filesystem::path(path) / "manifest.json") ||
                        std::filesystem::is_regular_file(std::filesystem::path(path) / "latest");
     const std::vector<std::string> mesh = plain ? std::vector<std::string>{} : mesh_save_dirs(path);
-    const std::vector<std::string> targets = mesh.empty() ? std::vector<std::string>{path} : mesh;
-    bool all_good = true;
-    for (const std::string& t : targets) {
-      if (!mesh.empty()) std::printf("%s== %s\n", &t == &targets.front() ? "" : "\n", t.c_str());
-      const std::string dir = resolve_checkpoint_dir(t);
+    if (mesh.empty()) {
+      const std::string dir = resolve_checkpoint_dir(path);
       const zeroshard::Manifest m = zeroshard::Manifest::read(dir);
       print_summary(dir, m);
-      if (!verify) continue;
+      if (!verify) return 0;
       std::fflush(stdout);
-      all_good = zeroshard::examples::verify(dir, m) && all_good;
+      return zeroshard::examples::verify(dir, m) ? 0 : 2;
     }
+    // A mesh run's save directory: every stage's / slice's checkpoint in
+    // turn, then the checks of them together.
+    bool unreadable = false, all_good = true;
+    std::vector<std::pair<std::string, zeroshard::Manifest>> read;
+    for (const std::string& t : mesh) {
+      std::printf("%s== %s\n", &t == &mesh.front() ? "" : "\n", t.c_str());
+      try {
+        const std::string dir = resolve_checkpoint_dir(t);
+        zeroshard::Manifest m = zeroshard::Manifest::read(dir);
+        print_summary(dir, m);
+        if (verify) {
+          std::fflush(stdout);
+          all_good = zeroshard::examples::verify(dir, m) && all_good;
+        }
+        read.emplace_back(t, std::move(m));
+      } catch (const zeroshard::Error& e) {
+        std::printf("  error: %s\n", one_line_message(e.what()).c_str());
+        unreadable = true;
+      }
+    }
+    const std::vector<std::string> problems = mesh_checkpoint_problems(read);
+    std::printf("\n");
+    for (const std::string& p : problems) std::printf("mesh: FAILED: %s\n", p.c_str());
+    if (problems.empty() && !unreadable) {
+      const zeroshard::ManifestMesh& mm = read.front().second.mesh;
+      std::printf("mesh: all %zu checkpoints of the pp %d x tp %d mesh are here, at optimizer step %lld\n",
+                  read.size(), mm.pp, mm.tp, static_cast<long long>(read.front().second.optimizer_steps));
+    }
+    if (unreadable || !problems.empty()) return 1;
     return all_good ? 0 : 2;
   } catch (const zeroshard::Error& e) {
     std::fprintf(stderr, "zs_ckpt_inspect: error: %s\n", zeroshard::examples::one_line_message(e.what()).c_str());

@@ -104,7 +104,11 @@ EngineConfig make_config(const Options& o, int dp) {
   return make_job_config(flags, std::move(fill),
                          adamw_job_defaults(o.micro_batch, o.lr, 0.95, 0.1), dp,
                          [&](EngineConfig& c) {
-                           if (o.config_path.empty()) c.steps_per_print = o.eval_every;
+                           // The breakdown prints with each validation line, and at
+                           // least once in a run shorter than --eval-every.
+                           if (o.config_path.empty()) {
+                             c.steps_per_print = std::max(1, static_cast<int>(std::min<std::int64_t>(o.eval_every, o.steps)));
+                           }
                            if (o.bf16) c.compute_dtype = DType::bf16;
                            if (o.offload == "cpu") c.offload.optimizer.device = OffloadDevice::cpu;
                          });
@@ -200,9 +204,13 @@ int run(const Options& options) {
   if (start_step >= o.steps) {
     // Nothing to train: the summary reports the loaded model's validation loss.
     if (rank == 0) {
-      fmt::print("gpt: the checkpoint is at step {}, not below --steps {}: no steps to run; the validation "
-                 "loss below is the loaded model's\n",
-                 start_step, o.steps);
+      if (o.resume) {
+        fmt::print("gpt: the checkpoint is at step {}, not below --steps {}: no steps to run; the validation "
+                   "loss below is the loaded model's\n",
+                   start_step, o.steps);
+      } else {
+        fmt::print("gpt: --steps 0: no steps to run; the validation loss below is the initial model's\n");
+      }
     }
     val = validation_loss(gpt, mesh, corpus, o);
   }
@@ -341,7 +349,8 @@ int main(int argc, char** argv) {
   app.add_option("--config", o.config_path, "ds_config JSON file (DeepSpeed keys)");
   app.add_option("--stage", o.stage, "ZeRO stage 0-3 (overrides the config)")->check(CLI::Range(0, 3));
   app.add_flag("--breakdown", o.breakdown,
-               "print the step breakdown and straggler line every steps_per_print steps (wall_clock_breakdown)");
+               "print the step breakdown and straggler line every steps_per_print steps (wall_clock_breakdown; "
+               "without --config, steps_per_print is --eval-every, or --steps if fewer)");
   app.add_option("--calibration", o.calibration_path,
                  "rates from zs_plan --calibrate: print the predicted step time beside the measured one "
                  "(turns on wall_clock_breakdown)")

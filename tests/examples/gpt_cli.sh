@@ -4,7 +4,9 @@
 # last checkpoint with the same --steps trains nothing and reports the
 # loaded model's validation loss (the saved run's, to the printed digit); a
 # resume with more steps continues from the checkpoint's step; flags out of
-# range are refused. Every mpirun runs under `timeout` (a hang fails).
+# range are refused; --breakdown prints in a run shorter than --eval-every;
+# --steps 0 says there is nothing to run. Every mpirun runs under `timeout`
+# (a hang fails).
 # Usage: gpt_cli.sh MPIRUN GPT WORKDIR
 set -uo pipefail
 mpirun="$1"; gpt="$2"; work="$3"
@@ -30,4 +32,9 @@ run 0 "$mpirun" -np 2 "$gpt" "${small[@]}" --steps 5 --resume
 expect "resumed from $work/ckpt at step 3"
 grep -q "^step     5 " "$work/out" || fail "no step 5 line after resuming at step 3"
 ! grep -q "^step     3 " "$work/out" || fail "steps before the checkpoint were run again"
+# --breakdown prints at least once in a run shorter than --eval-every.
+run 0 "$mpirun" -np 2 "$gpt" --layers 2 --dim 32 --heads 2 --seq 32 --eval-batches 2 --pp 2 --steps 2 --breakdown
+expect "step 2 breakdown, ms"
+run 0 "$gpt" --layers 1 --dim 32 --heads 2 --seq 32 --eval-batches 2 --steps 0
+expect "gpt: --steps 0: no steps to run"
 echo "gpt_cli: ok"

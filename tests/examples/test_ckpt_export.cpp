@@ -16,6 +16,7 @@
 #include <doctest/doctest.h>
 #include <nlohmann/json.hpp>
 
+#include "comm/mesh.h"
 #include "core/error.h"
 #include "examples/checkpoint/checkpoint_verify.h"
 #include "examples/checkpoint/safetensors_export.h"
@@ -238,49 +239,95 @@ TEST_CASE("zs_ckpt_inspect --verify checks the consolidated weights file too") {
   world().barrier();
 }
 
-TEST_CASE("a mesh run's save directory: its pp-SS / tp-TT checkpoints are listed, inspected in turn, named in errors") {
-  // The same engine saved where a mesh run's stages and slices save:
-  // pp-00, pp-01 (pipeline); and pp-00/tp-00, pp-00/tp-01, pp-01/tp-00,
-  // pp-01/tp-01 (pipeline x tensor parallel). Folders that are not a
-  // stage's (pp-x, pp-1, an empty pp-02) are left out.
+TEST_CASE("mesh_save_dirs: pp-SS and pp-SS/tp-TT entries in name order, other names left out") {
+  const std::string dir = fresh_dir("mesh-list");
+  if (world().rank() == 0) {
+    for (const char* sub : {"pp-00/tp-00", "pp-00/tp-01", "pp-01/tp-00", "pp-01/tp-01", "pp-x", "pp-1", "pp-02"}) {
+      fs::create_directories(dir + "/" + sub);
+    }
+    std::ofstream(dir + "/pp-03") << "a file\n";
+    CHECK(examples::mesh_top_dirs(dir) ==
+          std::vector<std::string>{dir + "/pp-00", dir + "/pp-01", dir + "/pp-02", dir + "/pp-03"});
+    CHECK(examples::mesh_save_dirs(dir) ==
+          std::vector<std::string>{dir + "/pp-00/tp-00", dir + "/pp-00/tp-01", dir + "/pp-01/tp-00",
+                                   dir + "/pp-01/tp-01", dir + "/pp-02", dir + "/pp-03"});
+    CHECK(examples::mesh_save_dirs(dir + "/pp-01") ==
+          std::vector<std::string>{dir + "/pp-01/tp-00", dir + "/pp-01/tp-01"});
+    CHECK(examples::mesh_save_dirs(dir + "/pp-02").empty());
+    CHECK(examples::mesh_save_dirs(dir + "/nowhere").empty());
+    const std::string named = "4 of them: " + dir + "/pp-00, " + dir + "/pp-01, " + dir + "/pp-02, " + dir +
+                              "/pp-03); give one";
+    CHECK_THROWS_WITH_AS(examples::resolve_checkpoint_dir(dir), doctest::Contains(named.c_str()), IoError);
+  }
+  world().barrier();
+}
+
+TEST_CASE("a pipeline run's save directory: inspected stage by stage and as one mesh; export names the stages") {
+  // One stage per rank (pp = world size): each saves its own pp-SS folder.
+  const int n = world().world_size();
+  if (n < 2) {
+    MESSAGE("needs 2 or more ranks (runs in ckpt_export np=3)");
+    return;
+  }
   const char* inspect = std::getenv("ZS_CKPT_INSPECT");
-  const std::string dir = fresh_dir("mesh"), dir2 = fresh_dir("mesh-tp");
-  Engine engine(config_for(1, DType::f32), world());
-  const Model model(engine);
-  model.train_step(engine);
+  const std::string dir = fresh_dir("mesh");
+  Mesh mesh(world(), MeshShape{1, 1, n});
+  Engine e(config_for(1, DType::f32), mesh);
+  const ParamId w = e.add_parameter(e.add_unit("u"), fmt::format("w.{}", mesh.pp_rank()), {7}, 0,
+                                    TensorParallel::replicated());
+  e.finalize();
+  e.set_parameter(w, std::vector<float>(7, 0.25f));
   std::vector<std::string> tags;
-  for (const char* sub : {"pp-00", "pp-01"}) tags.push_back(engine.save_checkpoint(dir + "/" + sub, {}));
-  for (const char* sub : {"pp-00/tp-00", "pp-00/tp-01", "pp-01/tp-00", "pp-01/tp-01"}) {
-    engine.save_checkpoint(dir2 + "/" + sub, {});
+  for (int step = 1; step <= 2; ++step) {
+    for (float& g : e.grad(w)) g += 0.5f;
+    e.step();
+    tags.push_back(e.save_checkpoint(dir, {}));
   }
   if (world().rank() == 0) {
-    for (const char* junk : {"pp-x", "pp-1", "pp-02"}) fs::create_directories(dir + "/" + junk);
-    CHECK(examples::mesh_save_dirs(dir) == std::vector<std::string>{dir + "/pp-00", dir + "/pp-01"});
-    CHECK(examples::mesh_save_dirs(dir2) ==
-          std::vector<std::string>{dir2 + "/pp-00/tp-00", dir2 + "/pp-00/tp-01", dir2 + "/pp-01/tp-00",
-                                   dir2 + "/pp-01/tp-01"});
-    CHECK(examples::mesh_save_dirs(dir2 + "/pp-01") ==
-          std::vector<std::string>{dir2 + "/pp-01/tp-00", dir2 + "/pp-01/tp-01"});
-    CHECK(examples::mesh_save_dirs(dir + "/pp-00").empty());
-    CHECK(examples::mesh_save_dirs(dir + "/nowhere").empty());
-    const std::string named = "2 of them: " + dir + "/pp-00, " + dir + "/pp-01); give one";
-    CHECK_THROWS_WITH_AS(examples::resolve_checkpoint_dir(dir), doctest::Contains(named.c_str()), IoError);
+    const std::string last = fmt::format("pp-{:02d}", n - 1);
+    CHECK(examples::mesh_save_dirs(dir).size() == static_cast<std::size_t>(n));
     CHECK_THROWS_WITH_AS(examples::export_safetensors(dir, dir + "/out.safetensors"),
                          doctest::Contains("run on a mesh"), IoError);
-    CHECK(examples::resolve_checkpoint_dir(dir + "/pp-01") == dir + "/pp-01/" + tags[1]);
-    if (inspect != nullptr) {
+    CHECK_NOTHROW(examples::export_safetensors(dir + "/pp-01", dir + "/pp-01.safetensors"));
+    if (inspect == nullptr) {
+      MESSAGE("ZS_CKPT_INSPECT not set: the program is not run");
+    } else {
       const std::string log = " >" + dir + "/log.txt 2>&1";
       auto log_text = [&] {
         std::ifstream in(dir + "/log.txt");
         return std::string((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
       };
-      CHECK(run_status(fmt::format("{} {} --verify{}", inspect, dir, log)) == 0);
-      CHECK(log_text().find("== " + dir + "/pp-00\n") != std::string::npos);
-      CHECK(log_text().find("== " + dir + "/pp-01\n") != std::string::npos);
-      // A corrupted file in the second stage only: the whole run fails.
-      flip_bits(dir + "/pp-01/" + tags[1] + "/" + rank_file_name(0), 1, 0x20);
-      CHECK(run_status(fmt::format("{} {} --verify{}", inspect, dir, log)) == 2);
+      auto inspect_status = [&] { return run_status(fmt::format("{} {} --verify{}", inspect, dir, log)); };
+      CHECK(inspect_status() == 0);
+      CHECK(log_text().find("== " + dir + "/" + last + "\n") != std::string::npos);
+      CHECK(log_text().find(fmt::format("this checkpoint: tp rank 0, pipeline stage {}", n - 1)) !=
+            std::string::npos);
+      CHECK(log_text().find(fmt::format("mesh: all {} checkpoints of the pp {} x tp 1 mesh are here, at optimizer "
+                                        "step 2",
+                                        n, n)) != std::string::npos);
+      // A corrupted file in one stage: exit 2.
+      const std::string shard = dir + "/pp-01/" + tags[1] + "/" + rank_file_name(0);
+      flip_bits(shard, 1, 0x20);
+      CHECK(inspect_status() == 2);
       CHECK(log_text().find("FAILED") != std::string::npos);
+      flip_bits(shard, 1, 0x20);
+      // The stages' latest files out of step: exit 1, naming the steps.
+      std::ofstream(dir + "/pp-01/latest") << tags[0] << "\n";
+      CHECK(inspect_status() == 1);
+      CHECK(log_text().find("different optimizer steps") != std::string::npos);
+      std::ofstream(dir + "/pp-01/latest") << tags[1] << "\n";
+      CHECK(inspect_status() == 0);
+      // A stage whose latest file is gone, then one missing, then a file in its place: exit 1.
+      fs::rename(dir + "/" + last + "/latest", dir + "/latest.bak");
+      CHECK(inspect_status() == 1);
+      CHECK(log_text().find(fmt::format("no readable checkpoint of pipeline stage {}, tp rank 0", n - 1)) !=
+            std::string::npos);
+      fs::rename(dir + "/" + last, dir + "/stage.bak");
+      CHECK(inspect_status() == 1);
+      CHECK(log_text().find(fmt::format("no readable checkpoint of pipeline stage {}", n - 1)) != std::string::npos);
+      std::ofstream(dir + "/" + last) << "not a folder\n";
+      CHECK(inspect_status() == 1);
+      CHECK(log_text().find("not a checkpoint") != std::string::npos);
     }
   }
   world().barrier();

@@ -198,6 +198,14 @@ TEST_CASE("engine with pipeline stages: a checkpoint problem on one stage is one
       CHECK(what.find("different steps") != std::string::npos);
       CHECK(what.find(fmt::format("pipeline stage {}, tp rank 0): step 1", shape.pp - 1)) != std::string::npos);
       CHECK(what.find("pipeline stage 0, tp rank 0): step 2") != std::string::npos);
+      // Each rank's copy carries its own rank, so that rank 0 alone reports it.
+      int reported_rank = -1;
+      try {
+        m.engine.load_checkpoint(dir.string());
+      } catch (const AgreedConfigError& e) {
+        reported_rank = e.rank();
+      }
+      CHECK(reported_rank == world().rank());
     }
     // The last stage's folder is gone: loading fails there, and everywhere.
     testing::remove_dir_on_rank0(world(), dir / last);
