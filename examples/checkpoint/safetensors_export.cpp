@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <filesystem>
+#include <optional>
 #include <functional>
 #include <memory>
 
@@ -93,23 +94,25 @@ using TensorSource = std::function<void(const ExportTensor& t, float* dst)>;
 // `checkpoint_dir` is reported as ExportResult::checkpoint_dir. Throws
 // IoError (write failure) and whatever `fill` throws.
 ExportResult write_safetensors(const ExportPlan& plan, const Manifest& m, const std::string& checkpoint_dir,
-                               const std::string& out_path, const TensorSource& fill) {
+                               const std::string& out_path, bool show_progress, const TensorSource& fill) {
   const std::string tmp = out_path + ".tmp";
   TempFileGuard guard(tmp);
   CheckpointWriter out(tmp);
   write_safetensors_header(out, plan.layout);
 
   std::vector<float> buffer(plan.layout.largest_bytes / sizeof(float));
-  ProgressLine progress("export", static_cast<std::int64_t>(plan.tensors.size()), stderr);
+  std::optional<ProgressLine> progress;
+  if (show_progress) progress.emplace("export", static_cast<std::int64_t>(plan.tensors.size()), stderr);
   std::int64_t done = 0;
   for (const ExportTensor& t : plan.tensors) {
     const std::uint64_t n = t.param->numel;
-    progress.update(++done, t.param->name);
+    ++done;
+    if (progress) progress->update(done, t.param->name);
     if (n == 0) continue;
     fill(t, buffer.data());
     out.write(buffer.data(), n * sizeof(float));
   }
-  progress.finish();
+  if (progress) progress->finish();
   out.finish();
   const fs::path parent = fs::path(out_path).parent_path();
   rename_durable(tmp, out_path, parent.empty() ? "." : parent.string());
@@ -141,7 +144,7 @@ ExportPlan plan_safetensors_export(const Manifest& m) {
   return plan;
 }
 
-ExportResult export_mesh_safetensors(const std::string& save_dir, const std::string& out_path) {
+ExportResult export_mesh_safetensors(const std::string& save_dir, const std::string& out_path, bool progress) {
   // Every tp rank's checkpoint, checked to be one save of one mesh.
   std::vector<VerifiedCheckpoint> parts;
   parts.push_back(open_verified(save_dir + "/tp-00"));
@@ -175,7 +178,7 @@ ExportResult export_mesh_safetensors(const std::string& save_dir, const std::str
   }
   const ExportPlan plan = plan_safetensors_export(full);
   std::vector<float> slice;
-  return write_safetensors(plan, full, save_dir, out_path, [&](const ExportTensor& t, float* dst) {
+  return write_safetensors(plan, full, save_dir, out_path, progress, [&](const ExportTensor& t, float* dst) {
     const ManifestParam& fp = *t.param;
     const std::size_t u = t.unit;
     if (fp.tp_split_dim < 0) {
@@ -200,13 +203,13 @@ ExportResult export_mesh_safetensors(const std::string& save_dir, const std::str
   });
 }
 
-ExportResult export_safetensors(const std::string& ckpt_path, const std::string& out_path) {
+ExportResult export_safetensors(const std::string& ckpt_path, const std::string& out_path, bool progress) {
   // A save directory of an engine on a mesh with tp > 1: one checkpoint per tp rank.
-  if (fs::exists(ckpt_path + "/tp-00")) return export_mesh_safetensors(ckpt_path, out_path);
+  if (fs::exists(ckpt_path + "/tp-00")) return export_mesh_safetensors(ckpt_path, out_path, progress);
   // Verify every rank file before writing anything, and keep them open.
   const VerifiedCheckpoint c = open_verified(ckpt_path);
   const ExportPlan plan = plan_safetensors_export(c.m);
-  return write_safetensors(plan, c.m, c.dir, out_path, [&](const ExportTensor& t, float* dst) {
+  return write_safetensors(plan, c.m, c.dir, out_path, progress, [&](const ExportTensor& t, float* dst) {
     read_master_range(c.m, c.files, t.unit, t.param->offset, t.param->numel, dst);
   });
 }

@@ -62,8 +62,10 @@ struct ExportResult {
 /// another export to the same out_path.
 /// A save directory of an engine on a mesh with tp > 1 (its tp-TT folders,
 /// docs/checkpoint-format.md "Checkpoints on a mesh") is passed to
-/// export_mesh_safetensors.
-ExportResult export_safetensors(const std::string& ckpt_path, const std::string& out_path);
+/// export_mesh_safetensors. With `progress`, a progress line (tensors
+/// written, rate, ETA) goes to stderr while it writes.
+ExportResult export_safetensors(const std::string& ckpt_path, const std::string& out_path,
+                                bool progress = true);
 
 /// The full, unsplit tensors of a mesh save directory: the latest
 /// checkpoint of every tp-TT folder (verified as above) put together, each
@@ -72,6 +74,7 @@ ExportResult export_safetensors(const std::string& ckpt_path, const std::string&
 /// from tp-00. Throws IoError as export_safetensors, and when a tp folder is
 /// missing or the folders' manifests are not one save (tp size and rank,
 /// tag, optimizer step, units).
-ExportResult export_mesh_safetensors(const std::string& save_dir, const std::string& out_path);
+ExportResult export_mesh_safetensors(const std::string& save_dir, const std::string& out_path,
+                                     bool progress = true);
 
 }  // namespace zeroshard::examples

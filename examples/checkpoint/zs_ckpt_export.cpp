@@ -25,11 +25,11 @@ int main(int argc, char** argv) {
                  "checkpoint directory (with manifest.json) or save directory (with `latest`)")
       ->required();
   app.add_option("OUT", out, "output .safetensors file (written to OUT.tmp, then renamed)")->required();
-  app.add_flag("-q,--quiet", quiet, "print nothing on success");
+  app.add_flag("-q,--quiet", quiet, "print nothing on success (no progress line either)");
   CLI11_PARSE(app, argc, argv);
 
   try {
-    const auto r = zeroshard::examples::export_safetensors(ckpt, out);
+    const auto r = zeroshard::examples::export_safetensors(ckpt, out, !quiet);
     if (!quiet) {
       fmt::print("exported {} ({} at optimizer step {}): {} tensors, {} bytes of fp32 data, {} bytes "
                  "in {} (read buffer {} bytes)\n",

@@ -196,6 +196,10 @@ TEST_CASE("zs_ckpt_inspect --verify and zs_ckpt_export exit codes") {
       CHECK(run_status(fmt::format("{} {}/{} --verify{}", inspect, dir, tag, log)) == 0);
       CHECK(run_status(fmt::format("{} {} {}/cli.safetensors{}", exporter, dir, dir, log)) == 0);
       CHECK(fs::exists(dir + "/cli.safetensors"));
+      // --quiet: nothing on stdout or stderr, not even the progress line.
+      CHECK(run_status(fmt::format("{} {} {}/quiet.safetensors --quiet{}", exporter, dir, dir, log)) == 0);
+      CHECK(fs::exists(dir + "/quiet.safetensors"));
+      CHECK(fs::file_size(dir + "/log.txt") == 0);
       flip_bits(dir + "/" + tag + "/" + rank_file_name(0), 1, 0x20);
       CHECK(run_status(fmt::format("{} {} --verify{}", inspect, dir, log)) == 2);
       std::ifstream in(dir + "/log.txt");
