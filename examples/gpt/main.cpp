@@ -170,6 +170,15 @@ int run(const Options& options) {
     start_step = cs.value("step", std::int64_t{0});
     data_seed = cs.value("data_seed", data_seed);
     if (rank == 0) fmt::print("gpt: resumed from {} at step {}\n", o.save_dir, start_step);
+    // The data position is start_step global batches of this run's shape: a
+    // checkpoint saved with another global batch continues from elsewhere.
+    const std::int64_t saved_seqs = cs.value("global_batch_sequences", std::int64_t{0});
+    const std::int64_t seqs = static_cast<std::int64_t>(o.micro_batch) * dp * m;
+    if (rank == 0 && saved_seqs != 0 && saved_seqs != seqs) {
+      fmt::print("gpt: note: the checkpoint was saved with a global batch of {} sequences per step, this run uses {}: "
+                 "the data continue from another position than the saved run's\n",
+                 saved_seqs, seqs);
+    }
   }
   if (rank == 0) {
     fmt::print(
@@ -251,7 +260,9 @@ int run(const Options& options) {
       train_n = 0;
     }
     if (!o.save_dir.empty() && ((o.save_every > 0 && (step + 1) % o.save_every == 0) || last)) {
-      engine.save_checkpoint(o.save_dir, {{"step", step + 1}, {"data_seed", data_seed}}, o.keep_last);
+      engine.save_checkpoint(o.save_dir, {{"step", step + 1},
+                              {"data_seed", data_seed},
+                              {"global_batch_sequences", static_cast<std::int64_t>(o.micro_batch) * dp * m}}, o.keep_last);
     }
   }
   if (progress) progress->finish();

@@ -31,6 +31,10 @@ expect "the checkpoint is at step 3, not below --steps 3: no steps to run"
 run 0 "$mpirun" -np 2 "$gpt" "${small[@]}" --steps 5 --resume
 expect "resumed from $work/ckpt at step 3"
 grep -q "^step     5 " "$work/out" || fail "no step 5 line after resuming at step 3"
+! grep -q "global batch" "$work/out" || fail "a note on the global batch, which did not change"
+# Another global batch on resume: said.
+run 0 "$mpirun" -np 2 "$gpt" "${small[@]}" --steps 6 --resume --micro-batch 2
+expect "saved with a global batch of 16 sequences per step, this run uses 4"
 ! grep -q "^step     3 " "$work/out" || fail "steps before the checkpoint were run again"
 # --breakdown prints at least once in a run shorter than --eval-every.
 run 0 "$mpirun" -np 2 "$gpt" --layers 2 --dim 32 --heads 2 --seq 32 --eval-batches 2 --pp 2 --steps 2 --breakdown
