@@ -3,14 +3,11 @@
 #include <fmt/format.h>
 
 #include <algorithm>
-#include <cerrno>
 #include <cstdlib>
-#include <cstring>
-#include <filesystem>
-#include <fstream>
 
 #include "core/error.h"
 #include "optimizer/optimizer.h"
+#include "runtime/checkpoint_files.h"
 
 namespace zeroshard::examples {
 namespace {
@@ -228,27 +225,9 @@ nlohmann::json to_json(const TrainResult& result) {
 }
 
 void write_json_file(const std::string& path, const nlohmann::json& report) {
-  // Serialised first (bytes that are not UTF-8, e.g. in a generated sample,
-  // become U+FFFD), then written to a temporary beside the file and renamed:
-  // a failure leaves an earlier report at `path` as it was.
-  const std::string text = report.dump(2, ' ', false, nlohmann::json::error_handler_t::replace) + "\n";
-  const std::string tmp = path + ".tmp";
-  {
-    std::ofstream out(tmp, std::ios::out | std::ios::trunc);
-    if (!out) {
-      const int err = errno;
-      throw IoError(fmt::format("{}: cannot open the report for writing: {} (errno {})", tmp,
-                                std::strerror(err), err));
-    }
-    out << text;
-    out.flush();
-    if (!out) {
-      throw IoError(fmt::format("{}: writing the report failed (disk full?)", tmp));
-    }
-  }
-  std::error_code ec;
-  std::filesystem::rename(tmp, path, ec);
-  if (ec) throw IoError(fmt::format("{}: cannot rename {} to it: {}", path, tmp, ec.message()));
+  // Bytes that are not UTF-8 (e.g. in a generated sample) become U+FFFD; the
+  // file is replaced atomically, so a failure leaves an earlier report as it was.
+  write_file_atomic(path, report.dump(2, ' ', false, nlohmann::json::error_handler_t::replace) + "\n");
 }
 
 }  // namespace zeroshard::examples

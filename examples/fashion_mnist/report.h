@@ -53,8 +53,9 @@ nlohmann::json to_json(const EngineConfig& config);
 nlohmann::json to_json(const TrainResult& result);
 
 /// Writes `report` (pretty-printed; bytes that are not UTF-8 replaced by
-/// U+FFFD) to `path` atomically (a temporary `path`.tmp renamed over it).
-/// Throws zeroshard::IoError naming the file if it cannot be written.
+/// U+FFFD) to `path` atomically and durably (write_file_atomic: `path`.tmp,
+/// fsync, rename). Throws zeroshard::IoError naming the file if it cannot
+/// be written.
 void write_json_file(const std::string& path, const nlohmann::json& report);
 
 }  // namespace zeroshard::examples
