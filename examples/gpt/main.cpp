@@ -149,6 +149,8 @@ int run(const Options& options) {
   // fills its "auto"): the loop runs its micro-batch and accumulation.
   o.micro_batch = static_cast<int>(config.train_micro_batch_size_per_gpu);
   const int m = static_cast<int>(config.gradient_accumulation_steps);
+  // Sequences per optimizer step over the whole data-parallel group.
+  const std::int64_t global_batch = static_cast<std::int64_t>(o.micro_batch) * dp * m;
   if (o.resume && o.save_dir.empty()) throw ConfigError("--resume needs --save-dir, the folder of the checkpoints");
   if (!o.save_dir.empty()) check_save_dir(*world, o.save_dir);
   const TextCorpus corpus = load_text_corpus(o.data_dir, 0.05);
@@ -173,11 +175,10 @@ int run(const Options& options) {
     // The data position is start_step global batches of this run's shape: a
     // checkpoint saved with another global batch continues from elsewhere.
     const std::int64_t saved_seqs = cs.value("global_batch_sequences", std::int64_t{0});
-    const std::int64_t seqs = static_cast<std::int64_t>(o.micro_batch) * dp * m;
-    if (rank == 0 && saved_seqs != 0 && saved_seqs != seqs) {
+    if (rank == 0 && saved_seqs != 0 && saved_seqs != global_batch) {
       fmt::print("gpt: note: the checkpoint was saved with a global batch of {} sequences per step, this run uses {}: "
                  "the data continue from another position than the saved run's\n",
-                 saved_seqs, seqs);
+                 saved_seqs, global_batch);
     }
   }
   if (rank == 0) {
@@ -236,7 +237,7 @@ int run(const Options& options) {
     const double loss = gpt.train_batch(batches, o.micro_batch, o.seq, schedule, engine.loss_scale());
     const StepResult r = engine.step();
     compute_s += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-    tokens_done += static_cast<std::int64_t>(o.micro_batch) * o.seq * dp * m;
+    tokens_done += global_batch * o.seq;
     bubble_sum += gpt.last_timeline().idle_fraction();
     double agg = loss;
     mesh.dp_group().all_reduce(&agg, 1, DType::f64, ReduceOp::sum);
@@ -262,7 +263,7 @@ int run(const Options& options) {
     if (!o.save_dir.empty() && ((o.save_every > 0 && (step + 1) % o.save_every == 0) || last)) {
       engine.save_checkpoint(o.save_dir, {{"step", step + 1},
                               {"data_seed", data_seed},
-                              {"global_batch_sequences", static_cast<std::int64_t>(o.micro_batch) * dp * m}}, o.keep_last);
+                              {"global_batch_sequences", global_batch}}, o.keep_last);
     }
   }
   if (progress) progress->finish();
