@@ -92,6 +92,9 @@ int run_status(const std::string& command) {
   return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
 }
 
+/// The output the programs wrote to <dir>/log.txt (run_status with a redirect).
+std::string log_of(const std::string& dir) { return read_text_file(dir + "/log.txt"); }
+
 /// Checks the export of `save_dir` against `want` (name -> gathered master).
 void check_export(const std::string& save_dir, const std::string& out, const Model& model,
                   const std::vector<std::vector<float>>& want, const std::vector<std::vector<std::int64_t>>& shapes,
@@ -202,8 +205,7 @@ TEST_CASE("zs_ckpt_inspect --verify and zs_ckpt_export exit codes") {
       CHECK(fs::file_size(dir + "/log.txt") == 0);
       flip_bits(dir + "/" + tag + "/" + rank_file_name(0), 1, 0x20);
       CHECK(run_status(fmt::format("{} {} --verify{}", inspect, dir, log)) == 2);
-      std::ifstream in(dir + "/log.txt");
-      const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+      const std::string text = log_of(dir);
       CHECK(text.find("FAILED") != std::string::npos);
       CHECK(run_status(fmt::format("{} {} {}/bad.safetensors{}", exporter, dir, dir, log)) == 1);
       CHECK_FALSE(fs::exists(dir + "/bad.safetensors"));
@@ -224,21 +226,17 @@ TEST_CASE("zs_ckpt_inspect --verify checks the consolidated weights file too") {
   const std::string tag = engine.save_checkpoint(dir, {});
   if (world().rank() == 0 && inspect != nullptr) {
     const std::string log = " >" + dir + "/log.txt 2>&1";
-    auto log_text = [&] {
-      std::ifstream in(dir + "/log.txt");
-      return std::string((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-    };
     CHECK(run_status(fmt::format("{} {} --verify{}", inspect, dir, log)) == 0);
-    CHECK(log_text().find(fmt::format("weights: {} (bf16", kWeightsFileName)) != std::string::npos);
-    CHECK(log_text().find(fmt::format("all {} files match", world().world_size() + 1)) != std::string::npos);
+    CHECK(log_of(dir).find(fmt::format("weights: {} (bf16", kWeightsFileName)) != std::string::npos);
+    CHECK(log_of(dir).find(fmt::format("all {} files match", world().world_size() + 1)) != std::string::npos);
     const std::string weights = dir + "/" + tag + "/" + kWeightsFileName;
     flip_bits(weights, 100, 0x20);
     CHECK(run_status(fmt::format("{} {} --verify{}", inspect, dir, log)) == 2);
-    CHECK(log_text().find("(corrupted weights file)") != std::string::npos);
+    CHECK(log_of(dir).find("(corrupted weights file)") != std::string::npos);
     flip_bits(weights, 100, 0x20);
     fs::resize_file(weights, fs::file_size(weights) - 2);
     CHECK(run_status(fmt::format("{} {} --verify{}", inspect, dir, log)) == 2);
-    CHECK(log_text().find("truncated or wrong file") != std::string::npos);
+    CHECK(log_of(dir).find("truncated or wrong file") != std::string::npos);
   }
   world().barrier();
 }
@@ -297,41 +295,37 @@ TEST_CASE("a pipeline run's save directory: inspected stage by stage and as one 
       MESSAGE("ZS_CKPT_INSPECT not set: the program is not run");
     } else {
       const std::string log = " >" + dir + "/log.txt 2>&1";
-      auto log_text = [&] {
-        std::ifstream in(dir + "/log.txt");
-        return std::string((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-      };
       auto inspect_status = [&] { return run_status(fmt::format("{} {} --verify{}", inspect, dir, log)); };
       CHECK(inspect_status() == 0);
-      CHECK(log_text().find("== " + dir + "/" + last + "\n") != std::string::npos);
-      CHECK(log_text().find(fmt::format("this checkpoint: tp rank 0, pipeline stage {}", n - 1)) !=
+      CHECK(log_of(dir).find("== " + dir + "/" + last + "\n") != std::string::npos);
+      CHECK(log_of(dir).find(fmt::format("this checkpoint: tp rank 0, pipeline stage {}", n - 1)) !=
             std::string::npos);
-      CHECK(log_text().find(fmt::format("mesh: all {} checkpoints of the pp {} x tp 1 mesh are here, at optimizer "
+      CHECK(log_of(dir).find(fmt::format("mesh: all {} checkpoints of the pp {} x tp 1 mesh are here, at optimizer "
                                         "step 2",
                                         n, n)) != std::string::npos);
       // A corrupted file in one stage: exit 2.
       const std::string shard = dir + "/pp-01/" + tags[1] + "/" + rank_file_name(0);
       flip_bits(shard, 1, 0x20);
       CHECK(inspect_status() == 2);
-      CHECK(log_text().find("FAILED") != std::string::npos);
+      CHECK(log_of(dir).find("FAILED") != std::string::npos);
       flip_bits(shard, 1, 0x20);
       // The stages' latest files out of step: exit 1, naming the steps.
       std::ofstream(dir + "/pp-01/latest") << tags[0] << "\n";
       CHECK(inspect_status() == 1);
-      CHECK(log_text().find("different optimizer steps") != std::string::npos);
+      CHECK(log_of(dir).find("different optimizer steps") != std::string::npos);
       std::ofstream(dir + "/pp-01/latest") << tags[1] << "\n";
       CHECK(inspect_status() == 0);
       // A stage whose latest file is gone, then one missing, then a file in its place: exit 1.
       fs::rename(dir + "/" + last + "/latest", dir + "/latest.bak");
       CHECK(inspect_status() == 1);
-      CHECK(log_text().find(fmt::format("no readable checkpoint of pipeline stage {}, tp rank 0", n - 1)) !=
+      CHECK(log_of(dir).find(fmt::format("no readable checkpoint of pipeline stage {}, tp rank 0", n - 1)) !=
             std::string::npos);
       fs::rename(dir + "/" + last, dir + "/stage.bak");
       CHECK(inspect_status() == 1);
-      CHECK(log_text().find(fmt::format("no readable checkpoint of pipeline stage {}", n - 1)) != std::string::npos);
+      CHECK(log_of(dir).find(fmt::format("no readable checkpoint of pipeline stage {}", n - 1)) != std::string::npos);
       std::ofstream(dir + "/" + last) << "not a folder\n";
       CHECK(inspect_status() == 1);
-      CHECK(log_text().find("not a checkpoint") != std::string::npos);
+      CHECK(log_of(dir).find("not a checkpoint") != std::string::npos);
     }
   }
   world().barrier();
