@@ -81,13 +81,7 @@ struct Model {
       }
     }
     e.finalize();
-    for (const auto& list : params) {
-      for (ParamId id : list) {
-        std::vector<float> v(e.layout().param(id).numel);
-        for (std::size_t i = 0; i < v.size(); ++i) v[i] = init_value(id, i);
-        e.set_parameter(id, v);
-      }
-    }
+    set_parameters(e, params, init_value);
   }
 
   // One optimizer step of `accumulation` micro-batches; `inf_at_rank0`

@@ -65,13 +65,7 @@ struct StateModel {
       }
     }
     e.finalize();
-    for (const auto& list : params) {
-      for (ParamId id : list) {
-        std::vector<float> v(e.layout().param(id).numel);
-        for (std::size_t i = 0; i < v.size(); ++i) v[i] = state_init_value(id, i);
-        e.set_parameter(id, v);
-      }
-    }
+    set_parameters(e, params, state_init_value);
   }
 
   /// One training step: every unit forward (unshard, reshard), then

@@ -47,6 +47,19 @@ inline EngineConfig sgd_config(int stage, double clipping) {
   return c;
 }
 
+/// Sets every parameter of `params` (lists of ids, e.g. per unit) to
+/// init(id, i) for its elements i. Collective only as set_parameter.
+template <class Init>
+void set_parameters(Engine& e, const std::vector<std::vector<ParamId>>& params, Init init) {
+  for (const auto& list : params) {
+    for (ParamId id : list) {
+      std::vector<float> v(e.layout().param(id).numel);
+      for (std::size_t i = 0; i < v.size(); ++i) v[i] = init(id, i);
+      e.set_parameter(id, v);
+    }
+  }
+}
+
 /// |a - b| <= rel * max(|a|, |b|) + abs_floor.
 inline bool close(double a, double b, double rel, double abs_floor = 0.0) {
   return std::fabs(a - b) <= rel * std::max(std::fabs(a), std::fabs(b)) + abs_floor;
