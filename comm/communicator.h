@@ -46,7 +46,7 @@
 // An argument error (a peer outside the communicator, a count that is a
 // negative value converted to size_t) is thrown on the calling rank only;
 // its peer then waits for a message that never comes. Following [Note:
-// agreeing on errors] (runtime/collective_error.h), such an error is a
+// agreeing on errors] (comm/collective_error.h), such an error is a
 // local one: end the job with abort(); a TracedCommunicator with a timeout
 // reports it through the collective watchdog first.
 #pragma once

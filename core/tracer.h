@@ -3,7 +3,7 @@
 // [Note: tracing]
 // Two independent switches, both off by default:
 //  - spans (`set_spans(true)`): every span is kept (name, thread, unit,
-//    bytes, begin, end) for the Chrome trace (runtime/chrome_trace.h);
+//    bytes, begin, end) for the Chrome trace (runtime/observe/chrome_trace.h);
 //  - accounting (`set_accounting(true)`): the calling thread's time is
 //    charged to the category of the innermost open span ("exclusive time":
 //    a span's time minus that of the spans opened inside it), so that per
@@ -83,7 +83,7 @@ struct StepTimes {
   std::int64_t wall_ns = 0;
   /// The step's exclusive compute time as intervals [begin, end) (compute
   /// regions minus the regions opened inside them, such as a collective's
-  /// wait): for the hidden communication, runtime/step_breakdown.h.
+  /// wait): for the hidden communication, runtime/observe/step_breakdown.h.
   std::vector<std::pair<std::int64_t, std::int64_t>> compute_intervals;
   std::int64_t& operator[](TimeCategory c) { return ns[static_cast<std::size_t>(c)]; }
   std::int64_t operator[](TimeCategory c) const { return ns[static_cast<std::size_t>(c)]; }

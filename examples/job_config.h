@@ -15,7 +15,7 @@
 #include <vector>
 
 #include "core/error.h"
-#include "runtime/config.h"
+#include "runtime/config/config.h"
 
 namespace zeroshard::examples {
 

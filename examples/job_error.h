@@ -1,5 +1,5 @@
 // How the example programs end after an error, following the rule of
-// [Note: agreeing on errors] (runtime/collective_error.h). Header-only.
+// [Note: agreeing on errors] (comm/collective_error.h). Header-only.
 #pragma once
 
 #include <cstdio>
@@ -10,7 +10,7 @@
 #include "comm/communicator.h"
 #include "core/error.h"
 #include "examples/checkpoint/error_message.h"
-#include "runtime/collective_error.h"
+#include "comm/collective_error.h"
 
 namespace zeroshard::examples {
 

@@ -1,4 +1,4 @@
-// libFuzzer target: the ds_config reader (runtime/config.h). Every input is
+// libFuzzer target: the ds_config reader (runtime/config/config.h). Every input is
 // a file handed to EngineConfig::from_file and, when it parses, checked
 // against world sizes 1-4. A ConfigError is the expected way to reject an
 // input; any other exception escaping, a sanitizer report or a crash is a
@@ -8,7 +8,7 @@
 
 #include "core/error.h"
 #include "fuzz/fuzz_input.h"
-#include "runtime/config.h"
+#include "runtime/config/config.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
   static const std::string path = zeroshard::fuzz::scratch_path("config");

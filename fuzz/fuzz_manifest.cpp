@@ -1,5 +1,5 @@
 // libFuzzer target: the checkpoint manifest reader
-// (runtime/checkpoint_manifest.h). Every input is written as
+// (runtime/checkpoint/checkpoint_manifest.h). Every input is written as
 // <scratch dir>/manifest.json and read with Manifest::read; when it parses,
 // the rank-file layout is computed from it. An IoError is the expected way
 // to reject an input; any other exception escaping, a sanitizer report or a
@@ -10,7 +10,7 @@
 
 #include "core/error.h"
 #include "fuzz/fuzz_input.h"
-#include "runtime/checkpoint_manifest.h"
+#include "runtime/checkpoint/checkpoint_manifest.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
   static const std::string dir = [] {

@@ -1,5 +1,5 @@
 // libFuzzer target: the safetensors reader. zeroshard writes safetensors
-// (runtime/safetensors_writer.h) but its only reader is the tests'
+// (runtime/checkpoint/safetensors_writer.h) but its only reader is the tests'
 // checker, tests/support/safetensors_reader.h, so that is
 // what is fuzzed. It documents std::runtime_error for a file that breaks a
 // rule; nlohmann-json's own exceptions (a header that is not the expected

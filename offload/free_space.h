@@ -19,7 +19,7 @@ std::uint64_t available_bytes(const std::filesystem::path& dir);
 /// each new generation next to the previous one before switching,
 /// `bytes_needed` should be one rank's padded size of every swap file plus
 /// the largest batch written at once; `ranks` is the number of ranks
-/// writing as much to the same file system (runtime/swap_sharing.h), named
+/// writing as much to the same file system (runtime/sharding/swap_sharing.h), named
 /// in the message when > 1.
 void check_free_space(const std::filesystem::path& dir, std::uint64_t bytes_needed, int ranks = 1);
 

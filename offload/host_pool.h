@@ -101,7 +101,7 @@ struct HostLeaseSize {
 /// A HostPool without memory: the same reuse rule (host_pool_pick) and the
 /// same ledger records (capacity, of which capacity - bytes padding, on
 /// MemTier::host), over capacities only. The memory estimate replays a
-/// step's host staging with it (runtime/memory_replay.h). Assumes the
+/// step's host staging with it (runtime/plan/memory_replay.h). Assumes the
 /// allocator never fails (HostPool trims its cache and retries then).
 /// Not thread safe.
 class HostPoolSizes {

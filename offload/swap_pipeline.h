@@ -97,7 +97,7 @@ bool staging_buffer_holds(std::size_t capacity, std::size_t size, std::uint64_t 
 /// (offload/host_pool.h) recording into its ledger as the real pool would.
 /// `slot_bytes(i)` lists sub-group i's slots' bytes, in slot order. Every
 /// staging lease is released at the end, as the real pipeline's are. For
-/// the memory estimate (runtime/memory_replay.h). Throws InvariantError for
+/// the memory estimate (runtime/plan/memory_replay.h). Throws InvariantError for
 /// buffer_count < 1.
 void replay_swap_pipeline(HostPoolSizes& pool, const SwapPipelineOptions& options, MemCategory category,
                           std::size_t count, const std::function<std::vector<std::uint64_t>(std::size_t)>& slot_bytes);

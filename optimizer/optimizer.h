@@ -85,7 +85,7 @@ std::string_view optimizer_state_name(const OptimizerHyper& hyper, int index);
 /// lr / (1 - beta1^step), sqrt(1 - beta2^step) in double, rounded to float
 /// once) from this group's lr and weight_decay and h's betas and eps, all
 /// doubles as torch's Python floats: bitwise torch parity for the values a
-/// config gives (tests/runtime/test_torch_parity_engine.cpp). What
+/// config gives (tests/runtime/engine/test_torch_parity_engine.cpp). What
 /// optimizer_update passes to kernels/cpu/adam.h and the engine's CUDA path
 /// to kernels/cuda/adam.h. Throws InvariantError when step < 1. Pure.
 kernels::AdamScalars adam_scalars(const OptimizerHyper& h, double lr, double weight_decay,

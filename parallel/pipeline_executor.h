@@ -52,7 +52,7 @@
 // (their buffers are kept alive until the process ends, as MPI may still
 // write into them) and rethrows; the pipeline group cannot be used after
 // that, and the caller ends the job with Communicator::abort() ([Note:
-// agreeing on errors] in runtime/collective_error.h). A TracedCommunicator
+// agreeing on errors] in comm/collective_error.h). A TracedCommunicator
 // with a timeout as the group reports the waiting neighbours.
 #pragma once
 

@@ -27,7 +27,7 @@
 #include "comm/communicator.h"
 #include "core/aligned_buffer.h"
 #include "core/error.h"
-#include "runtime/engine.h"
+#include "runtime/engine/engine.h"
 
 using namespace zeroshard;
 

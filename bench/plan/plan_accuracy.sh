@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Predicted vs measured step time (runtime/cost_model.h, [Note: step cost
+# Predicted vs measured step time (runtime/plan/cost_model.h, [Note: step cost
 # model]) after calibrating this machine: zs_plan --calibrate at RANKS ranks,
 # then the Fashion-MNIST job at stages 0-3 with offload_optimizer none, cpu
 # and nvme (stages 1-3) for STEPS steps, and the offload stress program; each

@@ -35,7 +35,7 @@
 #include "comm/communicator.h"
 #include "core/aligned_buffer.h"
 #include "optimizer/optimizer.h"
-#include "runtime/engine.h"
+#include "runtime/engine/engine.h"
 #include "zs_config.h"
 
 using namespace zeroshard;

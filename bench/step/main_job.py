@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """The main job's step in a loop: Fashion-MNIST (examples/fashion_mnist) at
 1 and 4 ranks, ZeRO stages 0 and 3, with the step breakdown on
-([Note: step breakdown] in runtime/step_breakdown.h). bench/README.md,
+([Note: step breakdown] in runtime/observe/step_breakdown.h). bench/README.md,
 "### The main job's step (main_job.py)".
 
 Each (ranks, stage) runs the job for WARMUP + STEPS optimizer steps and

@@ -137,7 +137,7 @@ namespace {
 
 // Compares the open `file` with the manifest's size and (only when the
 // size matches) CRC-32 in c; `what` names the file kind in the problem.
-RankFileCheck compare_with_manifest(RankFileCheck c, const CheckpointReader& file, const char* what) {
+RankFileCheck compare_with_manifest(RankFileCheck c, const FileReader& file, const char* what) {
   c.actual_bytes = file.size();
   if (c.actual_bytes != c.expected_bytes) {
     c.problem = fmt::format("{} bytes, the manifest expects {} (truncated or wrong file)", c.actual_bytes,
@@ -154,7 +154,7 @@ RankFileCheck compare_with_manifest(RankFileCheck c, const CheckpointReader& fil
 
 }  // namespace
 
-RankFileCheck check_rank_file(const Manifest& m, const ManifestFile& f, const CheckpointReader& file) {
+RankFileCheck check_rank_file(const Manifest& m, const ManifestFile& f, const FileReader& file) {
   RankFileCheck c;
   c.path = file.path();
   c.rank = f.rank;
@@ -176,7 +176,7 @@ RankFileCheck check_weights_file(const Manifest& m, const std::string& dir) {
   c.expected_bytes = m.weights.bytes;
   c.expected_crc32 = m.weights.crc32;
   try {
-    const CheckpointReader file(c.path);
+    const FileReader file(c.path);
     return compare_with_manifest(std::move(c), file, "weights file");
   } catch (const Error& e) {
     c.problem = e.what();
@@ -189,7 +189,7 @@ std::vector<RankFileCheck> check_rank_files(const Manifest& m, const std::string
   for (const ManifestFile& f : m.files) {
     const std::string path = dir + "/" + f.name;
     try {
-      const CheckpointReader file(path);
+      const FileReader file(path);
       out.push_back(check_rank_file(m, f, file));
     } catch (const Error& e) {
       RankFileCheck c;

@@ -8,8 +8,8 @@
 #include <utility>
 #include <vector>
 
-#include "runtime/checkpoint_files.h"
-#include "runtime/checkpoint_manifest.h"
+#include "core/durable_file.h"
+#include "runtime/checkpoint/checkpoint_manifest.h"
 
 namespace zeroshard::examples {
 
@@ -62,7 +62,7 @@ struct RankFileCheck {
 /// is the CRC-32 computed (zlib polynomial, whole file, streamed in 4 MiB
 /// pieces) and compared. Never throws for a bad file: the result says what
 /// is wrong. Throws IoError only if reading fails.
-RankFileCheck check_rank_file(const Manifest& m, const ManifestFile& f, const CheckpointReader& file);
+RankFileCheck check_rank_file(const Manifest& m, const ManifestFile& f, const FileReader& file);
 
 /// Checks the consolidated weights file (m.weights, recorded: a save with
 /// stage3_gather_16bit_weights_on_model_save) of the checkpoint in `dir`:

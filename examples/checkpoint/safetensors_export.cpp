@@ -11,8 +11,8 @@
 #include "core/error.h"
 #include "examples/checkpoint/checkpoint_verify.h"
 #include "examples/report/progress_line.h"
-#include "runtime/checkpoint_files.h"
-#include "runtime/safetensors_writer.h"
+#include "core/durable_file.h"
+#include "runtime/checkpoint/safetensors_writer.h"
 
 namespace zeroshard::examples {
 
@@ -40,7 +40,7 @@ class TempFileGuard {
 
 /// Reads logical elements [lo, lo + n) of unit u's master tensor from the
 /// rank files (rank q holds [q*shard, (q+1)*shard)) into dst.
-void read_master_range(const Manifest& m, const std::vector<std::unique_ptr<CheckpointReader>>& files,
+void read_master_range(const Manifest& m, const std::vector<std::unique_ptr<FileReader>>& files,
                        std::size_t u, std::uint64_t lo, std::uint64_t n, float* dst) {
   const std::uint64_t shard = m.units[u].shard;
   const std::uint64_t base = m.file_offset(u, 0);
@@ -57,7 +57,7 @@ void read_master_range(const Manifest& m, const std::vector<std::unique_ptr<Chec
 struct VerifiedCheckpoint {
   std::string dir;
   Manifest m;
-  std::vector<std::unique_ptr<CheckpointReader>> files;
+  std::vector<std::unique_ptr<FileReader>> files;
 };
 
 // Resolves `path` (a checkpoint directory, or a save directory whose
@@ -66,9 +66,9 @@ struct VerifiedCheckpoint {
 VerifiedCheckpoint open_verified(const std::string& path) {
   VerifiedCheckpoint c;
   c.dir = resolve_checkpoint_dir(path);
-  c.m = Manifest::read(c.dir);  // validated: runtime/manifest_checks.h
+  c.m = Manifest::read(c.dir);  // validated: runtime/checkpoint/manifest_checks.h
   for (const ManifestFile& f : c.m.files) {
-    c.files.push_back(std::make_unique<CheckpointReader>(c.dir + "/" + f.name));
+    c.files.push_back(std::make_unique<FileReader>(c.dir + "/" + f.name));
     const RankFileCheck k = check_rank_file(c.m, f, *c.files.back());
     if (!k.ok()) throw IoError(fmt::format("{}: {}", k.path, k.problem));
   }
@@ -97,7 +97,7 @@ ExportResult write_safetensors(const ExportPlan& plan, const Manifest& m, const 
                                const std::string& out_path, bool show_progress, const TensorSource& fill) {
   const std::string tmp = out_path + ".tmp";
   TempFileGuard guard(tmp);
-  CheckpointWriter out(tmp);
+  DurableFileWriter out(tmp);
   write_safetensors_header(out, plan.layout);
 
   std::vector<float> buffer(plan.layout.largest_bytes / sizeof(float));

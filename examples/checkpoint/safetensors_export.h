@@ -1,6 +1,6 @@
 // Consolidating a sharded zeroshard checkpoint into one safetensors file of
 // fp32 parameters (the master weights), streamed tensor by tensor. The
-// file's layout and header come from runtime/safetensors_writer.h ([Note:
+// file's layout and header come from runtime/checkpoint/safetensors_writer.h ([Note:
 // safetensors layout]): tensors in the model's order (units, then
 // parameters within a unit). Details: docs/checkpoint-format.md.
 #pragma once
@@ -9,8 +9,8 @@
 #include <string>
 #include <vector>
 
-#include "runtime/checkpoint_manifest.h"
-#include "runtime/safetensors_writer.h"
+#include "runtime/checkpoint/checkpoint_manifest.h"
+#include "runtime/checkpoint/safetensors_writer.h"
 
 namespace zeroshard::examples {
 
@@ -31,7 +31,7 @@ struct ExportPlan {
 };
 
 /// Plans the export of manifest `m` (validated by Manifest::read,
-/// runtime/manifest_checks.h) through plan_checkpoint_safetensors:
+/// runtime/checkpoint/manifest_checks.h) through plan_checkpoint_safetensors:
 /// __metadata__ holds "format": "pt", "tag", "optimizer_step",
 /// "world_size", "stage", "compute_dtype" (all strings).
 /// The plan points into `m`, which must outlive it. Throws IoError if a

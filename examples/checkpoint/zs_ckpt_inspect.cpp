@@ -23,7 +23,7 @@
 #include "core/error.h"
 #include "examples/checkpoint/checkpoint_verify.h"
 #include "examples/checkpoint/error_message.h"
-#include "runtime/checkpoint_manifest.h"
+#include "runtime/checkpoint/checkpoint_manifest.h"
 
 namespace zeroshard::examples {
 namespace {

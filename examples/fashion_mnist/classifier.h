@@ -22,7 +22,7 @@ struct EvalCounts {
 /// [n, layer_sizes().front()] on the host, labels uint8 [n] on the host,
 /// whatever device computes. Thread safety: one thread, the one that drives
 /// the Engine. Every call is collective over the Engine's communicator (it
-/// unshards and reduces units); see [Note: SPMD] in runtime/engine.h.
+/// unshards and reduces units); see [Note: SPMD] in runtime/engine/engine.h.
 class Classifier {
  public:
   virtual ~Classifier() = default;

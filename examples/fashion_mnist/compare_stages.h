@@ -27,7 +27,7 @@
 #include "examples/fashion_mnist/idx_dataset.h"
 #include "examples/fashion_mnist/report.h"
 #include "examples/fashion_mnist/trainer.h"
-#include "runtime/config.h"
+#include "runtime/config/config.h"
 
 namespace zeroshard::examples {
 

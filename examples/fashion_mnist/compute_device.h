@@ -8,7 +8,7 @@
 #include <string_view>
 
 #include "comm/communicator.h"
-#include "runtime/config.h"  // ComputeDevice: the device that computes the MLP
+#include "runtime/config/config.h"  // ComputeDevice: the device that computes the MLP
 #include "examples/fashion_mnist/classifier.h"
 #include "examples/fashion_mnist/mlp.h"
 

@@ -42,7 +42,7 @@
 #include "core/dtype.h"
 #include "examples/fashion_mnist/classifier.h"
 #include "examples/fashion_mnist/mlp.h"
-#include "runtime/engine.h"
+#include "runtime/engine/engine.h"
 
 struct cublasContext;
 

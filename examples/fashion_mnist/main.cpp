@@ -44,9 +44,9 @@
 #include "examples/report/plan_lines.h"
 #include "examples/report/run_charts.h"
 #include "examples/fashion_mnist/trainer.h"
-#include "runtime/collective_error.h"
-#include "runtime/config.h"
-#include "runtime/engine.h"
+#include "comm/collective_error.h"
+#include "runtime/config/config.h"
+#include "runtime/engine/engine.h"
 
 #ifndef ZS_EXAMPLE_OPENBLAS
 #define ZS_EXAMPLE_OPENBLAS 0

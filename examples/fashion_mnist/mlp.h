@@ -25,7 +25,7 @@
 
 #include "core/dtype.h"
 #include "examples/fashion_mnist/classifier.h"
-#include "runtime/engine.h"
+#include "runtime/engine/engine.h"
 
 namespace zeroshard::examples {
 

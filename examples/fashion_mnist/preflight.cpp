@@ -8,8 +8,8 @@
 #include <fmt/format.h>
 
 #include "core/error.h"
-#include "runtime/checkpoint_files.h"
-#include "runtime/collective_error.h"
+#include "core/durable_file.h"
+#include "comm/collective_error.h"
 
 namespace zeroshard::examples {
 
@@ -77,7 +77,7 @@ void check_save_dir(Communicator& comm, const std::string& save_dir) {
   run_agreed(comm, [&] {
     tagged([&] {
       const std::string probe = fmt::format("{}/.probe-rank-{:05d}", save_dir, comm.rank());
-      CheckpointWriter w(probe);
+      DurableFileWriter w(probe);
       w.write("probe\n", 6);
       w.finish();
       fs::remove(probe);

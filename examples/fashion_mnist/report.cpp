@@ -7,7 +7,7 @@
 
 #include "core/error.h"
 #include "optimizer/optimizer.h"
-#include "runtime/checkpoint_files.h"
+#include "core/durable_file.h"
 
 namespace zeroshard::examples {
 namespace {

@@ -10,7 +10,7 @@
 
 #include "comm/communicator.h"
 #include "examples/fashion_mnist/trainer.h"
-#include "runtime/config.h"
+#include "runtime/config/config.h"
 #include "core/memory_ledger.h"
 
 namespace zeroshard::examples {

@@ -25,9 +25,9 @@
 
 #include "comm/communicator.h"
 #include "core/error.h"
-#include "runtime/checkpoint_files.h"
-#include "runtime/collective_error.h"
-#include "runtime/engine.h"
+#include "core/durable_file.h"
+#include "comm/collective_error.h"
+#include "runtime/engine/engine.h"
 
 namespace zeroshard::examples {
 

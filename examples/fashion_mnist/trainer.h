@@ -15,10 +15,10 @@
 #include "examples/fashion_mnist/compute_device.h"
 #include "examples/fashion_mnist/data_parallel.h"
 #include "examples/fashion_mnist/idx_dataset.h"
-#include "runtime/step_breakdown.h"
+#include "runtime/observe/step_breakdown.h"
 #include "examples/fashion_mnist/mlp.h"
 #include "examples/fashion_mnist/resume.h"
-#include "runtime/engine.h"
+#include "runtime/engine/engine.h"
 
 namespace zeroshard::examples {
 

@@ -53,7 +53,7 @@
 #include "parallel/pipeline_schedule.h"
 #include "parallel/vocab_parallel_cross_entropy.h"
 #include "parallel/vocab_parallel_embedding.h"
-#include "runtime/engine.h"
+#include "runtime/engine/engine.h"
 
 namespace zeroshard::examples {
 

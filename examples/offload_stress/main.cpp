@@ -36,7 +36,7 @@
 #include "examples/report/plan_lines.h"
 #include "examples/report/progress_line.h"
 #include "optimizer/optimizer.h"
-#include "runtime/engine.h"
+#include "runtime/engine/engine.h"
 
 using namespace zeroshard;
 

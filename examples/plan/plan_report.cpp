@@ -6,7 +6,7 @@
 #include <fmt/format.h>
 
 #include "optimizer/optimizer.h"
-#include "runtime/zero_formulas.h"
+#include "runtime/plan/zero_formulas.h"
 
 namespace zeroshard::examples {
 

@@ -1,15 +1,15 @@
-// zs_plan's report: the memory estimate of one rank (runtime/memory_estimate.h)
+// zs_plan's report: the memory estimate of one rank (runtime/plan/memory_estimate.h)
 // per ledger category and tier, beside the ZeRO paper's model-state
 // formulas and DeepSpeed's estimate_zero2/zero3_model_states_mem_needs
-// (runtime/zero_formulas.h), with the sources of the differences. A library
+// (runtime/plan/zero_formulas.h), with the sources of the differences. A library
 // part of zs_plan, so that tests check its text.
 #pragma once
 
 #include <string>
 
-#include "runtime/config.h"
-#include "runtime/memory_estimate.h"
-#include "runtime/model_description.h"
+#include "runtime/config/config.h"
+#include "runtime/plan/memory_estimate.h"
+#include "runtime/plan/model_description.h"
 
 namespace zeroshard::examples {
 

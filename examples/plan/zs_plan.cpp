@@ -2,21 +2,21 @@
 //
 // The estimate (default): prints, for one rank, the bytes the Engine's
 // memory ledger holds after finalize() per category and tier (the estimate
-// of runtime/memory_estimate.h, equal to the ledger byte for byte), beside
+// of runtime/plan/memory_estimate.h, equal to the ledger byte for byte), beside
 // the ZeRO paper's model-state formulas and DeepSpeed's
 // estimate_zero2/zero3_model_states_mem_needs, without allocating the model.
 //   zs_plan --params 1.5e9 --units 48 --world 8 --config ds_config.json
 //   zs_plan --model model.json --world 4 --config ds_config.json --rank 3
 //   zs_plan --model model.safetensors --world 2
 //
-// Calibration: measures this machine's rates (runtime/calibrate.h) at the
+// Calibration: measures this machine's rates (runtime/plan/calibrate.h) at the
 // world size it runs at and writes them as JSON (rank 0, atomically).
 //   mpirun -np 4 zs_plan --calibrate calib.json [--nvme-path /mnt/nvme]
 //
 // The plan (any --budget-* given): the configurations that fit the budget
 // per rank, ranked by predicted step time (with --calibration) and the
 // rejected ones with the reason; --write-config writes the chosen one
-// ([Note: planner] in runtime/planner.h).
+// ([Note: planner] in runtime/plan/planner.h).
 //   zs_plan --model model.json --world 4 --config base.json
 //       --budget-device 8GiB --budget-host 20GiB --nvme-free 60GiB --nvme-path /mnt/nvme
 //       --calibration calib.json --loop-ms-per-sample 2.5
@@ -25,7 +25,7 @@
 // (one command).
 //
 // --model reads a JSON description or a safetensors header
-// (runtime/model_description.h); --params/--units generates P parameter
+// (runtime/plan/model_description.h); --params/--units generates P parameter
 // elements in U equal units. Without --config: the default EngineConfig
 // (stage 0, fp32, AdamW). Sizes take binary units (8GiB, 512MiB) or plain
 // bytes. Exit status: 0; 1 with a message on an error (unreadable model,
@@ -43,12 +43,12 @@
 #include "core/error.h"
 #include "examples/plan/plan_report.h"
 #include "examples/report/svg_chart.h"
-#include "runtime/calibrate.h"
-#include "runtime/checkpoint_files.h"
-#include "runtime/config.h"
-#include "runtime/config_diagnostics.h"
-#include "runtime/model_description.h"
-#include "runtime/planner.h"
+#include "runtime/plan/calibrate.h"
+#include "core/durable_file.h"
+#include "runtime/config/config.h"
+#include "runtime/config/config_diagnostics.h"
+#include "runtime/plan/model_description.h"
+#include "runtime/plan/planner.h"
 
 namespace {
 

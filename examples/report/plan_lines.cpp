@@ -4,7 +4,7 @@
 
 #include <fmt/format.h>
 
-#include "runtime/memory_estimate.h"
+#include "runtime/plan/memory_estimate.h"
 
 namespace zeroshard::examples {
 

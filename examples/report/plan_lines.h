@@ -1,13 +1,13 @@
 // What the examples print about zs_plan's figures for their own run: at the
-// start, the memory estimate (runtime/memory_estimate.h) beside the ledger
+// start, the memory estimate (runtime/plan/memory_estimate.h) beside the ledger
 // after finalize(); at the end, the predicted step time (runtime/
 // cost_model.h, with a calibration) beside the measured one.
 #pragma once
 
 #include <string>
 
-#include "runtime/cost_model.h"
-#include "runtime/engine.h"
+#include "runtime/plan/cost_model.h"
+#include "runtime/engine/engine.h"
 
 namespace zeroshard::examples {
 

@@ -13,7 +13,7 @@
 
 #include "core/memory_ledger.h"
 #include "examples/report/svg_chart.h"
-#include "runtime/engine.h"
+#include "runtime/engine/engine.h"
 
 namespace zeroshard::examples {
 

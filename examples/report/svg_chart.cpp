@@ -7,7 +7,7 @@
 #include <cmath>
 
 #include "core/error.h"
-#include "runtime/checkpoint_files.h"
+#include "core/durable_file.h"
 
 namespace zeroshard::examples {
 namespace {

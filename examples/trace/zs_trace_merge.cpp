@@ -1,5 +1,5 @@
 // zs_trace_merge: merges the per-rank Chrome traces of a run (written by
-// zeroshard::write_chrome_trace, runtime/chrome_trace.h) into one timeline
+// zeroshard::write_chrome_trace, runtime/observe/chrome_trace.h) into one timeline
 // that Perfetto (ui.perfetto.dev) or chrome://tracing opens, ranks as
 // processes, their clocks aligned to rank 0's.
 //
@@ -20,7 +20,7 @@
 
 #include "core/error.h"
 #include "examples/checkpoint/error_message.h"
-#include "runtime/chrome_trace.h"
+#include "runtime/observe/chrome_trace.h"
 
 int main(int argc, char** argv) {
   std::string output;

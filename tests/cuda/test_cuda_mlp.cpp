@@ -25,8 +25,8 @@
 #include "examples/fashion_mnist/cuda_mlp.h"
 #include "examples/fashion_mnist/mlp.h"
 #include "kernels/cpu/cast.h"
-#include "runtime/config.h"
-#include "runtime/engine.h"
+#include "runtime/config/config.h"
+#include "runtime/engine/engine.h"
 
 using namespace zeroshard;
 using namespace zeroshard::examples;

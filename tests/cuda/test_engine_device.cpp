@@ -19,7 +19,7 @@
 #include "comm/nccl/nccl_communicator.h"
 #include "comm/self/self_communicator.h"
 #include "core/cuda_check.h"
-#include "runtime/engine.h"
+#include "runtime/engine/engine.h"
 #include "tests/support/device_engine_run.h"
 
 using namespace zeroshard;
@@ -36,7 +36,7 @@ TEST_CASE("cuda engine: every configuration bitwise equal to the cpu engine") {
   };
   const auto root = std::filesystem::temp_directory_path() / "zs-test-cuda-engine";
   // Offload cases with pinned host buffers, so that the copies really run in
-  // the background (tests/runtime/test_simulated_device.cpp covers pageable).
+  // the background (tests/runtime/engine/test_simulated_device.cpp covers pageable).
   for (const DeviceCase& c : device_cases(root, /*pin_memory=*/true)) {
     INFO(c.name);
     Engine cpu(without_offload(c.config), host);

@@ -11,7 +11,7 @@
 #include <vector>
 
 #include "comm/communicator.h"
-#include "runtime/config.h"
+#include "runtime/config/config.h"
 
 namespace zeroshard::examples::gpt_testing {
 

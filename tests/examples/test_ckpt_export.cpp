@@ -20,7 +20,7 @@
 #include "core/error.h"
 #include "examples/checkpoint/checkpoint_verify.h"
 #include "examples/checkpoint/safetensors_export.h"
-#include "runtime/engine.h"
+#include "runtime/engine/engine.h"
 #include "tests/support/safetensors_reader.h"
 #include "tests/support/scratch_files.h"
 #include "tests/support/test_world.h"

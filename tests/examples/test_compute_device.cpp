@@ -11,8 +11,8 @@
 #include "core/error.h"
 #include "examples/fashion_mnist/compute_device.h"
 #include "examples/fashion_mnist/mlp.h"
-#include "runtime/config.h"
-#include "runtime/engine.h"
+#include "runtime/config/config.h"
+#include "runtime/engine/engine.h"
 #include "tests/support/thrown.h"
 
 using namespace zeroshard;

@@ -23,7 +23,7 @@
 #include "examples/gpt/gpt_model.h"
 #include "tests/examples/gpt_test_support.h"
 #include "examples/gpt/text_corpus.h"
-#include "runtime/engine.h"
+#include "runtime/engine/engine.h"
 #include "tests/support/safetensors_reader.h"
 #include "tests/support/scratch_files.h"
 

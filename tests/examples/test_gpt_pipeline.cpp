@@ -26,7 +26,7 @@
 #include "tests/examples/gpt_test_support.h"
 #include "examples/gpt/text_corpus.h"
 #include "parallel/pipeline_schedule.h"
-#include "runtime/engine.h"
+#include "runtime/engine/engine.h"
 #include "tests/support/scratch_files.h"
 
 namespace zeroshard::examples {

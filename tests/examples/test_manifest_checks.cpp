@@ -1,4 +1,4 @@
-// Manifests are checked, not trusted (runtime/manifest_checks.h): a
+// Manifests are checked, not trusted (runtime/checkpoint/manifest_checks.h): a
 // one-character edit fails the manifest's own CRC-32; with the checksum
 // recomputed, overlapping or shifted offsets (also near 2^64), renamed
 // tensors, impossible shapes, world_size 0, negative steps and duplicate
@@ -23,10 +23,10 @@
 #include "core/error.h"
 #include "examples/checkpoint/checkpoint_verify.h"
 #include "examples/checkpoint/safetensors_export.h"
-#include "runtime/checkpoint_files.h"
-#include "runtime/checkpoint_manifest.h"
-#include "runtime/collective_error.h"
-#include "runtime/engine.h"
+#include "core/durable_file.h"
+#include "runtime/checkpoint/checkpoint_manifest.h"
+#include "comm/collective_error.h"
+#include "runtime/engine/engine.h"
 #include "tests/support/ckpt_model.h"
 #include "tests/support/scratch_files.h"
 #include "tests/support/test_world.h"

@@ -1,5 +1,5 @@
 // zs_plan's report (examples/plan/plan_report.h) and the published formulas
-// it prints (runtime/zero_formulas.h): the ZeRO paper's stage ratios hold
+// it prints (runtime/plan/zero_formulas.h): the ZeRO paper's stage ratios hold
 // exactly for the estimate when Psi is divisible by N, DeepSpeed's
 // estimators give their documented figures, and the report of a small model
 // shows its ledger figures, padding and formulas.
@@ -9,8 +9,8 @@
 #include <doctest/doctest.h>
 
 #include "examples/plan/plan_report.h"
-#include "runtime/memory_estimate.h"
-#include "runtime/zero_formulas.h"
+#include "runtime/plan/memory_estimate.h"
+#include "runtime/plan/zero_formulas.h"
 
 using namespace zeroshard;
 

@@ -12,7 +12,7 @@
 
 #include "core/error.h"
 #include "examples/fashion_mnist/preflight.h"
-#include "runtime/collective_error.h"
+#include "comm/collective_error.h"
 #include "tests/support/test_world.h"
 
 using namespace zeroshard;

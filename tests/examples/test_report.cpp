@@ -19,7 +19,7 @@
 #include "core/error.h"
 #include "examples/report/progress_line.h"
 #include "examples/report/svg_chart.h"
-#include "runtime/chrome_trace.h"
+#include "runtime/observe/chrome_trace.h"
 
 using namespace zeroshard;
 using namespace zeroshard::examples;

@@ -16,7 +16,7 @@
 #include "core/error.h"
 #include "examples/fashion_mnist/data_parallel.h"
 #include "examples/fashion_mnist/trainer.h"
-#include "runtime/config.h"
+#include "runtime/config/config.h"
 #include "tests/support/scratch_files.h"
 
 using namespace zeroshard;

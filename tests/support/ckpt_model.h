@@ -8,7 +8,7 @@
 #include <string>
 #include <vector>
 
-#include "runtime/engine.h"
+#include "runtime/engine/engine.h"
 
 namespace zeroshard::testing {
 

@@ -10,7 +10,7 @@
 
 #include <fmt/format.h>
 
-#include "runtime/flat_layout.h"
+#include "runtime/sharding/flat_layout.h"
 
 namespace zeroshard::testing {
 

@@ -2,8 +2,8 @@
 // through a copy function (the loop's own host <-> device traffic), and the
 // configurations the device-engine tests compare with the cpu engine:
 // tests/cuda/test_engine_device.cpp (a GPU) and
-// tests/runtime/test_simulated_device.cpp (the simulated device of
-// runtime/device_ops.h, every CI run, world sizes 1-4).
+// tests/runtime/engine/test_simulated_device.cpp (the simulated device of
+// runtime/sharding/device_ops.h, every CI run, world sizes 1-4).
 //
 // The model: parameters of 7, [0, 8], 57, 1, 10001 and [3, 5] elements in
 // three units. Each micro-batch reads every parameter x (forward, unit by
@@ -22,7 +22,7 @@
 #include <doctest/doctest.h>
 #include <fmt/format.h>
 
-#include "runtime/engine.h"
+#include "runtime/engine/engine.h"
 
 namespace zeroshard::testing {
 
@@ -187,7 +187,7 @@ inline std::vector<DeviceCase> device_cases(const std::filesystem::path& swap_ro
 }
 
 /// The case's configuration without offload: the reference (offload is
-/// bitwise equal to no offload on the cpu engine, tests/runtime/test_offload.cpp).
+/// bitwise equal to no offload on the cpu engine, tests/runtime/engine/test_offload.cpp).
 inline EngineConfig without_offload(EngineConfig c) {
   const std::int64_t sub_group = c.offload.sub_group_size;  // also splits the gradient statistics
   c.offload = OffloadConfig{};

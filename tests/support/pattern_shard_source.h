@@ -1,4 +1,4 @@
-// A ShardSource for the Unsharder's tests (runtime/unsharder.h): byte k of
+// A ShardSource for the Unsharder's tests (runtime/sharding/unsharder.h): byte k of
 // rank r's shard of unit u (generation g) is (31 r + 17 u + 7 k + 101 g)
 // mod 256, so every rank knows every other rank's shard and a full buffer
 // can be checked bit for bit. Records every call.
@@ -10,9 +10,9 @@
 #include <fmt/format.h>
 
 #include "core/error.h"
-#include "runtime/device_ops.h"
-#include "runtime/flat_layout.h"
-#include "runtime/unsharder.h"
+#include "runtime/sharding/device_ops.h"
+#include "runtime/sharding/flat_layout.h"
+#include "runtime/sharding/unsharder.h"
 #include "tests/support/test_world.h"
 
 namespace zeroshard::testing {

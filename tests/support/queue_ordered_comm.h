@@ -1,5 +1,5 @@
 // The communicator of an engine on the simulated device
-// (runtime/device_ops.h), shared by the tests that run one.
+// (runtime/sharding/device_ops.h), shared by the tests that run one.
 #pragma once
 
 #include <cstddef>
@@ -8,7 +8,7 @@
 
 #include "comm/communicator.h"
 #include "core/dtype.h"
-#include "runtime/device_ops.h"
+#include "runtime/sharding/device_ops.h"
 
 namespace zeroshard::testing {
 

@@ -14,7 +14,7 @@
 #include <fmt/format.h>
 
 #include "kernels/cpu/cast.h"
-#include "runtime/engine.h"
+#include "runtime/engine/engine.h"
 #include "tests/support/test_world.h"
 
 namespace zeroshard::testing {

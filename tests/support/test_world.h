@@ -11,8 +11,8 @@
 #include <doctest/doctest.h>
 
 #include "comm/communicator.h"
-#include "runtime/config.h"
-#include "runtime/engine.h"
+#include "runtime/config/config.h"
+#include "runtime/engine/engine.h"
 
 namespace zeroshard::testing {
 

@@ -1,0 +1,388 @@
+#include "runtime/config/config_keys.h"
+
+#include <algorithm>
+#include <set>
+
+#include <fmt/format.h>
+
+namespace zeroshard {
+
+namespace {
+
+using S = KeyStatus;
+using T = KeyType;
+
+// Shorthands for the rows below.
+ConfigKey impl(const char* path, T type, const char* dflt, const char* what, bool auto_ok = false,
+               const char* only_for = "") {
+  return ConfigKey{path, type, S::implemented, dflt, what, auto_ok, "", only_for, ""};
+}
+ConfigKey quiet(const char* path, T type, const char* what, const char* neutral = "") {
+  return ConfigKey{path, type, S::no_effect, "", what, false, neutral, "", ""};
+}
+ConfigKey refuse(const char* path, T type, const char* why) {
+  return ConfigKey{path, type, S::refused, "", why, false, "", "", ""};
+}
+ConfigKey legacy(const char* path, T type, const char* maps_to) {
+  return ConfigKey{path, type, S::legacy, "", "older DeepSpeed spelling", false, "", "", maps_to};
+}
+
+std::vector<ConfigKey> make_table() {
+  const char* betas = "Adam,AdamW,Adam8bit,AdamW8bit,Lion";
+  const char* eps = "Adam,AdamW,Adam8bit,AdamW8bit,Adagrad";
+  const char* q8 = "Adam8bit,AdamW8bit";
+  const char* fp_adam = "Adam,AdamW";
+  const char* decay = "WarmupDecayLR,WarmupCosineLR";
+  const char* minmax = "WarmupLR,WarmupDecayLR";
+  return {
+      // top level
+      impl("train_batch_size", T::int64, "micro x accumulation x world size",
+           "global batch per optimizer step; any two of the three batch keys give the third at the world size "
+           "(EngineConfig::resolve_batch), all three must agree", true),
+      impl("train_micro_batch_size_per_gpu", T::int64, "1", "samples per rank per micro-batch (>= 1)", true),
+      impl("gradient_accumulation_steps", T::int64, "1", "micro-batches per optimizer step (>= 1)", true),
+      impl("gradient_clipping", T::float64, "0", "max global L2 norm of the gradients (torch clip_grad_norm_); 0 = off",
+           true),
+      impl("steps_per_print", T::int64, "10", "how often the example programs log (>= 1)"),
+      impl("communication_data_type", T::string, "fp32",
+           "fp32, bf16 or fp16: the dtype gradients travel in (16-bit gradients are widened, reduced in fp32 "
+           "and rounded once by default)"),
+      impl("optimizer", T::section, "AdamW", "the optimizer: {type, params}"),
+      impl("optimizer.type", T::string, "AdamW",
+           "Adam, AdamW, SGD, Lion or Adagrad (case-insensitive); as in DeepSpeed, Adam means AdamW unless "
+           "adam_w_mode is false. AdamW8bit / Adam8bit (bitsandbytes' names): the same update with 8-bit "
+           "blockwise exp_avg and exp_avg_sq (block_size, min_8bit_size). Other DeepSpeed optimizers (Lamb, OneBitAdam, OneBitLamb, ZeroOneAdam, MuAdam, "
+           "...) are refused"),
+      impl("optimizer.params", T::section, "", "the optimizer's hyper-parameters"),
+      impl("optimizer.params.lr", T::float32, "0.001 (Adagrad 0.01)", "learning rate (>= 0)", true),
+      impl("optimizer.params.betas", T::betas, "[0.9, 0.999]",
+           "Adam's or Lion's beta1, beta2, each in [0, 1) (Lion: beta1 mixes the update's sign, beta2 the "
+           "momentum)", true, betas),
+      impl("optimizer.params.eps", T::float32, "1e-8 (Adagrad 1e-10)", "Adam's or Adagrad's epsilon (> 0)", true,
+           eps),
+      impl("optimizer.params.weight_decay", T::float32, "0",
+           "decoupled (AdamW, Lion) or L2 (Adam, SGD, Adagrad) decay (>= 0)", true),
+      impl("optimizer.params.adam_w_mode", T::boolean, "true", "Adam only: false selects Adam with L2 decay", false,
+           "Adam,Adam8bit"),
+      impl("optimizer.params.block_size", T::int64, "256",
+           "8-bit states: elements per quantization block, one fp32 absmax each (power of two, 64 to 4096)", false,
+           q8),
+      impl("optimizer.params.min_8bit_size", T::int64, "4096",
+           "8-bit states: units (flat parameter buffers) with fewer elements keep fp32 states (>= 0), as "
+           "bitsandbytes' min_8bit_size for tensors", false, q8),
+      impl("optimizer.params.state_dtype", T::string, "fp32",
+           "Adam/AdamW state storage: fp32, or bf16 (exp_avg and exp_avg_sq kept as bf16, 2 bytes each; the "
+           "parameters stay fp32; round to nearest even unless stochastic_rounding); 8-bit states are chosen by "
+           "optimizer.type", false, fp_adam),
+      impl("optimizer.params.stochastic_rounding", T::boolean, "false",
+           "bf16 states: stochastic rounding instead of round-to-nearest-even, seeded by seed and the same at "
+           "every ZeRO stage, offload tier and world size", false, fp_adam),
+      impl("optimizer.params.seed", T::int64, "0", "bf16 states: seed of the stochastic rounding (>= 0)", false,
+           fp_adam),
+      impl("optimizer.params.momentum", T::float32, "0", "SGD momentum (>= 0)", false, "SGD"),
+      impl("optimizer.params.dampening", T::float32, "0", "SGD dampening", false, "SGD"),
+      impl("optimizer.params.nesterov", T::boolean, "false", "SGD Nesterov momentum (needs momentum > 0, dampening 0)",
+           false, "SGD"),
+      impl("optimizer.params.lr_decay", T::float32, "0",
+           "Adagrad's learning-rate decay (>= 0): step t uses lr / (1 + (t - 1) * lr_decay), as torch.optim.Adagrad",
+           false, "Adagrad"),
+      impl("optimizer.params.initial_accumulator_value", T::float32, "0",
+           "Adagrad's starting sum of squared gradients (>= 0), as torch.optim.Adagrad", false, "Adagrad"),
+      quiet("optimizer.params.torch_adam", T::boolean, "DeepSpeed's choice of torch's Adam over its fused kernel; "
+            "same update"),
+      quiet("optimizer.params.bias_correction", T::boolean, "zeroshard's Adam always bias-corrects", "true"),
+      quiet("optimizer.params.amsgrad", T::boolean, "zeroshard has no AMSGrad variant", "false"),
+      impl("scheduler", T::section, "none", "learning-rate schedule: {type, params} (optimizer/lr_schedule.h)"),
+      impl("scheduler.type", T::string, "", "WarmupLR, WarmupDecayLR or WarmupCosineLR"),
+      impl("scheduler.params", T::section, "", "the schedule's parameters"),
+      impl("scheduler.params.warmup_min_lr", T::numbers, "0", "lr at step 0", true, minmax),
+      impl("scheduler.params.warmup_max_lr", T::numbers, "0.001", "lr at the end of warm-up", true, minmax),
+      impl("scheduler.params.warmup_num_steps", T::int64, "1000", "warm-up length in optimizer steps", true),
+      impl("scheduler.params.warmup_type", T::string, "log", "log or linear warm-up"),
+      impl("scheduler.params.total_num_steps", T::int64, "", "steps of the whole schedule (> 0)", true, decay),
+      impl("scheduler.params.warmup_min_ratio", T::float64, "0", "WarmupCosineLR: first lr / optimizer lr", false,
+           "WarmupCosineLR"),
+      impl("scheduler.params.cos_min_ratio", T::float64, "0.0001", "WarmupCosineLR: final lr / optimizer lr", false,
+           "WarmupCosineLR"),
+      quiet("scheduler.params.last_batch_iteration", T::int64,
+            "DeepSpeed's resume position; zeroshard resumes the schedule from its checkpoint", "-1"),
+      impl("fp16", T::section, "", "fp16 mixed precision with loss scaling and fp32 master weights"),
+      impl("fp16.enabled", T::boolean, "false", "parameters and gradients in fp16", true),
+      impl("fp16.loss_scale", T::float64, "0", "0 = dynamic loss scale, > 0 = static scale"),
+      impl("fp16.initial_scale_power", T::int32, "16", "dynamic: first scale 2^power, in [0, 64]"),
+      impl("fp16.loss_scale_window", T::int64, "1000", "clean steps before the scale doubles (>= 1)"),
+      impl("fp16.hysteresis", T::int32, "2", "overflows tolerated before halving (>= 1)"),
+      impl("fp16.min_loss_scale", T::float64, "1", "floor of the dynamic scale (> 0)"),
+      refuse("fp16.auto_cast", T::any, "DeepSpeed casts the model's inputs to fp16; the program owns its inputs here"),
+      quiet("fp16.consecutive_hysteresis", T::boolean, "zeroshard's hysteresis counts any overflows", "false"),
+      quiet("fp16.fp16_master_weights_and_grads", T::boolean, "zeroshard always keeps fp32 master weights", "false"),
+      impl("bf16", T::section, "", "bf16 mixed precision with fp32 master weights"),
+      impl("bf16.enabled", T::boolean, "false", "parameters and gradients in bf16", true),
+      legacy("bfloat16", T::section, "bf16"),
+      impl("zero_optimization", T::section, "", "ZeRO sharding; DeepSpeed's older form true / false means stage 1 / 0"),
+      impl("zero_optimization.stage", T::int32, "0", "0 (DDP), 1 (optimizer state), 2 (+ gradients), 3 (+ parameters)"),
+      impl("zero_optimization.reduce_bucket_size", T::count, "5e8",
+           "gradient elements per reduction bucket (> 0); results are bitwise the same for any size with "
+           "zeroshard.reduction_order \"rank\" (the default; runtime/sharding/grad_reducer.h). \"auto\" with "
+           "ConfigOptions::hidden_size: hidden^2", true),
+      impl("zero_optimization.allgather_bucket_size", T::count, "5e8",
+           "parameter elements per bucket of the stage 1/2 post-step all-gather (> 0)"),
+      impl("zero_optimization.overlap_comm", T::boolean, "true at stage 3, else false",
+           "bucket collectives overlap backward; stage 3 prefetches the next unit"),
+      impl("zero_optimization.contiguous_gradients", T::boolean, "true",
+           "only true: gradients are always one flat buffer per unit"),
+      impl("zero_optimization.sub_group_size", T::count, "1e9",
+           "optimizer-state elements per swap-pipeline stage, rounded down to a multiple of 4096"),
+      impl("zero_optimization.offload_optimizer", T::section, "", "offload tier of optimizer state (stages 1-3)"),
+      impl("zero_optimization.offload_optimizer.device", T::string, "none", "none, cpu or nvme"),
+      impl("zero_optimization.offload_optimizer.nvme_path", T::string, "", "swap folder (required with nvme)"),
+      impl("zero_optimization.offload_optimizer.buffer_count", T::int32, "4", "staging buffer sets (>= 1)"),
+      impl("zero_optimization.offload_optimizer.pin_memory", T::boolean, "false",
+           "page-locked host buffers (needs CUDA and a device)"),
+      impl("zero_optimization.offload_optimizer.pipeline_read", T::boolean, "true", "read sub-group i+1 during i"),
+      impl("zero_optimization.offload_optimizer.pipeline_write", T::boolean, "true", "write behind the updates"),
+      refuse("zero_optimization.offload_optimizer.ratio", T::any,
+             "partial offload is not implemented: the whole shard goes to the tier"),
+      refuse("zero_optimization.offload_optimizer.fast_init", T::any, "not implemented"),
+      impl("zero_optimization.offload_param", T::section, "", "offload tier of parameter shards (stage 3)"),
+      impl("zero_optimization.offload_param.device", T::string, "none", "none, cpu or nvme"),
+      impl("zero_optimization.offload_param.nvme_path", T::string, "", "swap folder (required with nvme)"),
+      impl("zero_optimization.offload_param.buffer_count", T::int32, "5", "swap-in buffers (>= 2)"),
+      impl("zero_optimization.offload_param.buffer_size", T::count, "1e8", "elements per swap-in buffer"),
+      impl("zero_optimization.offload_param.max_in_cpu", T::count, "1e9",
+           "shard elements kept in host memory although device is nvme"),
+      impl("zero_optimization.offload_param.pin_memory", T::boolean, "false", "as for offload_optimizer"),
+      legacy("zero_optimization.cpu_offload", T::boolean, "offload_optimizer.device \"cpu\" (true) or nothing (false)"),
+      legacy("zero_optimization.cpu_offload_param", T::boolean, "offload_param.device \"cpu\" (true) or nothing (false)"),
+      legacy("zero_optimization.cpu_offload_use_pin_memory", T::boolean,
+             "pin_memory of the tiers cpu_offload / cpu_offload_param turn on"),
+      quiet("zero_optimization.allgather_partitions", T::boolean,
+            "all-gather vs broadcasts of the updated shards; same values"),
+      quiet("zero_optimization.reduce_scatter", T::boolean, "reduce-scatter vs all-reduce of gradients; same values"),
+      quiet("zero_optimization.round_robin_gradients", T::boolean, "a copy schedule for cpu offload; same values"),
+      quiet("zero_optimization.ignore_unused_parameters", T::boolean,
+            "unused parameters get zero gradients; nothing is checked"),
+      quiet("zero_optimization.use_multi_rank_bucket_allreduce", T::boolean, "a collective choice; same values"),
+      quiet("zero_optimization.memory_efficient_linear", T::boolean, "a kernel choice of DeepSpeed's stage 3"),
+      quiet("zero_optimization.load_from_fp32_weights", T::boolean,
+            "zeroshard's checkpoints always restore fp32 master weights", "true"),
+      quiet("zero_optimization.elastic_checkpoint", T::boolean, "checkpoints reshard at any world size", "false"),
+      quiet("zero_optimization.legacy_stage1", T::boolean, "there is one stage 1", "false"),
+      quiet("zero_optimization.zero_hpz_partition_size", T::int64, "ZeRO++ secondary partition: not implemented", "1"),
+      quiet("zero_optimization.zero_quantized_weights", T::boolean, "ZeRO++ quantized weights: not implemented",
+            "false"),
+      quiet("zero_optimization.zero_quantized_gradients", T::boolean, "ZeRO++ quantized gradients: not implemented",
+            "false"),
+      quiet("zero_optimization.mics_shard_size", T::int64, "MiCS sharding: not implemented", "-1"),
+      impl("zero_optimization.stage3_prefetch_bucket_size", T::count, "1",
+           "stage 3: the prefetch all-gathers the units the recorded order uses next while those walked weigh less "
+           "than this many elements: 1 = the next unit, 0 = none (DeepSpeed's default 5e7 prefetches far ahead; "
+           "runtime/sharding/unsharder.h)", true),
+      impl("zero_optimization.stage3_max_live_parameters", T::count, "1e9",
+           "stage 3: the most gathered elements (padded, of units not persistent) that prefetches and kept units "
+           "may make; only units the loop holds unsharded itself pass it"),
+      impl("zero_optimization.stage3_max_reuse_distance", T::count, "0",
+           "stage 3: a unit used again within this many elements (of the units unsharded in between) stays "
+           "gathered; 0 = only when it is used next (DeepSpeed's default 1e9 keeps a model under 1e9 elements "
+           "gathered from forward to backward)"),
+      impl("zero_optimization.stage3_param_persistence_threshold", T::count, "0",
+           "stage 3: a unit whose parameters all have at most this many elements stays gathered on every rank, "
+           "re-gathered once after each optimizer step (ledger: persistent units); 0 = none (DeepSpeed's 1e5 "
+           "applies per tensor; zeroshard gathers per unit)", true),
+      impl("zero_optimization.stage3_model_persistence_threshold", T::count, "unlimited",
+           "stage 3: the most parameter elements of all persistent units together (units in declaration order)"),
+      legacy("zero_optimization.prefetch_bucket_size", T::count, "zero_optimization.stage3_prefetch_bucket_size"),
+      legacy("zero_optimization.max_live_parameters", T::count, "zero_optimization.stage3_max_live_parameters"),
+      legacy("zero_optimization.max_reuse_distance", T::count, "zero_optimization.stage3_max_reuse_distance"),
+      legacy("zero_optimization.param_persistence_threshold", T::count,
+             "zero_optimization.stage3_param_persistence_threshold"),
+      legacy("zero_optimization.model_persistence_threshold", T::count,
+             "zero_optimization.stage3_model_persistence_threshold"),
+      impl("zero_optimization.stage3_gather_16bit_weights_on_model_save", T::boolean, "false",
+           "save_checkpoint also writes model.safetensors into the checkpoint: every parameter's full tensor in the "
+           "compute dtype (F32, BF16 or F16), gathered to rank 0 one unit at a time at stage 3; on a tp > 1 mesh "
+           "each tp rank's slices in its tp-NN checkpoint (docs/checkpoint-format.md, \"Consolidated weights\"); "
+           "any stage"),
+      legacy("zero_optimization.stage3_gather_fp16_weights_on_model_save", T::boolean,
+             "zero_optimization.stage3_gather_16bit_weights_on_model_save"),
+      quiet("zero_optimization.stage3_module_granularity_threshold", T::count,
+            "groups small torch modules into one fetch; zeroshard's fetch granularity is the unit the program "
+            "declares"),
+      quiet("zero_optimization.stage3_use_all_reduce_for_fetch_params", T::boolean,
+            "an all-reduce instead of an all-gather to fetch parameters; same values"),
+      legacy("allgather_size", T::count, "zero_optimization.allgather_bucket_size (with zero_optimization true)"),
+      impl("aio", T::section, "", "the NVMe I/O engine (offload/aio_config.h)"),
+      impl("aio.block_size", T::int64, "1048576", "bytes per I/O piece, a multiple of 4096"),
+      impl("aio.queue_depth", T::int32, "32", "io_uring pieces in flight, 1..4096"),
+      impl("aio.intra_op_parallelism", T::int32, "1", "threads of the thread-pool fallback engine, 1..256"),
+      legacy("aio.thread_count", T::int32, "aio.intra_op_parallelism"),
+      impl("aio.single_submit", T::boolean, "false", "io_uring: one submit call per piece"),
+      impl("aio.overlap_events", T::boolean, "true", "io_uring: refill the queue on each completion"),
+      impl("aio.use_gds", T::boolean, "false", "only false: there is no GPUDirect Storage path"),
+      impl("zeroshard", T::section, "", "zeroshard's own settings"),
+      impl("zeroshard.strict", T::boolean, "false",
+           "true: keys accepted without effect and legacy spellings are errors (also ConfigOptions::strict)"),
+      impl("zeroshard.trace", T::section, "", "Chrome traces per rank and merged (Engine::write_trace)"),
+      impl("zeroshard.trace.enabled", T::boolean, "false", "record spans of collectives, waits, optimizer, swap I/O and the loop"),
+      impl("zeroshard.trace.output_path", T::string, "\"zeroshard-trace\"",
+           "directory of trace-rank<r>.json and the merged trace.json"),
+      impl("zeroshard.collective_check", T::boolean, "false",
+           "compare every rank's collective fingerprint before each collective; a mismatch is the same error on "
+           "every rank naming the odd rank (one extra all-gather per collective)"),
+      impl("zeroshard.collective_timeout_s", T::float64, "0",
+           "> 0: a collective not complete after this many seconds ends the job naming every rank's collective "
+           "(comm/collective_watchdog.h); 0 = off"),
+      impl("zeroshard.reduction_order", T::string, "\"rank\"",
+           "\"rank\": every gradient reduction sums each element's contributions rank 0 + rank 1 + ... left to "
+           "right (all-to-all, local sum, all-gather), so bucket sizes, overlap_comm, offload tiers and, without "
+           "gradient accumulation, stages 0-3 give bitwise the same results at a world size; \"native\": MPI's / NCCL's own all-reduce and "
+           "reduce-scatter, whose order depends on the stage and message size (comm/ordered_reduce.h)"),
+      impl("wall_clock_breakdown", T::boolean, "false",
+           "every steps_per_print steps rank 0 prints the step breakdown (compute, exposed and hidden "
+           "communication, optimizer, swap I/O wait, other; min/median/max over ranks) and the straggler "
+           "line (runtime/config/observe_config.h)"),
+      quiet("memory_breakdown", T::boolean, "DeepSpeed's memory log; see the engine's ledger"),
+      quiet("dump_state", T::boolean, "DeepSpeed prints its config at start"),
+      quiet("activation_checkpointing", T::object, "recomputation is the program's model's business; same values"),
+      quiet("flops_profiler", T::object, "profiler"),
+      quiet("tensorboard", T::object, "monitor"),
+      quiet("wandb", T::object, "monitor"),
+      quiet("csv_monitor", T::object, "monitor"),
+      impl("comms_logger", T::section, "", "the communication log (comm/comms_log.h)"),
+      impl("comms_logger.enabled", T::boolean, "false", "count, bytes, latency, algbw and busbw per collective kind and size"),
+      impl("comms_logger.verbose", T::boolean, "false", "print each logged collective as it completes"),
+      impl("comms_logger.prof_all", T::boolean, "true", "log every collective kind (false: only prof_ops)"),
+      impl("comms_logger.prof_ops", T::any, "[]",
+           "kinds logged when prof_all is false: all_reduce, reduce_scatter, all_gather, all_to_all, broadcast, barrier"),
+      impl("comms_logger.debug", T::boolean, "false", "verbose lines name the unit of each collective"),
+      quiet("autotuning", T::object, "DeepSpeed's launcher-side tuner"),
+      quiet("checkpoint", T::object, "DeepSpeed's checkpoint options; zeroshard has its own format"),
+      quiet("zero_allow_untested_optimizer", T::boolean, "zeroshard uses its own optimizers"),
+      quiet("zero_force_ds_cpu_optimizer", T::boolean, "zeroshard uses its own optimizers"),
+      quiet("prescale_gradients", T::boolean, "true divides before the reduction: not implemented", "false"),
+      quiet("gradient_predivide_factor", T::float64, "not implemented", "1.0"),
+      quiet("sparse_gradients", T::boolean, "sparse embedding gradients: not implemented", "false"),
+      refuse("elasticity", T::object, "elastic training changes the batch sizes: not implemented"),
+      refuse("data_efficiency", T::object, "curriculum learning and data routing change the data: not implemented"),
+      refuse("curriculum_learning", T::object, "changes the data: not implemented"),
+      refuse("compression_training", T::object, "quantization and pruning change the model: not implemented"),
+      refuse("sparse_attention", T::object, "the model's attention would silently stay dense: not implemented"),
+      refuse("amp", T::object, "NVIDIA Apex AMP: use fp16 or bf16"),
+      refuse("pipeline", T::object, "zeroshard has no pipeline parallelism"),
+  };
+}
+
+std::size_t levenshtein(std::string_view a, std::string_view b) {
+  std::vector<std::size_t> row(b.size() + 1);
+  for (std::size_t j = 0; j <= b.size(); ++j) row[j] = j;
+  for (std::size_t i = 1; i <= a.size(); ++i) {
+    std::size_t diag = row[0];
+    row[0] = i;
+    for (std::size_t j = 1; j <= b.size(); ++j) {
+      const std::size_t up = row[j];
+      row[j] = std::min({row[j] + 1, row[j - 1] + 1, diag + (a[i - 1] == b[j - 1] ? 0 : 1)});
+      diag = up;
+    }
+  }
+  return row[b.size()];
+}
+
+std::string section_of(std::string_view path) {
+  const auto dot = path.rfind('.');
+  return dot == std::string_view::npos ? std::string() : std::string(path.substr(0, dot));
+}
+
+}  // namespace
+
+const std::vector<ConfigKey>& config_keys() {
+  static const std::vector<ConfigKey> table = make_table();
+  return table;
+}
+
+const ConfigKey* find_config_key(std::string_view path) {
+  for (const ConfigKey& k : config_keys()) {
+    if (path == k.path) return &k;
+  }
+  return nullptr;
+}
+
+std::vector<std::string> config_sections() {
+  std::vector<std::string> out{""};
+  for (const ConfigKey& k : config_keys()) {
+    if (k.type == T::section) out.emplace_back(k.path);
+  }
+  return out;
+}
+
+std::string closest_config_key(const std::string& section, const std::string& key) {
+  constexpr std::size_t kMaxLen = 64;
+  if (key.size() > kMaxLen || key.empty()) return "";
+  std::string best;
+  std::size_t best_d = 1 + key.size() / 4 + 1;
+  for (const ConfigKey& k : config_keys()) {
+    const std::string_view path = k.path;
+    if (section_of(path) != section) continue;
+    const std::string_view name = section.empty() ? path : path.substr(section.size() + 1);
+    const std::size_t d = levenshtein(key, name);
+    if (d < best_d && d < name.size()) {
+      best_d = d;
+      best = std::string(name);
+    }
+  }
+  return best;
+}
+
+std::string config_reference_markdown() {
+  std::string out =
+      "# ds_config keys in zeroshard\n\n"
+      "<!-- Printed from the key table in runtime/config/config_keys.cpp by the config_doc program "
+      "(tests/runtime/config/config_doc.cpp); the config_doc test fails when this file differs. -->\n\n"
+      "zeroshard reads DeepSpeed's `ds_config` JSON (`EngineConfig::from_file`). Every problem in a file is "
+      "reported in one `ConfigError`: key path, the value as written (a short prefix of a long one), what is "
+      "wrong, and for an unknown key the closest known key of its section. `\"auto\"` (what HF Trainer and "
+      "Accelerate fill in) is accepted where the table says so and must be filled by the program through "
+      "`ConfigOptions::fill(key, value)` (bucket sizes also from `ConfigOptions::hidden_size`, by the rules of "
+      "HF's DeepSpeed integration: `reduce_bucket_size` = hidden^2, `stage3_prefetch_bucket_size` = "
+      "0.9 hidden^2, `stage3_param_persistence_threshold` = 10 hidden); one left unfilled is an error listing "
+      "all of them. The batch keys follow DeepSpeed's arithmetic: any two of `train_batch_size`, "
+      "`train_micro_batch_size_per_gpu` and `gradient_accumulation_steps` give the third at the world size; "
+      "`train_batch_size` alone gives accumulation 1. Without any of them the micro-batch is 1 (DeepSpeed "
+      "refuses such a file).\n\n"
+      "The keys of a file accepted without effect are named in one warning line, and its legacy spellings, with "
+      "what each became, in another (`EngineConfig::warnings`, printed by the examples); strict mode (`zeroshard.strict` or "
+      "`ConfigOptions::strict`) makes them errors. A key with a value in the \"only\" column is accepted only "
+      "with that value; any other value would change the math and is an error.\n";
+  auto cell = [](std::string s) {
+    std::string r;
+    for (char c : s) r += c == '|' ? std::string("\\|") : std::string(1, c);
+    return r;
+  };
+  out += "\n## Implemented\n\n| key | default | \"auto\" | what it does here |\n|---|---|---|---|\n";
+  for (const ConfigKey& k : config_keys()) {
+    if (k.status != S::implemented) continue;
+    std::string what = k.description;
+    if (*k.only_for) what += fmt::format(" (only for {})", k.only_for);
+    out += fmt::format("| `{}` | {} | {} | {} |\n", k.path, *k.default_text ? cell(k.default_text) : "",
+                       k.auto_ok ? "yes" : "", cell(what));
+  }
+  out += "\n## Legacy spellings (accepted and mapped, with a note)\n\n| key | becomes |\n|---|---|\n";
+  for (const ConfigKey& k : config_keys()) {
+    if (k.status == S::legacy) out += fmt::format("| `{}` | {} |\n", k.path, cell(k.maps_to));
+  }
+  out += "\n## Accepted without effect (one warning line)\n\n| key | only | why it changes nothing here |\n"
+         "|---|---|---|\n";
+  for (const ConfigKey& k : config_keys()) {
+    if (k.status == S::no_effect) {
+      out += fmt::format("| `{}` | {} | {} |\n", k.path, *k.neutral ? fmt::format("`{}`", k.neutral) : "",
+                         cell(k.description));
+    }
+  }
+  out += "\n## Refused\n\n| key | why |\n|---|---|\n";
+  for (const ConfigKey& k : config_keys()) {
+    if (k.status == S::refused) out += fmt::format("| `{}` | {} |\n", k.path, cell(k.description));
+  }
+  out += "\nAny key not in these tables is an error naming it, with the closest known key of its section.\n";
+  return out;
+}
+
+}  // namespace zeroshard

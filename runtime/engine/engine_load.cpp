@@ -1,0 +1,338 @@
+// Engine::load_checkpoint: validates a sharded checkpoint completely, reads
+// the logical tensors of this rank's new layout from the old rank files
+// (re-sharding for any old and new world size), and only then replaces the
+// engine's state. Format: docs/checkpoint-format.md.
+#include <map>
+#include <set>
+
+#include "core/aligned_buffer.h"
+#include "core/error.h"
+#include "kernels/cpu/quant_map.h"
+#include "comm/collective_error.h"
+#include "kernels/cpu/cast.h"
+#include "core/durable_file.h"
+#include "runtime/checkpoint/checkpoint_manifest.h"
+#include "runtime/engine/engine.h"
+#include "runtime/engine/engine_state.h"
+#include "runtime/engine/mesh_agreement.h"
+#include "runtime/engine/storage_phase.h"
+
+namespace zeroshard {
+
+using nlohmann::json;
+
+namespace {
+
+std::string shape_str(const std::vector<std::int64_t>& s) {
+  return fmt::format("[{}]", fmt::join(s, ", "));
+}
+
+// Differences between the saved model and this engine's, one per line.
+std::vector<std::string> model_differences(const Manifest& m, const FlatLayout& layout) {
+  std::vector<std::string> diffs;
+  std::map<std::string, const ManifestParam*> saved;
+  for (const auto& u : m.units) {
+    for (const auto& p : u.params) saved[p.name] = &p;
+  }
+  std::set<std::string> seen;
+  for (const ParamInfo& p : layout.params()) {
+    seen.insert(p.name);
+    auto it = saved.find(p.name);
+    if (it == saved.end()) {
+      diffs.push_back(fmt::format("parameter \"{}\" {} is not in the checkpoint", p.name, shape_str(p.shape)));
+    } else if (it->second->shape != p.shape) {
+      diffs.push_back(fmt::format("parameter \"{}\": checkpoint shape {}, model shape {}", p.name,
+                                  shape_str(it->second->shape), shape_str(p.shape)));
+    }
+  }
+  for (const auto& [name, p] : saved) {
+    if (!seen.count(name)) diffs.push_back(fmt::format("checkpoint parameter \"{}\" {} is not in the model", name, shape_str(p->shape)));
+  }
+  if (diffs.empty()) {
+    // Same parameters: the unit layout must match too (offsets inside units).
+    if (m.units.size() != layout.units().size()) {
+      diffs.push_back(fmt::format("checkpoint has {} units, the model {}", m.units.size(), layout.units().size()));
+    } else {
+      for (std::size_t u = 0; u < m.units.size(); ++u) {
+        const UnitInfo& info = layout.units()[u];
+        if (m.units[u].name != info.name || m.units[u].numel != info.numel ||
+            m.units[u].params.size() != info.params.size()) {
+          diffs.push_back(fmt::format("unit {}: checkpoint \"{}\" ({} elements), model \"{}\" ({} elements)", u,
+                                      m.units[u].name, m.units[u].numel, info.name, info.numel));
+          continue;
+        }
+        for (std::size_t k = 0; k < info.params.size(); ++k) {
+          if (m.units[u].params[k].name != layout.param(info.params[k]).name) {
+            diffs.push_back(fmt::format("unit \"{}\": parameter {} is \"{}\" in the checkpoint, \"{}\" in the model",
+                                        info.name, k, m.units[u].params[k].name, layout.param(info.params[k]).name));
+          }
+        }
+      }
+    }
+  }
+  return diffs;
+}
+
+// Reads logical elements [lo, hi) of tensor t of unit u from the old rank
+// files into dst (dst[0] = element lo) as fp32, dequantizing 8-bit states
+// (each old window's codes with its absmax) and widening bf16 states
+// (exact), verifying each file on first use; raw() reads one old rank's
+// tensor as stored.
+class TensorReader {
+ public:
+  TensorReader(const Manifest& m, std::string dir) : m_(m), dir_(std::move(dir)) {}
+
+  void read(std::size_t u, std::size_t t, std::uint64_t lo, std::uint64_t hi, float* dst) {
+    const std::uint64_t shard = m_.units[u].shard;
+    hi = std::min(hi, m_.units[u].numel);
+    const bool q8 = t > 0 && m_.units[u].state_format == "8bit";
+    const bool b16 = t > 0 && m_.units[u].state_format == "bf16";
+    for (std::uint64_t e = lo; e < hi;) {
+      const int q = static_cast<int>(e / shard);
+      const std::uint64_t off = e % shard, n = std::min(hi - e, shard - off);
+      if (q8) {
+        const std::vector<float>& window = dequantized(u, t, q);
+        std::copy(window.begin() + static_cast<std::ptrdiff_t>(off),
+                  window.begin() + static_cast<std::ptrdiff_t>(off + n), dst + (e - lo));
+      } else if (b16) {
+        bits_.resize(n);
+        file(q).read(m_.file_offset(u, t) + off * sizeof(std::uint16_t), bits_.data(), n * sizeof(std::uint16_t));
+        for (std::uint64_t i = 0; i < n; ++i) dst[e - lo + i] = bf16_to_float(bits_[i]);
+      } else {
+        file(q).read(m_.file_offset(u, t) + off * sizeof(float), dst + (e - lo), n * sizeof(float));
+      }
+      e += n;
+    }
+  }
+
+  // Tensor t of unit u in old rank q's file, as stored (tensor_bytes).
+  std::vector<std::byte> raw(std::size_t u, std::size_t t, int q) {
+    std::vector<std::byte> out(m_.tensor_bytes(u, t));
+    if (!out.empty()) file(q).read(m_.file_offset(u, t), out.data(), out.size());
+    return out;
+  }
+
+ private:
+  // Old rank q's window of 8-bit state t - 1 of unit u, dequantized (the
+  // last one is kept: loads read windows in order).
+  const std::vector<float>& dequantized(std::size_t u, std::size_t t, int q) {
+    if (cached_u_ == u && cached_t_ == t && cached_q_ == q) return cached_;
+    const std::uint64_t shard = m_.units[u].shard;
+    const std::vector<std::byte> bytes = raw(u, t, q);
+    cached_.assign(shard, 0.0f);
+    kernels::dequantize_blockwise(reinterpret_cast<const std::uint8_t*>(bytes.data()),
+                                  reinterpret_cast<const float*>(bytes.data() + shard), shard,
+                                  m_.states.block_size,
+                                  t == 1 ? kernels::QuantMap::signed_dynamic : kernels::QuantMap::unsigned_dynamic,
+                                  cached_.data());
+    cached_u_ = u;
+    cached_t_ = t;
+    cached_q_ = q;
+    return cached_;
+  }
+
+  std::vector<float> cached_;
+  std::vector<std::uint16_t> bits_;  // read(): a bf16 piece as stored
+  std::size_t cached_u_ = SIZE_MAX, cached_t_ = SIZE_MAX;
+  int cached_q_ = -1;
+
+  const FileReader& file(int q) {
+    auto it = open_.find(q);
+    if (it != open_.end()) return *it->second;
+    const ManifestFile& f = m_.files[static_cast<std::size_t>(q)];
+    auto reader = std::make_unique<FileReader>(dir_ + "/" + f.name);
+    const std::uint64_t size = reader->size();
+    if (size != f.bytes || size != m_.file_bytes()) {
+      throw IoError(fmt::format("{}: {} bytes, the manifest expects {} (truncated or wrong file)", reader->path(), size,
+                                m_.file_bytes()));
+    }
+    const std::uint32_t crc = reader->crc32();
+    if (crc != f.crc32) {
+      throw IoError(fmt::format("{}: CRC-32 {:08x} does not match the manifest's {:08x} (corrupted shard)",
+                                reader->path(), crc, f.crc32));
+    }
+    return *open_.emplace(q, std::move(reader)).first->second;
+  }
+
+  const Manifest& m_;
+  std::string dir_;
+  std::map<int, std::unique_ptr<FileReader>> open_;
+};
+
+// New buffers for one unit, filled before anything in the engine changes.
+struct LoadedUnit {
+  TypedBuffer params;
+  AlignedBuffer<float> master;
+  std::vector<std::vector<std::byte>> states;  ///< the unit's state arrays (UnitStates), whole
+};
+
+// Replaces the engine's state with `loaded`, on this rank alone.
+void commit_loaded(EngineState& s, std::vector<LoadedUnit>& loaded) {
+  s.reducer->discard();
+  s.unsharder->reset();  // also ends swap-ins (ShardSource::release)
+  ArrayStore& store = *s.store;
+  store.clear_nvme_grads();
+  for (std::size_t u = 0; u < s.units.size(); ++u) {
+    const UnitId id = static_cast<UnitId>(u);
+    s.units[u].reduced = false;
+    store.zero_grads(id);
+    // Into the resident buffers (on the compute device) or the swap files.
+    LoadedUnit& lu = loaded[u];
+    store.store(id, {ArrayKind::params}, lu.params.data());
+    if (s.mixed()) store.store(id, {ArrayKind::master}, lu.master.data());
+    for (std::size_t k = 0; k < lu.states.size(); ++k) {
+      store.store(id, {ArrayKind::state, static_cast<int>(k)}, lu.states[k].data());
+    }
+  }
+}
+
+// On a mesh, after every group loaded its own folder: the groups must have
+// loaded the same optimizer step (their `latest` files can disagree after a
+// save that was killed between stages). Collective over the world; throws
+// AgreedConfigError on every rank naming each (stage, tp rank)'s step.
+void check_same_step(EngineState& s, const std::string& save_dir) {
+  Communicator& world = *s.world_comm;
+  const double mine[3] = {static_cast<double>(s.optimizer_steps), static_cast<double>(s.pp_rank),
+                          static_cast<double>(s.tp_rank())};
+  std::vector<double> all(3 * static_cast<std::size_t>(world.world_size()));
+  world.all_gather(mine, all.data(), 3, DType::f64);
+  bool same = true;
+  for (std::size_t q = 1; q < static_cast<std::size_t>(world.world_size()); ++q) same = same && all[3 * q] == all[0];
+  if (same) return;
+  std::string steps;
+  for (std::size_t q = 0; q < static_cast<std::size_t>(world.world_size()); ++q) {
+    steps += fmt::format("{}rank {} (pipeline stage {}, tp rank {}): step {}", q == 0 ? "" : ", ", q, all[3 * q + 1],
+                         all[3 * q + 2], all[3 * q]);
+  }
+  throw AgreedConfigError(fmt::format("{}: the mesh's checkpoint folders hold different steps ({}); every pipeline "
+                                      "stage and tensor-parallel rank must load the same step: load a tag that "
+                                      "every folder holds (load_checkpoint(dir, tag)), or repair the folders' "
+                                      "latest files",
+                                      save_dir, steps),
+                          world.rank());
+}
+
+}  // namespace
+
+json Engine::load_checkpoint(const std::string& mesh_save_dir, const std::string& tag_in) {
+  EngineState& s = *s_;
+  // A failure in one (pipeline stage, tp rank)'s group ends every rank of the mesh together.
+  const json client_state = agreed_over_world(s, [&]() -> json {
+    ZS_CHECK(s.finalized, "load_checkpoint() before finalize()");
+    std::string tag = tag_in;
+    const int r = s.rank();
+    Manifest m;
+    // On a mesh each tp rank's group reads its own folder ([Note: engine on a mesh]).
+    const std::string save_dir = mesh_checkpoint_root(s.mesh_position(), mesh_save_dir);
+    TraceScope manifest_span(s.tracer(), "checkpoint_load_manifest", TraceThread::engine, tag_in);
+    run_agreed(s.host_comm, [&] {
+      check_checkpoint_mesh(s.mesh_position(), mesh_save_dir, tag_in);
+      if (tag.empty()) {
+        tag = read_text_file(save_dir + "/latest");
+        while (!tag.empty() && (tag.back() == '\n' || tag.back() == ' ')) tag.pop_back();
+      }
+      m = Manifest::read(save_dir + "/" + tag);
+      check_manifest_mesh(s.mesh_position(), save_dir + "/" + tag, m);
+    });
+    const std::string dir = save_dir + "/" + tag;
+    // Every rank read the same manifest (the same file): the checks below up
+    // to the read phase then come out the same on every rank.
+    double crc[2] = {static_cast<double>(m.body_crc32), -static_cast<double>(m.body_crc32)};
+    s.host_comm.all_reduce(crc, 2, DType::f64, ReduceOp::max);
+    if (crc[0] != -crc[1]) {
+      throw AgreedIoError(fmt::format("{}/manifest.json: the ranks read different manifests (CRC-32 from {:08x} to "
+                                      "{:08x}); every rank must see the same save directory",
+                                      dir, static_cast<std::uint32_t>(-crc[1]), static_cast<std::uint32_t>(crc[0])),
+                          r);
+    }
+    const std::vector<std::string> diffs = model_differences(m, s.layout);
+    if (!diffs.empty()) {
+      throw AgreedConfigError(
+          fmt::format("{}/manifest.json is from a different model:\n  {}", dir, fmt::join(diffs, "\n  ")), r);
+    }
+    const std::vector<std::string> names = checkpoint_tensor_names(s.config.optimizer);
+    if (m.tensors != names) {
+      throw AgreedConfigError(
+          fmt::format("{}/manifest.json holds tensors [{}] but this optimizer ({}) needs [{}]", dir,
+                      fmt::join(m.tensors, ", "), optimizer_name(s.config.optimizer.kind), fmt::join(names, ", ")),
+          r);
+    }
+
+    manifest_span.end();
+    const int stage = s.stage();
+    std::vector<LoadedUnit> loaded(s.units.size());
+    TraceScope read_span(s.tracer(), "checkpoint_load_read", TraceThread::engine, tag);
+    run_agreed(s.host_comm, [&] {
+      TensorReader reader(m, dir);
+      for (std::size_t u = 0; u < s.units.size(); ++u) {
+        const UnitInfo& info = s.info(static_cast<UnitId>(u));
+        const std::uint64_t shard_lo = static_cast<std::uint64_t>(r) * info.shard;
+        LoadedUnit& lu = loaded[u];
+        // Optimizer states: every window at stage 0, else this rank's
+        // ([Note: state arrays]); the saved codes and absmax as they are when
+        // the blocks are the same (8-bit, the same block size, world size and
+        // so shard: window w is old rank w's),
+        // else fp32 values (8-bit dequantized, bf16 widened), quantized anew
+        // for 8-bit and rounded to bf16 for bf16 (exact for bf16 values).
+        const std::uint64_t sn = stage == 0 ? info.padded : info.shard;  // master weights
+        const UnitStates& target = s.store->states(static_cast<UnitId>(u));
+        const bool exact = target.dtype == StateDtype::q8 && m.units[u].state_format == "8bit" &&
+                           m.states.block_size == target.block && m.world_size == s.world() &&
+                           m.units[u].shard == info.shard;
+        lu.states.assign(static_cast<std::size_t>(target.arrays()), {});
+        for (int w = stage == 0 ? 0 : r; w < (stage == 0 ? s.world() : r + 1); ++w) {
+          std::vector<std::vector<std::byte>> arrays;
+          if (exact) {
+            for (std::size_t k = 1; k < names.size(); ++k) {
+              std::vector<std::byte> b = reader.raw(u, k, w);
+              arrays.emplace_back(b.begin(), b.begin() + static_cast<std::ptrdiff_t>(info.shard));
+              arrays.emplace_back(b.begin() + static_cast<std::ptrdiff_t>(info.shard), b.end());
+            }
+          } else {
+            std::vector<std::vector<float>> values;
+            const std::uint64_t lo = static_cast<std::uint64_t>(w) * info.shard;
+            for (std::size_t k = 1; k < names.size(); ++k) {
+              values.emplace_back(info.shard, 0.0f);
+              reader.read(u, k, lo, lo + info.shard, values.back().data());
+            }
+            arrays = state_arrays_from_f32(s, static_cast<UnitId>(u), values);
+          }
+          for (std::size_t k = 0; k < arrays.size(); ++k) {
+            lu.states[k].insert(lu.states[k].end(), arrays[k].begin(), arrays[k].end());
+          }
+        }
+        // Parameters (compute dtype): full at stages 0-2, else the shard; from the masters.
+        const std::uint64_t plo = stage < 3 ? 0 : shard_lo, pn = stage < 3 ? info.padded : info.shard;
+        lu.params = TypedBuffer(pn, s.dtype());
+        if (!s.mixed()) {
+          reader.read(u, 0, plo, plo + pn, lu.params.as<float>());
+          continue;
+        }
+        AlignedBuffer<float> wide(pn);
+        reader.read(u, 0, plo, plo + pn, wide.data());
+        kernels::cast(lu.params.data(), s.dtype(), wide.data(), DType::f32, pn);
+        lu.master = AlignedBuffer<float>(sn);
+        if (stage == 0) {
+          std::copy(wide.data(), wide.data() + sn, lu.master.data());
+        } else {
+          reader.read(u, 0, shard_lo, shard_lo + sn, lu.master.data());
+        }
+      }
+    });
+
+    // Commit: nothing above touched the engine. Its writes (swap files on
+    // nvme) are agreed: [Note: storage phases] in runtime/engine/storage_phase.h.
+    read_span.end();
+    const TraceScope commit_span(s.tracer(), "checkpoint_load_commit", TraceThread::engine, tag);
+    run_storage_phase(s, fmt::format("load_checkpoint(\"{}\")", dir), [&] { commit_loaded(s, loaded); }, true);
+    s.unusable.clear();
+    s.optimizer_steps = m.optimizer_steps;
+    s.micro_steps = m.optimizer_steps * s.config.gradient_accumulation_steps;
+    if (s.dtype() == DType::f16) s.scaler.set_state(m.scaler);
+    return m.client_state;
+  });
+  if (s.world_comm != nullptr) check_same_step(s, mesh_save_dir);
+  return client_state;
+}
+
+}  // namespace zeroshard

@@ -1,0 +1,41 @@
+#include "runtime/engine/engine_options.h"
+
+#include "optimizer/optimizer.h"
+
+namespace zeroshard {
+
+ArrayPlanOptions engine_array_plan_options(const EngineConfig& config, int rank) {
+  return ArrayPlanOptions{.stage = config.zero.stage,
+                          .rank = rank,
+                          .dtype = config.compute_dtype,
+                          .state_count = optimizer_state_count(config.optimizer),
+                          .states = config.optimizer.states,
+                          .offload = config.offload,
+                          .source = config.source};
+}
+
+GradReducerOptions engine_grad_reducer_options(const EngineConfig& config, int world_size) {
+  const bool mixed = config.compute_dtype != DType::f32;
+  return GradReducerOptions{.stage = config.zero.stage,
+                            .reduce_bucket_size = static_cast<std::size_t>(config.zero.reduce_bucket_size),
+                            .allgather_bucket_size = static_cast<std::size_t>(config.zero.allgather_bucket_size),
+                            .overlap = config.zero.overlap(),
+                            .compute_dtype = config.compute_dtype,
+                            .comm_dtype = config.communication_data_type.value_or(DType::f32),
+                            .stored_scale = mixed ? 1.0f / static_cast<float>(world_size) : 1.0f,
+                            .order = config.reduction_order};
+}
+
+UnsharderOptions engine_unsharder_options(const EngineConfig& config) {
+  const ZeroConfig& z = config.zero;
+  return UnsharderOptions{.gather = z.stage == 3,
+                          .overlap = z.overlap(),
+                          .dtype = config.compute_dtype,
+                          .prefetch_bucket_size = z.prefetch_bucket_size,
+                          .max_live_parameters = z.max_live_parameters,
+                          .max_reuse_distance = z.max_reuse_distance,
+                          .param_persistence_threshold = z.param_persistence_threshold,
+                          .model_persistence_threshold = z.model_persistence_threshold};
+}
+
+}  // namespace zeroshard

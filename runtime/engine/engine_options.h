@@ -1,0 +1,31 @@
+// The options the Engine builds its components with, as pure functions of
+// its configuration: the ArrayStore's plan, the GradReducer's and the
+// Unsharder's. The memory estimator (runtime/plan/memory_estimate.h) and
+// the step replay use the same functions, so that the estimate equals the
+// Engine's ledger byte for byte.
+#pragma once
+
+#include "runtime/config/config.h"
+#include "runtime/sharding/array_plan.h"
+#include "runtime/sharding/grad_reducer.h"
+#include "runtime/sharding/unsharder.h"
+
+namespace zeroshard {
+
+/// The array-plan options an Engine with `config` uses on `rank`: stage,
+/// compute dtype, optimizer_state_count(config.optimizer), offload and
+/// source. The Engine's finalize() builds its ArrayStore from these.
+ArrayPlanOptions engine_array_plan_options(const EngineConfig& config, int rank);
+
+/// The GradReducer options an Engine with `config` over `world_size` ranks
+/// uses: stage, bucket sizes, overlap(), compute and communication dtype
+/// (communication_data_type, else fp32), stored scale (1 / world_size for
+/// 16-bit compute, whose buffers hold the mean over ranks so that the sum
+/// cannot overflow; else 1, the sum) and reduction order. Pure.
+GradReducerOptions engine_grad_reducer_options(const EngineConfig& config, int world_size);
+
+/// The Unsharder options an Engine with `config` uses: gather at stage 3,
+/// overlap(), compute dtype and the stage3_* knobs. Pure.
+UnsharderOptions engine_unsharder_options(const EngineConfig& config);
+
+}  // namespace zeroshard

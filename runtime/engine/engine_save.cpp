@@ -1,0 +1,323 @@
+// Engine::save_checkpoint / load_checkpoint: sharded, atomic, re-shardable
+// checkpoints. Layout and protocol: docs/checkpoint-format.md.
+#include <algorithm>
+#include <chrono>
+#include <cstdlib>
+#include <filesystem>
+#include <csignal>
+#include <string_view>
+#include <thread>
+
+#include "core/error.h"
+#include "comm/collective_error.h"
+#include "kernels/cpu/cast.h"
+#include "core/durable_file.h"
+#include "runtime/checkpoint/checkpoint_manifest.h"
+#include "runtime/engine/engine.h"
+#include "runtime/engine/engine_state.h"
+#include "runtime/engine/mesh_agreement.h"
+#include "runtime/engine/storage_phase.h"
+#include "zs_config.h"
+
+namespace zeroshard {
+
+namespace fs = std::filesystem;
+using nlohmann::json;
+
+namespace {
+
+// Where the master values of unit u live on this rank, and the flat-buffer
+// index of their element 0 (0 when the rank holds the full buffer, r*S for
+// a shard). Arrays on nvme are read into `holder` (runtime/sharding/array_store.h).
+const float* master_data(EngineState& s, UnitId u, std::size_t& first, HostBuffer& holder) {
+  const bool full = s.mixed() ? s.stage() == 0 : s.stage() < 3;
+  first = full ? 0 : static_cast<std::size_t>(s.rank()) * s.info(u).shard;
+  return static_cast<const float*>(s.store->read(u, {s.mixed() ? ArrayKind::master : ArrayKind::params}, holder));
+}
+
+// Test hook: ZS_CHECKPOINT_PAUSE_RANK=r makes rank r stop in the middle of
+// writing its file (after the first unit), leave a marker file and sleep,
+// so a test can kill it there.
+void maybe_pause(const std::string& dir, int rank) {
+#if ZS_TEST_HOOKS
+  const char* env = std::getenv("ZS_CHECKPOINT_PAUSE_RANK");
+  if (env != nullptr && std::atoi(env) == rank) {
+    write_file_atomic(dir + "/paused", "paused\n");
+    std::this_thread::sleep_for(std::chrono::minutes(10));
+  }
+#else
+  (void)dir;
+  (void)rank;
+#endif
+}
+
+// Test hooks of the crash-atomic save ([Note: crash points of a save]):
+// ZS_CHECKPOINT_CRASH_AT=<point> makes rank 0 kill itself (SIGKILL) when it
+// reaches that point; ZS_CHECKPOINT_FAIL_RANK=r makes rank r's file write
+// fail (IoError) after its first unit.
+void maybe_crash(const char* point, int rank) {
+#if ZS_TEST_HOOKS
+  const char* env = std::getenv("ZS_CHECKPOINT_CRASH_AT");
+  if (rank == 0 && env != nullptr && std::string_view(env) == point) ::raise(SIGKILL);
+#else
+  (void)point;
+  (void)rank;
+#endif
+}
+
+void maybe_fail(int rank) {
+#if ZS_TEST_HOOKS
+  const char* env = std::getenv("ZS_CHECKPOINT_FAIL_RANK");
+  if (env != nullptr && std::atoi(env) == rank) {
+    throw IoError(fmt::format("injected failure of rank {}'s checkpoint file (ZS_CHECKPOINT_FAIL_RANK)", rank));
+  }
+#else
+  (void)rank;
+#endif
+}
+
+// Rank 0, before a save: removes what killed or failed saves left in
+// save_dir (.tmp-* directories, and .old-* ones whose tag exists again),
+// and renames an .old-<tag> back to <tag> when <tag> is missing (a save
+// killed between the two renames of the fallback without RENAME_EXCHANGE).
+void sweep_leftovers(const std::string& save_dir) {
+  for (const auto& entry : fs::directory_iterator(save_dir)) {
+    const std::string name = entry.path().filename().string();
+    if (name.starts_with(".tmp-")) {
+      fs::remove_all(entry.path());
+    } else if (name.starts_with(".old-")) {
+      const fs::path tag = entry.path().parent_path() / name.substr(5);
+      if (fs::exists(tag)) {
+        fs::remove_all(entry.path());
+      } else {
+        rename_durable(entry.path().string(), tag.string(), save_dir);
+      }
+    }
+  }
+}
+
+// Rank 0: puts the complete checkpoint in tmp_dir in place as final_dir
+// (replacing a checkpoint of the same tag) and points `latest` at it.
+void publish(const std::string& save_dir, const std::string& tmp_dir, const std::string& final_dir,
+             const std::string& tag) {
+  if (!fs::exists(final_dir)) {
+    rename_durable(tmp_dir, final_dir, save_dir);
+    maybe_crash("renamed", 0);
+    write_file_atomic(save_dir + "/latest", tag + "\n");
+    maybe_crash("latest", 0);
+    return;
+  }
+  if (exchange_durable(tmp_dir, final_dir, save_dir)) {
+    // final_dir is the new checkpoint, tmp_dir the old one.
+    maybe_crash("renamed", 0);
+    write_file_atomic(save_dir + "/latest", tag + "\n");
+    maybe_crash("latest", 0);
+    fs::remove_all(tmp_dir);
+    return;
+  }
+  // No RENAME_EXCHANGE on this file system: two renames (a crash between
+  // them is repaired by the next save's sweep_leftovers).
+  const std::string old = save_dir + "/.old-" + tag;
+  fs::remove_all(old);
+  rename_durable(final_dir, old, save_dir);
+  rename_durable(tmp_dir, final_dir, save_dir);
+  maybe_crash("renamed", 0);
+  write_file_atomic(save_dir + "/latest", tag + "\n");
+  maybe_crash("latest", 0);
+  fs::remove_all(old);
+}
+
+Manifest make_manifest(const EngineState& s, const std::string& tag, const json& client_state) {
+  Manifest m;
+  m.tag = tag;
+  m.world_size = s.world();
+  m.stage = s.stage();
+  m.compute_dtype = std::string(dtype_name(s.dtype()));
+  m.tensors = checkpoint_tensor_names(s.config.optimizer);
+  const StateFormat& sf = s.config.optimizer.states;
+  m.states.type = std::string(state_dtype_name(sf.dtype));
+  if (sf.dtype == StateDtype::q8) {
+    m.states.block_size = sf.block_size;
+    m.states.min_8bit_size = sf.min_8bit_size;
+  }
+  for (const UnitInfo& u : s.layout.units()) {
+    ManifestUnit mu{.name = u.name, .numel = u.numel, .padded = u.padded, .shard = u.shard, .params = {},
+                    .state_format = std::string(state_dtype_name(
+                        s.store->states(static_cast<UnitId>(&u - s.layout.units().data())).dtype))};
+    for (ParamId id : u.params) {
+      const ParamInfo& p = s.layout.param(id);
+      mu.params.push_back(ManifestParam{.name = p.name, .shape = p.shape, .numel = p.numel, .offset = p.offset,
+                                        .group = p.group, .tp_split_dim = s.param_parallel(id).split_dim});
+    }
+    m.units.push_back(std::move(mu));
+  }
+  m.optimizer_steps = s.optimizer_steps;
+  m.micro_steps = s.micro_steps;
+  m.scaler = s.scaler.state();
+  const OptimizerHyper& h = s.config.optimizer;
+  m.optimizer = {{"type", optimizer_type_name(h)}, {"lr", h.lr}, {"betas", {h.beta1, h.beta2}}, {"eps", h.eps},
+                 {"weight_decay", h.weight_decay}, {"momentum", h.momentum}, {"dampening", h.dampening},
+                 {"nesterov", h.nesterov}};
+  if (h.kind == OptimizerKind::adagrad) {
+    m.optimizer["lr_decay"] = h.lr_decay;
+    m.optimizer["initial_accumulator_value"] = h.initial_accumulator_value;
+  }
+  m.param_groups = json::array();
+  for (const GroupState& g : s.groups) {
+    m.param_groups.push_back({{"name", g.name}, {"lr", g.lr}, {"weight_decay", g.weight_decay}});
+  }
+  m.scheduler = {{"type", s.config.scheduler.name()}, {"position", s.optimizer_steps}};
+  m.client_state = client_state;
+  if (s.world_comm != nullptr) {
+    m.mesh = ManifestMesh{.recorded = true, .dp = s.world(), .tp = s.tp_size(), .tp_rank = s.tp_rank(),
+                          .pp = s.pp_size, .pp_rank = s.pp_rank};
+  }
+  return m;
+}
+
+// Removes complete checkpoints beyond the newest keep_last (by optimizer
+// step in their manifests). Only directories with a readable manifest count.
+void prune(const std::string& save_dir, int keep_last, const std::string& keep_tag) {
+  std::vector<std::pair<std::int64_t, fs::path>> found;
+  for (const auto& entry : fs::directory_iterator(save_dir)) {
+    if (!entry.is_directory() || entry.path().filename().string().starts_with(".")) continue;
+    try {
+      const Manifest m = Manifest::read(entry.path().string());
+      if (m.tag != keep_tag) found.emplace_back(m.optimizer_steps, entry.path());
+    } catch (const Error&) {
+    }
+  }
+  std::sort(found.begin(), found.end(), [](const auto& a, const auto& b) { return a.first > b.first; });
+  for (std::size_t i = static_cast<std::size_t>(std::max(0, keep_last - 1)); i < found.size(); ++i) {
+    fs::remove_all(found[i].second);
+  }
+}
+
+// Phases 2, 3 (with the consolidated weights when configured) and 4 of the
+// save protocol (docs/checkpoint-format.md), each agreed.
+void write_checkpoint(EngineState& s, const std::string& save_dir, const std::string& tmp_dir,
+                      const std::string& final_dir, const std::string& tag, const json& client_state,
+                      int keep_last) {
+  const int r = s.rank();
+
+  double file_info[2] = {0, 0};  // crc32, bytes of this rank's file
+  TraceScope files_span(s.tracer(), "checkpoint_save_files", TraceThread::engine, tag);
+  run_agreed(s.host_comm, [&] {
+    DurableFileWriter w(tmp_dir + "/" + rank_file_name(r));
+    for (UnitId u = 0; u < static_cast<UnitId>(s.units.size()); ++u) {
+      const std::size_t shard = s.info(u).shard;
+      {
+        std::size_t first = 0;
+        HostBuffer holder;
+        const float* data = master_data(s, u, first, holder);
+        const std::size_t begin = static_cast<std::size_t>(r) * shard - first;
+        w.write(data + begin, shard * sizeof(float));
+      }
+      // The states as stored: fp32 values, or 8-bit codes then absmax
+      // (docs/checkpoint-format.md), this rank's window.
+      for (int k = 0; k < s.store->states(u).arrays(); ++k) {
+        const std::vector<std::byte> bytes = state_array_window(s, u, k, r);
+        if (!bytes.empty()) w.write(bytes.data(), bytes.size());
+      }
+      if (u == 0) {
+        maybe_pause(tmp_dir, r);
+        maybe_fail(r);
+      }
+    }
+    w.finish();
+    maybe_crash("files", r);
+    file_info[0] = w.crc32();
+    file_info[1] = static_cast<double>(w.size());
+  });
+
+  files_span.end();
+  Manifest m = make_manifest(s, tag, client_state);
+  if (s.config.zero.gather_16bit_weights_on_model_save) {
+    const TraceScope weights_span(s.tracer(), "checkpoint_save_weights", TraceThread::engine, tag);
+    m.weights = write_checkpoint_weights(s, tmp_dir, m);
+  }
+  const TraceScope publish_span(s.tracer(), "checkpoint_save_manifest", TraceThread::engine, tag);
+  std::vector<double> all_info(2 * static_cast<std::size_t>(s.world()));
+  s.host_comm.all_gather(file_info, all_info.data(), 2, DType::f64);
+  run_agreed(s.host_comm, [&] {
+    if (r != 0) return;
+    for (int q = 0; q < s.world(); ++q) {
+      m.files.push_back(ManifestFile{.name = rank_file_name(q), .rank = q,
+                                     .bytes = static_cast<std::uint64_t>(all_info[2 * q + 1]),
+                                     .crc32 = static_cast<std::uint32_t>(all_info[2 * q])});
+    }
+    const std::string text = m.to_text();
+    DurableFileWriter w(tmp_dir + "/manifest.json");
+    w.write(text.data(), text.size());
+    w.finish();
+    fsync_directory(tmp_dir);
+    maybe_crash("manifest", r);
+    publish(save_dir, tmp_dir, final_dir, tag);
+    if (keep_last > 0) prune(save_dir, keep_last, tag);
+  });
+}
+
+}  // namespace
+
+std::string Engine::save_checkpoint(const std::string& mesh_save_dir, const json& client_state, int keep_last,
+                                    const std::string& tag_in) {
+  EngineState& s = *s_;
+  // A failure in one (pipeline stage, tp rank)'s group ends every rank of the mesh together.
+  return agreed_over_world(s, [&]() -> std::string {
+    // On a mesh each (pipeline stage, tp rank)'s group saves into its own folder ([Note: engine on a mesh]).
+    const std::string save_dir = mesh_checkpoint_root(s.mesh_position(), mesh_save_dir);
+    ZS_CHECK(s.finalized, "save_checkpoint() before finalize()");
+    check_usable(s, "save_checkpoint()");
+    const std::int64_t gas = s.config.gradient_accumulation_steps;
+    if (s.micro_steps % gas != 0) {
+      throw Error(fmt::format("save_checkpoint(\"{}\"): called after micro-batch {} of {} of a gradient accumulation "
+                              "cycle; save after the step that ends the cycle (gradients are not saved)",
+                              save_dir, s.micro_steps % gas, gas));
+    }
+    const std::string tag = tag_in.empty() ? fmt::format("step-{:08d}", s.optimizer_steps) : tag_in;
+    const std::string final_dir = save_dir + "/" + tag, tmp_dir = save_dir + "/.tmp-" + tag;
+    const int r = s.rank();
+
+    run_agreed(s.host_comm, [&] {
+      if (r != 0) return;
+      fs::create_directories(save_dir);
+      sweep_leftovers(save_dir);  // left by saves that were killed or failed
+      fs::create_directory(tmp_dir);
+    });
+    try {
+      write_checkpoint(s, save_dir, tmp_dir, final_dir, tag, client_state, keep_last);
+    } catch (const AgreedError&) {
+      // Every rank failed this save: nothing of it is left behind (a disk that
+      // filled up is freed again).
+      if (r == 0) {
+        std::error_code ec;
+        fs::remove_all(tmp_dir, ec);
+      }
+      throw;
+    }
+    return tag;
+  });
+}
+
+std::vector<float> Engine::gather_optimizer_state(ParamId p, int index) {
+  EngineState& s = *s_;
+  const ParamInfo& info = s.layout.param(p);
+  ZS_CHECK(index >= 0 && index < s.store->options().state_count, "optimizer state index {} out of range", index);
+  // As fp32 (8-bit states dequantized), window by window.
+  std::vector<float> full;
+  if (s.stage() == 0) {
+    for (int w = 0; w < s.world(); ++w) {
+      const std::vector<float> part = state_window_f32(s, info.unit, index, w);
+      full.insert(full.end(), part.begin(), part.end());
+    }
+  } else {
+    const std::vector<float> shard = state_window_f32(s, info.unit, index, s.rank());
+    const std::vector<std::byte> gathered = gather_host(s, info.unit, shard.data(), DType::f32);
+    const auto* f = reinterpret_cast<const float*>(gathered.data());
+    full.assign(f, f + gathered.size() / sizeof(float));
+  }
+  return std::vector<float>(full.begin() + static_cast<std::ptrdiff_t>(info.offset),
+                            full.begin() + static_cast<std::ptrdiff_t>(info.offset + info.numel));
+}
+
+}  // namespace zeroshard

@@ -1,0 +1,265 @@
+// Step replay: see runtime/plan/memory_replay.h, [Note: step replay].
+#include "runtime/plan/memory_replay.h"
+
+#include <algorithm>
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include <fmt/format.h>
+
+#include "core/error.h"
+#include "offload/host_pool.h"
+#include "offload/swap_pipeline.h"
+#include "optimizer/optimizer.h"
+#include "runtime/sharding/buffer_pool.h"
+#include "runtime/sharding/grad_reducer.h"
+#include "runtime/engine/engine_options.h"
+#include "runtime/sharding/unsharder.h"
+
+namespace zeroshard {
+
+namespace {
+
+// Hands out disjoint address ranges starting at a fixed non-null address;
+// nothing is ever read or written through them. The rank-ordered
+// reductions check their buffers for null and overlap, so each array gets
+// its own range.
+class AddressSpace {
+ public:
+  void* take(std::size_t bytes) {
+    void* p = reinterpret_cast<void*>(next_);  // NOLINT: an address that is never dereferenced
+    next_ += (std::max<std::uintptr_t>(bytes, 1) + 63) / 64 * 64;
+    return p;
+  }
+
+ private:
+  std::uintptr_t next_ = std::uintptr_t{1} << 20;
+};
+
+// DeviceOps of the cpu device's shape (host addressable) that allocate
+// address ranges only and do no work.
+class SizeOnlyOps final : public DeviceOps {
+ public:
+  explicit SizeOnlyOps(AddressSpace& space) : space_(space) {}
+  ComputeDevice device() const override { return ComputeDevice::cpu; }
+  bool host_addressable() const override { return true; }
+  DeviceArray allocate(std::size_t numel, DType dtype) override {
+    if (numel == 0) return DeviceArray{};
+    return DeviceArray(nullptr, space_.take(numel * dtype_size(dtype)), numel, dtype);
+  }
+  void zero(void*, std::size_t) override {}
+  void move(void*, const void*, std::size_t) override {}
+  void download(void*, const void*, std::size_t) override {}
+  void upload(void*, const void*, std::size_t) override {}
+  void download_settled(void*, const void*, std::size_t) override {}
+  void download_async(void*, const void*, std::size_t) override {}
+  void upload_async(void*, const void*, std::size_t) override {}
+  OpsFence fence() override { return {}; }
+  void wait(const OpsFence&) override {}
+  void cast(void*, DType, const void*, DType, std::size_t, float) override {}
+  void accumulate_cast(void*, DType, const void*, DType, std::size_t, float) override {}
+  void sum_blocks(void*, const void*, std::size_t, std::size_t, DType) override {}
+  kernels::GradStats grad_stats(const void*, DType, std::size_t) override { return {}; }
+  void update(const OptimizerHyper&, double, double, std::int64_t, float, const UpdateArrays&,
+              std::size_t) override {}
+  void update_8bit(const OptimizerHyper&, std::int64_t, float, const UpdateArrays&, const kernels::Adam8bitState&,
+                   std::size_t, std::span<const UpdateRun>, std::size_t) override {}
+  void update_bf16(const OptimizerHyper&, double, double, std::int64_t, float, const UpdateArrays&, std::uint16_t*,
+                   std::uint16_t*, std::uint64_t, std::size_t) override {}
+
+ private:
+  AddressSpace& space_;
+};
+
+// A communicator of a given world size and rank whose collectives complete
+// at once and move nothing.
+class SizeOnlyCommunicator final : public Communicator {
+ public:
+  SizeOnlyCommunicator(int world, int rank) : world_(world), rank_(rank) {}
+  int rank() const override { return rank_; }
+  int world_size() const override { return world_; }
+  std::string backend() const override { return "replay"; }
+  CommWork iall_reduce(void*, std::size_t, DType, ReduceOp) override { return {}; }
+  CommWork ireduce_scatter(const void*, void*, std::size_t, DType, ReduceOp) override { return {}; }
+  CommWork iall_gather(const void*, void*, std::size_t, DType) override { return {}; }
+  CommWork iall_to_all(const void*, void*, std::size_t, DType) override { return {}; }
+  CommWork ibroadcast(void*, std::size_t, DType, int) override { return {}; }
+  CommWork ibarrier() override { return {}; }
+  CommWork isend(const void*, std::size_t, DType, int) override { return {}; }
+  CommWork irecv(void*, std::size_t, DType, int) override { return {}; }
+  std::unique_ptr<Communicator> split(int, int) override {
+    throw InvariantError("the step replay's communicator cannot split");
+  }
+
+ private:
+  int world_;
+  int rank_;
+};
+
+// The ArrayStore's host staging of one step, on capacities
+// (ArrayStore::start_param_fetch, release_param_stage, accumulate_nvme_grad,
+// finish_grad_writes). Shard source and gradient target of the replay.
+class StoreReplay final : public ShardSource, public GradTarget {
+ public:
+  StoreReplay(const FlatLayout& layout, const ArrayPlan& plan, const ArrayPlanOptions& options,
+              HostPoolSizes& host, AddressSpace& space)
+      : layout_(layout), plan_(plan), o_(options), host_(host), stage_(layout.units().size()) {
+    // Resident arrays: an address range each (read by the collectives' callers only).
+    for (const UnitInfo& u : layout.units()) {
+      full_grads_.push_back(space.take(u.padded * dtype_size(o_.dtype)));
+      params_.push_back(space.take(u.padded * dtype_size(o_.dtype)));
+    }
+  }
+
+  // --- ShardSource (ArrayStore through EngineShardSource) ---
+  ShardView shard(UnitId u) override {
+    const MemTier tier = tier_of(u, {ArrayKind::params});
+    if (tier == MemTier::nvme) fetch(u, true);
+    return ShardView{.data = params_[static_cast<std::size_t>(u)], .host = tier != MemTier::device};
+  }
+  void prefetch(UnitId u) noexcept override {
+    try {
+      fetch(u, false);
+    } catch (...) {
+    }
+  }
+  void release(UnitId u) noexcept override {
+    HostLeaseSize& l = stage_[static_cast<std::size_t>(u)];
+    if (!l.valid()) return;
+    host_.release(l);
+    --staged_;
+  }
+
+  // Unit u's resident parameter buffer (stages 0-2: the full flat buffer).
+  void* params(UnitId u) { return params_[static_cast<std::size_t>(u)]; }
+
+  // --- GradTarget (ArrayStore through EngineGradTarget) ---
+  void* full_grad(UnitId u) override { return full_grads_[static_cast<std::size_t>(u)]; }
+  void accumulate_shard(UnitId u, std::size_t at, const void*, DType, std::size_t n, float) override {
+    if (tier_of(u, {ArrayKind::grad}) != MemTier::nvme) return;  // in memory: no staging on the cpu device
+    const std::vector<SubGroup>& groups = plan_.units[static_cast<std::size_t>(u)].subgroups;
+    const std::size_t e = dtype_size(o_.dtype);
+    for (std::size_t g = 0; g < groups.size(); ++g) {
+      const std::size_t lo = std::max(groups[g].begin, at), hi = std::min(groups[g].end, at + n);
+      if (lo >= hi) continue;
+      if (open_unit_ != u || open_group_ != g || !open_.valid()) {
+        finish_grad_writes();
+        open_ = host_.acquire((groups[g].end - groups[g].begin) * e, MemCategory::unsharded);
+        open_unit_ = u;
+        open_group_ = g;
+      }
+    }
+  }
+  // The open gradient sub-group is written back and its buffer returned.
+  void finish_grad_writes() {
+    host_.release(open_);
+    open_unit_ = -1;
+  }
+
+ private:
+  MemTier tier_of(UnitId u, ArrayRef a) const {
+    return plan_.units[static_cast<std::size_t>(u)].tier(o_.stage, a);
+  }
+  // ArrayStore::start_param_fetch.
+  void fetch(UnitId u, bool required) {
+    HostLeaseSize& l = stage_[static_cast<std::size_t>(u)];
+    if (o_.stage != 3 || tier_of(u, {ArrayKind::params}) != MemTier::nvme || l.valid()) return;
+    if (staged_ >= o_.offload.param.buffer_count) {
+      if (!required) return;
+      throw InvariantError(fmt::format(
+          "unshard(\"{}\"): all {} parameter swap-in buffers are in use (zero_optimization.offload_param."
+          "buffer_count); reshard units earlier or raise buffer_count",
+          layout_.unit(u).name, o_.offload.param.buffer_count));
+    }
+    l = host_.acquire(layout_.unit(u).shard * dtype_size(o_.dtype), MemCategory::unsharded);
+    ++staged_;
+  }
+
+  const FlatLayout& layout_;
+  const ArrayPlan& plan_;
+  const ArrayPlanOptions& o_;
+  HostPoolSizes& host_;
+  std::vector<void*> full_grads_;
+  std::vector<void*> params_;
+  std::vector<HostLeaseSize> stage_;
+  int staged_ = 0;
+  HostLeaseSize open_;
+  UnitId open_unit_ = -1;
+  std::size_t open_group_ = 0;
+};
+
+// The optimizer's swap pipeline (run_optimizer in runtime/engine/engine_optimizer.cpp):
+// every sub-group of every unit, each with the unit's nvme arrays.
+void replay_optimizer(const FlatLayout& layout, const EngineConfig& config, const ArrayPlan& plan,
+                      const ArrayPlanOptions& o, HostPoolSizes& host) {
+  if (!config.offload.uses_nvme()) return;
+  std::vector<std::pair<UnitId, std::size_t>> work;
+  std::vector<std::vector<ArrayRef>> arrays(layout.units().size());
+  for (UnitId u = 0; u < static_cast<UnitId>(layout.units().size()); ++u) {
+    const UnitTiers& t = plan.units[static_cast<std::size_t>(u)];
+    for (std::size_t g = 0; g < t.subgroups.size(); ++g) work.emplace_back(u, g);
+    for (ArrayRef a : unit_arrays(o.mixed(), t.states)) {
+      if (t.tier(o.stage, a) == MemTier::nvme) arrays[static_cast<std::size_t>(u)].push_back(a);
+    }
+  }
+  const OffloadOptimizerConfig& oc = config.offload.optimizer;
+  const SwapPipelineOptions options{.buffer_count = oc.buffer_count, .pipeline_read = oc.pipeline_read,
+                                    .pipeline_write = oc.pipeline_write};
+  replay_swap_pipeline(host, options, MemCategory::unsharded, work.size(), [&](std::size_t i) {
+    const auto [u, g] = work[i];
+    const UnitTiers& t = plan.units[static_cast<std::size_t>(u)];
+    const SubGroup& sg = t.subgroups[g];
+    std::vector<std::uint64_t> bytes;
+    for (ArrayRef a : arrays[static_cast<std::size_t>(u)]) bytes.push_back(t.subgroup_bytes(o.dtype, a, sg));
+    return bytes;
+  });
+}
+
+}  // namespace
+
+void replay_step(const FlatLayout& layout, const EngineConfig& config, int rank, const ArrayPlan& plan,
+                 MemoryLedger& ledger) {
+  const ArrayPlanOptions o = engine_array_plan_options(config, rank);
+  // The components record into `work`; `ledger` takes its state at the end
+  // of the step, before their destructors return what is still leased.
+  MemoryLedger work = ledger;
+  AddressSpace space;
+  SizeOnlyOps ops(space);
+  SizeOnlyCommunicator comm(layout.world_size(), rank);
+  BufferPool pool(work, ops);
+  HostPoolSizes host(work);
+  StoreReplay store(layout, plan, o, host, space);
+  {
+    GradReducer reducer(comm, layout, ops, pool, engine_grad_reducer_options(config, layout.world_size()), store);
+    Unsharder unsharder(comm, layout, ops, pool, engine_unsharder_options(config), store);
+    const UnitId n = static_cast<UnitId>(layout.units().size());
+    for (UnitId u = 0; u < n; ++u) {
+      unsharder.unshard(u);
+      unsharder.reshard(u);
+    }
+    for (UnitId u = n - 1; u >= 0; --u) {
+      unsharder.unshard(u);
+      if (o.stage >= 2 && !layout.unit(u).params.empty()) reducer.micro_batch_grad(u);  // the first grad()
+      reducer.reduce(u);  // every micro-batch at stages 2/3; the boundary (the only one) at 0/1
+      unsharder.reshard(u);
+    }
+    // Engine::step_body: the reductions complete, the micro-batch ends,
+    // the nvme gradient writes finish, the optimizer runs, then the
+    // parameters are gathered (stages 1/2) or refreshed (stage 3).
+    reducer.complete();
+    unsharder.end_micro_batch();
+    store.finish_grad_writes();
+    replay_optimizer(layout, config, plan, o, host);
+    if (o.stage == 1 || o.stage == 2) {
+      reducer.all_gather_shards([&](UnitId u) { return store.params(u); });
+    } else if (o.stage == 3) {
+      unsharder.refresh();
+    }
+    // What the engine still holds after the step (persistent units' full
+    // buffers) stays leased in the result.
+    ledger = work;
+  }
+}
+
+}  // namespace zeroshard

@@ -1,0 +1,184 @@
+// DeviceOps on a CUDA device (runtime/sharding/device_ops.h, [Note: compute device]):
+// arrays in device memory, operations from kernels/cuda enqueued on the
+// NcclCommunicator's compute stream. Compiled in CUDA builds only.
+#include <cuda_runtime_api.h>
+
+#include <algorithm>
+#include <vector>
+
+#include "comm/nccl/nccl_communicator.h"
+#include "core/cuda_check.h"
+#include "core/cuda_stream.h"
+#include "core/device_buffer.h"
+#include "core/error.h"
+#include "kernels/cuda/adam.h"
+#include "kernels/cuda/convert.h"
+#include "kernels/cuda/grad_check.h"
+#include "kernels/cuda/sgd.h"
+#include "runtime/sharding/device_ops.h"
+
+namespace zeroshard {
+
+namespace {
+
+class CudaOps final : public DeviceOps {
+ public:
+  explicit CudaOps(NcclCommunicator& comm)
+      : comm_(comm),
+        side_(CudaStream::create()),
+        workspace_(kernels::gpu::grad_check_workspace_bytes()),
+        result_(sizeof(kernels::GradCheck)) {}
+
+  ComputeDevice device() const override { return ComputeDevice::cuda; }
+  bool host_addressable() const override { return false; }
+
+  DeviceArray allocate(std::size_t numel, DType dtype) override {
+    auto mem = std::make_shared<DeviceBuffer>(numel * dtype_size(dtype));
+    zero(mem->data(), mem->bytes());
+    void* data = mem->data();
+    return DeviceArray(std::move(mem), data, numel, dtype);
+  }
+  void zero(void* p, std::size_t bytes) override {
+    if (bytes > 0) ZS_CUDA_CHECK(cudaMemsetAsync(p, 0, bytes, stream()));
+  }
+  void move(void* dst, const void* src, std::size_t bytes) override {
+    if (bytes == 0 || dst == src) return;
+    const auto* d = static_cast<const std::byte*>(dst);
+    const auto* s = static_cast<const std::byte*>(src);
+    if (d + bytes <= s || s + bytes <= d) {
+      ZS_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, stream()));
+      return;
+    }
+    // Overlapping ranges (cudaMemcpy's are undefined): through the scratch buffer.
+    ZS_CUDA_CHECK(cudaMemcpyAsync(dst, copy_to_scratch(src, bytes), bytes, cudaMemcpyDeviceToDevice, stream()));
+  }
+  void download(void* host_dst, const void* src, std::size_t bytes) override {
+    if (bytes == 0) return;
+    ZS_CUDA_CHECK(cudaMemcpyAsync(host_dst, src, bytes, cudaMemcpyDeviceToHost, stream()));
+    ZS_CUDA_CHECK(cudaStreamSynchronize(stream()));
+  }
+  void upload(void* dst, const void* host_src, std::size_t bytes) override {
+    if (bytes == 0) return;
+    ZS_CUDA_CHECK(cudaMemcpyAsync(dst, host_src, bytes, cudaMemcpyHostToDevice, stream()));
+    ZS_CUDA_CHECK(cudaStreamSynchronize(stream()));
+  }
+  void download_settled(void* host_dst, const void* src, std::size_t bytes) override {
+    if (bytes == 0) return;
+    ZS_CUDA_CHECK(cudaMemcpyAsync(host_dst, src, bytes, cudaMemcpyDeviceToHost, side_.get()));
+    side_.synchronize();
+  }
+  void download_async(void* host_dst, const void* src, std::size_t bytes) override {
+    if (bytes > 0) ZS_CUDA_CHECK(cudaMemcpyAsync(host_dst, src, bytes, cudaMemcpyDeviceToHost, stream()));
+  }
+  void upload_async(void* dst, const void* host_src, std::size_t bytes) override {
+    if (bytes > 0) ZS_CUDA_CHECK(cudaMemcpyAsync(dst, host_src, bytes, cudaMemcpyHostToDevice, stream()));
+  }
+  OpsFence fence() override {
+    auto event = std::make_shared<CudaEvent>(CudaEvent::create());
+    event->record(stream());
+    return OpsFence{std::move(event)};
+  }
+  void wait(const OpsFence& f) override {
+    if (f.event) static_cast<CudaEvent*>(f.event.get())->synchronize();
+  }
+  void cast(void* dst, DType dst_type, const void* src, DType src_type, std::size_t n, float scale) override {
+    if (n == 0) return;
+    if (src == dst && src_type == dst_type) {
+      if (scale != 1.0f) kernels::gpu::convert_scaled(copy_to_scratch(src, n * dtype_size(src_type)), src_type, dst, dst_type, n, scale, stream());
+      return;
+    }
+    kernels::gpu::convert_scaled(src, src_type, dst, dst_type, n, scale, stream());
+  }
+  void accumulate_cast(void* dst, DType dst_type, const void* src, DType src_type, std::size_t n,
+                       float scale) override {
+    kernels::gpu::accumulate_scaled(src, src_type, dst, dst_type, n, scale, stream());
+  }
+  // Block 0, then each further block added in order: accumulate_cast with
+  // scale 1 is round(dst + src) once per element, the same left-to-right
+  // sums as kernels::sum_blocks (f32, bf16, f16).
+  void sum_blocks(void* dst, const void* src, std::size_t blocks, std::size_t n, DType dtype) override {
+    ZS_CHECK(blocks > 0, "sum_blocks: needs at least one block (n = {} elements)", n);
+    if (n == 0) return;
+    const std::size_t bytes = n * dtype_size(dtype);
+    if (dst != src) move(dst, src, bytes);
+    for (std::size_t j = 1; j < blocks; ++j) {
+      accumulate_cast(dst, dtype, static_cast<const std::byte*>(src) + j * bytes, dtype, n, 1.0f);
+    }
+  }
+  kernels::GradStats grad_stats(const void* data, DType type, std::size_t n) override {
+    kernels::gpu::check_gradients(data, type, n, 1.0f, result_.as<kernels::GradCheck>(), workspace_.data(),
+                                  stream());
+    kernels::GradCheck r;
+    download(&r, result_.data(), sizeof(r));
+    return kernels::GradStats{.sum_of_squares = r.sum_of_squares, .nonfinite = r.found_inf_or_nan ? 1u : 0u};
+  }
+  void update(const OptimizerHyper& hyper, double lr, double weight_decay, std::int64_t step, float grad_scale,
+              const UpdateArrays& a, std::size_t n) override {
+    if (n == 0) return;
+    if (hyper.kind == OptimizerKind::sgd) {
+      const kernels::gpu::SgdTensor t{.param = a.weights, .grad = a.grads,
+                                      .momentum_buffer = a.states.empty() ? nullptr : a.states[0],
+                                      .param_copy = a.copy, .n = n};
+      kernels::gpu::sgd_update(t, sgd_scalars(hyper, lr, weight_decay, step, grad_scale), a.grad_dtype,
+                               a.copy_dtype, stream());
+      return;
+    }
+    // Lion and Adagrad are refused on a cuda engine without offload_optimizer
+    // (Engine's check_cuda_optimizer); offloaded updates run on the host ops.
+    ZS_CHECK(hyper.kind == OptimizerKind::adam || hyper.kind == OptimizerKind::adamw,
+             "cuda update: no kernel for optimizer {}", optimizer_name(hyper.kind));
+    ZS_CHECK(a.states.size() == 2, "Adam update with {} state arrays", a.states.size());
+    const kernels::gpu::AdamTensor t{.param = a.weights, .grad = a.grads, .exp_avg = a.states[0],
+                                     .exp_avg_sq = a.states[1], .param_copy = a.copy, .n = n};
+    kernels::gpu::adam_update(t, adam_scalars(hyper, lr, weight_decay, step, grad_scale), a.grad_dtype,
+                              a.copy_dtype, stream());
+  }
+  // No CUDA 8-bit kernel is wired: Engine's check_cuda_optimizer refuses
+  // 8-bit states without offload_optimizer, so this is never reached.
+  void update_8bit(const OptimizerHyper& hyper, std::int64_t, float, const UpdateArrays&,
+                   const kernels::Adam8bitState&, std::size_t, std::span<const UpdateRun>, std::size_t) override {
+    throw InvariantError(fmt::format("cuda update: {} has no CUDA kernel for 8-bit states in this build (use "
+                                     "offload_optimizer)", optimizer_type_name(hyper)));
+  }
+  // bf16 states on the GPU are not wired (kernels/cuda/adam_bf16_state.h
+  // exists, the engine does not call it): check_cuda_optimizer refuses
+  // non-fp32 states without offload_optimizer, so this is never reached.
+  void update_bf16(const OptimizerHyper& hyper, double, double, std::int64_t, float, const UpdateArrays&,
+                   std::uint16_t*, std::uint16_t*, std::uint64_t, std::size_t) override {
+    throw InvariantError(fmt::format("cuda update: {} with bf16 optimizer states has no CUDA path in this build "
+                                     "(use offload_optimizer)", optimizer_type_name(hyper)));
+  }
+
+ private:
+  CUstream_st* stream() const { return comm_.compute_stream(); }
+  // Enqueues a copy of `bytes` bytes at src into the scratch buffer and
+  // returns it: the source of an overlapping move or an in-place cast (the
+  // kernels take non-overlapping arrays).
+  const void* copy_to_scratch(const void* src, std::size_t bytes) {
+    if (scratch_.bytes() < bytes) scratch_ = DeviceBuffer(bytes);
+    ZS_CUDA_CHECK(cudaMemcpyAsync(scratch_.data(), src, bytes, cudaMemcpyDeviceToDevice, stream()));
+    return scratch_.data();
+  }
+
+  NcclCommunicator& comm_;
+  CudaStream side_;         ///< download_settled's copies
+  DeviceBuffer workspace_;  ///< grad_check's
+  DeviceBuffer result_;     ///< one GradCheck
+  DeviceBuffer scratch_;    ///< overlapping moves and in-place casts; grows, never shrinks
+};
+
+}  // namespace
+
+std::unique_ptr<DeviceOps> make_cuda_ops(Communicator& device_comm) {
+  auto* nccl = dynamic_cast<NcclCommunicator*>(&device_comm);
+  if (nccl == nullptr) {
+    throw ConfigError(fmt::format(
+        "an Engine on the cuda compute device needs an NcclCommunicator (comm/nccl) for its device buffers; "
+        "got a \"{}\" communicator",
+        device_comm.backend()));
+  }
+  ZS_CUDA_CHECK(cudaSetDevice(nccl->device()));
+  return std::make_unique<CudaOps>(*nccl);
+}
+
+}  // namespace zeroshard

@@ -1,0 +1,229 @@
+// GradReducer: bucketed gradient reduction and the bucketed post-step
+// parameter all-gather, DeepSpeed's reduce_bucket_size /
+// allgather_bucket_size / overlap_comm (runtime/config/config.h has the key
+// semantics). Private to the engine (runtime/engine/engine_state.h holds one);
+// constructible on its own over a FlatLayout, a Communicator, DeviceOps and
+// a BufferPool (tests/runtime/sharding/test_grad_reducer.cpp).
+//
+// [Note: gradient buckets]
+// reduce(u) hands unit u's gradient to the open bucket, piece by piece;
+// when the bucket is full its collective starts, and a new bucket opens for
+// the rest of u (so a unit larger than a bucket is split, and small units
+// share one). complete() (the engine calls it at the end of a micro-batch,
+// from step()) starts the partly filled bucket and completes every bucket.
+//  - Stages 0/1 (the engine reduces at the accumulation boundary): when
+//    the communication dtype is the gradients' own, each unit's padded
+//    flat gradient (GradTarget::full_grad) is all-reduced in the gradient
+//    buffer itself, in runs of at most reduce_bucket_size elements (no
+//    copy in or out; units live in separate buffers, so runs of different
+//    units are never merged). Otherwise a bucket is up to
+//    reduce_bucket_size consecutive elements of units' gradients, packed
+//    (cast) into the communication dtype and all-reduced; on completion each
+//    piece is cast back into its unit's full gradient with the stored scale.
+//  - Stages 2/3 (every micro-batch): the input is the unit's micro-batch
+//    gradient, a full buffer the reducer leases (micro_batch_grad). A
+//    bucket holds, for every rank r, the same range [a, a+n) of rank r's
+//    shard of each unit in it: block r of the send buffer is rank r's part,
+//    so the reduce-scatter hands each rank the reduced part of its own
+//    shard, which enters the gradient shard through
+//    GradTarget::accumulate_shard. Per-rank block capacity is
+//    max(1, reduce_bucket_size / world size) elements. A unit whose shard
+//    fits one bucket and whose gradient is in the communication dtype is
+//    sent from its gradient buffer itself (world blocks of one shard each),
+//    as its own collective.
+//  - Stage 1/2 post-step all-gather (all_gather_shards): buckets of the
+//    same shape (per-rank block max(1, allgather_bucket_size / world size))
+//    of the updated shards; a bucket that is exactly one unit is gathered in
+//    place.
+// At world size 1 no collective runs: each bucket's buffer already is its
+// sum and its gathered whole, and only the casts and the stored scale are
+// applied. Every element goes through the same casts as without buckets. By default
+// (ReductionOrder::rank) every reduction is rank-ordered ([Note:
+// rank-ordered reduction] in comm/ordered_reduce.h): a reduce-scatter
+// bucket is an all-to-all into a scratch buffer (world x fill) and a
+// left-to-right sum of the blocks; an all-reduce bucket is the same
+// exchange over world blocks of its fill rounded up to a multiple of the
+// world size (so stage 0/1 bucket capacities are rounded down to a
+// multiple of it, and the padding is zeroed), the sum into this rank's
+// block, and an in-place all-gather. Each element's sum is then rank 0 +
+// rank 1 + ... in the communication dtype, so every bucket size and overlap
+// on or off give bitwise the same gradients, and so do stages 0-3 without
+// gradient accumulation (with it, stages 0/1 reduce each rank's sum of its
+// micro-batches and stages 2/3 add the reduced micro-batches: another
+// association, [Note: gradient semantics] in runtime/engine/engine.h); tested in
+// tests/runtime/engine/test_grad_buckets.cpp. The all-reduce's all-gather is posted at
+// fixed points only (when the next bucket has started, when the in-flight
+// limit forces a bucket to finish, and in complete()), never because a test
+// succeeded on one rank, so every rank issues the same collective sequence.
+// With ReductionOrder::native the buckets use the backend's all-reduce and
+// reduce-scatter: libnbc's reduce_scatter_block and its tree all-reduce use
+// one fixed order, but the ring all-reduce that comm/mpi selects for
+// messages of 64 KiB and more (mpi_nbc_tuning.h) starts each element's sum
+// at a rank that depends on its position in the message, so at world sizes
+// >= 3 results may differ in the last bits between stages and between
+// bucket sizes; for a given configuration they are deterministic.
+// With overlap_comm, at most kMaxBucketsInFlight buckets are in flight
+// (bounding memory): when a bucket starts and more are in flight, the
+// oldest is completed and retired (at these fixed points only, not when a
+// test happens to succeed, so the buffers leased at any point of a step
+// are a function of the calls: [Note: step replay] in
+// runtime/plan/memory_replay.h); without it each bucket completes before the
+// call that started it returns.
+#pragma once
+
+#include <cstddef>
+#include <deque>
+#include <functional>
+#include <vector>
+
+#include "comm/communicator.h"
+#include "comm/ordered_reduce.h"
+#include "runtime/sharding/buffer_pool.h"
+#include "runtime/sharding/device_ops.h"
+#include "runtime/sharding/flat_layout.h"
+
+namespace zeroshard {
+
+/// Bucket collectives in flight at most with overlap_comm (each holds a
+/// bucket's send and receive buffers).
+inline constexpr std::size_t kMaxBucketsInFlight = 2;
+
+/// Where reduced gradients go (the engine's ArrayStore implements it; tests
+/// their own arrays). Called by the reducer's thread only.
+class GradTarget {
+ public:
+  virtual ~GradTarget() = default;
+  /// Stages 0/1: unit u's padded full gradient (layout padded elements of
+  /// the compute dtype, in the reducer's DeviceOps memory). The reducer
+  /// reads it and overwrites it with the reduced sum times the stored scale.
+  virtual void* full_grad(UnitId u) = 0;
+  /// Stages 2/3: adds n reduced elements at `src` (src_type, in the
+  /// reducer's DeviceOps memory; valid only during the call), times
+  /// `scale`, into unit u's gradient shard from shard element `at` on, as
+  /// DeviceOps::accumulate_cast does. Called once per reduced block, in
+  /// increasing `at` for a unit.
+  virtual void accumulate_shard(UnitId u, std::size_t at, const void* src, DType src_type, std::size_t n,
+                                float scale) = 0;
+};
+
+/// What a GradReducer is configured with (the engine takes them from its
+/// EngineConfig; runtime/config/config.h names the keys).
+struct GradReducerOptions {
+  int stage = 0;                              ///< ZeRO stage 0-3
+  std::size_t reduce_bucket_size = 500000000;     ///< elements (> 0)
+  std::size_t allgather_bucket_size = 500000000;  ///< elements (> 0)
+  bool overlap = false;                       ///< overlap_comm: buckets run in the background
+  DType compute_dtype = DType::f32;           ///< gradients' and parameters' storage dtype
+  DType comm_dtype = DType::f32;              ///< dtype gradients are reduced in
+  /// Factor applied to reduced sums as they are stored (the engine: 1 in
+  /// fp32, 1 / world size for 16-bit buffers).
+  float stored_scale = 1.0f;
+  /// How reductions sum the ranks ([Note: rank-ordered reduction] in
+  /// comm/ordered_reduce.h): rank order (the default) or the backend's.
+  ReductionOrder order = ReductionOrder::rank;
+};
+
+/// One run of a unit inside a bucket. For an all-reduce bucket `offset` is
+/// an element offset in the unit's padded flat buffer; for reduce-scatter and
+/// all-gather buckets it is an offset inside every rank's shard. `pos` is the
+/// run's element position inside the bucket (inside each per-rank block).
+struct BucketPiece {
+  UnitId unit = -1;
+  std::size_t offset = 0;
+  std::size_t n = 0;
+  std::size_t pos = 0;
+};
+
+/// What a bucket's collective is.
+enum class BucketKind { all_reduce, reduce_scatter, all_gather };
+
+/// A bucket being filled or in flight. Not copyable (leases, CommWork).
+struct Bucket {
+  BucketKind kind = BucketKind::all_reduce;
+  std::vector<BucketPiece> pieces;
+  std::size_t fill = 0;      ///< elements (per rank block for reduce-scatter/all-gather) packed so far
+  std::size_t capacity = 0;  ///< the most `fill` may reach
+  PoolLease send;  ///< all-reduce: the packed bucket; reduce-scatter: world x fill; all-gather: this rank's fill
+  PoolLease recv;  ///< reduce-scatter: this rank's fill reduced elements; all-gather: world x fill
+  PoolLease scratch;  ///< rank order, all-reduce: the all-to-all's receive buffer
+  void* in_place = nullptr;  ///< all-reduce / all-gather: the unit's own buffer the collective runs on
+  /// Declared last so that they are destroyed first: destroying a bucket
+  /// waits for its collective before its buffers go back to the pool.
+  CommWork work;           ///< native order and all-gathers
+  OrderedReduction ordered;  ///< rank order: the reduction in flight
+};
+
+/// Bucketed gradient reduction of one engine ([Note: gradient buckets]).
+/// Every collective is on `comm` over buffers of `ops`' memory from `pool`.
+/// Collective methods must be called in the same order on every rank
+/// (SPMD). Not thread safe: the engine's thread.
+class GradReducer {
+ public:
+  /// `layout` must be finalized for comm's world size; comm, layout, ops,
+  /// pool and target must outlive the reducer.
+  GradReducer(Communicator& comm, const FlatLayout& layout, DeviceOps& ops, BufferPool& pool,
+              GradReducerOptions options, GradTarget& target);
+  /// Drops what is left (as discard()).
+  ~GradReducer() { discard(); }
+  GradReducer(const GradReducer&) = delete;
+  GradReducer& operator=(const GradReducer&) = delete;
+
+  const GradReducerOptions& options() const { return o_; }
+
+  /// Stages 2/3: unit u's gradient buffer of this micro-batch (padded
+  /// elements of the compute dtype in ops' memory), leased and zeroed on
+  /// the first call of a micro-batch, released once reduce(u) has packed
+  /// it. Throws what BufferPool::acquire throws.
+  void* micro_batch_grad(UnitId u);
+
+  /// Hands unit u's gradient to the buckets (stages 0/1: target.full_grad(u);
+  /// stages 2/3: micro_batch_grad(u), zeros if never asked for). Starts
+  /// every bucket that fills; without overlap completes it before
+  /// returning. Collective. Throws CommError.
+  void reduce(UnitId u);
+
+  /// Starts the partly filled bucket, if any, and completes every bucket
+  /// in flight: afterwards every reduced gradient is in the target.
+  /// Collective. Throws CommError.
+  void complete();
+
+  /// Stages 1/2, after the optimizer: all-gathers every unit's shard inside
+  /// its full parameter buffer full_params(u) (padded elements of the
+  /// compute dtype in ops' memory; rank r's shard is elements [r*S, (r+1)*S)
+  /// and is what this rank sends), in buckets of allgather_bucket_size.
+  /// Collective. Throws CommError; InvariantError at stages 0/3.
+  void all_gather_shards(const std::function<void*(UnitId)>& full_params);
+
+  /// Drops every bucket and micro-batch gradient without applying them
+  /// (waiting for collectives in flight first, so no buffer is released
+  /// under MPI): what loading a checkpoint does to a half-finished
+  /// micro-batch. Local; never throws.
+  void discard() noexcept;
+
+ private:
+  std::size_t capacity(BucketKind kind) const;
+  DType bucket_dtype(const Bucket& b) const;
+  void convert(void* dst, DType dst_type, const void* src, DType src_type, std::size_t n, float scale = 1.0f);
+  void open_packed(Bucket& b, BucketKind kind, std::size_t capacity);
+  void start_collective(Bucket& b);
+  void finish_collective(Bucket& b);
+  void launch(Bucket& b, std::deque<Bucket>& flight);
+  bool ordered() const { return o_.order == ReductionOrder::rank; }
+  BlockSum block_sum();
+  void drain(std::deque<Bucket>& flight);
+  void pack_all_reduce(UnitId u);
+  void pack_reduce_scatter(UnitId u);
+
+  Communicator& comm_;
+  const FlatLayout& layout_;
+  DeviceOps& ops_;
+  BufferPool& pool_;
+  GradReducerOptions o_;
+  GradTarget& target_;
+  std::vector<PoolLease> micro_;  ///< stages 2/3: per unit, this micro-batch's gradient
+  Bucket open_;                   ///< reduction bucket being filled (no pieces = none)
+  std::deque<Bucket> in_flight_;  ///< started reduction buckets, in issue order
+  std::vector<void*> gather_dst_; ///< all_gather_shards: each unit's full parameter buffer
+};
+
+}  // namespace zeroshard

@@ -1,0 +1,234 @@
+// Checkpoints at this process group's world size: exact resume (fp32, bf16,
+// fp16 with its loss scaler; AdamW, Lion, Adagrad), atomic layout, keep_last, and the errors for a
+// flipped byte, a truncated or deleted shard, another model, another format
+// version, and a save in the middle of gradient accumulation.
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+
+#include <doctest/doctest.h>
+#include <nlohmann/json.hpp>
+
+#include "core/error.h"
+#include "runtime/checkpoint/checkpoint_manifest.h"
+#include "runtime/engine/engine.h"
+#include "tests/support/ckpt_model.h"
+#include "tests/support/scratch_files.h"
+#include "tests/support/test_world.h"
+
+using namespace zeroshard;
+using namespace zeroshard::testing;
+namespace fs = std::filesystem;
+
+namespace {
+
+// A directory shared by the ranks of this run, emptied at the start.
+std::string fresh_dir(const std::string& name) {
+  const std::string dir = fmt::format("ckpt-{}-np{}", name, world().world_size());
+  make_empty_dir_on_rank0(world(), dir);
+  return dir;
+}
+
+EngineConfig config_for(DType dtype, int stage) {
+  OptimizerHyper h;
+  h.kind = OptimizerKind::adamw;
+  h.lr = 1e-2f;
+  h.weight_decay = 0.05f;
+  EngineConfig c = make_config(stage, h);
+  c.compute_dtype = dtype;
+  c.scheduler.kind = LrScheduleKind::warmup_decay_lr;
+  c.scheduler.warmup_num_steps = 4;
+  c.scheduler.total_num_steps = 20;
+  c.scheduler.warmup_max_lr = {1e-2};
+  c.loss_scale = LossScaleConfig{.dynamic = true, .initial_scale_power = 20, .loss_scale_window = 3,
+                                 .hysteresis = 1, .min_loss_scale = 1};
+  return c;
+}
+
+std::string load_error(Engine& e, const std::string& dir) {
+  try {
+    e.load_checkpoint(dir);
+  } catch (const Error& err) {
+    return err.what();
+  }
+  return "";
+}
+
+}  // namespace
+
+TEST_CASE("12 steps straight == 6 steps, save, load in a new engine, 6 steps (bit for bit)") {
+  for (DType dtype : {DType::f32, DType::bf16, DType::f16}) {
+    for (int stage = 0; stage <= 3; ++stage) {
+      CAPTURE(dtype_name(dtype));
+      CAPTURE(stage);
+      const std::string dir = fresh_dir(fmt::format("resume-{}-{}", dtype_name(dtype), stage));
+      const EngineConfig cfg = config_for(dtype, stage);
+      Engine straight(cfg, world());
+      CkptModel ms(straight);
+      std::vector<double> scales;
+      for (int s = 1; s <= 12; ++s) {
+        ms.train_step(straight, s);
+        scales.push_back(straight.loss_scale());
+      }
+      Engine first(cfg, world());
+      CkptModel m1(first);
+      for (int s = 1; s <= 6; ++s) m1.train_step(first, s);
+      first.save_checkpoint(dir, {{"epoch", 3}, {"step_in_epoch", 6}});
+      Engine second(cfg, world());
+      CkptModel m2(second);
+      const nlohmann::json client = second.load_checkpoint(dir);
+      CHECK(client.at("epoch") == 3);
+      CHECK(client.at("step_in_epoch") == 6);
+      CHECK(second.optimizer_steps() == first.optimizer_steps());
+      CHECK(second.loss_scale() == first.loss_scale());
+      CHECK(second.current_lr(0) == first.current_lr(0));
+      for (int s = 7; s <= 12; ++s) {
+        m2.train_step(second, s);
+        CHECK(second.loss_scale() == scales[static_cast<std::size_t>(s - 1)]);
+      }
+      CHECK(ms.state(straight) == m2.state(second));
+      CHECK(straight.optimizer_steps() == second.optimizer_steps());
+      CHECK(straight.skipped_steps() == second.skipped_steps());
+      CHECK(straight.current_lr(0) == second.current_lr(0));
+      CHECK(straight.current_lr(1) == second.current_lr(1));
+      for (ParamId p : ms.params) CHECK(straight.gather_parameter(p) == second.gather_parameter(p));
+    }
+  }
+}
+
+TEST_CASE("Lion and Adagrad: resume bit for bit at every stage; manifest names their states; cross-load refused") {
+  for (const OptimizerKind kind : {OptimizerKind::lion, OptimizerKind::adagrad}) {
+    for (DType dtype : {DType::f32, DType::bf16}) {
+      for (int stage = 0; stage <= 3; ++stage) {
+        CAPTURE(optimizer_name(kind));
+        CAPTURE(dtype_name(dtype));
+        CAPTURE(stage);
+        const std::string dir =
+            fresh_dir(fmt::format("resume-{}-{}-{}", optimizer_name(kind), dtype_name(dtype), stage));
+        EngineConfig cfg = config_for(dtype, stage);
+        cfg.optimizer.kind = kind;
+        cfg.optimizer.lr_decay = kind == OptimizerKind::adagrad ? 0.1 : 0.0;  // the step count matters
+        Engine straight(cfg, world());
+        CkptModel ms(straight);
+        for (int s = 1; s <= 8; ++s) ms.train_step(straight, s);
+        Engine first(cfg, world());
+        CkptModel m1(first);
+        for (int s = 1; s <= 4; ++s) m1.train_step(first, s);
+        first.save_checkpoint(dir, {});
+        world().barrier();
+        const Manifest man = Manifest::read(dir + "/step-00000004");
+        const std::vector<std::string> want_tensors = {"master", kind == OptimizerKind::lion ? "exp_avg" : "sum"};
+        CHECK(man.tensors == want_tensors);
+        CHECK(man.optimizer.at("type") == optimizer_name(kind));
+        Engine second(cfg, world());
+        CkptModel m2(second);
+        second.load_checkpoint(dir);
+        CHECK(m2.state(second) == m1.state(first));
+        for (int s = 5; s <= 8; ++s) m2.train_step(second, s);
+        CHECK(ms.state(straight) == m2.state(second));
+        // The other one-state optimizer cannot read these states.
+        EngineConfig other = cfg;
+        other.optimizer.kind = kind == OptimizerKind::lion ? OptimizerKind::adagrad : OptimizerKind::lion;
+        Engine wrong(other, world());
+        CkptModel mw(wrong);
+        const std::string err = load_error(wrong, dir);
+        CHECK(err.find(fmt::format("holds tensors [master, {}] but this optimizer ({}) needs", want_tensors[1],
+                                   optimizer_name(other.optimizer.kind))) != std::string::npos);
+      }
+    }
+  }
+}
+
+TEST_CASE("layout: latest, manifest, rank files; keep_last removes older checkpoints after the new one") {
+  const std::string dir = fresh_dir("layout");
+  Engine e(config_for(DType::f32, 2), world());
+  CkptModel m(e);
+  for (int s = 1; s <= 3; ++s) {
+    m.train_step(e, s);
+    e.save_checkpoint(dir, {}, 2);
+  }
+  world().barrier();
+  CHECK(fs::exists(dir + "/step-00000003/manifest.json"));
+  CHECK(fs::exists(dir + "/step-00000002/manifest.json"));
+  CHECK(!fs::exists(dir + "/step-00000001"));
+  for (int q = 0; q < world().world_size(); ++q) CHECK(fs::exists(dir + "/step-00000003/" + rank_file_name(q)));
+  const Manifest man = Manifest::read(dir + "/step-00000003");
+  CHECK(man.world_size == world().world_size());
+  CHECK(man.optimizer_steps == 3);
+  CHECK(man.tensors == std::vector<std::string>{"master", "exp_avg", "exp_avg_sq"});
+  std::ifstream latest(dir + "/latest");
+  std::string tag;
+  latest >> tag;
+  CHECK(tag == "step-00000003");
+}
+
+TEST_CASE("a save in the middle of gradient accumulation is refused") {
+  const std::string dir = fresh_dir("midacc");
+  EngineConfig cfg = config_for(DType::f32, 1);
+  cfg.gradient_accumulation_steps = 2;
+  Engine e(cfg, world());
+  CkptModel m(e);
+  m.train_step(e, 1);  // micro-batch 1 of 2
+  CHECK_THROWS_WITH_AS(e.save_checkpoint(dir, {}), doctest::Contains("micro-batch 1 of 2"), Error);
+}
+
+TEST_CASE("corruption, truncation, deletion, another model, another version: clear errors, nothing loaded") {
+  const std::string dir = fresh_dir("errors");
+  const EngineConfig cfg = config_for(DType::f32, 3);
+  Engine e(cfg, world());
+  CkptModel m(e);
+  m.train_step(e, 1);
+  const std::string tag = e.save_checkpoint(dir, {});
+  const std::string cdir = dir + "/" + tag;
+  const std::string shard0 = cdir + "/" + rank_file_name(0);
+  auto expect_error = [&](const std::string& needle) {
+    Engine fresh(cfg, world());
+    CkptModel fm(fresh);
+    const std::vector<float> before = fm.state(fresh);
+    const std::string err = load_error(fresh, dir);
+    CHECK_MESSAGE(err.find(needle) != std::string::npos, "error \"" << err << "\" lacks \"" << needle << "\"");
+    CHECK(fm.state(fresh) == before);  // nothing half-loaded
+    CHECK(fresh.optimizer_steps() == 0);
+  };
+  auto on_rank0 = [&](auto&& f) {
+    if (world().rank() == 0) f();
+    world().barrier();
+  };
+  // Flipped byte: CRC mismatch naming the file (rank 0's shard is read by rank 0 at least).
+  on_rank0([&] { flip_bits(shard0, 40, 0x40); });
+  expect_error(rank_file_name(0));
+  on_rank0([&] { flip_bits(shard0, 40, 0x40); });  // restore
+  CHECK(load_error(e, dir).empty());
+  // Truncated shard.
+  on_rank0([&] {
+    fs::copy_file(shard0, shard0 + ".bak");
+    fs::resize_file(shard0, fs::file_size(shard0) - 7);
+  });
+  expect_error("truncated");
+  // Deleted shard.
+  on_rank0([&] { fs::remove(shard0); });
+  expect_error(rank_file_name(0));
+  on_rank0([&] { fs::rename(shard0 + ".bak", shard0); });
+  CHECK(load_error(e, dir).empty());
+  // Another model: a shape differs.
+  {
+    Engine other(cfg, world());
+    const UnitId a = other.add_unit("a"), b = other.add_unit("b"), c = other.add_unit("c");
+    other.add_parameter(a, "a.bias", {3});
+    other.add_parameter(b, "b.weight", {7, 6});
+    other.add_parameter(b, "b.bias", {11});
+    other.add_parameter(b, "b.extra", {491});
+    other.add_parameter(c, "c.weight", {461});
+    other.finalize();
+    const std::string err = load_error(other, dir);
+    CHECK(err.find("different model") != std::string::npos);
+    CHECK(err.find("\"b.weight\": checkpoint shape [7, 5], model shape [7, 6]") != std::string::npos);
+  }
+  // Unsupported format version.
+  on_rank0([&] {
+    auto j = nlohmann::json::parse(std::ifstream(cdir + "/manifest.json"));
+    j["format_version"] = 99;
+    std::ofstream(cdir + "/manifest.json") << j.dump();
+  });
+  expect_error("format version 99");
+}
