@@ -35,7 +35,7 @@
 #include "examples/gpt/gpt_model.h"
 #include "examples/gpt/text_corpus.h"
 #include "examples/job_config.h"
-#include "examples/job_error.h"
+#include "examples/end_job.h"
 #include "examples/report/progress_line.h"
 #include "examples/report/plan_lines.h"
 #include "examples/report/run_charts.h"
