@@ -9,7 +9,7 @@
 
 #include "comm/communicator.h"
 #include "core/error.h"
-#include "examples/checkpoint/error_message.h"
+#include "examples/report/error_message.h"
 #include "comm/collective_error.h"
 
 namespace zeroshard::examples {

@@ -33,7 +33,7 @@
 
 #include "comm/communicator.h"
 #include "core/error.h"
-#include "examples/checkpoint/error_message.h"
+#include "examples/report/error_message.h"
 #include "examples/job_config.h"
 #include "examples/end_job.h"
 #include "examples/fashion_mnist/compare_stages.h"

@@ -11,7 +11,7 @@
 #include "runtime/plan/memory_estimate.h"
 #include "runtime/plan/model_description.h"
 
-namespace zeroshard::examples {
+namespace zeroshard::tools {
 
 /// The rank whose estimate holds the most bytes after finalize() among
 /// `world` ranks; on a tie (shards are equal in size, so usually) the
@@ -28,4 +28,4 @@ int largest_rank(const ModelDescription& model, const EngineConfig& config, int 
 std::string plan_report(const ModelDescription& model, const std::string& model_name, const EngineConfig& config,
                         int world, int rank);
 
-}  // namespace zeroshard::examples
+}  // namespace zeroshard::tools

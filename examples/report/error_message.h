@@ -1,4 +1,4 @@
-// Error messages of the example programs: one line each.
+// Error messages of the programs (examples/ and tools/): one line each.
 #pragma once
 
 #include <string>

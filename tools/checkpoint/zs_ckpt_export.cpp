@@ -14,8 +14,8 @@
 #include <string>
 
 #include "core/error.h"
-#include "examples/checkpoint/error_message.h"
-#include "examples/checkpoint/safetensors_export.h"
+#include "examples/report/error_message.h"
+#include "tools/checkpoint/safetensors_export.h"
 
 int main(int argc, char** argv) {
   std::string ckpt, out;
@@ -29,7 +29,7 @@ int main(int argc, char** argv) {
   CLI11_PARSE(app, argc, argv);
 
   try {
-    const auto r = zeroshard::examples::export_safetensors(ckpt, out, !quiet);
+    const auto r = zeroshard::tools::export_safetensors(ckpt, out, !quiet);
     if (!quiet) {
       fmt::print("exported {} ({} at optimizer step {}): {} tensors, {} bytes of fp32 data, {} bytes "
                  "in {} (read buffer {} bytes)\n",

@@ -19,7 +19,7 @@
 #include <vector>
 
 #include "core/error.h"
-#include "examples/checkpoint/error_message.h"
+#include "examples/report/error_message.h"
 #include "runtime/observe/chrome_trace.h"
 
 int main(int argc, char** argv) {
