@@ -15,6 +15,8 @@ import os
 import subprocess
 import sys
 
+from problems import finish
+
 EXTENSIONS = (".h", ".cpp", ".cu", ".cuh", ".sh", ".py")
 
 
@@ -50,13 +52,8 @@ def main():
             if one_edit_apart(a, b):
                 problems.append(f"{', '.join(by_stem[a])} and {', '.join(by_stem[b])}: "
                                 f"the names differ by one letter; rename one")
-    for p in problems:
-        print(p)
-    if problems:
-        print(f"{len(problems)} pair(s) of file names one letter apart")
-        return 1
-    print(f"{len(stems)} file stems: no two differ by one letter")
-    return 0
+    return finish(problems, f"{len(stems)} file stems: no two differ by one letter",
+                  "pair(s) of file names one letter apart")
 
 
 if __name__ == "__main__":
