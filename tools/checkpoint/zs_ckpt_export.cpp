@@ -9,11 +9,9 @@
 #include <fmt/format.h>
 
 #include <CLI/CLI.hpp>
-#include <cstdio>
 #include <exception>
 #include <string>
 
-#include "core/error.h"
 #include "examples/report/error_message.h"
 #include "tools/checkpoint/safetensors_export.h"
 
@@ -37,10 +35,7 @@ int main(int argc, char** argv) {
                  r.buffer_bytes);
     }
     return 0;
-  } catch (const zeroshard::Error& e) {
-    std::fprintf(stderr, "zs_ckpt_export: error: %s\n", zeroshard::examples::one_line_message(e.what()).c_str());
   } catch (const std::exception& e) {
-    std::fprintf(stderr, "zs_ckpt_export: unexpected error: %s\n", zeroshard::examples::one_line_message(e.what()).c_str());
+    return zeroshard::examples::print_error("zs_ckpt_export", e);
   }
-  return 1;
 }

@@ -159,11 +159,7 @@ int main(int argc, char** argv) {
     }
     if (unreadable || !problems.empty()) return 1;
     return all_good ? 0 : 2;
-  } catch (const zeroshard::Error& e) {
-    std::fprintf(stderr, "zs_ckpt_inspect: error: %s\n", zeroshard::examples::one_line_message(e.what()).c_str());
   } catch (const std::exception& e) {
-    std::fprintf(stderr, "zs_ckpt_inspect: unexpected error: %s\n",
-                 zeroshard::examples::one_line_message(e.what()).c_str());
+    return zeroshard::examples::print_error("zs_ckpt_inspect", e);
   }
-  return 1;
 }
