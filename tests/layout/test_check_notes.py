@@ -56,45 +56,43 @@ def expect(name, files, wanted):
         failures.append(f"{name}: expected {wanted}, got {got}")
 
 
-def changed(**edits):
-    files = dict(GOOD)
-    for path, text in edits.items():
-        files[path.replace("__", "/").replace("_DOT_", ".")] = text
-    return files
-
+# (what is wrong, the files that differ from GOOD, the problems expected)
+CASES = [
+    ("a citation of an undefined note",
+     {"a/user.cpp": "// x\n// see <<gamma>>\n"},
+     ["a/user.cpp:2: cites <<gamma>>"]),
+    ("a wrapped citation of an undefined note",
+     {"README.md": "text\n<<alpha\nbeta>>\n"},
+     ["README.md:2: cites <<alpha beta>>"]),
+    ("a note defined twice",
+     {"a/user.cpp": "int x;\n// <<alpha>>\n// again\n"},
+     ["a/alpha.h:1: <<alpha>> is defined 2 times", "a/user.cpp:2: <<alpha>> is defined 2 times"]),
+    ("a definition without text",
+     {"a/alpha.h": GOOD["a/alpha.h"] + "// <<zeta>>\nint x;\n"},
+     ["a/alpha.h:7: <<zeta>> defined here, but the next line", "a/alpha.h:7: <<zeta>> is not in docs/design.md"]),
+    ("a note missing from the index",
+     {"a/more.h": "# <<delta>>\n# text\n"},
+     ["a/more.h:1: <<delta>> is not in docs/design.md"]),
+    ("a note indexed at another file",
+     {"docs/design.md": INDEX.replace("tools/zs-launch", "scripts/zs-launch")},
+     ["docs/design.md:8: <<launch>> is listed at scripts/zs-launch, but tools/zs-launch:2 defines it"]),
+    ("a note indexed twice",
+     {"docs/design.md": INDEX.replace("| <<launch>> |", "| <<launch>>, <<alpha>> |")},
+     ["docs/design.md:8: <<alpha>> is listed again (first at line 7)"]),
+    ("an indexed note no file defines",
+     {"docs/design.md": INDEX.replace("| <<launch>> |", "| <<launch>>, <<omega>> |")},
+     ["docs/design.md:8: cites <<omega>>"]),
+    ("markdown does not define",
+     {"README.md": "# <<epsilon>>\n# heading\n"},
+     ["README.md:1: cites <<epsilon>>"]),
+    ("no index section",
+     {"docs/design.md": "# design\n"},
+     ["docs/design.md: no '## Design notes and where they live' section"]),
+]
 
 expect("a good tree", GOOD, [])
-expect("a citation of an undefined note",
-       changed(a__user_DOT_cpp="// x\n// see <<gamma>>\n"),
-       ["a/user.cpp:2: cites <<gamma>>"])
-expect("a wrapped citation of an undefined note",
-       changed(README_DOT_md="text\n<<alpha\nbeta>>\n"),
-       ["README.md:2: cites <<alpha beta>>"])
-expect("a note defined twice",
-       changed(a__user_DOT_cpp="int x;\n// <<alpha>>\n// again\n"),
-       ["a/alpha.h:1: <<alpha>> is defined 2 times", "a/user.cpp:2: <<alpha>> is defined 2 times"])
-expect("a definition without text",
-       changed(a__alpha_DOT_h=GOOD["a/alpha.h"] + "// <<zeta>>\nint x;\n"),
-       ["a/alpha.h:7: <<zeta>> defined here, but the next line",
-        "a/alpha.h:7: <<zeta>> is not in docs/design.md"])
-expect("a note missing from the index",
-       changed(a__more_DOT_h="# <<delta>>\n# text\n"),
-       ["a/more.h:1: <<delta>> is not in docs/design.md"])
-expect("a note indexed at another file",
-       changed(docs__design_DOT_md=INDEX.replace("tools/zs-launch", "scripts/zs-launch")),
-       ["docs/design.md:8: <<launch>> is listed at scripts/zs-launch, but tools/zs-launch:2 defines it"])
-expect("a note indexed twice",
-       changed(docs__design_DOT_md=INDEX.replace("| <<launch>> |", "| <<launch>>, <<alpha>> |")),
-       ["docs/design.md:8: <<alpha>> is listed again (first at line 7)"])
-expect("an indexed note no file defines",
-       changed(docs__design_DOT_md=INDEX.replace("| <<launch>> |", "| <<launch>>, <<omega>> |")),
-       ["docs/design.md:8: cites <<omega>>"])
-expect("markdown does not define",
-       changed(README_DOT_md="# <<epsilon>>\n# heading\n"),
-       ["README.md:1: cites <<epsilon>>"])
-expect("no index section",
-       changed(docs__design_DOT_md="# design\n"),
-       ["docs/design.md: no '## Design notes and where they live' section"])
+for name, edits, wanted in CASES:
+    expect(name, {**GOOD, **edits}, wanted)
 
 for f in failures:
     print(f)
