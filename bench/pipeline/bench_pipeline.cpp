@@ -1,7 +1,7 @@
 // bench_pipeline: the pipeline bubble and the activation memory per stage
 // of the GPipe and 1F1B schedules (parallel/pipeline_schedule.h) as the
 // PipelineExecutor (parallel/pipeline_executor.h) runs them, against their
-// closed forms (bench/README.md, "## pipeline"). Run under mpirun with p
+// closed forms (bench/pipeline/README.md). Run under mpirun with p
 // ranks: one pipeline of p stages (Mesh dp = tp = 1, pp = p).
 //
 // Every stage is the same synthetic layer block: a forward takes t_f
@@ -10,7 +10,7 @@
 // transfer, a stage's wake-up after its sleep or its message) are a fixed
 // time each, so their share of the bubble shrinks as t_f grows: with two
 // compilers running beside it on 2 cores, --quick failed 3 of 20 runs at
-// t_f = 4 ms and none of 36 at 8 ms (bench/README.md, "## pipeline").
+// t_f = 4 ms and none of 36 at 8 ms (bench/pipeline/README.md).
 // By default a stage spends that time asleep (--compute sleep): 4 ranks
 // on a 2-core machine then measure the schedule (who waits for whom), not
 // the CPU contention of ranks that would all want a core at once.

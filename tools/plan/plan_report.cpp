@@ -17,17 +17,15 @@ std::string bytes_text(std::uint64_t b) { return fmt::format("{:>15} ({})", b, f
 }  // namespace
 
 int largest_rank(const ModelDescription& model, const EngineConfig& config, int world) {
+  // Every array is a unit's padded buffer or its 1/world shard, so the
+  // ranks hold the same bytes and differ only in which elements are
+  // padding: the last rank's shards hold each unit's tail. Comparing the
+  // first and the last rank is then exact, where laying out every rank
+  // took time linear in the world size (87 s for 1e7 ranks).
   const FlatLayout layout = model.layout(world);
-  int best = 0;
-  std::uint64_t most = 0;
-  for (int r = 0; r < world; ++r) {
-    const std::uint64_t b = estimate_memory(layout, config, r).after_finalize.current_total();
-    if (r == 0 || b >= most) {
-      best = r;
-      most = b;
-    }
-  }
-  return best;
+  const std::uint64_t first = estimate_memory(layout, config, 0).after_finalize.current_total();
+  const std::uint64_t last = estimate_memory(layout, config, world - 1).after_finalize.current_total();
+  return first > last ? 0 : world - 1;
 }
 
 std::string plan_report(const ModelDescription& model, const std::string& model_name, const EngineConfig& config,
