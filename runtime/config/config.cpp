@@ -249,9 +249,15 @@ void read_precision(const Reader& r, EngineConfig& c, ConfigDiagnostics& d) {
   r.get("fp16.loss_scale_window", ls.loss_scale_window);
   r.get("fp16.hysteresis", ls.hysteresis);
   r.get("fp16.min_loss_scale", ls.min_loss_scale);
-  read_choice<DType>(r, "communication_data_type",
-                     {{"fp32", DType::f32}, {"bf16", DType::bf16}, {"fp16", DType::f16}},
-                     "is invalid: use fp32, bf16 or fp16", c.communication_data_type, d);
+  // Any case, as DeepSpeed lower-cases it ("bfp16" was mapped to bf16 before).
+  std::string comm;
+  if (r.get("communication_data_type", comm)) {
+    const std::string l = lower(comm);
+    if (l == "fp32") c.communication_data_type = DType::f32;
+    else if (l == "bf16") c.communication_data_type = DType::bf16;
+    else if (l == "fp16") c.communication_data_type = DType::f16;
+    else d.bad_value("communication_data_type", comm, "is invalid: use fp32, bf16 or fp16");
+  }
 }
 
 OffloadDevice read_device(const Reader& r, const std::string& path, ConfigDiagnostics& d) {

@@ -15,16 +15,16 @@ using T = KeyType;
 // Shorthands for the rows below.
 ConfigKey impl(const char* path, T type, const char* dflt, const char* what, bool auto_ok = false,
                const char* only_for = "") {
-  return ConfigKey{path, type, S::implemented, dflt, what, auto_ok, "", only_for, ""};
+  return ConfigKey{path, type, S::implemented, dflt, what, auto_ok, "", only_for, "", ""};
 }
-ConfigKey quiet(const char* path, T type, const char* what, const char* neutral = "") {
-  return ConfigKey{path, type, S::no_effect, "", what, false, neutral, "", ""};
+ConfigKey quiet(const char* path, T type, const char* what, const char* neutral = "", const char* refusal = "") {
+  return ConfigKey{path, type, S::no_effect, "", what, false, neutral, "", "", refusal};
 }
 ConfigKey refuse(const char* path, T type, const char* why) {
-  return ConfigKey{path, type, S::refused, "", why, false, "", "", ""};
+  return ConfigKey{path, type, S::refused, "", why, false, "", "", "", ""};
 }
 ConfigKey legacy(const char* path, T type, const char* maps_to) {
-  return ConfigKey{path, type, S::legacy, "", "older DeepSpeed spelling", false, "", "", maps_to};
+  return ConfigKey{path, type, S::legacy, "", "older DeepSpeed spelling", false, "", "", maps_to, ""};
 }
 
 std::vector<ConfigKey> make_table() {
@@ -45,8 +45,9 @@ std::vector<ConfigKey> make_table() {
            true),
       impl("steps_per_print", T::int64, "10", "how often the example programs log (>= 1)"),
       impl("communication_data_type", T::string, "fp32",
-           "fp32, bf16 or fp16: the dtype gradients travel in (16-bit gradients are widened, reduced in fp32 "
-           "and rounded once by default)"),
+           "fp32, bf16 or fp16, in any case as DeepSpeed reads it: the dtype gradients travel in (16-bit gradients "
+           "are widened, reduced in fp32 and rounded once by default); \"bfp16\", DeepSpeed's spelling of bf16 "
+           "before 0.14.1, is read as bf16 with a note"),
       impl("optimizer", T::section, "AdamW", "the optimizer: {type, params}"),
       impl("optimizer.type", T::string, "AdamW",
            "Adam, AdamW, SGD, Lion or Adagrad (case-insensitive); as in DeepSpeed, Adam means AdamW unless "
@@ -113,11 +114,19 @@ std::vector<ConfigKey> make_table() {
       impl("fp16.loss_scale_window", T::int64, "1000", "clean steps before the scale doubles (>= 1)"),
       impl("fp16.hysteresis", T::int32, "2", "overflows tolerated before halving (>= 1)"),
       impl("fp16.min_loss_scale", T::float64, "1", "floor of the dynamic scale (> 0)"),
-      refuse("fp16.auto_cast", T::any, "DeepSpeed casts the model's inputs to fp16; the program owns its inputs here"),
+      quiet("fp16.auto_cast", T::boolean, "DeepSpeed's cast of the model's inputs to fp16, off", "false",
+            "DeepSpeed would cast the model's inputs to fp16; the program owns its inputs here"),
       quiet("fp16.consecutive_hysteresis", T::boolean, "zeroshard's hysteresis counts any overflows", "false"),
       quiet("fp16.fp16_master_weights_and_grads", T::boolean, "zeroshard always keeps fp32 master weights", "false"),
       impl("bf16", T::section, "", "bf16 mixed precision with fp32 master weights"),
       impl("bf16.enabled", T::boolean, "false", "parameters and gradients in bf16", true),
+      // DeepSpeed reads only enabled (and immediate_grad_update) from bf16;
+      // templates copy the fp16 section's loss-scale keys into it.
+      quiet("bf16.loss_scale", T::float64, "DeepSpeed ignores loss scaling keys under bf16 (bf16 is never scaled); so does zeroshard"),
+      quiet("bf16.initial_scale_power", T::int32, "as bf16.loss_scale"),
+      quiet("bf16.loss_scale_window", T::int64, "as bf16.loss_scale"),
+      quiet("bf16.hysteresis", T::int32, "as bf16.loss_scale"),
+      quiet("bf16.min_loss_scale", T::float64, "as bf16.loss_scale"),
       legacy("bfloat16", T::section, "bf16"),
       impl("zero_optimization", T::section, "", "ZeRO sharding; DeepSpeed's older form true / false means stage 1 / 0"),
       impl("zero_optimization.stage", T::int32, "0", "0 (DDP), 1 (optimizer state), 2 (+ gradients), 3 (+ parameters)"),
@@ -132,7 +141,9 @@ std::vector<ConfigKey> make_table() {
       impl("zero_optimization.contiguous_gradients", T::boolean, "true",
            "only true: gradients are always one flat buffer per unit"),
       impl("zero_optimization.sub_group_size", T::count, "1e9",
-           "optimizer-state elements per swap-pipeline stage, rounded down to a multiple of 4096"),
+           "optimizer-state elements per swap-pipeline stage, rounded down to a multiple of 4096; 0 (axolotl's "
+           "templates) or less than 4096 is the smallest sub-group, 4096 elements (DeepSpeed: one parameter each); "
+           "results do not depend on it"),
       impl("zero_optimization.offload_optimizer", T::section, "", "offload tier of optimizer state (stages 1-3)"),
       impl("zero_optimization.offload_optimizer.device", T::string, "none", "none, cpu or nvme"),
       impl("zero_optimization.offload_optimizer.nvme_path", T::string, "", "swap folder (required with nvme)"),
@@ -205,11 +216,17 @@ std::vector<ConfigKey> make_table() {
            "any stage"),
       legacy("zero_optimization.stage3_gather_fp16_weights_on_model_save", T::boolean,
              "zero_optimization.stage3_gather_16bit_weights_on_model_save"),
+      legacy("zero_optimization.gather_16bit_weights_on_model_save", T::boolean,
+             "zero_optimization.stage3_gather_16bit_weights_on_model_save"),
       quiet("zero_optimization.stage3_module_granularity_threshold", T::count,
             "groups small torch modules into one fetch; zeroshard's fetch granularity is the unit the program "
             "declares"),
       quiet("zero_optimization.stage3_use_all_reduce_for_fetch_params", T::boolean,
             "an all-reduce instead of an all-gather to fetch parameters; same values"),
+      legacy("zero_optimization.module_granularity_threshold", T::count,
+             "zero_optimization.stage3_module_granularity_threshold"),
+      legacy("zero_optimization.use_all_reduce_for_fetch_params", T::boolean,
+             "zero_optimization.stage3_use_all_reduce_for_fetch_params"),
       legacy("allgather_size", T::count, "zero_optimization.allgather_bucket_size (with zero_optimization true)"),
       impl("aio", T::section, "", "the NVMe I/O engine (offload/aio_config.h)"),
       impl("aio.block_size", T::int64, "1048576", "bytes per I/O piece, a multiple of 4096"),
@@ -244,10 +261,26 @@ std::vector<ConfigKey> make_table() {
       quiet("memory_breakdown", T::boolean, "DeepSpeed's memory log; see the engine's ledger"),
       quiet("dump_state", T::boolean, "DeepSpeed prints its config at start"),
       quiet("activation_checkpointing", T::object, "recomputation is the program's model's business; same values"),
-      quiet("flops_profiler", T::object, "profiler"),
-      quiet("tensorboard", T::object, "monitor"),
-      quiet("wandb", T::object, "monitor"),
+      quiet("flops_profiler", T::object,
+            "DeepSpeed's FLOPs profiler prints a per-module profile; zeroshard has none (wall_clock_breakdown prints "
+            "its step breakdown)"),
       quiet("csv_monitor", T::object, "monitor"),
+      quiet("tensorboard", T::object, "DeepSpeed's TensorBoard monitor, off", R"({"enabled": false})",
+            "zeroshard writes no TensorBoard event files (docs/config.md, \"Monitor\"): the run would log nothing "
+            "there; set tensorboard.enabled to false and use csv_monitor, which writes the same series"),
+      quiet("wandb", T::object, "DeepSpeed's Weights & Biases monitor, off", R"({"enabled": false})",
+            "zeroshard has no W&B client: the run would log nothing there; set wandb.enabled to false and use "
+            "csv_monitor"),
+      quiet("comet", T::object, "DeepSpeed's Comet monitor, off", R"({"enabled": false})",
+            "zeroshard has no Comet client: the run would log nothing there; set comet.enabled to false and use "
+            "csv_monitor"),
+      quiet("monitor_config", T::object,
+            "DeepSpeed does not read this key: monitor_config is the name under which it prints the settings it "
+            "reads from the top-level tensorboard, wandb, csv_monitor and comet sections; write csv_monitor to "
+            "write the monitor"),
+      quiet("comms_config", T::object,
+            "DeepSpeed does not read this key: comms_config is the name under which it prints its comms_logger "
+            "settings; write comms_logger for the communication log"),
       impl("comms_logger", T::section, "", "the communication log (comm/comms_log.h)"),
       impl("comms_logger.enabled", T::boolean, "false", "count, bytes, latency, algbw and busbw per collective kind and size"),
       impl("comms_logger.verbose", T::boolean, "false", "print each logged collective as it completes"),
@@ -351,7 +384,8 @@ std::string config_reference_markdown() {
       "The keys of a file accepted without effect are named in one warning line, and its legacy spellings, with "
       "what each became, in another (`EngineConfig::warnings`, printed by the examples); strict mode (`zeroshard.strict` or "
       "`ConfigOptions::strict`) makes them errors. A key with a value in the \"only\" column is accepted only "
-      "with that value; any other value would change the math and is an error.\n";
+      "with that value (a section: only with those values of the keys it names); any other value would change the "
+      "math, or asks for what zeroshard cannot do, and is an error saying which.\n";
   auto cell = [](std::string s) {
     std::string r;
     for (char c : s) r += c == '|' ? std::string("\\|") : std::string(1, c);

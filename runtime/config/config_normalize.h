@@ -24,8 +24,11 @@ nlohmann::json* json_at(nlohmann::json& doc, const std::string& path);
 /// Rewrites the legacy spellings DeepSpeed still maps (zero_optimization
 /// true/false, allgather_size, bfloat16, zero_optimization.cpu_offload,
 /// cpu_offload_param, cpu_offload_use_pin_memory,
-/// zero_optimization.stage3_gather_fp16_weights_on_model_save;
-/// aio.thread_count is mapped by AioConfig) into current keys of `doc`. Records one note line
+/// zero_optimization.stage3_gather_fp16_weights_on_model_save, the field
+/// names of DeepSpeed's stage3_* keys (prefetch_bucket_size,
+/// gather_16bit_weights_on_model_save, ...), communication_data_type
+/// "bfp16"; aio.thread_count is mapped by AioConfig) into current keys of
+/// `doc`. Records one note line
 /// saying what each became (a problem instead when `strict`), and a
 /// problem for a form DeepSpeed refuses too (a bare stage number).
 void normalize_legacy(nlohmann::json& doc, bool strict, ConfigDiagnostics& d);

@@ -7,6 +7,7 @@
 #include <utility>
 
 #include <doctest/doctest.h>
+#include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
 #include "core/error.h"
@@ -282,6 +283,91 @@ TEST_CASE("ds_config: legacy spellings DeepSpeed maps") {
   CHECK(has_warning(c, "zero_optimization.max_live_parameters -> zero_optimization.stage3_max_live_parameters"));
   CHECK(error_of(R"({"zero_optimization": {"stage": 3, "max_live_parameters": 1, "stage3_max_live_parameters": 2}})")
             .find("keep stage3_max_live_parameters") != std::string::npos);
+}
+
+TEST_CASE("ds_config: every spelling DeepSpeed's parser takes for the keys zeroshard reads") {
+  // communication_data_type: any case (DeepSpeed lower-cases it), and
+  // "bfp16", its spelling of bf16 before 0.14.1, with a note.
+  EngineConfig c = EngineConfig::from_json(json::parse(R"({"communication_data_type": "BF16"})"));
+  CHECK(c.communication_data_type == DType::bf16);
+  CHECK(c.warnings.empty());
+  c = EngineConfig::from_json(json::parse(R"({"communication_data_type": "Fp16"})"));
+  CHECK(c.communication_data_type == DType::f16);
+  c = EngineConfig::from_json(json::parse(R"({"communication_data_type": "bfp16"})"));
+  CHECK(c.communication_data_type == DType::bf16);
+  CHECK(has_warning(c, "communication_data_type \"bfp16\" -> \"bf16\" (DeepSpeed's spelling before 0.14.1)"));
+  CHECK(error_of(R"({"communication_data_type": "bfloat16"})")
+            .find("\"communication_data_type\" = \"bfloat16\" is invalid: use fp32, bf16 or fp16") !=
+        std::string::npos);
+  // The field name of stage3_gather_16bit_weights_on_model_save (axolotl's
+  // templates), and of the two no-effect stage3_* keys.
+  c = EngineConfig::from_json(json::parse(
+      R"({"zero_optimization": {"stage": 3, "gather_16bit_weights_on_model_save": true,
+          "module_granularity_threshold": 0, "use_all_reduce_for_fetch_params": false}})"));
+  CHECK(c.zero.gather_16bit_weights_on_model_save);
+  CHECK(has_warning(c, "zero_optimization.gather_16bit_weights_on_model_save -> "
+                       "zero_optimization.stage3_gather_16bit_weights_on_model_save"));
+  CHECK(has_warning(c, "zero_optimization.module_granularity_threshold -> "
+                       "zero_optimization.stage3_module_granularity_threshold"));
+  CHECK(has_warning(c, "accepted without effect in zeroshard (docs/config.md says why each changes nothing here): "
+                       "zero_optimization.stage3_module_granularity_threshold, "
+                       "zero_optimization.stage3_use_all_reduce_for_fetch_params"));
+  // bf16 with the fp16 section's loss-scale keys (Megatron-DeepSpeed's
+  // "bfloat16": {"enabled": true, "loss_scale": 1.0}): DeepSpeed ignores them.
+  c = EngineConfig::from_json(json::parse(
+      R"({"bfloat16": {"enabled": true, "loss_scale": 0, "initial_scale_power": 16, "loss_scale_window": 1000,
+          "hysteresis": 2, "min_loss_scale": 1}})"));
+  CHECK(c.compute_dtype == DType::bf16);
+  CHECK(has_warning(c, "bfloat16 -> bf16"));
+  for (const char* key : {"bf16.loss_scale", "bf16.initial_scale_power", "bf16.loss_scale_window", "bf16.hysteresis",
+                          "bf16.min_loss_scale"}) {
+    CHECK(has_warning(c, key));
+  }
+  CHECK(error_of(R"({"bf16": {"enabled": true, "loss_scale": "dynamic"}})")
+            .find("\"bf16.loss_scale\" = \"dynamic\" must be a number") != std::string::npos);
+  // fp16.auto_cast false (axolotl's templates) changes nothing; true is refused with DeepSpeed's meaning.
+  c = EngineConfig::from_json(json::parse(R"({"fp16": {"enabled": true, "auto_cast": false}})"));
+  CHECK(c.compute_dtype == DType::f16);
+  CHECK(has_warning(c, "fp16.auto_cast"));
+  CHECK(error_of(R"({"fp16": {"enabled": true, "auto_cast": true}})")
+            .find("\"fp16.auto_cast\" = true is not supported: DeepSpeed would cast the model's inputs to fp16") !=
+        std::string::npos);
+  // sub_group_size 0 (axolotl's ZeRO-3 templates): the smallest sub-group.
+  c = EngineConfig::from_json(json::parse(R"({"zero_optimization": {"stage": 3, "sub_group_size": 0}})"));
+  CHECK(c.offload.sub_group_size == 0);
+  CHECK(c.offload.sub_group_elements() == 4096);
+  CHECK(error_of(R"({"zero_optimization": {"stage": 3, "sub_group_size": -1}})")
+            .find("\"zero_optimization.sub_group_size\" = -1 must be >= 0") != std::string::npos);
+}
+
+TEST_CASE("ds_config: monitors and the names DeepSpeed prints its settings under") {
+  // LLaMA-Factory's comms_config and monitor_config, flops_profiler on
+  // (Megatron-DeepSpeed), disabled wandb / comet / tensorboard: one warning
+  // line names them all.
+  const EngineConfig c = EngineConfig::from_json(json::parse(R"({
+      "comms_config": {"verbose": false},
+      "monitor_config": {"enabled": true, "tag": "DeepSpeedMonitor", "csv_monitor": {"enabled": false}},
+      "flops_profiler": {"enabled": true, "profile_step": -1, "output_file": null},
+      "wandb": {"enabled": false, "project": "p"},
+      "comet": {"enabled": false, "samples_log_interval": 100},
+      "tensorboard": {"output_path": "tb"}})"));
+  REQUIRE(c.warnings.size() == 1);
+  for (const char* key : {"comms_config", "monitor_config", "flops_profiler", "wandb", "comet", "tensorboard"}) {
+    CHECK(c.warnings[0].find(key) != std::string::npos);
+  }
+  // A monitor zeroshard cannot write is refused, saying what to use.
+  for (const char* monitor : {"tensorboard", "wandb", "comet"}) {
+    const std::string m = error_of(fmt::format(R"({{"{}": {{"enabled": true}}}})", monitor));
+    INFO(m);
+    CHECK(m.find(fmt::format("\"{}\" = {{\"enabled\":true}} is not supported: zeroshard", monitor)) !=
+          std::string::npos);
+    CHECK(m.find("use csv_monitor") != std::string::npos);
+  }
+  // Sections that would change the math stay errors with their reason.
+  CHECK(error_of(R"({"sparse_attention": {"mode": "fixed"}})")
+            .find("the model's attention would silently stay dense") != std::string::npos);
+  CHECK(error_of(R"({"compression_training": {}})").find("quantization and pruning change the model") !=
+        std::string::npos);
 }
 
 TEST_CASE("ds_config: the stage3_* knobs: defaults, bad values, typos") {
