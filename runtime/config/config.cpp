@@ -415,6 +415,22 @@ void collect_range_problems(const EngineConfig& c, ConfigDiagnostics& d) {
   }
 }
 
+// The batch keys the file left "auto" and the arithmetic derived (after
+// resolve_batch), with the division or product that gave each.
+void record_batch_fills(const EngineConfig& c, const std::set<std::string>& batch_auto, std::vector<AutoFill>& fills) {
+  if (batch_auto.count("train_micro_batch_size_per_gpu")) {
+    fills.push_back({"train_micro_batch_size_per_gpu", c.train_micro_batch_size_per_gpu,
+                     "train_batch_size / (accumulation x world)"});
+  }
+  if (batch_auto.count("gradient_accumulation_steps")) {
+    fills.push_back({"gradient_accumulation_steps", c.gradient_accumulation_steps,
+                     "train_batch_size / (micro x world)"});
+  }
+  if (batch_auto.count("train_batch_size")) {
+    fills.push_back({"train_batch_size", *c.train_batch_size, "micro x accumulation x world"});
+  }
+}
+
 }  // namespace
 
 EngineConfig EngineConfig::from_json(const json& j, const std::string& source, const ConfigOptions& options) {
@@ -425,7 +441,8 @@ EngineConfig EngineConfig::from_json(const json& j, const std::string& source, c
   const bool strict = options.strict || (strict_v && strict_v->is_boolean() && strict_v->get<bool>());
   normalize_legacy(doc, strict, d);
   std::set<std::string> unfilled;
-  const std::set<std::string> batch_auto = resolve_auto(doc, options, unfilled, d);
+  std::vector<AutoFill> fills;
+  const std::set<std::string> batch_auto = resolve_auto(doc, options, unfilled, fills, d);
   const std::set<std::string> bad = check_keys(doc, strict, unfilled, d);
   EngineConfig c;
   c.source = source;
@@ -452,6 +469,7 @@ EngineConfig EngineConfig::from_json(const json& j, const std::string& source, c
     if (options.world_size && d.ok()) {
       try {
         c.resolve_batch(*options.world_size);
+        record_batch_fills(c, batch_auto, fills);
       } catch (const ConfigError& e) {
         record(d, e);
       }
@@ -459,6 +477,7 @@ EngineConfig EngineConfig::from_json(const json& j, const std::string& source, c
   }
   d.throw_if_any();
   c.warnings = d.warnings();
+  c.auto_fills = std::move(fills);
   return c;
 }
 

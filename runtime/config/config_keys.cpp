@@ -5,6 +5,8 @@
 
 #include <fmt/format.h>
 
+#include "runtime/config/config_options.h"
+
 namespace zeroshard {
 
 namespace {
@@ -213,7 +215,7 @@ std::vector<ConfigKey> make_table() {
            "save_checkpoint also writes model.safetensors into the checkpoint: every parameter's full tensor in the "
            "compute dtype (F32, BF16 or F16), gathered to rank 0 one unit at a time at stage 3; on a tp > 1 mesh "
            "each tp rank's slices in its tp-NN checkpoint (docs/checkpoint-format.md, \"Consolidated weights\"); "
-           "any stage"),
+           "any stage", true),
       legacy("zero_optimization.stage3_gather_fp16_weights_on_model_save", T::boolean,
              "zero_optimization.stage3_gather_16bit_weights_on_model_save"),
       legacy("zero_optimization.gather_16bit_weights_on_model_save", T::boolean,
@@ -373,11 +375,11 @@ std::string config_reference_markdown() {
       "zeroshard reads DeepSpeed's `ds_config` JSON (`EngineConfig::from_file`). Every problem in a file is "
       "reported in one `ConfigError`: key path, the value as written (a short prefix of a long one), what is "
       "wrong, and for an unknown key the closest known key of its section. `\"auto\"` (what HF Trainer and "
-      "Accelerate fill in) is accepted where the table says so and must be filled by the program through "
-      "`ConfigOptions::fill(key, value)` (bucket sizes also from `ConfigOptions::hidden_size`, by the rules of "
-      "HF's DeepSpeed integration: `reduce_bucket_size` = hidden^2, `stage3_prefetch_bucket_size` = "
-      "0.9 hidden^2, `stage3_param_persistence_threshold` = 10 hidden); one left unfilled is an error listing "
-      "all of them. The batch keys follow DeepSpeed's arithmetic: any two of `train_batch_size`, "
+      "Accelerate fill in) is accepted where the table says so and is filled by the program: "
+      "`ConfigOptions::from_program(ProgramValues)` fills every such key by HF Trainer's rules from the "
+      "program's own settings (section \"auto\" below), `ConfigOptions::fill(key, value)` one key; one left "
+      "unfilled is an error listing all of them, and `EngineConfig::auto_fills` records what each became (the "
+      "example programs print it in one line). The batch keys follow DeepSpeed's arithmetic: any two of `train_batch_size`, "
       "`train_micro_batch_size_per_gpu` and `gradient_accumulation_steps` give the third at the world size; "
       "`train_batch_size` alone gives accumulation 1. Without any of them the micro-batch is 1 (DeepSpeed "
       "refuses such a file).\n\n"
@@ -398,6 +400,15 @@ std::string config_reference_markdown() {
     if (*k.only_for) what += fmt::format(" (only for {})", k.only_for);
     out += fmt::format("| `{}` | {} | {} | {} |\n", k.path, *k.default_text ? cell(k.default_text) : "",
                        k.auto_ok ? "yes" : "", cell(what));
+  }
+  out += "\n## \"auto\": what fills it\n\n"
+         "`ConfigOptions::from_program` fills each key the file sets to `\"auto\"` as HF Trainer does from its "
+         "`TrainingArguments` and the model; the names are `ProgramValues`' fields. Unlike HF, which refuses a file "
+         "whose value differs from its argument, a value the file sets itself is kept. A key the file leaves out "
+         "stays at its default (HF fills only `\"auto\"`).\n\n"
+         "| key | \"auto\" becomes | in HF's terms | rule from |\n|---|---|---|---|\n";
+  for (const AutoRule& r : auto_rules()) {
+    out += fmt::format("| `{}` | {} | {} | {} |\n", r.key, cell(r.value), cell(r.hf), cell(r.source));
   }
   out += "\n## Legacy spellings (accepted and mapped, with a note)\n\n| key | becomes |\n|---|---|\n";
   for (const ConfigKey& k : config_keys()) {

@@ -264,7 +264,7 @@ void normalize_legacy(json& doc, bool strict, ConfigDiagnostics& d) {
 }
 
 std::set<std::string> resolve_auto(json& doc, const ConfigOptions& o, std::set<std::string>& unfilled,
-                                   ConfigDiagnostics& d) {
+                                   std::vector<AutoFill>& fills, ConfigDiagnostics& d) {
   for (const auto& [key, value] : o.values) {
     const ConfigKey* row = find_config_key(key);
     if (!row || !row->auto_ok) {
@@ -284,6 +284,8 @@ std::set<std::string> resolve_auto(json& doc, const ConfigOptions& o, std::set<s
     if (!is_auto(v)) continue;
     if (const auto it = o.values.find(path); it != o.values.end()) {
       *v = it->second;
+      const auto rule = o.rules.find(path);
+      fills.push_back({path, *v, rule != o.rules.end() ? rule->second : "ConfigOptions::fill"});
       continue;
     }
     if (o.hidden_size && (path == "zero_optimization.reduce_bucket_size" ||
@@ -294,6 +296,10 @@ std::set<std::string> resolve_auto(json& doc, const ConfigOptions& o, std::set<s
         *v = path == "zero_optimization.reduce_bucket_size"            ? b.reduce_bucket_size
              : path == "zero_optimization.stage3_prefetch_bucket_size" ? b.stage3_prefetch_bucket_size
                                                                        : b.stage3_param_persistence_threshold;
+        const char* rule = path == "zero_optimization.reduce_bucket_size"            ? "hidden^2"
+                           : path == "zero_optimization.stage3_prefetch_bucket_size" ? "0.9 hidden^2"
+                                                                                     : "10 hidden";
+        fills.push_back({path, *v, fmt::format("{}, hidden {}", rule, *o.hidden_size)});
       } catch (const ConfigError& e) {
         d.problem(e.what());
         unresolved.push_back(path);
@@ -321,8 +327,8 @@ std::set<std::string> resolve_auto(json& doc, const ConfigOptions& o, std::set<s
   if (!unresolved.empty()) {
     d.problem(fmt::format(
         "\"auto\" is left unfilled for {}: the launcher (HF Trainer, Accelerate) or the program must fill it: "
-        "ConfigOptions::fill(key, value) (ConfigOptions::hidden_size for the bucket sizes) before "
-        "EngineConfig::from_file",
+        "ConfigOptions::from_program (HF Trainer's rules) or ConfigOptions::fill(key, value) "
+        "(ConfigOptions::hidden_size for the bucket sizes) before EngineConfig::from_file",
         join(unresolved)));
   }
   unfilled.insert(unresolved.begin(), unresolved.end());

@@ -8,6 +8,7 @@
 
 #include <set>
 #include <string>
+#include <vector>
 
 #include <nlohmann/json.hpp>
 
@@ -34,14 +35,14 @@ nlohmann::json* json_at(nlohmann::json& doc, const std::string& path);
 void normalize_legacy(nlohmann::json& doc, bool strict, ConfigDiagnostics& d);
 
 /// Replaces "auto" by the values `o` supplies (o.values, then the
-/// hidden-size rules). A batch key left "auto" is removed for the batch
-/// arithmetic to derive when the other keys determine it; every other
-/// "auto" left is one problem listing them all. A value in o.values for a
-/// key that may not be "auto" is a problem. Returns the batch keys removed;
-/// adds the keys left "auto" (except stage3_*, which the key check reports)
-/// to `unfilled`.
+/// hidden-size rules), appending each to `fills` with its rule. A batch key
+/// left "auto" is removed for the batch arithmetic to derive when the other
+/// keys determine it; every other "auto" left is one problem listing them
+/// all. A value in o.values for a key that may not be "auto" is a problem.
+/// Returns the batch keys removed; adds the keys left "auto" (except
+/// stage3_*, which the key check reports) to `unfilled`.
 std::set<std::string> resolve_auto(nlohmann::json& doc, const ConfigOptions& o, std::set<std::string>& unfilled,
-                                   ConfigDiagnostics& d);
+                                   std::vector<AutoFill>& fills, ConfigDiagnostics& d);
 
 /// Checks every key of every section against the key table: JSON type,
 /// unknown keys (with the closest known key), keys for another optimizer or

@@ -3,6 +3,7 @@
 #include <cstdio>
 #include <fstream>
 #include <limits>
+#include <map>
 #include <string>
 #include <utility>
 
@@ -148,6 +149,89 @@ TEST_CASE("ds_config: HF ZeRO-2 template with \"auto\" loads once the program fi
         std::string::npos);
 }
 
+TEST_CASE("ds_config: ConfigOptions::from_program fills every \"auto\" as HF Trainer does, and says how") {
+  ProgramValues p;
+  p.micro_batch = 6;
+  p.gradient_accumulation = 3;
+  p.lr = 2e-4;
+  p.beta1 = 0.85;
+  p.beta2 = 0.98;
+  p.eps = 1e-7;
+  p.weight_decay = 0.05;
+  p.gradient_clipping = 0.7;
+  p.precision = DType::bf16;
+  p.hidden_size = 100;
+  p.world_size = 2;
+  p.total_steps = 500;
+  p.warmup_steps = 20;
+  const ConfigOptions o = ConfigOptions::from_program(p);
+  CHECK(o.world_size == 2);
+  CHECK(o.hidden_size == 100);
+  const EngineConfig c = EngineConfig::from_file(config_path("hf_zero2_auto.json"), o);
+  CHECK(c.train_micro_batch_size_per_gpu == 6);
+  CHECK(c.gradient_accumulation_steps == 3);
+  REQUIRE(c.train_batch_size);
+  CHECK(*c.train_batch_size == 36);  // 6 x 3 x 2
+  CHECK(c.gradient_clipping == 0.7);
+  CHECK(c.optimizer.lr == 2e-4);
+  CHECK(c.optimizer.beta1 == 0.85);
+  CHECK(c.optimizer.beta2 == 0.98);
+  CHECK(c.optimizer.eps == 1e-7);
+  CHECK(c.optimizer.weight_decay == 0.05);
+  CHECK(c.scheduler.warmup_min_lr == std::vector<double>{0.0});
+  CHECK(c.scheduler.warmup_max_lr == std::vector<double>{2e-4});
+  CHECK(c.scheduler.warmup_num_steps == 20);
+  CHECK(c.scheduler.total_num_steps == 500);
+  CHECK(c.compute_dtype == DType::bf16);  // fp16 "auto" -> false, bf16 "auto" -> true
+  CHECK(c.zero.reduce_bucket_size == 10000);  // hidden^2
+  // What each "auto" became, in key-table order, with its rule.
+  std::map<std::string, std::pair<json, std::string>> fills;
+  for (const AutoFill& f : c.auto_fills) fills[f.key] = {f.value, f.rule};
+  CHECK(fills.size() == 15);
+  CHECK(fills["train_micro_batch_size_per_gpu"] == std::pair<json, std::string>{6, "micro_batch"});
+  CHECK(fills["train_batch_size"] == std::pair<json, std::string>{36, "micro x accumulation x world"});
+  CHECK(fills["optimizer.params.betas"].first == json{0.85, 0.98});
+  CHECK(fills["scheduler.params.warmup_min_lr"].first == 0);
+  CHECK(fills["fp16.enabled"] == std::pair<json, std::string>{false, "precision == fp16"});
+  CHECK(fills["zero_optimization.reduce_bucket_size"] ==
+        std::pair<json, std::string>{10000, "hidden^2, hidden 100"});
+  const std::string line = auto_fill_summary(c.auto_fills);
+  CHECK(line.find("train_micro_batch_size_per_gpu = 6 (micro_batch), ") != std::string::npos);
+  CHECK(line.find("optimizer.params.betas = [0.85,0.98] ([beta1, beta2])") != std::string::npos);
+  CHECK(line.find("scheduler.params.total_num_steps = 500 (total_steps)") != std::string::npos);
+  CHECK(auto_fill_summary({}).empty());
+  // A value the file sets itself is kept (HF would refuse the mismatch):
+  // hf_zero3_nvme.json fixes micro-batch 2, accumulation 4 and lr 2e-5.
+  const EngineConfig z = EngineConfig::from_file(config_path("hf_zero3_nvme.json"), o);
+  CHECK(z.train_micro_batch_size_per_gpu == 2);
+  CHECK(z.gradient_accumulation_steps == 4);
+  CHECK(z.optimizer.lr == 2e-5);
+  CHECK(z.zero.prefetch_bucket_size == 9000);  // 0.9 x 100^2
+  CHECK(z.zero.param_persistence_threshold == 1000);
+  CHECK(z.auto_fills.size() == 3);  // the three hidden-size keys
+  // Without the run's length, total_num_steps stays "auto": the error names it.
+  ProgramValues no_total = p;
+  no_total.total_steps.reset();
+  const std::string m = load_error("hf_zero2_auto.json", ConfigOptions::from_program(no_total));
+  CHECK(m.find("\"auto\" is left unfilled for scheduler.params.total_num_steps: ") != std::string::npos);
+  // Accelerate's stage3_gather_16bit_weights_on_model_save "auto".
+  p.save_16bit_model = true;
+  const EngineConfig a = EngineConfig::from_json(
+      json::parse(R"({"zero_optimization": {"stage": 3, "stage3_gather_16bit_weights_on_model_save": "auto"}})"),
+      "a.json", ConfigOptions::from_program(p));
+  CHECK(a.zero.gather_16bit_weights_on_model_save);
+  // Every rule the docs print is one from_program or the hidden size applies.
+  for (const AutoRule& r : auto_rules()) {
+    INFO(r.key);
+    const ConfigKey* row = find_config_key(r.key);
+    REQUIRE(row != nullptr);
+    CHECK(row->auto_ok);
+    CHECK((o.values.count(r.key) == 1 || std::string(r.key) == "train_batch_size" ||
+           std::string(r.key).find("bucket_size") != std::string::npos ||
+           std::string(r.key).find("persistence") != std::string::npos));
+  }
+}
+
 TEST_CASE("ds_config: HF's hidden-size rules for \"auto\" bucket sizes") {
   const AutoBucketSizes b = auto_bucket_sizes(4096);
   CHECK(b.reduce_bucket_size == 16777216);
@@ -170,8 +254,9 @@ TEST_CASE("ds_config: ZeRO-3 with nvme offload and the stage3_* knobs loads once
   CHECK(n == config_path("hf_zero3_nvme.json") +
                  ": \"auto\" is left unfilled for zero_optimization.reduce_bucket_size, "
                  "zero_optimization.stage3_prefetch_bucket_size, zero_optimization.stage3_param_persistence_threshold: "
-                 "the launcher (HF Trainer, Accelerate) or the program must fill it: ConfigOptions::fill(key, value) "
-                 "(ConfigOptions::hidden_size for the bucket sizes) before EngineConfig::from_file");
+                 "the launcher (HF Trainer, Accelerate) or the program must fill it: ConfigOptions::from_program "
+                 "(HF Trainer's rules) or ConfigOptions::fill(key, value) (ConfigOptions::hidden_size for the bucket "
+                 "sizes) before EngineConfig::from_file");
   ConfigOptions o;
   o.hidden_size = 512;
   std::ifstream in(config_path("hf_zero3_nvme.json"));
