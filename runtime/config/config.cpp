@@ -125,6 +125,13 @@ void read_observe(const Reader& r, ObserveConfig& o, ConfigDiagnostics& d) {
                   "is invalid: use a list of all_reduce, reduce_scatter, all_gather, all_to_all, broadcast, barrier");
     }
   }
+  r.get("csv_monitor.enabled", o.csv_monitor.enabled);
+  r.get("csv_monitor.output_path", o.csv_monitor.output_path);
+  if (r.get("csv_monitor.job_name", o.csv_monitor.job_name) &&
+      (o.csv_monitor.job_name.empty() || o.csv_monitor.job_name.find('/') != std::string::npos)) {
+    d.bad_value("csv_monitor.job_name", o.csv_monitor.job_name,
+                "is invalid: use a folder name (not empty, no \"/\"); output_path says where it goes");
+  }
   r.get("zeroshard.collective_check", o.collective_check);
   r.get("zeroshard.trace.enabled", o.trace);
   r.get("zeroshard.trace.output_path", o.trace_output_path);

@@ -266,7 +266,13 @@ std::vector<ConfigKey> make_table() {
       quiet("flops_profiler", T::object,
             "DeepSpeed's FLOPs profiler prints a per-module profile; zeroshard has none (wall_clock_breakdown prints "
             "its step breakdown)"),
-      quiet("csv_monitor", T::object, "monitor"),
+      impl("csv_monitor", T::section, "", "DeepSpeed's CSV monitor (runtime/observe/csv_monitor.h): one file per "
+           "series under output_path/job_name, written by world rank 0 at each optimizer step"),
+      impl("csv_monitor.enabled", T::boolean, "false",
+           "write Train/Samples/train_loss (when the loop reports its loss), lr, loss_scale (fp16), and zeroshard's "
+           "grad_norm, skipped_steps, step_time_ms and samples_per_second"),
+      impl("csv_monitor.output_path", T::string, "\"\" (the working directory)", "folder of the job folder"),
+      impl("csv_monitor.job_name", T::string, "\"DeepSpeedJobName\"", "the job folder's name"),
       quiet("tensorboard", T::object, "DeepSpeed's TensorBoard monitor, off", R"({"enabled": false})",
             "zeroshard writes no TensorBoard event files (docs/config.md, \"Monitor\"): the run would log nothing "
             "there; set tensorboard.enabled to false and use csv_monitor, which writes the same series"),
@@ -427,6 +433,21 @@ std::string config_reference_markdown() {
     if (k.status == S::refused) out += fmt::format("| `{}` | {} |\n", k.path, cell(k.description));
   }
   out += "\nAny key not in these tables is an error naming it, with the closest known key of its section.\n";
+  out +=
+      "\n## Monitor\n\n"
+      "`csv_monitor.enabled` makes the Engine write DeepSpeed's CSV monitor files on world rank 0 at each optimizer "
+      "step: in `output_path/job_name`, one file per series, named after DeepSpeed's event with `/` as `_` "
+      "(`Train/Samples/lr` in `Train_Samples_lr.csv`), header `step,<series>`, then `<samples>,<value>` rows, where "
+      "the first column is the number of samples trained so far, as DeepSpeed writes it. DeepSpeed's series: "
+      "`train_loss` (the mean of the losses the loop gave `Engine::report_loss` since the previous step; no row "
+      "when it gave none), `lr` (parameter group 0) and `loss_scale` (fp16); zeroshard's: `grad_norm` (before "
+      "clipping), `skipped_steps` (so far), `step_time_ms` and `samples_per_second`. Files are appended to, so a "
+      "resumed run continues its series; a write that fails stops the monitor with one line on stderr, not the "
+      "training ([Note: monitor files] in runtime/observe/csv_monitor.h).\n\n"
+      "zeroshard writes no TensorBoard event files: Debian packages no C++ TensorBoard writer, and writing "
+      "TensorBoard's record format through protobuf would need protoc at build time and a CRC-32C, which the "
+      "project's libraries (zlib's CRC-32) do not provide. A file with `tensorboard`, `wandb` or `comet` enabled is "
+      "refused for that reason; disabled, they are accepted with the warning line.\n";
   return out;
 }
 

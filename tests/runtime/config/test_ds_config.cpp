@@ -435,11 +435,14 @@ TEST_CASE("ds_config: monitors and the names DeepSpeed prints its settings under
       "flops_profiler": {"enabled": true, "profile_step": -1, "output_file": null},
       "wandb": {"enabled": false, "project": "p"},
       "comet": {"enabled": false, "samples_log_interval": 100},
-      "tensorboard": {"output_path": "tb"}})"));
+      "tensorboard": {"output_path": "tb"},
+      "csv_monitor": {"enabled": true, "output_path": "runs", "job_name": "j1"}})"));
   REQUIRE(c.warnings.size() == 1);
   for (const char* key : {"comms_config", "monitor_config", "flops_profiler", "wandb", "comet", "tensorboard"}) {
     CHECK(c.warnings[0].find(key) != std::string::npos);
   }
+  CHECK(c.warnings[0].find("csv_monitor") == std::string::npos);  // read, not warned about
+  CHECK(c.observe.csv_monitor.enabled);
   // A monitor zeroshard cannot write is refused, saying what to use.
   for (const char* monitor : {"tensorboard", "wandb", "comet"}) {
     const std::string m = error_of(fmt::format(R"({{"{}": {{"enabled": true}}}})", monitor));
