@@ -5,8 +5,6 @@
 // csv_monitor keys of a ds_config, and the errors: a folder that cannot be
 // made, a file that cannot be written (the monitor stops, nothing throws),
 // a malformed file read back.
-#include <unistd.h>
-
 #include <doctest/doctest.h>
 #include <fmt/format.h>
 
@@ -19,6 +17,7 @@
 #include "core/error.h"
 #include "runtime/config/config.h"
 #include "runtime/observe/csv_monitor.h"
+#include "tests/support/scratch_files.h"
 
 using namespace zeroshard;
 namespace fs = std::filesystem;
@@ -27,10 +26,7 @@ namespace {
 
 /// A fresh scratch directory for one test case.
 fs::path scratch(const char* name) {
-  const fs::path dir = fs::temp_directory_path() / fmt::format("zs-test-csv-monitor-{}-{}", name, ::getpid());
-  fs::remove_all(dir);
-  fs::create_directories(dir);
-  return dir;
+  return zeroshard::testing::fresh_scratch_dir(std::string("csv-monitor-") + name);
 }
 
 std::string text_of(const std::string& path) {
