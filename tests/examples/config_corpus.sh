@@ -67,6 +67,8 @@ for fill in 'train_micro_batch_size_per_gpu = 16 (micro_batch)' 'gradient_accumu
   expect "$fill"
 done
 expect "micro-batch 16 x accumulation 2 x 2 ranks = global batch 64"
+# The template's pin_memory true on the programs' host-memory Engines: off, said once.
+count "pin_memory true: this program's Engine keeps its state in host memory" 1
 
 # The monitor file: csv_monitor under the run's folder, one row per step
 # at 32 x 2 ranks samples each, written once (by world rank 0).
