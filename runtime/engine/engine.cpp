@@ -171,6 +171,7 @@ void Engine::finalize() {
   check_same_model(s.host_comm, s.config, s.layout, s.groups.size());
   check_mesh_declarations(s);  // [Note: engine on a mesh]: declared and equal over the tp group
   start_observer(s);           // clock offsets, when the breakdown or the trace is on
+  open_monitor(s);             // csv_monitor's files, when it is on
   const SwapSharers sharers = count_swap_sharers(s.host_comm, s.config.offload);  // the free-space check counts them all
   run_agreed(s.host_comm, [&] { allocate_state(s, sharers); });
   check_ties(s);  // [Note: engine on a mesh]: tied copies laid out alike, agreed over the world

@@ -369,6 +369,13 @@ class Engine {
   /// The comms_logger table (kind, message size, count, latency, algbw,
   /// busbw) of this rank's collectives so far. Not a collective.
   std::string comms_summary() const;
+  /// The loss of the micro-batch just run (or of the whole step), for the
+  /// csv_monitor's train_loss series: the step's row holds the mean of the
+  /// values reported since the previous optimizer step, as world rank 0
+  /// reported them (DeepSpeed's Train/Samples/train_loss;
+  /// runtime/observe/csv_monitor.h). Does nothing on other ranks or with the
+  /// monitor off. Not a collective; never throws.
+  void report_loss(double loss);
   /// With zeroshard.trace on: every rank writes
   /// <output_path>/trace-rank<r>.json (Chrome Trace Event Format, ranks as
   /// processes, loop/engine/comm/io as threads, memory counters; times on

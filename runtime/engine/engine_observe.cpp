@@ -155,4 +155,30 @@ std::string Engine::comms_summary() const {
 
 const StepFigures& Engine::last_step_figures() const { return s_->observer->last_figures(); }
 
+void open_monitor(EngineState& s) {
+  const CsvMonitorConfig& c = s.config.observe.csv_monitor;
+  if (!c.enabled) return;
+  Communicator& world = raw_world(s);
+  run_agreed(world, [&] {
+    if (world.rank() == 0) s.monitor = std::make_unique<CsvMonitor>(c);
+  });
+}
+
+void write_monitor_step(EngineState& s, const StepResult& r) {
+  const std::int64_t per_micro = s.config.train_micro_batch_size_per_gpu * s.world();
+  MonitorStep m;
+  m.samples = s.micro_steps * per_micro;
+  m.step_samples = s.config.gradient_accumulation_steps * per_micro;
+  // The rate this step used: a skipped step does not advance the schedule.
+  m.lr = s.lr_at(0, r.applied ? s.optimizer_steps - 1 : s.optimizer_steps);
+  m.grad_norm = r.grad_norm;
+  if (s.config.compute_dtype == DType::f16) m.loss_scale = r.loss_scale;
+  m.skipped_steps = s.scaler.state().overflows;
+  s.monitor->write(m);
+}
+
+void Engine::report_loss(double loss) {
+  if (s_->monitor) s_->monitor->add_loss(loss);
+}
+
 }  // namespace zeroshard

@@ -19,6 +19,7 @@
 #include "comm/comms_log.h"
 #include "comm/traced_communicator.h"
 #include "optimizer/loss_scaler.h"
+#include "runtime/observe/csv_monitor.h"
 #include "runtime/observe/step_observer.h"
 #include "runtime/sharding/swap_sharing.h"
 #include "runtime/sharding/unsharder.h"
@@ -102,6 +103,8 @@ class EngineState {
   std::unique_ptr<CommsLog> comms_log;
   /// Step breakdown, straggler view, spans ([Note: step breakdown]).
   std::unique_ptr<StepObserver> observer;
+  /// csv_monitor's files on world rank 0 (opened by finalize()), else null.
+  std::unique_ptr<CsvMonitor> monitor;
   std::unique_ptr<TracedCommunicator> traced_comm;
   std::unique_ptr<TracedCommunicator> traced_host;  ///< null when the host communicator is the device one
   std::unique_ptr<TracedCommunicator> traced_world;  ///< on a mesh
@@ -236,6 +239,13 @@ ManifestWeights write_checkpoint_weights(EngineState& s, const std::string& dir,
 void start_observer(EngineState& s);
 /// The unwrapped world: the mesh's world, else the host communicator.
 Communicator& raw_world(const EngineState& s);
+/// finalize()'s csv_monitor part: world rank 0 opens the monitor's files;
+/// a folder it cannot write is the same IoError on every rank. Collective
+/// over the world when csv_monitor is on.
+void open_monitor(EngineState& s);
+/// step()'s end at an accumulation boundary with the monitor open: the
+/// step's row (runtime/observe/csv_monitor.h).
+void write_monitor_step(EngineState& s, const StepResult& r);
 /// step()'s end at an accumulation boundary when the observer gathers:
 /// memory counters, the breakdown, the straggler view. Collective over the
 /// host communicator.

@@ -136,6 +136,7 @@ StepResult Engine::step() {
     EngineState& s = *s_;
     ++s.boundary_steps;
     if (s.observer->gathering()) end_observed_step(s);
+    if (s.monitor) write_monitor_step(s, result);
   }
   return result;
 }
