@@ -13,6 +13,7 @@
 
 #include "core/error.h"
 #include "libtorch/shard_state.h"
+#include "optimizer/optimizer.h"
 
 namespace zeroshard::torch {
 

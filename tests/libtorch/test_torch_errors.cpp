@@ -25,12 +25,6 @@ struct RootParamNetImpl : ::torch::nn::Module {
   at::Tensor scale;
 };
 
-// One training step of TiedNet: the loss, after the forward.
-at::Tensor tied_loss(torch::Sharded<TiedNetImpl>& sharded, int step) {
-  auto [tokens, targets] = tied_net_batch(world().rank(), step);
-  return tied_net_loss(sharded(tokens), targets);
-}
-
 TEST_CASE("a parameter in no unit is named") {
   Engine engine(tied_net_config(0), world());
   const std::string what = required_error_message<ConfigError>(
@@ -98,15 +92,11 @@ TEST_CASE("a module changed after shard() is named at the next forward") {
     CAPTURE(c.what);
     for (int stage : {0, 3}) {
       if (stage == 3 && c.reads_values) continue;
-      auto model = make_tied_net();
-      Engine engine(tied_net_config(stage), world());
-      auto sharded = torch::shard(model, engine, world());
-      torch::Optimizer opt(sharded);
-      tied_loss(sharded, 0).backward();
-      opt.step();
-      c.apply(*model);
+      TiedNetRun run(tied_net_config(stage));
+      run.train_step(0);
+      c.apply(*run.model);
       const std::string what =
-          required_error_message<InvariantError>([&] { tied_loss(sharded, 1); }, "no error for a changed module");
+          required_error_message<InvariantError>([&] { run.loss(1); }, "no error for a changed module");
       CHECK(contains(what, "the module changed after shard()"));
       CHECK(contains(what, c.what));
     }
@@ -117,17 +107,15 @@ TEST_CASE("a backward without a forward, or a second one, is refused") {
   ::torch::set_num_threads(1);
   for (int stage = 0; stage <= 3; ++stage) {
     CAPTURE(stage);
-    auto model = make_tied_net();
-    Engine engine(tied_net_config(stage), world());
-    auto sharded = torch::shard(model, engine, world());
-    torch::Optimizer opt(sharded);
+    TiedNetRun run(tied_net_config(stage));
+    auto& [model, engine, sharded, opt] = run;
     // The graph of a forward before the last step().
-    at::Tensor stale = tied_loss(sharded, 0);
+    at::Tensor stale = run.loss(0);
     opt.step();
     CHECK(contains(required_error_message<InvariantError>([&] { stale.backward(); }, "stale graph accepted"),
                    "backward without a forward"));
     // A second backward through one forward.
-    at::Tensor loss = tied_loss(sharded, 1);
+    at::Tensor loss = run.loss(1);
     loss.backward({}, /*retain_graph=*/true);
     CHECK(contains(required_error_message<InvariantError>([&] { loss.backward(); }, "second backward accepted"),
                    "a second backward in one micro-batch"));
@@ -135,16 +123,14 @@ TEST_CASE("a backward without a forward, or a second one, is refused") {
                    "zero_grad() after a backward"));
     opt.step();
     // The module still trains after the refusals.
-    tied_loss(sharded, 2).backward();
-    opt.step();
+    run.train_step(2);
     CHECK(sharded.stats().in_place_accumulations == 2 * 7);
   }
 }
 
 TEST_CASE("stage 3 parameters are empty outside their unit's forward") {
-  auto model = make_tied_net();
-  Engine engine(tied_net_config(3), world());
-  auto sharded = torch::shard(model, engine, world());
+  TiedNetRun run(tied_net_config(3));
+  const auto& model = run.model;
   // As FSDP leaves a resharded parameter: shape [0], no memory to read.
   CHECK(model->shared->weight.numel() == 0);
   const std::string what = required_error_message<c10::Error>(
@@ -158,20 +144,16 @@ TEST_CASE("stage 3 parameters are empty outside their unit's forward") {
 }
 
 TEST_CASE("a create_graph backward, which adds out of place, is refused") {
-  auto model = make_tied_net();
-  Engine engine(tied_net_config(0), world());
-  auto sharded = torch::shard(model, engine, world());
-  at::Tensor loss = tied_loss(sharded, 0);
+  TiedNetRun run(tied_net_config(0));
+  at::Tensor loss = run.loss(0);
   const std::string what = required_error_message<InvariantError>(
       [&] { loss.backward({}, /*retain_graph=*/true, /*create_graph=*/true); }, "create_graph accepted");
   CHECK(contains(what, "was not added in place"));
 }
 
 TEST_CASE("the optimizer refuses changed groups and torch's archives") {
-  auto model = make_tied_net();
-  Engine engine(tied_net_config(0), world());
-  auto sharded = torch::shard(model, engine, world());
-  torch::Optimizer opt(sharded);
+  TiedNetRun run(tied_net_config(0));
+  torch::Optimizer& opt = run.opt;
   REQUIRE(opt.param_groups().size() == 2);  // the defaults and "no_decay"
   CHECK(opt.param_groups()[0].options().get_lr() == doctest::Approx(0.02));
   opt.param_groups()[0].options().set_lr(0.5);

@@ -95,13 +95,10 @@ TEST_CASE("one rank: libtorch's gradients through the engine's AdamW, bitwise at
   });
   for (int stage = 0; stage <= 3; ++stage) {
     CAPTURE(stage);
-    auto model = make_tied_net();
-    Engine engine(adamw_config(stage), world());
-    auto sharded = torch::shard(model, engine, world());
-    torch::Optimizer opt(sharded);
+    TiedNetRun run(adamw_config(stage));
+    auto& [model, engine, sharded, opt] = run;
     for (int step = 1; step <= kSteps; ++step) {
-      auto [tokens, targets] = tied_net_batch(0, step);
-      tied_net_loss(sharded(tokens), targets).backward();
+      run.loss(step).backward();
       if (stage < 2) {
         // .grad() is the engine's buffer; it holds what autograd left in
         // .grad() unsharded (equal values: a -0.0 lands as 0 + -0.0 = +0.0).
@@ -134,10 +131,8 @@ TEST_CASE("one rank: AdamW against torch::optim::AdamW of the same libtorch") {
   ::torch::set_num_threads(1);
   if (world().world_size() != 1) return;
   constexpr int kSteps = 20;
-  auto model = make_tied_net();
-  Engine engine(adamw_config(0), world());
-  auto sharded = torch::shard(model, engine, world());
-  torch::Optimizer opt(sharded);
+  TiedNetRun run(adamw_config(0));
+  auto& [model, engine, sharded, opt] = run;
   auto plain = make_tied_net();
   const PlainGroups g = plain_groups(*plain);
   ::torch::optim::AdamW adamw(
@@ -148,9 +143,8 @@ TEST_CASE("one rank: AdamW against torch::optim::AdamW of the same libtorch") {
   double worst = 0, worst_rel = 0, worst_m = 0, worst_v = 0;
   std::string worst_name;
   for (int step = 1; step <= kSteps; ++step) {
+    run.train_step(step);
     auto [tokens, targets] = tied_net_batch(0, step);
-    tied_net_loss(sharded(tokens), targets).backward();
-    opt.step();
     adamw.zero_grad();
     tied_net_loss(plain->forward(tokens), targets).backward();
     adamw.step();

@@ -55,14 +55,11 @@ TEST_CASE("autograd adds into the engine's gradient buffers in place") {
   ::torch::set_num_threads(1);
   for (int stage = 0; stage <= 3; ++stage) {
     CAPTURE(stage);
-    auto model = make_tied_net();
-    Engine engine(tied_net_config(stage), world());
-    auto sharded = torch::shard(model, engine, world());
-    torch::Optimizer opt(sharded);
+    TiedNetRun run(tied_net_config(stage));
+    auto& [model, engine, sharded, opt] = run;
     const std::int64_t params = static_cast<std::int64_t>(sharded.parameter_names().size());
     for (int step = 0; step < 3; ++step) {
-      auto [tokens, targets] = tied_net_batch(world().rank(), step);
-      tied_net_loss(sharded(tokens), targets).backward();
+      run.loss(step).backward();
       if (stage < 2) {
         // The full gradient buffer persists to step(): .grad() is a view of it.
         for (const auto& names : sharded.parameter_names()) {
@@ -119,29 +116,15 @@ TEST_CASE("a checkpoint round trip continues bitwise, at another stage too") {
     // Uninterrupted: 4 steps at the saving stage.
     const TrainResult straight = train_tied_net(tied_net_config(save_stage), 4);
     {
-      auto model = make_tied_net();
-      Engine engine(tied_net_config(save_stage), world());
-      auto sharded = torch::shard(model, engine, world());
-      torch::Optimizer opt(sharded);
-      for (int step = 0; step < 2; ++step) {
-        auto [tokens, targets] = tied_net_batch(world().rank(), step);
-        tied_net_loss(sharded(tokens), targets).backward();
-        opt.step();
-      }
-      sharded.save_checkpoint(dir.string(), {{"step", 2}});
+      TiedNetRun saving(tied_net_config(save_stage));
+      for (int step = 0; step < 2; ++step) saving.train_step(step);
+      saving.sharded.save_checkpoint(dir.string(), {{"step", 2}});
     }
-    auto model = make_tied_net();
-    Engine engine(tied_net_config(load_stage), world());
-    auto sharded = torch::shard(model, engine, world());
-    torch::Optimizer opt(sharded);
-    const nlohmann::json client = sharded.load_checkpoint(dir.string());
+    TiedNetRun run(tied_net_config(load_stage));
+    const nlohmann::json client = run.sharded.load_checkpoint(dir.string());
     REQUIRE(client.at("step").get<int>() == 2);
-    for (int step = 2; step < 4; ++step) {
-      auto [tokens, targets] = tied_net_batch(world().rank(), step);
-      tied_net_loss(sharded(tokens), targets).backward();
-      opt.step();
-    }
-    const auto state = torch::gather_state_dict(sharded);
+    for (int step = 2; step < 4; ++step) run.train_step(step);
+    const auto state = torch::gather_state_dict(run.sharded);
     for (const auto& item : straight.state) {
       INFO("saved at stage " << save_stage << ", loaded at " << load_stage << ": " << item.key());
       CHECK(same_bits(state[item.key()], item.value()));
@@ -154,15 +137,9 @@ TEST_CASE("an export reads back through libtorch and safetensors") {
   ::torch::set_num_threads(1);
   const fs::path dir = fs::temp_directory_path() / fmt::format("zs-test-torch-export-np{}", world().world_size());
   make_empty_dir_on_rank0(world(), dir);
-  auto model = make_tied_net();
-  Engine engine(tied_net_config(3), world());
-  auto sharded = torch::shard(model, engine, world());
-  torch::Optimizer opt(sharded);
-  for (int step = 0; step < 2; ++step) {
-    auto [tokens, targets] = tied_net_batch(world().rank(), step);
-    tied_net_loss(sharded(tokens), targets).backward();
-    opt.step();
-  }
+  TiedNetRun run(tied_net_config(3));
+  auto& [model, engine, sharded, opt] = run;
+  for (int step = 0; step < 2; ++step) run.train_step(step);
   const auto state = torch::gather_state_dict(sharded);
   torch::export_state_dict(sharded, (dir / "model.pt").string());
   torch::export_state_dict(sharded, (dir / "model.safetensors").string());

@@ -42,14 +42,14 @@ struct TiedNetImpl : ::torch::nn::Module {
   static constexpr std::int64_t kVocab = 11;
   static constexpr std::int64_t kDim = 7;
   torch::Unit<::torch::nn::EmbeddingImpl> wte{nullptr};
-  torch::Unit<::torch::nn::LinearImpl> shared{nullptr};
+  torch::Unit<::torch::nn::Linear> shared{nullptr};  // a holder type wraps its Impl
   torch::Unit<::torch::nn::LinearImpl> nobias{nullptr};
   torch::Unit<::torch::nn::LayerNormImpl> norm{nullptr};
   torch::Unit<TiedHeadImpl> head{nullptr};
 
   TiedNetImpl() {
     wte = register_module("wte", torch::Unit<::torch::nn::EmbeddingImpl>(kVocab, kDim));
-    shared = register_module("shared", torch::Unit<::torch::nn::LinearImpl>(kDim, kDim));
+    shared = register_module("shared", torch::Unit<::torch::nn::Linear>(kDim, kDim));
     nobias = register_module("nobias",
                              torch::Unit<::torch::nn::LinearImpl>(::torch::nn::LinearOptions(kDim, kDim).bias(false)));
     norm = register_module("norm", torch::Unit<::torch::nn::LayerNormImpl>(
@@ -103,6 +103,32 @@ inline bool same_bits(const at::Tensor& a, const at::Tensor& b) {
   return std::memcmp(ca.data_ptr(), cb.data_ptr(), ca.nbytes()) == 0;
 }
 
+/// TiedNet sharded over world() with `config`, and its optimizer. Not
+/// copyable or movable (the optimizer refers to the module).
+struct TiedNetRun {
+  explicit TiedNetRun(const EngineConfig& config)
+      : model(make_tied_net()), engine(config, world()), sharded(torch::shard(model, engine, world())),
+        opt(sharded) {}
+  TiedNetRun(const TiedNetRun&) = delete;
+  TiedNetRun& operator=(const TiedNetRun&) = delete;
+
+  /// The forward of this rank's micro-batch `step`: its loss.
+  at::Tensor loss(int step) {
+    auto [tokens, targets] = tied_net_batch(world().rank(), step);
+    return tied_net_loss(sharded(tokens), targets);
+  }
+  /// Forward, backward and optimizer step of micro-batch `step`.
+  void train_step(int step) {
+    loss(step).backward();
+    opt.step();
+  }
+
+  std::shared_ptr<TiedNetImpl> model;
+  Engine engine;
+  torch::Sharded<TiedNetImpl> sharded;
+  torch::Optimizer opt;
+};
+
 /// What a training run leaves: the gathered state dict and the losses.
 struct TrainResult {
   ::torch::OrderedDict<std::string, at::Tensor> state;
@@ -115,22 +141,18 @@ struct TrainResult {
 /// every forward (before the backward).
 template <class F>
 TrainResult train_tied_net(const EngineConfig& config, int steps, F on_forward) {
-  auto model = make_tied_net();
-  Engine engine(config, world());
-  auto sharded = torch::shard(model, engine, world());
-  torch::Optimizer opt(sharded);
+  TiedNetRun run(config);
   TrainResult r;
   for (int step = 0; step < steps; ++step) {
-    auto [tokens, targets] = tied_net_batch(world().rank(), step);
-    opt.zero_grad();
-    at::Tensor loss = tied_net_loss(sharded(tokens), targets);
-    on_forward(sharded);
+    run.opt.zero_grad();
+    at::Tensor loss = run.loss(step);
+    on_forward(run.sharded);
     loss.backward();
-    opt.step();
+    run.opt.step();
     r.losses.push_back(loss.item<float>());
   }
-  r.state = torch::gather_state_dict(sharded);
-  r.stats = sharded.stats();
+  r.state = torch::gather_state_dict(run.sharded);
+  r.stats = run.sharded.stats();
   return r;
 }
 
