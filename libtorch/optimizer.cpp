@@ -52,8 +52,10 @@ std::unique_ptr<::torch::optim::OptimizerOptions> defaults_of(ShardedModule& m) 
 
 }  // namespace
 
-Optimizer::Optimizer(ShardedModule& module) : ::torch::optim::Optimizer(std::vector<::torch::optim::OptimizerParamGroup>{}, defaults_of(module)), module_(module) {
-  const ShardState& s = module.state();
+Optimizer::Optimizer(ShardedModule& module)
+    : ::torch::optim::Optimizer(std::vector<::torch::optim::OptimizerParamGroup>{}, defaults_of(module)),
+      s_(module.shared_state()) {
+  const ShardState& s = *s_;
   std::map<GroupId, std::vector<const ParamEntry*>> by_group;
   for (const auto& e : s.params()) by_group[e.group].push_back(&e);
   const OptimizerHyper& h = module.engine().config().optimizer;
@@ -73,7 +75,7 @@ Optimizer::Optimizer(ShardedModule& module) : ::torch::optim::Optimizer(std::vec
 void Optimizer::publish_lr() {
   published_lr_.clear();
   for (std::size_t i = 0; i < groups_.size(); ++i) {
-    const double lr = module_.engine().current_lr(groups_[i]);
+    const double lr = s_->engine().current_lr(groups_[i]);
     param_groups_[i].options().set_lr(lr);
     published_lr_.push_back(lr);
   }
@@ -95,10 +97,10 @@ void Optimizer::check_groups() const {
           i, param_groups_[i].options().get_lr(), published_lr_[i]));
     }
   }
-  if (params != module_.state().params().size()) {
+  if (params != s_->params().size()) {
     throw InvariantError(fmt::format("zeroshard::torch::Optimizer: param_groups() hold {} tensors, the sharded module "
                                      "{}: parameters cannot be added or removed",
-                                     params, module_.state().params().size()));
+                                     params, s_->params().size()));
   }
 }
 
@@ -106,15 +108,15 @@ at::Tensor Optimizer::step(LossClosure closure) {
   at::Tensor loss;
   if (closure) loss = closure();
   check_groups();
-  module_.state().check_idle("Optimizer::step()");
-  last_ = module_.engine().step();
-  module_.state().sync_micro_batch();
+  s_->check_idle("Optimizer::step()");
+  last_ = s_->engine().step();
+  s_->sync_micro_batch();
   publish_lr();
   return loss;
 }
 
 void Optimizer::zero_grad(bool /*set_to_none*/) {
-  ShardState& s = module_.state();
+  ShardState& s = *s_;
   s.check_idle("Optimizer::zero_grad()");
   if (s.gradients_pending()) {
     throw InvariantError("zeroshard::torch::Optimizer: zero_grad() after a backward and before step(): the engine "

@@ -20,8 +20,9 @@ namespace zeroshard::torch {
 /// (torch::optim::AdamWOptions for AdamW and Lion, AdamOptions,
 /// SGDOptions, AdagradOptions), whose lr is the schedule's value for the
 /// next step. state() stays empty: the engine holds the optimizer state,
-/// sharded. The ShardedModule must outlive it. Thread safety: as the
-/// Engine.
+/// sharded. It shares the ShardedModule's state (the module may be moved
+/// or destroyed first; the engine must outlive both). Thread safety: as
+/// the Engine.
 class Optimizer : public ::torch::optim::Optimizer {
  public:
   explicit Optimizer(ShardedModule& module);
@@ -56,7 +57,7 @@ class Optimizer : public ::torch::optim::Optimizer {
   void check_groups() const;
   void publish_lr();
 
-  ShardedModule& module_;
+  std::shared_ptr<ShardState> s_;
   std::vector<GroupId> groups_;      ///< the engine's group of each param_groups() entry
   std::vector<double> published_lr_;  ///< the lr each group's options were given
   StepResult last_;

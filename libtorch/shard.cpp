@@ -360,8 +360,11 @@ std::size_t ShardState::index_of(const std::string& name) const {
 
 void ShardState::point_params(UnitId u) {
   for (std::size_t p : units_[static_cast<std::size_t>(u)].params) {
-    const ParamEntry& e = params_[p];
-    point_storage(*e.data, engine_.param_data(e.id, engine_.compute_dtype()));
+    ParamEntry& e = params_[p];
+    void* data = engine_.param_data(e.id, engine_.compute_dtype());
+    if (e.last_data != nullptr && e.last_data != data) ++stats_.param_buffers_moved;
+    e.last_data = data;
+    point_storage(*e.data, data);
     e.param.unsafeGetTensorImpl()->set_sizes_contiguous(e.shape);
   }
 }
@@ -522,7 +525,10 @@ void ShardState::before_accumulate(std::size_t p) {
                                      "micro-batch",
                                      e.names[0], u.name));
   }
-  point_storage(*e.grad_data, engine_.grad_data(e.id, engine_.compute_dtype()));
+  void* grad = engine_.grad_data(e.id, engine_.compute_dtype());
+  if (e.last_grad != nullptr && e.last_grad != grad) ++stats_.grad_buffers_moved;
+  e.last_grad = grad;
+  point_storage(*e.grad_data, grad);
   if (!e.param.grad().defined() || e.param.grad().unsafeGetTensorImpl() != e.grad.unsafeGetTensorImpl()) {
     e.param.mutable_grad() = e.grad;
   }

@@ -94,6 +94,11 @@ struct ShardStats {
   /// Engine::unshard calls made by forward calls / by backward hooks.
   std::int64_t forward_unshards = 0;
   std::int64_t backward_unshards = 0;
+  /// Times a parameter's storage, or its .grad()'s, was re-pointed at an
+  /// engine buffer at another address than the last (stage 3's gathered
+  /// buffers and stages 2/3's gradient buffers are leased from a pool).
+  std::int64_t param_buffers_moved = 0;
+  std::int64_t grad_buffers_moved = 0;
 };
 
 class ShardState;  // libtorch/shard_state.h
@@ -132,6 +137,7 @@ class ShardedModule {
   /// (the backward that follows checks for it).
   void begin_forward();
 
+  /// The engine and the module shard() was given.
   Engine& engine() const;
   ::torch::nn::Module& module() const;
   /// Unit names in engine order (the submodules' dotted paths; "root" for
@@ -154,8 +160,9 @@ class ShardedModule {
   /// values. Collective. Errors as save_checkpoint.
   nlohmann::json load_checkpoint(const std::string& save_dir, const std::string& tag = "");
 
-  /// The sharding state (for Optimizer and export).
+  /// The sharding state (for Optimizer and export; libtorch/shard_state.h).
   ShardState& state() const;
+  std::shared_ptr<ShardState> shared_state() const { return s_; }
 
  private:
   std::shared_ptr<ShardState> s_;

@@ -85,6 +85,8 @@ struct ParamEntry {
   at::Tensor grad;                                ///< the .grad() tensor over grad_data
   std::shared_ptr<::torch::autograd::Node> accumulator;  ///< AccumulateGrad; null if frozen
   bool trainable = false;
+  const void* last_data = nullptr;  ///< the engine buffer `data` last pointed at
+  const void* last_grad = nullptr;  ///< the engine buffer `grad_data` last pointed at
 };
 
 /// A unit: a submodule and the parameters it owns.
@@ -114,13 +116,21 @@ class ShardState : public std::enable_shared_from_this<ShardState> {
   /// the hooks hold weak pointers to this.
   void init(const ShardPolicy& policy);
 
-  // ---- called by the module side ----
+  // ---- the hooks, in [Note: unit hooks]'s order; each throws
+  // InvariantError naming the misuse it finds ----
+  /// ShardedModule::begin_forward.
   void begin_forward();
+  /// A Unit wrapper's forward starts (u: index into units()): unshards u
+  /// and its `also` units; returns the call's record (null without grad mode).
   std::shared_ptr<ForwardRecord> enter_unit(UnitId u);
+  /// ... and ends: reshards them (an error marks the state unusable).
   void exit_unit(UnitId u) noexcept;
+  /// The first gradient reached an output of forward call `call`.
   void pre_backward(ForwardRecord& call);
+  /// AccumulateGrad of parameter p (index into params()) is about to run / has run.
   void before_accumulate(std::size_t p);
   void after_accumulate(std::size_t p);
+  /// The autograd engine finished the backward.
   void end_backward();
 
   /// Throws InvariantError naming what changed when the module is not as
@@ -133,11 +143,14 @@ class ShardState : public std::enable_shared_from_this<ShardState> {
   /// (stages 0-2: always; stage 3: units unsharded now).
   void point_resident();
 
+  // ---- what shard() built ----
   Engine& engine() const { return engine_; }
   Communicator& comm() const { return comm_; }
   ::torch::nn::Module& module() const { return *module_; }
   const std::vector<ParamEntry>& params() const { return params_; }
   const std::vector<UnitEntry>& units() const { return units_; }
+  /// Index into params() of parameter `name` (any of its names); throws
+  /// InvariantError for an unknown name.
   std::size_t index_of(const std::string& name) const;
   const ShardStats& stats() const { return stats_; }
   /// libtorch's dtype of the engine's compute dtype.

@@ -165,5 +165,23 @@ TEST_CASE("the optimizer refuses changed groups and torch's archives") {
                  "save_checkpoint"));
 }
 
+TEST_CASE("the optimizer's param_groups show the schedule's learning rate") {
+  ::torch::set_num_threads(1);
+  EngineConfig c = tied_net_config(0);
+  c.scheduler.kind = LrScheduleKind::warmup_lr;
+  c.scheduler.warmup_min_lr = {0.0};
+  c.scheduler.warmup_max_lr = {0.02};
+  c.scheduler.warmup_num_steps = 10;
+  c.scheduler.warmup_type = "linear";
+  TiedNetRun run(c);
+  double previous = -1;
+  for (int step = 0; step < 4; ++step) {
+    for (const auto& group : run.opt.param_groups()) CHECK(group.options().get_lr() == run.engine.current_lr(0));
+    CHECK(run.opt.param_groups()[0].options().get_lr() > previous);  // warming up
+    previous = run.opt.param_groups()[0].options().get_lr();
+    run.train_step(step);
+  }
+}
+
 }  // namespace
 }  // namespace zeroshard::testing
