@@ -32,14 +32,14 @@ std::unique_ptr<::torch::optim::OptimizerOptions> options_for(const OptimizerHyp
                                                               .weight_decay(weight_decay)
                                                               .nesterov(h.nesterov));
     case OptimizerKind::adagrad:
-      return std::make_unique<::torch::optim::AdagradOptions>(::torch::optim::AdagradOptions(lr)
-                                                                  .lr_decay(h.lr_decay)
-                                                                  .weight_decay(weight_decay)
-                                                                  .initial_accumulator_value(h.initial_accumulator_value)
-                                                                  .eps(h.eps));
+      return std::make_unique<::torch::optim::AdagradOptions>(
+          ::torch::optim::AdagradOptions(lr)
+              .lr_decay(h.lr_decay)
+              .weight_decay(weight_decay)
+              .initial_accumulator_value(h.initial_accumulator_value)
+              .eps(h.eps));
     case OptimizerKind::adamw:
-    case OptimizerKind::lion:
-      break;
+    case OptimizerKind::lion: break;
   }
   return std::make_unique<::torch::optim::AdamWOptions>(
       ::torch::optim::AdamWOptions(lr).betas({h.beta1, h.beta2}).eps(h.eps).weight_decay(weight_decay));
@@ -65,8 +65,8 @@ Optimizer::Optimizer(ShardedModule& module)
     for (const ParamEntry* e : entries) tensors.push_back(e->param);
     // Groups other than the default are shard()'s "no_decay" and "frozen".
     const double weight_decay = g == 0 ? h.weight_decay : 0.0;
-    add_param_group(::torch::optim::OptimizerParamGroup(tensors, options_for(h, module.engine().current_lr(g),
-                                                                             weight_decay)));
+    add_param_group(
+        ::torch::optim::OptimizerParamGroup(tensors, options_for(h, module.engine().current_lr(g), weight_decay)));
     groups_.push_back(g);
   }
   publish_lr();
@@ -83,9 +83,10 @@ void Optimizer::publish_lr() {
 
 void Optimizer::check_groups() const {
   if (param_groups_.size() != groups_.size()) {
-    throw InvariantError(fmt::format("zeroshard::torch::Optimizer: param_groups() has {} groups, the engine {}: the "
-                                     "engine's groups are shard()'s, parameters cannot be added",
-                                     param_groups_.size(), groups_.size()));
+    throw InvariantError(
+        fmt::format("zeroshard::torch::Optimizer: param_groups() has {} groups, the engine {}: the "
+                    "engine's groups are shard()'s, parameters cannot be added",
+                    param_groups_.size(), groups_.size()));
   }
   std::size_t params = 0;
   for (std::size_t i = 0; i < groups_.size(); ++i) {
@@ -98,9 +99,10 @@ void Optimizer::check_groups() const {
     }
   }
   if (params != s_->params().size()) {
-    throw InvariantError(fmt::format("zeroshard::torch::Optimizer: param_groups() hold {} tensors, the sharded module "
-                                     "{}: parameters cannot be added or removed",
-                                     params, s_->params().size()));
+    throw InvariantError(
+        fmt::format("zeroshard::torch::Optimizer: param_groups() hold {} tensors, the sharded module "
+                    "{}: parameters cannot be added or removed",
+                    params, s_->params().size()));
   }
 }
 
@@ -119,20 +121,23 @@ void Optimizer::zero_grad(bool /*set_to_none*/) {
   ShardState& s = *s_;
   s.check_idle("Optimizer::zero_grad()");
   if (s.gradients_pending()) {
-    throw InvariantError("zeroshard::torch::Optimizer: zero_grad() after a backward and before step(): the engine "
-                         "holds this micro-batch's gradients (stages 2/3 reduced them during the backward); call "
-                         "step() first, which also zeroes them");
+    throw InvariantError(
+        "zeroshard::torch::Optimizer: zero_grad() after a backward and before step(): the engine "
+        "holds this micro-batch's gradients (stages 2/3 reduced them during the backward); call "
+        "step() first, which also zeroes them");
   }
 }
 
 void Optimizer::save(::torch::serialize::OutputArchive& /*archive*/) const {
-  throw InvariantError("zeroshard::torch::Optimizer: the optimizer state is the engine's, sharded; save it with "
-                       "ShardedModule::save_checkpoint");
+  throw InvariantError(
+      "zeroshard::torch::Optimizer: the optimizer state is the engine's, sharded; save it with "
+      "ShardedModule::save_checkpoint");
 }
 
 void Optimizer::load(::torch::serialize::InputArchive& /*archive*/) {
-  throw InvariantError("zeroshard::torch::Optimizer: the optimizer state is the engine's, sharded; load it with "
-                       "ShardedModule::load_checkpoint");
+  throw InvariantError(
+      "zeroshard::torch::Optimizer: the optimizer state is the engine's, sharded; load it with "
+      "ShardedModule::load_checkpoint");
 }
 
 }  // namespace zeroshard::torch

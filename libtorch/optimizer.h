@@ -58,7 +58,7 @@ class Optimizer : public ::torch::optim::Optimizer {
   void publish_lr();
 
   std::shared_ptr<ShardState> s_;
-  std::vector<GroupId> groups_;      ///< the engine's group of each param_groups() entry
+  std::vector<GroupId> groups_;       ///< the engine's group of each param_groups() entry
   std::vector<double> published_lr_;  ///< the lr each group's options were given
   StepResult last_;
 };

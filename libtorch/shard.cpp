@@ -60,8 +60,8 @@ std::string module_path(const std::string& name) {
 
 // Whether module path `inner` is `outer` or inside it.
 bool within(const std::string& inner, const std::string& outer) {
-  return outer.empty() || inner == outer || (inner.size() > outer.size() && inner.compare(0, outer.size(), outer) == 0 &&
-                                             inner[outer.size()] == '.');
+  return outer.empty() || inner == outer ||
+         (inner.size() > outer.size() && inner.compare(0, outer.size(), outer) == 0 && inner[outer.size()] == '.');
 }
 
 bool has_unit_wrapper(const ::torch::nn::Module& m) {
@@ -94,22 +94,26 @@ ShardState::ShardState(std::shared_ptr<::torch::nn::Module> module, Engine& engi
 void ShardState::init(const ShardPolicy& policy) {
   if (!module_) throw ConfigError("zeroshard::torch::shard: the module is null");
   if (engine_.device() != ComputeDevice::cpu) {
-    throw ConfigError("zeroshard::torch::shard: the engine runs on the cuda device; libtorch modules are sharded "
-                      "over a cpu engine (Engine(config, comm))");
+    throw ConfigError(
+        "zeroshard::torch::shard: the engine runs on the cuda device; libtorch modules are sharded "
+        "over a cpu engine (Engine(config, comm))");
   }
   if (engine_.tp_size() > 1 || engine_.pp_size() > 1) {
-    throw ConfigError(fmt::format("zeroshard::torch::shard: the engine is on a mesh with tp {} and pp {}; libtorch "
-                                  "modules are sharded over data parallelism only",
-                                  engine_.tp_size(), engine_.pp_size()));
+    throw ConfigError(
+        fmt::format("zeroshard::torch::shard: the engine is on a mesh with tp {} and pp {}; libtorch "
+                    "modules are sharded over data parallelism only",
+                    engine_.tp_size(), engine_.pp_size()));
   }
   if (comm_.rank() != engine_.rank() || comm_.world_size() != engine_.world_size()) {
-    throw ConfigError(fmt::format("zeroshard::torch::shard: the communicator is rank {} of {}, the engine rank {} of "
-                                  "{}; pass the engine's own communicator",
-                                  comm_.rank(), comm_.world_size(), engine_.rank(), engine_.world_size()));
+    throw ConfigError(
+        fmt::format("zeroshard::torch::shard: the communicator is rank {} of {}, the engine rank {} of "
+                    "{}; pass the engine's own communicator",
+                    comm_.rank(), comm_.world_size(), engine_.rank(), engine_.world_size()));
   }
   if (!engine_.layout().units().empty()) {
-    throw ConfigError("zeroshard::torch::shard: the engine already has units; shard() declares the whole model on a "
-                      "new engine");
+    throw ConfigError(
+        "zeroshard::torch::shard: the engine already has units; shard() declares the whole model on a "
+        "new engine");
   }
 
   // Units: the policy's modules, each module object once (first name wins).
@@ -128,9 +132,10 @@ void ShardState::init(const ShardPolicy& policy) {
     u.name = u.path.empty() ? "root" : u.path;
     u.wrapped = dynamic_cast<const UnitBase*>(m) != nullptr;
     if (u.wrapped && !dynamic_cast<const UnitBase*>(m)->state_.expired()) {
-      throw ConfigError(fmt::format("zeroshard::torch::shard: unit \"{}\" is already sharded by another "
-                                    "ShardedModule",
-                                    u.name));
+      throw ConfigError(
+          fmt::format("zeroshard::torch::shard: unit \"{}\" is already sharded by another "
+                      "ShardedModule",
+                      u.name));
     }
     units_.push_back(std::move(u));
     unit_modules.push_back(item.value());
@@ -166,9 +171,10 @@ void ShardState::init(const ShardPolicy& policy) {
         continue;
       }
       if (t.scalar_type() != c10::ScalarType::Float) {
-        throw ConfigError(fmt::format("zeroshard::torch::shard: parameter \"{}\" is {}; build the module in float32 "
-                                      "(the engine's compute dtype, {}, decides its tensors' dtype)",
-                                      name, c10::toString(t.scalar_type()), dtype_name(engine_.compute_dtype())));
+        throw ConfigError(
+            fmt::format("zeroshard::torch::shard: parameter \"{}\" is {}; build the module in float32 "
+                        "(the engine's compute dtype, {}, decides its tensors' dtype)",
+                        name, c10::toString(t.scalar_type()), dtype_name(engine_.compute_dtype())));
       }
       ParamEntry e;
       e.names.push_back(name);
@@ -196,8 +202,8 @@ void ShardState::init(const ShardPolicy& policy) {
     throw ConfigError(fmt::format(
         "zeroshard::torch::shard: parameter{} {} in no unit (the units are {}); register {} in a submodule, or "
         "give ShardPolicy::is_unit a module that holds {}",
-        unowned.size() > 1 ? "s" : "", list_names(unowned), list_names(unit_names),
-        unowned.size() > 1 ? "them" : "it", unowned.size() > 1 ? "them" : "it"));
+        unowned.size() > 1 ? "s" : "", list_names(unowned), list_names(unit_names), unowned.size() > 1 ? "them" : "it",
+        unowned.size() > 1 ? "them" : "it"));
   }
   if (engine_.stage() == 3 && !no_gatherer.empty()) {
     throw ConfigError(fmt::format(
@@ -309,9 +315,10 @@ void ShardState::check_unit(UnitId u) const {
   for (std::size_t p : units_[static_cast<std::size_t>(u)].params) {
     const std::string what = change_of(params_[p], scalar_type_);
     if (!what.empty()) {
-      throw InvariantError(fmt::format("zeroshard::torch: the module changed after shard(): parameter \"{}\" {}; "
-                                       "change a module before sharding it",
-                                       params_[p].names[0], what));
+      throw InvariantError(
+          fmt::format("zeroshard::torch: the module changed after shard(): parameter \"{}\" {}; "
+                      "change a module before sharding it",
+                      params_[p].names[0], what));
     }
   }
 }
@@ -330,16 +337,18 @@ void ShardState::check_module() const {
       what = change_of(params_[by_name_.at(name)], scalar_type_);
     }
     if (!what.empty()) {
-      throw InvariantError(fmt::format("zeroshard::torch: the module changed after shard(): parameter \"{}\" {}; "
-                                       "change a module before sharding it",
-                                       name, what));
+      throw InvariantError(
+          fmt::format("zeroshard::torch: the module changed after shard(): parameter \"{}\" {}; "
+                      "change a module before sharding it",
+                      name, what));
     }
     ++i;
   }
   if (i < module_names_.size()) {
-    throw InvariantError(fmt::format("zeroshard::torch: the module changed after shard(): parameter \"{}\" was "
-                                     "removed; change a module before sharding it",
-                                     module_names_[i]));
+    throw InvariantError(
+        fmt::format("zeroshard::torch: the module changed after shard(): parameter \"{}\" was "
+                    "removed; change a module before sharding it",
+                    module_names_[i]));
   }
 }
 
@@ -454,9 +463,10 @@ std::shared_ptr<ForwardRecord> ShardState::enter_unit(UnitId u) {
   fail_if_broken();
   sync_micro_batch();
   if (in_backward_) {
-    throw InvariantError(fmt::format("zeroshard::torch: a forward of unit \"{}\" during the backward (activation "
-                                     "recomputation is not supported)",
-                                     units_[static_cast<std::size_t>(u)].name));
+    throw InvariantError(
+        fmt::format("zeroshard::torch: a forward of unit \"{}\" during the backward (activation "
+                    "recomputation is not supported)",
+                    units_[static_cast<std::size_t>(u)].name));
   }
   check_unit(u);
   forward_since_backward_ = true;
@@ -483,9 +493,10 @@ void ShardState::begin_backward() {
   if (in_backward_) return;
   sync_micro_batch();
   if (backward_done_) {
-    throw InvariantError("zeroshard::torch: a second backward in one micro-batch; call step() (it ends the "
-                         "micro-batch: set gradient_accumulation_steps to accumulate) before the next backward, or "
-                         "add the losses and run one backward");
+    throw InvariantError(
+        "zeroshard::torch: a second backward in one micro-batch; call step() (it ends the "
+        "micro-batch: set gradient_accumulation_steps to accumulate) before the next backward, or "
+        "add the losses and run one backward");
   }
   if (!forward_since_backward_ || forward_micro_step_ != micro_step_) {
     throw InvariantError(fmt::format(
@@ -505,9 +516,10 @@ void ShardState::pre_backward(ForwardRecord& call) {
   fail_if_broken();
   begin_backward();
   if (call.micro_step != micro_step_) {
-    throw InvariantError(fmt::format("zeroshard::torch: a backward through unit \"{}\"'s forward of micro-batch {} in "
-                                     "micro-batch {} (step() ran since); run the forward again",
-                                     units_[static_cast<std::size_t>(call.unit)].name, call.micro_step, micro_step_));
+    throw InvariantError(
+        fmt::format("zeroshard::torch: a backward through unit \"{}\"'s forward of micro-batch {} in "
+                    "micro-batch {} (step() ran since); run the forward again",
+                    units_[static_cast<std::size_t>(call.unit)].name, call.micro_step, micro_step_));
   }
   if (call.backward_started) return;
   call.backward_started = true;
@@ -521,9 +533,10 @@ void ShardState::before_accumulate(std::size_t p) {
   ParamEntry& e = params_[p];
   const UnitEntry& u = units_[static_cast<std::size_t>(e.unit)];
   if (u.reduced) {
-    throw InvariantError(fmt::format("zeroshard::torch: a gradient of \"{}\" after unit \"{}\" was reduced in this "
-                                     "micro-batch",
-                                     e.names[0], u.name));
+    throw InvariantError(
+        fmt::format("zeroshard::torch: a gradient of \"{}\" after unit \"{}\" was reduced in this "
+                    "micro-batch",
+                    e.names[0], u.name));
   }
   void* grad = engine_.grad_data(e.id, engine_.compute_dtype());
   if (e.last_grad != nullptr && e.last_grad != grad) ++stats_.grad_buffers_moved;
@@ -537,8 +550,7 @@ void ShardState::before_accumulate(std::size_t p) {
 void ShardState::after_accumulate(std::size_t p) {
   ParamEntry& e = params_[p];
   const at::Tensor& g = e.param.grad();
-  if (!g.defined() || g.unsafeGetTensorImpl() != e.grad.unsafeGetTensorImpl() ||
-      g.data_ptr() != e.grad_data->data()) {
+  if (!g.defined() || g.unsafeGetTensorImpl() != e.grad.unsafeGetTensorImpl() || g.data_ptr() != e.grad_data->data()) {
     broken_ = fmt::format("the gradient of \"{}\" was not added in place", e.names[0]);
     throw InvariantError(fmt::format(
         "zeroshard::torch: the gradient of \"{}\" was not added in place into the engine's buffer (a backward with "

@@ -154,8 +154,8 @@ class ShardedModule {
   /// Engine::save_checkpoint (collective; docs/checkpoint-format.md).
   /// Throws InvariantError during a forward or backward, and what the
   /// engine throws.
-  std::string save_checkpoint(const std::string& save_dir, const nlohmann::json& client_state,
-                              int keep_last = 0, const std::string& tag = "");
+  std::string save_checkpoint(const std::string& save_dir, const nlohmann::json& client_state, int keep_last = 0,
+                              const std::string& tag = "");
   /// Engine::load_checkpoint, then the module's parameters show the loaded
   /// values. Collective. Errors as save_checkpoint.
   nlohmann::json load_checkpoint(const std::string& save_dir, const std::string& tag = "");

@@ -78,11 +78,11 @@ struct ParamEntry {
   ParamId id = -1;
   UnitId unit = -1;  ///< index into ShardState::units() (not the engine's id)
   GroupId group = 0;
-  at::Tensor param;                               ///< the module's own tensor
-  std::vector<std::int64_t> shape;                ///< its shape (stage 3 resharded: it shows [0])
-  c10::intrusive_ptr<c10::StorageImpl> data;      ///< its storage (engine param buffer)
-  c10::intrusive_ptr<c10::StorageImpl> grad_data; ///< its .grad()'s storage (engine grad buffer)
-  at::Tensor grad;                                ///< the .grad() tensor over grad_data
+  at::Tensor param;                                      ///< the module's own tensor
+  std::vector<std::int64_t> shape;                       ///< its shape (stage 3 resharded: it shows [0])
+  c10::intrusive_ptr<c10::StorageImpl> data;             ///< its storage (engine param buffer)
+  c10::intrusive_ptr<c10::StorageImpl> grad_data;        ///< its .grad()'s storage (engine grad buffer)
+  at::Tensor grad;                                       ///< the .grad() tensor over grad_data
   std::shared_ptr<::torch::autograd::Node> accumulator;  ///< AccumulateGrad; null if frozen
   bool trainable = false;
   const void* last_data = nullptr;  ///< the engine buffer `data` last pointed at
@@ -97,12 +97,12 @@ struct UnitEntry {
   std::vector<std::size_t> params;  ///< indices into ShardState::params
   std::vector<UnitId> also;         ///< units its forward gathers too (shared weights, nested plain units)
   std::size_t trainable = 0;
-  bool wrapped = false;             ///< a Unit wrapper (gathers itself in forward)
+  bool wrapped = false;  ///< a Unit wrapper (gathers itself in forward)
   // This micro-batch:
-  std::size_t arrived = 0;          ///< trainable parameters whose gradient has arrived
+  std::size_t arrived = 0;  ///< trainable parameters whose gradient has arrived
   bool reduced = false;
-  int forward_holds = 0;            ///< unshards of running forward calls
-  int backward_holds = 0;           ///< unshards made by backward hooks, not yet resharded
+  int forward_holds = 0;   ///< unshards of running forward calls
+  int backward_holds = 0;  ///< unshards made by backward hooks, not yet resharded
 };
 
 /// See the file comment. Thread safety: as the Engine.
@@ -178,12 +178,12 @@ class ShardState : public std::enable_shared_from_this<ShardState> {
   std::unordered_map<std::string, std::size_t> by_name_;
   std::vector<std::string> module_names_;  ///< named_parameters() keys at shard()
   ShardStats stats_;
-  std::int64_t micro_step_ = 0;       ///< the micro-batch the per-micro-batch state is of
+  std::int64_t micro_step_ = 0;  ///< the micro-batch the per-micro-batch state is of
   bool forward_since_backward_ = false;
   std::int64_t forward_micro_step_ = -1;
   bool in_backward_ = false;
-  bool backward_done_ = false;        ///< a backward ended in this micro-batch
-  std::string broken_;                ///< why the state is unusable ("" = usable)
+  bool backward_done_ = false;  ///< a backward ended in this micro-batch
+  std::string broken_;          ///< why the state is unusable ("" = usable)
 };
 
 }  // namespace zeroshard::torch

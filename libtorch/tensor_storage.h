@@ -53,8 +53,8 @@ inline void point_storage(c10::StorageImpl& storage, void* data) {
 /// (no autograd history, requires_grad false).
 inline at::Tensor tensor_on(const c10::intrusive_ptr<c10::StorageImpl>& storage, c10::ScalarType type,
                             c10::IntArrayRef sizes) {
-  at::Tensor t = at::detail::make_tensor<c10::TensorImpl>(c10::Storage(storage), c10::DispatchKeySet(c10::DispatchKey::CPU),
-                                                          c10::scalarTypeToTypeMeta(type));
+  at::Tensor t = at::detail::make_tensor<c10::TensorImpl>(
+      c10::Storage(storage), c10::DispatchKeySet(c10::DispatchKey::CPU), c10::scalarTypeToTypeMeta(type));
   t.unsafeGetTensorImpl()->set_sizes_contiguous(sizes);
   return t;
 }

@@ -34,8 +34,8 @@
 
 namespace zeroshard::torch {
 
-class ShardState;     // libtorch/shard_state.h
-struct ForwardRecord; // one forward call of a unit (libtorch/shard_state.h)
+class ShardState;      // libtorch/shard_state.h
+struct ForwardRecord;  // one forward call of a unit (libtorch/shard_state.h)
 
 /// The non-template part of every Unit wrapper: its link to the sharding
 /// state, which shard() sets. Thread safety: as the Engine (one thread).

@@ -38,7 +38,7 @@ using examples::FashionCnnImpl;
 struct Options {
   std::vector<int> stages{0, 1, 2, 3};
   std::int64_t micro_batch = 32;
-  int steps = 20;   // per round and variant
+  int steps = 20;  // per round and variant
   int rounds = 5;
   int warmup = 5;
   int threads = 1;
@@ -104,8 +104,8 @@ int run(const Options& o) {
     c.gradient_clipping = 0.0;  // as the hand-written loop
     c.zero.stage = stage;
     engines.push_back(std::make_unique<Engine>(c, *comm));
-    modules.push_back(std::make_unique<zeroshard::torch::Sharded<FashionCnnImpl>>(
-        examples::make_fashion_cnn(1), *engines.back(), *comm));
+    modules.push_back(std::make_unique<zeroshard::torch::Sharded<FashionCnnImpl>>(examples::make_fashion_cnn(1),
+                                                                                  *engines.back(), *comm));
     optimizers.push_back(std::make_unique<zeroshard::torch::Optimizer>(*modules.back()));
     auto* m = modules.back().get();
     auto* opt = optimizers.back().get();
@@ -135,11 +135,11 @@ int run(const Options& o) {
   }
 
   if (comm->rank() == 0) {
-    std::printf("bench_libtorch: FashionCnn (80,202 parameters), %lld images per rank per step, %d ranks, %d "
-                "libtorch thread(s) per rank; median of %d rounds of %d steps after %d warm-up steps, variants "
-                "interleaved\nCPU: %s\n\n",
-                static_cast<long long>(o.micro_batch), world, o.threads, o.rounds, o.steps, o.warmup,
-                cpu_line().c_str());
+    std::printf(
+        "bench_libtorch: FashionCnn (80,202 parameters), %lld images per rank per step, %d ranks, %d "
+        "libtorch thread(s) per rank; median of %d rounds of %d steps after %d warm-up steps, variants "
+        "interleaved\nCPU: %s\n\n",
+        static_cast<long long>(o.micro_batch), world, o.threads, o.rounds, o.steps, o.warmup, cpu_line().c_str());
     const double base = median(variants[0].samples_per_s);
     std::printf("%-36s %12s %8s\n", "variant", "samples/s", "ratio");
     for (const auto& v : variants) {
@@ -154,15 +154,27 @@ int run(const Options& o) {
 
 int main(int argc, char** argv) {
   zeroshard::bench::Options o;
-  CLI::App app{"Samples/s of a libtorch CNN under zeroshard_torch against plain libtorch with a hand-written all-reduce"};
-  app.add_option("--stages", o.stages, "ZeRO stages to measure")->delimiter(',')->check(CLI::Range(0, 3))->capture_default_str();
+  CLI::App app{
+      "Samples/s of a libtorch CNN under zeroshard_torch against plain libtorch with a hand-written all-reduce"};
+  app.add_option("--stages", o.stages, "ZeRO stages to measure")
+      ->delimiter(',')
+      ->check(CLI::Range(0, 3))
+      ->capture_default_str();
   app.add_option("--micro-batch", o.micro_batch, "images per rank per step")
       ->check(CLI::Range(std::int64_t{1}, std::int64_t{1} << 20))
       ->capture_default_str();
-  app.add_option("--steps", o.steps, "steps per round and variant")->check(CLI::Range(1, 1000000))->capture_default_str();
-  app.add_option("--rounds", o.rounds, "timed rounds (the median is reported)")->check(CLI::Range(1, 1000))->capture_default_str();
-  app.add_option("--warmup", o.warmup, "untimed steps per variant first")->check(CLI::Range(0, 1000000))->capture_default_str();
-  app.add_option("--threads", o.threads, "libtorch intra-op threads per rank")->check(CLI::Range(1, 1024))->capture_default_str();
+  app.add_option("--steps", o.steps, "steps per round and variant")
+      ->check(CLI::Range(1, 1000000))
+      ->capture_default_str();
+  app.add_option("--rounds", o.rounds, "timed rounds (the median is reported)")
+      ->check(CLI::Range(1, 1000))
+      ->capture_default_str();
+  app.add_option("--warmup", o.warmup, "untimed steps per variant first")
+      ->check(CLI::Range(0, 1000000))
+      ->capture_default_str();
+  app.add_option("--threads", o.threads, "libtorch intra-op threads per rank")
+      ->check(CLI::Range(1, 1024))
+      ->capture_default_str();
   CLI11_PARSE(app, argc, argv);
   return zeroshard::bench::run(o);
 }

@@ -30,10 +30,10 @@ struct FashionCnnImpl : ::torch::nn::Module {
   zeroshard::torch::Unit<::torch::nn::LinearImpl> fc1{nullptr}, fc2{nullptr};
 
   FashionCnnImpl() {
-    conv1 = register_module("conv1", zeroshard::torch::Unit<::torch::nn::Conv2dImpl>(
-                                         ::torch::nn::Conv2dOptions(1, 16, 5)));
-    conv2 = register_module("conv2", zeroshard::torch::Unit<::torch::nn::Conv2dImpl>(
-                                         ::torch::nn::Conv2dOptions(16, 32, 5)));
+    conv1 =
+        register_module("conv1", zeroshard::torch::Unit<::torch::nn::Conv2dImpl>(::torch::nn::Conv2dOptions(1, 16, 5)));
+    conv2 = register_module("conv2",
+                            zeroshard::torch::Unit<::torch::nn::Conv2dImpl>(::torch::nn::Conv2dOptions(16, 32, 5)));
     fc1 = register_module("fc1", zeroshard::torch::Unit<::torch::nn::LinearImpl>(512, 128));
     fc2 = register_module("fc2", zeroshard::torch::Unit<::torch::nn::LinearImpl>(128, 10));
   }
@@ -61,8 +61,8 @@ inline std::pair<at::Tensor, at::Tensor> fashion_tensors(const LabeledImages& sp
                                           static_cast<std::int64_t>(split.images.cols)},
                                          ::torch::kFloat)
                           .clone();
-  at::Tensor labels = ::torch::from_blob(const_cast<std::uint8_t*>(split.labels.data()), {n}, ::torch::kUInt8)
-                          .to(::torch::kLong);
+  at::Tensor labels =
+      ::torch::from_blob(const_cast<std::uint8_t*>(split.labels.data()), {n}, ::torch::kUInt8).to(::torch::kLong);
   return {images, labels};
 }
 

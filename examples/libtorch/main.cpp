@@ -52,9 +52,9 @@ struct Options {
 /// What one stage's run gave (the same on every rank).
 struct StageRow {
   int stage = 0;
-  double loss = 0;          ///< mean loss of the last print_every steps over ranks
-  double accuracy = 0;      ///< test accuracy, fraction
-  double samples_per_s = 0; ///< training images per second, all ranks
+  double loss = 0;           ///< mean loss of the last print_every steps over ranks
+  double accuracy = 0;       ///< test accuracy, fraction
+  double samples_per_s = 0;  ///< training images per second, all ranks
   std::uint64_t model_state_bytes = 0;
   std::uint64_t peak_unsharded_bytes = 0;
   std::uint64_t peak_total_bytes = 0;
@@ -173,8 +173,8 @@ int run(const Options& o) {
   std::vector<StageRow> rows;
   for (int stage : o.stages) rows.push_back(run_stage(o, stage, *comm, train_x, train_y, test_x, test_y));
   if (comm->rank() == 0) {
-    std::printf("\n%d ranks, %d steps of %lld images per rank (FashionCnn, 80,202 parameters)\n",
-                comm->world_size(), o.steps, static_cast<long long>(rows.empty() ? 0 : o.micro_batch));
+    std::printf("\n%d ranks, %d steps of %lld images per rank (FashionCnn, 80,202 parameters)\n", comm->world_size(),
+                o.steps, static_cast<long long>(rows.empty() ? 0 : o.micro_batch));
     std::printf("| stage | loss | test accuracy | model states per rank | peak unsharded | peak total | samples/s |\n");
     std::printf("|---|---|---|---|---|---|---|\n");
     for (const StageRow& r : rows) {
@@ -196,16 +196,24 @@ int main(int argc, char** argv) {
       ->delimiter(',')
       ->check(CLI::Range(0, 3))
       ->capture_default_str();
-  app.add_option("--steps", o.steps, "optimizer steps per stage")->check(CLI::Range(1, 100000000))->capture_default_str();
+  app.add_option("--steps", o.steps, "optimizer steps per stage")
+      ->check(CLI::Range(1, 100000000))
+      ->capture_default_str();
   app.add_option("--micro-batch", o.micro_batch, "images per rank per step (without --config)")
       ->check(CLI::Range(std::int64_t{1}, std::int64_t{1} << 20))
       ->capture_default_str();
-  app.add_option("--lr", o.lr, "AdamW learning rate (without --config)")->check(CLI::PositiveNumber)->capture_default_str();
+  app.add_option("--lr", o.lr, "AdamW learning rate (without --config)")
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
   app.add_option("--config", o.config_path, "ds_config JSON (DeepSpeed keys); its stage is replaced by each --stages")
       ->check(CLI::ExistingFile);
   app.add_option("--seed", o.seed, "seed of the initialisation and the shuffling")->capture_default_str();
-  app.add_option("--threads", o.threads, "libtorch intra-op threads per rank")->check(CLI::Range(1, 1024))->capture_default_str();
-  app.add_option("--print-every", o.print_every, "steps between loss lines")->check(CLI::Range(1, 100000000))->capture_default_str();
+  app.add_option("--threads", o.threads, "libtorch intra-op threads per rank")
+      ->check(CLI::Range(1, 1024))
+      ->capture_default_str();
+  app.add_option("--print-every", o.print_every, "steps between loss lines")
+      ->check(CLI::Range(1, 100000000))
+      ->capture_default_str();
   app.add_option("--data-dir", o.data_dir, "folder with the Fashion-MNIST .gz IDX files")->capture_default_str();
   CLI11_PARSE(app, argc, argv);
   try {

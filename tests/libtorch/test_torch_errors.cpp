@@ -41,8 +41,8 @@ TEST_CASE("stage 3 needs Unit wrappers; stages 0-2 take plain submodules") {
   };
   {
     Engine engine(tied_net_config(3), world());
-    const std::string what = required_error_message<ConfigError>(
-        [&] { torch::shard(make(), engine, world()); }, "no error for plain units at stage 3");
+    const std::string what = required_error_message<ConfigError>([&] { torch::shard(make(), engine, world()); },
+                                                                 "no error for plain units at stage 3");
     CHECK(contains(what, "no Unit wrapper"));
     CHECK(contains(what, "\"0.weight\""));
   }
@@ -81,12 +81,15 @@ TEST_CASE("a module changed after shard() is named at the next forward") {
   };
   const Change changes[] = {
       {"parameter \"shared.weight\" has new data",
-       [](TiedNetImpl& m) { m.shared->weight.set_data(::torch::zeros({7, 7})); }, false},
+       [](TiedNetImpl& m) {
+         m.shared->weight.set_data(::torch::zeros({7, 7}));
+       },
+       false},
       {"parameter \"wte.weight\" has new data", [](TiedNetImpl& m) { m.to(::torch::kDouble); }, true},
       {"parameter \"extra\" was added", [](TiedNetImpl& m) { m.register_parameter("extra", ::torch::ones({1})); },
        false},
-      {"parameter \"norm.bias\" has requires_grad false",
-       [](TiedNetImpl& m) { m.norm->bias.set_requires_grad(false); }, false},
+      {"parameter \"norm.bias\" has requires_grad false", [](TiedNetImpl& m) { m.norm->bias.set_requires_grad(false); },
+       false},
   };
   for (const Change& c : changes) {
     CAPTURE(c.what);
@@ -134,7 +137,9 @@ TEST_CASE("stage 3 parameters are empty outside their unit's forward") {
   // As FSDP leaves a resharded parameter: shape [0], no memory to read.
   CHECK(model->shared->weight.numel() == 0);
   const std::string what = required_error_message<c10::Error>(
-      [&] { (void)::torch::nn::functional::linear(::torch::ones({2, 7}), model->shared->weight); },
+      [&] {
+        (void)::torch::nn::functional::linear(::torch::ones({2, 7}), model->shared->weight);
+      },
       "a resharded parameter was used");
   CHECK_FALSE(what.empty());
   // Inside the unit's forward it has its shape and values again.
@@ -161,8 +166,8 @@ TEST_CASE("the optimizer refuses changed groups and torch's archives") {
                  "lr was set to 0.5"));
   opt.param_groups()[0].options().set_lr(0.02);
   ::torch::serialize::OutputArchive archive;
-  CHECK(contains(required_error_message<InvariantError>([&] { opt.save(archive); }, "save accepted"),
-                 "save_checkpoint"));
+  CHECK(
+      contains(required_error_message<InvariantError>([&] { opt.save(archive); }, "save accepted"), "save_checkpoint"));
 }
 
 TEST_CASE("the optimizer's param_groups show the schedule's learning rate") {

@@ -153,7 +153,8 @@ TEST_CASE("one rank: AdamW against torch::optim::AdamW of the same libtorch") {
       CAPTURE(name);
       CAPTURE(step);
       const at::Tensor p = plain->named_parameters()[name];
-      const auto& ts = static_cast<const ::torch::optim::AdamWParamState&>(*adamw.state().at(c10::guts::to_string(impl)));
+      const auto& ts =
+          static_cast<const ::torch::optim::AdamWParamState&>(*adamw.state().at(c10::guts::to_string(impl)));
       const at::Tensor m = engine_state(engine, sharded, name, 0, p.sizes());
       const at::Tensor v = engine_state(engine, sharded, name, 1, p.sizes());
       if (step == 1) {
@@ -176,10 +177,10 @@ TEST_CASE("one rank: AdamW against torch::optim::AdamW of the same libtorch") {
   // 1 - beta1), two roundings; the engine as torch.optim's since 2.0,
   // exp_avg.lerp_(grad, 1 - beta1), one fused multiply-add. Equal at step
   // 1; from step 2 on exp_avg differs in its last bits, and so the update.
-  MESSAGE(fmt::format("AdamW after {} steps vs torch::optim::AdamW of libtorch {}.{}: largest parameter difference "
-                      "{:.3g} ({:.3g} of the tensor's largest value; {}), exp_avg {:.3g}, exp_avg_sq {:.3g}",
-                      kSteps, TORCH_VERSION_MAJOR, TORCH_VERSION_MINOR, worst, worst_rel, worst_name, worst_m,
-                      worst_v));
+  MESSAGE(
+      fmt::format("AdamW after {} steps vs torch::optim::AdamW of libtorch {}.{}: largest parameter difference "
+                  "{:.3g} ({:.3g} of the tensor's largest value; {}), exp_avg {:.3g}, exp_avg_sq {:.3g}",
+                  kSteps, TORCH_VERSION_MAJOR, TORCH_VERSION_MINOR, worst, worst_rel, worst_name, worst_m, worst_v));
 }
 
 }  // namespace

@@ -107,8 +107,7 @@ inline bool same_bits(const at::Tensor& a, const at::Tensor& b) {
 /// copyable or movable (the optimizer refers to the module).
 struct TiedNetRun {
   explicit TiedNetRun(const EngineConfig& config)
-      : model(make_tied_net()), engine(config, world()), sharded(torch::shard(model, engine, world())),
-        opt(sharded) {}
+      : model(make_tied_net()), engine(config, world()), sharded(torch::shard(model, engine, world())), opt(sharded) {}
   TiedNetRun(const TiedNetRun&) = delete;
   TiedNetRun& operator=(const TiedNetRun&) = delete;
 
