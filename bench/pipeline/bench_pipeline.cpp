@@ -72,10 +72,10 @@
 #include <CLI/CLI.hpp>
 #include <fmt/format.h>
 
+#include "bench/mpi_main.h"
 #include "comm/clock_sync.h"
 #include "comm/communicator.h"
 #include "comm/mesh.h"
-#include "comm/mpi/mpi_environment.h"
 #include "core/error.h"
 #include "kernels/cpu/simd_targets.h"
 #include "parallel/pipeline_executor.h"
@@ -493,14 +493,5 @@ int main(int argc, char** argv) {
                  o.activation_bytes);
     return 2;
   }
-  try {
-    return run(o);
-  } catch (const std::exception& e) {
-    std::fprintf(stderr, "bench_pipeline: %s\n", e.what());
-  }
-  // One rank failing alone would leave the others waiting for its messages.
-  int initialized = 0;
-  MPI_Initialized(&initialized);
-  if (initialized && !mpi_finalized()) MPI_Abort(MPI_COMM_WORLD, 1);
-  return 1;
+  return bench::run_or_abort("bench_pipeline", [&] { return run(o); });
 }
