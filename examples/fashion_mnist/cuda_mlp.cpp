@@ -162,14 +162,11 @@ void CudaMlp::upload_params(int l) {
 }
 
 void CudaMlp::forward(std::size_t n) {
-  const int layers = mlp_.num_layers();
   const float one = 1.0f;
   const float zero = 0.0f;
   const float* h = x_.as<float>();
-  for (int l = 0; l < layers; ++l) {
+  mlp_.forward_units([&](int l) {
     const std::size_t in = mlp_.layer_in(l), out = mlp_.layer_out(l);
-    const UnitId u = mlp_.unit(l);
-    engine_.unshard(u);
     if (n > 0) {
       upload_params(l);
       float* z = acts_[std::size_t(l)].as<float>();
@@ -179,11 +176,11 @@ void CudaMlp::forward(std::size_t n) {
                                 as_int(in, "in"), h, as_int(in, "in"), &zero, z,
                                 as_int(out, "out")));
       ZS_CUDA_CHECK(cuda_detail::launch_add_bias_activate(
-          z, b_[std::size_t(l)].as<float>(), n, out, /*relu=*/l + 1 < layers, stream_.get()));
+          z, b_[std::size_t(l)].as<float>(), n, out, /*relu=*/l + 1 < mlp_.num_layers(),
+          stream_.get()));
     }
-    engine_.reshard(u);
     h = acts_[std::size_t(l)].as<float>();
-  }
+  });
   if (n > 0) {
     const std::size_t classes = std::size_t(mlp_.layer_sizes().back());
     ZS_CUDA_CHECK(cudaMemcpyAsync(logits_host_.data(), acts_.back().data(),
@@ -241,11 +238,9 @@ double CudaMlp::forward_backward(std::span<const float> x, std::span<const std::
 
   const float one = 1.0f;
   const float zero = 0.0f;
-  for (int l = mlp_.num_layers() - 1; l >= 0; --l) {
+  mlp_.backward_units([&](int l) {
     const std::size_t in = mlp_.layer_in(l), out = mlp_.layer_out(l);
-    const UnitId u = mlp_.unit(l);
     const float* h_below = (l == 0) ? x_.as<float>() : acts_[std::size_t(l) - 1].as<float>();
-    engine_.unshard(u);
     enqueue_grads(l, delta, h_below, n);
     if (l > 0) {
       // Enqueued after the gradients' copy-back, so that the device computes
@@ -259,10 +254,8 @@ double CudaMlp::forward_backward(std::span<const float> x, std::span<const std::
           cuda_detail::launch_relu_backward(delta_below, h_below, n * in, stream_.get()));
     }
     add_grads_to_engine(l);
-    engine_.reduce_gradients(u);
-    engine_.reshard(u);
     std::swap(delta, delta_below);
-  }
+  });
   return loss_sum / static_cast<double>(n);
 }
 

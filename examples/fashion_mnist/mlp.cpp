@@ -183,24 +183,20 @@ void Mlp::initialize(std::uint64_t seed) {
 
 const float* Mlp::forward(const float* x, std::size_t n) {
   const float* h = x;
-  const int layers = num_layers();
-  for (int l = 0; l < layers; ++l) {
+  forward_units([&](int l) {
     const std::size_t in = layer_in(l), out = layer_out(l);
-    const UnitId u = units_[std::size_t(l)];
-    engine_.unshard(u);
     if (n > 0) {
-      const auto span = engine_.trace("forward", engine_.layout().unit(u).name);
+      const auto span = engine_.trace("forward", engine_.layout().unit(unit(l)).name);
       const float* w = weight_f32(l);
       const float* b = bias_f32(l);
       float* z = acts_[std::size_t(l)].data();
       // z[n, out] = h[n, in] * W[out, in]^T
       cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, int(n), int(out), int(in), 1.0f, h,
                   int(in), w, int(in), 0.0f, z, int(out));
-      add_bias_activate(z, b, n, out, /*relu=*/l + 1 < layers);
+      add_bias_activate(z, b, n, out, /*relu=*/l + 1 < num_layers());
     }
-    engine_.reshard(u);
     h = acts_[std::size_t(l)].data();
-  }
+  });
   return h;
 }
 
@@ -220,27 +216,21 @@ double Mlp::forward_backward(std::span<const float> x, std::span<const std::uint
                                          grad_scale, delta);
   }
 
-  for (int l = num_layers() - 1; l >= 0; --l) {
+  backward_units([&](int l) {
     const std::size_t in = layer_in(l), out = layer_out(l);
-    const UnitId u = units_[std::size_t(l)];
     const float* h_below = (l == 0) ? x.data() : acts_[std::size_t(l) - 1].data();
-    engine_.unshard(u);
-    {
-      const auto span = engine_.trace("backward", engine_.layout().unit(u).name);
-      accumulate_grads(l, delta, h_below, n);
-      if (l > 0) {
-        // dh[n, in] = delta[n, out] * W[out, in]; through ReLU: zero where h <= 0.
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, int(n), int(in), int(out), 1.0f, delta,
-                    int(out), weight_f32(l), int(in), 0.0f, delta_below, int(in));
-        for (std::size_t k = 0; k < n * in; ++k) {
-          if (!(h_below[k] > 0.0f)) delta_below[k] = 0.0f;
-        }
+    const auto span = engine_.trace("backward", engine_.layout().unit(unit(l)).name);
+    accumulate_grads(l, delta, h_below, n);
+    if (l > 0) {
+      // dh[n, in] = delta[n, out] * W[out, in]; through ReLU: zero where h <= 0.
+      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, int(n), int(in), int(out), 1.0f, delta,
+                  int(out), weight_f32(l), int(in), 0.0f, delta_below, int(in));
+      for (std::size_t k = 0; k < n * in; ++k) {
+        if (!(h_below[k] > 0.0f)) delta_below[k] = 0.0f;
       }
     }
-    engine_.reduce_gradients(u);
-    engine_.reshard(u);
     std::swap(delta, delta_below);
-  }
+  });
   return loss_sum / static_cast<double>(n);
 }
 

@@ -75,6 +75,30 @@ class Mlp final : public Classifier {
   /// (out x in), in elements: the sizes of per-layer scratch buffers.
   std::size_t widest() const { return widest_; }
   std::size_t largest_weight() const { return largest_weight_; }
+  /// The Engine calls of a forward pass around `compute`, layer by layer:
+  /// unshard(unit(l)), compute(l), reshard(unit(l)). Every classifier of
+  /// this model (this one, CudaMlp) runs its passes through these two, so
+  /// all issue the same collectives in the same order.
+  template <class Compute>
+  void forward_units(Compute&& compute) {
+    for (int l = 0; l < num_layers(); ++l) {
+      engine_.unshard(unit(l));
+      compute(l);
+      engine_.reshard(unit(l));
+    }
+  }
+  /// The backward pass's: for l from the last layer down, unshard(unit(l)),
+  /// compute(l) (which adds layer l's gradients), reduce_gradients(unit(l)),
+  /// reshard(unit(l)).
+  template <class Compute>
+  void backward_units(Compute&& compute) {
+    for (int l = num_layers() - 1; l >= 0; --l) {
+      engine_.unshard(unit(l));
+      compute(l);
+      engine_.reduce_gradients(unit(l));
+      engine_.reshard(unit(l));
+    }
+  }
   /// Throws InvariantError unless min_n <= n <= max_batch(), x holds n x
   /// inputs floats and labels n entries, each below the number of classes;
   /// `what` names the batch in the message ("micro-batch", ...).
