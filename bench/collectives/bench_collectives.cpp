@@ -350,11 +350,7 @@ int run(const Options& o) {
   b.small = AlignedBuffer<float>(big / static_cast<std::size_t>(n));
   if (o.ordered) b.scratch = AlignedBuffer<float>(big);
   if (root) {
-    char version[MPI_MAX_LIBRARY_VERSION_STRING];
-    int len = 0;
-    MPI_Get_library_version(version, &len);
-    std::string lib(version, static_cast<std::size_t>(len));
-    lib = lib.substr(0, lib.find_first_of(",\n"));
+    const std::string lib = bench::mpi_library_name();
     MpiProgress& progress = MpiProgress::instance();
     fmt::print("bench_collectives: {} ranks; {}; {}; progress thread {}; libnbc iallreduce "
                "algorithm selection {}; sizes {} to {} B (x{})\n",

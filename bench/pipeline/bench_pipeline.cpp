@@ -399,11 +399,7 @@ int run(const Options& o) {
     if (o.schedule == "all" || o.schedule == to_string(k)) kinds.push_back(k);
   }
   if (root) {
-    char version[MPI_MAX_LIBRARY_VERSION_STRING];
-    int len = 0;
-    MPI_Get_library_version(version, &len);
-    std::string lib(version, static_cast<std::size_t>(len));
-    lib = lib.substr(0, lib.find_first_of(",\n"));
+    const std::string lib = bench::mpi_library_name();
     fmt::print(
         "bench_pipeline: {} stages (dp = tp = 1, pp = {}); {}; {} hardware threads; SIMD "
         "target {} (no kernel runs here)\n",
