@@ -54,7 +54,7 @@ class ColumnParallelLinear : public ParallelLinear {
       : ParallelLinear("ColumnParallelLinear", tp_group, in_features, out_features, bias, granule,
                        Split::out_features) {}
 
-  /// This rank's rows of W (and entries of b).
+  /// This rank's rows of W (and entries of b), and their count.
   Slice out_slice() const { return slice(); }
   std::size_t local_out() const { return slice().size; }
 };

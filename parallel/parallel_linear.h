@@ -24,6 +24,7 @@ namespace zeroshard::parallel {
 /// thread at a time per communicator.
 class ParallelLinear {
  public:
+  /// The layer's (unsplit) inputs and outputs, and whether it has a bias.
   std::size_t in_features() const { return in_; }
   std::size_t out_features() const { return out_; }
   bool has_bias() const { return bias_; }

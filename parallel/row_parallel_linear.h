@@ -44,7 +44,7 @@ class RowParallelLinear : public ParallelLinear {
       : ParallelLinear("RowParallelLinear", tp_group, in_features, out_features, bias, granule,
                        Split::in_features) {}
 
-  /// This rank's columns of W (and of X).
+  /// This rank's columns of W (and of X), and their count.
   Slice in_slice() const { return slice(); }
   std::size_t local_in() const { return slice().size; }
 };
