@@ -28,7 +28,7 @@
 // every stage, bucket size and overlap setting. The cost: the same bytes on
 // the wire as a ring (each rank sends and receives (N-1)/N of the buffer per
 // phase) but the all-to-all is not pipelined with the sum and the sum reads
-// all N blocks at once (bench/README.md "## collectives" has the figures).
+// all N blocks at once (bench/collectives/README.md has the figures).
 // ReductionOrder::native keeps the backend's own collectives (faster for
 // some sizes; bitwise reproducible only for one configuration).
 //

@@ -1,6 +1,6 @@
 // bench_collectives: all_reduce, reduce_scatter and all_gather through the
 // zeroshard Communicator against the raw MPI call on the same buffers, in
-// the same run (bench/README.md, "## collectives"). Run under mpirun.
+// the same run (bench/collectives/README.md). Run under mpirun.
 // The Communicator path is its blocking call (all_reduce, ...), or with
 // --nonblocking the non-blocking form followed by wait() (iall_reduce(...)
 // .wait(), what the Engine uses), or with --ordered, for all_reduce and

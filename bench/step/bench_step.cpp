@@ -1,6 +1,6 @@
 // bench_step: training-step time of a synthetic model at ZeRO stages 0-3,
 // with overlap_comm on and off, and how the time splits into compute,
-// waiting on communication, and the step() call (bench/README.md, "## step").
+// waiting on communication, and the step() call (bench/step/README.md).
 //
 // Model: --units units, each one fp32 parameter W of --rows x --cols
 // elements (default 16 units of 2048 x 4096 = 8M). Per unit and direction

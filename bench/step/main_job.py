@@ -1,8 +1,8 @@
 #!/usr/bin/env python3
 """The main job's step in a loop: Fashion-MNIST (examples/fashion_mnist) at
 1 and 4 ranks, ZeRO stages 0 and 3, with the step breakdown on
-([Note: step breakdown] in runtime/observe/step_breakdown.h). bench/README.md,
-"### The main job's step (main_job.py)".
+([Note: step breakdown] in runtime/observe/step_breakdown.h). bench/step/README.md,
+"The main job's step (main_job.py)".
 
 Each (ranks, stage) runs the job for WARMUP + STEPS optimizer steps and
 takes, per breakdown field, the median over the STEPS steps after the

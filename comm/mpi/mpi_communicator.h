@@ -23,7 +23,7 @@
 //   barrier          MPI_Barrier
 // A blocking call skips the non-blocking path's fixed cost (request, libnbc
 // schedule, progress-thread bookkeeping: a few microseconds at 2 ranks, tens
-// at 4 ranks on 2 cores, bench/README.md "## collectives") and runs Open MPI's "tuned" algorithms,
+// at 4 ranks on 2 cores, bench/collectives/README.md) and runs Open MPI's "tuned" algorithms,
 // which are not libnbc's: a sum may combine ranks in another order, so for
 // data whose sums round (fp32 in general, [Note: 16-bit reductions]) the
 // blocking and non-blocking forms may differ in the last bits; for data

@@ -7,7 +7,7 @@
 // MPI_Allreduce (the "tuned" component) uses a ring or recursive halving
 // instead. Measured with bench/collectives on 2 ranks: the binomial
 // iallreduce reached 0.32-0.52 of MPI_Allreduce's bus bandwidth at 1 MiB to
-// 256 MiB, libnbc's ring 0.88-0.99 (bench/README.md, "## collectives").
+// 256 MiB, libnbc's ring 0.88-0.99 (bench/collectives/README.md).
 //
 // select_iallreduce_algorithm() therefore sets libnbc's control variable
 // coll_libnbc_iallreduce_algorithm through the MPI tool interface (MPI_T;

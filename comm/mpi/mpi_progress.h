@@ -25,8 +25,8 @@
 // bandwidth of all_reduce and all_gather at 1-8 MiB; without the yield,
 // all_reduce and all_gather at 1 MiB reached 0.69-0.91 of raw MPI against
 // 0.90-1.13 with it, while a yield raised the latency of 1-16 KiB
-// collectives 1.5-3x, hence the threshold (bench/README.md,
-// "## collectives").
+// collectives 1.5-3x, hence the threshold
+// (bench/collectives/README.md).
 //
 // ZS_MPI_PROGRESS_US sets the poll interval in microseconds (default 50;
 // 0 turns the thread off). Costs: one probe per interval per rank while

@@ -51,6 +51,30 @@ void maybe_pause(const std::string& dir, int rank) {
 #endif
 }
 
+// [Note: crash points of a save]
+// A save is crash-atomic (docs/checkpoint-format.md, "The atomic save
+// protocol"): whenever a process dies, `latest` names a complete checkpoint.
+// The test hook ZS_CHECKPOINT_CRASH_AT=<point> kills rank 0 (SIGKILL, the
+// job ends with it) at the end of each step of the protocol that changes
+// what is on disk:
+//   files     rank 0's rank-NNNNN.bin is written and fsynced in .tmp-<tag>,
+//             before the ranks all-gather sizes and CRC-32s (step 2);
+//   manifest  manifest.json is written and fsynced with .tmp-<tag>, before
+//             anything is renamed (step 3);
+//   renamed   the new checkpoint is <tag> (renamed into place, exchanged
+//             with the old <tag>, or after both renames of the fallback
+//             without RENAME_EXCHANGE), before `latest` is switched (step 4);
+//   latest    `latest` names <tag> (written atomically), before the old
+//             checkpoint and those beyond keep_last are removed (5 and 6).
+// A kill up to `manifest` leaves the old checkpoint in place and loadable, a
+// kill from `renamed` on the new one; what is left (.tmp-<tag> holding the
+// unfinished save or the exchanged old checkpoint, .old-<tag>) is removed by
+// the next save's sweep_leftovers. tests/runtime/checkpoint/
+// checkpoint_reshard.sh re-saves an existing tag with each point and checks
+// all three. The kill between the fallback's two renames has no hook (on a
+// file system with RENAME_EXCHANGE that path does not run); the sweep's
+// rename of .old-<tag> back to <tag> covers it.
+
 // Test hooks of the crash-atomic save ([Note: crash points of a save]):
 // ZS_CHECKPOINT_CRASH_AT=<point> makes rank 0 kill itself (SIGKILL) when it
 // reaches that point; ZS_CHECKPOINT_FAIL_RANK=r makes rank r's file write

@@ -8,11 +8,15 @@
 #include <fstream>
 #include <map>
 #include <sstream>
+#include <string_view>
+#include <unordered_map>
+#include <utility>
 
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
 #include "core/error.h"
+#include "runtime/config/config_diagnostics.h"
 
 namespace zeroshard {
 
@@ -20,16 +24,47 @@ namespace {
 
 using json = nlohmann::json;
 
+// Element counts of a model stay below 2^63 (as FlatLayout's).
+constexpr std::uint64_t kMaxElements = (std::uint64_t{1} << 63) - 1;
+
+// The shape at v; ConfigError naming `where` when it is not an array of
+// integers >= 0 or its product exceeds kMaxElements.
 std::vector<std::int64_t> read_shape(const json& v, const std::string& where) {
   if (!v.is_array()) throw ConfigError(fmt::format("{}: \"shape\" must be an array of integers", where));
   std::vector<std::int64_t> shape;
   for (const json& d : v) {
-    if (!d.is_number_integer() || d.get<std::int64_t>() < 0) {
-      throw ConfigError(fmt::format("{}: \"shape\" must hold integers >= 0, not {}", where, d.dump()));
+    if (!d.is_number_integer() || (d.is_number_unsigned() && d.get<std::uint64_t>() > kMaxElements) ||
+        d.get<std::int64_t>() < 0) {
+      throw ConfigError(fmt::format("{}: \"shape\" must hold integers in [0, 2^63 - 1], not {}", where, brief(d)));
     }
     shape.push_back(d.get<std::int64_t>());
   }
+  std::uint64_t n = 1;
+  bool overflow = false;
+  for (std::int64_t d : shape) {
+    overflow = overflow || __builtin_mul_overflow(n, static_cast<std::uint64_t>(d), &n) || n > kMaxElements;
+  }
+  if (overflow && std::find(shape.begin(), shape.end(), 0) == shape.end()) {
+    throw ConfigError(fmt::format("{}: shape {} has more than 2^63 - 1 elements", where, brief(v)));
+  }
   return shape;
+}
+
+// ConfigError when two parameters of `m` share a name (the Engine refuses
+// them too), naming both places.
+void check_unique_names(const ModelDescription& m, const std::string& source) {
+  std::unordered_map<std::string_view, std::pair<std::size_t, std::size_t>> seen;
+  for (std::size_t u = 0; u < m.units.size(); ++u) {
+    for (std::size_t k = 0; k < m.units[u].params.size(); ++k) {
+      const std::string& name = m.units[u].params[k].name;
+      const auto [it, fresh] = seen.emplace(name, std::pair{u, k});
+      if (!fresh) {
+        throw ConfigError(fmt::format("{}: parameter \"{}\" appears twice (units[{}].params[{}] and "
+                                      "units[{}].params[{}]); each parameter name may be given once",
+                                      source, brief(name), it->second.first, it->second.second, u, k));
+      }
+    }
+  }
 }
 
 bool all_digits(std::string_view s) {
@@ -61,8 +96,15 @@ std::uint64_t ModelDescription::parameter_count() const {
   for (const UnitDescription& u : units) {
     for (const ParamDescription& p : u.params) {
       std::uint64_t e = 1;
-      for (std::int64_t d : p.shape) e *= static_cast<std::uint64_t>(d);
-      n += e;
+      bool overflow = false;
+      for (std::int64_t d : p.shape) {
+        overflow = overflow || d < 0 || __builtin_mul_overflow(e, static_cast<std::uint64_t>(d), &e);
+      }
+      if (std::find(p.shape.begin(), p.shape.end(), 0) != p.shape.end()) continue;
+      if (overflow || __builtin_add_overflow(n, e, &n) || n > kMaxElements) {
+        throw ConfigError(fmt::format("the model holds more than 2^63 - 1 parameter elements (at parameter \"{}\")",
+                                      brief(p.name)));
+      }
     }
   }
   return n;
@@ -77,12 +119,8 @@ int ModelDescription::group_count() const {
 }
 
 ModelDescription ModelDescription::from_json(std::string_view text, const std::string& source) {
-  json doc;
-  try {
-    doc = json::parse(text);
-  } catch (const json::exception& e) {
-    throw ConfigError(fmt::format("{}: not JSON: {}", source, e.what()));
-  }
+  // Duplicate keys ("units" twice) are refused, not resolved to the last.
+  const json doc = parse_config_text(std::string(text), source);
   if (!doc.is_object() || !doc.contains("units") || !doc["units"].is_array()) {
     throw ConfigError(fmt::format("{}: a model description is an object with a \"units\" array", source));
   }
@@ -113,6 +151,8 @@ ModelDescription ModelDescription::from_json(std::string_view text, const std::s
     }
     m.units.push_back(std::move(unit));
   }
+  check_unique_names(m, source);
+  (void)m.parameter_count();  // refuses a total beyond 2^63 - 1 elements
   return m;
 }
 
@@ -130,12 +170,8 @@ std::string safetensors_unit_of(std::string_view name) {
 }
 
 ModelDescription ModelDescription::from_safetensors_header(std::string_view text, const std::string& source) {
-  json doc;
-  try {
-    doc = json::parse(text);
-  } catch (const json::exception& e) {
-    throw ConfigError(fmt::format("{}: the safetensors header is not JSON: {}", source, e.what()));
-  }
+  // A tensor named twice is refused, not resolved to the last.
+  const json doc = parse_config_text(std::string(text), source + " (safetensors header)");
   if (!doc.is_object()) throw ConfigError(fmt::format("{}: the safetensors header is not a JSON object", source));
   struct Tensor {
     std::uint64_t begin = 0;
@@ -162,6 +198,7 @@ ModelDescription ModelDescription::from_safetensors_header(std::string_view text
     if (fresh) m.units.push_back(UnitDescription{.name = unit, .params = {}});
     m.units[it->second].params.push_back(ParamDescription{.name = std::move(t.name), .shape = std::move(t.shape)});
   }
+  (void)m.parameter_count();  // refuses a total beyond 2^63 - 1 elements
   return m;
 }
 

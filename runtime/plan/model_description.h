@@ -55,20 +55,23 @@ struct ModelDescription {
   /// InvariantError as FlatLayout::add_param (negative dimension,
   /// duplicate name).
   FlatLayout layout(int world_size) const;
-  /// Parameter elements of all units (Psi).
+  /// Parameter elements of all units (Psi). Throws ConfigError when the
+  /// count (or a parameter's shape product) exceeds 2^63 - 1.
   std::uint64_t parameter_count() const;
   /// One more than the largest parameter group id (1 for none).
   int group_count() const;
 
   /// Parses the JSON form; `source` names it in messages. Throws
-  /// ConfigError (not JSON, missing or mistyped key, negative dimension or
-  /// group).
+  /// ConfigError (not JSON, a key given twice, missing or mistyped key,
+  /// negative dimension or group, a shape or model of more than 2^63 - 1
+  /// elements, a parameter name given twice).
   static ModelDescription from_json(std::string_view text, const std::string& source);
   /// Reads a safetensors file's header ([Note: safetensors units]). Throws
   /// IoError (unreadable, shorter than its header) and ConfigError (a
   /// header that is not safetensors JSON).
   static ModelDescription from_safetensors(const std::string& path);
-  /// The units of a safetensors header's JSON text.
+  /// The units of a safetensors header's JSON text. Throws ConfigError as
+  /// from_json (a tensor name given twice included).
   static ModelDescription from_safetensors_header(std::string_view json, const std::string& source);
   /// Reads `path`: a safetensors file when its name ends in
   /// ".safetensors", else the JSON form. Throws IoError and ConfigError.

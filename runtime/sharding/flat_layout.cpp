@@ -2,9 +2,25 @@
 
 #include <algorithm>
 
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
 #include "core/error.h"
 
 namespace zeroshard {
+
+namespace {
+
+// Element counts are kept below 2^63 so that any two add without wrapping
+// and every count converts to the int64 of shapes and manifests.
+constexpr std::size_t kMaxElements = (std::size_t{1} << 63) - 1;
+
+// A name for a message: its first 60 bytes and its length when longer.
+std::string brief_name(const std::string& name) {
+  return name.size() <= 60 ? name : fmt::format("{}... ({} bytes)", name.substr(0, 60), name.size());
+}
+
+}  // namespace
 
 std::size_t UnitInfo::logical_in_shard(int r) const {
   const std::size_t begin = static_cast<std::size_t>(r) * shard;
@@ -28,14 +44,25 @@ ParamId FlatLayout::add_param(UnitId unit, std::string name, std::vector<std::in
            "parameter \"{}\": unknown unit id {}", name, unit);
   ZS_CHECK(find_param(name) < 0, "parameter name \"{}\" declared twice", name);
   std::size_t numel = 1;
+  bool overflow = false;
   for (std::int64_t d : shape) {
     ZS_CHECK(d >= 0, "parameter \"{}\": negative dimension {}", name, d);
-    numel *= static_cast<std::size_t>(d);
+    std::size_t next = 0;
+    overflow = overflow || __builtin_mul_overflow(numel, static_cast<std::size_t>(d), &next) ||
+               next > kMaxElements;
+    numel = next;
   }
+  // A zero dimension makes the product 0 whatever overflowed before it.
+  if (overflow && std::find(shape.begin(), shape.end(), 0) == shape.end()) {
+    throw ConfigError(fmt::format("parameter \"{}\": shape [{}] has more than 2^63 - 1 elements", brief_name(name),
+                                  fmt::join(shape, ", ")));
+  }
+  if (overflow) numel = 0;
+  const ParamId id = static_cast<ParamId>(params_.size());
+  by_name_.emplace(name, id);
   ParamInfo p{.name = std::move(name), .shape = std::move(shape), .numel = numel, .unit = unit,
               .group = group};
   params_.push_back(std::move(p));
-  const ParamId id = static_cast<ParamId>(params_.size() - 1);
   units_[static_cast<std::size_t>(unit)].params.push_back(id);
   return id;
 }
@@ -49,7 +76,11 @@ void FlatLayout::finalize(int world_size) {
     std::size_t off = 0;
     for (ParamId id : u.params) {
       params_[static_cast<std::size_t>(id)].offset = off;
-      off += params_[static_cast<std::size_t>(id)].numel;
+      off += params_[static_cast<std::size_t>(id)].numel;  // each <= 2^63 - 1: the sum of two cannot wrap
+      if (off > kMaxElements - quantum) {
+        throw ConfigError(fmt::format("unit \"{}\": its parameters hold more than 2^63 - 1 elements padded for {} "
+                                      "ranks", brief_name(u.name), world_size));
+      }
     }
     u.numel = off;
     u.padded = (off + quantum - 1) / quantum * quantum;
@@ -68,10 +99,8 @@ const ParamInfo& FlatLayout::param(ParamId p) const {
 }
 
 ParamId FlatLayout::find_param(const std::string& name) const {
-  for (std::size_t i = 0; i < params_.size(); ++i) {
-    if (params_[i].name == name) return static_cast<ParamId>(i);
-  }
-  return -1;
+  const auto it = by_name_.find(name);
+  return it == by_name_.end() ? -1 : it->second;
 }
 
 std::size_t FlatLayout::total_numel() const {

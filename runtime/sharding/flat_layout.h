@@ -15,6 +15,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <string>
+#include <unordered_map>
 #include <vector>
 
 namespace zeroshard {
@@ -63,9 +64,14 @@ class FlatLayout {
  public:
   UnitId add_unit(std::string name);
   /// Adds a parameter to a unit. Throws InvariantError on a negative
-  /// dimension or an unknown unit, and on a duplicate name.
+  /// dimension or an unknown unit, and on a duplicate name; ConfigError
+  /// naming the parameter and its shape when the element count (the
+  /// product of the shape) does not fit 63 bits. Amortised O(1): names are
+  /// looked up in a hash map.
   ParamId add_param(UnitId unit, std::string name, std::vector<std::int64_t> shape, GroupId group);
   /// Computes offsets, padding and shard sizes for world_size ranks.
+  /// Throws ConfigError naming the unit when its padded element count does
+  /// not fit 63 bits.
   void finalize(int world_size);
 
   int world_size() const { return world_size_; }
@@ -73,7 +79,7 @@ class FlatLayout {
   const std::vector<ParamInfo>& params() const { return params_; }
   const UnitInfo& unit(UnitId u) const;
   const ParamInfo& param(ParamId p) const;
-  /// Parameter by name; -1 if absent.
+  /// Parameter by name; -1 if absent. O(1) expected.
   ParamId find_param(const std::string& name) const;
   /// Total parameter elements (Psi) and total padded elements.
   std::size_t total_numel() const;
@@ -85,6 +91,7 @@ class FlatLayout {
   int world_size_ = 0;
   std::vector<UnitInfo> units_;
   std::vector<ParamInfo> params_;
+  std::unordered_map<std::string, ParamId> by_name_;  ///< params_ index by name
 };
 
 }  // namespace zeroshard

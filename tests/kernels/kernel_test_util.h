@@ -86,13 +86,16 @@ class OffsetArray {
   std::size_t n_;
 };
 
+// [Note: NaN payloads]
+// IEEE 754 does not say which payload an operation with two NaN operands
+// returns (x86 returns the first operand's), and compilers may commute + and
+// *, so a vector kernel and its scalar reference can return different NaNs
+// where NaNs meet (kernels/cpu/fp_strict.h). Every other result, and
+// NaN-ness itself, must match bit for bit; conversions (integer operations)
+// are compared strictly.
+
 /// Whether element bits a and b count as equal: the same bits, or (when
-/// nan_aware) both NaN. [Note: NaN payloads] IEEE 754 does not say which
-/// payload an operation with two NaN operands returns (x86 returns the
-/// first operand's), and compilers may commute + and *, so a vector kernel
-/// and its scalar reference can return different NaNs where NaNs meet. Every
-/// other result, and NaN-ness itself, must match bit for bit; conversions
-/// (integer operations) are compared strictly.
+/// nan_aware) both NaN ([Note: NaN payloads]).
 inline bool same_value(float a, float b, bool nan_aware) {
   return float_bits(a) == float_bits(b) || (nan_aware && std::isnan(a) && std::isnan(b));
 }

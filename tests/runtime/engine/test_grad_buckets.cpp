@@ -4,9 +4,10 @@
 // reduce_bucket_size, allgather_bucket_size, overlap_comm,
 // contiguous_gradients.
 //
-// [Note: per-unit reference] The model's units have odd element counts
-// chosen so that every unit pads to the same size P at world sizes 1-4
-// (P = 1008 at 1 and 3 ranks, 1024 at 2 and 4). With bucket sizes of P every
+// [Note: per-unit reference]
+// The model's units have odd element counts chosen so that every unit pads
+// to the same size P at world sizes 1-4 (P = 1008 at 1 and 3 ranks, 1024 at
+// 2 and 4). With bucket sizes of P every
 // bucket is exactly one unit and its collective runs on the unit's own
 // buffer with the unit's whole count: the collectives the engine issued
 // before buckets existed (one all-reduce / reduce-scatter / all-gather per

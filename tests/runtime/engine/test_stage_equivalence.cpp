@@ -169,8 +169,9 @@ TEST_CASE("stages 0-3 equal the unsharded reference, tied first/last layer") {
   sgd.momentum = 0.9f;
   sgd.nesterov = true;
   sgd.weight_decay = 0.01f;
-  // [Note: Adam and reduction order] SGD is linear in the gradient, so the
-  // data-parallel sum (per-rank partial sums, then across ranks) agrees with
+  // [Note: Adam and reduction order]
+  // SGD is linear in the gradient, so the data-parallel sum (per-rank
+  // partial sums, then across ranks) agrees with
   // the reference's single sum to rounding: 1e-5. Adam divides each element's
   // first moment by the root of its second: in elements whose per-sample
   // gradients nearly cancel, last-bit differences of the sum become relative

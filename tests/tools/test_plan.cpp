@@ -1,0 +1,130 @@
+// zs_plan's report (tools/plan/plan_report.h) and the published formulas
+// it prints (runtime/plan/zero_formulas.h): the ZeRO paper's stage ratios hold
+// exactly for the estimate when Psi is divisible by N, DeepSpeed's
+// estimators give their documented figures, and the report of a small model
+// shows its ledger figures, padding and formulas.
+#include <cstdint>
+#include <string>
+
+#include <doctest/doctest.h>
+
+#include "tools/plan/plan_report.h"
+#include "runtime/plan/memory_estimate.h"
+#include "runtime/plan/zero_formulas.h"
+
+using namespace zeroshard;
+
+namespace {
+
+EngineConfig config(int stage, DType dt) {
+  EngineConfig c;
+  c.zero.stage = stage;
+  c.compute_dtype = dt;
+  c.optimizer.kind = OptimizerKind::adam;
+  return c;
+}
+
+// The line of `text` that contains `label` ("" if none).
+std::string line_with(const std::string& text, const std::string& label) {
+  const std::size_t at = text.find(label);
+  if (at == std::string::npos) return "";
+  const std::size_t begin = text.rfind('\n', at) + 1, end = text.find('\n', at);
+  return text.substr(begin, end - begin);
+}
+
+bool ends_with(const std::string& s, const std::string& tail) {
+  return s.size() >= tail.size() && s.compare(s.size() - tail.size(), tail.size(), tail) == 0;
+}
+
+}  // namespace
+
+TEST_CASE("the estimate equals the ZeRO paper's formulas when Psi is divisible by N") {
+  // Units of 16 x 840 elements: divisible by 16 N for every N in 1-8, so no padding.
+  const ModelDescription m = ModelDescription::generated(6 * 16 * 840, 6);
+  const std::uint64_t psi = m.parameter_count();
+  for (int n = 1; n <= 8; ++n) {
+    for (DType dt : {DType::f32, DType::bf16, DType::f16}) {
+      const bool mixed = dt != DType::f32;
+      std::uint64_t by_stage[4] = {};
+      for (int stage = 0; stage <= 3; ++stage) {
+        CAPTURE(n);
+        CAPTURE(stage);
+        CAPTURE(dtype_name(dt));
+        const MemoryEstimate e = estimate_memory(m, config(stage, dt), n, n - 1);
+        const ZeroPaperBytes paper = zero_paper_bytes(stage, n, mixed ? 2.0 : 4.0, mixed ? 12.0 : 8.0);
+        CHECK(e.after_finalize.model_state_padding() == 0);
+        // bytes x N = (per-parameter bytes x N) x Psi, in integers.
+        const auto per_n = static_cast<std::uint64_t>(paper.total() * n + 0.5);
+        CHECK(e.after_finalize.model_state_bytes() * static_cast<std::uint64_t>(n) == per_n * psi);
+        by_stage[stage] = e.after_finalize.model_state_bytes();
+      }
+      // The paper's ratios: stage 0 is (2+2+K) / (2+2+K/N) times stage 1, and so on.
+      const std::uint64_t k = mixed ? 12 : 8, e = mixed ? 2 : 4, nn = static_cast<std::uint64_t>(n);
+      CHECK(by_stage[0] * (e * 2 * nn + k) == by_stage[1] * (e * 2 + k) * nn);
+      CHECK(by_stage[1] * (e * nn + e + k) == by_stage[2] * (e * 2 * nn + k));
+      CHECK(by_stage[2] * (2 * e + k) == by_stage[3] * (e * nn + e + k));
+    }
+  }
+}
+
+TEST_CASE("DeepSpeed's estimators as DeepSpeed computes them") {
+  // 1e9 parameters on 8 GPUs of one node.
+  const DeepSpeedEstimate z2 = deepspeed_zero2_estimate(1'000'000'000, 8, false);
+  CHECK(z2.gpu == 4'000'000'000ULL + 2'000'000'000ULL);
+  CHECK(z2.cpu == 48'000'000'000ULL);
+  const DeepSpeedEstimate z2o = deepspeed_zero2_estimate(1'000'000'000, 8, true);
+  CHECK(z2o.gpu == 2'000'000'000ULL);
+  CHECK(z2o.cpu == 48'000'000'000ULL);  // max(4 x 8, 16) x 1.5
+  const DeepSpeedEstimate z3 = deepspeed_zero3_estimate(1'000'000'000, 100'000'000, 8, false, false);
+  CHECK(z3.gpu == 400'000'000ULL + 2'250'000'000ULL);
+  CHECK(z3.cpu == 4'800'000'000ULL);  // largest layer x 4 x 8 x 1.5 (zero_init)
+  const DeepSpeedEstimate z3o = deepspeed_zero3_estimate(1'000'000'000, 100'000'000, 8, true, true);
+  CHECK(z3o.gpu == 400'000'000ULL);
+  CHECK(z3o.cpu == 27'000'000'000ULL);  // 18 x 1.5
+  const DeepSpeedEstimate z3p = deepspeed_zero3_estimate(1'000'000'000, 100'000'000, 8, true, false);
+  CHECK(z3p.gpu == 400'000'000ULL + 250'000'000ULL);
+  CHECK(z3p.cpu == 24'000'000'000ULL);
+}
+
+TEST_CASE("the largest rank without laying out every rank") {
+  // Every rank holds the same bytes; the last rank's shards hold the tail
+  // padding. The closed form agrees with asking every rank.
+  for (int world : {1, 2, 3, 4, 7}) {
+    for (int stage = 0; stage <= 3; ++stage) {
+      for (DType dt : {DType::f32, DType::bf16}) {
+        const ModelDescription m = ModelDescription::generated(10001, 3);
+        const EngineConfig c = config(stage, dt);
+        const FlatLayout layout = m.layout(world);
+        const std::uint64_t first = estimate_memory(layout, c, 0).after_finalize.current_total();
+        for (int r = 1; r < world; ++r) {
+          CHECK(estimate_memory(layout, c, r).after_finalize.current_total() == first);
+        }
+        CHECK(tools::largest_rank(m, c, world) == world - 1);
+      }
+    }
+  }
+}
+
+TEST_CASE("the report of a small model") {
+  // 1000 parameters in 4 units of 250 at 2 ranks, stage 3, fp32 AdamW:
+  // each unit padded to 256, shards of 128; rank 1 holds 122 + 6 padding.
+  const ModelDescription m = ModelDescription::generated(1000, 4);
+  EngineConfig c;
+  c.zero.stage = 3;
+  CHECK(tools::largest_rank(m, c, 2) == 1);  // equal shards: the highest rank, which holds the padding
+  const std::string text = tools::plan_report(m, "small", c, 2, 1);
+  CAPTURE(text);
+  CHECK(text.find("model small: 1000 parameters in 4 units (largest unit 250 elements, 256 padded)") !=
+        std::string::npos);
+  CHECK(text.find("rank 1 of 2") != std::string::npos);
+  // 4 x 128 elements x (4 + 4 + 8) bytes; 4 x 6 padding elements x 16 bytes.
+  CHECK(ends_with(line_with(text, "zeroshard (ledger estimate, all tiers)"), " 8192 (8.00 KiB)"));
+  CHECK(ends_with(line_with(text, "    of which padding"), " 384 (384 B)"));
+  CHECK(ends_with(line_with(text, "ZeRO paper: 2+2+4 = 8 B/param"), " 8000 (7.81 KiB)"));
+  // DeepSpeed: 4 x 250 (largest layer) + 18 x 1000 / 2 on the GPU; 250 x 4 x 2 x 1.5 on the host.
+  CHECK(ends_with(line_with(text, "estimate_zero3_model_states_mem_needs GPU"), " 10000 (9.77 KiB)"));
+  CHECK(ends_with(line_with(text, "estimate_zero3_model_states_mem_needs CPU"), " 3000 (2.93 KiB)"));
+  CHECK(text.find("parameters             2.00 KiB          0 B          0 B         96 B") != std::string::npos);
+  CHECK(text.find("the largest unit's full buffer is 1024 bytes") != std::string::npos);
+  CHECK(text.find("24 padding elements in all, 384 bytes of them in this rank's arrays") != std::string::npos);
+}

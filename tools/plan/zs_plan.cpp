@@ -1,0 +1,164 @@
+// zs_plan: will it fit, and how fast? Three modes.
+//
+// The estimate (default): prints, for one rank, the bytes the Engine's
+// memory ledger holds after finalize() per category and tier (the estimate
+// of runtime/plan/memory_estimate.h, equal to the ledger byte for byte), beside
+// the ZeRO paper's model-state formulas and DeepSpeed's
+// estimate_zero2/zero3_model_states_mem_needs, without allocating the model.
+//   zs_plan --params 1.5e9 --units 48 --world 8 --config ds_config.json
+//   zs_plan --model model.json --world 4 --config ds_config.json --rank 3
+//   zs_plan --model model.safetensors --world 2
+//
+// Calibration: measures this machine's rates (runtime/plan/calibrate.h) at the
+// world size it runs at and writes them as JSON (rank 0, atomically).
+//   mpirun -np 4 zs_plan --calibrate calib.json [--nvme-path /mnt/nvme]
+//
+// The plan (any --budget-* given): the configurations that fit the budget
+// per rank, ranked by predicted step time (with --calibration) and the
+// rejected ones with the reason; --write-config writes the chosen one
+// ([Note: planner] in runtime/plan/planner.h).
+//   zs_plan --model model.json --world 4 --config base.json
+//       --budget-device 8GiB --budget-host 20GiB --nvme-free 60GiB --nvme-path /mnt/nvme
+//       --calibration calib.json --loop-ms-per-sample 2.5
+//       --activation-bytes-per-sample 30MiB --micro-batch 1,2,4,8 --global-batch 256
+//       --write-config ds_config.json
+// (one command).
+//
+// --model reads a JSON description or a safetensors header
+// (runtime/plan/model_description.h); --params/--units generates P parameter
+// elements in U equal units. Without --config: the default EngineConfig
+// (stage 0, fp32, AdamW). Sizes take binary units (8GiB, 512MiB) or plain
+// bytes. Exit status: 0; 1 with a message on an error (unreadable model,
+// config or calibration, invalid combination); 2 when nothing fits the
+// budget (the plan says what the smallest footprint needs).
+#include <fmt/format.h>
+
+#include <CLI/CLI.hpp>
+#include <cstdio>
+#include <exception>
+#include <optional>
+#include <string>
+
+#include "comm/communicator.h"
+#include "core/error.h"
+#include "tools/plan/plan_report.h"
+#include "runtime/plan/calibrate.h"
+#include "core/durable_file.h"
+#include "runtime/config/config.h"
+#include "runtime/config/config_diagnostics.h"
+#include "runtime/plan/model_description.h"
+#include "runtime/plan/planner.h"
+
+namespace {
+
+using namespace zeroshard;
+
+int calibrate_mode(const std::string& out_path, const std::string& nvme_path) {
+  auto comm = make_world_communicator();
+  CalibrateOptions o;
+  o.nvme_path = nvme_path;
+  const MachineRates r = calibrate(*comm, o);
+  if (comm->rank() == 0) {
+    write_file_atomic(out_path, r.to_json().dump(2) + "\n");
+    fmt::print("calibration: {} ranks, {} kernel threads ({}): optimizer {:.2f} GB/s", r.world_size, r.threads, r.isa,
+               r.optimizer_bandwidth / 1e9);
+    if (r.disk_write > 0) fmt::print(", disk write {:.2f} GB/s, read {:.2f} GB/s", r.disk_write / 1e9, r.disk_read / 1e9);
+    if (!r.all_gather.bytes.empty()) {
+      fmt::print(", all-gather of {:.0f} MiB {:.2f} ms", r.all_gather.bytes.back() / (1 << 20),
+                 r.all_gather.seconds.back() * 1e3);
+    }
+    fmt::print("\nwrote {}\n", out_path);
+  }
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"zs_plan: the memory an Engine's ledger holds per rank, a plan for a budget, a calibration"};
+  std::string model_path, config_path, calibrate_path, calibration_path, nvme_path, write_path;
+  double params = 0, loop_ms = 0;
+  int units = 0, world = 1;
+  std::optional<int> rank;
+  std::uint64_t budget_device = 0, budget_host = 0, nvme_free = 0, activations = 0;
+  std::vector<std::int64_t> micro_batches;
+  std::optional<std::int64_t> global_batch;
+  auto* model_opt = app.add_option("--model", model_path, "model description: JSON or .safetensors")
+                        ->check(CLI::ExistingFile);
+  auto* params_opt = app.add_option("--params", params, "generated model: parameter elements (e.g. 1.5e9)")
+                         ->check(CLI::PositiveNumber);
+  auto* units_opt = app.add_option("--units", units, "generated model: units")->check(CLI::PositiveNumber);
+  params_opt->needs(units_opt)->excludes(model_opt);
+  units_opt->needs(params_opt);
+  app.add_option("--world", world, "data-parallel world size")->check(CLI::PositiveNumber);
+  app.add_option("--config", config_path, "ds_config.json (default: stage 0, fp32, AdamW); the plan's base")
+      ->check(CLI::ExistingFile);
+  app.add_option("--rank", rank, "rank to report (default: the one with the most bytes)");
+  auto* calibrate_opt = app.add_option("--calibrate", calibrate_path, "measure this machine's rates into this file");
+  app.add_option("--nvme-path", nvme_path, "directory for nvme swap (calibration's disk probe; plan's nvme candidates)")
+      ->check(CLI::ExistingDirectory);
+  auto* dev_opt = app.add_option("--budget-device", budget_device, "plan: device bytes per rank")
+                      ->transform(CLI::AsSizeValue(false));
+  auto* host_opt = app.add_option("--budget-host", budget_host, "plan: host bytes per rank for offloaded state")
+                       ->transform(CLI::AsSizeValue(false));
+  auto* nvme_opt = app.add_option("--nvme-free", nvme_free, "plan: free nvme bytes per rank under --nvme-path")
+                       ->transform(CLI::AsSizeValue(false));
+  app.add_option("--calibration", calibration_path, "plan: rates from zs_plan --calibrate (ranks by step time)")
+      ->check(CLI::ExistingFile);
+  app.add_option("--loop-ms-per-sample", loop_ms, "plan: the loop's forward + backward milliseconds per sample")
+      ->check(CLI::NonNegativeNumber);
+  app.add_option("--activation-bytes-per-sample", activations, "plan: activation bytes per sample")
+      ->transform(CLI::AsSizeValue(false));
+  app.add_option("--micro-batch", micro_batches, "plan: micro-batch candidates")->delimiter(',');
+  app.add_option("--global-batch", global_batch, "plan: samples per optimizer step over all ranks");
+  app.add_option("--write-config", write_path, "plan: write the chosen ds_config here");
+  calibrate_opt->excludes(dev_opt)->excludes(host_opt)->excludes(nvme_opt);
+  CLI11_PARSE(app, argc, argv);
+  try {
+    if (!calibrate_path.empty()) return calibrate_mode(calibrate_path, nvme_path);
+    if (model_path.empty() && params_opt->count() == 0) {
+      throw ConfigError("give --model FILE or --params P --units U");
+    }
+    const ModelDescription model = model_path.empty()
+                                       ? ModelDescription::generated(static_cast<std::uint64_t>(params), units)
+                                       : ModelDescription::from_file(model_path);
+    const std::string name =
+        model_path.empty() ? fmt::format("generated ({:g} parameters, {} units)", params, units) : model_path;
+    const bool planning = dev_opt->count() + host_opt->count() + nvme_opt->count() > 0;
+    if (planning) {
+      PlanRequest req;
+      req.model = model;
+      req.world_size = world;
+      if (!config_path.empty()) req.base_config = parse_config_text(read_text_file(config_path), config_path);
+      req.nvme_path = nvme_path;
+      req.budget = {budget_device, budget_host, nvme_free};
+      req.activation_bytes_per_sample = activations;
+      req.micro_batches = micro_batches;
+      req.global_batch = global_batch;
+      if (!calibration_path.empty()) req.rates = MachineRates::from_file(calibration_path);
+      req.loop_seconds_per_sample = loop_ms / 1e3;
+      const Plan plan = make_plan(req);
+      fmt::print("model {}: {} parameters in {} units\n{}", name, model.parameter_count(), model.units.size(),
+                 plan_text(req, plan));
+      if (plan.chosen() == nullptr) return 2;
+      if (!write_path.empty()) {
+        write_file_atomic(write_path, plan.chosen()->ds_config.dump(2) + "\n");
+        fmt::print("wrote {}\n", write_path);
+      }
+      return 0;
+    }
+    EngineConfig config;
+    if (!config_path.empty()) {
+      ConfigOptions options;
+      options.world_size = world;
+      config = EngineConfig::from_file(config_path, options);
+    }
+    const int r = rank.value_or(tools::largest_rank(model, config, world));
+    if (r < 0 || r >= world) throw ConfigError(fmt::format("--rank {} outside a world of {}", r, world));
+    fmt::print("{}", tools::plan_report(model, name, config, world, r));
+  } catch (const std::exception& e) {
+    fmt::print(stderr, "zs_plan: {}\n", e.what());
+    return 1;
+  }
+  return 0;
+}
