@@ -232,18 +232,13 @@ void adam8bit_update(float* param, const void* grad, DType grad_dtype, const Ada
   if (n == 0) return;
   const auto kernel = HWY_DYNAMIC_DISPATCH(Adam8Range);
   const std::size_t gs = dtype_size(grad_dtype), cs = dtype_size(copy_dtype);
-  const std::size_t blocks = quant_block_count(n, block);
-  kernel_pool().parallel_for(
-      blocks, 1, std::max<std::size_t>(1, kMinChunkElements / block),
-      [&](std::size_t, std::size_t b, std::size_t e) {
-        const std::size_t lo = b * block, hi = std::min(n, e * block);
-        if (lo >= hi) return;
-        Adam8bitState sub{st.exp_avg_code + lo, st.exp_avg_absmax + b, st.exp_avg_sq_code + lo,
-                          st.exp_avg_sq_absmax + b};
-        void* copy = param_copy == nullptr ? nullptr : static_cast<unsigned char*>(param_copy) + lo * cs;
-        kernel(param + lo, static_cast<const unsigned char*>(grad) + lo * gs, grad_dtype, sub, copy,
-               copy_dtype, hi - lo, block, s);
-      });
+  parallel_for_blocks(n, block, [&](std::size_t b, std::size_t lo, std::size_t hi) {
+    Adam8bitState sub{st.exp_avg_code + lo, st.exp_avg_absmax + b, st.exp_avg_sq_code + lo,
+                      st.exp_avg_sq_absmax + b};
+    void* copy = param_copy == nullptr ? nullptr : static_cast<unsigned char*>(param_copy) + lo * cs;
+    kernel(param + lo, static_cast<const unsigned char*>(grad) + lo * gs, grad_dtype, sub, copy,
+           copy_dtype, hi - lo, block, s);
+  });
 }
 
 }  // namespace zeroshard::kernels
