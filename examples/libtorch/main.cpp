@@ -29,7 +29,7 @@
 #include "core/error.h"
 #include "core/memory_ledger.h"
 #include "examples/job_config.h"
-#include "examples/job_error.h"
+#include "examples/end_job.h"
 #include "examples/libtorch/fashion_cnn.h"
 #include "libtorch/optimizer.h"
 #include "libtorch/shard.h"
