@@ -34,37 +34,39 @@ struct UpdateView {
   std::vector<std::byte*> states;
 };
 
-// The weights, gradients and (mixed precision) compute copy of update index
-// v.begin + r: the parameters in place in fp32 training, the master weights
-// and the rounded copy in mixed precision. `states` as the kernel takes them.
-UpdateArrays update_arrays(const EngineState& s, const UpdateView& v, std::size_t r, std::span<float* const> states) {
-  const DType dt = s.dtype();
-  const std::size_t e = dtype_size(dt);
-  UpdateArrays a{.grads = v.grads + r * e, .grad_dtype = dt, .states = states};
-  if (s.mixed()) {
-    a.weights = v.master + r;
-    a.copy = v.params + r * e;
-    a.copy_dtype = dt;
-  } else {
-    a.weights = reinterpret_cast<float*>(v.params) + r;
-  }
-  return a;
+// Element of state array k of unit u (UnitStates) that holds update index
+// x: the update index space is the full flat buffer at stage 0 (the window
+// x / W, then x % W inside it), else the shard.
+std::size_t state_index(const UnitStates& st, int k, std::size_t x, std::size_t W, bool flat) {
+  const std::size_t w = flat ? x / W : 0, in = flat ? x % W : x;
+  std::size_t first = 0, last = 0;
+  st.array_range(k, in, in, first, last);
+  return w * st.array_numel(k, W, W) + first;
 }
 
-// The 8-bit path of update_view: window by window, the parameter groups of
-// each window part as runs.
-void update_view_8bit(EngineState& s, DeviceOps& ops, UnitId u, std::int64_t step, float grad_scale,
-                      const UpdateView& v) {
+// Runs the optimizer over unit u's segments inside the view with `ops`
+// (runtime/sharding/device_ops.h), whose memory every pointer of v addresses,
+// window by window (blocks of 8-bit states start at each window), each
+// window part's parameter groups as runs: one DeviceOps::update per part
+// whatever the state format. fp32: on the parameters in place. Mixed: on the
+// fp32 master weights, and the rounded compute copy written back.
+void update_view(EngineState& s, DeviceOps& ops, UnitId u, std::int64_t step, float grad_scale,
+                 const UpdateView& v) {
   const UnitStates& st = s.store->states(u);
-  const std::size_t W = s.info(u).shard, B = st.block, nbw = kernels::quant_block_count(W, B);
+  const std::size_t W = s.info(u).shard;
   if (W == 0) return;  // an empty unit
   const bool flat = s.stage() == 0;  // the update index space is the full buffer: N windows
-  auto absmax_index = [&](std::size_t x) { return flat ? x / W * nbw + x % W / B : x / B; };
+  // Flat-buffer index of update index 0 (bf16's stochastic rounding stream).
+  const std::size_t base = flat ? 0 : static_cast<std::size_t>(s.rank()) * W;
+  const DType dt = s.dtype();
+  const std::size_t e = dtype_size(dt);
   const UnitState& us = s.unit(u);
   std::vector<UpdateRun> runs;
+  std::vector<void*> arrays(v.states.size());
   for (std::size_t wlo = v.begin / W * W; wlo < v.end; wlo += W) {
     const std::size_t lo = std::max(wlo, v.begin), hi = std::min(wlo + W, v.end);
-    ZS_CHECK((lo - wlo) % B == 0, "8-bit update of unit {} from element {}: not a block boundary", u, lo);
+    ZS_CHECK(st.block == 0 || (lo - wlo) % st.block == 0, "8-bit update of unit {} from element {}: not a block boundary",
+             u, lo);
     runs.clear();
     for (const ShardSegment& seg : us.segments) {
       const std::size_t a = std::max(seg.shard_offset, lo), b = std::min(seg.shard_offset + seg.length, hi);
@@ -74,46 +76,22 @@ void update_view_8bit(EngineState& s, DeviceOps& ops, UnitId u, std::int64_t ste
                                .weight_decay = g.weight_decay});
     }
     if (runs.empty()) continue;
-    const std::size_t r = lo - v.begin, q = absmax_index(lo) - absmax_index(v.begin);
-    const kernels::Adam8bitState q8{
-        .exp_avg_code = reinterpret_cast<std::uint8_t*>(v.states[0]) + r,
-        .exp_avg_absmax = reinterpret_cast<float*>(v.states[1]) + q,
-        .exp_avg_sq_code = reinterpret_cast<std::uint8_t*>(v.states[2]) + r,
-        .exp_avg_sq_absmax = reinterpret_cast<float*>(v.states[3]) + q};
-    ops.update_8bit(s.config.optimizer, step, grad_scale, update_arrays(s, v, r, {}), q8, B, runs, hi - lo);
-  }
-}
-
-// Runs the optimizer over unit u's segments inside the view with `ops`
-// (runtime/sharding/device_ops.h), whose memory every pointer of v addresses. fp32:
-// on the parameters in place. Mixed: on the fp32 master weights, and the
-// rounded compute copy written back.
-void update_view(EngineState& s, DeviceOps& ops, UnitId u, std::int64_t step, float grad_scale,
-                 const UpdateView& v) {
-  const StateDtype sd = s.store->states(u).dtype;
-  if (sd == StateDtype::q8) return update_view_8bit(s, ops, u, step, grad_scale, v);
-  ZS_CHECK(sd == StateDtype::fp32 || sd == StateDtype::bf16, "unit {}: {} optimizer states have no update path", u,
-           state_dtype_name(sd));
-  // bf16: flat-buffer index of update index 0 (stochastic rounding stream).
-  const std::size_t base = s.stage() == 0 ? 0 : static_cast<std::size_t>(s.rank()) * s.info(u).shard;
-  UnitState& us = s.unit(u);
-  std::vector<float*> st(v.states.size());
-  for (const ShardSegment& seg : us.segments) {
-    const std::size_t lo = std::max(seg.shard_offset, v.begin);
-    const std::size_t hi = std::min(seg.shard_offset + seg.length, v.end);
-    if (lo >= hi) continue;
-    const GroupState& g = s.groups[static_cast<std::size_t>(seg.group)];
-    const double lr = s.lr_at(seg.group, step - 1);
     const std::size_t r = lo - v.begin;
-    if (sd == StateDtype::bf16) {
-      ZS_CHECK(v.states.size() == 2, "unit {}: bf16 states with {} arrays (Adam keeps 2)", u, v.states.size());
-      ops.update_bf16(s.config.optimizer, lr, g.weight_decay, step, grad_scale, update_arrays(s, v, r, {}),
-                      reinterpret_cast<std::uint16_t*>(v.states[0]) + r,
-                      reinterpret_cast<std::uint16_t*>(v.states[1]) + r, base + lo, hi - lo);
-      continue;
+    for (int k = 0; k < st.arrays(); ++k) {
+      const std::size_t at = state_index(st, k, lo, W, flat) - state_index(st, k, v.begin, W, flat);
+      arrays[static_cast<std::size_t>(k)] = v.states[static_cast<std::size_t>(k)] + at * dtype_size(st.array_dtype(k));
     }
-    for (std::size_t k = 0; k < st.size(); ++k) st[k] = reinterpret_cast<float*>(v.states[k]) + r;
-    ops.update(s.config.optimizer, lr, g.weight_decay, step, grad_scale, update_arrays(s, v, r, st), hi - lo);
+    RangeUpdate up{.grads = v.grads + r * e, .grad_dtype = dt,
+                   .states = {.dtype = st.dtype, .arrays = arrays, .block = st.block, .first_index = base + lo},
+                   .runs = runs, .n = hi - lo};
+    if (s.mixed()) {
+      up.weights = v.master + r;
+      up.copy = v.params + r * e;
+      up.copy_dtype = dt;
+    } else {
+      up.weights = reinterpret_cast<float*>(v.params) + r;
+    }
+    ops.update(s.config.optimizer, step, grad_scale, up);
   }
 }
 
