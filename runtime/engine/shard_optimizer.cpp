@@ -8,7 +8,6 @@
 
 #include "core/error.h"
 #include "kernels/cpu/quant_map.h"
-#include "offload/swap_pipeline.h"
 
 namespace zeroshard {
 
