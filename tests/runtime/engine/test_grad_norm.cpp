@@ -105,6 +105,47 @@ FlatLayout mesh_layout(std::size_t n) {
   return l;
 }
 
+// Rank r's gradient at flat index i of unit u in the mesh tests: r + (i mod
+// 3) + shift (padding: 0).
+float mesh_value(const FlatLayout& l, int r, UnitId u, std::size_t i, int shift) {
+  return i < l.unit(u).numel ? static_cast<float>(r + static_cast<int>(i % 3) + shift) : 0.0f;
+}
+
+// One stage's gradient buffers of a one-rank data-parallel group, holding
+// this rank's mesh_value, and the pool GradNorm leases from.
+struct MeshGrads {
+  MeshGrads(DeviceOps& ops, const FlatLayout& l, int stage, int shift) : pool(ledger, ops), g(ops, l, stage, 0) {
+    const int r = world().rank();
+    g.fill([&](UnitId u, std::size_t i) { return mesh_value(l, r, u, i, shift); });
+  }
+  MemoryLedger ledger;
+  BufferPool pool;
+  TestGrads g;
+};
+
+// value(r, u, i) summed over the W ranks, in rank order (exact: small integers).
+template <class Value>
+float rank_sum(int W, UnitId u, std::size_t i, Value value) {
+  float sum = 0;
+  for (int r = 0; r < W; ++r) sum += value(r, u, i);
+  return sum;
+}
+
+// The squares of every rank's value(r, u, i) outside parameter `skip`.
+template <class Value>
+double squares_outside(const FlatLayout& l, int W, const ParamInfo& skip, Value value) {
+  double s = 0;
+  for (int r = 0; r < W; ++r) {
+    for (UnitId u = 0; u < static_cast<UnitId>(l.units().size()); ++u) {
+      for (std::size_t i = 0; i < l.unit(u).numel; ++i) {
+        if (u == skip.unit && i >= skip.offset && i < skip.offset + skip.numel) continue;
+        s += std::pow(value(r, u, i), 2);
+      }
+    }
+  }
+  return s;
+}
+
 }  // namespace
 
 TEST_CASE("GradNorm: the data-parallel norm is the whole model's, by units and by parameter runs") {
@@ -178,34 +219,20 @@ TEST_CASE("GradNorm: a parameter tied over the world is summed on every rank and
     for (int stage = 0; stage <= 3; ++stage) {
       CAPTURE(n);
       CAPTURE(stage);
-      MemoryLedger ledger;
-      BufferPool pool(ledger, *ops);
-      TestGrads g(*ops, layout, stage, 0);
-      // Rank r's gradient at flat index i: r + (i mod 3) - 1, padding 0.
-      const auto value = [&](int r, UnitId u, std::size_t i) {
-        return i < layout.unit(u).numel ? static_cast<float>(r + static_cast<int>(i % 3) - 1) : 0.0f;
-      };
-      g.fill([&](UnitId u, std::size_t i) { return value(w.rank(), u, i); });
-      GradNorm norm(layout, *ops, pool, nullptr, w, options(stage, 0, ReductionOrder::rank));
+      MeshGrads m(*ops, layout, stage, -1);
+      TestGrads& g = m.g;
+      const auto value = [&](int r, UnitId u, std::size_t i) { return mesh_value(layout, r, u, i, -1); };
+      GradNorm norm(layout, *ops, m.pool, nullptr, w, options(stage, 0, ReductionOrder::rank));
       norm.tie(tied, w);
       norm.check_ties();
       const GradTotals t = norm.compute(g, nullptr);
-      // The tied copy: the sum over ranks, on every rank.
-      double want = 0;
+      // The tied copy: the sum over ranks, on every rank, counted once; the
+      // rest: every rank's own.
+      double want = squares_outside(layout, W, tp, value);
       for (std::size_t i = tp.offset; i < tp.offset + tp.numel; ++i) {
-        float sum = 0;
-        for (int r = 0; r < W; ++r) sum += value(r, 0, i);
+        const float sum = rank_sum(W, 0, i, value);
         CHECK(g.at(0, i) == sum);
         want += static_cast<double>(sum) * sum;  // once, not W times
-      }
-      // The rest: every rank's own.
-      for (int r = 0; r < W; ++r) {
-        for (UnitId u = 0; u < 2; ++u) {
-          for (std::size_t i = 0; i < layout.unit(u).numel; ++i) {
-            if (u == 0 && i >= tp.offset && i < tp.offset + tp.numel) continue;
-            want += std::pow(value(r, u, i), 2);
-          }
-        }
       }
       CHECK(t.sum_of_squares == want);
       CHECK(t.nonfinite == 0);
@@ -236,15 +263,10 @@ TEST_CASE("GradNorm: tensor parallelism averages the replicated gradient and cou
     for (int stage = 0; stage <= 3; ++stage) {
       CAPTURE(n);
       CAPTURE(stage);
-      MemoryLedger ledger;
-      BufferPool pool(ledger, *ops);
-      TestGrads g(*ops, layout, stage, 0);
-      // tp rank r's gradient: r + (i mod 3) (split slices and replicated).
-      const auto value = [&](int r, UnitId u, std::size_t i) {
-        return i < layout.unit(u).numel ? static_cast<float>(r + static_cast<int>(i % 3)) : 0.0f;
-      };
-      g.fill([&](UnitId u, std::size_t i) { return value(w.rank(), u, i); });
-      GradNorm norm(layout, *ops, pool, &w, w, options(stage, 0, ReductionOrder::rank));
+      MeshGrads m(*ops, layout, stage, 0);  // split slices and replicated alike
+      TestGrads& g = m.g;
+      const auto value = [&](int r, UnitId u, std::size_t i) { return mesh_value(layout, r, u, i, 0); };
+      GradNorm norm(layout, *ops, m.pool, &w, w, options(stage, 0, ReductionOrder::rank));
       norm.declare(0, TensorParallel::split(0));
       norm.declare(1, TensorParallel::replicated());
       norm.declare(2, TensorParallel::split(0));
@@ -252,21 +274,12 @@ TEST_CASE("GradNorm: tensor parallelism averages the replicated gradient and cou
       CHECK(norm.parallel(2).split_dim == 0);
       norm.check_declarations();
       const GradTotals t = norm.compute(g, nullptr);
-      double want = 0;
+      // Every tp rank's split slices; the replicated mean once (tp rank 0).
+      double want = squares_outside(layout, W, rep, value);
       for (std::size_t i = rep.offset; i < rep.offset + rep.numel; ++i) {
-        float sum = 0;
-        for (int r = 0; r < W; ++r) sum += value(r, 0, i);
-        const float mean = sum * (1.0f / static_cast<float>(W));  // one float product, as the cast kernel
+        const float mean = rank_sum(W, 0, i, value) * (1.0f / static_cast<float>(W));  // as the cast kernel
         CHECK(g.at(0, i) == mean);
-        want += static_cast<double>(mean) * mean;  // on tp rank 0 only
-      }
-      for (int r = 0; r < W; ++r) {
-        for (UnitId u = 0; u < 2; ++u) {
-          for (std::size_t i = 0; i < layout.unit(u).numel; ++i) {
-            if (u == 0 && i >= rep.offset && i < rep.offset + rep.numel) continue;
-            want += std::pow(value(r, u, i), 2);  // every tp rank's slice
-          }
-        }
+        want += static_cast<double>(mean) * mean;
       }
       CHECK(t.sum_of_squares == want);
     }
