@@ -17,6 +17,7 @@
 #include <string>
 #include <vector>
 
+#include "core/error.h"
 #include "core/memory_ledger.h"
 #include "optimizer/loss_scaler.h"
 #include "runtime/engine/engine.h"
@@ -121,9 +122,14 @@ class EngineState {
   std::string unusable;
 
   bool finalized() const { return parts != nullptr; }
-  ArrayStore& store() const { return parts->store; }
-  GradReducer& reducer() const { return parts->reducer; }
-  Unsharder& unsharder() const { return parts->unsharder; }
+  /// finalize()'s parts (InvariantError before finalize()).
+  EngineParts& finalized_parts() const {
+    ZS_CHECK(parts != nullptr, "the engine is not finalized: call finalize() first");
+    return *parts;
+  }
+  ArrayStore& store() const { return finalized_parts().store; }
+  GradReducer& reducer() const { return finalized_parts().reducer; }
+  Unsharder& unsharder() const { return finalized_parts().unsharder; }
   /// The observer's tracer.
   Tracer* tracer() const { return &observer->tracer(); }
 
