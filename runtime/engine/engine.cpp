@@ -91,10 +91,6 @@ void check_cuda_optimizer(const EngineConfig& config) {
   }
 }
 
-}  // namespace
-
-namespace {
-
 // The mesh constructor's checks before any state exists.
 const EngineConfig& checked_for_mesh(const EngineConfig& config, const Mesh& mesh) {
   if (mesh.tp_size() > 1 && config.offload.optimizer.device == OffloadDevice::nvme) {
