@@ -65,7 +65,7 @@
 // unshard(u). set_parameter / gather_* / checkpoints copy through host
 // memory. With offload_optimizer the update runs on the host (ZeRO-Offload;
 // [Note: optimizer on the host for a GPU engine] in
-// runtime/engine/engine_optimizer.cpp): reduced gradient blocks come down to the
+// runtime/engine/shard_optimizer.cpp): reduced gradient blocks come down to the
 // host tier as they arrive, updated parameters go up after the update;
 // offload_param (which needs offload_optimizer here) keeps stage 3 shards
 // in host memory or on nvme and uploads each before its all-gather.
