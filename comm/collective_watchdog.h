@@ -1,6 +1,15 @@
 // The collective watchdog: a hang or a mismatched collective ends the job
 // with one message naming where every rank is, instead of hanging.
-//
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "comm/collective_record.h"
+
 // [Note: collective watchdog]
 // Every TracedCommunicator with a timeout holds a CollectiveWatchdog::Slot
 // and tells it, per collective or point-to-point message (a send or recv,
@@ -30,15 +39,6 @@
 // after kGracePeriod more, so no process is left behind if the printer died.
 // The report is never cut short: destroying the last slot while a report
 // runs waits for it (i.e. for the end of the job).
-#pragma once
-
-#include <chrono>
-#include <cstdint>
-#include <memory>
-#include <string>
-#include <vector>
-
-#include "comm/collective_record.h"
 
 namespace zeroshard {
 

@@ -18,7 +18,15 @@
 //
 // Point-to-point (isend/irecv, send/recv) is the exception to SPMD: only
 // the two ranks of a message take part.
-//
+#pragma once
+
+#include <cstddef>
+#include <cstdlib>
+#include <memory>
+#include <string>
+
+#include "core/dtype.h"
+
 // [Note: point-to-point order]
 // Messages are matched per ordered pair of ranks of one communicator: the
 // k-th send from rank a to rank b (counting isend and send alike) is
@@ -49,14 +57,6 @@
 // agreeing on errors] (comm/collective_error.h), such an error is a
 // local one: end the job with abort(); a TracedCommunicator with a timeout
 // reports it through the collective watchdog first.
-#pragma once
-
-#include <cstddef>
-#include <cstdlib>
-#include <memory>
-#include <string>
-
-#include "core/dtype.h"
 
 namespace zeroshard {
 

@@ -2,7 +2,14 @@
 // every element, is the contributions of ranks 0, 1, ..., N-1 added left to
 // right, whatever the message size, the backend's algorithm or how the data
 // is cut into collectives.
-//
+#pragma once
+
+#include <cstddef>
+#include <functional>
+
+#include "comm/communicator.h"
+#include "core/dtype.h"
+
 // [Note: rank-ordered reduction]
 // MPI and NCCL choose the order in which a sum combines the ranks' operands:
 // Open MPI's ring all-reduce starts each element's sum at a rank that depends
@@ -38,13 +45,6 @@
 // the ranks' collective sequences, which MPI forbids (collectives must be
 // issued in the same order on every rank) and which deadlocks. Callers call
 // advance() at the same point of their sequence on every rank.
-#pragma once
-
-#include <cstddef>
-#include <functional>
-
-#include "comm/communicator.h"
-#include "core/dtype.h"
 
 namespace zeroshard {
 

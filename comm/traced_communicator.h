@@ -1,6 +1,18 @@
 // TracedCommunicator: a Communicator decorator that numbers, labels, times
 // and watches every collective of the communicator it wraps.
-//
+// Details: [Note: traced collectives] below.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "comm/collective_record.h"
+#include "comm/collective_watchdog.h"
+#include "comm/communicator.h"
+
+// [Note: traced collectives]
 // Every collective, blocking or not, gets the next sequence number of this
 // communicator (`seq`, from 1; every rank numbers alike under SPMD) and a
 // fingerprint {kind, count, dtype, root, label}, where the label is the
@@ -40,16 +52,6 @@
 // destroyed and from the thread that uses it. Errors: whatever the inner
 // communicator throws, unchanged (with a timeout, the watchdog is told
 // first); the constructor throws what CollectiveWatchdog::watch throws.
-#pragma once
-
-#include <cstdint>
-#include <memory>
-#include <string>
-#include <vector>
-
-#include "comm/collective_record.h"
-#include "comm/collective_watchdog.h"
-#include "comm/communicator.h"
 
 namespace zeroshard {
 

@@ -15,7 +15,25 @@
 //     auto loss = torch::nll_loss(sharded(x), y);      // was model->forward(x)
 //     loss.backward();                                 // gradients land in engine.grad(p)
 //     opt.step();                                      // engine.step(): reduce, clip, update
-//
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include <ATen/core/Tensor.h>
+#include <torch/nn/module.h>
+#include <torch/nn/pimpl.h>
+
+#include "comm/communicator.h"
+#include "libtorch/unit.h"
+#include "runtime/engine/engine.h"
+
 // [Note: libtorch parameters over the engine]
 // shard() declares one engine unit per submodule the policy names and one
 // engine parameter per module parameter (a parameter shared by two
@@ -41,24 +59,6 @@
 //
 // Buffers (BatchNorm's running statistics) stay the module's own tensors,
 // per rank, not synchronised (as DDP with broadcast_buffers=False).
-#pragma once
-
-#include <cstdint>
-#include <functional>
-#include <memory>
-#include <string>
-#include <utility>
-#include <vector>
-
-#include <nlohmann/json.hpp>
-
-#include <ATen/core/Tensor.h>
-#include <torch/nn/module.h>
-#include <torch/nn/pimpl.h>
-
-#include "comm/communicator.h"
-#include "libtorch/unit.h"
-#include "runtime/engine/engine.h"
 
 namespace zeroshard::torch {
 

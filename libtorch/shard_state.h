@@ -2,7 +2,23 @@
 // parameters, their storages, and the hooks that drive the Engine from
 // libtorch's forward and autograd. Used by libtorch/shard.cpp,
 // optimizer.cpp and state_dict.cpp; not for loops.
-//
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include <ATen/core/Tensor.h>
+#include <c10/core/StorageImpl.h>
+#include <torch/nn/module.h>
+
+#include "comm/communicator.h"
+#include "libtorch/shard.h"
+#include "runtime/engine/engine.h"
+
 // [Note: unit hooks]
 // What runs, per micro-batch, in the order libtorch calls it:
 //   forward of a Unit wrapper (UnitBase::ForwardCall): Engine::unshard of
@@ -42,22 +58,6 @@
 // backward without a new forward, throws); at most one backward per
 // micro-batch (the engine takes each micro-batch's gradients at the first
 // one's end); the module must be as shard() left it.
-#pragma once
-
-#include <cstddef>
-#include <cstdint>
-#include <memory>
-#include <string>
-#include <unordered_map>
-#include <vector>
-
-#include <ATen/core/Tensor.h>
-#include <c10/core/StorageImpl.h>
-#include <torch/nn/module.h>
-
-#include "comm/communicator.h"
-#include "libtorch/shard.h"
-#include "runtime/engine/engine.h"
 
 namespace torch::autograd {
 struct Node;

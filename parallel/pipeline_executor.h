@@ -17,7 +17,18 @@
 // messages are labelled "activation i" and "gradient i" (set_label, seen by
 // a TracedCommunicator's records and hang reports); run() leaves the label
 // empty.
-//
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <vector>
+
+#include "comm/communicator.h"
+#include "core/dtype.h"
+#include "parallel/pipeline_schedule.h"
+
 // [Note: pipeline deadlock freedom]
 // Whatever the compute and transfer times, run() finishes on every stage
 // when every stage runs the same valid table:
@@ -54,17 +65,6 @@
 // that, and the caller ends the job with Communicator::abort() ([Note:
 // agreeing on errors] in comm/collective_error.h). A TracedCommunicator
 // with a timeout as the group reports the waiting neighbours.
-#pragma once
-
-#include <cstddef>
-#include <cstdint>
-#include <functional>
-#include <memory>
-#include <vector>
-
-#include "comm/communicator.h"
-#include "core/dtype.h"
-#include "parallel/pipeline_schedule.h"
 
 namespace zeroshard {
 

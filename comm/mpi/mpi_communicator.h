@@ -1,5 +1,15 @@
 // MpiCommunicator: the Communicator on MPI-3 collectives.
-//
+// Details: [Note: MPI calls] below.
+#pragma once
+
+#include <mpi.h>
+
+#include <memory>
+#include <string>
+
+#include "comm/communicator.h"
+
+// [Note: MPI calls]
 // Each collective maps to one MPI call (counts in elements, as MPI):
 //   iall_reduce      MPI_Iallreduce(MPI_IN_PLACE, buf, ...)
 //   ireduce_scatter  MPI_Ireduce_scatter_block
@@ -49,14 +59,6 @@
 // than all_gather's in-place form), throw InvariantError. A receive's wait()
 // throws CommError for a longer message (MPI_ERR_TRUNCATE) and CommError
 // naming both counts and the peer for a shorter one.
-#pragma once
-
-#include <mpi.h>
-
-#include <memory>
-#include <string>
-
-#include "comm/communicator.h"
 
 namespace zeroshard {
 

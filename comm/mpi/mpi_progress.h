@@ -1,3 +1,14 @@
+// MpiProgress: a helper thread that advances Open MPI's non-blocking
+// collectives while the loop computes ([Note: MPI progress] below).
+#pragma once
+
+#include <atomic>
+#include <condition_variable>
+#include <cstddef>
+#include <cstdint>
+#include <mutex>
+#include <thread>
+
 // [Note: MPI progress]
 // Open MPI advances a non-blocking collective (its libnbc schedule) only
 // inside MPI calls. A training loop that starts an all-gather or a
@@ -31,14 +42,6 @@
 // ZS_MPI_PROGRESS_US sets the poll interval in microseconds (default 50;
 // 0 turns the thread off). Costs: one probe per interval per rank while
 // collectives are in flight and no thread waits for one.
-#pragma once
-
-#include <atomic>
-#include <condition_variable>
-#include <cstddef>
-#include <cstdint>
-#include <mutex>
-#include <thread>
 
 namespace zeroshard {
 

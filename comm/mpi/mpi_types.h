@@ -2,7 +2,16 @@
 //
 // f32 and f64 map to MPI_FLOAT and MPI_DOUBLE with MPI's built-in MPI_SUM,
 // MPI_MAX and MPI_MIN.
-//
+#pragma once
+
+#include <mpi.h>
+
+#include <cstddef>
+#include <cstdint>
+
+#include "comm/communicator.h"
+#include "core/dtype.h"
+
 // [Note: 16-bit reductions]
 // MPI has no 16-bit floating-point types, so bf16 and f16 each get their own
 // committed contiguous MPI datatype of 2 bytes, and each (type, operator)
@@ -32,15 +41,6 @@
 // MPI_Init, and freed inside MPI_Finalize (before MPI shuts down) by the
 // delete callback of an attribute cached on MPI_COMM_SELF, the standard hook
 // that runs first in MPI_Finalize whoever calls it.
-#pragma once
-
-#include <mpi.h>
-
-#include <cstddef>
-#include <cstdint>
-
-#include "comm/communicator.h"
-#include "core/dtype.h"
 
 namespace zeroshard {
 

@@ -18,7 +18,13 @@
 // ncclBfloat16, ncclFloat16. NCCL reduces bf16/f16 natively (not by the
 // pairwise rule of [Note: 16-bit reductions] in comm/mpi/mpi_types.h); the
 // order of a sum is NCCL's choice.
-//
+#pragma once
+
+#include <memory>
+#include <string>
+
+#include "comm/communicator.h"
+
 // [Note: NCCL streams]
 // Gathers (forward prefetch of the next unit) and reductions (backward
 // gradient reduce-scatter) run on two separate streams so that one never
@@ -51,12 +57,6 @@
 // split colour CommError; null or wrongly overlapping buffers
 // InvariantError; a send's or receive's bad peer or count what
 // Communicator::isend says.
-#pragma once
-
-#include <memory>
-#include <string>
-
-#include "comm/communicator.h"
 
 struct ncclComm;
 struct CUstream_st;

@@ -7,7 +7,23 @@
 // split by heads, MLP column- then row-parallel, vocabulary-parallel
 // embedding and cross-entropy); the Engine shards the rank's slices over
 // the data-parallel group.
-//
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "comm/mesh.h"
+#include "parallel/layer_norm.h"
+#include "parallel/parallel_attention.h"
+#include "parallel/pipeline_executor.h"
+#include "parallel/pipeline_schedule.h"
+#include "parallel/vocab_parallel_cross_entropy.h"
+#include "parallel/vocab_parallel_embedding.h"
+#include "runtime/engine/engine.h"
+
 // [Note: GPT parameters]
 // Per block i, with D = dim, H = heads, F = 4 D (names as GPT-2's):
 //   h.i.ln_1.weight/bias [D]            replicated
@@ -38,22 +54,6 @@
 // out alike on both stages). Activations between stages are the residual
 // stream [batch x seq, D] in fp32; train_batch runs a step's micro-batches
 // through parallel/pipeline_executor.h with the schedule asked for.
-#pragma once
-
-#include <cstdint>
-#include <memory>
-#include <span>
-#include <string>
-#include <vector>
-
-#include "comm/mesh.h"
-#include "parallel/layer_norm.h"
-#include "parallel/parallel_attention.h"
-#include "parallel/pipeline_executor.h"
-#include "parallel/pipeline_schedule.h"
-#include "parallel/vocab_parallel_cross_entropy.h"
-#include "parallel/vocab_parallel_embedding.h"
-#include "runtime/engine/engine.h"
 
 namespace zeroshard::examples {
 

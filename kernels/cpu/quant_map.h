@@ -3,7 +3,11 @@
 // Quantization" (ICLR 2022; the data type is from Dettmers 2016, "8-Bit
 // Approximations for Parallelism in Deep Learning"), as bitsandbytes'
 // AdamW8bit stores exp_avg and exp_avg_sq.
-//
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
 // [Note: dynamic tree quantization map]
 // A code's bits, read from the top: (signed map only) a sign bit; then E
 // zero bits, the exponent; then a one bit, the indicator; then the F
@@ -52,10 +56,6 @@
 // A caller that updates a chunk of a state passes arrays offset by a
 // multiple of B elements (codes + k * B, absmax + k), so blocks are the
 // same whichever way the array is split.
-#pragma once
-
-#include <cstddef>
-#include <cstdint>
 
 namespace zeroshard::kernels {
 

@@ -3,7 +3,14 @@
 // ds_config keys below by EngineConfig::from_json; every switch is off by
 // default, and with all of them off the engine's spans cost one branch each
 // ([Note: tracing] in core/tracer.h).
-//
+// Details: [Note: observe keys] below.
+#pragma once
+
+#include <filesystem>
+#include <string>
+#include <vector>
+
+// [Note: observe keys]
 //   wall_clock_breakdown         DeepSpeed's key: every steps_per_print
 //                                optimizer steps, rank 0 prints the step
 //                                breakdown (compute, exposed communication,
@@ -46,11 +53,6 @@
 //   csv_monitor.job_name         output_path/job_name at each optimizer
 //                                step (runtime/observe/csv_monitor.h,
 //                                [Note: monitor files]).
-#pragma once
-
-#include <filesystem>
-#include <string>
-#include <vector>
 
 namespace zeroshard {
 

@@ -2,7 +2,15 @@
 // parameter shards live between uses (ZeRO-Offload, Ren et al. 2021;
 // ZeRO-Infinity, Rajbhandari et al. 2021), with DeepSpeed's ds_config key
 // names under zero_optimization.
-//
+// Details: [Note: offload keys] below.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "offload/aio_config.h"
+
+// [Note: offload keys]
 // zero_optimization.offload_optimizer (stages 1-3):
 //   device          "none" (default) | "cpu" | "nvme": tier of this rank's
 //                   fp32 master weights (mixed precision), exp_avg,
@@ -52,12 +60,6 @@
 //                   boundaries in every dtype; 0 (axolotl's templates; for
 //                   DeepSpeed one parameter per sub-group) is 4096 too.
 // aio               the I/O engine's settings (offload/aio_config.h).
-#pragma once
-
-#include <cstdint>
-#include <string>
-
-#include "offload/aio_config.h"
 
 namespace zeroshard {
 

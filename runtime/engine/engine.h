@@ -16,7 +16,26 @@
 //     backward (reverse): engine.unshard(u); add into engine.grad(p);
 //               engine.reduce_gradients(u); engine.reshard(u);
 //     engine.step();   // updates at every gradient_accumulation_steps-th call
-//
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "comm/communicator.h"
+#include "runtime/config/config.h"
+#include "runtime/sharding/flat_layout.h"
+#include "runtime/observe/step_breakdown.h"
+#include "core/memory_ledger.h"
+#include "core/tracer.h"
+
 // [Note: gradient semantics]
 // engine.grad(p) is an accumulation buffer, as torch's param.grad: code adds
 // the gradient of its micro-batch's *mean* loss into it (two uses of a tied
@@ -107,25 +126,6 @@
 // [Note: SPMD]
 // Every rank must make the same sequence of unshard / reduce_gradients /
 // step calls (they issue collectives). Only data differs between ranks.
-#pragma once
-
-#include <cstddef>
-#include <cstdint>
-#include <memory>
-#include <optional>
-#include <span>
-#include <string>
-#include <string_view>
-#include <vector>
-
-#include <nlohmann/json.hpp>
-
-#include "comm/communicator.h"
-#include "runtime/config/config.h"
-#include "runtime/sharding/flat_layout.h"
-#include "runtime/observe/step_breakdown.h"
-#include "core/memory_ledger.h"
-#include "core/tracer.h"
 
 namespace zeroshard {
 

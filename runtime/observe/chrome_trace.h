@@ -1,7 +1,17 @@
 // Chrome traces: one JSON file per rank in the Trace Event Format that
 // Perfetto (ui.perfetto.dev) and chrome://tracing open, and the merge of
 // those files into one timeline.
-//
+#pragma once
+
+#include <cstdint>
+#include <span>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "core/tracer.h"
+
 // [Note: chrome trace layout]
 // A per-rank file is {"traceEvents": [...], "displayTimeUnit": "ms",
 // "otherData": {...}}:
@@ -38,16 +48,6 @@
 // otherData {"ranks": [{"rank", "offset_ns", "bound_ns", "file"}, ...],
 // "max_bound_ns", "origin_ns"}: two ranks' events are ordered correctly on
 // the common timeline when they are more than 2 * max_bound_ns apart.
-#pragma once
-
-#include <cstdint>
-#include <span>
-#include <string>
-#include <vector>
-
-#include <nlohmann/json.hpp>
-
-#include "core/tracer.h"
 
 namespace zeroshard {
 

@@ -1,7 +1,19 @@
 // DeepSpeed's CSV monitor (ds_config csv_monitor): the training series of a
 // run written as CSV files, one per series, by the Engine on world rank 0 at
 // each optimizer step (Engine::report_loss gives it the loop's loss).
-//
+#pragma once
+
+#include <cstdint>
+#include <fstream>
+#include <map>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+#include "runtime/config/observe_config.h"
+
 // [Note: monitor files]
 // The layout is DeepSpeed's csvMonitor (deepspeed/monitor/csv_monitor.py):
 // the folder csv_monitor.output_path/csv_monitor.job_name holds one file per
@@ -33,18 +45,6 @@
 // packaged in Debian, and TensorBoard's record format would need protoc at
 // build time and a CRC-32C the project's libraries lack (docs/config.md,
 // "Monitor").
-#pragma once
-
-#include <cstdint>
-#include <fstream>
-#include <map>
-#include <optional>
-#include <string>
-#include <string_view>
-#include <utility>
-#include <vector>
-
-#include "runtime/config/observe_config.h"
 
 namespace zeroshard {
 

@@ -3,7 +3,17 @@
 // runtime/plan/calibrate.h and saved as JSON by `zs_plan --calibrate`) and the
 // loop's own time per micro-batch (forward + backward compute, which the
 // engine does not own: given by the user or measured by the job).
-//
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "runtime/config/config.h"
+#include "runtime/sharding/flat_layout.h"
+
 // [Note: step cost model]
 // For one rank of a FlatLayout finalized for the data-parallel world n, a
 // step of a micro-batches (gradient_accumulation_steps) costs
@@ -50,16 +60,6 @@
 // 0 at n = 1. What it leaves out: the engine's bookkeeping, casts outside
 // the update, waits for a slower rank, and the CPU time the collectives
 // take from the loop when ranks outnumber cores.
-#pragma once
-
-#include <cstdint>
-#include <string>
-#include <vector>
-
-#include <nlohmann/json.hpp>
-
-#include "runtime/config/config.h"
-#include "runtime/sharding/flat_layout.h"
 
 namespace zeroshard {
 

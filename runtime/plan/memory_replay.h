@@ -2,7 +2,13 @@
 // the engine's own decision code over sizes, without the model's memory,
 // without ranks and without I/O. Used by the memory estimate
 // (runtime/plan/memory_estimate.h, MemoryEstimate::after_step).
-//
+#pragma once
+
+#include "core/memory_ledger.h"
+#include "runtime/sharding/array_plan.h"
+#include "runtime/config/config.h"
+#include "runtime/sharding/flat_layout.h"
+
 // [Note: step replay]
 // The transient memory of a step is leased from the engine's BufferPool
 // (runtime/sharding/buffer_pool.h: stage 3 full units and uploads, gradient
@@ -35,12 +41,6 @@
 // Scope: the cpu compute device (DeviceOps::host_addressable(): no staging
 // copies of device arrays; a GPU engine also stages shards and
 // gradients through host buffers, which this does not replay).
-#pragma once
-
-#include "core/memory_ledger.h"
-#include "runtime/sharding/array_plan.h"
-#include "runtime/config/config.h"
-#include "runtime/sharding/flat_layout.h"
 
 namespace zeroshard {
 

@@ -2,7 +2,20 @@
 // and micro-batch fit a memory budget per rank, ranked by predicted step
 // time (runtime/plan/cost_model.h), with the reason each rejected one does not
 // fit, and the ds_config of the chosen one.
-//
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "core/memory_ledger.h"
+#include "runtime/plan/cost_model.h"
+#include "runtime/plan/model_description.h"
+
 // [Note: planner]
 // Candidates, each a rewrite of the user's ds_config (its other keys kept,
 // those of its offload sections too, e.g. max_in_cpu):
@@ -34,19 +47,6 @@
 // (and the plan says so). When nothing fits, the plan names the candidate
 // with the smallest footprint in memory (device + host) and what it would
 // need on each tier.
-#pragma once
-
-#include <array>
-#include <cstdint>
-#include <optional>
-#include <string>
-#include <vector>
-
-#include <nlohmann/json.hpp>
-
-#include "core/memory_ledger.h"
-#include "runtime/plan/cost_model.h"
-#include "runtime/plan/model_description.h"
 
 namespace zeroshard {
 

@@ -5,7 +5,29 @@
 // A component of the Engine (docs/design.md), usable and tested alone: its
 // inputs are a finalized FlatLayout, the compute device's DeviceOps, a
 // MemoryLedger and ArrayStoreOptions; it issues no collective.
-//
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <deque>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "core/memory_ledger.h"
+#include "core/tracer.h"
+#include "kernels/cpu/cast.h"
+#include "offload/host_pool.h"
+#include "offload/io_engine.h"
+#include "offload/swap_directory.h"
+#include "offload/swap_pipeline.h"
+#include "runtime/sharding/array_plan.h"
+#include "runtime/sharding/device_ops.h"
+#include "runtime/sharding/flat_layout.h"
+#include "runtime/config/offload_config.h"
+#include "runtime/sharding/swap_sharing.h"
+
 // [Note: offload in the engine]
 // Tiers are per unit and per array family (runtime/config/offload_config.h):
 //   - optimizer tier: fp32 master weights (mixed precision), the optimizer
@@ -31,28 +53,6 @@
 //     the swap pipeline over all sub-groups of all units (read i+1, update
 //     i, write i-1) with swap_key / swap_dir; gradient files are removed
 //     after the step (clear_grads), so the next cycle starts from zeros.
-#pragma once
-
-#include <cstddef>
-#include <cstdint>
-#include <deque>
-#include <memory>
-#include <optional>
-#include <string>
-#include <vector>
-
-#include "core/memory_ledger.h"
-#include "core/tracer.h"
-#include "kernels/cpu/cast.h"
-#include "offload/host_pool.h"
-#include "offload/io_engine.h"
-#include "offload/swap_directory.h"
-#include "offload/swap_pipeline.h"
-#include "runtime/sharding/array_plan.h"
-#include "runtime/sharding/device_ops.h"
-#include "runtime/sharding/flat_layout.h"
-#include "runtime/config/offload_config.h"
-#include "runtime/sharding/swap_sharing.h"
 
 namespace zeroshard {
 

@@ -2,7 +2,19 @@
 // operations on them: the one seam between the engine's logic and its
 // memory space. Used by the engine (runtime/engine/engine_state.h) and its buffer
 // pool (runtime/sharding/buffer_pool.h).
-//
+#pragma once
+
+#include <cstddef>
+#include <memory>
+#include <span>
+
+#include "core/dtype.h"
+#include "kernels/cpu/cast.h"
+#include "offload/host_allocator.h"
+#include "optimizer/optimizer.h"
+#include "optimizer/range_update.h"
+#include "runtime/config/config.h"
+
 // [Note: compute device]
 // An Engine runs on one compute device (runtime/engine/engine.h, ComputeDevice):
 //   - cpu: arrays in host memory (4 KiB-aligned, pre-faulted), operations on
@@ -38,18 +50,6 @@
 // download_settled, download_async, upload_async, cast, accumulate_cast)
 // are how callers spell them. The optimizer update is one entry for every
 // state format (optimizer/range_update.h).
-#pragma once
-
-#include <cstddef>
-#include <memory>
-#include <span>
-
-#include "core/dtype.h"
-#include "kernels/cpu/cast.h"
-#include "offload/host_allocator.h"
-#include "optimizer/optimizer.h"
-#include "optimizer/range_update.h"
-#include "runtime/config/config.h"
 
 namespace zeroshard {
 

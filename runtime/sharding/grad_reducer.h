@@ -4,7 +4,19 @@
 // semantics). Private to the engine (runtime/engine/engine_state.h holds one);
 // constructible on its own over a FlatLayout, a Communicator, DeviceOps and
 // a BufferPool (tests/runtime/sharding/test_grad_reducer.cpp).
-//
+#pragma once
+
+#include <cstddef>
+#include <deque>
+#include <functional>
+#include <vector>
+
+#include "comm/communicator.h"
+#include "comm/ordered_reduce.h"
+#include "runtime/sharding/buffer_pool.h"
+#include "runtime/sharding/device_ops.h"
+#include "runtime/sharding/flat_layout.h"
+
 // [Note: gradient buckets]
 // reduce(u) hands unit u's gradient to the open bucket, piece by piece;
 // when the bucket is full its collective starts, and a new bucket opens for
@@ -69,18 +81,6 @@
 // are a function of the calls: [Note: step replay] in
 // runtime/plan/memory_replay.h); without it each bucket completes before the
 // call that started it returns.
-#pragma once
-
-#include <cstddef>
-#include <deque>
-#include <functional>
-#include <vector>
-
-#include "comm/communicator.h"
-#include "comm/ordered_reduce.h"
-#include "runtime/sharding/buffer_pool.h"
-#include "runtime/sharding/device_ops.h"
-#include "runtime/sharding/flat_layout.h"
 
 namespace zeroshard {
 

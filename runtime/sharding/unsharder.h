@@ -5,7 +5,18 @@
 // engine (runtime/engine/engine_state.h holds one); constructible on its own over
 // a FlatLayout, a Communicator, DeviceOps, a BufferPool and a ShardSource
 // (tests/runtime/sharding/test_unsharder.cpp).
-//
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <limits>
+#include <vector>
+
+#include "comm/communicator.h"
+#include "runtime/sharding/buffer_pool.h"
+#include "runtime/sharding/device_ops.h"
+#include "runtime/sharding/flat_layout.h"
+
 // [Note: unshard order]
 // unshard(u) / reshard(u) are counted per unit: nested unshards need as
 // many reshards, and the full buffer of u is released when the count drops
@@ -56,17 +67,6 @@
 //    all-gathered again.
 // A unit's full buffer is layout padded elements; rank r's shard is
 // elements [r*S, (r+1)*S) of it, as the FlatLayout places them.
-#pragma once
-
-#include <cstddef>
-#include <cstdint>
-#include <limits>
-#include <vector>
-
-#include "comm/communicator.h"
-#include "runtime/sharding/buffer_pool.h"
-#include "runtime/sharding/device_ops.h"
-#include "runtime/sharding/flat_layout.h"
 
 namespace zeroshard {
 
