@@ -22,7 +22,9 @@ fi
 zs_build() {
   "$ZS_ROOT/scripts/bootstrap"
   if [ ! -f "$ZS_BUILD_DIR/build.ninja" ]; then
-    meson setup "$ZS_BUILD_DIR" "$ZS_ROOT" --buildtype=release
+    # -Werror for the project's own code (warning_level=2: -Wall -Wextra);
+    # a user's own build (meson setup without it) only warns.
+    meson setup "$ZS_BUILD_DIR" "$ZS_ROOT" --buildtype=release -Dwerror=true
   fi
   ninja -C "$ZS_BUILD_DIR"
 }
