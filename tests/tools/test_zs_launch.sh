@@ -4,7 +4,10 @@
 # a host that does not see the save directory, a host that cannot be
 # reached at the first start, the global batch kept across world sizes
 # (micro-batch x accumulation), a failed host left out of the next start
-# and added back after it, and giving up after --max-restarts. The real
+# and added back after it, and giving up after --max-restarts; --help,
+# numbers out of range, CRLF hostfiles, a failed host reported under
+# another of its names, the resume point on a mesh, the save directory's
+# lock, and SIGTERM / SIGINT ending every process of the job. The real
 # thing on test hosts is run_elastic.sh. Usage: test_zs_launch.sh SOURCE_ROOT
 set -euo pipefail
 
@@ -21,7 +24,11 @@ trap 'rm -rf "$work"' EXIT
 # number) were killed; an empty or missing line: the run succeeds. With
 # $STUB_STUCK set, a failing run then ignores SIGTERM (as mpirun waiting for
 # a daemon it cannot reach). Each run appends Open MPI's keepalive settings
-# it was given to $STUB_RUNS.keepalive.
+# it was given to $STUB_RUNS.keepalive. With $STUB_HANG (a program that
+# sleeps, its path a marker pgrep can find) a job run prints "job running"
+# and waits on two ranks: one in mpirun's process group, one in a process
+# group of its own that ignores SIGTERM (only SIGKILL to the session ends
+# it).
 cat >"$work/mpirun" <<'EOF'
 #!/usr/bin/env bash
 [ "$1" = -np ] && [ "$3" = --host ] || { echo "stub mpirun: unexpected arguments $*" >&2; exit 99; }
@@ -38,6 +45,12 @@ echo "${OMPI_MCA_oob_tcp_keepalive_time:-} ${OMPI_MCA_oob_tcp_keepalive_intvl:-}
 k=$(wc -l <"$STUB_RUNS")
 failed=$(sed -n "${k}p" "${STUB_FAILS:-/dev/null}" 2>/dev/null || true)
 mkdir -p "$(dirname "$STUB_LATEST")"; echo "step-$k" >"$STUB_LATEST"
+if [ -n "${STUB_HANG:-}" ]; then
+  echo "job running"
+  "$STUB_HANG" 300 &
+  set -m; (trap '' TERM; exec "$STUB_HANG" 300) & set +m
+  wait
+fi
 if [ -n "$failed" ]; then
   echo "mpirun noticed that process rank 1 with PID 4242 on node $failed exited on signal 9 (Killed)."
   if [ -n "${STUB_STUCK:-}" ]; then trap '' TERM; exec sleep 60; fi
@@ -131,6 +144,94 @@ check "an mpirun stuck after a failure is killed" 0 "mpirun still running 1 s af
   env STUB_FAILS="$work/fails" STUB_STUCK=1 "$launch" --hosts a,b --save-dir "$work/ckpt4" --mpirun "$work/mpirun" \
   --failure-grace 1 -- prog
 [ $((SECONDS - t_stuck)) -lt 30 ] || { echo "FAILED: the stuck mpirun was ended only after $((SECONDS - t_stuck)) s" >&2; fails=$((fails + 1)); }
+
+# --help, a missing value, numbers out of range (refused before any run).
+fresh
+check "--help" 0 "--silent-host-timeout S" "$launch" --help
+check "--hosts without a value" 2 "argument --hosts: expected one argument" run_launch --hosts -- prog
+check "a 20-digit --ranks-per-host" 2 "--ranks-per-host 100000000000000000000 is out of range: at most 1024" \
+  run_launch --hosts a --ranks-per-host 100000000000000000000 -- prog
+check "a non-ASCII digit" 2 "--max-restarts must be a non-negative integer (got '$(printf '\xd9\xa3')')" \
+  run_launch --hosts a --max-restarts "$(printf '\xd9\xa3')" -- prog
+printf 'a slots=2\nb slots=99999999999999999999\n' >"$work/hf"
+check "a 20-digit slots=" 2 "hf:2: slots=99999999999999999999 is out of range: at most 1024" \
+  run_launch --hostfile "$work/hf" -- prog
+printf 'a slots=4 max_slots=2\n' >"$work/hf"
+check "slots above max_slots" 2 "hf:1: slots=4 is more than max_slots=2" run_launch --hostfile "$work/hf" -- prog
+[ ! -s "$STUB_RUNS" ] || { echo "FAILED: a job ran after a refused number" >&2; fails=$((fails + 1)); }
+
+# CRLF hostfiles: read as LF; no CR in a message.
+fresh
+printf 'a slots=2 max_slots=4\r\n# comment\r\nb\r\n' >"$work/hf"
+check "a CRLF hostfile" 0 "job finished on a b" env STUB_FAILS=/dev/null "$launch" --hostfile "$work/hf" \
+  --save-dir "$work/ckpt5" --mpirun "$work/mpirun" -- prog
+[ "$(cut -d' ' -f1 "$STUB_RUNS")" = "hosts=a:2,b:1" ] || { echo "FAILED: CRLF hostfile run: $(cat -A "$STUB_RUNS")" >&2; fails=$((fails + 1)); }
+printf 'a\r\nb slot=1\r\n' >"$work/hf"
+check "a CRLF hostfile's error" 2 "hf:2: unknown word 'slot=1' (a line is: name [slots=N] [max_slots=N])" \
+  run_launch --hostfile "$work/hf" -- prog
+! grep -q $'\r' "$work/out" || { echo "FAILED: a CR in the message: $(cat -A "$work/out")" >&2; fails=$((fails + 1)); }
+
+# A failed host reported under another of its names sits out the restart:
+# configured NAME, mpirun reports REPORTED; the restart runs on b alone.
+me=$(hostname)
+for pair in "localhost $me" "$me localhost" "localhost 127.0.0.1" "a a.cluster.example" "a.cluster.example a"; do
+  read -r name reported <<<"$pair"
+  fresh
+  printf '%s\n' "$reported" >"$work/fails"
+  check "failed host $name reported as $reported" 0 "failed host(s): $name" \
+    env STUB_FAILS="$work/fails" "$launch" --hosts "$name,b" --save-dir "$work/ckpt6" --mpirun "$work/mpirun" -- prog
+  rm -rf "$work/ckpt6"
+  [ "$(sed -n 2p "$STUB_RUNS" | cut -d' ' -f1)" = "hosts=b:1" ] ||
+    { echo "FAILED: restart after $name failed (reported as $reported): $(sed -n 2p "$STUB_RUNS")" >&2; fails=$((fails + 1)); }
+done
+
+# On a mesh (tp-NN folders, each with its own latest) the start resumes
+# from the newest step in every folder.
+fresh
+for f in tp-00:10 tp-00:20 tp-00:30 tp-01:10 tp-01:20; do
+  mkdir -p "$work/ckpt7/${f%%:*}/step-000000${f##*:}"
+  echo "{\"optimizer_steps\": ${f##*:}}" >"$work/ckpt7/${f%%:*}/step-000000${f##*:}/manifest.json"
+  echo "step-000000${f##*:}" >"$work/ckpt7/${f%%:*}/latest"
+done
+check "the newest common step on a mesh" 0 "resuming from step-00000020, the newest checkpoint in all 2 mesh folders (tp-00, tp-01)" \
+  env STUB_FAILS=/dev/null STUB_LATEST="$work/elsewhere/latest" "$launch" --hosts a --save-dir "$work/ckpt7" \
+  --mpirun "$work/mpirun" -- prog
+grep -q -- "--resume$" "$STUB_RUNS" || { echo "FAILED: no --resume on a mesh: $(cat "$STUB_RUNS")" >&2; fails=$((fails + 1)); }
+
+# SIGTERM and SIGINT: passed on to mpirun's process group, SIGKILL to the
+# session after --failure-grace, no process left, exit status 128 + N. A
+# second launch on the save directory is refused while the first runs.
+marker="$work/zs-launch-test-rank-$$"
+ln -s "$(command -v sleep)" "$marker"
+for sig in TERM INT; do
+  fresh
+  STUB_FAILS=/dev/null STUB_HANG="$marker" "$launch" --hosts a --save-dir "$work/ckpt8" --mpirun "$work/mpirun" \
+    --failure-grace 2 -- prog >"$work/sig.out" 2>&1 &
+  lpid=$!
+  for _ in $(seq 100); do [ "$(pgrep -c -f "$marker")" = 2 ] && break; sleep 0.1; done
+  [ "$(pgrep -c -f "$marker")" = 2 ] || { echo "FAILED: SIG$sig: the job's 2 ranks never ran" >&2; fails=$((fails + 1)); }
+  if [ "$sig" = TERM ]; then
+    check "a second launch on a save directory in use" 2 "--save-dir $work/ckpt8 is in use by another zs-launch (pid $lpid;" \
+      run_launch --hosts a --save-dir "$work/ckpt8" -- prog
+    [ "$(wc -l <"$STUB_RUNS")" = 1 ] || { echo "FAILED: the second launch started a job" >&2; fails=$((fails + 1)); }
+  fi
+  t_sig=$SECONDS
+  kill -"$sig" "$lpid"
+  rc=0; wait "$lpid" || rc=$?
+  want_rc=$((128 + $(kill -l "$sig")))
+  left=$(pgrep -f "$marker" | tr '\n' ' ' || true)
+  if [ "$rc" != "$want_rc" ] || [ -n "$left" ] || ! grep -qF "got SIG$sig: passed on to mpirun" "$work/sig.out" ||
+     [ $((SECONDS - t_sig)) -gt 15 ]; then
+    echo "FAILED: SIG$sig: exit status $rc (want $want_rc), left: '$left', $((SECONDS - t_sig)) s, output:" >&2
+    sed 's/^/    /' "$work/sig.out" >&2
+    for pid in $left; do kill -KILL "$pid" 2>/dev/null || true; done
+    fails=$((fails + 1))
+  else
+    echo "ok: SIG$sig ends the job and every rank (exit status $rc)"
+  fi
+done
+check "the save directory is free once the launch ended" 0 "job finished on a" \
+  env STUB_FAILS=/dev/null "$launch" --hosts a --save-dir "$work/ckpt8" --mpirun "$work/mpirun" -- prog
 
 [ "$fails" = 0 ] || { echo "test_zs_launch: $fails failed" >&2; exit 1; }
 echo "test_zs_launch: all passed"
