@@ -3,7 +3,7 @@
 
 A header's preamble is the run of `//` comment lines it opens with: what
 the file is for, in a few lines. Longer reasoning goes in a design note
-placed after the includes ([Note: ...] blocks, tests/layout/check_notes.py).
+placed after the includes (`[Note: ...]` blocks, tests/layout/check_notes.py).
 This program reads every tracked .h and .cuh file and fails naming each one
 whose preamble is longer, with its length.
 Usage: check_preambles.py <source root>
@@ -41,7 +41,7 @@ def main():
         n = preamble_lines(p)
         if n > MAX_LINES:
             problems.append(f"{p}: its preamble is {n} comment lines (at most {MAX_LINES}); "
-                            "move the reasoning into a [Note: ...] after the includes")
+                            "move the reasoning into a design note after the includes")
     return finish(problems, f"{len(paths)} headers: every preamble at most {MAX_LINES} lines",
                   "header(s) with a long preamble")
 
