@@ -60,6 +60,8 @@ class SizeOnlyOps final : public DeviceOps {
   void cast(void*, DType, const void*, DType, std::size_t, float) override {}
   void accumulate_cast(void*, DType, const void*, DType, std::size_t, float) override {}
   void sum_blocks(void*, const void*, std::size_t, std::size_t, DType) override {}
+  void quantize(const void*, DType, std::size_t, kernels::SymQuantFormat, float*, void*) override {}
+  void dequantize(const void*, std::size_t, kernels::SymQuantFormat, void*, DType, bool) override {}
   kernels::GradStats grad_stats(const void*, DType, std::size_t) override { return {}; }
   void update(const OptimizerHyper&, double, double, std::int64_t, float, const UpdateArrays&,
               std::size_t) override {}
