@@ -306,6 +306,7 @@ void read_zero(const Reader& r, const std::set<std::string>& bad, EngineConfig& 
   r.get(zpp + "gradient_bits", pp.gradient_bits);
   r.get(zpp + "gradient_block_size", pp.gradient_block_size);
   r.get(zpp + "error_feedback", pp.error_feedback);
+  r.get(zpp + "ranks_per_node", pp.ranks_per_node);
   OffloadConfig& o = c.offload;
   r.get(z + "sub_group_size", o.sub_group_size);
   const std::string oo = z + "offload_optimizer.", op = z + "offload_param.";

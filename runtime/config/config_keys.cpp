@@ -256,6 +256,8 @@ std::vector<ConfigKey> make_table() {
            "qgZ: each rank keeps its quantization error of both hops per unit (fp32, in the ledger) and adds it to "
            "the next micro-batch's gradient; zeroed where a block overflowed; not saved in checkpoints; refused "
            "with fp16's dynamic loss scale"),
+      impl("zeroshard.zeropp.ranks_per_node", T::int64, "0",
+           "qgZ's nodes: 0 = the hosts, from the ranks' host names; n > 0 = ranks [k n, (k + 1) n) as node k"),
       impl("wall_clock_breakdown", T::boolean, "false",
            "every steps_per_print steps rank 0 prints the step breakdown (compute, exposed and hidden "
            "communication, optimizer, swap I/O wait, other; min/median/max over ranks) and the straggler "

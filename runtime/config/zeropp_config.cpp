@@ -61,6 +61,9 @@ void ZeroppConfig::collect_problems(int stage, DType compute_dtype, const LossSc
                       kernels::kSymQuantBlockMax));
     }
   }
+  if (ranks_per_node < 0) {
+    bad(q + "ranks_per_node", std::to_string(ranks_per_node), "must be >= 0 (0: the nodes from the host names)");
+  }
   if (error_feedback && !quantized_gradients) {
     bad(q + "error_feedback", "true", "needs zero_optimization.zero_quantized_gradients (it feeds back qgZ's error)");
   }

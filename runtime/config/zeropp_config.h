@@ -18,7 +18,11 @@
 //       quantization] in kernels/quant/symmetric_quant.h): 8 or 4 bits, a
 //       power of two from 16 to 8192 elements per fp32 scale;
 //   zeroshard.zeropp.error_feedback  qgZ keeps each rank's quantization
-//       error per unit and adds it to the next micro-batch's gradient.
+//       error per unit and adds it to the next micro-batch's gradient;
+//   zeroshard.zeropp.ranks_per_node  the nodes qgZ's hierarchy follows: 0
+//       (the default) the hosts, from the ranks' host names
+//       (comm/node_groups.h); n > 0 ranks [k n, (k + 1) n) as node k (for
+//       a placement whose host names do not show the machines).
 // Combinations refused with a ConfigError naming them: qwZ or hpZ below
 // stage 3, qgZ below stage 2, error feedback without qgZ, and error
 // feedback with fp16's dynamic loss scale (the residual is in loss-scaled
@@ -47,6 +51,7 @@ struct ZeroppConfig {
   int gradient_bits = 4;                ///< zeroshard.zeropp.gradient_bits: 4 or 8
   std::int64_t gradient_block_size = 2048;  ///< zeroshard.zeropp.gradient_block_size (elements)
   bool error_feedback = false;          ///< zeroshard.zeropp.error_feedback
+  std::int64_t ranks_per_node = 0;      ///< zeroshard.zeropp.ranks_per_node: 0 = from the host names
 
   /// True when hpZ is on (a partition size above 1).
   bool hpz() const { return hpz_partition_size > 1; }
