@@ -70,6 +70,20 @@ void check_cuda_optimizer(const EngineConfig& config) {
   }
 }
 
+// ZeRO++ (runtime/config/zeropp_config.h) on the cuda compute device: qwZ
+// quantizes on the GPU; hpZ's and qgZ's groups are split from the device
+// communicator by host, which needs a host-side exchange the NCCL engine
+// does not make.
+void check_cuda_zeropp(const EngineConfig& config) {
+  const ZeroppConfig& z = config.zero.zeropp;
+  if (z.hpz() || z.quantized_gradients) {
+    throw ConfigError(fmt::format(
+        "{}: zero_optimization.{} on the cuda compute device: not available in this build (ZeRO++'s groups are "
+        "made on host communicators); zero_quantized_weights is",
+        config.source, z.hpz() ? "zero_hpz_partition_size" : "zero_quantized_gradients"));
+  }
+}
+
 }  // namespace
 
 Engine::Engine(const EngineConfig& config, Communicator& comm)
@@ -79,13 +93,17 @@ Engine::Engine(const EngineConfig& config, Communicator& comm)
 
 Engine::Engine(const EngineConfig& config, Communicator& nccl, Communicator& host)
     : Engine(config, nccl, host,
-             (check_device_config(config, nccl, host), check_cuda_optimizer(config), make_cuda_ops(nccl))) {}
+             (check_device_config(config, nccl, host), check_cuda_optimizer(config), check_cuda_zeropp(config),
+              make_cuda_ops(nccl))) {}
 
 Engine::Engine(const EngineConfig& config, Communicator& device_comm, Communicator& host_comm,
                std::unique_ptr<DeviceOps> ops) {
   ZS_CHECK(ops != nullptr, "Engine: null DeviceOps");
   if (!ops->host_addressable()) check_device_config(config, device_comm, host_comm);
-  if (ops->device() == ComputeDevice::cuda) check_cuda_optimizer(config);
+  if (ops->device() == ComputeDevice::cuda) {
+    check_cuda_optimizer(config);
+    check_cuda_zeropp(config);
+  }
   s_ = std::make_unique<EngineState>(config, device_comm, host_comm, std::move(ops));
   init();
 }
@@ -156,9 +174,41 @@ void allocate_state(EngineState& s, const SwapSharers& sharers) {
   }
   // The options the memory estimator replays a step with (runtime/plan/memory_estimate.h).
   s.reducer = std::make_unique<GradReducer>(s.comm, s.layout, *s.ops, s.pool,
-                                            engine_grad_reducer_options(s.config, s.world()), s.grad_target);
+                                            engine_grad_reducer_options(s.config, s.world()), s.grad_target, &s.nodes);
   s.unsharder = std::make_unique<Unsharder>(s.comm, s.layout, *s.ops, s.pool, engine_unsharder_options(s.config),
-                                            s.shard_source);
+                                            s.shard_source, s.hpz_comm.get());
+}
+
+// ZeRO++'s groups of the data-parallel communicator (collective): hpZ's k
+// consecutive ranks, qgZ's nodes (zeroshard.zeropp.ranks_per_node's
+// blocks, else the hosts). Rank 0 prints one line on how they run.
+void make_zeropp_groups(EngineState& s) {
+  const ZeroppConfig& z = s.config.zero.zeropp;
+  const int world = s.world(), rank = s.rank();
+  const bool hpz = s.stage() == 3 && z.hpz();
+  const bool qgz = s.stage() >= 2 && z.quantized_gradients;
+  if (!hpz && !qgz) return;
+  for (const auto& [key, size] : {std::pair{"zero_optimization.zero_hpz_partition_size", hpz ? z.hpz_partition_size : 1},
+                                  std::pair{"zeroshard.zeropp.ranks_per_node", qgz ? z.ranks_per_node : 0}}) {
+    if (size > 0 && (size > world || world % size != 0)) {
+      throw ConfigError(fmt::format("{}: \"{}\" = {} does not divide the data-parallel world size {}",
+                                    s.config.source, key, size, world));
+    }
+  }
+  const int per_node = static_cast<int>(z.ranks_per_node);
+  const std::string host = per_node > 0 ? fmt::format("zeropp-node-{}", rank / per_node) : this_host_id();
+  s.nodes = split_by_node(s.comm, host);
+  std::string line;
+  if (hpz) {
+    const int k = static_cast<int>(z.hpz_partition_size);
+    s.hpz_comm = s.comm.split(rank / k, rank);
+    const std::vector<int>& node = s.nodes.node_of_rank;
+    bool inside = true;
+    for (int r = 0; r < world; ++r) inside = inside && node[static_cast<std::size_t>(r)] == node[static_cast<std::size_t>(r / k * k)];
+    line += fmt::format("hpZ: secondary shards over groups of {} ranks, {}", k,
+                        inside ? "each inside a node" : "spanning nodes (their all-gathers cross hosts)");
+  }
+  if (rank == 0 && !line.empty()) fmt::print("zeroshard: {}\n", line);
 }
 
 }  // namespace
@@ -172,7 +222,9 @@ void Engine::finalize() {
   check_mesh_declarations(s);  // [Note: engine on a mesh]: declared and equal over the tp group
   start_observer(s);           // clock offsets, when the breakdown or the trace is on
   const SwapSharers sharers = count_swap_sharers(s.host_comm, s.config.offload);  // the free-space check counts them all
+  make_zeropp_groups(s);  // collective: before the agreed allocation, whose errors are local
   run_agreed(s.host_comm, [&] { allocate_state(s, sharers); });
+  if (s.rank() == 0 && !s.reducer->note().empty()) fmt::print("zeroshard: {}\n", s.reducer->note());
   check_ties(s);  // [Note: engine on a mesh]: tied copies laid out alike, agreed over the world
   s.finalized = true;
 }

@@ -363,8 +363,10 @@ class Engine {
   /// "overlap_fraction", "slowest_rank", "straggler" {late_ms, last_count,
   /// straggler_steps, text}, "clock" {offset_ns, bound_ns}, "comms" (the
   /// comms_logger rows: kind, message_bytes, count, total_bytes, total_ms,
-  /// mean_ms, algbw_gbps, busbw_gbps)}. The same on every rank (the figures
-  /// are all-gathered at each step). Not a collective.
+  /// mean_ms, algbw_gbps, busbw_gbps, cross_host_bytes: this rank's bytes
+  /// to other hosts), "comms_cross_host_bytes" (their total)}. The same on
+  /// every rank (the figures are all-gathered at each step) except the
+  /// comms rows, which are this rank's. Not a collective.
   nlohmann::json observe_report() const;
   /// The comms_logger table (kind, message size, count, latency, algbw,
   /// busbw) of this rank's collectives so far. Not a collective.

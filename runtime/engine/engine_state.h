@@ -17,6 +17,7 @@
 #include "runtime/sharding/array_store.h"
 #include "runtime/sharding/grad_reducer.h"
 #include "comm/comms_log.h"
+#include "comm/node_groups.h"
 #include "comm/traced_communicator.h"
 #include "optimizer/loss_scaler.h"
 #include "runtime/observe/step_observer.h"
@@ -133,6 +134,11 @@ class EngineState {
   std::unique_ptr<GradReducer> reducer;  ///< gradient reduction buckets; made by finalize()
 
   EngineShardSource shard_source{*this};
+  /// ZeRO++'s groups of the data-parallel communicator, made by finalize()
+  /// before the reducer and unsharder (declared before them: destroyed
+  /// after): hpZ's k consecutive ranks, qgZ's nodes.
+  std::unique_ptr<Communicator> hpz_comm;
+  NodeGroups nodes;
   /// unshard/reshard counting, stage 3 all-gathers and prefetch; made by
   /// finalize().
   std::unique_ptr<Unsharder> unsharder;
