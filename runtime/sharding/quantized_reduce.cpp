@@ -114,20 +114,11 @@ void QuantizedReduceScatter::advance() {
 }
 
 bool QuantizedReduceScatter::test() {
-  switch (phase_) {
-    case Phase::done:
-      return true;
-    case Phase::hop1:
-      // Hop 2 is a collective: posted in advance() only (see the note).
-      if (nodes_.nodes > 1 || !work_.test()) return false;
-      sum_hop1();
-      phase_ = Phase::done;
-      return true;
-    case Phase::hop2:
-      if (!work_.test()) return false;
-      sum_hop2();
-      return true;
-  }
+  // Drives the hop in flight, nothing more: the sums and the buffers'
+  // release happen in advance() and wait() only, at the caller's fixed
+  // points, so the leases follow the call sequence ([Note: step replay]).
+  if (phase_ == Phase::done) return true;
+  work_.test();
   return false;
 }
 

@@ -46,7 +46,8 @@
 // several ranks and are not fed back.
 // SPMD: start() posts the first collective, advance() the second (call it
 // at the same point of the collective sequence on every rank, as
-// OrderedReduction's advance, comm/ordered_reduce.h); test() never posts.
+// OrderedReduction's advance, comm/ordered_reduce.h); test() only drives
+// the hop in flight.
 #pragma once
 
 #include <cstddef>
@@ -101,9 +102,11 @@ class QuantizedReduceScatter {
   /// call it at the same point of the collective sequence on every rank);
   /// no-op once past that point. Throws CommError.
   void advance();
-  /// True once complete. Never posts a collective: false until advance()
-  /// has posted hop 2 and it completed (or, with H = 1, until hop 1
-  /// completed). Throws CommError.
+  /// True once complete (wait() has run). Drives the hop in flight (its
+  /// CommWork's test) and does nothing else: it never posts a collective,
+  /// sums or releases a buffer, so the leases a step holds follow the call
+  /// sequence alone, as [Note: step replay] (runtime/plan/memory_replay.h)
+  /// needs. Throws CommError.
   bool test();
   /// advance(), then blocks until `out` holds the result. Throws CommError.
   void wait();
