@@ -14,6 +14,7 @@ CrossHostMeter::CrossHostMeter(const Engine& engine, Communicator& dp) : engine_
   // Hosts of equal size, ranks placed host by host: cross_host_traffic's layout.
   const NodeGroups g = split_by_node(dp);
   const int n = dp.world_size(), per = n / g.num_nodes;
+  dp_size_ = n;
   bool blocks = per * g.num_nodes == n;
   for (int r = 0; r < n && blocks; ++r) blocks = g.node_of_rank[static_cast<std::size_t>(r)] == r / per;
   ranks_per_host_ = blocks ? per : 0;
@@ -39,8 +40,10 @@ nlohmann::json CrossHostMeter::figures(Communicator& world) {
   j["steps"] = steps_;
   j["ranks_per_host"] = ranks_per_host_;
   j["measured_per_step"] = active_ && steps_ > 1 ? sum / static_cast<double>(steps_ - 1) : -1.0;
+  // The computed count is one data-parallel group's: comparable only when
+  // that group is the world (no mesh).
   j["computed_per_step"] =
-      active_ && ranks_per_host_ > 0
+      active_ && ranks_per_host_ > 0 && dp_size_ == world.world_size()
           ? static_cast<double>(cross_host_traffic(engine_.layout(), engine_.config(), ranks_per_host_).total())
           : -1.0;
   return j;

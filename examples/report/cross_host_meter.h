@@ -34,7 +34,11 @@ class CrossHostMeter {
   /// all-reduce). {"measured_per_step", "computed_per_step",
   /// "ranks_per_host", "steps"}; measured is -1 with fewer than 2 steps or
   /// no comms log, computed -1 when the data-parallel group is not laid out
-  /// host by host.
+  /// host by host or is not the world (on a mesh the world holds several
+  /// groups, and tensor- and pipeline-parallel traffic besides).
+  /// cross_host_traffic counts the step its note states (forward over the
+  /// units in order, backward in reverse), which the examples' loops are
+  /// at dp only.
   nlohmann::json figures(Communicator& world);
   /// figures() as one line ("" without a comms log).
   static std::string line(const nlohmann::json& figures);
@@ -44,6 +48,7 @@ class CrossHostMeter {
   const Engine& engine_;
   bool active_ = false;
   int ranks_per_host_ = 0;  ///< 0: not host by host
+  int dp_size_ = 0;
   std::int64_t steps_ = 0;
   std::uint64_t before_ = 0;
   std::uint64_t measured_ = 0;  ///< this rank's bytes in steps 2, 3, ...
