@@ -9,7 +9,7 @@
 // AgreedCommError after the kind of the original exception.
 //
 // The rule for code that embeds the engine (the examples follow it, see
-// examples/job_error.h):
+// examples/end_job.h):
 //  - an exception for which is_agreed() is true was thrown on every rank of
 //    the engine's communicator with the same message: report it once (rank
 //    0) and end every process normally (return from main);

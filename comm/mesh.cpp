@@ -49,9 +49,9 @@ MeshCoord Mesh::coord_of(MeshShape shape, int world_rank) {
     throw ConfigError(fmt::format("mesh: world rank {} is outside the mesh dp={} x tp={} x pp={}",
                                   world_rank, shape.dp, shape.tp, shape.pp));
   }
-  const int stage_size = shape.dp * shape.tp;
-  const int in_stage = world_rank % stage_size;
-  return MeshCoord{in_stage / shape.tp, in_stage % shape.tp, world_rank / stage_size};
+  const int pipeline_stage_size = shape.dp * shape.tp;
+  const int in_pipeline_stage = world_rank % pipeline_stage_size;
+  return MeshCoord{in_pipeline_stage / shape.tp, in_pipeline_stage % shape.tp, world_rank / pipeline_stage_size};
 }
 
 Mesh::Mesh(Communicator& world, MeshShape shape) : world_(world), shape_(shape) {
@@ -79,25 +79,25 @@ Mesh::Mesh(Communicator& world, MeshShape shape) : world_(world), shape_(shape) 
            pp_group_->world_size(), pp_group_->rank(), shape.pp, coord_.pp_rank);
 }
 
-std::optional<int> Mesh::prev_stage() const {
-  if (is_first_stage()) return std::nullopt;
+std::optional<int> Mesh::prev_pp_rank() const {
+  if (is_first_pipeline_stage()) return std::nullopt;
   return coord_.pp_rank - 1;
 }
 
-std::optional<int> Mesh::next_stage() const {
-  if (is_last_stage()) return std::nullopt;
+std::optional<int> Mesh::next_pp_rank() const {
+  if (is_last_pipeline_stage()) return std::nullopt;
   return coord_.pp_rank + 1;
 }
 
-std::optional<int> Mesh::prev_stage_world_rank() const {
-  if (is_first_stage()) return std::nullopt;
+std::optional<int> Mesh::prev_pipeline_stage_world_rank() const {
+  if (is_first_pipeline_stage()) return std::nullopt;
   MeshCoord c = coord_;
   --c.pp_rank;
   return world_rank_of(shape_, c);
 }
 
-std::optional<int> Mesh::next_stage_world_rank() const {
-  if (is_last_stage()) return std::nullopt;
+std::optional<int> Mesh::next_pipeline_stage_world_rank() const {
+  if (is_last_pipeline_stage()) return std::nullopt;
   MeshCoord c = coord_;
   ++c.pp_rank;
   return world_rank_of(shape_, c);

@@ -99,23 +99,23 @@ class Mesh {
   /// This rank's pipeline stage in [0, pp): its rank in pp_group().
   int pp_rank() const { return coord_.pp_rank; }
   /// True on stage 0 (the stage that reads the input: embedding).
-  bool is_first_stage() const { return coord_.pp_rank == 0; }
+  bool is_first_pipeline_stage() const { return coord_.pp_rank == 0; }
   /// True on stage pp - 1 (the stage that computes the loss).
-  bool is_last_stage() const { return coord_.pp_rank == shape_.pp - 1; }
+  bool is_last_pipeline_stage() const { return coord_.pp_rank == shape_.pp - 1; }
   /// The previous stage as a rank of pp_group() (pp_rank - 1), the peer
   /// this rank receives activations from and sends gradients to; none on
   /// the first stage.
-  std::optional<int> prev_stage() const;
+  std::optional<int> prev_pp_rank() const;
   /// The next stage as a rank of pp_group() (pp_rank + 1), the peer this
   /// rank sends activations to and receives gradients from; none on the
   /// last stage.
-  std::optional<int> next_stage() const;
+  std::optional<int> next_pp_rank() const;
   /// World rank of the previous stage's rank with this rank's (dp_rank,
   /// tp_rank): this rank's world rank - dp x tp; none on the first stage.
-  std::optional<int> prev_stage_world_rank() const;
+  std::optional<int> prev_pipeline_stage_world_rank() const;
   /// World rank of the next stage's rank with this rank's (dp_rank,
   /// tp_rank): this rank's world rank + dp x tp; none on the last stage.
-  std::optional<int> next_stage_world_rank() const;
+  std::optional<int> next_pipeline_stage_world_rank() const;
 
   /// The world communicator the mesh was built from.
   Communicator& world() const { return world_; }

@@ -70,29 +70,29 @@ void give_up(std::unique_ptr<PipelineExecutor::Run>& run) {
 }  // namespace
 
 PipelineExecutor::PipelineExecutor(Communicator& pp_group, PipelineStageFunctions functions)
-    : comm_(pp_group), fn_(std::move(functions)), stage_(pp_group.rank()),
-      stages_(pp_group.world_size()), run_(std::make_unique<Run>()) {
+    : comm_(pp_group), fn_(std::move(functions)), pp_rank_(pp_group.rank()),
+      pp_size_(pp_group.world_size()), run_(std::make_unique<Run>()) {
   // Every stage's description, checked the same way on every stage.
   constexpr std::size_t kFields = 5;
   const std::array<double, kFields> mine = {
       static_cast<double>(fn_.input_count), static_cast<double>(fn_.output_count),
       static_cast<double>(fn_.dtype), fn_.forward && fn_.backward ? 1.0 : 0.0,
       comm_.backend() == "nccl" ? 1.0 : 0.0};
-  std::vector<double> all(kFields * static_cast<std::size_t>(stages_));
+  std::vector<double> all(kFields * static_cast<std::size_t>(pp_size_));
   comm_.all_gather(mine.data(), all.data(), kFields, DType::f64);
   std::string problems;
   const auto add = [&](const std::string& p) { problems += (problems.empty() ? "" : "; ") + p; };
   const auto field = [&](int s, std::size_t f) {
     return all[static_cast<std::size_t>(s) * kFields + f];
   };
-  for (int s = 0; s < stages_; ++s) {
+  for (int s = 0; s < pp_size_; ++s) {
     const auto in = static_cast<std::size_t>(field(s, 0));
     const auto out = static_cast<std::size_t>(field(s, 1));
     if (s == 0 && in != 0) add(fmt::format("stage 0 has input_count {} (the first stage receives nothing: 0)", in));
-    if (s == stages_ - 1 && out != 0) {
+    if (s == pp_size_ - 1 && out != 0) {
       add(fmt::format("stage {} (the last) has output_count {} (it sends nothing: 0)", s, out));
     }
-    if (s + 1 < stages_ && out != static_cast<std::size_t>(field(s + 1, 0))) {
+    if (s + 1 < pp_size_ && out != static_cast<std::size_t>(field(s + 1, 0))) {
       add(fmt::format("stage {} sends output_count {} elements but stage {} expects input_count {}", s,
                       out, s + 1, static_cast<std::size_t>(field(s + 1, 0))));
     }
@@ -109,7 +109,7 @@ PipelineExecutor::PipelineExecutor(Communicator& pp_group, PipelineStageFunction
     }
   }
   if (!problems.empty()) {
-    throw ConfigError(fmt::format("pipeline executor over {} stages: {}", stages_, problems));
+    throw ConfigError(fmt::format("pipeline executor over {} stages: {}", pp_size_, problems));
   }
 }
 
@@ -125,9 +125,9 @@ TypedBuffer take(std::vector<TypedBuffer>& pool, std::size_t count, DType dtype)
 }
 
 // The buffer of micro-batch i in `m`, removed from it.
-TypedBuffer pop(std::map<int, TypedBuffer>& m, int i, const char* what, int stage) {
+TypedBuffer pop(std::map<int, TypedBuffer>& m, int i, const char* what, int pp_rank) {
   auto it = m.find(i);
-  ZS_CHECK(it != m.end(), "pipeline stage {}: no {} for micro-batch {}", stage, what, i);
+  ZS_CHECK(it != m.end(), "pipeline stage {}: no {} for micro-batch {}", pp_rank, what, i);
   TypedBuffer b = std::move(it->second);
   m.erase(it);
   return b;
@@ -145,21 +145,21 @@ std::vector<int> order_of(const std::vector<PipelineAction>& actions, PipelineOp
 }  // namespace
 
 PipelineTimeline PipelineExecutor::run(const PipelineTable& table) {
-  ZS_CHECK(table.stages == stages_,
+  ZS_CHECK(table.pipeline_stages == pp_size_,
            "pipeline executor: the table has {} stages but the pipeline group has {} ranks",
-           table.stages, stages_);
+           table.pipeline_stages, pp_size_);
   validate_pipeline_table(table);
-  const std::vector<PipelineAction>& actions = table.actions[static_cast<std::size_t>(stage_)];
+  const std::vector<PipelineAction>& actions = table.actions[static_cast<std::size_t>(pp_rank_)];
   const std::vector<int> activation_order = order_of(actions, PipelineOp::recv_activation);
   const std::vector<int> gradient_order = order_of(actions, PipelineOp::recv_gradient);
   std::size_t next_activation = 0, next_gradient = 0;
   const DType dtype = fn_.dtype;
   const std::size_t in_count = fn_.input_count, out_count = fn_.output_count;
-  const int prev = stage_ - 1, next = stage_ + 1;
+  const int prev = pp_rank_ - 1, next = pp_rank_ + 1;
   Run& r = *run_;
 
   PipelineTimeline timeline;
-  timeline.stage = stage_;
+  timeline.pp_rank = pp_rank_;
   timeline.events.reserve(actions.size());
   timeline.begin_ns = Tracer::now_ns();
 
@@ -197,7 +197,7 @@ PipelineTimeline PipelineExecutor::run(const PipelineTable& table) {
     ZS_CHECK(slot.has_value() && slot->micro_batch == i,
              "pipeline stage {}: the {} receive posted ahead is for micro-batch {}, the table "
              "receives {} now",
-             stage_, what, slot ? slot->micro_batch : -1, i);
+             pp_rank_, what, slot ? slot->micro_batch : -1, i);
     slot->work.wait();
     TypedBuffer b = std::move(slot->buf);
     slot.reset();
@@ -217,17 +217,17 @@ PipelineTimeline PipelineExecutor::run(const PipelineTable& table) {
           break;
         case PipelineOp::forward: {
           TypedBuffer in;
-          if (stage_ > 0) in = pop(r.inputs, i, "received activation", stage_);
-          TypedBuffer out = stage_ < stages_ - 1 ? take(r.free_output, out_count, dtype) : TypedBuffer();
+          if (pp_rank_ > 0) in = pop(r.inputs, i, "received activation", pp_rank_);
+          TypedBuffer out = pp_rank_ < pp_size_ - 1 ? take(r.free_output, out_count, dtype) : TypedBuffer();
           ev.begin_ns = Tracer::now_ns();
-          fn_.forward(i, stage_ > 0 ? in.data() : nullptr, stage_ < stages_ - 1 ? out.data() : nullptr);
+          fn_.forward(i, pp_rank_ > 0 ? in.data() : nullptr, pp_rank_ < pp_size_ - 1 ? out.data() : nullptr);
           ev.end_ns = Tracer::now_ns();
-          if (stage_ > 0) r.free_input.push_back(std::move(in));
-          if (stage_ < stages_ - 1) r.outputs.emplace(i, std::move(out));
+          if (pp_rank_ > 0) r.free_input.push_back(std::move(in));
+          if (pp_rank_ < pp_size_ - 1) r.outputs.emplace(i, std::move(out));
           break;
         }
         case PipelineOp::send_activation: {
-          Transfer t{i, false, pop(r.outputs, i, "forward output", stage_), {}};
+          Transfer t{i, false, pop(r.outputs, i, "forward output", pp_rank_), {}};
           comm_.set_label(fmt::format("activation {}", i));
           t.work = comm_.isend(t.buf.data(), out_count, dtype, next);
           r.sends.push_back(std::move(t));
@@ -239,17 +239,17 @@ PipelineTimeline PipelineExecutor::run(const PipelineTable& table) {
           break;
         case PipelineOp::backward: {
           TypedBuffer g;
-          if (stage_ < stages_ - 1) g = pop(r.grad_outputs, i, "received gradient", stage_);
-          TypedBuffer gin = stage_ > 0 ? take(r.free_input, in_count, dtype) : TypedBuffer();
+          if (pp_rank_ < pp_size_ - 1) g = pop(r.grad_outputs, i, "received gradient", pp_rank_);
+          TypedBuffer gin = pp_rank_ > 0 ? take(r.free_input, in_count, dtype) : TypedBuffer();
           ev.begin_ns = Tracer::now_ns();
-          fn_.backward(i, stage_ < stages_ - 1 ? g.data() : nullptr, stage_ > 0 ? gin.data() : nullptr);
+          fn_.backward(i, pp_rank_ < pp_size_ - 1 ? g.data() : nullptr, pp_rank_ > 0 ? gin.data() : nullptr);
           ev.end_ns = Tracer::now_ns();
-          if (stage_ < stages_ - 1) r.free_output.push_back(std::move(g));
-          if (stage_ > 0) r.grad_inputs.emplace(i, std::move(gin));
+          if (pp_rank_ < pp_size_ - 1) r.free_output.push_back(std::move(g));
+          if (pp_rank_ > 0) r.grad_inputs.emplace(i, std::move(gin));
           break;
         }
         case PipelineOp::send_gradient: {
-          Transfer t{i, true, pop(r.grad_inputs, i, "input gradient", stage_), {}};
+          Transfer t{i, true, pop(r.grad_inputs, i, "input gradient", pp_rank_), {}};
           comm_.set_label(fmt::format("gradient {}", i));
           t.work = comm_.isend(t.buf.data(), in_count, dtype, prev);
           r.sends.push_back(std::move(t));

@@ -102,7 +102,7 @@ struct PipelineEvent {
 
 /// One run() of a stage: its actions' times. Plain value.
 struct PipelineTimeline {
-  int stage = 0;
+  int pp_rank = 0;            ///< the pipeline stage that ran (its rank in the pipeline group)
   std::int64_t begin_ns = 0;  ///< run() started
   std::int64_t end_ns = 0;    ///< run() returned (every send complete)
   std::vector<PipelineEvent> events;  ///< one per action, in the table's order
@@ -133,14 +133,14 @@ class PipelineExecutor {
   PipelineExecutor(const PipelineExecutor&) = delete;
   PipelineExecutor& operator=(const PipelineExecutor&) = delete;
 
-  /// This rank's stage (pp_group.rank()).
-  int stage() const { return stage_; }
-  /// Number of stages (pp_group.world_size()).
-  int stages() const { return stages_; }
+  /// This rank's pipeline stage (pp_group.rank()).
+  int pp_rank() const { return pp_rank_; }
+  /// Number of pipeline stages (pp_group.world_size()).
+  int pp_size() const { return pp_size_; }
 
-  /// Runs table.actions[stage()] (every stage must call it with the same
+  /// Runs table.actions[pp_rank()] (every stage must call it with the same
   /// table, as with a collective) and returns the timeline. Throws
-  /// InvariantError when table.stages differs from stages() or
+  /// InvariantError when table.pipeline_stages differs from pp_size() or
   /// validate_pipeline_table rejects the table (before any message, on
   /// every stage alike); rethrows what forward, backward or the
   /// communicator throw, after giving up the pending messages (see the
@@ -154,8 +154,8 @@ class PipelineExecutor {
  private:
   Communicator& comm_;
   PipelineStageFunctions fn_;
-  int stage_ = 0;
-  int stages_ = 1;
+  int pp_rank_ = 0;
+  int pp_size_ = 1;
   std::unique_ptr<Run> run_;  // buffers kept between runs
 };
 

@@ -55,24 +55,24 @@ void add_backward(std::vector<PipelineAction>& out, int p, int s, int i) {
   if (s > 0) out.push_back({PipelineOp::send_gradient, i});
 }
 
-void check_sizes(int stages, int micro_batches) {
-  if (stages < 1 || micro_batches < 1) {
+void check_sizes(int pipeline_stages, int micro_batches) {
+  if (pipeline_stages < 1 || micro_batches < 1) {
     throw ConfigError(fmt::format(
-        "pipeline schedule: {} stages and {} micro-batches; both must be at least 1", stages,
+        "pipeline schedule: {} stages and {} micro-batches; both must be at least 1", pipeline_stages,
         micro_batches));
   }
 }
 
 }  // namespace
 
-std::vector<PipelineAction> pipeline_stage_actions(PipelineScheduleKind kind, int stages, int stage,
-                                                   int micro_batches) {
-  check_sizes(stages, micro_batches);
-  if (stage < 0 || stage >= stages) {
+std::vector<PipelineAction> pipeline_stage_actions(PipelineScheduleKind kind, int pipeline_stages,
+                                                   int pipeline_stage, int micro_batches) {
+  check_sizes(pipeline_stages, micro_batches);
+  if (pipeline_stage < 0 || pipeline_stage >= pipeline_stages) {
     throw ConfigError(fmt::format("pipeline schedule: stage {} is outside [0, {}) ({} stages)",
-                                  stage, stages, stages));
+                                  pipeline_stage, pipeline_stages, pipeline_stages));
   }
-  const int p = stages, s = stage, m = micro_batches;
+  const int p = pipeline_stages, s = pipeline_stage, m = micro_batches;
   std::vector<PipelineAction> out;
   out.reserve(static_cast<std::size_t>(6 * m));
   if (kind == PipelineScheduleKind::gpipe) {
@@ -90,21 +90,21 @@ std::vector<PipelineAction> pipeline_stage_actions(PipelineScheduleKind kind, in
   return out;
 }
 
-PipelineTable make_pipeline_table(PipelineScheduleKind kind, int stages, int micro_batches) {
-  check_sizes(stages, micro_batches);
+PipelineTable make_pipeline_table(PipelineScheduleKind kind, int pipeline_stages, int micro_batches) {
+  check_sizes(pipeline_stages, micro_batches);
   PipelineTable t;
   t.kind = kind;
-  t.stages = stages;
+  t.pipeline_stages = pipeline_stages;
   t.micro_batches = micro_batches;
-  for (int s = 0; s < stages; ++s) {
-    t.actions.push_back(pipeline_stage_actions(kind, stages, s, micro_batches));
+  for (int s = 0; s < pipeline_stages; ++s) {
+    t.actions.push_back(pipeline_stage_actions(kind, pipeline_stages, s, micro_batches));
   }
   return t;
 }
 
 std::string to_string(const PipelineTable& table) {
   std::string out = fmt::format("{}: {} stage{}, {} micro-batch{}\n", to_string(table.kind),
-                                table.stages, table.stages == 1 ? "" : "s", table.micro_batches,
+                                table.pipeline_stages, table.pipeline_stages == 1 ? "" : "s", table.micro_batches,
                                 table.micro_batches == 1 ? "" : "es");
   for (std::size_t s = 0; s < table.actions.size(); ++s) {
     out += fmt::format("stage {}:", s);
@@ -158,7 +158,7 @@ PipelineSimulation simulate_pipeline(const PipelineTable& table, std::int64_t fo
   ZS_CHECK(forward_time >= 0 && backward_time >= 0,
            "simulate_pipeline: forward time {} and backward time {} must be >= 0", forward_time,
            backward_time);
-  const int p = table.stages;
+  const int p = table.pipeline_stages;
   ZS_CHECK(p >= 1 && static_cast<int>(table.actions.size()) == p,
            "simulate_pipeline: the table has {} stages but {} action lists", p, table.actions.size());
   const auto P = static_cast<std::size_t>(p);
@@ -241,7 +241,7 @@ PipelineSimulation simulate_pipeline(const PipelineTable& table, std::int64_t fo
 }
 
 void validate_pipeline_table(const PipelineTable& table) {
-  const int p = table.stages, m = table.micro_batches;
+  const int p = table.pipeline_stages, m = table.micro_batches;
   ZS_CHECK(p >= 1 && m >= 1 && static_cast<int>(table.actions.size()) == p,
            "pipeline table: {} stages, {} micro-batches and {} action lists", p, m,
            table.actions.size());

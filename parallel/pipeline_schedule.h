@@ -78,22 +78,23 @@ std::string to_string(const PipelineAction& action);
 /// Every stage's actions for one step. Plain value.
 struct PipelineTable {
   PipelineScheduleKind kind = PipelineScheduleKind::one_f_one_b;
-  int stages = 1;         ///< p
-  int micro_batches = 1;  ///< m
+  int pipeline_stages = 1;  ///< p
+  int micro_batches = 1;    ///< m
   /// actions[s]: stage s's actions in the order it runs them.
   std::vector<std::vector<PipelineAction>> actions;
 };
 
-/// Stage `stage`'s actions under `kind` for `stages` stages and
-/// `micro_batches` micro-batches (see the file comment). Throws ConfigError
-/// naming the values when stages < 1, micro_batches < 1 or stage is
-/// outside [0, stages). Thread safety: pure function.
-std::vector<PipelineAction> pipeline_stage_actions(PipelineScheduleKind kind, int stages, int stage,
-                                                   int micro_batches);
+/// Pipeline stage `pipeline_stage`'s actions under `kind` for
+/// `pipeline_stages` stages and `micro_batches` micro-batches (see the file
+/// comment). Throws ConfigError naming the values when pipeline_stages < 1,
+/// micro_batches < 1 or pipeline_stage is outside [0, pipeline_stages).
+/// Thread safety: pure function.
+std::vector<PipelineAction> pipeline_stage_actions(PipelineScheduleKind kind, int pipeline_stages,
+                                                   int pipeline_stage, int micro_batches);
 
-/// Every stage's actions (pipeline_stage_actions for s = 0..stages-1).
+/// Every stage's actions (pipeline_stage_actions for s = 0..pipeline_stages-1).
 /// Throws as pipeline_stage_actions. Thread safety: pure function.
-PipelineTable make_pipeline_table(PipelineScheduleKind kind, int stages, int micro_batches);
+PipelineTable make_pipeline_table(PipelineScheduleKind kind, int pipeline_stages, int micro_batches);
 
 /// The table as text: a header line "1f1b: 2 stages, 3 micro-batches" and
 /// one line per stage, "stage 0: fwd 0 | send_act 0 | ...".
@@ -135,14 +136,14 @@ PipelineSimulation simulate_pipeline(const PipelineTable& table, std::int64_t fo
                                      std::int64_t backward_time);
 
 /// Checks that `table` is a valid step for the executor: the sizes match
-/// (actions.size() == stages, micro_batches >= 1); every stage forwards and
-/// backwards each micro-batch exactly once, backwards after the forward;
-/// stage 0 never receives activations or sends gradients and the last
-/// stage never sends activations or receives gradients; a stage receives
-/// micro-batch i's activation before forwarding it and sends it after, and
-/// likewise for gradients around the backward; each stage's sends to a
-/// neighbour are in the order the neighbour receives them; and the
-/// simulation finishes (no deadlock). Throws InvariantError naming the
+/// (actions.size() == pipeline_stages, micro_batches >= 1); every stage
+/// forwards and backwards each micro-batch exactly once, backwards after
+/// the forward; stage 0 never receives activations or sends gradients and
+/// the last stage never sends activations or receives gradients; a stage
+/// receives micro-batch i's activation before forwarding it and sends it
+/// after, and likewise for gradients around the backward; each stage's
+/// sends to a neighbour are in the order the neighbour receives them; and
+/// the simulation finishes (no deadlock). Throws InvariantError naming the
 /// stage, the action and what is wrong. Thread safety: pure function.
 void validate_pipeline_table(const PipelineTable& table);
 

@@ -162,9 +162,9 @@ float activation_value(int s, int i, std::size_t k) {
 
 /// One stage of the synthetic pipeline: timed forward and backward that
 /// keep and free a real activation buffer (see the file comment).
-struct SyntheticStage {
-  int stage = 0;
-  int stages = 1;
+struct SyntheticPipelineStage {
+  int pp_rank = 0;        ///< this pipeline stage
+  int pp_size = 1;        ///< pipeline stages
   std::size_t count = 0;  ///< fp32 elements of one activation
   std::chrono::nanoseconds forward_time{0};
   std::chrono::nanoseconds backward_time{0};
@@ -177,8 +177,8 @@ struct SyntheticStage {
   PipelineStageFunctions functions() {
     PipelineStageFunctions f;
     f.dtype = DType::f32;
-    f.input_count = stage > 0 ? count : 0;
-    f.output_count = stage < stages - 1 ? count : 0;
+    f.input_count = pp_rank > 0 ? count : 0;
+    f.output_count = pp_rank < pp_size - 1 ? count : 0;
     f.forward = [this](int i, const void* input, void* output) {
       forward(i, static_cast<const float*>(input), static_cast<float*>(output));
     };
@@ -194,7 +194,7 @@ struct SyntheticStage {
     const auto deadline = std::chrono::steady_clock::now() + forward_time;
     std::vector<float> kept(count);
     for (std::size_t k = 0; k < count; ++k) {
-      const float want = activation_value(stage - 1, i, k);
+      const float want = activation_value(pp_rank - 1, i, k);
       if (input != nullptr) {
         kept[k] = input[k];
         wrong += input[k] != want;
@@ -204,7 +204,7 @@ struct SyntheticStage {
     }
     stash.keep(i, std::move(kept));
     if (output != nullptr) {
-      for (std::size_t k = 0; k < count; ++k) output[k] = activation_value(stage, i, k);
+      for (std::size_t k = 0; k < count; ++k) output[k] = activation_value(pp_rank, i, k);
     }
     wait_until(deadline, mode);
   }
@@ -217,7 +217,7 @@ struct SyntheticStage {
     {
       const std::vector<float> kept = stash.take(i);
       for (std::size_t k = 0; k < count; ++k) {
-        if (grad_output != nullptr) wrong += grad_output[k] != activation_value(stage, i, k) + 1.0f;
+        if (grad_output != nullptr) wrong += grad_output[k] != activation_value(pp_rank, i, k) + 1.0f;
         if (grad_input != nullptr) grad_input[k] = kept[k] + 1.0f;
       }
     }  // the activation is freed here
@@ -254,7 +254,7 @@ struct RunResult {
   double step_ms = 0;                           ///< median measured step time
   double simulated_ms = 0;                      ///< simulate_pipeline's makespan
   double mean_bubble = 0;                       ///< median over steps of the mean over stages
-  std::vector<double> stage_bubble;             ///< per stage, median over steps
+  std::vector<double> pipeline_stage_bubble;    ///< per stage, median over steps
   std::vector<std::size_t> peak_bytes;          ///< per stage, the largest peak of any step
   std::vector<std::size_t> peak_formula_bytes;  ///< per stage
   bool peaks_exact = true;  ///< every step's peak equalled its formula on every stage
@@ -262,15 +262,16 @@ struct RunResult {
   int attempts = 1;         ///< runs of this row (the last reported)
 };
 
-/// Runs `kind` with m micro-batches for warmup + steps steps on `stage`'s
-/// executor and gathers every stage's timeline and peak (collective over
-/// `pp`). `offset_ns` moves this rank's clock onto stage 0's.
+/// Runs `kind` with m micro-batches for warmup + steps steps on
+/// `pipeline_stage`'s executor and gathers every stage's timeline and peak
+/// (collective over `pp`). `offset_ns` moves this rank's clock onto stage 0's.
 RunResult run_schedule(PipelineScheduleKind kind, int m, const Options& o, Communicator& pp,
-                       PipelineExecutor& ex, SyntheticStage& stage, std::int64_t offset_ns) {
+                       PipelineExecutor& ex, SyntheticPipelineStage& pipeline_stage,
+                       std::int64_t offset_ns) {
   const int p = pp.world_size();
   const auto P = static_cast<std::size_t>(p);
   const PipelineTable table = make_pipeline_table(kind, p, m);
-  const auto tf = stage.forward_time.count(), tb = stage.backward_time.count();
+  const auto tf = pipeline_stage.forward_time.count(), tb = pipeline_stage.backward_time.count();
   const PipelineSimulation sim = simulate_pipeline(table, tf, tb);
   RunResult r;
   r.kind = kind;
@@ -279,25 +280,25 @@ RunResult run_schedule(PipelineScheduleKind kind, int m, const Options& o, Commu
   r.simulated = sim.bubble_fraction();
   r.simulated_ms = static_cast<double>(sim.makespan) / 1e6;
   r.peak_bytes.assign(P, 0);
-  r.stage_bubble.assign(P, 0.0);
+  r.pipeline_stage_bubble.assign(P, 0.0);
   for (int s = 0; s < p; ++s) {
     r.peak_formula_bytes.push_back(static_cast<std::size_t>(peak_formula(kind, p, s, m)) *
-                                   stage.count * sizeof(float));
+                                   pipeline_stage.count * sizeof(float));
   }
   std::vector<double> step_ms, mean_bubble;
-  std::vector<std::vector<double>> stage_bubble(P);
-  const std::uint64_t wrong_before = stage.wrong;
+  std::vector<std::vector<double>> pipeline_stage_bubble(P);
+  const std::uint64_t wrong_before = pipeline_stage.wrong;
   constexpr std::size_t kFields = 4;  // begin, end (stage 0's clock), compute ns, peak bytes
   for (int step = 0; step < o.warmup + o.steps; ++step) {
-    stage.stash.reset_peak();
+    pipeline_stage.stash.reset_peak();
     pp.barrier();
     const PipelineTimeline tl = ex.run(table);
-    ZS_CHECK(stage.stash.current_bytes() == 0,
-             "stage {} keeps {} bytes of activations after the step", stage.stage,
-             stage.stash.current_bytes());
+    ZS_CHECK(pipeline_stage.stash.current_bytes() == 0,
+             "stage {} keeps {} bytes of activations after the step", pipeline_stage.pp_rank,
+             pipeline_stage.stash.current_bytes());
     const std::array<double, kFields> mine = {
         static_cast<double>(tl.begin_ns + offset_ns), static_cast<double>(tl.end_ns + offset_ns),
-        static_cast<double>(tl.compute_ns()), static_cast<double>(stage.stash.peak_bytes())};
+        static_cast<double>(tl.compute_ns()), static_cast<double>(pipeline_stage.stash.peak_bytes())};
     std::vector<double> all(kFields * P);
     pp.all_gather(mine.data(), all.data(), kFields, DType::f64);
     const auto field = [&](std::size_t s, std::size_t f) { return all[s * kFields + f]; };
@@ -314,18 +315,18 @@ RunResult run_schedule(PipelineScheduleKind kind, int m, const Options& o, Commu
     double sum = 0;
     for (std::size_t s = 0; s < P; ++s) {
       const double bubble = (step_ns - field(s, 2)) / step_ns;
-      stage_bubble[s].push_back(bubble);
+      pipeline_stage_bubble[s].push_back(bubble);
       sum += bubble;
     }
     mean_bubble.push_back(sum / static_cast<double>(p));
     step_ms.push_back(step_ns / 1e6);
   }
-  double wrong_total = static_cast<double>(stage.wrong - wrong_before);
+  double wrong_total = static_cast<double>(pipeline_stage.wrong - wrong_before);
   pp.all_reduce(&wrong_total, 1, DType::f64, ReduceOp::sum);
   r.wrong = static_cast<std::uint64_t>(wrong_total);
   r.step_ms = median(step_ms);
   r.mean_bubble = median(mean_bubble);
-  for (std::size_t s = 0; s < P; ++s) r.stage_bubble[s] = median(stage_bubble[s]);
+  for (std::size_t s = 0; s < P; ++s) r.pipeline_stage_bubble[s] = median(pipeline_stage_bubble[s]);
   return r;
 }
 
@@ -347,7 +348,7 @@ void print_bubbles(const std::vector<RunResult>& results, int p, double toleranc
         "{:<8} {:>3} {:>9.2f} {:>9.2f} {:>8.3f} {:>8.3f} {:>8.3f} {:>+7.3f} {:>3} {:>4} ",
         to_string(r.kind), r.m, r.step_ms, r.simulated_ms, r.formula, r.simulated, r.mean_bubble,
         diff, std::abs(diff) <= tolerance ? "yes" : "NO", r.attempts);
-    for (const double b : r.stage_bubble) row += fmt::format(" {:>7.3f}", b);
+    for (const double b : r.pipeline_stage_bubble) row += fmt::format(" {:>7.3f}", b);
     fmt::print("{}\n", row);
   }
 }
@@ -383,15 +384,15 @@ int run(const Options& o) {
   double max_bound = static_cast<double>(clock.bound_ns);
   pp.all_reduce(&max_bound, 1, DType::f64, ReduceOp::max);
 
-  SyntheticStage stage;
-  stage.stage = pp.rank();
-  stage.stages = p;
-  stage.count = o.activation_bytes / sizeof(float);
-  stage.forward_time = std::chrono::nanoseconds(std::llround(o.forward_ms * 1e6));
-  stage.backward_time =
+  SyntheticPipelineStage pipeline_stage;
+  pipeline_stage.pp_rank = pp.rank();
+  pipeline_stage.pp_size = p;
+  pipeline_stage.count = o.activation_bytes / sizeof(float);
+  pipeline_stage.forward_time = std::chrono::nanoseconds(std::llround(o.forward_ms * 1e6));
+  pipeline_stage.backward_time =
       std::chrono::nanoseconds(std::llround(o.forward_ms * o.backward_ratio * 1e6));
-  stage.mode = o.compute == "spin" ? ComputeMode::spin : ComputeMode::sleep;
-  PipelineExecutor ex(pp, stage.functions());
+  pipeline_stage.mode = o.compute == "spin" ? ComputeMode::spin : ComputeMode::sleep;
+  PipelineExecutor ex(pp, pipeline_stage.functions());
 
   std::vector<PipelineScheduleKind> kinds;
   for (const PipelineScheduleKind k :
@@ -411,24 +412,24 @@ int run(const Options& o) {
     fmt::print(
         "compute: {} (t_f = {:.2f} ms, t_b = {:.2f} ms); {}\n", o.compute, o.forward_ms,
         o.forward_ms * o.backward_ratio,
-        stage.mode == ComputeMode::sleep
+        pipeline_stage.mode == ComputeMode::sleep
             ? "stages sleep, so ranks sharing cores measure the schedule, not CPU contention"
             : "stages busy-wait: with more ranks than cores they also measure CPU contention");
-    const std::size_t bytes = stage.count * sizeof(float);
+    const std::size_t bytes = pipeline_stage.count * sizeof(float);
     fmt::print(
         "activation: {} ({} fp32) per micro-batch and message; {} steps after {} warm-up "
         "per row; clocks aligned to stage 0 within {:.1f} us\n",
         bytes % 1024 == 0 ? fmt::format("{} KiB", bytes / 1024) : fmt::format("{} B", bytes),
-        stage.count, o.steps, o.warmup, max_bound / 1e3);
+        pipeline_stage.count, o.steps, o.warmup, max_bound / 1e3);
   }
   std::vector<RunResult> results;
   for (const PipelineScheduleKind kind : kinds) {
     for (const int m : o.micro_batches) {
       // Every rank decides on the same gathered figures, so all run the
       // same number of attempts.
-      RunResult r = run_schedule(kind, m, o, pp, ex, stage, clock.offset_ns);
+      RunResult r = run_schedule(kind, m, o, pp, ex, pipeline_stage, clock.offset_ns);
       while (r.attempts < o.attempts && std::abs(r.mean_bubble - r.formula) > o.tolerance) {
-        RunResult again = run_schedule(kind, m, o, pp, ex, stage, clock.offset_ns);
+        RunResult again = run_schedule(kind, m, o, pp, ex, pipeline_stage, clock.offset_ns);
         again.attempts = r.attempts + 1;
         again.peaks_exact = again.peaks_exact && r.peaks_exact;
         again.wrong += r.wrong;
@@ -443,7 +444,7 @@ int run(const Options& o) {
   }
   if (root) {
     print_bubbles(results, p, o.tolerance);
-    print_peaks(results, p, stage.count * sizeof(float));
+    print_peaks(results, p, pipeline_stage.count * sizeof(float));
     fmt::print("\n{}\n", ok ? "all peaks equal their formula, no wrong elements, every mean bubble "
                               "within the tolerance"
                             : "FAILED: a peak differs from its formula, an element is wrong or a "

@@ -14,7 +14,7 @@ export OMPI_MCA_rmaps_base_oversubscribe=1 OMPI_MCA_mpi_yield_when_idle=1 OPENBL
 work=$(mktemp -d "$nvme_root/zs-plan-accuracy.XXXXXX")
 trap 'rm -rf "$work"' EXIT
 mkdir -p "$work/nvme"
-mpirun -np "$ranks" "$build/examples/zs_plan" --calibrate "$work/calib.json" --nvme-path "$work/nvme"
+mpirun -np "$ranks" "$build/tools/zs_plan" --calibrate "$work/calib.json" --nvme-path "$work/nvme"
 rows=() worst=0
 run() {  # run NAME OUTPUT_LINE
   local line="$2" measured predicted err

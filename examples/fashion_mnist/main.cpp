@@ -33,9 +33,9 @@
 
 #include "comm/communicator.h"
 #include "core/error.h"
-#include "examples/checkpoint/error_message.h"
+#include "examples/report/error_message.h"
 #include "examples/job_config.h"
-#include "examples/job_error.h"
+#include "examples/end_job.h"
 #include "examples/fashion_mnist/compare_stages.h"
 #include "examples/fashion_mnist/compute_device.h"
 #include "examples/fashion_mnist/idx_dataset.h"
@@ -350,7 +350,7 @@ int main(int argc, char** argv) {
     return zeroshard::examples::run(o);
   } catch (const std::exception& e) {
     // Agreed errors (ResumeError, checkpoint I/O, ...): rank 0 reports, all return 1; any
-    // other error ends every rank (examples/job_error.h).
+    // other error ends every rank (examples/end_job.h).
     return zeroshard::examples::end_job_with_error("fashion_mnist", e);
   }
 }

@@ -28,7 +28,7 @@ void check_shape(const GptShape& s, int tp) {
   if (s.vocab % tp != 0) fail(fmt::format("tensor-parallel size {} must divide vocab {}", tp, s.vocab));
 }
 
-void check_stages(const GptShape& s, int pp) {
+void check_pipeline_stages(const GptShape& s, int pp) {
   if (s.layers < pp) {
     throw ConfigError(fmt::format("gpt: {} pipeline stages need at least as many layers (layers {})", pp, s.layers));
   }
@@ -56,7 +56,7 @@ Gpt::~Gpt() = default;
 Gpt::Gpt(Engine& engine, const Mesh& mesh, GptShape shape)
     : engine_(engine),
       mesh_(mesh),
-      shape_((check_shape(shape, mesh.tp_size()), check_stages(shape, mesh.pp_size()), shape)),
+      shape_((check_shape(shape, mesh.tp_size()), check_pipeline_stages(shape, mesh.pp_size()), shape)),
       layer_begin_(mesh.pp_rank() * shape.layers / mesh.pp_size()),
       layer_end_((mesh.pp_rank() + 1) * shape.layers / mesh.pp_size()),
       wte_layer_(engine.tp_communicator(), z(shape.vocab), z(shape.dim)),
@@ -71,7 +71,7 @@ Gpt::Gpt(Engine& engine, const Mesh& mesh, GptShape shape)
   const auto rep = TensorParallel::replicated();
   const parallel::Slice all{};
   const bool pipeline = mesh.pp_size() > 1;
-  if (first_stage()) {
+  if (first_pipeline_stage()) {
     // [Note: GPT pipeline stages]: the tied wte alone in its unit with pp > 1.
     embed_units_.push_back(engine.add_unit(pipeline ? "wte" : "embed"));
     if (pipeline) embed_units_.push_back(engine.add_unit("wpe"));
@@ -101,7 +101,7 @@ Gpt::Gpt(Engine& engine, const Mesh& mesh, GptShape shape)
     ids.mproj_b = declare(u, p + "mlp.c_proj.bias", {D}, rep, all, false);
     ids_.push_back(ids);
   }
-  if (last_stage()) {
+  if (last_pipeline_stage()) {
     final_units_.push_back(engine.add_unit("ln_f"));
     lnf_w_ = declare(final_units_.front(), "ln_f.weight", {D}, rep, all, false);
     lnf_b_ = declare(final_units_.front(), "ln_f.bias", {D}, rep, all, false);
@@ -110,7 +110,7 @@ Gpt::Gpt(Engine& engine, const Mesh& mesh, GptShape shape)
       wte_ = declare(final_units_.back(), "wte", {V, D}, TensorParallel::split(0), wte_layer_.vocab_slice(), false);
     }
   }
-  if (pipeline && (first_stage() || last_stage())) engine.tie_parameter(wte_, mesh.embedding_group());
+  if (pipeline && (first_pipeline_stage() || last_pipeline_stage())) engine.tie_parameter(wte_, mesh.embedding_group());
 }
 
 ParamId Gpt::declare(UnitId unit, const std::string& name, std::vector<std::int64_t> full_shape, TensorParallel tp,
@@ -249,7 +249,7 @@ void Gpt::forward(MicroBatch& mb, const float* input, float* output, bool backwa
   const std::size_t D = z(shape_.dim), T = z(mb.batch) * z(mb.seq), Fl = fc_.local_out(), Vl = head_.local_out();
   ParamAccess pa(engine_);
   std::vector<float> x(T * D);
-  if (first_stage()) {
+  if (first_pipeline_stage()) {
     for (UnitId u : embed_units_) engine_.unshard(u);
     wte_layer_.forward(mb.in, pa.P(wte_), x);
     auto wpe = pa.P(wpe_);
@@ -258,7 +258,7 @@ void Gpt::forward(MicroBatch& mb, const float* input, float* output, bool backwa
       for (std::size_t d = 0; d < D; ++d) x[t * D + d] += wpe[s * D + d];
     }
     // At pp = 1 the head uses wte: the embeddings stay unsharded.
-    if (!last_stage()) {
+    if (!last_pipeline_stage()) {
       for (UnitId u : embed_units_) engine_.reshard(u);
     }
   } else {
@@ -287,7 +287,7 @@ void Gpt::forward(MicroBatch& mb, const float* input, float* output, bool backwa
     for (std::size_t j = 0; j < T * D; ++j) x[j] = k.x2[j] + tmp[j];
     engine_.reshard(block_units_[i]);
   }
-  if (last_stage()) {
+  if (last_pipeline_stage()) {
     for (UnitId u : final_units_) engine_.unshard(u);
     const auto head_span = engine_.trace("head_and_loss", "final");
     mb.hf.resize(T * D), mb.meanf.resize(T), mb.rstdf.resize(T), mb.logits.resize(T * Vl);
@@ -298,7 +298,7 @@ void Gpt::forward(MicroBatch& mb, const float* input, float* output, bool backwa
     mb.x = std::move(x);
     if (!backward_follows) {
       for (UnitId u : final_units_) engine_.reshard(u);
-      if (first_stage()) {
+      if (first_pipeline_stage()) {
         for (UnitId u : embed_units_) engine_.reshard(u);
       }
     }
@@ -316,7 +316,7 @@ void Gpt::backward(MicroBatch& mb, const float* grad_output, float* grad_input) 
   ParamAccess pa(engine_);
   std::vector<float> dh(T * D), dx(T * D);
   std::span<float> g_wte;
-  if (last_stage()) {
+  if (last_pipeline_stage()) {
     auto head_span = engine_.trace("head_and_loss", "final");
     loss_.backward(mb.logits, mb.target, mb.ce, static_cast<float>(mb.loss_scale), mb.logits);
     g_wte = pa.G(wte_);
@@ -351,9 +351,9 @@ void Gpt::backward(MicroBatch& mb, const float* grad_output, float* grad_input) 
     pa.finish_unit(block_units_[i]);
     k = Block{};
   }
-  if (first_stage()) {
+  if (first_pipeline_stage()) {
     // With pp > 1 the embeddings were resharded after the forward.
-    if (!last_stage()) {
+    if (!last_pipeline_stage()) {
       for (UnitId u : embed_units_) engine_.unshard(u);
     }
     if (g_wte.empty()) g_wte = pa.G(wte_);

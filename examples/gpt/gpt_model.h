@@ -143,12 +143,12 @@ class Gpt {
                   parallel::Slice slice, bool decay);
   struct MicroBatch;  // one micro-batch's forward state on this stage (gpt_micro_batch.h)
   const Param& find(const std::string& name) const;
-  bool first_stage() const { return mesh_.is_first_stage(); }
-  bool last_stage() const { return mesh_.is_last_stage(); }
+  bool first_pipeline_stage() const { return mesh_.is_first_pipeline_stage(); }
+  bool last_pipeline_stage() const { return mesh_.is_last_pipeline_stage(); }
   /// `value` as the last pipeline stage holds it, on every stage (a
   /// broadcast over the pipeline group; `value` itself at pp = 1).
   /// Collective over the pipeline group.
-  double from_last_stage(double value);
+  double from_last_pipeline_stage(double value);
   /// Elements of the activation between stages for batch x seq tokens.
   std::size_t activation_count(int batch, int seq) const;
   /// This stage's forward of `mb` (its tokens set): `input` is the previous

@@ -56,8 +56,8 @@ double Gpt::train_batch(std::span<const std::vector<std::int32_t>> micro_batches
   if (!executor_ || executor_count_ != n) {
     PipelineStageFunctions f;
     f.dtype = DType::f32;
-    f.input_count = first_stage() ? 0 : n;
-    f.output_count = last_stage() ? 0 : n;
+    f.input_count = first_pipeline_stage() ? 0 : n;
+    f.output_count = last_pipeline_stage() ? 0 : n;
     f.forward = [this](int i, const void* in, void* out) {
       MicroBatch& mb = *micro_batches_[static_cast<std::size_t>(i)];
       forward(mb, static_cast<const float*>(in), static_cast<float*>(out), true);
@@ -85,14 +85,14 @@ double Gpt::train_batch(std::span<const std::vector<std::int32_t>> micro_batches
   losses_.assign(static_cast<std::size_t>(m), 0.0);
   timeline_ = executor_->run(make_pipeline_table(kind, mesh_.pp_size(), m));
   double loss = 0;
-  if (last_stage()) {
+  if (last_pipeline_stage()) {
     for (double l : losses_) loss += l;
     loss /= m;
   }
-  return from_last_stage(loss);
+  return from_last_pipeline_stage(loss);
 }
 
-double Gpt::from_last_stage(double value) {
+double Gpt::from_last_pipeline_stage(double value) {
   if (mesh_.pp_size() > 1) engine_.pp_communicator().broadcast(&value, 1, DType::f64, mesh_.pp_size() - 1);
   return value;
 }
@@ -102,26 +102,26 @@ double Gpt::forward_only(std::span<const std::int32_t> tokens, int batch, int se
   MicroBatch mb;
   mb.set_tokens(tokens, batch, seq);
   const std::size_t n = activation_count(batch, seq);
-  std::vector<float> in(first_stage() ? 0 : n), out(last_stage() ? 0 : n);
+  std::vector<float> in(first_pipeline_stage() ? 0 : n), out(last_pipeline_stage() ? 0 : n);
   Communicator& pp = engine_.pp_communicator();
   // A chain: each stage receives, computes, sends (blocking; nothing waits
   // on a later stage).
-  if (!first_stage()) {
+  if (!first_pipeline_stage()) {
     pp.set_label("activation");
     pp.recv(in.data(), n, DType::f32, mesh_.pp_rank() - 1);
   }
   forward(mb, in.data(), out.data(), false);
-  if (!last_stage()) {
+  if (!last_pipeline_stage()) {
     pp.set_label("activation");
     pp.send(out.data(), n, DType::f32, mesh_.pp_rank() + 1);
   }
   pp.set_label("");
-  if (last_stage() && last_logits != nullptr) *last_logits = std::move(mb.logits);
-  return last_stage() ? mb.loss : 0.0;
+  if (last_pipeline_stage() && last_logits != nullptr) *last_logits = std::move(mb.logits);
+  return last_pipeline_stage() ? mb.loss : 0.0;
 }
 
 double Gpt::evaluate(std::span<const std::int32_t> tokens, int batch, int seq) {
-  return from_last_stage(forward_only(tokens, batch, seq, nullptr));
+  return from_last_pipeline_stage(forward_only(tokens, batch, seq, nullptr));
 }
 
 std::string Gpt::sample(const std::string& prompt, int n, double temperature, std::uint64_t seed) {
@@ -140,7 +140,7 @@ std::string Gpt::sample(const std::string& prompt, int n, double temperature, st
     // The last stage draws: the last position's logits, gathered over the
     // tensor-parallel group; the byte then goes to every stage.
     double byte = 0;
-    if (last_stage()) {
+    if (last_pipeline_stage()) {
       std::vector<float> last(Vl), full(V);
       std::copy_n(logits.data() + (static_cast<std::size_t>(seq) - 1) * Vl, Vl, last.data());
       engine_.tp_communicator().all_gather(last.data(), full.data(), Vl, DType::f32);
@@ -150,7 +150,7 @@ std::string Gpt::sample(const std::string& prompt, int n, double temperature, st
       std::discrete_distribution<int> pick(w.begin(), w.end());
       byte = pick(gen);
     }
-    text.push_back(static_cast<char>(static_cast<int>(from_last_stage(byte))));
+    text.push_back(static_cast<char>(static_cast<int>(from_last_pipeline_stage(byte))));
   }
   return text;
 }

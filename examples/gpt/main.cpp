@@ -36,7 +36,7 @@
 #include "examples/gpt/gpt_model.h"
 #include "examples/gpt/text_corpus.h"
 #include "examples/job_config.h"
-#include "examples/job_error.h"
+#include "examples/end_job.h"
 #include "examples/report/cross_host_meter.h"
 #include "examples/report/progress_line.h"
 #include "examples/report/plan_lines.h"
@@ -290,10 +290,10 @@ int run(const Options& options) {
   const auto all = gather_ledger_figures(*world, mine);
   // Per rank: the mean idle fraction of its pipeline runs and its peak of kept activations.
   const std::int64_t steps_run = o.steps - start_step;
-  const double stage_figures[2] = {steps_run > 0 ? bubble_sum / static_cast<double>(steps_run) : 0.0,
+  const double pipeline_stage_figures[2] = {steps_run > 0 ? bubble_sum / static_cast<double>(steps_run) : 0.0,
                                    static_cast<double>(gpt.peak_activation_bytes())};
   std::vector<double> figures(2 * static_cast<std::size_t>(world->world_size()));
-  world->all_gather(stage_figures, figures.data(), 2, DType::f64);
+  world->all_gather(pipeline_stage_figures, figures.data(), 2, DType::f64);
   const std::string table = engine.ledger().table(
       fmt::format("memory ledger, rank {} of {} (dp {} tp {} pp {}), stage {}", rank, world->world_size(),
                   mesh.dp_rank(), mesh.tp_rank(), mesh.pp_rank(), engine.stage()));

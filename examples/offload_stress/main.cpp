@@ -32,7 +32,7 @@
 
 #include "comm/communicator.h"
 #include "core/error.h"
-#include "examples/job_error.h"
+#include "examples/end_job.h"
 #include "examples/report/plan_lines.h"
 #include "examples/report/progress_line.h"
 #include "optimizer/optimizer.h"
@@ -310,7 +310,7 @@ int main(int argc, char** argv) {
   try {
     return run(o);
   } catch (const std::exception& err) {
-    // An agreed error ends every rank normally; any other ends the job (examples/job_error.h).
+    // An agreed error ends every rank normally; any other ends the job (examples/end_job.h).
     examples::end_job_with_error("zs_offload_stress", err);
     return 2;
   }

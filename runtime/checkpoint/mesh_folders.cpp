@@ -11,8 +11,8 @@
 namespace zeroshard {
 
 std::string mesh_checkpoint_root(const MeshPosition& s, const std::string& save_dir) {
-  const std::string stage = s.pp > 1 ? fmt::format("{}/pp-{:02d}", save_dir, s.pp_rank) : save_dir;
-  return s.tp > 1 ? fmt::format("{}/tp-{:02d}", stage, s.tp_rank) : stage;
+  const std::string pipeline_stage_dir = s.pp > 1 ? fmt::format("{}/pp-{:02d}", save_dir, s.pp_rank) : save_dir;
+  return s.tp > 1 ? fmt::format("{}/tp-{:02d}", pipeline_stage_dir, s.tp_rank) : pipeline_stage_dir;
 }
 
 namespace {
@@ -61,23 +61,25 @@ void check_checkpoint_mesh(const MeshPosition& s, const std::string& save_dir, c
   if (fs::exists(root + entry)) return;  // the manifest's own mesh is checked after it is read
   // Saved with another number of pipeline stages: stage 0's folder (pp > 1)
   // or the folder itself (pp = 1) tells it.
-  const std::string first_stage = root_with(save_dir + "/pp-00", entry);
-  const std::string no_stages = root_with(save_dir, entry);
-  if (s.pp > 1 && first_stage.empty() && !no_stages.empty()) refuse_pp(s, no_stages, read_tagged(no_stages, tag));
-  if (!first_stage.empty() && (s.pp == 1 || no_stages.empty())) {
-    const Manifest m = read_tagged(first_stage, tag);
-    if (m.mesh.pp != s.pp) refuse_pp(s, first_stage, m);
+  const std::string first_pipeline_stage = root_with(save_dir + "/pp-00", entry);
+  const std::string no_pipeline_stages = root_with(save_dir, entry);
+  if (s.pp > 1 && first_pipeline_stage.empty() && !no_pipeline_stages.empty()) {
+    refuse_pp(s, no_pipeline_stages, read_tagged(no_pipeline_stages, tag));
   }
-  const std::string stage_dir = s.pp > 1 ? fmt::format("{}/pp-{:02d}", save_dir, s.pp_rank) : save_dir;
+  if (!first_pipeline_stage.empty() && (s.pp == 1 || no_pipeline_stages.empty())) {
+    const Manifest m = read_tagged(first_pipeline_stage, tag);
+    if (m.mesh.pp != s.pp) refuse_pp(s, first_pipeline_stage, m);
+  }
+  const std::string pipeline_stage_dir = s.pp > 1 ? fmt::format("{}/pp-{:02d}", save_dir, s.pp_rank) : save_dir;
   // Saved at a smaller tp > 1: tp rank 0's folder tells the size.
-  const std::string tp0 = stage_dir + "/tp-00";
+  const std::string tp0 = pipeline_stage_dir + "/tp-00";
   if (s.tp > 1 && fs::exists(tp0 + entry)) {
     const Manifest m = read_tagged(tp0, tag);
     if (m.mesh.tp != s.tp) refuse_tp(s, tp0, m);
     return;
   }
   // Saved in the other layout: at tp = 1 (no folders) or at tp > 1 (tp-NN folders).
-  const std::string other = s.tp > 1 ? stage_dir : tp0;
+  const std::string other = s.tp > 1 ? pipeline_stage_dir : tp0;
   if (!fs::exists(other + entry)) return;  // the read names what is missing
   refuse_tp(s, other, read_tagged(other, tag));
 }

@@ -3,7 +3,7 @@
 // (Engine::save_checkpoint with
 // zero_optimization.stage3_gather_16bit_weights_on_model_save,
 // runtime/engine/engine_weights.cpp) and the fp32 export tool zs_ckpt_export
-// (examples/checkpoint/safetensors_export.h).
+// (tools/checkpoint/safetensors_export.h).
 //
 // [Note: safetensors layout]
 // A file is an 8-byte little-endian header length N, N bytes of JSON

@@ -289,7 +289,10 @@ std::vector<ConfigKey> make_table() {
       refuse("compression_training", T::object, "quantization and pruning change the model: not implemented"),
       refuse("sparse_attention", T::object, "the model's attention would silently stay dense: not implemented"),
       refuse("amp", T::object, "NVIDIA Apex AMP: use fp16 or bf16"),
-      refuse("pipeline", T::object, "zeroshard has no pipeline parallelism"),
+      refuse("pipeline", T::object,
+             "configures DeepSpeed's PipelineEngine; zeroshard's pipeline parallelism is set up by the program, "
+             "not the config: a Mesh with pp > 1 (comm/mesh.h) and a PipelineExecutor running a GPipe or 1F1B "
+             "schedule (parallel/pipeline_executor.h), as examples/gpt does with --pp and --schedule"),
   };
 }
 

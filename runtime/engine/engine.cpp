@@ -296,7 +296,7 @@ void write_parameter(EngineState& s, const ParamInfo& info, std::span<const floa
     set_array_window(s, info.unit, {ArrayKind::params}, 0, u.padded, info, values);
   } else {
     void* gathered = s.unsharder->full(info.unit);  // nullptr when not gathered
-    s.store->release_param_stage(info.unit);  // a swapped-in copy would be stale
+    s.store->release_param_staging(info.unit);  // a swapped-in copy would be stale
     set_array_window(s, info.unit, {ArrayKind::params}, shard_begin, u.shard, info, values);
     if (gathered != nullptr) copy_window(*s.ops, gathered, s.dtype(), 0, u.padded, info, values);
   }

@@ -164,7 +164,7 @@ UpdateView resident_view(EngineState& s, UnitId u, std::size_t begin, std::size_
 // run while the CPU updates other units. The staging holds the gradient and
 // parameter shards of every staged unit at once (kept by the host pool for
 // the next step): host memory of twice the shard in the compute dtype.
-struct StagedView {
+struct StagingView {
   UpdateView view;           ///< every pointer in host memory
   HostBuffer grads, params;  ///< staging buffers (invalid: not staged)
   std::byte* device_params = nullptr;  ///< where `params` goes back to
@@ -173,8 +173,8 @@ struct StagedView {
 };
 
 // Enqueues the downloads of v's device-memory arrays into host buffers.
-StagedView stage_view(EngineState& s, UnitId u, const UpdateView& v) {
-  StagedView st;
+StagingView start_staging(EngineState& s, UnitId u, const UpdateView& v) {
+  StagingView st;
   st.view = v;
   HostPool& pool = s.store->host_pool();
   const std::size_t n = v.end - v.begin, e = dtype_size(s.dtype());
@@ -199,7 +199,7 @@ StagedView stage_view(EngineState& s, UnitId u, const UpdateView& v) {
 }
 
 // Waits for st's downloads, updates on the host, enqueues the upload.
-void update_staged(EngineState& s, UnitId u, std::int64_t step, float grad_scale, StagedView& st) {
+void update_with_staging(EngineState& s, UnitId u, std::int64_t step, float grad_scale, StagingView& st) {
   s.ops->wait(st.downloaded);
   update_view(s, s.store->host_ops(), u, step, grad_scale, st.view);
   if (st.params.valid()) s.ops->upload_async(st.device_params, st.params.data(), st.param_bytes);
@@ -227,14 +227,14 @@ void run_optimizer(EngineState& s, std::int64_t step, float grad_scale) {
   const bool any_nvme = store.uses_nvme();
   if (!any_nvme) {
     // [Note: optimizer on the host for a GPU engine]: downloads first.
-    std::vector<StagedView> staged(static_cast<std::size_t>(n));
+    std::vector<StagingView> staging(static_cast<std::size_t>(n));
     try {
       for (UnitId u = 0; u < n; ++u) {
-        if (needs_staging(s, u)) staged[static_cast<std::size_t>(u)] = stage_view(s, u, resident_view(s, u, 0, s.info(u).shard));
+        if (needs_staging(s, u)) staging[static_cast<std::size_t>(u)] = start_staging(s, u, resident_view(s, u, 0, s.info(u).shard));
       }
       for (UnitId u = 0; u < n; ++u) {
         if (needs_staging(s, u)) {
-          update_staged(s, u, step, grad_scale, staged[static_cast<std::size_t>(u)]);
+          update_with_staging(s, u, step, grad_scale, staging[static_cast<std::size_t>(u)]);
         } else {
           const std::size_t end = s.stage() == 0 ? s.info(u).padded : s.info(u).shard;
           update_view(s, *s.ops, u, step, grad_scale, resident_view(s, u, 0, end));
@@ -290,8 +290,8 @@ void run_optimizer(EngineState& s, std::int64_t step, float grad_scale) {
       }
     }
     if (needs_staging(s, u)) {
-      StagedView st = stage_view(s, u, v);
-      update_staged(s, u, step, grad_scale, st);
+      StagingView st = start_staging(s, u, v);
+      update_with_staging(s, u, step, grad_scale, st);
       s.ops->wait(s.ops->fence());
     } else {
       // Not staged: every array of the view is in host memory (swap buffers,

@@ -60,7 +60,7 @@ void EngineShardSource::prefetch(UnitId u) noexcept {
   }
 }
 
-void EngineShardSource::release(UnitId u) noexcept { s_.store->release_param_stage(u); }
+void EngineShardSource::release(UnitId u) noexcept { s_.store->release_param_staging(u); }
 
 void Engine::unshard(UnitId u) {
   EngineState& s = *s_;

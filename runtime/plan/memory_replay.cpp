@@ -101,13 +101,13 @@ class SizeOnlyCommunicator final : public Communicator {
 };
 
 // The ArrayStore's host staging of one step, on capacities
-// (ArrayStore::start_param_fetch, release_param_stage, accumulate_nvme_grad,
+// (ArrayStore::start_param_fetch, release_param_staging, accumulate_nvme_grad,
 // finish_grad_writes). Shard source and gradient target of the replay.
 class StoreReplay final : public ShardSource, public GradTarget {
  public:
   StoreReplay(const FlatLayout& layout, const ArrayPlan& plan, const ArrayPlanOptions& options,
               HostPoolSizes& host, AddressSpace& space)
-      : layout_(layout), plan_(plan), o_(options), host_(host), stage_(layout.units().size()) {
+      : layout_(layout), plan_(plan), o_(options), host_(host), param_staging_(layout.units().size()) {
     // Resident arrays: an address range each (read by the collectives' callers only).
     for (const UnitInfo& u : layout.units()) {
       full_grads_.push_back(space.take(u.padded * dtype_size(o_.dtype)));
@@ -128,10 +128,10 @@ class StoreReplay final : public ShardSource, public GradTarget {
     }
   }
   void release(UnitId u) noexcept override {
-    HostLeaseSize& l = stage_[static_cast<std::size_t>(u)];
+    HostLeaseSize& l = param_staging_[static_cast<std::size_t>(u)];
     if (!l.valid()) return;
     host_.release(l);
-    --staged_;
+    --param_staging_count_;
   }
 
   // Unit u's resident parameter buffer (stages 0-2: the full flat buffer).
@@ -166,9 +166,9 @@ class StoreReplay final : public ShardSource, public GradTarget {
   }
   // ArrayStore::start_param_fetch.
   void fetch(UnitId u, bool required) {
-    HostLeaseSize& l = stage_[static_cast<std::size_t>(u)];
+    HostLeaseSize& l = param_staging_[static_cast<std::size_t>(u)];
     if (o_.stage != 3 || tier_of(u, {ArrayKind::params}) != MemTier::nvme || l.valid()) return;
-    if (staged_ >= o_.offload.param.buffer_count) {
+    if (param_staging_count_ >= o_.offload.param.buffer_count) {
       if (!required) return;
       throw InvariantError(fmt::format(
           "unshard(\"{}\"): all {} parameter swap-in buffers are in use (zero_optimization.offload_param."
@@ -176,7 +176,7 @@ class StoreReplay final : public ShardSource, public GradTarget {
           layout_.unit(u).name, o_.offload.param.buffer_count));
     }
     l = host_.acquire(layout_.unit(u).shard * dtype_size(o_.dtype), MemCategory::unsharded);
-    ++staged_;
+    ++param_staging_count_;
   }
 
   const FlatLayout& layout_;
@@ -185,8 +185,8 @@ class StoreReplay final : public ShardSource, public GradTarget {
   HostPoolSizes& host_;
   std::vector<void*> full_grads_;
   std::vector<void*> params_;
-  std::vector<HostLeaseSize> stage_;
-  int staged_ = 0;
+  std::vector<HostLeaseSize> param_staging_;
+  int param_staging_count_ = 0;
   HostLeaseSize open_;
   UnitId open_unit_ = -1;
   std::size_t open_group_ = 0;

@@ -28,7 +28,7 @@
 //     the open gradient sub-group of an nvme gradient shard (one sub-group
 //     held at a time, released when the next opens and at the end of the
 //     reductions), mirroring ArrayStore::start_param_fetch /
-//     release_param_stage / accumulate_nvme_grad / finish_grad_writes;
+//     release_param_staging / accumulate_nvme_grad / finish_grad_writes;
 //   - replay_swap_pipeline (offload/swap_pipeline.h) for the optimizer's
 //     pipeline over every unit's sub-groups, with the engine's slot list
 //     (the unit's nvme arrays in the order params, grad, master, states).

@@ -61,7 +61,7 @@ ArrayStore::~ArrayStore() {
   open_grad_ = {};
   for (auto& u : units_) {
     u.param_read.reset();
-    u.param_stage.release();
+    u.param_staging.release();
   }
   for (auto* dir : {optimizer_dir_.get(), param_dir_.get()}) {
     if (dir == nullptr) continue;
@@ -442,9 +442,9 @@ kernels::GradStats ArrayStore::grad_stats(UnitId u) {
 
 bool ArrayStore::start_param_fetch(UnitId u, bool required) {
   UnitArrays& us = unit(u);
-  if (o_.stage != 3 || us.param_tier != MemTier::nvme || us.param_stage.valid()) return true;
+  if (o_.stage != 3 || us.param_tier != MemTier::nvme || us.param_staging.valid()) return true;
   const int limit = o_.offload.param.buffer_count;
-  if (params_staged_ >= limit) {
+  if (param_staging_count_ >= limit) {
     if (!required) return false;
     throw InvariantError(fmt::format(
         "unshard(\"{}\"): all {} parameter swap-in buffers are in use (zero_optimization.offload_param."
@@ -452,17 +452,17 @@ bool ArrayStore::start_param_fetch(UnitId u, bool required) {
         layout_.unit(u).name, limit));
   }
   const ArrayRef a{ArrayKind::params};
-  us.param_stage = host_.acquire(numel(u, a) * dtype_size(o_.dtype), MemCategory::unsharded);
-  ++params_staged_;
+  us.param_staging = host_.acquire(numel(u, a) * dtype_size(o_.dtype), MemCategory::unsharded);
+  ++param_staging_count_;
   try {
     std::vector<std::string> keys;
     std::vector<Bounce> bounce;  // parameter shards: sub-groups of 4096 elements, never bounced
-    const auto list = items(u, a, us.param_stage.data(), true, keys, bounce);
+    const auto list = items(u, a, us.param_staging.data(), true, keys, bounce);
     ZS_CHECK(bounce.empty(), "unit {}: parameter swap-in needs no bounce buffers", u);
     us.param_read = param_dir_->read(list);
     total_.bytes_read += item_bytes(list);
   } catch (...) {
-    release_param_stage(u);
+    release_param_staging(u);
     throw;
   }
   return true;
@@ -476,17 +476,17 @@ const void* ArrayStore::param_source(UnitId u) {
     try {
       timed_wait(*us.param_read, false);
     } catch (...) {
-      release_param_stage(u);  // the next unshard reads again
+      release_param_staging(u);  // the next unshard reads again
       throw;
     }
     us.param_read.reset();
   }
-  return us.param_stage.data();
+  return us.param_staging.data();
 }
 
-void ArrayStore::release_param_stage(UnitId u) noexcept {
+void ArrayStore::release_param_staging(UnitId u) noexcept {
   UnitArrays& us = units_[static_cast<std::size_t>(u)];
-  if (!us.param_stage.valid()) return;
+  if (!us.param_staging.valid()) return;
   if (us.param_read) {
     try {
       us.param_read->wait();
@@ -496,8 +496,8 @@ void ArrayStore::release_param_stage(UnitId u) noexcept {
     }
     us.param_read.reset();
   }
-  us.param_stage.release();
-  --params_staged_;
+  us.param_staging.release();
+  --param_staging_count_;
 }
 
 }  // namespace zeroshard

@@ -193,9 +193,9 @@ class ArrayStore {
   const void* param_source(UnitId u);
   /// Returns unit u's swap-in buffer (waiting for its read; a failed read is
   /// dropped). Never throws.
-  void release_param_stage(UnitId u) noexcept;
+  void release_param_staging(UnitId u) noexcept;
   /// Swap-in buffers held now.
-  int params_staged() const { return params_staged_; }
+  int param_staging_count() const { return param_staging_count_; }
 
   // --- Swap files, for the optimizer's pipeline -----------------------------
 
@@ -218,7 +218,7 @@ class ArrayStore {
     MemTier optimizer_tier = MemTier::device;  // master, states, grad shard (stages 2/3)
     std::vector<SubGroup> subgroups;
     UnitStates state_arrays;                   // how `states` is laid out
-    HostBuffer param_stage;                    // nvme parameter shard swapped in
+    HostBuffer param_staging;                  // nvme parameter shard swapped in
     std::optional<SwapBatch> param_read;       // its read in flight
     kernels::GradStats nvme_grad_stats;        // nvme gradient shard: stats of the boundary micro-batch
   };
@@ -271,7 +271,7 @@ class ArrayStore {
   std::vector<ArrayAllocation> arrays_;  ///< the plan's arrays, until allocate() has made them
   OpenGradSubGroup open_grad_;
   std::deque<PendingGradWrite> grad_writes_;
-  int params_staged_ = 0;
+  int param_staging_count_ = 0;
   bool offloaded_ = false;
   std::string deferred_error_;
   SwapPipelineStats last_step_;

@@ -19,7 +19,7 @@
 #include "comm/mesh.h"
 #include "comm/self/self_communicator.h"
 #include "core/error.h"
-#include "examples/checkpoint/safetensors_export.h"
+#include "tools/checkpoint/safetensors_export.h"
 #include "examples/gpt/gpt_model.h"
 #include "tests/examples/gpt_test_support.h"
 #include "examples/gpt/text_corpus.h"
@@ -153,7 +153,7 @@ TEST_CASE("gpt on a mesh: a (2, 2) checkpoint loads at (1, 2) bit for bit and co
     for (const std::string& name : gpt.parameter_names()) full.push_back(gpt.full_parameter(name));
     if (world().rank() == 0) {
       const std::string st = (dir / "model.safetensors").string();
-      export_safetensors(dir.string(), st);
+      tools::export_safetensors(dir.string(), st);
       const auto f = zeroshard::testing::read_safetensors(st);
       const auto names = gpt.parameter_names();
       CHECK(f.order == names);

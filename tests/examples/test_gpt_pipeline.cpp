@@ -162,7 +162,7 @@ TEST_CASE("gpt pipeline: losses, norms and every stage's parameters equal the si
           CHECK(close(got.params[p], ref.params[static_cast<std::size_t>(it - ref.names.begin())], 1e-5));
         }
         // The tied wte: bitwise the same on the first and the last stage.
-        if (mesh.is_first_stage() || mesh.is_last_stage()) {
+        if (mesh.is_first_pipeline_stage() || mesh.is_last_pipeline_stage()) {
           const auto it = std::find(got.names.begin(), got.names.end(), "wte");
           REQUIRE(it != got.names.end());
           const std::vector<float>& wte = got.params[static_cast<std::size_t>(it - got.names.begin())];
@@ -258,10 +258,10 @@ TEST_CASE("gpt pipeline: a (1, 1, 2) checkpoint loads at (2, 1, 2) bit for bit a
     engine.finalize();
     const auto cs = engine.load_checkpoint(dir.string());
     CHECK(cs.at("step").get<int>() == 2);
-    const bool same_stage = world().rank() % 2 == world().rank() / 2;
+    const bool same_pipeline_stage = world().rank() % 2 == world().rank() / 2;
     for (ParamId p = 0; p < static_cast<ParamId>(engine.layout().params().size()); ++p) {
       const std::vector<float> master = engine.gather_master(p), avg = engine.gather_optimizer_state(p, 0);
-      if (same_stage) {
+      if (same_pipeline_stage) {
         CHECK(master == saved_master[static_cast<std::size_t>(p)]);
         CHECK(avg == saved_avg[static_cast<std::size_t>(p)]);
       }
@@ -270,7 +270,7 @@ TEST_CASE("gpt pipeline: a (1, 1, 2) checkpoint loads at (2, 1, 2) bit for bit a
     train_steps(gpt, engine, mesh, kind, 2, 3, run);
     collect(gpt, run);
     CHECK(std::abs(run.losses[0] - continued.losses[0]) <= 1e-5 * std::abs(continued.losses[0]));
-    if (same_stage) {
+    if (same_pipeline_stage) {
       REQUIRE(run.names == continued.names);
       for (std::size_t p = 0; p < run.names.size(); ++p) {
         CAPTURE(run.names[p]);

@@ -15,6 +15,8 @@ import re
 import subprocess
 import sys
 
+from problems import finish
+
 MAX_RUNTIME_FILES = 20
 
 
@@ -81,13 +83,8 @@ def main():
                       and os.path.isfile(os.path.join(root, folder, e))])
         if listed > MAX_RUNTIME_FILES:
             problems.append(f"{folder}/: {listed} files, more than {MAX_RUNTIME_FILES}: split it")
-    for p in problems:
-        print(p)
-    if problems:
-        print(f"{len(problems)} problem(s)")
-        return 1
-    print(f"{len(files)} files in {len(rules)} folders: every include points the way docs/design.md allows")
-    return 0
+    return finish(problems,
+                  f"{len(files)} files in {len(rules)} folders: every include points the way docs/design.md allows")
 
 
 if __name__ == "__main__":

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The elastic run of scripts/zs-launch on 4 test hosts (scripts/testbed,
+# The elastic run of tools/zs-launch on 4 test hosts (scripts/testbed,
 # [Note: zs-launch]). Usage: run_elastic.sh SOURCE_ROOT BUILD_ROOT
 #  (a) before any start: a host whose link is down, and a hostfile naming a
 #      host that does not exist, are errors naming the host (exit 2);
@@ -58,7 +58,7 @@ cat >"$work/config.json" <<'JSON'
  "optimizer": {"type": "AdamW", "params": {"lr": 1e-3, "betas": [0.9, 0.999], "eps": 1e-8, "weight_decay": 0.01}}}
 JSON
 prog=(--config "$work/config.json" --epochs 1 --save-every 50 --max-steps 250 --seed 7)
-launch=("$src/scripts/zs-launch" --global-batch 96 --max-micro-batch 32 --probe-timeout 15 --mpirun "$testbed mpirun")
+launch=("$src/tools/zs-launch" --global-batch 96 --max-micro-batch 32 --probe-timeout 15 --mpirun "$testbed mpirun")
 
 step "bringing up 4 test hosts"
 "$testbed" up 4

@@ -17,7 +17,7 @@
 #      accuracy and last loss equal in its report), gpt at dp 2 x tp 2 on 2
 #      hosts x 2 ranks (every printed loss equal), and the stress program
 #      with nvme offload on 2 hosts x 1 rank;
-#  (d) scripts/zs-launch running the main job on 3 hosts with checkpoints,
+#  (d) tools/zs-launch running the main job on 3 hosts with checkpoints,
 #      zs-host2's processes killed mid-run: it must resume on 2 hosts from
 #      the 3-rank checkpoint and finish;
 # and brings the testbed down at the end, also on failure or interruption.
@@ -133,7 +133,7 @@ run 200 "offload_stress, nvme, 2 hosts x 1 rank (every step checked against a re
   "${tb_mpirun[@]}" -np 2 --host zs-host0,zs-host1 "$build/examples/zs_offload_stress" --params 2e6 --units 4 \
   --steps 2 --nvme-path "$work/stress"
 
-# (d) scripts/zs-launch: host 2's processes are killed once the first
+# (d) tools/zs-launch: host 2's processes are killed once the first
 # checkpoint is complete; the job must go on from it on hosts 0 and 1.
 step "zs-launch: 3 hosts, zs-host2 killed after the first checkpoint"
 ckpt="$work/elastic-ckpt"
@@ -146,7 +146,7 @@ ckpt="$work/elastic-ckpt"
 ) &
 killer=$!
 rc=0
-timeout --kill-after=10 150 "$src/scripts/zs-launch" --hosts zs-host0,zs-host1,zs-host2 --ranks-per-host 1 \
+timeout --kill-after=10 150 "$src/tools/zs-launch" --hosts zs-host0,zs-host1,zs-host2 --ranks-per-host 1 \
   --save-dir "$ckpt" --max-restarts 1 --mpirun "$testbed mpirun" --log "$work/elastic.log" -- \
   "$build/examples/fashion_mnist" --stage 3 --epochs 1 --save-every 10 --max-steps 40 >"$work/elastic.out" 2>&1 || rc=$?
 wait "$killer" || true

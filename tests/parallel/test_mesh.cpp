@@ -219,24 +219,24 @@ TEST_CASE("mesh: pipeline stages, groups and neighbours for every dp x tp x pp o
     CAPTURE(pp);
     Mesh mesh(w, shape);
     // Megatron order: tp fastest, then dp, pp outermost.
-    const int stage = me / (dp * tp), d = (me % (dp * tp)) / tp, t = me % tp;
-    CHECK(mesh.coord() == MeshCoord{d, t, stage});
+    const int pp_rank = me / (dp * tp), d = (me % (dp * tp)) / tp, t = me % tp;
+    CHECK(mesh.coord() == MeshCoord{d, t, pp_rank});
     CHECK(mesh.pp_size() == pp);
-    CHECK(mesh.pp_rank() == stage);
-    CHECK(mesh.is_first_stage() == (stage == 0));
-    CHECK(mesh.is_last_stage() == (stage == pp - 1));
+    CHECK(mesh.pp_rank() == pp_rank);
+    CHECK(mesh.is_first_pipeline_stage() == (pp_rank == 0));
+    CHECK(mesh.is_last_pipeline_stage() == (pp_rank == pp - 1));
     CHECK(Mesh::world_rank_of(shape, mesh.coord()) == me);
     CHECK(mesh.pp_group().world_size() == pp);
-    CHECK(mesh.pp_group().rank() == stage);
-    CHECK(mesh.prev_stage() == (stage > 0 ? std::optional<int>(stage - 1) : std::nullopt));
-    CHECK(mesh.next_stage() == (stage < pp - 1 ? std::optional<int>(stage + 1) : std::nullopt));
-    CHECK(mesh.prev_stage_world_rank() == (stage > 0 ? std::optional<int>(me - dp * tp) : std::nullopt));
-    CHECK(mesh.next_stage_world_rank() ==
-          (stage < pp - 1 ? std::optional<int>(me + dp * tp) : std::nullopt));
+    CHECK(mesh.pp_group().rank() == pp_rank);
+    CHECK(mesh.prev_pp_rank() == (pp_rank > 0 ? std::optional<int>(pp_rank - 1) : std::nullopt));
+    CHECK(mesh.next_pp_rank() == (pp_rank < pp - 1 ? std::optional<int>(pp_rank + 1) : std::nullopt));
+    CHECK(mesh.prev_pipeline_stage_world_rank() == (pp_rank > 0 ? std::optional<int>(me - dp * tp) : std::nullopt));
+    CHECK(mesh.next_pipeline_stage_world_rank() ==
+          (pp_rank < pp - 1 ? std::optional<int>(me + dp * tp) : std::nullopt));
 
     std::vector<int> want_tp, want_dp, want_pp;
-    for (int k = 0; k < tp; ++k) want_tp.push_back((stage * dp + d) * tp + k);
-    for (int k = 0; k < dp; ++k) want_dp.push_back((stage * dp + k) * tp + t);
+    for (int k = 0; k < tp; ++k) want_tp.push_back((pp_rank * dp + d) * tp + k);
+    for (int k = 0; k < dp; ++k) want_dp.push_back((pp_rank * dp + k) * tp + t);
     for (int k = 0; k < pp; ++k) want_pp.push_back((k * dp + d) * tp + t);
     CHECK(gathered_world_ranks(mesh.tp_group(), me) == want_tp);
     CHECK(gathered_world_ranks(mesh.dp_group(), me) == want_dp);
@@ -247,7 +247,7 @@ TEST_CASE("mesh: pipeline stages, groups and neighbours for every dp x tp x pp o
     check_group_sum(mesh.pp_group(), me, want_pp, pp);
     // The embedding group: first and last stage of this pipeline, alone elsewhere.
     std::vector<int> want_emb = {me};
-    if (stage == 0 || stage == pp - 1) {
+    if (pp_rank == 0 || pp_rank == pp - 1) {
       want_emb = {d * tp + t};
       if (pp > 1) want_emb.push_back(((pp - 1) * dp + d) * tp + t);
     }
@@ -258,11 +258,11 @@ TEST_CASE("mesh: pipeline stages, groups and neighbours for every dp x tp x pp o
     double from_prev = -1;
     const double mine = me;
     CommWork r, s;
-    if (mesh.prev_stage()) r = mesh.pp_group().irecv(&from_prev, 1, DType::f64, *mesh.prev_stage());
-    if (mesh.next_stage()) s = mesh.pp_group().isend(&mine, 1, DType::f64, *mesh.next_stage());
+    if (mesh.prev_pp_rank()) r = mesh.pp_group().irecv(&from_prev, 1, DType::f64, *mesh.prev_pp_rank());
+    if (mesh.next_pp_rank()) s = mesh.pp_group().isend(&mine, 1, DType::f64, *mesh.next_pp_rank());
     r.wait();
     s.wait();
-    if (mesh.prev_stage_world_rank()) CHECK(from_prev == *mesh.prev_stage_world_rank());
+    if (mesh.prev_pipeline_stage_world_rank()) CHECK(from_prev == *mesh.prev_pipeline_stage_world_rank());
   }
 }
 

@@ -54,7 +54,7 @@ double G(int s, int p) {
 
 // One stage of the toy model, in element type T.
 template <class T>
-struct ToyStage {
+struct ToyPipelineStage {
   int s = 0, p = 1;
   double delay_ms = 0;
   std::vector<std::vector<T>> stash;  // inputs kept for the backward, per micro-batch
@@ -110,13 +110,13 @@ void run_toy(Communicator& pp, DType dtype, PipelineScheduleKind kind, int m, in
   CAPTURE(s);
   CAPTURE(m);
   CAPTURE(dtype_name(dtype));
-  ToyStage<T> toy;
+  ToyPipelineStage<T> toy;
   toy.s = s;
   toy.p = p;
   toy.delay_ms = s == slow ? 5.0 : 0.0;
   PipelineExecutor ex(pp, toy.functions(dtype, m));
-  CHECK(ex.stage() == s);
-  CHECK(ex.stages() == p);
+  CHECK(ex.pp_rank() == s);
+  CHECK(ex.pp_size() == p);
   const PipelineTable table = make_pipeline_table(kind, p, m);
   for (int step = 0; step < 2; ++step) {  // buffers are reused by the second run
     toy.grad_a = toy.grad_b = toy.loss = 0;
@@ -136,7 +136,7 @@ void run_toy(Communicator& pp, DType dtype, PipelineScheduleKind kind, int m, in
     }
     // The timeline: one event per action, in order, inside the run.
     REQUIRE(tl.events.size() == actions.size());
-    CHECK(tl.stage == s);
+    CHECK(tl.pp_rank == s);
     std::int64_t last = tl.begin_ns;
     for (std::size_t k = 0; k < actions.size(); ++k) {
       CHECK(tl.events[k].action == actions[k]);
@@ -197,7 +197,7 @@ std::string executor_error(Communicator& pp, const PipelineStageFunctions& f) {
 TEST_CASE("pipeline executor: mismatched stage descriptions are one ConfigError on every stage") {
   Communicator& w = world();
   const int p = w.world_size(), s = w.rank();
-  ToyStage<float> toy;
+  ToyPipelineStage<float> toy;
   toy.s = s;
   toy.p = p;
   {

@@ -476,6 +476,27 @@ TEST_CASE("ds_config: every problem in one message: types, values, refused keys,
   }
 }
 
+TEST_CASE("ds_config: the pipeline section is refused, saying where zeroshard's pipeline is set up") {
+  // DeepSpeed's "pipeline" section configures its PipelineEngine; here the
+  // program sets up pipeline stages (Mesh pp, PipelineExecutor), so the
+  // section would change nothing: refused, with the place to look.
+  const std::string m = error_of(R"({"pipeline": {"stages": 2, "partition": "parameters"}})");
+  INFO(m);
+  CHECK(m.find("ds.json: \"pipeline\" = {\"partition\":\"parameters\",\"stages\":2} is not supported: "
+               "configures DeepSpeed's PipelineEngine; zeroshard's pipeline parallelism is set up by the program, "
+               "not the config: a Mesh with pp > 1 (comm/mesh.h) and a PipelineExecutor") != std::string::npos);
+  CHECK(m.find("examples/gpt does with --pp and --schedule") != std::string::npos);
+  CHECK(m.find("no pipeline parallelism") == std::string::npos);
+  // An empty section too: its presence asks for DeepSpeed's pipeline.
+  CHECK(error_of(R"({"pipeline": {}})").find("\"pipeline\" = {} is not supported") != std::string::npos);
+  const ConfigKey* row = nullptr;
+  for (const ConfigKey& k : config_keys()) {
+    if (k.path == std::string("pipeline")) row = &k;
+  }
+  REQUIRE(row != nullptr);
+  CHECK(row->status == KeyStatus::refused);
+}
+
 TEST_CASE("ds_config: batch arithmetic as DeepSpeed does it") {
   // The consistent triple 24 = 4 x 2 x 3 ranks, with each subset given.
   struct Case {

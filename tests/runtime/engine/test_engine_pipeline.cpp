@@ -51,14 +51,14 @@ constexpr std::size_t kOwn = 57, kTied = 7;
 
 // Stage s: "w.s" [57] in unit "u"; first and last stage: "tied" [tied_numel]
 // alone in unit "t", tied over the embedding group.
-struct StageModel {
+struct PipelineStageModel {
   Engine engine;
   ParamId w = -1, tied = -1;
-  StageModel(const EngineConfig& cfg, const Mesh& mesh, std::size_t tied_numel = kTied) : engine(cfg, mesh) {
+  PipelineStageModel(const EngineConfig& cfg, const Mesh& mesh, std::size_t tied_numel = kTied) : engine(cfg, mesh) {
     const UnitId u = engine.add_unit("u");
     w = engine.add_parameter(u, fmt::format("w.{}", mesh.pp_rank()), {static_cast<std::int64_t>(kOwn)}, 0,
                              TensorParallel::replicated());
-    if (mesh.is_first_stage() || mesh.is_last_stage()) {
+    if (mesh.is_first_pipeline_stage() || mesh.is_last_pipeline_stage()) {
       const UnitId t = engine.add_unit("t");
       tied = engine.add_parameter(t, "tied", {static_cast<std::int64_t>(tied_numel)}, 0,
                                   TensorParallel::replicated());
@@ -76,7 +76,7 @@ TEST_CASE("engine with pipeline stages: the norm covers every stage, the tied gr
       CAPTURE(shape.pp);
       CAPTURE(stage);
       Mesh mesh(world(), shape);
-      StageModel m(sgd_config(stage, 1.0), mesh);
+      PipelineStageModel m(sgd_config(stage, 1.0), mesh);
       CHECK(m.engine.pp_size() == shape.pp);
       CHECK(m.engine.pp_rank() == mesh.pp_rank());
       // Every dp rank adds the same gradients: w.s = s + 1; tied = 1 on the
@@ -84,7 +84,7 @@ TEST_CASE("engine with pipeline stages: the norm covers every stage, the tied gr
       const float own = static_cast<float>(mesh.pp_rank() + 1);
       for (float& v : m.engine.grad(m.w)) v += own;
       if (m.tied >= 0) {
-        for (float& v : m.engine.grad(m.tied)) v += mesh.is_first_stage() ? 1.0f : 2.0f;
+        for (float& v : m.engine.grad(m.tied)) v += mesh.is_first_pipeline_stage() ? 1.0f : 2.0f;
       }
       const StepResult r = m.engine.step();
       double squares = 9.0 * kTied;
@@ -119,9 +119,9 @@ TEST_CASE("engine with pipeline stages: fp16 overflow on the last stage alone sk
       Mesh mesh(world(), shape);
       EngineConfig cfg = sgd_config(stage, 0.0);
       cfg.compute_dtype = DType::f16;
-      StageModel m(cfg, mesh);
+      PipelineStageModel m(cfg, mesh);
       std::vector<float> g(kOwn, 1.0f);
-      if (mesh.is_last_stage() && mesh.dp_rank() == 0) g[kOwn / 2] = INFINITY;
+      if (mesh.is_last_pipeline_stage() && mesh.dp_rank() == 0) g[kOwn / 2] = INFINITY;
       kernels::cast(m.engine.grad_data(m.w, DType::f16), DType::f16, g.data(), DType::f32, g.size());
       const StepResult r = m.engine.step();
       double hi[2] = {r.skipped ? 1.0 : 0.0, m.engine.loss_scale()};
@@ -144,7 +144,7 @@ TEST_CASE("engine with pipeline stages: tied copies of different sizes are one e
     std::string what;
     bool agreed = false;
     try {
-      StageModel m(sgd_config(2, 0.0), mesh, mesh.is_last_stage() ? kTied + 1 : kTied);
+      PipelineStageModel m(sgd_config(2, 0.0), mesh, mesh.is_last_pipeline_stage() ? kTied + 1 : kTied);
     } catch (const AgreedConfigError& e) {
       what = e.what();
       agreed = true;
@@ -178,7 +178,7 @@ TEST_CASE("engine with pipeline stages: a checkpoint problem on one stage is one
     Mesh mesh(world(), shape);
     const std::string last = fmt::format("pp-{:02d}", shape.pp - 1);
     {
-      StageModel m(sgd_config(2, 0.0), mesh);
+      PipelineStageModel m(sgd_config(2, 0.0), mesh);
       for (int s = 0; s < 2; ++s) {
         for (float& v : m.engine.grad(m.w)) v += 1.0f;
         m.engine.step();
@@ -192,7 +192,7 @@ TEST_CASE("engine with pipeline stages: a checkpoint problem on one stage is one
     }
     world().barrier();
     {
-      StageModel m(sgd_config(1, 0.0), mesh);
+      PipelineStageModel m(sgd_config(1, 0.0), mesh);
       const auto [what, agreed] = error_of([&] { m.engine.load_checkpoint(dir.string()); });
       CHECK(agreed);
       CHECK(what.find("different steps") != std::string::npos);
@@ -210,7 +210,7 @@ TEST_CASE("engine with pipeline stages: a checkpoint problem on one stage is one
     // The last stage's folder is gone: loading fails there, and everywhere.
     testing::remove_dir_on_rank0(world(), dir / last);
     {
-      StageModel m(sgd_config(1, 0.0), mesh);
+      PipelineStageModel m(sgd_config(1, 0.0), mesh);
       const auto [what, agreed] = error_of([&] { m.engine.load_checkpoint(dir.string()); });
       CHECK(agreed);
       CHECK(what.find(last) != std::string::npos);
@@ -219,7 +219,7 @@ TEST_CASE("engine with pipeline stages: a checkpoint problem on one stage is one
     if (world().rank() == 0) std::ofstream(dir / last) << "not a folder\n";
     world().barrier();
     {
-      StageModel m(sgd_config(1, 0.0), mesh);
+      PipelineStageModel m(sgd_config(1, 0.0), mesh);
       const auto [what, agreed] = error_of([&] { m.engine.save_checkpoint(dir.string(), {}); });
       CHECK(agreed);
       CHECK(what.find(last) != std::string::npos);
@@ -248,15 +248,15 @@ TEST_CASE("engine with pipeline stages: waiting on pp_communicator() is comm_wai
     EngineConfig c = sgd_config(1, 0.0);
     c.observe.wall_clock_breakdown = true;
     c.steps_per_print = 1000;  // nothing printed
-    StageModel m(c, mesh);
+    PipelineStageModel m(c, mesh);
     Communicator& pp = m.engine.pp_communicator();
     CHECK(pp.world_size() == mesh.pp_group().world_size());
     CHECK(pp.rank() == mesh.pp_group().rank());
     CHECK(m.engine.tp_communicator().rank() == mesh.tp_group().rank());
     for (int step = 0; step < 2; ++step) {
       double x = step;
-      if (!mesh.is_first_stage()) pp.recv(&x, 1, DType::f64, mesh.pp_rank() - 1);
-      if (!mesh.is_last_stage()) {
+      if (!mesh.is_first_pipeline_stage()) pp.recv(&x, 1, DType::f64, mesh.pp_rank() - 1);
+      if (!mesh.is_last_pipeline_stage()) {
         auto span = m.engine.trace("forward");
         std::this_thread::sleep_for(std::chrono::milliseconds(40));
         pp.send(&x, 1, DType::f64, mesh.pp_rank() + 1);
@@ -265,7 +265,7 @@ TEST_CASE("engine with pipeline stages: waiting on pp_communicator() is comm_wai
       m.engine.step();
     }
     const StepFigures& f = m.engine.last_step_figures();
-    if (mesh.is_first_stage()) {
+    if (mesh.is_first_pipeline_stage()) {
       CHECK(f.compute >= 35.0);
       CHECK(f.comm_wait < 20.0);
     } else {

@@ -297,14 +297,14 @@ TEST_CASE("after a stage 1 step with nvme optimizer state the swap pipeline's st
     CAPTURE(n);
     const FlatLayout l = one_unit_model().layout(n);
     const std::uint64_t P = l.unit(0).padded, S = l.unit(0).shard;
-    const std::uint64_t staged = 2 * host_block_bytes(4 * S);
+    const std::uint64_t staging = 2 * host_block_bytes(4 * S);
     const std::uint64_t scratch = n == 1 ? 0 : 4 * P;
     const MemoryEstimate est = estimate_memory(one_unit_model(), c, n, 0);
     CHECK(same_current(est.after_step, est.after_finalize));
-    CHECK(est.after_step.peak(MemCategory::unsharded) == std::max(scratch, staged));
+    CHECK(est.after_step.peak(MemCategory::unsharded) == std::max(scratch, staging));
     // Resident: fp32 parameters and gradients (P each) on the device, the
     // states' swap files (S each) on nvme.
-    CHECK(est.after_step.peak_total() == 8 * P + 8 * S + std::max(scratch, staged));
+    CHECK(est.after_step.peak_total() == 8 * P + 8 * S + std::max(scratch, staging));
   }
 }
 

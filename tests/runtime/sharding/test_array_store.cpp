@@ -275,18 +275,18 @@ TEST_CASE("array store: stage 3 parameter swap-in returns the stored shard withi
         if (limited) {
           CHECK_FALSE(store.start_param_fetch(u, false));
           CHECK_THROWS_AS(store.start_param_fetch(u, true), InvariantError);
-          store.release_param_stage(0);  // a buffer comes back
+          store.release_param_staging(0);  // a buffer comes back
           --swapped;
         }
         CHECK(store.start_param_fetch(u, true));
         if (nvme) ++swapped;
-        CHECK(store.params_staged() == swapped);
+        CHECK(store.param_staging_count() == swapped);
         const auto* got = static_cast<const std::byte*>(store.param_source(u));
         CHECK(std::vector<std::byte>(got, got + values[static_cast<std::size_t>(u)].size()) ==
               values[static_cast<std::size_t>(u)]);
       }
-      for (UnitId u = 0; u < 3; ++u) store.release_param_stage(u);
-      CHECK(store.params_staged() == 0);
+      for (UnitId u = 0; u < 3; ++u) store.release_param_staging(u);
+      CHECK(store.param_staging_count() == 0);
     }
   }
   std::error_code ec;

@@ -48,8 +48,7 @@
 
 #include "comm/communicator.h"
 #include "core/error.h"
-#include "examples/plan/plan_report.h"
-#include "examples/report/svg_chart.h"
+#include "tools/plan/plan_report.h"
 #include "runtime/plan/calibrate.h"
 #include "core/durable_file.h"
 #include "runtime/config/config.h"
@@ -67,7 +66,7 @@ int calibrate_mode(const std::string& out_path, const std::string& nvme_path) {
   o.nvme_path = nvme_path;
   const MachineRates r = calibrate(*comm, o);
   if (comm->rank() == 0) {
-    examples::write_text_atomically(out_path, r.to_json().dump(2) + "\n");
+    write_file_atomic(out_path, r.to_json().dump(2) + "\n");
     fmt::print("calibration: {} ranks, {} kernel threads ({}): optimizer {:.2f} GB/s", r.world_size, r.threads, r.isa,
                r.optimizer_bandwidth / 1e9);
     if (r.disk_write > 0) fmt::print(", disk write {:.2f} GB/s, read {:.2f} GB/s", r.disk_write / 1e9, r.disk_read / 1e9);
@@ -155,7 +154,7 @@ int main(int argc, char** argv) {
       req.ranks_per_node = ranks_per_node;
       if (!link_rate.empty()) {
         if (!req.rates) throw ConfigError("--link-rate needs --calibration (the rates it is added to)");
-        req.rates->link_bandwidth = examples::link_rate_bytes(link_rate);
+        req.rates->link_bandwidth = tools::link_rate_bytes(link_rate);
       }
       req.loop_seconds_per_sample = loop_ms / 1e3;
       const Plan plan = make_plan(req);
@@ -163,7 +162,7 @@ int main(int argc, char** argv) {
                  plan_text(req, plan));
       if (plan.chosen() == nullptr) return 2;
       if (!write_path.empty()) {
-        examples::write_text_atomically(write_path, plan.chosen()->ds_config.dump(2) + "\n");
+        write_file_atomic(write_path, plan.chosen()->ds_config.dump(2) + "\n");
         fmt::print("wrote {}\n", write_path);
       }
       return 0;
@@ -174,9 +173,9 @@ int main(int argc, char** argv) {
       options.world_size = world;
       config = EngineConfig::from_file(config_path, options);
     }
-    const int r = rank.value_or(examples::largest_rank(model, config, world));
+    const int r = rank.value_or(tools::largest_rank(model, config, world));
     if (r < 0 || r >= world) throw ConfigError(fmt::format("--rank {} outside a world of {}", r, world));
-    fmt::print("{}", examples::plan_report(model, name, config, world, r, ranks_per_node));
+    fmt::print("{}", tools::plan_report(model, name, config, world, r, ranks_per_node));
   } catch (const std::exception& e) {
     fmt::print(stderr, "zs_plan: {}\n", e.what());
     return 1;

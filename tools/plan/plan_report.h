@@ -11,7 +11,7 @@
 #include "runtime/plan/memory_estimate.h"
 #include "runtime/plan/model_description.h"
 
-namespace zeroshard::examples {
+namespace zeroshard::tools {
 
 /// The rank whose estimate holds the most bytes after finalize() among
 /// `world` ranks; on a tie (shards are equal in size, so usually) the
@@ -37,4 +37,4 @@ std::string plan_report(const ModelDescription& model, const std::string& model_
 /// is 12.5e6. Throws ConfigError naming the text otherwise.
 double link_rate_bytes(const std::string& rate);
 
-}  // namespace zeroshard::examples
+}  // namespace zeroshard::tools

@@ -9,13 +9,11 @@
 #include <fmt/format.h>
 
 #include <CLI/CLI.hpp>
-#include <cstdio>
 #include <exception>
 #include <string>
 
-#include "core/error.h"
-#include "examples/checkpoint/error_message.h"
-#include "examples/checkpoint/safetensors_export.h"
+#include "examples/report/error_message.h"
+#include "tools/checkpoint/safetensors_export.h"
 
 int main(int argc, char** argv) {
   std::string ckpt, out;
@@ -29,7 +27,7 @@ int main(int argc, char** argv) {
   CLI11_PARSE(app, argc, argv);
 
   try {
-    const auto r = zeroshard::examples::export_safetensors(ckpt, out, !quiet);
+    const auto r = zeroshard::tools::export_safetensors(ckpt, out, !quiet);
     if (!quiet) {
       fmt::print("exported {} ({} at optimizer step {}): {} tensors, {} bytes of fp32 data, {} bytes "
                  "in {} (read buffer {} bytes)\n",
@@ -37,10 +35,7 @@ int main(int argc, char** argv) {
                  r.buffer_bytes);
     }
     return 0;
-  } catch (const zeroshard::Error& e) {
-    std::fprintf(stderr, "zs_ckpt_export: error: %s\n", zeroshard::examples::one_line_message(e.what()).c_str());
   } catch (const std::exception& e) {
-    std::fprintf(stderr, "zs_ckpt_export: unexpected error: %s\n", zeroshard::examples::one_line_message(e.what()).c_str());
+    return zeroshard::examples::print_error("zs_ckpt_export", e);
   }
-  return 1;
 }

@@ -12,7 +12,7 @@
 #include "runtime/checkpoint/checkpoint_manifest.h"
 #include "runtime/checkpoint/safetensors_writer.h"
 
-namespace zeroshard::examples {
+namespace zeroshard::tools {
 
 /// One tensor of the export: its parameter and where its bytes go.
 struct ExportTensor {
@@ -77,4 +77,4 @@ ExportResult export_safetensors(const std::string& ckpt_path, const std::string&
 ExportResult export_mesh_safetensors(const std::string& save_dir, const std::string& out_path,
                                      bool progress = true);
 
-}  // namespace zeroshard::examples
+}  // namespace zeroshard::tools

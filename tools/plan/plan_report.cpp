@@ -1,5 +1,5 @@
-// zs_plan's report: see examples/plan/plan_report.h.
-#include "examples/plan/plan_report.h"
+// zs_plan's report: see tools/plan/plan_report.h.
+#include "tools/plan/plan_report.h"
 
 #include <algorithm>
 #include <string>
@@ -12,7 +12,7 @@
 #include "runtime/plan/cost_model.h"
 #include "runtime/plan/zero_formulas.h"
 
-namespace zeroshard::examples {
+namespace zeroshard::tools {
 
 namespace {
 
@@ -138,4 +138,4 @@ std::string plan_report(const ModelDescription& model, const std::string& model_
   return out;
 }
 
-}  // namespace zeroshard::examples
+}  // namespace zeroshard::tools

@@ -18,8 +18,8 @@
 
 #include "comm/mesh.h"
 #include "core/error.h"
-#include "examples/checkpoint/checkpoint_verify.h"
-#include "examples/checkpoint/safetensors_export.h"
+#include "tools/checkpoint/checkpoint_verify.h"
+#include "tools/checkpoint/safetensors_export.h"
 #include "runtime/engine/engine.h"
 #include "tests/support/safetensors_reader.h"
 #include "tests/support/scratch_files.h"
@@ -99,7 +99,7 @@ std::string log_of(const std::string& dir) { return read_text_file(dir + "/log.t
 void check_export(const std::string& save_dir, const std::string& out, const Model& model,
                   const std::vector<std::vector<float>>& want, const std::vector<std::vector<std::int64_t>>& shapes,
                   std::int64_t step) {
-  const auto r = examples::export_safetensors(save_dir, out);
+  const auto r = tools::export_safetensors(save_dir, out);
   CHECK(r.tensors == model.names.size());
   CHECK(fs::file_size(out) == r.file_bytes);
   CHECK_FALSE(fs::exists(out + ".tmp"));
@@ -144,7 +144,7 @@ TEST_CASE("zs_ckpt_export: safetensors equals gather_master bit for bit at stage
         try {
           check_export(dir, dir + "/model.safetensors", model, want, shapes, engine.optimizer_steps());
           // The checkpoint directory itself works as well as the save directory.
-          check_export(examples::resolve_checkpoint_dir(dir), dir + "/model2.safetensors", model, want, shapes,
+          check_export(tools::resolve_checkpoint_dir(dir), dir + "/model2.safetensors", model, want, shapes,
                        engine.optimizer_steps());
         } catch (const std::exception& e) {
           FAIL_CHECK("export failed: " << e.what());
@@ -162,21 +162,21 @@ TEST_CASE("zs_ckpt_export refuses corrupted, truncated and missing shards before
   model.train_step(engine);
   engine.save_checkpoint(dir, {});
   if (world().rank() == 0) {
-    const std::string ckpt = examples::resolve_checkpoint_dir(dir);
+    const std::string ckpt = tools::resolve_checkpoint_dir(dir);
     const std::string shard = ckpt + "/" + rank_file_name(world().world_size() - 1);
     const std::string out = dir + "/out.safetensors";
     flip_bits(shard, 5, 0x20);
-    CHECK_THROWS_WITH_AS(examples::export_safetensors(dir, out), doctest::Contains("CRC-32"), IoError);
+    CHECK_THROWS_WITH_AS(tools::export_safetensors(dir, out), doctest::Contains("CRC-32"), IoError);
     CHECK_FALSE(fs::exists(out));
     CHECK_FALSE(fs::exists(out + ".tmp"));
     flip_bits(shard, 5, 0x20);
-    CHECK_NOTHROW(examples::export_safetensors(dir, out));
+    CHECK_NOTHROW(tools::export_safetensors(dir, out));
     fs::resize_file(shard, fs::file_size(shard) - 4);
-    CHECK_THROWS_WITH_AS(examples::export_safetensors(dir, out + "2"), doctest::Contains("truncated"), IoError);
+    CHECK_THROWS_WITH_AS(tools::export_safetensors(dir, out + "2"), doctest::Contains("truncated"), IoError);
     fs::remove(shard);
-    CHECK_THROWS_AS(examples::export_safetensors(dir, out + "2"), IoError);
+    CHECK_THROWS_AS(tools::export_safetensors(dir, out + "2"), IoError);
     CHECK_FALSE(fs::exists(out + "2"));
-    CHECK_THROWS_WITH_AS(examples::export_safetensors(dir + "/nowhere", out + "2"),
+    CHECK_THROWS_WITH_AS(tools::export_safetensors(dir + "/nowhere", out + "2"),
                          doctest::Contains("not a checkpoint"), IoError);
   }
   world().barrier();
@@ -248,18 +248,18 @@ TEST_CASE("mesh_save_dirs: pp-SS and pp-SS/tp-TT entries in name order, other na
       fs::create_directories(dir + "/" + sub);
     }
     std::ofstream(dir + "/pp-03") << "a file\n";
-    CHECK(examples::mesh_top_dirs(dir) ==
+    CHECK(tools::mesh_top_dirs(dir) ==
           std::vector<std::string>{dir + "/pp-00", dir + "/pp-01", dir + "/pp-02", dir + "/pp-03"});
-    CHECK(examples::mesh_save_dirs(dir) ==
+    CHECK(tools::mesh_save_dirs(dir) ==
           std::vector<std::string>{dir + "/pp-00/tp-00", dir + "/pp-00/tp-01", dir + "/pp-01/tp-00",
                                    dir + "/pp-01/tp-01", dir + "/pp-02", dir + "/pp-03"});
-    CHECK(examples::mesh_save_dirs(dir + "/pp-01") ==
+    CHECK(tools::mesh_save_dirs(dir + "/pp-01") ==
           std::vector<std::string>{dir + "/pp-01/tp-00", dir + "/pp-01/tp-01"});
-    CHECK(examples::mesh_save_dirs(dir + "/pp-02").empty());
-    CHECK(examples::mesh_save_dirs(dir + "/nowhere").empty());
+    CHECK(tools::mesh_save_dirs(dir + "/pp-02").empty());
+    CHECK(tools::mesh_save_dirs(dir + "/nowhere").empty());
     const std::string named = "4 of them: " + dir + "/pp-00, " + dir + "/pp-01, " + dir + "/pp-02, " + dir +
                               "/pp-03); give one";
-    CHECK_THROWS_WITH_AS(examples::resolve_checkpoint_dir(dir), doctest::Contains(named.c_str()), IoError);
+    CHECK_THROWS_WITH_AS(tools::resolve_checkpoint_dir(dir), doctest::Contains(named.c_str()), IoError);
   }
   world().barrier();
 }
@@ -287,10 +287,10 @@ TEST_CASE("a pipeline run's save directory: inspected stage by stage and as one 
   }
   if (world().rank() == 0) {
     const std::string last = fmt::format("pp-{:02d}", n - 1);
-    CHECK(examples::mesh_save_dirs(dir).size() == static_cast<std::size_t>(n));
-    CHECK_THROWS_WITH_AS(examples::export_safetensors(dir, dir + "/out.safetensors"),
+    CHECK(tools::mesh_save_dirs(dir).size() == static_cast<std::size_t>(n));
+    CHECK_THROWS_WITH_AS(tools::export_safetensors(dir, dir + "/out.safetensors"),
                          doctest::Contains("run on a mesh"), IoError);
-    CHECK_NOTHROW(examples::export_safetensors(dir + "/pp-01", dir + "/pp-01.safetensors"));
+    CHECK_NOTHROW(tools::export_safetensors(dir + "/pp-01", dir + "/pp-01.safetensors"));
     if (inspect == nullptr) {
       MESSAGE("ZS_CKPT_INSPECT not set: the program is not run");
     } else {

@@ -11,7 +11,7 @@
 #include "core/durable_file.h"
 #include "runtime/checkpoint/checkpoint_manifest.h"
 
-namespace zeroshard::examples {
+namespace zeroshard::tools {
 
 /// The checkpoint directory that `path` names: `path` itself if it holds
 /// manifest.json, else <path>/<tag> where tag is the content of
@@ -76,4 +76,4 @@ RankFileCheck check_weights_file(const Manifest& m, const std::string& dir);
 /// in its result, not thrown.
 std::vector<RankFileCheck> check_rank_files(const Manifest& m, const std::string& dir);
 
-}  // namespace zeroshard::examples
+}  // namespace zeroshard::tools

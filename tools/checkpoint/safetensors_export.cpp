@@ -1,4 +1,4 @@
-#include "examples/checkpoint/safetensors_export.h"
+#include "tools/checkpoint/safetensors_export.h"
 
 #include <fmt/format.h>
 
@@ -9,12 +9,14 @@
 #include <memory>
 
 #include "core/error.h"
-#include "examples/checkpoint/checkpoint_verify.h"
+#include "tools/checkpoint/checkpoint_verify.h"
 #include "examples/report/progress_line.h"
 #include "core/durable_file.h"
 #include "runtime/checkpoint/safetensors_writer.h"
 
-namespace zeroshard::examples {
+namespace zeroshard::tools {
+
+using examples::ProgressLine;
 
 namespace fs = std::filesystem;
 
@@ -214,4 +216,4 @@ ExportResult export_safetensors(const std::string& ckpt_path, const std::string&
   });
 }
 
-}  // namespace zeroshard::examples
+}  // namespace zeroshard::tools

@@ -21,12 +21,14 @@
 #include <vector>
 
 #include "core/error.h"
-#include "examples/checkpoint/checkpoint_verify.h"
-#include "examples/checkpoint/error_message.h"
+#include "tools/checkpoint/checkpoint_verify.h"
+#include "examples/report/error_message.h"
 #include "runtime/checkpoint/checkpoint_manifest.h"
 
-namespace zeroshard::examples {
+namespace zeroshard::tools {
 namespace {
+
+using examples::one_line_message;
 
 std::string shape_text(const std::vector<std::int64_t>& shape) { return fmt::format("[{}]", fmt::join(shape, ", ")); }
 
@@ -101,7 +103,7 @@ bool verify(const std::string& dir, const Manifest& m) {
 }
 
 }  // namespace
-}  // namespace zeroshard::examples
+}  // namespace zeroshard::tools
 
 int main(int argc, char** argv) {
   std::string path;
@@ -115,7 +117,7 @@ int main(int argc, char** argv) {
   CLI11_PARSE(app, argc, argv);
 
   try {
-    using namespace zeroshard::examples;
+    using namespace zeroshard::tools;
     const bool plain = std::filesystem::is_regular_file(std::filesystem::path(path) / "manifest.json") ||
                        std::filesystem::is_regular_file(std::filesystem::path(path) / "latest");
     const std::vector<std::string> mesh = plain ? std::vector<std::string>{} : mesh_save_dirs(path);
@@ -125,7 +127,7 @@ int main(int argc, char** argv) {
       print_summary(dir, m);
       if (!verify) return 0;
       std::fflush(stdout);
-      return zeroshard::examples::verify(dir, m) ? 0 : 2;
+      return zeroshard::tools::verify(dir, m) ? 0 : 2;
     }
     // A mesh run's save directory: every stage's / slice's checkpoint in
     // turn, then the checks of them together.
@@ -139,7 +141,7 @@ int main(int argc, char** argv) {
         print_summary(dir, m);
         if (verify) {
           std::fflush(stdout);
-          all_good = zeroshard::examples::verify(dir, m) && all_good;
+          all_good = zeroshard::tools::verify(dir, m) && all_good;
         }
         read.emplace_back(t, std::move(m));
       } catch (const zeroshard::Error& e) {
@@ -157,11 +159,7 @@ int main(int argc, char** argv) {
     }
     if (unreadable || !problems.empty()) return 1;
     return all_good ? 0 : 2;
-  } catch (const zeroshard::Error& e) {
-    std::fprintf(stderr, "zs_ckpt_inspect: error: %s\n", zeroshard::examples::one_line_message(e.what()).c_str());
   } catch (const std::exception& e) {
-    std::fprintf(stderr, "zs_ckpt_inspect: unexpected error: %s\n",
-                 zeroshard::examples::one_line_message(e.what()).c_str());
+    return zeroshard::examples::print_error("zs_ckpt_inspect", e);
   }
-  return 1;
 }

@@ -1,4 +1,4 @@
-#include "examples/checkpoint/checkpoint_verify.h"
+#include "tools/checkpoint/checkpoint_verify.h"
 
 #include <fmt/format.h>
 #include <fmt/ranges.h>
@@ -11,7 +11,7 @@
 
 #include "core/error.h"
 
-namespace zeroshard::examples {
+namespace zeroshard::tools {
 
 namespace fs = std::filesystem;
 
@@ -204,4 +204,4 @@ std::vector<RankFileCheck> check_rank_files(const Manifest& m, const std::string
   return out;
 }
 
-}  // namespace zeroshard::examples
+}  // namespace zeroshard::tools

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# scripts/zs-launch's decisions ([Note: zs-launch]) against a stub mpirun
+# tools/zs-launch's decisions ([Note: zs-launch]) against a stub mpirun
 # (no hosts, no namespaces, runs anywhere): bad invocations and hostfiles,
 # a host that does not see the save directory, a host that cannot be
 # reached at the first start, the global batch kept across world sizes
@@ -9,7 +9,7 @@
 set -euo pipefail
 
 src="${1:?usage: test_zs_launch.sh SOURCE_ROOT}"
-launch="$src/scripts/zs-launch"
+launch="$src/tools/zs-launch"
 work=$(mktemp -d /tmp/zs-launch-test.XXXXXX)
 trap 'rm -rf "$work"' EXIT
 

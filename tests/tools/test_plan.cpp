@@ -1,4 +1,4 @@
-// zs_plan's report (examples/plan/plan_report.h) and the published formulas
+// zs_plan's report (tools/plan/plan_report.h) and the published formulas
 // it prints (runtime/plan/zero_formulas.h): the ZeRO paper's stage ratios hold
 // exactly for the estimate when Psi is divisible by N, DeepSpeed's
 // estimators give their documented figures, and the report of a small model
@@ -8,7 +8,7 @@
 
 #include <doctest/doctest.h>
 
-#include "examples/plan/plan_report.h"
+#include "tools/plan/plan_report.h"
 #include "runtime/plan/memory_estimate.h"
 #include "runtime/plan/zero_formulas.h"
 
@@ -99,7 +99,7 @@ TEST_CASE("the largest rank without laying out every rank") {
         for (int r = 1; r < world; ++r) {
           CHECK(estimate_memory(layout, c, r).after_finalize.current_total() == first);
         }
-        CHECK(examples::largest_rank(m, c, world) == world - 1);
+        CHECK(tools::largest_rank(m, c, world) == world - 1);
       }
     }
   }
@@ -111,8 +111,8 @@ TEST_CASE("the report of a small model") {
   const ModelDescription m = ModelDescription::generated(1000, 4);
   EngineConfig c;
   c.zero.stage = 3;
-  CHECK(examples::largest_rank(m, c, 2) == 1);  // equal shards: the highest rank, which holds the padding
-  const std::string text = examples::plan_report(m, "small", c, 2, 1);
+  CHECK(tools::largest_rank(m, c, 2) == 1);  // equal shards: the highest rank, which holds the padding
+  const std::string text = tools::plan_report(m, "small", c, 2, 1);
   CAPTURE(text);
   CHECK(text.find("model small: 1000 parameters in 4 units (largest unit 250 elements, 256 padded)") !=
         std::string::npos);

@@ -12,14 +12,12 @@
 #include <fmt/format.h>
 
 #include <CLI/CLI.hpp>
-#include <cstdio>
 #include <exception>
 #include <filesystem>
 #include <string>
 #include <vector>
 
-#include "core/error.h"
-#include "examples/checkpoint/error_message.h"
+#include "examples/report/error_message.h"
 #include "runtime/observe/chrome_trace.h"
 
 int main(int argc, char** argv) {
@@ -46,11 +44,7 @@ int main(int argc, char** argv) {
                merged["otherData"]["ranks"].size(), merged["traceEvents"].size(),
                merged["otherData"]["max_bound_ns"].get<std::int64_t>());
     return 0;
-  } catch (const zeroshard::Error& e) {
-    std::fprintf(stderr, "zs_trace_merge: error: %s\n", zeroshard::examples::one_line_message(e.what()).c_str());
   } catch (const std::exception& e) {
-    std::fprintf(stderr, "zs_trace_merge: unexpected error: %s\n",
-                 zeroshard::examples::one_line_message(e.what()).c_str());
+    return zeroshard::examples::print_error("zs_trace_merge", e);
   }
-  return 1;
 }

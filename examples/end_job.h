@@ -9,7 +9,7 @@
 
 #include "comm/communicator.h"
 #include "core/error.h"
-#include "examples/checkpoint/error_message.h"
+#include "examples/report/error_message.h"
 #include "comm/collective_error.h"
 
 namespace zeroshard::examples {
@@ -24,10 +24,8 @@ namespace zeroshard::examples {
 ///    Communicator::abort(1) (MPI_Abort); with one rank it returns 1.
 /// Never throws.
 inline int end_job_with_error(const char* program, const std::exception& e) noexcept {
-  const std::string text = one_line_message(e.what());
-  const char* what = dynamic_cast<const Error*>(&e) != nullptr ? "error" : "unexpected error";
   if (const auto* agreed = dynamic_cast<const AgreedError*>(&e)) {
-    if (agreed->rank() == 0) std::fprintf(stderr, "%s: %s: %s\n", program, what, text.c_str());
+    if (agreed->rank() == 0) print_error(program, e);
     return 1;
   }
   std::unique_ptr<Communicator> world;
@@ -36,12 +34,9 @@ inline int end_job_with_error(const char* program, const std::exception& e) noex
   } catch (...) {
     // MPI itself failed to start: this process is alone.
   }
-  if (world == nullptr || world->world_size() == 1) {
-    std::fprintf(stderr, "%s: %s: %s\n", program, what, text.c_str());
-    return 1;
-  }
-  std::fprintf(stderr, "%s: %s on rank %d of %d (ending every rank): %s\n", program, what, world->rank(),
-               world->world_size(), text.c_str());
+  if (world == nullptr || world->world_size() == 1) return print_error(program, e);
+  std::fprintf(stderr, "%s: %s on rank %d of %d (ending every rank): %s\n", program, error_kind(e), world->rank(),
+               world->world_size(), one_line_message(e.what()).c_str());
   std::fflush(stderr);
   std::fflush(stdout);
   world->abort(1);

@@ -21,8 +21,8 @@
 #include <nlohmann/json.hpp>
 
 #include "core/error.h"
-#include "examples/checkpoint/checkpoint_verify.h"
-#include "examples/checkpoint/safetensors_export.h"
+#include "tools/checkpoint/checkpoint_verify.h"
+#include "tools/checkpoint/safetensors_export.h"
 #include "core/durable_file.h"
 #include "runtime/checkpoint/checkpoint_manifest.h"
 #include "comm/collective_error.h"
@@ -70,7 +70,7 @@ void check_refused(const std::string& ckpt, const std::string& field, const std:
   spit(path, m.to_text());
   const std::string want = path + ": " + field;
   CHECK_THROWS_WITH_AS(Manifest::read(ckpt), doctest::Contains(want.c_str()), IoError);
-  CHECK_THROWS_WITH_AS(examples::export_safetensors(ckpt, ckpt + "/../out.safetensors"),
+  CHECK_THROWS_WITH_AS(tools::export_safetensors(ckpt, ckpt + "/../out.safetensors"),
                        doctest::Contains(want.c_str()), IoError);
   CHECK_FALSE(fs::exists(ckpt + "/../out.safetensors"));
   spit(path, original);
@@ -174,7 +174,7 @@ TEST_CASE("a deeply nested client_state is refused at its byte offset; a version
     spit(path, j.dump(2));
     const Manifest v1 = Manifest::read(ckpt);
     CHECK(v1.format_version == 1);
-    CHECK_NOTHROW(examples::export_safetensors(ckpt, ckpt + "/../v1.safetensors"));
+    CHECK_NOTHROW(tools::export_safetensors(ckpt, ckpt + "/../v1.safetensors"));
     spit(path, original);
   }
   world().barrier();
@@ -201,7 +201,7 @@ TEST_CASE("a number beyond the range of a double is refused naming the file and 
       const std::string want = fmt::format("{}: invalid JSON at byte {}: number {}", path, value, shown);
       CHECK_THROWS_WITH_AS(Manifest::read(ckpt), doctest::Contains(want.c_str()), IoError);
       CHECK_THROWS_WITH_AS(Manifest::read(ckpt), doctest::Contains("beyond the range of a double"), IoError);
-      CHECK_THROWS_WITH_AS(examples::export_safetensors(ckpt, ckpt + "/../out.safetensors"),
+      CHECK_THROWS_WITH_AS(tools::export_safetensors(ckpt, ckpt + "/../out.safetensors"),
                            doctest::Contains(want.c_str()), IoError);
     }
     spit(path, original);
