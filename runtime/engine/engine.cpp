@@ -379,6 +379,11 @@ std::vector<float> Engine::optimizer_state(UnitId u, int index) const {
   return state_window_f32(s, u, index, s.rank());
 }
 
+std::pair<std::int64_t, std::int64_t> Engine::unit_all_gathers(UnitId u) const {
+  ZS_CHECK(s_->finalized, "unit_all_gathers() before finalize()");
+  return {s_->unsharder->all_gathers(u), s_->unsharder->secondary_gathers(u)};
+}
+
 std::vector<float> Engine::param_shard(UnitId u) const {
   EngineState& s = *s_;
   const UnitInfo& info = s.info(u);

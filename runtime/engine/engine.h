@@ -466,6 +466,11 @@ class Engine {
   /// of fp32: the parameters in fp32 training, the master weights in mixed
   /// precision). A copy, read from the swap files if they are on nvme.
   std::vector<float> param_shard(UnitId u) const;
+  /// All-gathers of unit u's parameters started so far (stage 3; 0 at
+  /// stages 0-2), and of those the ones inside ZeRO++ hpZ's group
+  /// (runtime/sharding/unsharder.h). Throws InvariantError for an unknown
+  /// unit. Not a collective.
+  std::pair<std::int64_t, std::int64_t> unit_all_gathers(UnitId u) const;
 
  private:
   void init();  // the constructors' common part

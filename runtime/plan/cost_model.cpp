@@ -124,6 +124,27 @@ nlohmann::json CrossHostTraffic::to_json() const {
           {"total", total()}};
 }
 
+std::uint64_t cross_host_gather_bytes(const FlatLayout& layout, const EngineConfig& config, int ranks_per_node,
+                                      UnitId u, bool group) {
+  const int n = layout.world_size();
+  const int per_host = ranks_per_host(n, ranks_per_node, config.source);
+  if (per_host == n) return 0;
+  const UnitInfo& info = layout.unit(u);
+  const ZeroppConfig& zpp = config.zero.zeropp;
+  const std::uint64_t e = dtype_size(config.compute_dtype);
+  if (!group) {
+    const std::uint64_t block =
+        zpp.quantized_weights ? kernels::sym_quant_chunk_bytes(info.shard, zpp.weight_format()) : info.shard * e;
+    return static_cast<std::uint64_t>(n) * static_cast<std::uint64_t>(n - per_host) * block;
+  }
+  const int k = static_cast<int>(zpp.hpz_partition_size);
+  std::uint64_t bytes = 0;
+  for (int r = 0; r < n && k > 1; ++r) {
+    bytes += info.padded / static_cast<std::size_t>(k) * e * static_cast<std::uint64_t>(remote_group_members(r, k, per_host));
+  }
+  return bytes;
+}
+
 CrossHostTraffic cross_host_traffic(const FlatLayout& layout, const EngineConfig& config, int ranks_per_node) {
   const int n = layout.world_size();
   const int per_host = ranks_per_host(n, ranks_per_node, config.source);

@@ -185,6 +185,18 @@ struct CrossHostTraffic {
 /// ranks_per_node does not divide n. Pure; thread safe.
 CrossHostTraffic cross_host_traffic(const FlatLayout& layout, const EngineConfig& config, int ranks_per_node);
 
+/// Bytes one all-gather of unit u's parameters sends between hosts over
+/// every rank, in cross_host_traffic's model: over the world (`group`
+/// false: each rank's shard, a chunk with qwZ, to the R ranks of other
+/// hosts) or inside hpZ's group (each rank's padded / k elements to the
+/// group's members on other hosts). For a loop whose unshards differ from
+/// the note's (the examples' gpt holds its embedding from the forward to
+/// the backward), the gathers the engine counted times these give the
+/// parameter bytes (examples/report/cross_host_meter.h). Throws as
+/// cross_host_traffic. Pure.
+std::uint64_t cross_host_gather_bytes(const FlatLayout& layout, const EngineConfig& config, int ranks_per_node,
+                                      UnitId u, bool group);
+
 /// The predicted step of rank `rank` (the update runs over its shard) for
 /// `layout` finalized for the data-parallel world, with `loop_seconds` the
 /// loop's compute per micro-batch. Throws ConfigError when the
