@@ -28,14 +28,9 @@ work=$(mktemp -d /tmp/zs-bench-zeropp.XXXXXX)
 trap '"$testbed" down >/dev/null 2>&1 || true; rm -rf "$work"' EXIT
 data="${ZS_FASHION_MNIST_DIR:-/usr/share/datasets/fashion-mnist}"
 
-zero() {
-  case "$1" in
-    plain) echo '{"stage": 3}' ;;
-    qwZ) echo '{"stage": 3, "zero_quantized_weights": true}' ;;
-    hpZ) echo '{"stage": 3, "zero_hpz_partition_size": 2}' ;;
-    qgZ) echo '{"stage": 3, "zero_quantized_gradients": true}' ;;
-    all) echo '{"stage": 3, "zero_quantized_weights": true, "zero_hpz_partition_size": 2, "zero_quantized_gradients": true}' ;;
-  esac
+zero() {  # zero VARIANT: the zero_optimization section of a variant (bench/zeropp/variants.json)
+  python3 -c 'import json, sys; print(json.dumps(json.load(open(sys.argv[1]))[sys.argv[2]]))' \
+    "$root/bench/zeropp/variants.json" "$1"
 }
 # field REPORT PYTHON-EXPRESSION (on the report as r)
 field() { python3 -c "import json,sys; r=json.load(open(sys.argv[1])); print($2)" "$1"; }

@@ -51,19 +51,6 @@ export ZS_TESTBED_PREFIX="${ZS_TESTBED_PREFIX:-zsmt}"
 job=multinode
 # shellcheck source=tests/multinode/testbed_job.sh
 source "$src/tests/multinode/testbed_job.sh"
-# run LIMIT_S DESCRIPTION CMD...: CMD under a time limit, its output shown.
-run() {
-  local limit="$1" what="$2"
-  shift 2
-  step "$what"
-  local s=$SECONDS rc=0
-  timeout --kill-after=10 "$limit" "$@" || rc=$?
-  if [ "$rc" != 0 ]; then
-    echo "multinode: FAILED ($what): exit status $rc$([ "$rc" = 124 ] && echo ", over the ${limit} s limit")" >&2
-    exit 1
-  fi
-  echo "multinode: ok ($what) in $((SECONDS - s)) s"
-}
 tb_mpirun=("$testbed" mpirun)
 
 step "bringing up 3 test hosts"

@@ -28,18 +28,6 @@ export ZS_TESTBED_NET="${ZS_TESTBED_NET:-10.213.4}"
 job=zeropp
 # shellcheck source=tests/multinode/testbed_job.sh
 source "$src/tests/multinode/testbed_job.sh"
-run() {
-  local limit="$1" what="$2"
-  shift 2
-  step "$what"
-  local s=$SECONDS rc=0
-  timeout --kill-after=10 "$limit" "$@" || rc=$?
-  if [ "$rc" != 0 ]; then
-    echo "zeropp: FAILED ($what): exit status $rc$([ "$rc" = 124 ] && echo ", over the ${limit} s limit")" >&2
-    exit 1
-  fi
-  echo "zeropp: ok ($what) in $((SECONDS - s)) s"
-}
 hosts=(--host zs-host0:2,zs-host1:2)
 
 step "bringing up 2 test hosts"
@@ -62,14 +50,9 @@ check_bytes() {
   [ "$measured" = "$computed" ] || { echo "zeropp: FAILED ($1): measured $measured, computed $computed" >&2; exit 1; }
 }
 
-zero() {  # zero VARIANT: the zero_optimization section of a variant
-  case "$1" in
-    plain) echo '{"stage": 3}' ;;
-    qwZ) echo '{"stage": 3, "zero_quantized_weights": true}' ;;
-    hpZ) echo '{"stage": 3, "zero_hpz_partition_size": 2}' ;;
-    qgZ) echo '{"stage": 3, "zero_quantized_gradients": true}' ;;
-    all) echo '{"stage": 3, "zero_quantized_weights": true, "zero_hpz_partition_size": 2, "zero_quantized_gradients": true}' ;;
-  esac
+zero() {  # zero VARIANT: the zero_optimization section of a variant (bench/zeropp/variants.json)
+  python3 -c 'import json, sys; print(json.dumps(json.load(open(sys.argv[1]))[sys.argv[2]]))' \
+    "$src/bench/zeropp/variants.json" "$1"
 }
 declare -A bytes
 for variant in plain qwZ hpZ qgZ all; do

@@ -1,9 +1,11 @@
 # The common start of the test-host drivers (run_multinode.sh,
-# run_elastic.sh), sourced after setting job (the name in messages), src
+# run_elastic.sh, run_zeropp.sh), sourced after setting job (the name in messages), src
 # and build: Open MPI's environment for root and oversubscribed cores, the
 # skip (exit 77, one line saying why) where network namespaces cannot be
 # made, a work folder, the testbed brought down (and the work folder
-# removed) on exit, and step DESCRIPTION for the log's headings.
+# removed) on exit, step DESCRIPTION for the log's headings, and run
+# LIMIT_S DESCRIPTION CMD... (CMD under a time limit, its output shown; the
+# job fails naming the step otherwise).
 testbed="$src/scripts/testbed"
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 export OMPI_MCA_rmaps_base_oversubscribe=1 OMPI_MCA_mpi_yield_when_idle=1
@@ -27,3 +29,16 @@ cleanup() {
 trap cleanup EXIT
 trap 'exit 130' INT TERM
 step() { printf '\n=== %s [%3ds] %s\n' "$job" $((SECONDS - t0)) "$*"; }
+# run LIMIT_S DESCRIPTION CMD...: CMD under a time limit, its output shown.
+run() {
+  local limit="$1" what="$2"
+  shift 2
+  step "$what"
+  local s=$SECONDS rc=0
+  timeout --kill-after=10 "$limit" "$@" || rc=$?
+  if [ "$rc" != 0 ]; then
+    echo "$job: FAILED ($what): exit status $rc$([ "$rc" = 124 ] && echo ", over the ${limit} s limit")" >&2
+    exit 1
+  fi
+  echo "$job: ok ($what) in $((SECONDS - s)) s"
+}
