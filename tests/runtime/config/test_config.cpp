@@ -235,6 +235,25 @@ TEST_CASE("the cuda engine constructor refuses what it cannot run, naming why") 
     CHECK(what.find("has no CUDA kernel") == std::string::npos);
     CHECK(what.find(ZS_HAVE_CUDA ? "needs an NcclCommunicator" : "needs a CUDA build") != std::string::npos);
   }
+  // ZeRO++: hpZ's and qgZ's groups are host-side splits the cuda engine does
+  // not make: refused naming the key; qwZ passes this check.
+  for (const int variant : {0, 1, 2}) {
+    EngineConfig z;
+    z.zero.stage = 3;
+    z.zero.zeropp.hpz_partition_size = variant == 0 ? 2 : 1;
+    z.zero.zeropp.quantized_gradients = variant == 1;
+    z.zero.zeropp.quantized_weights = variant == 2;
+    what.clear();
+    try {
+      Engine e(z, self, self);
+    } catch (const ConfigError& e) {
+      what = e.what();
+    }
+    CAPTURE(variant);
+    const char* key = variant == 0 ? "zero_hpz_partition_size on the cuda compute device"
+                                   : "zero_quantized_gradients on the cuda compute device";
+    CHECK((what.find(key) != std::string::npos) == (variant < 2));
+  }
 }
 
 TEST_CASE("nesting deeper than 32 levels is an error naming the file and the byte offset") {
@@ -353,12 +372,13 @@ TEST_CASE("ZeRO++ keys: DeepSpeed's names, zeroshard's formats, and the refused 
   CHECK(z.weight_format().block == 256);
   CHECK(z.gradient_format().bits == kernels::QuantBits::int8);
   CHECK(z.gradient_format().block == 64);
-  // Defaults: all off, int8 weights and int4 gradients in blocks of 2048.
+  // Defaults: all off, int8 weights in blocks of 64, int8 gradients in blocks of 256.
   const ZeroppConfig d = EngineConfig::from_json(json::parse(R"({"zero_optimization": {"stage": 3}})")).zero.zeropp;
   CHECK_FALSE(d.any());
   CHECK(d.weight_format().bits == kernels::QuantBits::int8);
-  CHECK(d.gradient_format().bits == kernels::QuantBits::int4);
-  CHECK(d.weight_format().block == 2048);
+  CHECK(d.gradient_format().bits == kernels::QuantBits::int8);
+  CHECK(d.weight_format().block == 64);
+  CHECK(d.gradient_format().block == 256);
 
   // Each refused combination is named with its reason.
   const std::pair<const char*, const char*> refused[] = {

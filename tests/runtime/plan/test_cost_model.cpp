@@ -208,6 +208,7 @@ TEST_CASE("cross_host_traffic: a steady step's bytes between hosts, per ZeRO++ o
   // qwZ: int8 chunks (codes, padding to 4 bytes, one scale per 2048).
   EngineConfig q = c;
   q.zero.zeropp.quantized_weights = true;
+  q.zero.zeropp.weight_block_size = 2048;
   std::uint64_t chunks = 0, chunks_but_last = 0;
   for (std::size_t u = 0; u < 3; ++u) {
     const std::uint64_t shard = l.units()[u].shard;
@@ -231,6 +232,8 @@ TEST_CASE("cross_host_traffic: a steady step's bytes between hosts, per ZeRO++ o
   // qgZ: the hop across hosts, H - 1 int4 chunks of each rank's block.
   EngineConfig g = c;
   g.zero.zeropp.quantized_gradients = true;
+  g.zero.zeropp.gradient_bits = 4;
+  g.zero.zeropp.gradient_block_size = 2048;
   const std::uint64_t block = all / N;
   const std::uint64_t chunk = ((block + 1) / 2 + 3) / 4 * 4 + 4 * ((block + 2047) / 2048);
   CHECK(cross_host_traffic(l, g, L).gradient_reduction == N * (H - 1) * chunk);
@@ -240,6 +243,8 @@ TEST_CASE("cross_host_traffic: a steady step's bytes between hosts, per ZeRO++ o
   EngineConfig z = q;
   z.zero.zeropp.hpz_partition_size = 2;
   z.zero.zeropp.quantized_gradients = true;
+  z.zero.zeropp.gradient_bits = 4;
+  z.zero.zeropp.gradient_block_size = 2048;
   const CrossHostTraffic zpp = cross_host_traffic(l, z, L);
   CHECK(zpp.total() == N * R * chunks + N * (H - 1) * chunk + N * R * 16);
   CHECK(static_cast<double>(plain.total()) / static_cast<double>(zpp.total()) > 3.5);
