@@ -268,6 +268,22 @@ class Communicator {
   }
 };
 
+/// Declares, inside a backend's class body, Communicator's pure virtual
+/// calls as overrides: the six non-blocking collectives, isend, irecv and
+/// split, with the arguments, results and errors documented on Communicator
+/// above. A backend's file comment says what each call maps to on it.
+#define ZS_COMMUNICATOR_OVERRIDES                                                              \
+  CommWork iall_reduce(void* buf, std::size_t count, DType dtype, ReduceOp op) override;       \
+  CommWork ireduce_scatter(const void* send, void* recv, std::size_t count, DType dtype,       \
+                           ReduceOp op) override;                                              \
+  CommWork iall_gather(const void* send, void* recv, std::size_t count, DType dtype) override; \
+  CommWork iall_to_all(const void* send, void* recv, std::size_t count, DType dtype) override; \
+  CommWork ibroadcast(void* buf, std::size_t count, DType dtype, int root) override;           \
+  CommWork ibarrier() override;                                                                \
+  CommWork isend(const void* buf, std::size_t count, DType dtype, int peer) override;          \
+  CommWork irecv(void* buf, std::size_t count, DType dtype, int peer) override;                \
+  std::unique_ptr<Communicator> split(int color, int key) override
+
 /// Returns the communicator over every process of the job: MPI_COMM_WORLD
 /// when built with MPI (initialising MPI on first use, finalising at exit;
 /// a run without mpirun is a world of size 1), else a SelfCommunicator.

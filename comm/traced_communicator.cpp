@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <exception>
 #include <string>
+#include <type_traits>
 #include <utility>
 #include <vector>
 
@@ -109,32 +110,23 @@ bool TracedCommunicator::observed() const {
          (options_.tracer != nullptr && options_.tracer->active());
 }
 
-TracedCommunicator::Call TracedCommunicator::begin(CollectiveKind kind, std::size_t count,
-                                                   DType dtype, int root) {
-  Call c;
-  c.seq = seq_;
-  c.fp = CollectiveFingerprint{kind, count, dtype, root, label_};
-  c.bytes = collective_bytes(kind, count, dtype, inner_->world_size());
-  c.cross_host = cross_host_bytes(kind, count, dtype, inner_->rank(), root, -1, node_of_);
-  if (check_) check_fingerprint(c);
-  c.issue_ns = Tracer::now_ns();
-  return c;
-}
-
-std::int64_t TracedCommunicator::next_p2p(std::vector<std::int64_t>& counts, int peer) {
-  if (peer < 0 || peer >= inner_->world_size()) return 0;  // the inner call throws
+std::int64_t TracedCommunicator::next_seq(const CallSpec& spec) {
+  if (!is_point_to_point(spec.kind)) return ++seq_;
+  std::vector<std::int64_t>& counts = spec.kind == CollectiveKind::send ? sends_ : recvs_;
+  if (spec.peer < 0 || spec.peer >= inner_->world_size()) return 0;  // the inner call throws
   if (counts.empty()) counts.assign(static_cast<std::size_t>(inner_->world_size()), 0);
-  return ++counts[static_cast<std::size_t>(peer)];
+  return ++counts[static_cast<std::size_t>(spec.peer)];
 }
 
-TracedCommunicator::Call TracedCommunicator::begin_p2p(CollectiveKind kind, std::int64_t seq,
-                                                       std::size_t count, DType dtype, int peer) {
+TracedCommunicator::Call TracedCommunicator::begin(const CallSpec& spec, std::int64_t seq) {
   Call c;
   c.seq = seq;
-  c.fp = CollectiveFingerprint{kind, count, dtype, -1, label_, peer};
-  c.bytes = collective_bytes(kind, count, dtype, inner_->world_size());
-  c.cross_host = cross_host_bytes(kind, count, dtype, inner_->rank(), -1, peer, node_of_);
-  c.issue_ns = Tracer::now_ns();  // no fingerprint check: only two ranks take part
+  c.fp = CollectiveFingerprint{spec.kind, spec.count, spec.dtype, spec.root, label_, spec.peer};
+  c.bytes = collective_bytes(spec.kind, spec.count, spec.dtype, inner_->world_size());
+  c.cross_host = cross_host_bytes(spec.kind, spec.count, spec.dtype, inner_->rank(), spec.root, spec.peer, node_of_);
+  // Point-to-point calls skip the fingerprint check: only two ranks take part.
+  if (check_ && !is_point_to_point(spec.kind)) check_fingerprint(c);
+  c.issue_ns = Tracer::now_ns();
   return c;
 }
 
@@ -216,10 +208,6 @@ void TracedCommunicator::check_fingerprint(const Call& call) {
   throw CommError(msg + " (every rank must issue the same collectives in the same order)");
 }
 
-CommWork TracedCommunicator::wrap(Call&& call, CommWork inner) {
-  return CommWork(std::make_unique<Work>(*this, std::move(call), std::move(inner)));
-}
-
 void TracedCommunicator::wait_begins(Call& call, std::int64_t now) {
   Tracer* t = options_.tracer;
   call.accounted = t != nullptr && t->accounting_on();
@@ -281,18 +269,6 @@ void TracedCommunicator::fail(Call& call, const char* what) {
   }
 }
 
-template <class F>
-void TracedCommunicator::blocking(Call&& call, F&& f) {
-  wait_begins(call, call.issue_ns);
-  try {
-    f();
-  } catch (const std::exception& e) {
-    fail(call, e.what());
-    throw;
-  }
-  finish(call, call.issue_ns, Tracer::now_ns(), true);
-}
-
 std::vector<CollectiveRecord> TracedCommunicator::take_records() {
   std::vector<CollectiveRecord> out = std::move(records_);
   records_.clear();
@@ -301,140 +277,118 @@ std::vector<CollectiveRecord> TracedCommunicator::take_records() {
   return out;
 }
 
-// A non-blocking collective: numbered always, observed when anything is on.
-// The issue call itself may throw (bad arguments): reported as a failure.
-#define ZS_TRACED_ISSUE(KIND, COUNT, DTYPE, ROOT, CALL)             \
-  ++seq_;                                                           \
-  if (!observed()) [[likely]] return CALL;                          \
-  Call call = begin(KIND, COUNT, DTYPE, ROOT);                      \
-  CommWork work;                                                    \
-  try {                                                             \
-    work = CALL;                                                    \
-  } catch (const std::exception& e) {                               \
-    fail(call, e.what());                                           \
-    throw;                                                          \
-  }                                                                 \
-  return wrap(std::move(call), std::move(work))
-
-// A blocking collective: numbered always, observed when anything is on.
-#define ZS_TRACED_BLOCKING(KIND, COUNT, DTYPE, ROOT, CALL) \
-  ++seq_;                                                  \
-  if (!observed()) [[likely]] {                            \
-    CALL;                                                  \
-    return;                                                \
-  }                                                        \
-  blocking(begin(KIND, COUNT, DTYPE, ROOT), [&] { CALL; })
+template <class Issue>
+auto TracedCommunicator::traced(const CallSpec& spec, Issue&& issue) {
+  const std::int64_t seq = next_seq(spec);
+  if (!observed()) [[likely]] return issue();
+  Call call = begin(spec, seq);
+  if constexpr (std::is_void_v<std::invoke_result_t<Issue>>) {
+    // Blocking: the caller waits from the issue to the return.
+    wait_begins(call, call.issue_ns);
+    try {
+      issue();
+    } catch (const std::exception& e) {
+      fail(call, e.what());
+      throw;
+    }
+    finish(call, call.issue_ns, Tracer::now_ns(), true);
+  } else {
+    // Non-blocking: the issue itself may throw (bad arguments), reported
+    // as a failure; completion is seen through the returned handle.
+    CommWork work;
+    try {
+      work = issue();
+    } catch (const std::exception& e) {
+      fail(call, e.what());
+      throw;
+    }
+    return CommWork(std::make_unique<Work>(*this, std::move(call), std::move(work)));
+  }
+}
 
 CommWork TracedCommunicator::iall_reduce(void* buf, std::size_t count, DType dtype, ReduceOp op) {
-  ZS_TRACED_ISSUE(CollectiveKind::all_reduce, count, dtype, -1,
-                  inner_->iall_reduce(buf, count, dtype, op));
+  return traced({CollectiveKind::all_reduce, count, dtype},
+                [&] { return inner_->iall_reduce(buf, count, dtype, op); });
+}
+
+void TracedCommunicator::all_reduce(void* buf, std::size_t count, DType dtype, ReduceOp op) {
+  traced({CollectiveKind::all_reduce, count, dtype},
+         [&] { inner_->all_reduce(buf, count, dtype, op); });
 }
 
 CommWork TracedCommunicator::ireduce_scatter(const void* send, void* recv, std::size_t count,
                                              DType dtype, ReduceOp op) {
-  ZS_TRACED_ISSUE(CollectiveKind::reduce_scatter, count, dtype, -1,
-                  inner_->ireduce_scatter(send, recv, count, dtype, op));
-}
-
-CommWork TracedCommunicator::iall_gather(const void* send, void* recv, std::size_t count,
-                                         DType dtype) {
-  ZS_TRACED_ISSUE(CollectiveKind::all_gather, count, dtype, -1,
-                  inner_->iall_gather(send, recv, count, dtype));
-}
-
-CommWork TracedCommunicator::iall_to_all(const void* send, void* recv, std::size_t count,
-                                         DType dtype) {
-  ZS_TRACED_ISSUE(CollectiveKind::all_to_all, count, dtype, -1,
-                  inner_->iall_to_all(send, recv, count, dtype));
-}
-
-CommWork TracedCommunicator::ibroadcast(void* buf, std::size_t count, DType dtype, int root) {
-  ZS_TRACED_ISSUE(CollectiveKind::broadcast, count, dtype, root,
-                  inner_->ibroadcast(buf, count, dtype, root));
-}
-
-CommWork TracedCommunicator::ibarrier() {
-  ZS_TRACED_ISSUE(CollectiveKind::barrier, 0, DType::f32, -1, inner_->ibarrier());
-}
-
-void TracedCommunicator::all_reduce(void* buf, std::size_t count, DType dtype, ReduceOp op) {
-  ZS_TRACED_BLOCKING(CollectiveKind::all_reduce, count, dtype, -1,
-                     inner_->all_reduce(buf, count, dtype, op));
+  return traced({CollectiveKind::reduce_scatter, count, dtype},
+                [&] { return inner_->ireduce_scatter(send, recv, count, dtype, op); });
 }
 
 void TracedCommunicator::reduce_scatter(const void* send, void* recv, std::size_t count,
                                         DType dtype, ReduceOp op) {
-  ZS_TRACED_BLOCKING(CollectiveKind::reduce_scatter, count, dtype, -1,
-                     inner_->reduce_scatter(send, recv, count, dtype, op));
+  traced({CollectiveKind::reduce_scatter, count, dtype},
+         [&] { inner_->reduce_scatter(send, recv, count, dtype, op); });
+}
+
+CommWork TracedCommunicator::iall_gather(const void* send, void* recv, std::size_t count,
+                                         DType dtype) {
+  return traced({CollectiveKind::all_gather, count, dtype},
+                [&] { return inner_->iall_gather(send, recv, count, dtype); });
 }
 
 void TracedCommunicator::all_gather(const void* send, void* recv, std::size_t count,
                                     DType dtype) {
-  ZS_TRACED_BLOCKING(CollectiveKind::all_gather, count, dtype, -1,
-                     inner_->all_gather(send, recv, count, dtype));
+  traced({CollectiveKind::all_gather, count, dtype},
+         [&] { inner_->all_gather(send, recv, count, dtype); });
+}
+
+CommWork TracedCommunicator::iall_to_all(const void* send, void* recv, std::size_t count,
+                                         DType dtype) {
+  return traced({CollectiveKind::all_to_all, count, dtype},
+                [&] { return inner_->iall_to_all(send, recv, count, dtype); });
 }
 
 void TracedCommunicator::all_to_all(const void* send, void* recv, std::size_t count,
                                     DType dtype) {
-  ZS_TRACED_BLOCKING(CollectiveKind::all_to_all, count, dtype, -1,
-                     inner_->all_to_all(send, recv, count, dtype));
+  traced({CollectiveKind::all_to_all, count, dtype},
+         [&] { inner_->all_to_all(send, recv, count, dtype); });
+}
+
+CommWork TracedCommunicator::ibroadcast(void* buf, std::size_t count, DType dtype, int root) {
+  return traced({CollectiveKind::broadcast, count, dtype, root},
+                [&] { return inner_->ibroadcast(buf, count, dtype, root); });
 }
 
 void TracedCommunicator::broadcast(void* buf, std::size_t count, DType dtype, int root) {
-  ZS_TRACED_BLOCKING(CollectiveKind::broadcast, count, dtype, root,
-                     inner_->broadcast(buf, count, dtype, root));
+  traced({CollectiveKind::broadcast, count, dtype, root},
+         [&] { inner_->broadcast(buf, count, dtype, root); });
+}
+
+CommWork TracedCommunicator::ibarrier() {
+  return traced({CollectiveKind::barrier, 0, DType::f32}, [&] { return inner_->ibarrier(); });
 }
 
 void TracedCommunicator::barrier() {
-  ZS_TRACED_BLOCKING(CollectiveKind::barrier, 0, DType::f32, -1, inner_->barrier());
+  traced({CollectiveKind::barrier, 0, DType::f32}, [&] { inner_->barrier(); });
 }
-
-// A point-to-point call: numbered per peer always, observed when anything is on.
-#define ZS_TRACED_P2P_ISSUE(KIND, COUNTS, COUNT, DTYPE, PEER, CALL) \
-  const std::int64_t n = next_p2p(COUNTS, PEER);                    \
-  if (!observed()) [[likely]] return CALL;                          \
-  Call call = begin_p2p(KIND, n, COUNT, DTYPE, PEER);               \
-  CommWork work;                                                    \
-  try {                                                             \
-    work = CALL;                                                    \
-  } catch (const std::exception& e) {                               \
-    fail(call, e.what());                                           \
-    throw;                                                          \
-  }                                                                 \
-  return wrap(std::move(call), std::move(work))
-
-#define ZS_TRACED_P2P_BLOCKING(KIND, COUNTS, COUNT, DTYPE, PEER, CALL) \
-  const std::int64_t n = next_p2p(COUNTS, PEER);                       \
-  if (!observed()) [[likely]] {                                        \
-    CALL;                                                              \
-    return;                                                            \
-  }                                                                    \
-  blocking(begin_p2p(KIND, n, COUNT, DTYPE, PEER), [&] { CALL; })
 
 CommWork TracedCommunicator::isend(const void* buf, std::size_t count, DType dtype, int peer) {
-  ZS_TRACED_P2P_ISSUE(CollectiveKind::send, sends_, count, dtype, peer,
-                      inner_->isend(buf, count, dtype, peer));
-}
-
-CommWork TracedCommunicator::irecv(void* buf, std::size_t count, DType dtype, int peer) {
-  ZS_TRACED_P2P_ISSUE(CollectiveKind::recv, recvs_, count, dtype, peer,
-                      inner_->irecv(buf, count, dtype, peer));
+  return traced({CollectiveKind::send, count, dtype, -1, peer},
+                [&] { return inner_->isend(buf, count, dtype, peer); });
 }
 
 void TracedCommunicator::send(const void* buf, std::size_t count, DType dtype, int peer) {
-  ZS_TRACED_P2P_BLOCKING(CollectiveKind::send, sends_, count, dtype, peer,
-                         inner_->send(buf, count, dtype, peer));
+  traced({CollectiveKind::send, count, dtype, -1, peer},
+         [&] { inner_->send(buf, count, dtype, peer); });
+}
+
+CommWork TracedCommunicator::irecv(void* buf, std::size_t count, DType dtype, int peer) {
+  return traced({CollectiveKind::recv, count, dtype, -1, peer},
+                [&] { return inner_->irecv(buf, count, dtype, peer); });
 }
 
 void TracedCommunicator::recv(void* buf, std::size_t count, DType dtype, int peer) {
-  ZS_TRACED_P2P_BLOCKING(CollectiveKind::recv, recvs_, count, dtype, peer,
-                         inner_->recv(buf, count, dtype, peer));
+  traced({CollectiveKind::recv, count, dtype, -1, peer},
+         [&] { inner_->recv(buf, count, dtype, peer); });
 }
-
-#undef ZS_TRACED_ISSUE
-#undef ZS_TRACED_BLOCKING
-#undef ZS_TRACED_P2P_ISSUE
-#undef ZS_TRACED_P2P_BLOCKING
 
 std::unique_ptr<Communicator> TracedCommunicator::split(int color, int key) {
   return split(color, key, name_ + "." + std::to_string(color));

@@ -144,18 +144,10 @@ class TracedCommunicator final : public Communicator {
   /// The inner backend's name ("mpi", "self", "nccl").
   std::string backend() const override { return inner_->backend(); }
 
-  CommWork iall_reduce(void* buf, std::size_t count, DType dtype, ReduceOp op) override;
-  CommWork ireduce_scatter(const void* send, void* recv, std::size_t count, DType dtype,
-                           ReduceOp op) override;
-  CommWork iall_gather(const void* send, void* recv, std::size_t count, DType dtype) override;
-  CommWork iall_to_all(const void* send, void* recv, std::size_t count, DType dtype) override;
-  CommWork ibroadcast(void* buf, std::size_t count, DType dtype, int root) override;
-  CommWork ibarrier() override;
-  /// inner().isend, numbered and observed as the file comment says.
-  CommWork isend(const void* buf, std::size_t count, DType dtype, int peer) override;
-  /// inner().irecv, numbered and observed as the file comment says.
-  CommWork irecv(void* buf, std::size_t count, DType dtype, int peer) override;
-
+  // Communicator (comm/communicator.h): each call, blocking or not, is the
+  // inner communicator's same call, numbered and observed as the file
+  // comment says.
+  ZS_COMMUNICATOR_OVERRIDES;
   void all_reduce(void* buf, std::size_t count, DType dtype, ReduceOp op) override;
   void reduce_scatter(const void* send, void* recv, std::size_t count, DType dtype,
                       ReduceOp op) override;
@@ -163,19 +155,17 @@ class TracedCommunicator final : public Communicator {
   void all_to_all(const void* send, void* recv, std::size_t count, DType dtype) override;
   void broadcast(void* buf, std::size_t count, DType dtype, int root) override;
   void barrier() override;
-  /// inner().send (blocking), numbered and observed as isend.
   void send(const void* buf, std::size_t count, DType dtype, int peer) override;
-  /// inner().recv (blocking), numbered and observed as irecv.
   void recv(void* buf, std::size_t count, DType dtype, int peer) override;
+
   /// Number of the last send to (recv from) `peer` issued so far (0 before
   /// the first, and for a peer outside the communicator).
   std::int64_t last_send_seq(int peer) const;
   std::int64_t last_recv_seq(int peer) const;
 
-  /// inner().split(color, key) wrapped in an owning TracedCommunicator named
-  /// "<name>.<color>" with the same options (recording off). Collective.
-  std::unique_ptr<Communicator> split(int color, int key) override;
-  /// As split(), naming the result `name`.
+  /// inner().split(color, key) wrapped in an owning TracedCommunicator
+  /// named `name` with the same options (recording off). Collective. The
+  /// override split(color, key) names it "<name>.<color>".
   std::unique_ptr<TracedCommunicator> split(int color, int key, std::string name);
   /// inner().abort(code).
   [[noreturn]] void abort(int code) override {
@@ -188,18 +178,29 @@ class TracedCommunicator final : public Communicator {
  private:
   class Work;
   struct Call;
+  // What a call is: its kind, count and dtype, and the broadcast root or the
+  // point-to-point peer (-1 where it has none).
+  struct CallSpec {
+    CollectiveKind kind;
+    std::size_t count;
+    DType dtype;
+    int root = -1;
+    int peer = -1;
+  };
 
+  // Numbers `spec` and runs `issue`, the inner communicator's call (a
+  // non-blocking one returns its CommWork, wrapped when observed; a blocking
+  // one returns nothing), observed when anything beyond numbering is on.
+  template <class Issue>
+  auto traced(const CallSpec& spec, Issue&& issue);
   // True when anything beyond numbering is on.
   bool observed() const;
   // Compares every rank's fingerprint of `call` (check_fingerprints).
   void check_fingerprint(const Call& call);
-  Call begin(CollectiveKind kind, std::size_t count, DType dtype, int root);
-  // The next number of a send (recv) to `peer`; 0 for a peer outside.
-  std::int64_t next_p2p(std::vector<std::int64_t>& counts, int peer);
-  Call begin_p2p(CollectiveKind kind, std::int64_t seq, std::size_t count, DType dtype, int peer);
-  CommWork wrap(Call&& call, CommWork inner);
-  template <class F>
-  void blocking(Call&& call, F&& f);
+  // The next number of `spec`: of the communicator's collectives, or of the
+  // sends (receives) to (from) its peer; 0 for a peer outside.
+  std::int64_t next_seq(const CallSpec& spec);
+  Call begin(const CallSpec& spec, std::int64_t seq);
   void wait_begins(Call& call, std::int64_t now);
   void finish(Call& call, std::int64_t wait_begin_ns, std::int64_t end_ns, bool blocking);
   void fail(Call& call, const char* what);

@@ -4,6 +4,8 @@
 
 #include <fmt/format.h>
 
+#include "core/splitmix64.h"
+
 namespace zeroshard {
 
 namespace {
@@ -11,16 +13,6 @@ namespace {
 bool verbatim_char(char c) {
   return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '.' ||
          c == '_' || c == '-';
-}
-
-// splitmix64 finaliser: a bijective mix of 64 bits.
-std::uint64_t mix(std::uint64_t x) {
-  x ^= x >> 30;
-  x *= 0xbf58476d1ce4e5b9ULL;
-  x ^= x >> 27;
-  x *= 0x94d049bb133111ebULL;
-  x ^= x >> 31;
-  return x;
 }
 
 // Two independent 64-bit FNV-1a style lanes, each finalised: 128 bits.
@@ -32,7 +24,7 @@ std::string hash128_hex(std::string_view s) {
     a = (a ^ c) * 0x100000001b3ULL;
     b = (b ^ c) * 0x00000100000001b3ULL + 0x9e3779b97f4a7c15ULL;
   }
-  return fmt::format("{:016x}{:016x}", mix(a ^ (b >> 7)), mix(b + a));
+  return fmt::format("{:016x}{:016x}", splitmix64_mix(a ^ (b >> 7)), splitmix64_mix(b + a));
 }
 
 }  // namespace

@@ -91,57 +91,56 @@ kernels::AdagradScalars adagrad_scalars(const OptimizerHyper& h, double lr, doub
 
 namespace {
 
-template <bool kReference>
-void update(const OptimizerHyper& h, double lr, double wd, std::int64_t step, float grad_scale,
-            float* param, const void* grad, DType grad_dtype, float* const* states,
-            void* param_copy, DType copy_dtype, std::size_t n) {
+// The arrays of one update (optimizer_update_mixed's arguments).
+struct UpdateArgs {
+  float* param;
+  const void* grad;
+  DType grad_dtype;
+  void* copy;
+  DType copy_dtype;
+  std::size_t n;
+};
+
+// One update rule's kernel pair over (param, grad, grad_dtype, its states,
+// copy, copy_dtype, n, scalars): the vectorised kernel and its scalar
+// reference (kernels/cpu/*.h; the overloads of that shape).
+template <class Scalars, class... States>
+struct RuleKernels {
+  using Fn = void (*)(float*, const void*, DType, States..., void*, DType, std::size_t, const Scalars&);
+  Fn kernel;
+  Fn reference;
+};
+
+template <class Scalars, class... States>
+void apply(const RuleKernels<Scalars, States...>& k, bool reference, const Scalars& s, const UpdateArgs& a,
+           States... states) {
+  (reference ? k.reference : k.kernel)(a.param, a.grad, a.grad_dtype, states..., a.copy, a.copy_dtype, a.n, s);
+}
+
+// Every kind through one dispatch: its scalars (rounded as torch rounds
+// them) and its kernel or reference.
+void update(bool reference, const OptimizerHyper& h, double lr, double wd, std::int64_t step, float grad_scale,
+            const UpdateArgs& a, float* const* states) {
   ZS_CHECK(step >= 1, "optimizer step must be >= 1, got {}", step);
-  if (n == 0) return;
-  if (h.kind == OptimizerKind::sgd) {
-    const auto s = sgd_scalars(h, lr, wd, step, grad_scale);
-    float* buf = h.momentum != 0.0 ? states[0] : nullptr;
-    if constexpr (kReference) {
-      if (grad_dtype == DType::f32 && param_copy == nullptr) {
-        kernels::sgd_update_reference(param, static_cast<const float*>(grad), buf, n, s);
-      } else {
-        kernels::sgd_update_reference(param, grad, grad_dtype, buf, param_copy, copy_dtype, n, s);
-      }
-    } else {
-      kernels::sgd_update(param, grad, grad_dtype, buf, param_copy, copy_dtype, n, s);
-    }
-    return;
+  if (a.n == 0) return;
+  switch (h.kind) {
+    case OptimizerKind::sgd:
+      return apply(RuleKernels<kernels::SgdScalars, float*>{kernels::sgd_update, kernels::sgd_update_reference},
+                   reference, sgd_scalars(h, lr, wd, step, grad_scale), a, h.momentum != 0.0 ? states[0] : nullptr);
+    case OptimizerKind::lion:
+      return apply(RuleKernels<kernels::LionScalars, float*>{kernels::lion_update, kernels::lion_update_reference},
+                   reference, lion_scalars(h, lr, wd, step, grad_scale), a, states[0]);
+    case OptimizerKind::adagrad:
+      return apply(
+          RuleKernels<kernels::AdagradScalars, float*>{kernels::adagrad_update, kernels::adagrad_update_reference},
+          reference, adagrad_scalars(h, lr, wd, step, grad_scale), a, states[0]);
+    case OptimizerKind::adam:
+    case OptimizerKind::adamw:
+      return apply(
+          RuleKernels<kernels::AdamScalars, float*, float*>{kernels::adam_update, kernels::adam_update_reference},
+          reference, adam_scalars(h, lr, wd, step, grad_scale), a, states[0], states[1]);
   }
-  if (h.kind == OptimizerKind::lion) {
-    const auto s = lion_scalars(h, lr, wd, step, grad_scale);
-    if constexpr (kReference) {
-      kernels::lion_update_reference(param, grad, grad_dtype, states[0], param_copy, copy_dtype, n, s);
-    } else {
-      kernels::lion_update(param, grad, grad_dtype, states[0], param_copy, copy_dtype, n, s);
-    }
-    return;
-  }
-  if (h.kind == OptimizerKind::adagrad) {
-    const auto s = adagrad_scalars(h, lr, wd, step, grad_scale);
-    if constexpr (kReference) {
-      kernels::adagrad_update_reference(param, grad, grad_dtype, states[0], param_copy, copy_dtype, n, s);
-    } else {
-      kernels::adagrad_update(param, grad, grad_dtype, states[0], param_copy, copy_dtype, n, s);
-    }
-    return;
-  }
-  const auto s = adam_scalars(h, lr, wd, step, grad_scale);
-  if constexpr (kReference) {
-    if (grad_dtype == DType::f32 && param_copy == nullptr) {
-      kernels::adam_update_reference(param, static_cast<const float*>(grad), states[0], states[1],
-                                     n, s);
-    } else {
-      kernels::adam_update_reference(param, grad, grad_dtype, states[0], states[1], param_copy,
-                                     copy_dtype, n, s);
-    }
-  } else {
-    kernels::adam_update(param, grad, grad_dtype, states[0], states[1], param_copy, copy_dtype, n,
-                         s);
-  }
+  throw InvariantError(fmt::format("optimizer update: unknown optimizer kind {}", static_cast<int>(h.kind)));
 }
 
 }  // namespace
@@ -149,31 +148,29 @@ void update(const OptimizerHyper& h, double lr, double wd, std::int64_t step, fl
 void optimizer_update(const OptimizerHyper& hyper, double lr, double weight_decay,
                       std::int64_t step, float grad_scale, float* param, const float* grad, float* const* states,
                       std::size_t n) {
-  update<false>(hyper, lr, weight_decay, step, grad_scale, param, grad, DType::f32, states, nullptr,
-                DType::bf16, n);
+  update(false, hyper, lr, weight_decay, step, grad_scale, {param, grad, DType::f32, nullptr, DType::bf16, n}, states);
 }
 
 void optimizer_update_reference(const OptimizerHyper& hyper, double lr, double weight_decay,
                                 std::int64_t step, float grad_scale, float* param,
                                 const float* grad, float* const* states, std::size_t n) {
-  update<true>(hyper, lr, weight_decay, step, grad_scale, param, grad, DType::f32, states, nullptr,
-               DType::bf16, n);
+  update(true, hyper, lr, weight_decay, step, grad_scale, {param, grad, DType::f32, nullptr, DType::bf16, n}, states);
 }
 
 void optimizer_update_mixed(const OptimizerHyper& hyper, double lr, double weight_decay,
                             std::int64_t step, float grad_scale, float* param, const void* grad,
                             DType grad_dtype, float* const* states, void* param_copy,
                             DType copy_dtype, std::size_t n) {
-  update<false>(hyper, lr, weight_decay, step, grad_scale, param, grad, grad_dtype, states,
-                param_copy, copy_dtype, n);
+  update(false, hyper, lr, weight_decay, step, grad_scale, {param, grad, grad_dtype, param_copy, copy_dtype, n},
+         states);
 }
 
 void optimizer_update_mixed_reference(const OptimizerHyper& hyper, double lr, double weight_decay,
                                       std::int64_t step, float grad_scale, float* param,
                                       const void* grad, DType grad_dtype, float* const* states,
                                       void* param_copy, DType copy_dtype, std::size_t n) {
-  update<true>(hyper, lr, weight_decay, step, grad_scale, param, grad, grad_dtype, states,
-               param_copy, copy_dtype, n);
+  update(true, hyper, lr, weight_decay, step, grad_scale, {param, grad, grad_dtype, param_copy, copy_dtype, n},
+         states);
 }
 
 }  // namespace zeroshard

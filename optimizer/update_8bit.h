@@ -15,17 +15,9 @@
 #include "core/dtype.h"
 #include "kernels/cpu/adam8bit.h"
 #include "optimizer/optimizer.h"
+#include "optimizer/range_update.h"
 
 namespace zeroshard {
-
-/// Elements [begin, end) of an update range that one parameter group's
-/// lr and weight_decay (doubles, as OptimizerHyper) apply to.
-struct UpdateRun {
-  std::size_t begin = 0;
-  std::size_t end = 0;
-  double lr = 0;
-  double weight_decay = 0;
-};
 
 /// One Adam / AdamW update (hyper.kind adam or adamw; adam_scalars) of the
 /// elements the runs cover inside a range of n elements whose element 0

@@ -42,6 +42,7 @@
 #include <CLI/CLI.hpp>
 #include <fmt/format.h>
 
+#include "bench/mpi_main.h"
 #include "comm/communicator.h"
 #include "comm/ordered_reduce.h"
 #include "comm/mpi/mpi_environment.h"
@@ -349,11 +350,7 @@ int run(const Options& o) {
   b.small = AlignedBuffer<float>(big / static_cast<std::size_t>(n));
   if (o.ordered) b.scratch = AlignedBuffer<float>(big);
   if (root) {
-    char version[MPI_MAX_LIBRARY_VERSION_STRING];
-    int len = 0;
-    MPI_Get_library_version(version, &len);
-    std::string lib(version, static_cast<std::size_t>(len));
-    lib = lib.substr(0, lib.find_first_of(",\n"));
+    const std::string lib = bench::mpi_library_name();
     MpiProgress& progress = MpiProgress::instance();
     fmt::print("bench_collectives: {} ranks; {}; {}; progress thread {}; libnbc iallreduce "
                "algorithm selection {}; sizes {} to {} B (x{})\n",
@@ -429,17 +426,12 @@ int main(int argc, char** argv) {
                  "elements (8 GiB)\n", o.max_bytes);
     return 2;
   }
-  try {
-    return run(o);
-  } catch (const std::bad_alloc&) {
-    std::fprintf(stderr, "bench_collectives: cannot allocate the buffers for --max-bytes %zu\n",
-                 o.max_bytes);
-  } catch (const std::exception& e) {
-    std::fprintf(stderr, "bench_collectives: %s\n", e.what());
-  }
-  // One rank failing alone would leave the others waiting in a collective.
-  int initialized = 0;
-  MPI_Initialized(&initialized);
-  if (initialized && !mpi_finalized()) MPI_Abort(MPI_COMM_WORLD, 1);
-  return 1;
+  return bench::run_or_abort("bench_collectives", [&] {
+    try {
+      return run(o);
+    } catch (const std::bad_alloc&) {
+      throw std::runtime_error(
+          fmt::format("cannot allocate the buffers for --max-bytes {}", o.max_bytes));
+    }
+  });
 }

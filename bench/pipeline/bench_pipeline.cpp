@@ -72,10 +72,10 @@
 #include <CLI/CLI.hpp>
 #include <fmt/format.h>
 
+#include "bench/mpi_main.h"
 #include "comm/clock_sync.h"
 #include "comm/communicator.h"
 #include "comm/mesh.h"
-#include "comm/mpi/mpi_environment.h"
 #include "core/error.h"
 #include "kernels/cpu/simd_targets.h"
 #include "parallel/pipeline_executor.h"
@@ -400,11 +400,7 @@ int run(const Options& o) {
     if (o.schedule == "all" || o.schedule == to_string(k)) kinds.push_back(k);
   }
   if (root) {
-    char version[MPI_MAX_LIBRARY_VERSION_STRING];
-    int len = 0;
-    MPI_Get_library_version(version, &len);
-    std::string lib(version, static_cast<std::size_t>(len));
-    lib = lib.substr(0, lib.find_first_of(",\n"));
+    const std::string lib = bench::mpi_library_name();
     fmt::print(
         "bench_pipeline: {} stages (dp = tp = 1, pp = {}); {}; {} hardware threads; SIMD "
         "target {} (no kernel runs here)\n",
@@ -494,14 +490,5 @@ int main(int argc, char** argv) {
                  o.activation_bytes);
     return 2;
   }
-  try {
-    return run(o);
-  } catch (const std::exception& e) {
-    std::fprintf(stderr, "bench_pipeline: %s\n", e.what());
-  }
-  // One rank failing alone would leave the others waiting for its messages.
-  int initialized = 0;
-  MPI_Initialized(&initialized);
-  if (initialized && !mpi_finalized()) MPI_Abort(MPI_COMM_WORLD, 1);
-  return 1;
+  return bench::run_or_abort("bench_pipeline", [&] { return run(o); });
 }

@@ -39,10 +39,16 @@
 // while it only computes; [Note: MPI progress] in comm/mpi/mpi_progress.h.
 //
 // Errors: every MPI return code is checked by mpi_check (comm/mpi/mpi_check.h)
-// and becomes a CommError naming the call, MPI's message and the rank; the
+// and becomes a CommError naming the call (MPI_Iallreduce, or MPI_Wait on
+// it; MPI_Allreduce for the blocking form), MPI's message and the rank; the
 // wrapped communicator gets MPI_ERRORS_RETURN so that MPI returns instead of
 // aborting. Counts above INT_MAX elements throw CommError (MPI takes int
-// counts) instead of being truncated.
+// counts) instead of being truncated; so do a broadcast root outside the
+// communicator (naming root and world size) and a negative split colour. A
+// null buffer with a non-zero count, or send and recv that overlap (other
+// than all_gather's in-place form), throw InvariantError. A receive's wait()
+// throws CommError for a longer message (MPI_ERR_TRUNCATE) and CommError
+// naming both counts and the peer for a shorter one.
 #pragma once
 
 #include <mpi.h>
@@ -91,62 +97,20 @@ class MpiCommunicator final : public Communicator {
   /// The wrapped MPI communicator (still owned by this object if owned).
   MPI_Comm native() const { return comm_; }
 
-  /// MPI_Iallreduce with MPI_IN_PLACE over buf[0..count). Throws
-  /// InvariantError for a null buf with count > 0, CommError for count >
-  /// INT_MAX or an MPI failure (naming MPI_Iallreduce, or MPI_Wait on it).
-  CommWork iall_reduce(void* buf, std::size_t count, DType dtype, ReduceOp op) override;
-  /// MPI_Ireduce_scatter_block: send holds count * world_size() elements,
-  /// recv (count elements, disjoint from send) gets block rank(). Throws
-  /// InvariantError for null or overlapping buffers, CommError as iall_reduce.
-  CommWork ireduce_scatter(const void* send, void* recv, std::size_t count, DType dtype,
-                           ReduceOp op) override;
-  /// MPI_Iallgather; in place (MPI_IN_PLACE) when send == recv + rank() *
-  /// count elements. Throws InvariantError for null buffers or send
-  /// overlapping recv any other way, CommError as iall_reduce.
-  CommWork iall_gather(const void* send, void* recv, std::size_t count, DType dtype) override;
-  /// MPI_Ialltoall of count elements per block; send and recv (count *
-  /// world_size() elements each) must not overlap. Throws InvariantError
-  /// for null or overlapping buffers, CommError as iall_reduce.
-  CommWork iall_to_all(const void* send, void* recv, std::size_t count, DType dtype) override;
-  /// MPI_Ibcast from root. Throws CommError naming root and world size if
-  /// root is out of range, InvariantError and CommError as iall_reduce.
-  CommWork ibroadcast(void* buf, std::size_t count, DType dtype, int root) override;
-  /// MPI_Ibarrier. Throws CommError on an MPI failure.
-  CommWork ibarrier() override;
+  // Communicator (comm/communicator.h); the MPI call of each: the file comment.
+  ZS_COMMUNICATOR_OVERRIDES;
+  void all_reduce(void* buf, std::size_t count, DType dtype, ReduceOp op) override;
+  void reduce_scatter(const void* send, void* recv, std::size_t count, DType dtype,
+                      ReduceOp op) override;
+  void all_gather(const void* send, void* recv, std::size_t count, DType dtype) override;
+  void broadcast(void* buf, std::size_t count, DType dtype, int root) override;
+  void barrier() override;
 
   /// The MPI tag of every point-to-point message ([Note: point-to-point
   /// order]): one tag, so matching is by (source, communicator) in order.
   /// Collectives and the side channel (a duplicate of MPI_COMM_WORLD) never
   /// see these messages.
   static constexpr int kP2pTag = 0x5A50;
-  /// MPI_Isend of count elements to peer with tag kP2pTag. Throws what
-  /// check_p2p throws (bad peer, negative count, null buf), CommError for
-  /// count > INT_MAX or an MPI failure (naming MPI_Isend, or MPI_Wait on it).
-  CommWork isend(const void* buf, std::size_t count, DType dtype, int peer) override;
-  /// MPI_Irecv of count elements from peer with tag kP2pTag. Errors as
-  /// isend; wait() throws CommError (MPI_ERR_TRUNCATE) for a longer message
-  /// and CommError naming both counts and the peer for a shorter one.
-  CommWork irecv(void* buf, std::size_t count, DType dtype, int peer) override;
-
-  /// MPI_Allreduce with MPI_IN_PLACE over buf[0..count); the checks and
-  /// errors of iall_reduce (CommError naming MPI_Allreduce).
-  void all_reduce(void* buf, std::size_t count, DType dtype, ReduceOp op) override;
-  /// MPI_Reduce_scatter_block; the buffers, checks and errors of
-  /// ireduce_scatter (CommError naming MPI_Reduce_scatter_block).
-  void reduce_scatter(const void* send, void* recv, std::size_t count, DType dtype,
-                      ReduceOp op) override;
-  /// MPI_Allgather, in place under iall_gather's rule; its checks and
-  /// errors (CommError naming MPI_Allgather).
-  void all_gather(const void* send, void* recv, std::size_t count, DType dtype) override;
-  /// MPI_Bcast from root; the checks and errors of ibroadcast (CommError
-  /// naming MPI_Bcast).
-  void broadcast(void* buf, std::size_t count, DType dtype, int root) override;
-  /// MPI_Barrier. Throws CommError on an MPI failure.
-  void barrier() override;
-
-  /// MPI_Comm_split(color, key); returns an owning MpiCommunicator.
-  /// color must be >= 0 (CommError otherwise).
-  std::unique_ptr<Communicator> split(int color, int key) override;
   /// MPI_Abort on this communicator (ends every rank of the job).
   [[noreturn]] void abort(int code) override;
   /// An MpiSideChannel (comm/mpi/mpi_side_channel.h) over MPI_COMM_WORLD,

@@ -9,9 +9,11 @@
 //                    ncclGroupStart/End                 reduce-scatter stream
 //   ibroadcast       ncclBroadcast, in place            reduce-scatter stream
 //   ibarrier         ncclAllReduce of one device word   reduce-scatter stream
-//   split            ncclCommSplit (the result owns its ncclComm and streams)
+//   split            ncclCommSplit: a new NcclCommunicator on the same device
+//                    with its own streams and this one's compute stream
 //   isend / irecv    ncclSend / ncclRecv, one call each (a group of one needs
-//                    no ncclGroupStart/End)          reduce-scatter stream
+//                    no ncclGroupStart/End), after the compute stream's
+//                    queued work                        reduce-scatter stream
 // Element types: f32, f64, bf16, f16 map to ncclFloat32, ncclFloat64,
 // ncclBfloat16, ncclFloat16. NCCL reduces bf16/f16 natively (not by the
 // pairwise rule of [Note: 16-bit reductions] in comm/mpi/mpi_types.h); the
@@ -45,8 +47,10 @@
 // see them). A count of 0 enqueues nothing, on both sides.
 //
 // Errors: NCCL failures throw CommError (core/cuda_check.h), CUDA failures
-// DeviceError; a bad root or split colour CommError; null or wrongly
-// overlapping buffers InvariantError.
+// DeviceError; a broadcast root outside the communicator or a negative
+// split colour CommError; null or wrongly overlapping buffers
+// InvariantError; a send's or receive's bad peer or count what
+// Communicator::isend says.
 #pragma once
 
 #include <memory>
@@ -110,34 +114,9 @@ class NcclCommunicator final : public Communicator {
   /// broadcast and barrier queued so far. Does not block the host.
   void stream_wait_reductions();
 
-  /// ncclAllReduce in place over buf[0..count) (device memory).
-  CommWork iall_reduce(void* buf, std::size_t count, DType dtype, ReduceOp op) override;
-  /// ncclReduceScatter: send holds count * world_size() elements, recv
-  /// (count elements, disjoint from send) gets block rank().
-  CommWork ireduce_scatter(const void* send, void* recv, std::size_t count, DType dtype,
-                           ReduceOp op) override;
-  /// ncclAllGather; in place when send == recv + rank() * count elements.
-  CommWork iall_gather(const void* send, void* recv, std::size_t count, DType dtype) override;
-  /// All-to-all of count elements per block (device memory, send and recv
-  /// disjoint): one ncclSend of block r to rank r and one ncclRecv of block
-  /// r from rank r for every r, grouped (ncclGroupStart/ncclGroupEnd) so
-  /// that NCCL runs them as one operation.
-  CommWork iall_to_all(const void* send, void* recv, std::size_t count, DType dtype) override;
-  /// ncclBroadcast in place from root (CommError if root is out of range).
-  CommWork ibroadcast(void* buf, std::size_t count, DType dtype, int root) override;
-  /// All-reduce of one device word; complete once every rank entered it.
-  CommWork ibarrier() override;
-  /// ncclSend of count elements (device memory) to peer on the
-  /// reduce-scatter stream, after the compute stream's queued work. Errors
-  /// of Communicator::isend (check_p2p); CommError if NCCL fails.
-  CommWork isend(const void* buf, std::size_t count, DType dtype, int peer) override;
-  /// ncclRecv of count elements (device memory) from peer on the
-  /// reduce-scatter stream. Errors as isend.
-  CommWork irecv(void* buf, std::size_t count, DType dtype, int peer) override;
-  /// ncclCommSplit(color, key): a new NcclCommunicator on the same device
-  /// with its own streams and this one's compute stream. color must be >= 0
-  /// (CommError otherwise). Collective over this communicator.
-  std::unique_ptr<Communicator> split(int color, int key) override;
+  // Communicator (comm/communicator.h) on device memory; the NCCL call and
+  // stream of each: the file comment.
+  ZS_COMMUNICATOR_OVERRIDES;
 
   /// Shared by the communicator and its outstanding CommWork handles, which
   /// keep the NCCL communicator alive until they complete.

@@ -1,13 +1,15 @@
 // SelfCommunicator: the Communicator of a world with one rank, without MPI.
 //
-// Every collective over one rank is a copy or nothing: all_reduce and
-// broadcast leave the buffer as it is, reduce_scatter, all_gather and all_to_all copy
-// count elements from send to recv. The copies use memmove, so overlapping
-// buffers give the result a one-rank collective defines (this is more than
-// the Communicator contract promises; do not rely on it for reduce_scatter
-// if the code must also run on the MPI backend, which rejects overlap).
-// Work handles of collectives are complete on return (CommWork::pending()
-// is false).
+// Every collective over one rank is a copy or nothing: all_reduce,
+// broadcast (root must be 0) and barrier leave the buffer as it is,
+// reduce_scatter, all_gather and all_to_all copy count elements from send to
+// recv (all_gather with send == recv, the in-place form, copies nothing).
+// The copies use memmove, so overlapping buffers give the result a one-rank
+// collective defines (this is more than the Communicator contract promises;
+// do not rely on it for reduce_scatter if the code must also run on the MPI
+// backend, which rejects overlap). Work handles of collectives are complete
+// on return (CommWork::pending() is false). split returns a new
+// SelfCommunicator with its own, empty point-to-point queues.
 //
 // Point-to-point: the only peer is rank 0 itself. A send is kept (by
 // address: the buffer must stay untouched until its handle completes) in a
@@ -18,7 +20,9 @@
 // the two is posted, which completes both handles. Waiting on a handle that
 // is still unmatched throws CommError instead of waiting forever (one
 // process has no one else who could post the match) and withdraws its
-// message, as does destroying such a handle.
+// message, as does destroying such a handle. Matching a send of another
+// count or dtype throws CommError naming both from the call that makes the
+// match (and completes neither).
 #pragma once
 
 #include <memory>
@@ -48,33 +52,8 @@ class SelfCommunicator final : public Communicator {
   /// "self".
   std::string backend() const override { return "self"; }
 
-  /// No-op: the reduction over one rank is the buffer itself. Complete on return.
-  CommWork iall_reduce(void* buf, std::size_t count, DType dtype, ReduceOp op) override;
-  /// Copies count elements from send to recv (memmove). Complete on return.
-  CommWork ireduce_scatter(const void* send, void* recv, std::size_t count, DType dtype,
-                           ReduceOp op) override;
-  /// Copies count elements from send to recv (memmove; send == recv is the
-  /// in-place form and copies nothing). Complete on return.
-  CommWork iall_gather(const void* send, void* recv, std::size_t count, DType dtype) override;
-  /// Copies count elements from send to recv (memmove). Complete on return.
-  CommWork iall_to_all(const void* send, void* recv, std::size_t count, DType dtype) override;
-  /// No-op; root must be 0, else CommError naming root and world size.
-  CommWork ibroadcast(void* buf, std::size_t count, DType dtype, int root) override;
-  /// No-op. Complete on return.
-  CommWork ibarrier() override;
-  /// Returns a new SelfCommunicator (with its own, empty point-to-point
-  /// queues); color must be >= 0 (else CommError).
-  std::unique_ptr<Communicator> split(int color, int key) override;
-
-  /// Send to self: peer must be 0 (CommError naming the peer otherwise,
-  /// and the other errors of Communicator::isend). Completes when a receive
-  /// from self takes it; wait() on it before that throws CommError.
-  CommWork isend(const void* buf, std::size_t count, DType dtype, int peer) override;
-  /// Receive from self: peer must be 0. Completes when a send to self
-  /// fills it (at once, if one is queued); wait() before that throws
-  /// CommError. Matching a send of another count or dtype throws CommError
-  /// naming both from the call that makes the match (and completes neither).
-  CommWork irecv(void* buf, std::size_t count, DType dtype, int peer) override;
+  // Communicator (comm/communicator.h) over one rank: the file comment.
+  ZS_COMMUNICATOR_OVERRIDES;
 
   /// One queued send or receive; shared by the queue and its handle.
   struct Message;

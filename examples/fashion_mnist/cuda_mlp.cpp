@@ -101,16 +101,11 @@ CudaMlp::CudaMlp(Mlp& mlp) : mlp_(mlp), engine_(mlp.engine()), dtype_(engine_.co
 
   const auto& sizes = mlp_.layer_sizes();
   const std::size_t batch = mlp_.max_batch();
-  std::size_t widest = 0;
-  std::size_t largest_weight = 0;
+  const std::size_t widest = mlp_.widest(), largest_weight = mlp_.largest_weight();
   for (int l = 0; l < mlp_.num_layers(); ++l) {
-    const std::size_t in = std::size_t(sizes[std::size_t(l)]);
-    const std::size_t out = std::size_t(sizes[std::size_t(l) + 1]);
-    w_.emplace_back(out * in * sizeof(float));
-    b_.emplace_back(out * sizeof(float));
-    acts_.emplace_back(batch * out * sizeof(float));
-    widest = std::max({widest, in, out});
-    largest_weight = std::max(largest_weight, out * in);
+    w_.emplace_back(mlp_.layer_out(l) * mlp_.layer_in(l) * sizeof(float));
+    b_.emplace_back(mlp_.layer_out(l) * sizeof(float));
+    acts_.emplace_back(batch * mlp_.layer_out(l) * sizeof(float));
   }
   const std::size_t classes = std::size_t(sizes.back());
   x_ = DeviceBuffer(batch * std::size_t(sizes.front()) * sizeof(float));
@@ -135,18 +130,10 @@ CudaMlp::~CudaMlp() {
   if (stream_.get() != nullptr) cudaStreamSynchronize(stream_.get());
 }
 
-void CudaMlp::begin_batch(std::span<const float> x, std::span<const std::uint8_t> labels,
-                          std::size_t n) {
+void CudaMlp::begin_batch(const char* what, std::span<const float> x,
+                          std::span<const std::uint8_t> labels, std::size_t n, std::size_t min_n) {
+  mlp_.check_batch(what, x, labels, n, min_n);
   const std::size_t inputs = std::size_t(mlp_.layer_sizes().front());
-  const std::size_t classes = std::size_t(mlp_.layer_sizes().back());
-  ZS_CHECK(n <= max_batch(), "batch of {} samples, at most {}", n, max_batch());
-  ZS_CHECK(x.size() >= n * inputs && labels.size() >= n,
-           "batch buffers too small: {} inputs, {} labels for {} samples", x.size(),
-           labels.size(), n);
-  for (std::size_t i = 0; i < n; ++i) {
-    ZS_CHECK(labels[i] < classes, "label {} of sample {} is not below {} classes", labels[i], i,
-             classes);
-  }
   ZS_CUDA_CHECK(cudaSetDevice(device_));
   if (n > 0) {
     ZS_CUDA_CHECK(cudaMemcpyAsync(x_.data(), x.data(), n * inputs * sizeof(float),
@@ -175,16 +162,11 @@ void CudaMlp::upload_params(int l) {
 }
 
 void CudaMlp::forward(std::size_t n) {
-  const auto& sizes = mlp_.layer_sizes();
-  const int layers = mlp_.num_layers();
   const float one = 1.0f;
   const float zero = 0.0f;
   const float* h = x_.as<float>();
-  for (int l = 0; l < layers; ++l) {
-    const std::size_t in = std::size_t(sizes[std::size_t(l)]);
-    const std::size_t out = std::size_t(sizes[std::size_t(l) + 1]);
-    const UnitId u = mlp_.unit(l);
-    engine_.unshard(u);
+  mlp_.forward_units([&](int l) {
+    const std::size_t in = mlp_.layer_in(l), out = mlp_.layer_out(l);
     if (n > 0) {
       upload_params(l);
       float* z = acts_[std::size_t(l)].as<float>();
@@ -194,13 +176,13 @@ void CudaMlp::forward(std::size_t n) {
                                 as_int(in, "in"), h, as_int(in, "in"), &zero, z,
                                 as_int(out, "out")));
       ZS_CUDA_CHECK(cuda_detail::launch_add_bias_activate(
-          z, b_[std::size_t(l)].as<float>(), n, out, /*relu=*/l + 1 < layers, stream_.get()));
+          z, b_[std::size_t(l)].as<float>(), n, out, /*relu=*/l + 1 < mlp_.num_layers(),
+          stream_.get()));
     }
-    engine_.reshard(u);
     h = acts_[std::size_t(l)].as<float>();
-  }
+  });
   if (n > 0) {
-    const std::size_t classes = std::size_t(sizes.back());
+    const std::size_t classes = std::size_t(mlp_.layer_sizes().back());
     ZS_CUDA_CHECK(cudaMemcpyAsync(logits_host_.data(), acts_.back().data(),
                                   n * classes * sizeof(float), cudaMemcpyDeviceToHost,
                                   stream_.get()));
@@ -209,9 +191,7 @@ void CudaMlp::forward(std::size_t n) {
 }
 
 void CudaMlp::enqueue_grads(int l, const float* delta, const float* h_below, std::size_t n) {
-  const auto& sizes = mlp_.layer_sizes();
-  const std::size_t in = std::size_t(sizes[std::size_t(l)]);
-  const std::size_t out = std::size_t(sizes[std::size_t(l) + 1]);
+  const std::size_t in = mlp_.layer_in(l), out = mlp_.layer_out(l);
   const float one = 1.0f;
   const float zero = 0.0f;
   // dW[out, in] = delta[n, out]^T h_below[n, in], i.e. dW^T = h_below^T delta.
@@ -231,9 +211,7 @@ void CudaMlp::enqueue_grads(int l, const float* delta, const float* h_below, std
 }
 
 void CudaMlp::add_grads_to_engine(int l) {
-  const auto& sizes = mlp_.layer_sizes();
-  const std::size_t in = std::size_t(sizes[std::size_t(l)]);
-  const std::size_t out = std::size_t(sizes[std::size_t(l) + 1]);
+  const std::size_t in = mlp_.layer_in(l), out = mlp_.layer_out(l);
   grads_ready_.synchronize();
   kernels::accumulate_cast(engine_.grad_data(mlp_.weight(l), dtype_), dtype_,
                            grad_w_host_.data(), DType::f32, out * in);
@@ -243,22 +221,16 @@ void CudaMlp::add_grads_to_engine(int l) {
 
 double CudaMlp::forward_backward(std::span<const float> x, std::span<const std::uint8_t> labels,
                                  std::size_t n) {
-  ZS_CHECK(n >= 1, "micro-batch of {} samples, expected 1..{}", n, max_batch());
-  begin_batch(x, labels, n);
+  begin_batch("micro-batch", x, labels, n, 1);
   forward(n);
 
   // dL/dlogits of the mean loss, times the loss scale, on the host (as the
   // CPU MLP computes it), then to the device.
-  const auto& sizes = mlp_.layer_sizes();
-  const std::size_t classes = std::size_t(sizes.back());
+  const std::size_t classes = std::size_t(mlp_.layer_sizes().back());
   const float grad_scale = static_cast<float>(engine_.loss_scale() / static_cast<double>(n));
-  const float* logits = logits_host_.as<float>();
   float* dlogits = dlogits_host_.as<float>();
-  double loss_sum = 0.0;
-  for (std::size_t i = 0; i < n; ++i) {
-    loss_sum += softmax_cross_entropy_row(logits + i * classes, classes, labels[i], grad_scale,
-                                          dlogits + i * classes);
-  }
+  const double loss_sum = softmax_cross_entropy_sum(logits_host_.as<float>(), labels.data(), n,
+                                                    classes, grad_scale, dlogits);
   float* delta = delta_a_.as<float>();
   float* delta_below = delta_b_.as<float>();
   ZS_CUDA_CHECK(cudaMemcpyAsync(delta, dlogits, n * classes * sizeof(float),
@@ -266,12 +238,9 @@ double CudaMlp::forward_backward(std::span<const float> x, std::span<const std::
 
   const float one = 1.0f;
   const float zero = 0.0f;
-  for (int l = mlp_.num_layers() - 1; l >= 0; --l) {
-    const std::size_t in = std::size_t(sizes[std::size_t(l)]);
-    const std::size_t out = std::size_t(sizes[std::size_t(l) + 1]);
-    const UnitId u = mlp_.unit(l);
+  mlp_.backward_units([&](int l) {
+    const std::size_t in = mlp_.layer_in(l), out = mlp_.layer_out(l);
     const float* h_below = (l == 0) ? x_.as<float>() : acts_[std::size_t(l) - 1].as<float>();
-    engine_.unshard(u);
     enqueue_grads(l, delta, h_below, n);
     if (l > 0) {
       // Enqueued after the gradients' copy-back, so that the device computes
@@ -285,27 +254,17 @@ double CudaMlp::forward_backward(std::span<const float> x, std::span<const std::
           cuda_detail::launch_relu_backward(delta_below, h_below, n * in, stream_.get()));
     }
     add_grads_to_engine(l);
-    engine_.reduce_gradients(u);
-    engine_.reshard(u);
     std::swap(delta, delta_below);
-  }
+  });
   return loss_sum / static_cast<double>(n);
 }
 
 EvalCounts CudaMlp::evaluate(std::span<const float> x, std::span<const std::uint8_t> labels,
                              std::size_t n) {
-  begin_batch(x, labels, n);
+  begin_batch("evaluation batch", x, labels, n, 0);
   forward(n);
-  const std::size_t classes = std::size_t(mlp_.layer_sizes().back());
-  EvalCounts counts;
-  counts.samples = static_cast<std::int64_t>(n);
-  for (std::size_t i = 0; i < n; ++i) {
-    const float* row = logits_host_.as<float>() + i * classes;
-    counts.loss_sum += softmax_cross_entropy_row(row, classes, labels[i], 1.0f, nullptr);
-    const auto best = std::size_t(std::max_element(row, row + classes) - row);
-    if (best == labels[i]) ++counts.correct;
-  }
-  return counts;
+  return count_predictions(logits_host_.as<float>(), labels.data(), n,
+                           std::size_t(mlp_.layer_sizes().back()));
 }
 
 }  // namespace zeroshard::examples

@@ -96,9 +96,10 @@ class CudaMlp final : public Classifier {
   struct CublasDeleter {
     void operator()(cublasContext* handle) const noexcept;
   };
-  /// Checks the sizes and labels, makes device_ current, copies x [n,
-  /// inputs] to the device.
-  void begin_batch(std::span<const float> x, std::span<const std::uint8_t> labels, std::size_t n);
+  /// Checks the batch (Mlp::check_batch, `what` naming it), makes device_
+  /// current, copies x [n, inputs] to the device.
+  void begin_batch(const char* what, std::span<const float> x,
+                   std::span<const std::uint8_t> labels, std::size_t n, std::size_t min_n);
   /// Copies layer l's weight and bias (unit unshard) to w_[l], b_[l] as fp32.
   void upload_params(int l);
   /// Forward through every layer (unshard/reshard even for n == 0); leaves

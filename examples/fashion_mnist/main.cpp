@@ -57,6 +57,7 @@ namespace {
 
 constexpr int kClasses = 10;
 constexpr std::int64_t kPixels = 28 * 28;  ///< Fashion-MNIST images
+constexpr std::int64_t kFashionMnistTrainImages = 60000;  ///< the training split
 
 /// Command-line settings.
 struct Options {
@@ -99,18 +100,26 @@ std::vector<std::int64_t> parse_hidden(const std::string& text) {
   return sizes;
 }
 
-/// The flags fill the "auto" values of --config (docs/config.md), as HF
-/// Trainer does from its arguments; the widest hidden layer stands for the
-/// model's hidden size. Without --config: AdamW (lr 1e-3, betas 0.9/0.999,
+/// The program fills the "auto" values of --config from its own settings
+/// by HF Trainer's rules (ConfigOptions::from_program, docs/config.md): the
+/// defaults below with the flags over them, the widest hidden layer as the
+/// model's hidden size, and the run's optimizer steps (--max-steps, or
+/// --epochs passes of the 60000 training images at the global batch) as
+/// total_num_steps. Without --config: AdamW (lr 1e-3, betas 0.9/0.999,
 /// eps 1e-8, weight decay 0.01), micro-batch 32, no accumulation, clipping 1,
-/// a line every 100 steps, with the flags set over it.
+/// a line every 100 steps, with the flags set over it. Offload tiers' pin_memory
+/// is turned off with a warning (the Engine is in host memory, compute_device.h).
 EngineConfig make_config(const Options& o, int world_size) {
-  ConfigOptions fill = config_fills(o.config);
-  const std::vector<std::int64_t> hidden = parse_hidden(o.hidden);
-  if (!hidden.empty()) fill.hidden_size = *std::max_element(hidden.begin(), hidden.end());
   EngineConfig defaults = adamw_job_defaults(32, 1e-3, 0.999, 0.01);
   defaults.steps_per_print = 100;
-  return make_job_config(o.config, std::move(fill), std::move(defaults), world_size);
+  ProgramValues p = program_values(o.config, defaults, world_size);
+  const std::vector<std::int64_t> hidden = parse_hidden(o.hidden);
+  if (!hidden.empty()) p.hidden_size = *std::max_element(hidden.begin(), hidden.end());
+  const auto steps_for_batch = [&](std::int64_t global_batch) {
+    const std::int64_t steps = o.epochs * (kFashionMnistTrainImages / std::max<std::int64_t>(1, global_batch));
+    return o.max_steps > 0 ? std::min(steps, o.max_steps) : steps;
+  };
+  return make_job_config(o.config, p, std::move(defaults), world_size, unpin_host_engine, steps_for_batch);
 }
 
 /// Rank 0 opens the report file before training, so that a bad path fails
@@ -145,9 +154,7 @@ int run(const Options& o) {
   const EngineConfig config = make_config(o, world);
   std::optional<MachineRates> rates;
   if (!o.config.calibration_path.empty()) rates = MachineRates::from_file(o.config.calibration_path);
-  if (rank == 0) {
-    for (const std::string& w : config.warnings) std::fprintf(stderr, "fashion_mnist: warning: %s\n", w.c_str());
-  }
+  if (rank == 0) print_config_notes("fashion_mnist", config);
   // Before the data is read: no GPU (or a build without CUDA) fails in seconds.
   const ComputeDevice device = parse_compute_device(o.device);
   const std::string device_text = select_compute_device(device, *comm);
@@ -263,6 +270,7 @@ int run(const Options& o) {
                             stacked_bar_svg(memory_chart(what + ": memory per rank", current_per_rank(all))));
       write_text_atomically(chart_path(o.report_path, "steps"),
                             stacked_bar_svg(step_chart(what + ": mean step time per rank", observe)));
+      write_monitor_charts(o.report_path, config.observe.csv_monitor, "fashion_mnist, " + what);
     }
   }
   if (rank == 0 && !o.report_path.empty()) write_json_file(o.report_path, report);
@@ -304,6 +312,14 @@ int main(int argc, char** argv) {
                  "write Chrome traces (trace-rank<r>.json and the merged trace.json) to this directory");
   app.add_option("--fill", o.config.fills,
                  "KEY=JSON: value of an \"auto\" KEY in --config, e.g. gradient_clipping=1.0 (repeatable)");
+  auto* bf16 = app.add_flag_callback("--bf16", [&o] { o.config.precision = zeroshard::DType::bf16; },
+                                     "bf16 parameters and gradients (fills \"auto\" bf16.enabled in --config)");
+  app.add_flag_callback("--fp16", [&o] { o.config.precision = zeroshard::DType::f16; },
+                        "fp16 parameters and gradients with loss scaling (fills \"auto\" fp16.enabled in --config)")
+      ->excludes(bf16);
+  app.add_option("--warmup-steps", o.config.warmup_steps,
+                 "value of an \"auto\" scheduler.params.warmup_num_steps in --config (default 0)")
+      ->check(CLI::NonNegativeNumber);
   app.add_option("--epochs", o.epochs, "passes over the training set")
       ->capture_default_str()
       ->check(CLI::Range(1, 1000000));

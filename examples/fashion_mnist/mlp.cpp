@@ -51,6 +51,29 @@ double softmax_cross_entropy_row(const float* logits, std::size_t classes, std::
   return double(m) + log_sum - double(logits[label]);
 }
 
+double softmax_cross_entropy_sum(const float* logits, const std::uint8_t* labels, std::size_t n,
+                                 std::size_t classes, float scale, float* dlogits) {
+  double sum = 0.0;
+  for (std::size_t i = 0; i < n; ++i) {
+    sum += softmax_cross_entropy_row(logits + i * classes, classes, labels[i], scale,
+                                     dlogits + i * classes);
+  }
+  return sum;
+}
+
+EvalCounts count_predictions(const float* logits, const std::uint8_t* labels, std::size_t n,
+                             std::size_t classes) {
+  EvalCounts counts;
+  counts.samples = static_cast<std::int64_t>(n);
+  for (std::size_t i = 0; i < n; ++i) {
+    const float* row = logits + i * classes;
+    counts.loss_sum += softmax_cross_entropy_row(row, classes, labels[i], 1.0f, nullptr);
+    const auto best = std::size_t(std::max_element(row, row + classes) - row);
+    if (best == labels[i]) ++counts.correct;
+  }
+  return counts;
+}
+
 Mlp::Mlp(Engine& engine, std::vector<std::int64_t> layer_sizes, std::size_t max_batch)
     : engine_(engine),
       dtype_(engine.compute_dtype()),
@@ -64,8 +87,6 @@ Mlp::Mlp(Engine& engine, std::vector<std::int64_t> layer_sizes, std::size_t max_
   const GroupId no_decay =
       engine_.add_param_group("no_decay", {.lr = std::nullopt, .weight_decay = 0.0f});
   const int layers = static_cast<int>(sizes_.size()) - 1;
-  std::size_t widest = 0;
-  std::size_t largest_weight = 0;
   for (int l = 0; l < layers; ++l) {
     const std::int64_t in = sizes_[std::size_t(l)];
     const std::int64_t out = sizes_[std::size_t(l) + 1];
@@ -75,16 +96,32 @@ Mlp::Mlp(Engine& engine, std::vector<std::int64_t> layer_sizes, std::size_t max_
     weights_.push_back(engine_.add_parameter(u, name + ".weight", {out, in}));
     biases_.push_back(engine_.add_parameter(u, name + ".bias", {out}, no_decay));
     acts_.emplace_back(max_batch_ * std::size_t(out));
-    widest = std::max({widest, std::size_t(in), std::size_t(out)});
-    largest_weight = std::max(largest_weight, std::size_t(out * in));
+    widest_ = std::max({widest_, std::size_t(in), std::size_t(out)});
+    largest_weight_ = std::max(largest_weight_, std::size_t(out * in));
   }
-  delta_a_.resize(max_batch_ * widest);
-  delta_b_.resize(max_batch_ * widest);
+  delta_a_.resize(max_batch_ * widest_);
+  delta_b_.resize(max_batch_ * widest_);
   if (dtype_ != DType::f32) {
-    wide_w_.resize(largest_weight);
-    wide_gw_.resize(largest_weight);
-    wide_b_.resize(widest);
-    wide_gb_.resize(widest);
+    wide_w_.resize(largest_weight_);
+    wide_gw_.resize(largest_weight_);
+    wide_b_.resize(widest_);
+    wide_gb_.resize(widest_);
+  }
+}
+
+void Mlp::check_batch(const char* what, std::span<const float> x,
+                      std::span<const std::uint8_t> labels, std::size_t n,
+                      std::size_t min_n) const {
+  const std::size_t inputs = std::size_t(sizes_.front());
+  const std::size_t classes = std::size_t(sizes_.back());
+  ZS_CHECK(n >= min_n && n <= max_batch_, "{} of {} samples, expected {}..{}", what, n, min_n,
+           max_batch_);
+  ZS_CHECK(x.size() >= n * inputs && labels.size() >= n,
+           "{} buffers too small: {} inputs, {} labels for {} samples", what, x.size(),
+           labels.size(), n);
+  for (std::size_t i = 0; i < n; ++i) {
+    ZS_CHECK(labels[i] < classes, "label {} of sample {} is not below {} classes", labels[i], i,
+             classes);
   }
 }
 
@@ -99,8 +136,7 @@ const float* Mlp::weight_f32(int l) { return param_f32(weights_[std::size_t(l)],
 const float* Mlp::bias_f32(int l) { return param_f32(biases_[std::size_t(l)], wide_b_); }
 
 void Mlp::accumulate_grads(int l, const float* delta, const float* h_below, std::size_t n) {
-  const std::size_t in = std::size_t(sizes_[std::size_t(l)]);
-  const std::size_t out = std::size_t(sizes_[std::size_t(l) + 1]);
+  const std::size_t in = layer_in(l), out = layer_out(l);
   const ParamId w = weights_[std::size_t(l)];
   const ParamId b = biases_[std::size_t(l)];
   const bool fp32 = dtype_ == DType::f32;
@@ -134,8 +170,7 @@ void Mlp::initialize(std::uint64_t seed) {
   std::mt19937_64 rng(seed);
   std::vector<float> values;
   for (int l = 0; l < num_layers(); ++l) {
-    const std::size_t in = std::size_t(sizes_[std::size_t(l)]);
-    const std::size_t out = std::size_t(sizes_[std::size_t(l) + 1]);
+    const std::size_t in = layer_in(l), out = layer_out(l);
     const float bound = 1.0f / std::sqrt(static_cast<float>(in));
     for (const auto& [param, numel] :
          {std::pair{weights_[std::size_t(l)], out * in}, std::pair{biases_[std::size_t(l)], out}}) {
@@ -148,37 +183,26 @@ void Mlp::initialize(std::uint64_t seed) {
 
 const float* Mlp::forward(const float* x, std::size_t n) {
   const float* h = x;
-  const int layers = num_layers();
-  for (int l = 0; l < layers; ++l) {
-    const std::size_t in = std::size_t(sizes_[std::size_t(l)]);
-    const std::size_t out = std::size_t(sizes_[std::size_t(l) + 1]);
-    const UnitId u = units_[std::size_t(l)];
-    engine_.unshard(u);
+  forward_units([&](int l) {
+    const std::size_t in = layer_in(l), out = layer_out(l);
     if (n > 0) {
-      const auto span = engine_.trace("forward", engine_.layout().unit(u).name);
+      const auto span = engine_.trace("forward", engine_.layout().unit(unit(l)).name);
       const float* w = weight_f32(l);
       const float* b = bias_f32(l);
       float* z = acts_[std::size_t(l)].data();
       // z[n, out] = h[n, in] * W[out, in]^T
       cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, int(n), int(out), int(in), 1.0f, h,
                   int(in), w, int(in), 0.0f, z, int(out));
-      add_bias_activate(z, b, n, out, /*relu=*/l + 1 < layers);
+      add_bias_activate(z, b, n, out, /*relu=*/l + 1 < num_layers());
     }
-    engine_.reshard(u);
     h = acts_[std::size_t(l)].data();
-  }
+  });
   return h;
 }
 
 double Mlp::forward_backward(std::span<const float> x, std::span<const std::uint8_t> labels,
                              std::size_t n) {
-  const std::size_t inputs = std::size_t(sizes_.front());
-  const std::size_t classes = std::size_t(sizes_.back());
-  ZS_CHECK(n >= 1 && n <= max_batch_, "micro-batch of {} samples, expected 1..{}", n, max_batch_);
-  ZS_CHECK(x.size() >= n * inputs && labels.size() >= n,
-           "micro-batch buffers too small: {} inputs, {} labels for {} samples", x.size(),
-           labels.size(), n);
-
+  check_batch("micro-batch", x, labels, n, 1);
   const float* logits = forward(x.data(), n);
 
   // dL/dlogits of the mean loss, times the loss scale: (softmax - onehot) * scale / n.
@@ -188,59 +212,33 @@ double Mlp::forward_backward(std::span<const float> x, std::span<const std::uint
   float* delta_below = delta_b_.data();
   {
     const auto span = engine_.trace("loss");
-    for (std::size_t i = 0; i < n; ++i) {
-      ZS_CHECK(labels[i] < classes, "label {} of sample {} is not below {} classes", labels[i], i,
-               classes);
-      loss_sum += softmax_cross_entropy_row(logits + i * classes, classes, labels[i], grad_scale,
-                                            delta + i * classes);
-    }
+    loss_sum = softmax_cross_entropy_sum(logits, labels.data(), n, std::size_t(sizes_.back()),
+                                         grad_scale, delta);
   }
 
-  for (int l = num_layers() - 1; l >= 0; --l) {
-    const std::size_t in = std::size_t(sizes_[std::size_t(l)]);
-    const std::size_t out = std::size_t(sizes_[std::size_t(l) + 1]);
-    const UnitId u = units_[std::size_t(l)];
+  backward_units([&](int l) {
+    const std::size_t in = layer_in(l), out = layer_out(l);
     const float* h_below = (l == 0) ? x.data() : acts_[std::size_t(l) - 1].data();
-    engine_.unshard(u);
-    {
-      const auto span = engine_.trace("backward", engine_.layout().unit(u).name);
-      accumulate_grads(l, delta, h_below, n);
-      if (l > 0) {
-        // dh[n, in] = delta[n, out] * W[out, in]; through ReLU: zero where h <= 0.
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, int(n), int(in), int(out), 1.0f, delta,
-                    int(out), weight_f32(l), int(in), 0.0f, delta_below, int(in));
-        for (std::size_t k = 0; k < n * in; ++k) {
-          if (!(h_below[k] > 0.0f)) delta_below[k] = 0.0f;
-        }
+    const auto span = engine_.trace("backward", engine_.layout().unit(unit(l)).name);
+    accumulate_grads(l, delta, h_below, n);
+    if (l > 0) {
+      // dh[n, in] = delta[n, out] * W[out, in]; through ReLU: zero where h <= 0.
+      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, int(n), int(in), int(out), 1.0f, delta,
+                  int(out), weight_f32(l), int(in), 0.0f, delta_below, int(in));
+      for (std::size_t k = 0; k < n * in; ++k) {
+        if (!(h_below[k] > 0.0f)) delta_below[k] = 0.0f;
       }
     }
-    engine_.reduce_gradients(u);
-    engine_.reshard(u);
     std::swap(delta, delta_below);
-  }
+  });
   return loss_sum / static_cast<double>(n);
 }
 
 EvalCounts Mlp::evaluate(std::span<const float> x, std::span<const std::uint8_t> labels,
                          std::size_t n) {
-  const std::size_t inputs = std::size_t(sizes_.front());
-  const std::size_t classes = std::size_t(sizes_.back());
-  ZS_CHECK(n <= max_batch_, "evaluation batch of {} samples, at most {}", n, max_batch_);
-  ZS_CHECK(x.size() >= n * inputs && labels.size() >= n,
-           "evaluation buffers too small: {} inputs, {} labels for {} samples", x.size(),
-           labels.size(), n);
+  check_batch("evaluation batch", x, labels, n, 0);
   const float* logits = forward(x.data(), n);
-  EvalCounts counts;
-  counts.samples = static_cast<std::int64_t>(n);
-  for (std::size_t i = 0; i < n; ++i) {
-    const float* row = logits + i * classes;
-    ZS_CHECK(labels[i] < classes, "label {} of sample {} is not below {} classes", labels[i], i,
-             classes);
-    counts.loss_sum += softmax_cross_entropy_row(row, classes, labels[i], 1.0f, nullptr);
-    const auto best = std::size_t(std::max_element(row, row + classes) - row);
-    if (best == labels[i]) ++counts.correct;
-  }
-  return counts;
+  return count_predictions(logits, labels.data(), n, std::size_t(sizes_.back()));
 }
 
 }  // namespace zeroshard::examples

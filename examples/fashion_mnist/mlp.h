@@ -68,6 +68,42 @@ class Mlp final : public Classifier {
 
   /// Number of Linear layers (K).
   int num_layers() const { return static_cast<int>(units_.size()); }
+  /// Inputs and outputs of layer l in [0, num_layers()).
+  std::size_t layer_in(int l) const { return std::size_t(sizes_.at(std::size_t(l))); }
+  std::size_t layer_out(int l) const { return std::size_t(sizes_.at(std::size_t(l) + 1)); }
+  /// The largest layer width (inputs or outputs) and the largest weight
+  /// (out x in), in elements: the sizes of per-layer scratch buffers.
+  std::size_t widest() const { return widest_; }
+  std::size_t largest_weight() const { return largest_weight_; }
+  /// The Engine calls of a forward pass around `compute`, layer by layer:
+  /// unshard(unit(l)), compute(l), reshard(unit(l)). Every classifier of
+  /// this model (this one, CudaMlp) runs its passes through these two, so
+  /// all issue the same collectives in the same order.
+  template <class Compute>
+  void forward_units(Compute&& compute) {
+    for (int l = 0; l < num_layers(); ++l) {
+      engine_.unshard(unit(l));
+      compute(l);
+      engine_.reshard(unit(l));
+    }
+  }
+  /// The backward pass's: for l from the last layer down, unshard(unit(l)),
+  /// compute(l) (which adds layer l's gradients), reduce_gradients(unit(l)),
+  /// reshard(unit(l)).
+  template <class Compute>
+  void backward_units(Compute&& compute) {
+    for (int l = num_layers() - 1; l >= 0; --l) {
+      engine_.unshard(unit(l));
+      compute(l);
+      engine_.reduce_gradients(unit(l));
+      engine_.reshard(unit(l));
+    }
+  }
+  /// Throws InvariantError unless min_n <= n <= max_batch(), x holds n x
+  /// inputs floats and labels n entries, each below the number of classes;
+  /// `what` names the batch in the message ("micro-batch", ...).
+  void check_batch(const char* what, std::span<const float> x,
+                   std::span<const std::uint8_t> labels, std::size_t n, std::size_t min_n) const;
   /// {inputs, hidden..., classes}.
   const std::vector<std::int64_t>& layer_sizes() const override { return sizes_; }
   /// Total parameter elements (Psi).
@@ -104,6 +140,8 @@ class Mlp final : public Classifier {
   std::vector<ParamId> biases_;
   std::vector<std::vector<float>>
       acts_;                    ///< acts_[l]: [max_batch, out_l], post-ReLU (logits for the last)
+  std::size_t widest_ = 0;
+  std::size_t largest_weight_ = 0;
   std::vector<float> delta_a_;  ///< [max_batch, max width]: dL/dz of the current layer
   std::vector<float> delta_b_;  ///< [max_batch, max width]: dL/dz of the layer below
   // fp32 scratch for 16-bit training only (empty in fp32): a layer's widened
@@ -116,5 +154,16 @@ class Mlp final : public Classifier {
 /// dlogits (may be null to skip). Returns the loss (nats).
 double softmax_cross_entropy_row(const float* logits, std::size_t classes, std::uint8_t label,
                                  float scale, float* dlogits);
+
+/// The sum over n rows of logits [n, classes] of softmax_cross_entropy_row
+/// against labels [n], each row's dL/dlogits (scaled by `scale`) written to
+/// the same row of dlogits [n, classes]. Returns the loss sum (nats).
+double softmax_cross_entropy_sum(const float* logits, const std::uint8_t* labels, std::size_t n,
+                                 std::size_t classes, float scale, float* dlogits);
+
+/// Loss sum and correct predictions (arg-max logit == label) of logits [n,
+/// classes] against labels [n].
+EvalCounts count_predictions(const float* logits, const std::uint8_t* labels, std::size_t n,
+                             std::size_t classes);
 
 }  // namespace zeroshard::examples

@@ -161,7 +161,9 @@ TrainResult Trainer::run() {
       const auto step_start = Clock::now();
       for (std::size_t k = 0; k < accumulation; ++k) {
         gather_samples(train_, sampler_.micro_batch(step, k), x, y);
-        step_loss += mlp_.forward_backward(x, y, micro);
+        const double loss = mlp_.forward_backward(x, y, micro);
+        engine_.report_loss(loss);  // the csv_monitor's train_loss (rank 0's)
+        step_loss += loss;
         sr = engine_.step();
         ++micro_count;
       }

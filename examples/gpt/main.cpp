@@ -64,6 +64,7 @@ struct Options {
   std::string calibration_path;  ///< --calibration FILE: predicted vs measured step time
   bool bf16 = false;
   std::string offload = "none";  ///< offload_optimizer device: none or cpu
+  std::int64_t warmup_steps = 0;  ///< --warmup-steps: fills "auto" warmup_num_steps
   GptShape shape;
   int micro_batch = 8;
   int seq = 64;
@@ -88,9 +89,13 @@ struct Options {
 /// (pp - 1) / (3 pp - 1)).
 int micro_batches(const Options& o) { return o.accumulation > 0 ? o.accumulation : (o.pp > 1 ? 2 * o.pp : 1); }
 
-/// --config with its "auto" values filled from the flags, or AdamW
-/// (betas 0.9/0.95, weight decay 0.1 outside the no_decay group), clipping 1,
-/// stage 3, the flags' micro-batch and lr; then --stage, --bf16, --offload.
+/// --config with its "auto" values filled from the program's settings by
+/// HF Trainer's rules (ConfigOptions::from_program: the defaults below with
+/// the flags over them, the model width as the hidden size, --steps as
+/// total_num_steps), or AdamW (betas 0.9/0.95, weight decay 0.1 outside
+/// the no_decay group), clipping 1, stage 3, the flags' micro-batch and lr;
+/// then --stage, --bf16 and --offload. Offload tiers' pin_memory is turned
+/// off with a warning (the Engine is in host memory).
 EngineConfig make_config(const Options& o, int dp) {
   ConfigFlags flags;
   flags.config_path = o.config_path;
@@ -101,19 +106,24 @@ EngineConfig make_config(const Options& o, int dp) {
   flags.micro_batch = o.micro_batch;
   flags.accumulation = micro_batches(o);
   flags.lr = o.lr;
-  ConfigOptions fill = config_fills(flags);
-  fill.hidden_size = o.shape.dim;
-  return make_job_config(flags, std::move(fill),
-                         adamw_job_defaults(o.micro_batch, o.lr, 0.95, 0.1), dp,
-                         [&](EngineConfig& c) {
-                           // The breakdown prints with each validation line, and at
-                           // least once in a run shorter than --eval-every.
-                           if (o.config_path.empty()) {
-                             c.steps_per_print = std::max(1, static_cast<int>(std::min<std::int64_t>(o.eval_every, o.steps)));
-                           }
-                           if (o.bf16) c.compute_dtype = DType::bf16;
-                           if (o.offload == "cpu") c.offload.optimizer.device = OffloadDevice::cpu;
-                         });
+  flags.precision = o.bf16 ? DType::bf16 : DType::f32;
+  flags.warmup_steps = o.warmup_steps;
+  EngineConfig defaults = adamw_job_defaults(o.micro_batch, o.lr, 0.95, 0.1);
+  ProgramValues p = program_values(flags, defaults, dp);
+  p.hidden_size = o.shape.dim;
+  return make_job_config(
+      flags, p, std::move(defaults), dp,
+      [&](EngineConfig& c) {
+        // The breakdown prints with each validation line, and at
+        // least once in a run shorter than --eval-every.
+        if (o.config_path.empty()) {
+          c.steps_per_print = std::max(1, static_cast<int>(std::min<std::int64_t>(o.eval_every, o.steps)));
+        }
+        if (o.bf16) c.compute_dtype = DType::bf16;
+        if (o.offload == "cpu") c.offload.optimizer.device = OffloadDevice::cpu;
+        unpin_host_engine(c);
+      },
+      [&](std::int64_t) { return o.steps; });
 }
 
 double bits(double nats) { return nats / std::log(2.0); }
@@ -147,6 +157,7 @@ int run(const Options& options) {
   // [Note: tensor-parallel placement]: said before anything else runs.
   const TpPlacement placement = tp_placement(mesh, split_by_node(*world));
   const EngineConfig config = make_config(o, dp);
+  if (rank == 0) print_config_notes("gpt", config);
   // The configuration decides (a ds_config value wins over the flag that
   // fills its "auto"): the loop runs its micro-batch and accumulation.
   o.micro_batch = static_cast<int>(config.train_micro_batch_size_per_gpu);
@@ -240,6 +251,7 @@ int run(const Options& options) {
     std::vector<std::vector<std::int32_t>> batches;
     for (int j = 0; j < m; ++j) batches.push_back(next_micro_batch());
     const double loss = gpt.train_batch(batches, o.micro_batch, o.seq, schedule, engine.loss_scale());
+    engine.report_loss(loss);  // the csv_monitor's train_loss (world rank 0's)
     const StepResult r = engine.step();
     const double step_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     compute_s += step_s;
@@ -359,6 +371,7 @@ int run(const Options& options) {
                           stacked_bar_svg(memory_chart(what + ": memory per rank", current_per_rank(all))));
     write_text_atomically(chart_path(o.report_path, "steps"),
                           stacked_bar_svg(step_chart(what + ": mean step time per rank", observe)));
+    write_monitor_charts(o.report_path, config.observe.csv_monitor, what);
   }
   return 0;
 }
@@ -390,6 +403,9 @@ int main(int argc, char** argv) {
   app.add_option("--trace", o.trace_dir,
                  "write Chrome traces (trace-rank<r>.json and the merged trace.json) to this directory");
   app.add_flag("--bf16", o.bf16, "bf16 parameters and gradients, fp32 master weights");
+  app.add_option("--warmup-steps", o.warmup_steps,
+                 "value of an \"auto\" scheduler.params.warmup_num_steps in --config (default 0)")
+      ->check(CLI::NonNegativeNumber);
   app.add_option("--offload", o.offload, "offload_optimizer device")
       ->check(CLI::IsMember({"none", "cpu"}))->capture_default_str();
   app.add_option("--layers", o.shape.layers, "decoder blocks")

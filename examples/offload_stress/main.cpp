@@ -32,6 +32,7 @@
 
 #include "comm/communicator.h"
 #include "core/error.h"
+#include "core/splitmix64.h"
 #include "examples/end_job.h"
 #include "examples/report/plan_lines.h"
 #include "examples/report/progress_line.h"
@@ -45,22 +46,15 @@ namespace {
 using Clock = std::chrono::steady_clock;
 double since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
 
-std::uint64_t mix(std::uint64_t x) {  // splitmix64 finaliser
-  x += 0x9e3779b97f4a7c15ULL;
-  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ULL;
-  x = (x ^ (x >> 27)) * 0x94d049bb133111ebULL;
-  return x ^ (x >> 31);
-}
-
 // Initial value of element i of unit u: a multiple of 2^-15 in [-1, 1).
 float init_value(int u, std::size_t i) {
-  const std::uint64_t h = mix((static_cast<std::uint64_t>(u) << 40) ^ i);
+  const std::uint64_t h = splitmix64((static_cast<std::uint64_t>(u) << 40) ^ i);
   return static_cast<float>(static_cast<std::int64_t>(h % 65536) - 32768) / 32768.0f;
 }
 
 // Gradient of element i of unit u at step t (the same on every rank).
 float grad_value(int t, int u, std::size_t i) {
-  const std::uint64_t h = mix((static_cast<std::uint64_t>(t) << 56) ^ (static_cast<std::uint64_t>(u) << 40) ^ i ^ 0x5a5a);
+  const std::uint64_t h = splitmix64((static_cast<std::uint64_t>(t) << 56) ^ (static_cast<std::uint64_t>(u) << 40) ^ i ^ 0x5a5a);
   return static_cast<float>(static_cast<std::int64_t>(h % 1025) - 512) / 1024.0f;
 }
 

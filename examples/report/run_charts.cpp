@@ -2,6 +2,11 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
+#include <filesystem>
+
+#include "runtime/observe/csv_monitor.h"
+
 namespace zeroshard::examples {
 
 BarChart memory_chart(const std::string& title, const std::vector<MemoryByCategory>& ranks) {
@@ -28,6 +33,35 @@ BarChart step_chart(const std::string& title, const nlohmann::json& observe_repo
     chart.bars.push_back(std::move(bar));
   }
   return chart;
+}
+
+BarChart monitor_chart(const std::string& title, const std::string& unit,
+                       const std::vector<std::pair<std::int64_t, double>>& rows, std::size_t max_bars) {
+  BarChart chart{title, unit, {"mean of the rows"}, {}};
+  if (rows.empty() || max_bars == 0) return chart;
+  const std::size_t per_bar = (rows.size() + max_bars - 1) / max_bars;
+  for (std::size_t first = 0; first < rows.size(); first += per_bar) {
+    const std::size_t last = std::min(rows.size(), first + per_bar);
+    double sum = 0;
+    for (std::size_t i = first; i < last; ++i) sum += rows[i].second;
+    chart.bars.push_back(
+        Bar{fmt::format("{}", rows[last - 1].first), {sum / static_cast<double>(last - first)}});
+  }
+  return chart;
+}
+
+void write_monitor_charts(const std::string& report_path, const CsvMonitorConfig& monitor, const std::string& what) {
+  if (!monitor.enabled) return;
+  const std::pair<const char*, const char*> series[] = {
+      {"train_loss", "nats"}, {"lr", "learning rate"}, {"grad_norm", "L2 norm"}, {"samples_per_second", "samples/s"}};
+  for (const auto& [name, unit] : series) {
+    const std::string file = CsvMonitor::file_of(monitor.directory(), name);
+    if (!std::filesystem::exists(file)) continue;
+    const BarChart chart =
+        monitor_chart(fmt::format("{}: {} by samples trained ({})", what, name, CsvMonitor::event_name(name)), unit,
+                      read_monitor_series(file));
+    write_text_atomically(chart_path(report_path, fmt::format("monitor-{}", name)), stacked_bar_svg(chart));
+  }
 }
 
 std::string chart_path(const std::string& report_path, const std::string& suffix) {

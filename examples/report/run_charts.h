@@ -7,12 +7,14 @@
 #include <array>
 #include <cstdint>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include <nlohmann/json.hpp>
 
 #include "core/memory_ledger.h"
 #include "examples/report/svg_chart.h"
+#include "runtime/config/observe_config.h"
 #include "runtime/engine/engine.h"
 
 namespace zeroshard::examples {
@@ -29,6 +31,21 @@ BarChart memory_chart(const std::string& title, const std::vector<MemoryByCatego
 /// comm_wait, optimizer, io_wait and other, from Engine::observe_report()'s
 /// "per_rank_mean_ms"; no bars when the report has none.
 BarChart step_chart(const std::string& title, const nlohmann::json& observe_report);
+
+/// A chart of one csv_monitor series (rows as read_monitor_series gives
+/// them: samples, value), in `unit`: at most `max_bars` bars, each the
+/// mean of consecutive rows and labelled with the sample count of its last
+/// row. No bars for no rows.
+BarChart monitor_chart(const std::string& title, const std::string& unit,
+                       const std::vector<std::pair<std::int64_t, double>>& rows, std::size_t max_bars = 12);
+
+/// With csv_monitor on: the charts of its train_loss, lr, grad_norm and
+/// samples_per_second files (runtime/observe/csv_monitor.h) beside the
+/// report, "<report>-monitor-<series>.svg", titled `what`; a series without
+/// a file (no loss reported) is left out. Call on world rank 0, which wrote
+/// the files, after training. Throws IoError / Error as read_monitor_series
+/// and write_text_atomically.
+void write_monitor_charts(const std::string& report_path, const CsvMonitorConfig& monitor, const std::string& what);
 
 /// "<report without .json>-<suffix>.svg": where a chart of `report_path` goes.
 std::string chart_path(const std::string& report_path, const std::string& suffix);

@@ -45,12 +45,8 @@ inline void adagrad_element(float& p, float graw, float& sum, const AdagradScala
 void adagrad_update_reference(float* param, const void* grad, DType grad_dtype, float* state_sum,
                               void* param_copy, DType copy_dtype, std::size_t n,
                               const AdagradScalars& s) {
-  check_kernel_dtype(grad_dtype, "grad");
-  if (param_copy != nullptr) check_copy_dtype(copy_dtype);
-  for (std::size_t i = 0; i < n; ++i) {
-    adagrad_element(param[i], load_as_float(grad, grad_dtype, i), state_sum[i], s);
-    if (param_copy != nullptr) store_from_float(param_copy, copy_dtype, i, param[i]);
-  }
+  reference_update(param, grad, grad_dtype, param_copy, copy_dtype, n,
+                   [&](std::size_t i, float g) { adagrad_element(param[i], g, state_sum[i], s); });
 }
 
 }  // namespace zeroshard::kernels

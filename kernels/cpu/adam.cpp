@@ -33,23 +33,17 @@ AdamScalars make_adam_scalars(double lr, double beta1, double beta2, double eps,
   return s;
 }
 
-
 void adam_update_reference(float* param, const float* grad, float* exp_avg, float* exp_avg_sq,
                            std::size_t n, const AdamScalars& s) {
-  for (std::size_t i = 0; i < n; ++i) {
-    detail::adam_element(param[i], grad[i], exp_avg[i], exp_avg_sq[i], s);
-  }
+  adam_update_reference(param, grad, DType::f32, exp_avg, exp_avg_sq, nullptr, DType::bf16, n, s);
 }
 
 void adam_update_reference(float* param, const void* grad, DType grad_dtype, float* exp_avg,
                            float* exp_avg_sq, void* param_copy, DType copy_dtype, std::size_t n,
                            const AdamScalars& s) {
-  check_kernel_dtype(grad_dtype, "grad");
-  if (param_copy != nullptr) check_copy_dtype(copy_dtype);
-  for (std::size_t i = 0; i < n; ++i) {
-    detail::adam_element(param[i], load_as_float(grad, grad_dtype, i), exp_avg[i], exp_avg_sq[i], s);
-    if (param_copy != nullptr) store_from_float(param_copy, copy_dtype, i, param[i]);
-  }
+  reference_update(param, grad, grad_dtype, param_copy, copy_dtype, n, [&](std::size_t i, float g) {
+    detail::adam_element(param[i], g, exp_avg[i], exp_avg_sq[i], s);
+  });
 }
 
 }  // namespace zeroshard::kernels

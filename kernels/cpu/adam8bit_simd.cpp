@@ -23,6 +23,7 @@
 #include "kernels/cpu/convert.h"
 #include "kernels/cpu/quant_map-inl.h"
 #include "kernels/cpu/thread_pool.h"
+#include "kernels/cpu/update_loop-inl.h"
 
 HWY_BEFORE_NAMESPACE();
 namespace zeroshard::kernels::HWY_NAMESPACE {
@@ -204,39 +205,16 @@ void Adam8Blocks(float* p, const void* g, const Adam8bitState& st, void* copy, s
   EncodeScalarBlocks(last);
 }
 
-template <Fmt kGrad, Fmt kCopy>
-void Adam8Decay(float* p, const void* g, const Adam8bitState& st, void* copy, std::size_t n,
-                std::size_t block, const AdamScalars& s) {
-  if (s.decoupled) {
-    Adam8Blocks<kGrad, kCopy, true>(p, g, st, copy, n, block, s);
-  } else {
-    Adam8Blocks<kGrad, kCopy, false>(p, g, st, copy, n, block, s);
-  }
-}
-
-template <Fmt kGrad>
-void Adam8Copy(float* p, const void* g, const Adam8bitState& st, void* copy, DType copy_dtype,
-               std::size_t n, std::size_t block, const AdamScalars& s) {
-  if (copy == nullptr) {
-    Adam8Decay<kGrad, Fmt::none>(p, g, st, copy, n, block, s);
-  } else if (copy_dtype == DType::bf16) {
-    Adam8Decay<kGrad, Fmt::bf16>(p, g, st, copy, n, block, s);
-  } else {
-    Adam8Decay<kGrad, Fmt::f16>(p, g, st, copy, n, block, s);
-  }
-}
-
 }  // namespace
 
 // Whole blocks of already offset arrays (n: a multiple of block except at
 // the array's end); dtypes and block validated by the caller.
 void Adam8Range(float* p, const void* g, DType grad_dtype, const Adam8bitState& st, void* copy,
                 DType copy_dtype, std::size_t n, std::size_t block, const AdamScalars& s) {
-  switch (grad_dtype) {
-    case DType::bf16: return Adam8Copy<Fmt::bf16>(p, g, st, copy, copy_dtype, n, block, s);
-    case DType::f16: return Adam8Copy<Fmt::f16>(p, g, st, copy, copy_dtype, n, block, s);
-    default: return Adam8Copy<Fmt::f32>(p, g, st, copy, copy_dtype, n, block, s);
-  }
+  DispatchFormats(grad_dtype, copy, copy_dtype, [&]<Fmt kGrad, Fmt kCopy>() {
+    if (s.decoupled) return Adam8Blocks<kGrad, kCopy, true>(p, g, st, copy, n, block, s);
+    Adam8Blocks<kGrad, kCopy, false>(p, g, st, copy, n, block, s);
+  });
 }
 
 }  // namespace zeroshard::kernels::HWY_NAMESPACE
@@ -254,18 +232,13 @@ void adam8bit_update(float* param, const void* grad, DType grad_dtype, const Ada
   if (n == 0) return;
   const auto kernel = HWY_DYNAMIC_DISPATCH(Adam8Range);
   const std::size_t gs = dtype_size(grad_dtype), cs = dtype_size(copy_dtype);
-  const std::size_t blocks = quant_block_count(n, block);
-  kernel_pool().parallel_for(
-      blocks, 1, std::max<std::size_t>(1, kMinChunkElements / block),
-      [&](std::size_t, std::size_t b, std::size_t e) {
-        const std::size_t lo = b * block, hi = std::min(n, e * block);
-        if (lo >= hi) return;
-        Adam8bitState sub{st.exp_avg_code + lo, st.exp_avg_absmax + b, st.exp_avg_sq_code + lo,
-                          st.exp_avg_sq_absmax + b};
-        void* copy = param_copy == nullptr ? nullptr : static_cast<unsigned char*>(param_copy) + lo * cs;
-        kernel(param + lo, static_cast<const unsigned char*>(grad) + lo * gs, grad_dtype, sub, copy,
-               copy_dtype, hi - lo, block, s);
-      });
+  parallel_for_blocks(n, block, [&](std::size_t b, std::size_t lo, std::size_t hi) {
+    Adam8bitState sub{st.exp_avg_code + lo, st.exp_avg_absmax + b, st.exp_avg_sq_code + lo,
+                      st.exp_avg_sq_absmax + b};
+    void* copy = param_copy == nullptr ? nullptr : static_cast<unsigned char*>(param_copy) + lo * cs;
+    kernel(param + lo, static_cast<const unsigned char*>(grad) + lo * gs, grad_dtype, sub, copy,
+           copy_dtype, hi - lo, block, s);
+  });
 }
 
 }  // namespace zeroshard::kernels

@@ -20,6 +20,7 @@
 #include "kernels/cpu/convert.h"
 #include "kernels/cpu/stochastic_round.h"
 #include "kernels/cpu/thread_pool.h"
+#include "kernels/cpu/update_loop-inl.h"
 
 HWY_BEFORE_NAMESPACE();
 namespace zeroshard::kernels::HWY_NAMESPACE {
@@ -63,82 +64,51 @@ HWY_INLINE void StoreBf16Stochastic(DF df, hn::Vec<DF> v, hn::Vec<hn::RebindToUn
   StoreLow16(df, hn::IfThenElse(is_nan, nan, rounded), p);
 }
 
-// Elements [i, i + Lanes) of one update; idx: the global index of element i
-// (stochastic rounding).
-template <Fmt kGrad, Fmt kCopy, bool kDecoupled, bool kStochastic, class DF>
-HWY_INLINE void Bf16StateStep(DF df, const AdamVecScalars<DF>& c, StochasticKey key,
-                              float* HWY_RESTRICT p, const void* HWY_RESTRICT g,
-                              std::uint16_t* HWY_RESTRICT m, std::uint16_t* HWY_RESTRICT v,
-                              void* HWY_RESTRICT copy, std::size_t i, std::uint64_t idx) {
-  auto pv = hn::LoadU(df, p + i);
-  auto mv = LoadBf16(df, m + i);
-  auto vv = LoadBf16(df, v + i);
-  AdamVec<kDecoupled>(df, c, LoadAsF32<kGrad>(df, g, i), pv, mv, vv);
-  hn::StoreU(pv, df, p + i);
-  StoreFromF32<kCopy>(df, pv, copy, i);
-  if constexpr (kStochastic) {
-    const hn::RebindToUnsigned<DF> du;
-    const auto bits = StochasticBits(du, key, idx);
-    StoreBf16Stochastic(df, mv, hn::And(bits, hn::Set(du, 0xffffu)), m + i);
-    StoreBf16Stochastic(df, vv, hn::ShiftRight<16>(bits), v + i);
-  } else {
-    (void)key;
-    (void)idx;
-    StoreBf16(df, mv, m + i);
-    StoreBf16(df, vv, v + i);
+// One Adam (kDecoupled: AdamW) update of Lanes elements of bf16 states,
+// rounded to nearest even or (kStochastic) with the stream of the
+// elements' global indices, first_index + index.
+template <bool kDecoupled, bool kStochastic, class DF>
+struct Bf16StateStep {
+  // Elements [at, at + Lanes) (UpdateLoop's step).
+  template <Fmt kGrad, Fmt kCopy>
+  HWY_INLINE void Run(std::size_t at, std::size_t index, float* HWY_RESTRICT p,
+                      const void* HWY_RESTRICT g, void* HWY_RESTRICT copy,
+                      std::uint16_t* HWY_RESTRICT m, std::uint16_t* HWY_RESTRICT v) const {
+    auto pv = hn::LoadU(df, p + at);
+    auto mv = LoadBf16(df, m + at);
+    auto vv = LoadBf16(df, v + at);
+    AdamVec<kDecoupled>(df, c, LoadAsF32<kGrad>(df, g, at), pv, mv, vv);
+    hn::StoreU(pv, df, p + at);
+    StoreFromF32<kCopy>(df, pv, copy, at);
+    if constexpr (kStochastic) {
+      const hn::RebindToUnsigned<DF> du;
+      const auto bits = StochasticBits(du, key, first_index + index);
+      StoreBf16Stochastic(df, mv, hn::And(bits, hn::Set(du, 0xffffu)), m + at);
+      StoreBf16Stochastic(df, vv, hn::ShiftRight<16>(bits), v + at);
+    } else {
+      (void)index;
+      StoreBf16(df, mv, m + at);
+      StoreBf16(df, vv, v + at);
+    }
   }
-}
 
-template <Fmt kGrad, Fmt kCopy, bool kDecoupled, bool kStochastic>
-void Bf16StateLoop(float* p, const void* g, std::uint16_t* m, std::uint16_t* v, void* copy,
-                   std::size_t n, const AdamScalars& s, const Bf16StateRounding& r) {
-  const hn::ScalableTag<float> df;
-  const AdamVecScalars<hn::ScalableTag<float>> c(df, s);
-  const StochasticKey key = stochastic_key(r.seed, r.step);
-  const std::size_t lanes = hn::Lanes(df);
-  std::size_t i = 0;
-  for (; i + lanes <= n; i += lanes) {
-    Bf16StateStep<kGrad, kCopy, kDecoupled, kStochastic>(df, c, key, p, g, m, v, copy, i,
-                                                         r.first_index + i);
-  }
-  if (i == n) return;
-  const std::size_t rem = n - i;
-  constexpr std::size_t gs = fmt_size(kGrad), cs = fmt_size(kCopy);
-  TailBuffer tp, tg, tm, tv, tc;
-  Bf16StateStep<kGrad, kCopy, kDecoupled, kStochastic>(
-      df, c, key, static_cast<float*>(tp.load(p + i, rem, 4)), tg.load(Advance(g, i, gs), rem, gs),
-      static_cast<std::uint16_t*>(tm.load(m + i, rem, 2)),
-      static_cast<std::uint16_t*>(tv.load(v + i, rem, 2)), kCopy == Fmt::none ? nullptr : tc.bytes,
-      0, r.first_index + i);
-  tp.store(p + i, rem, 4);
-  tm.store(m + i, rem, 2);
-  tv.store(v + i, rem, 2);
-  if constexpr (kCopy != Fmt::none) tc.store(Advance(copy, i, cs), rem, cs);
-}
+  DF df;
+  AdamVecScalars<DF> c;
+  StochasticKey key;
+  std::uint64_t first_index;  // the global index of element 0
+};
 
-template <Fmt kGrad, Fmt kCopy>
-void Bf16StateModes(float* p, const void* g, std::uint16_t* m, std::uint16_t* v, void* copy,
-                    std::size_t n, const AdamScalars& s, const Bf16StateRounding& r) {
-  const bool sr = r.mode == StateRounding::stochastic;
-  if (s.decoupled) {
-    if (sr) return Bf16StateLoop<kGrad, kCopy, true, true>(p, g, m, v, copy, n, s, r);
-    return Bf16StateLoop<kGrad, kCopy, true, false>(p, g, m, v, copy, n, s, r);
-  }
-  if (sr) return Bf16StateLoop<kGrad, kCopy, false, true>(p, g, m, v, copy, n, s, r);
-  Bf16StateLoop<kGrad, kCopy, false, false>(p, g, m, v, copy, n, s, r);
-}
-
-template <Fmt kGrad>
-void Bf16StateCopy(float* p, const void* g, std::uint16_t* m, std::uint16_t* v, void* copy,
-                   DType copy_dtype, std::size_t n, const AdamScalars& s,
+template <bool kDecoupled, bool kStochastic>
+void Bf16StateMode(float* p, const void* g, DType grad_dtype, std::uint16_t* m, std::uint16_t* v,
+                   void* copy, DType copy_dtype, std::size_t n, const AdamScalars& s,
                    const Bf16StateRounding& r) {
-  if (copy == nullptr) {
-    Bf16StateModes<kGrad, Fmt::none>(p, g, m, v, copy, n, s, r);
-  } else if (copy_dtype == DType::bf16) {
-    Bf16StateModes<kGrad, Fmt::bf16>(p, g, m, v, copy, n, s, r);
-  } else {
-    Bf16StateModes<kGrad, Fmt::f16>(p, g, m, v, copy, n, s, r);
-  }
+  using DF = hn::ScalableTag<float>;
+  const DF df;
+  const Bf16StateStep<kDecoupled, kStochastic, DF> step{
+      df, AdamVecScalars<DF>(df, s), stochastic_key(r.seed, r.step), r.first_index};
+  DispatchFormats(grad_dtype, copy, copy_dtype, [&]<Fmt kGrad, Fmt kCopy>() {
+    UpdateLoop<kGrad, kCopy>(df, step, n, p, g, copy, m, v);
+  });
 }
 
 }  // namespace
@@ -148,11 +118,13 @@ void Bf16StateCopy(float* p, const void* g, std::uint16_t* m, std::uint16_t* v, 
 void Bf16StateRange(float* p, const void* g, DType grad_dtype, std::uint16_t* m,
                     std::uint16_t* v, void* copy, DType copy_dtype, std::size_t n,
                     const AdamScalars& s, const Bf16StateRounding& r) {
-  switch (grad_dtype) {
-    case DType::bf16: return Bf16StateCopy<Fmt::bf16>(p, g, m, v, copy, copy_dtype, n, s, r);
-    case DType::f16: return Bf16StateCopy<Fmt::f16>(p, g, m, v, copy, copy_dtype, n, s, r);
-    default: return Bf16StateCopy<Fmt::f32>(p, g, m, v, copy, copy_dtype, n, s, r);
+  const bool sr = r.mode == StateRounding::stochastic;
+  if (s.decoupled) {
+    if (sr) return Bf16StateMode<true, true>(p, g, grad_dtype, m, v, copy, copy_dtype, n, s, r);
+    return Bf16StateMode<true, false>(p, g, grad_dtype, m, v, copy, copy_dtype, n, s, r);
   }
+  if (sr) return Bf16StateMode<false, true>(p, g, grad_dtype, m, v, copy, copy_dtype, n, s, r);
+  Bf16StateMode<false, false>(p, g, grad_dtype, m, v, copy, copy_dtype, n, s, r);
 }
 
 }  // namespace zeroshard::kernels::HWY_NAMESPACE

@@ -17,69 +17,44 @@
 #include "kernels/cpu/adam-inl.h"
 #include "kernels/cpu/convert-inl.h"
 #include "kernels/cpu/convert.h"
-#include "kernels/cpu/thread_pool.h"
+#include "kernels/cpu/parallel_update.h"
+#include "kernels/cpu/update_loop-inl.h"
 
 HWY_BEFORE_NAMESPACE();
 namespace zeroshard::kernels::HWY_NAMESPACE {
 namespace {
 
-// Elements [i, i + Lanes) of one update.
-template <Fmt kGrad, Fmt kCopy, bool kDecoupled, class DF>
-HWY_INLINE void AdamStep(DF df, const AdamVecScalars<DF>& c, float* HWY_RESTRICT p,
-                         const void* HWY_RESTRICT g, float* HWY_RESTRICT m,
-                         float* HWY_RESTRICT v, void* HWY_RESTRICT copy, std::size_t i) {
-  auto pv = hn::LoadU(df, p + i);
-  auto mv = hn::LoadU(df, m + i);
-  auto vv = hn::LoadU(df, v + i);
-  AdamVec<kDecoupled>(df, c, LoadAsF32<kGrad>(df, g, i), pv, mv, vv);
-  hn::StoreU(pv, df, p + i);
-  hn::StoreU(mv, df, m + i);
-  hn::StoreU(vv, df, v + i);
-  StoreFromF32<kCopy>(df, pv, copy, i);
-}
-
-template <Fmt kGrad, Fmt kCopy, bool kDecoupled>
-void AdamLoop(float* p, const void* g, float* m, float* v, void* copy, std::size_t n,
-              const AdamScalars& s) {
-  const hn::ScalableTag<float> df;
-  const AdamVecScalars<hn::ScalableTag<float>> c(df, s);
-  const std::size_t lanes = hn::Lanes(df);
-  std::size_t i = 0;
-  for (; i + lanes <= n; i += lanes) AdamStep<kGrad, kCopy, kDecoupled>(df, c, p, g, m, v, copy, i);
-  if (i == n) return;
-  const std::size_t r = n - i;
-  constexpr std::size_t gs = fmt_size(kGrad), cs = fmt_size(kCopy);
-  TailBuffer tp, tg, tm, tv, tc;
-  AdamStep<kGrad, kCopy, kDecoupled>(
-      df, c, static_cast<float*>(tp.load(p + i, r, 4)), tg.load(Advance(g, i, gs), r, gs),
-      static_cast<float*>(tm.load(m + i, r, 4)), static_cast<float*>(tv.load(v + i, r, 4)),
-      kCopy == Fmt::none ? nullptr : tc.bytes, 0);
-  tp.store(p + i, r, 4);
-  tm.store(m + i, r, 4);
-  tv.store(v + i, r, 4);
-  if constexpr (kCopy != Fmt::none) tc.store(Advance(copy, i, cs), r, cs);
-}
-
-template <Fmt kGrad, Fmt kCopy>
-void AdamDecay(float* p, const void* g, float* m, float* v, void* copy, std::size_t n,
-               const AdamScalars& s) {
-  if (s.decoupled) {
-    AdamLoop<kGrad, kCopy, true>(p, g, m, v, copy, n, s);
-  } else {
-    AdamLoop<kGrad, kCopy, false>(p, g, m, v, copy, n, s);
+// One Adam (kDecoupled: AdamW) update of Lanes elements of fp32 states.
+template <bool kDecoupled, class DF>
+struct AdamStep {
+  // Elements [at, at + Lanes) (UpdateLoop's step).
+  template <Fmt kGrad, Fmt kCopy>
+  HWY_INLINE void Run(std::size_t at, std::size_t, float* HWY_RESTRICT p,
+                      const void* HWY_RESTRICT g, void* HWY_RESTRICT copy, float* HWY_RESTRICT m,
+                      float* HWY_RESTRICT v) const {
+    auto pv = hn::LoadU(df, p + at);
+    auto mv = hn::LoadU(df, m + at);
+    auto vv = hn::LoadU(df, v + at);
+    AdamVec<kDecoupled>(df, c, LoadAsF32<kGrad>(df, g, at), pv, mv, vv);
+    hn::StoreU(pv, df, p + at);
+    hn::StoreU(mv, df, m + at);
+    hn::StoreU(vv, df, v + at);
+    StoreFromF32<kCopy>(df, pv, copy, at);
   }
-}
 
-template <Fmt kGrad>
-void AdamCopy(float* p, const void* g, float* m, float* v, void* copy, DType copy_dtype,
-              std::size_t n, const AdamScalars& s) {
-  if (copy == nullptr) {
-    AdamDecay<kGrad, Fmt::none>(p, g, m, v, copy, n, s);
-  } else if (copy_dtype == DType::bf16) {
-    AdamDecay<kGrad, Fmt::bf16>(p, g, m, v, copy, n, s);
-  } else {
-    AdamDecay<kGrad, Fmt::f16>(p, g, m, v, copy, n, s);
-  }
+  DF df;
+  AdamVecScalars<DF> c;
+};
+
+template <bool kDecoupled>
+void AdamMode(float* p, const void* g, DType grad_dtype, float* m, float* v, void* copy,
+              DType copy_dtype, std::size_t n, const AdamScalars& s) {
+  using DF = hn::ScalableTag<float>;
+  const DF df;
+  const AdamStep<kDecoupled, DF> step{df, AdamVecScalars<DF>(df, s)};
+  DispatchFormats(grad_dtype, copy, copy_dtype, [&]<Fmt kGrad, Fmt kCopy>() {
+    UpdateLoop<kGrad, kCopy>(df, step, n, p, g, copy, m, v);
+  });
 }
 
 }  // namespace
@@ -87,11 +62,8 @@ void AdamCopy(float* p, const void* g, float* m, float* v, void* copy, DType cop
 // Updates elements [0, n) of already offset arrays; dtypes validated by the caller.
 void AdamRange(float* p, const void* g, DType grad_dtype, float* m, float* v, void* copy,
                DType copy_dtype, std::size_t n, const AdamScalars& s) {
-  switch (grad_dtype) {
-    case DType::bf16: return AdamCopy<Fmt::bf16>(p, g, m, v, copy, copy_dtype, n, s);
-    case DType::f16: return AdamCopy<Fmt::f16>(p, g, m, v, copy, copy_dtype, n, s);
-    default: return AdamCopy<Fmt::f32>(p, g, m, v, copy, copy_dtype, n, s);
-  }
+  if (s.decoupled) return AdamMode<true>(p, g, grad_dtype, m, v, copy, copy_dtype, n, s);
+  AdamMode<false>(p, g, grad_dtype, m, v, copy, copy_dtype, n, s);
 }
 
 }  // namespace zeroshard::kernels::HWY_NAMESPACE
@@ -105,16 +77,8 @@ HWY_EXPORT(AdamRange);
 void adam_update(float* param, const void* grad, DType grad_dtype, float* exp_avg,
                  float* exp_avg_sq, void* param_copy, DType copy_dtype, std::size_t n,
                  const AdamScalars& s) {
-  check_kernel_dtype(grad_dtype, "grad");
-  if (param_copy != nullptr) check_copy_dtype(copy_dtype);
-  if (n == 0) return;
-  const auto kernel = HWY_DYNAMIC_DISPATCH(AdamRange);
-  const std::size_t gs = dtype_size(grad_dtype), cs = dtype_size(copy_dtype);
-  parallel_for_elements(n, [&](std::size_t b, std::size_t e) {
-    void* copy = param_copy == nullptr ? nullptr : static_cast<unsigned char*>(param_copy) + b * cs;
-    kernel(param + b, static_cast<const unsigned char*>(grad) + b * gs, grad_dtype, exp_avg + b,
-           exp_avg_sq + b, copy, copy_dtype, e - b, s);
-  });
+  parallel_update(HWY_DYNAMIC_DISPATCH(AdamRange), param, grad, grad_dtype, param_copy, copy_dtype,
+                  n, s, exp_avg, exp_avg_sq);
 }
 
 void adam_update(float* param, const float* grad, float* exp_avg, float* exp_avg_sq, std::size_t n,

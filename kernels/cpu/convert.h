@@ -103,4 +103,21 @@ inline void check_copy_dtype(DType t) {
            dtype_name(t));
 }
 
+/// The loop of the optimizers' scalar references: checks grad_dtype (f32,
+/// bf16 or f16) and, with a param_copy, copy_dtype (bf16 or f16), then for
+/// each i < n calls element(i, g), g = grad element i as fp32 (exact), which
+/// updates param[i] and the states, and stores param[i] into param_copy
+/// (when not null) rounded to copy_dtype. Throws InvariantError on a bad
+/// dtype. Include kernels/cpu/fp_strict.h first where it is instantiated.
+template <class Element>
+void reference_update(float* param, const void* grad, DType grad_dtype, void* param_copy,
+                      DType copy_dtype, std::size_t n, Element&& element) {
+  check_kernel_dtype(grad_dtype, "grad");
+  if (param_copy != nullptr) check_copy_dtype(copy_dtype);
+  for (std::size_t i = 0; i < n; ++i) {
+    element(i, load_as_float(grad, grad_dtype, i));
+    if (param_copy != nullptr) store_from_float(param_copy, copy_dtype, i, param[i]);
+  }
+}
+
 }  // namespace zeroshard::kernels

@@ -23,12 +23,8 @@ inline void lion_element(float& p, float graw, float& m, const LionScalars& s) {
 void lion_update_reference(float* param, const void* grad, DType grad_dtype, float* exp_avg,
                            void* param_copy, DType copy_dtype, std::size_t n,
                            const LionScalars& s) {
-  check_kernel_dtype(grad_dtype, "grad");
-  if (param_copy != nullptr) check_copy_dtype(copy_dtype);
-  for (std::size_t i = 0; i < n; ++i) {
-    lion_element(param[i], load_as_float(grad, grad_dtype, i), exp_avg[i], s);
-    if (param_copy != nullptr) store_from_float(param_copy, copy_dtype, i, param[i]);
-  }
+  reference_update(param, grad, grad_dtype, param_copy, copy_dtype, n,
+                   [&](std::size_t i, float g) { lion_element(param[i], g, exp_avg[i], s); });
 }
 
 }  // namespace zeroshard::kernels

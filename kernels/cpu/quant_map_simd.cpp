@@ -112,12 +112,9 @@ void quantize_blockwise(const float* x, std::size_t n, std::size_t block, QuantM
   check_quant_block(block, "quantize_blockwise");
   if (n == 0) return;
   const auto kernel = HWY_DYNAMIC_DISPATCH(QuantizeRange);
-  const std::size_t blocks = quant_block_count(n, block);
-  kernel_pool().parallel_for(blocks, 1, std::max<std::size_t>(1, kMinChunkElements / block),
-                             [&](std::size_t, std::size_t b, std::size_t e) {
-                               const std::size_t lo = b * block, hi = std::min(n, e * block);
-                               if (lo < hi) kernel(x + lo, hi - lo, block, map, codes + lo, absmax + b);
-                             });
+  parallel_for_blocks(n, block, [&](std::size_t b, std::size_t lo, std::size_t hi) {
+    kernel(x + lo, hi - lo, block, map, codes + lo, absmax + b);
+  });
 }
 
 void dequantize_blockwise(const std::uint8_t* codes, const float* absmax, std::size_t n,
@@ -125,12 +122,9 @@ void dequantize_blockwise(const std::uint8_t* codes, const float* absmax, std::s
   check_quant_block(block, "dequantize_blockwise");
   if (n == 0) return;
   const auto kernel = HWY_DYNAMIC_DISPATCH(DequantizeRange);
-  const std::size_t blocks = quant_block_count(n, block);
-  kernel_pool().parallel_for(blocks, 1, std::max<std::size_t>(1, kMinChunkElements / block),
-                             [&](std::size_t, std::size_t b, std::size_t e) {
-                               const std::size_t lo = b * block, hi = std::min(n, e * block);
-                               if (lo < hi) kernel(codes + lo, absmax + b, hi - lo, block, map, x + lo);
-                             });
+  parallel_for_blocks(n, block, [&](std::size_t b, std::size_t lo, std::size_t hi) {
+    kernel(codes + lo, absmax + b, hi - lo, block, map, x + lo);
+  });
 }
 
 }  // namespace zeroshard::kernels

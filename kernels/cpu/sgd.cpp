@@ -23,23 +23,16 @@ inline void sgd_element(float& p, float graw, float* b, const SgdScalars& s) {
 
 void sgd_update_reference(float* param, const float* grad, float* momentum_buffer, std::size_t n,
                           const SgdScalars& s) {
-  const bool use_buf = s.momentum != 0.0f;
-  for (std::size_t i = 0; i < n; ++i) {
-    sgd_element(param[i], grad[i], use_buf ? momentum_buffer + i : nullptr, s);
-  }
+  sgd_update_reference(param, grad, DType::f32, momentum_buffer, nullptr, DType::bf16, n, s);
 }
 
 void sgd_update_reference(float* param, const void* grad, DType grad_dtype,
                           float* momentum_buffer, void* param_copy, DType copy_dtype,
                           std::size_t n, const SgdScalars& s) {
-  check_kernel_dtype(grad_dtype, "grad");
-  if (param_copy != nullptr) check_copy_dtype(copy_dtype);
   const bool use_buf = s.momentum != 0.0f;
-  for (std::size_t i = 0; i < n; ++i) {
-    sgd_element(param[i], load_as_float(grad, grad_dtype, i),
-                use_buf ? momentum_buffer + i : nullptr, s);
-    if (param_copy != nullptr) store_from_float(param_copy, copy_dtype, i, param[i]);
-  }
+  reference_update(param, grad, grad_dtype, param_copy, copy_dtype, n, [&](std::size_t i, float g) {
+    sgd_element(param[i], g, use_buf ? momentum_buffer + i : nullptr, s);
+  });
 }
 
 }  // namespace zeroshard::kernels

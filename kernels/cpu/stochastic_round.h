@@ -10,7 +10,7 @@
 // s come from a counter-based hash, no generator state:
 //   key   = splitmix64(s ^ splitmix64(t ^ 0x632be59bd9b4e019))   (per call)
 //   r(i)  = fmix32(lo32(i) ^ lo32(key) ^ fmix32(hi32(i) ^ hi32(key)))
-// (splitmix64: Steele, Lea, Flood 2014; fmix32: MurmurHash3's 32-bit
+// (splitmix64: core/splitmix64.h; fmix32: MurmurHash3's 32-bit
 // finalizer; the inner hash of the index's high half is one value for
 // every element of a call below 2^32 elements, so the vector kernels hash
 // once per element). So results depend on (s, t, i) only: any thread count, any
@@ -27,6 +27,7 @@
 #include <cstdint>
 
 #include "core/dtype.h"
+#include "core/splitmix64.h"
 
 namespace zeroshard::kernels {
 
@@ -36,14 +37,6 @@ struct StochasticKey {
   std::uint32_t lo = 0;  ///< xor-ed into the index's low 32 bits
   std::uint32_t hi = 0;  ///< xor-ed into the index's high 32 bits before their hash
 };
-
-/// splitmix64's output function of x + golden ratio. Pure.
-ZS_HOST_DEVICE inline std::uint64_t splitmix64(std::uint64_t x) {
-  x += 0x9e3779b97f4a7c15ull;
-  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
-  x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
-  return x ^ (x >> 31);
-}
 
 /// MurmurHash3's 32-bit finalizer (a bijection with full avalanche). Pure.
 ZS_HOST_DEVICE inline std::uint32_t fmix32(std::uint32_t h) {

@@ -15,6 +15,7 @@
 // set_num_threads() overrides both.
 #pragma once
 
+#include <algorithm>
 #include <atomic>
 #include <cstddef>
 #include <cstdint>
@@ -122,6 +123,21 @@ template <class F>
 void parallel_for_elements(std::size_t n, const F& fn) {
   const auto wrapped = [&fn](std::size_t, std::size_t b, std::size_t e) { fn(b, e); };
   kernel_pool().parallel_for(n, kChunkAlignElements, kMinChunkElements, wrapped);
+}
+
+/// Splits the blocks of `block` elements (> 0) that cover [0, n), the last
+/// one possibly partial, over kernel_pool() in whole blocks, at least
+/// kMinChunkElements elements per chunk, and calls fn(b, lo, hi) per chunk:
+/// its first block b and its elements [lo, hi) (hi at most n). For the
+/// blockwise kernels (8-bit states), whose blocks must not be split.
+template <class F>
+void parallel_for_blocks(std::size_t n, std::size_t block, const F& fn) {
+  const auto wrapped = [&](std::size_t, std::size_t b, std::size_t e) {
+    const std::size_t lo = b * block, hi = std::min(n, e * block);
+    if (lo < hi) fn(b, lo, hi);
+  };
+  kernel_pool().parallel_for((n + block - 1) / block, 1,
+                             std::max<std::size_t>(1, kMinChunkElements / block), wrapped);
 }
 
 }  // namespace zeroshard::kernels

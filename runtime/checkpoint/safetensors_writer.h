@@ -2,7 +2,7 @@
 // the header planning shared by a checkpoint's consolidated weights
 // (Engine::save_checkpoint with
 // zero_optimization.stage3_gather_16bit_weights_on_model_save,
-// runtime/engine/engine_weights.cpp) and the fp32 export tool zs_ckpt_export
+// runtime/engine/engine_save.cpp) and the fp32 export tool zs_ckpt_export
 // (tools/checkpoint/safetensors_export.h).
 //
 // [Note: safetensors layout]

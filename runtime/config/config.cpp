@@ -125,6 +125,13 @@ void read_observe(const Reader& r, ObserveConfig& o, ConfigDiagnostics& d) {
                   "is invalid: use a list of all_reduce, reduce_scatter, all_gather, all_to_all, broadcast, barrier");
     }
   }
+  r.get("csv_monitor.enabled", o.csv_monitor.enabled);
+  r.get("csv_monitor.output_path", o.csv_monitor.output_path);
+  if (r.get("csv_monitor.job_name", o.csv_monitor.job_name) &&
+      (o.csv_monitor.job_name.empty() || o.csv_monitor.job_name.find('/') != std::string::npos)) {
+    d.bad_value("csv_monitor.job_name", o.csv_monitor.job_name,
+                "is invalid: use a folder name (not empty, no \"/\"); output_path says where it goes");
+  }
   r.get("zeroshard.collective_check", o.collective_check);
   r.get("zeroshard.trace.enabled", o.trace);
   r.get("zeroshard.trace.output_path", o.trace_output_path);
@@ -249,9 +256,15 @@ void read_precision(const Reader& r, EngineConfig& c, ConfigDiagnostics& d) {
   r.get("fp16.loss_scale_window", ls.loss_scale_window);
   r.get("fp16.hysteresis", ls.hysteresis);
   r.get("fp16.min_loss_scale", ls.min_loss_scale);
-  read_choice<DType>(r, "communication_data_type",
-                     {{"fp32", DType::f32}, {"bf16", DType::bf16}, {"fp16", DType::f16}},
-                     "is invalid: use fp32, bf16 or fp16", c.communication_data_type, d);
+  // Any case, as DeepSpeed lower-cases it ("bfp16" was mapped to bf16 before).
+  std::string comm;
+  if (r.get("communication_data_type", comm)) {
+    const std::string l = lower(comm);
+    if (l == "fp32") c.communication_data_type = DType::f32;
+    else if (l == "bf16") c.communication_data_type = DType::bf16;
+    else if (l == "fp16") c.communication_data_type = DType::f16;
+    else d.bad_value("communication_data_type", comm, "is invalid: use fp32, bf16 or fp16");
+  }
 }
 
 OffloadDevice read_device(const Reader& r, const std::string& path, ConfigDiagnostics& d) {
@@ -421,6 +434,22 @@ void collect_range_problems(const EngineConfig& c, ConfigDiagnostics& d) {
   }
 }
 
+// The batch keys the file left "auto" and the arithmetic derived (after
+// resolve_batch), with the division or product that gave each.
+void record_batch_fills(const EngineConfig& c, const std::set<std::string>& batch_auto, std::vector<AutoFill>& fills) {
+  if (batch_auto.count("train_micro_batch_size_per_gpu")) {
+    fills.push_back({"train_micro_batch_size_per_gpu", c.train_micro_batch_size_per_gpu,
+                     "train_batch_size / (accumulation x world)"});
+  }
+  if (batch_auto.count("gradient_accumulation_steps")) {
+    fills.push_back({"gradient_accumulation_steps", c.gradient_accumulation_steps,
+                     "train_batch_size / (micro x world)"});
+  }
+  if (batch_auto.count("train_batch_size")) {
+    fills.push_back({"train_batch_size", *c.train_batch_size, "micro x accumulation x world"});
+  }
+}
+
 }  // namespace
 
 EngineConfig EngineConfig::from_json(const json& j, const std::string& source, const ConfigOptions& options) {
@@ -431,7 +460,8 @@ EngineConfig EngineConfig::from_json(const json& j, const std::string& source, c
   const bool strict = options.strict || (strict_v && strict_v->is_boolean() && strict_v->get<bool>());
   normalize_legacy(doc, strict, d);
   std::set<std::string> unfilled;
-  const std::set<std::string> batch_auto = resolve_auto(doc, options, unfilled, d);
+  std::vector<AutoFill> fills;
+  const std::set<std::string> batch_auto = resolve_auto(doc, options, unfilled, fills, d);
   const std::set<std::string> bad = check_keys(doc, strict, unfilled, d);
   EngineConfig c;
   c.source = source;
@@ -458,6 +488,7 @@ EngineConfig EngineConfig::from_json(const json& j, const std::string& source, c
     if (options.world_size && d.ok()) {
       try {
         c.resolve_batch(*options.world_size);
+        record_batch_fills(c, batch_auto, fills);
       } catch (const ConfigError& e) {
         record(d, e);
       }
@@ -465,6 +496,7 @@ EngineConfig EngineConfig::from_json(const json& j, const std::string& source, c
   }
   d.throw_if_any();
   c.warnings = d.warnings();
+  c.auto_fills = std::move(fills);
   return c;
 }
 

@@ -154,6 +154,11 @@ struct EngineConfig {
   /// Lines the reader warns with ("ds.json: ..."): keys accepted without
   /// effect, legacy spellings and what they became. The examples print them.
   std::vector<std::string> warnings;
+  /// What each "auto" of the file became, in key-table order, with its rule
+  /// (ConfigOptions::rules, the hidden-size rules, and the batch keys the
+  /// arithmetic derived at ConfigOptions::world_size); the examples print
+  /// auto_fill_summary() of it. Empty for a file without "auto".
+  std::vector<AutoFill> auto_fills;
 
   /// Parses a ds_config object. `source` names the file (or "<json>") in
   /// messages. Collects every problem (unknown key with the closest known

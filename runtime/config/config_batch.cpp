@@ -1,5 +1,4 @@
-// DeepSpeed's batch arithmetic and HF's "auto" bucket-size rules
-// (runtime/config/config.h).
+// DeepSpeed's batch arithmetic (runtime/config/config.h).
 #include <optional>
 
 #include <fmt/format.h>
@@ -40,18 +39,6 @@ std::int64_t divide(std::int64_t value, const char* value_key, std::int64_t a, c
 }
 
 }  // namespace
-
-AutoBucketSizes auto_bucket_sizes(std::int64_t hidden) {
-  const auto sq = hidden >= 1 ? mul(hidden, hidden) : std::nullopt;
-  if (!sq) {
-    throw ConfigError(fmt::format("ConfigOptions::hidden_size = {} is invalid: must be >= 1 and its square must fit "
-                                  "in 64 bits",
-                                  hidden));
-  }
-  // 0.9 h^2 rounded down, in integers: 9 h^2 / 10 without overflow.
-  const std::int64_t prefetch = *sq / 10 * 9 + (*sq % 10) * 9 / 10;
-  return AutoBucketSizes{*sq, prefetch, *mul(hidden, 10) /* h^2 fits, so 10 h does */};
-}
 
 BatchSizes resolve_batch_sizes(std::optional<std::int64_t> tbs, std::optional<std::int64_t> micro,
                                std::optional<std::int64_t> gas, int world_size, const std::string& source) {

@@ -5,6 +5,8 @@
 
 #include <fmt/format.h>
 
+#include "runtime/config/config_options.h"
+
 namespace zeroshard {
 
 namespace {
@@ -15,16 +17,16 @@ using T = KeyType;
 // Shorthands for the rows below.
 ConfigKey impl(const char* path, T type, const char* dflt, const char* what, bool auto_ok = false,
                const char* only_for = "") {
-  return ConfigKey{path, type, S::implemented, dflt, what, auto_ok, "", only_for, ""};
+  return ConfigKey{path, type, S::implemented, dflt, what, auto_ok, "", only_for, "", ""};
 }
-ConfigKey quiet(const char* path, T type, const char* what, const char* neutral = "") {
-  return ConfigKey{path, type, S::no_effect, "", what, false, neutral, "", ""};
+ConfigKey quiet(const char* path, T type, const char* what, const char* neutral = "", const char* refusal = "") {
+  return ConfigKey{path, type, S::no_effect, "", what, false, neutral, "", "", refusal};
 }
 ConfigKey refuse(const char* path, T type, const char* why) {
-  return ConfigKey{path, type, S::refused, "", why, false, "", "", ""};
+  return ConfigKey{path, type, S::refused, "", why, false, "", "", "", ""};
 }
 ConfigKey legacy(const char* path, T type, const char* maps_to) {
-  return ConfigKey{path, type, S::legacy, "", "older DeepSpeed spelling", false, "", "", maps_to};
+  return ConfigKey{path, type, S::legacy, "", "older DeepSpeed spelling", false, "", "", maps_to, ""};
 }
 
 std::vector<ConfigKey> make_table() {
@@ -45,8 +47,9 @@ std::vector<ConfigKey> make_table() {
            true),
       impl("steps_per_print", T::int64, "10", "how often the example programs log (>= 1)"),
       impl("communication_data_type", T::string, "fp32",
-           "fp32, bf16 or fp16: the dtype gradients travel in (16-bit gradients are widened, reduced in fp32 "
-           "and rounded once by default)"),
+           "fp32, bf16 or fp16, in any case as DeepSpeed reads it: the dtype gradients travel in (16-bit gradients "
+           "are widened, reduced in fp32 and rounded once by default); \"bfp16\", DeepSpeed's spelling of bf16 "
+           "before 0.14.1, is read as bf16 with a note"),
       impl("optimizer", T::section, "AdamW", "the optimizer: {type, params}"),
       impl("optimizer.type", T::string, "AdamW",
            "Adam, AdamW, SGD, Lion or Adagrad (case-insensitive); as in DeepSpeed, Adam means AdamW unless "
@@ -62,8 +65,9 @@ std::vector<ConfigKey> make_table() {
            eps),
       impl("optimizer.params.weight_decay", T::float32, "0",
            "decoupled (AdamW, Lion) or L2 (Adam, SGD, Adagrad) decay (>= 0)", true),
-      impl("optimizer.params.adam_w_mode", T::boolean, "true", "Adam only: false selects Adam with L2 decay", false,
-           "Adam,Adam8bit"),
+      impl("optimizer.params.adam_w_mode", T::boolean, "true",
+           "Adam: false selects Adam with L2 decay; AdamW stays AdamW whatever it says, as in DeepSpeed (Accelerate's "
+           "templates set it)", false, "Adam,AdamW,Adam8bit,AdamW8bit"),
       impl("optimizer.params.block_size", T::int64, "256",
            "8-bit states: elements per quantization block, one fp32 absmax each (power of two, 64 to 4096)", false,
            q8),
@@ -113,11 +117,19 @@ std::vector<ConfigKey> make_table() {
       impl("fp16.loss_scale_window", T::int64, "1000", "clean steps before the scale doubles (>= 1)"),
       impl("fp16.hysteresis", T::int32, "2", "overflows tolerated before halving (>= 1)"),
       impl("fp16.min_loss_scale", T::float64, "1", "floor of the dynamic scale (> 0)"),
-      refuse("fp16.auto_cast", T::any, "DeepSpeed casts the model's inputs to fp16; the program owns its inputs here"),
+      quiet("fp16.auto_cast", T::boolean, "DeepSpeed's cast of the model's inputs to fp16, off", "false",
+            "DeepSpeed would cast the model's inputs to fp16; the program owns its inputs here"),
       quiet("fp16.consecutive_hysteresis", T::boolean, "zeroshard's hysteresis counts any overflows", "false"),
       quiet("fp16.fp16_master_weights_and_grads", T::boolean, "zeroshard always keeps fp32 master weights", "false"),
       impl("bf16", T::section, "", "bf16 mixed precision with fp32 master weights"),
       impl("bf16.enabled", T::boolean, "false", "parameters and gradients in bf16", true),
+      // DeepSpeed reads only enabled (and immediate_grad_update) from bf16;
+      // templates copy the fp16 section's loss-scale keys into it.
+      quiet("bf16.loss_scale", T::float64, "DeepSpeed ignores loss scaling keys under bf16 (bf16 is never scaled); so does zeroshard"),
+      quiet("bf16.initial_scale_power", T::int32, "as bf16.loss_scale"),
+      quiet("bf16.loss_scale_window", T::int64, "as bf16.loss_scale"),
+      quiet("bf16.hysteresis", T::int32, "as bf16.loss_scale"),
+      quiet("bf16.min_loss_scale", T::float64, "as bf16.loss_scale"),
       legacy("bfloat16", T::section, "bf16"),
       impl("zero_optimization", T::section, "", "ZeRO sharding; DeepSpeed's older form true / false means stage 1 / 0"),
       impl("zero_optimization.stage", T::int32, "0", "0 (DDP), 1 (optimizer state), 2 (+ gradients), 3 (+ parameters)"),
@@ -132,7 +144,9 @@ std::vector<ConfigKey> make_table() {
       impl("zero_optimization.contiguous_gradients", T::boolean, "true",
            "only true: gradients are always one flat buffer per unit"),
       impl("zero_optimization.sub_group_size", T::count, "1e9",
-           "optimizer-state elements per swap-pipeline stage, rounded down to a multiple of 4096"),
+           "optimizer-state elements per swap-pipeline stage, rounded down to a multiple of 4096; 0 (axolotl's "
+           "templates) or less than 4096 is the smallest sub-group, 4096 elements (DeepSpeed: one parameter each); "
+           "results do not depend on it"),
       impl("zero_optimization.offload_optimizer", T::section, "", "offload tier of optimizer state (stages 1-3)"),
       impl("zero_optimization.offload_optimizer.device", T::string, "none", "none, cpu or nvme"),
       impl("zero_optimization.offload_optimizer.nvme_path", T::string, "", "swap folder (required with nvme)"),
@@ -166,7 +180,8 @@ std::vector<ConfigKey> make_table() {
       quiet("zero_optimization.memory_efficient_linear", T::boolean, "a kernel choice of DeepSpeed's stage 3"),
       quiet("zero_optimization.load_from_fp32_weights", T::boolean,
             "zeroshard's checkpoints always restore fp32 master weights", "true"),
-      quiet("zero_optimization.elastic_checkpoint", T::boolean, "checkpoints reshard at any world size", "false"),
+      quiet("zero_optimization.elastic_checkpoint", T::boolean,
+            "zeroshard's checkpoints always reshard at any world size, which is what true asks for"),
       quiet("zero_optimization.legacy_stage1", T::boolean, "there is one stage 1", "false"),
       impl("zero_optimization.zero_quantized_weights", T::boolean, "false",
            "ZeRO++ qwZ (stage 3): each parameter all-gather moves int8 blocks with one fp32 scale per block "
@@ -210,14 +225,20 @@ std::vector<ConfigKey> make_table() {
            "save_checkpoint also writes model.safetensors into the checkpoint: every parameter's full tensor in the "
            "compute dtype (F32, BF16 or F16), gathered to rank 0 one unit at a time at stage 3; on a tp > 1 mesh "
            "each tp rank's slices in its tp-NN checkpoint (docs/checkpoint-format.md, \"Consolidated weights\"); "
-           "any stage"),
+           "any stage", true),
       legacy("zero_optimization.stage3_gather_fp16_weights_on_model_save", T::boolean,
+             "zero_optimization.stage3_gather_16bit_weights_on_model_save"),
+      legacy("zero_optimization.gather_16bit_weights_on_model_save", T::boolean,
              "zero_optimization.stage3_gather_16bit_weights_on_model_save"),
       quiet("zero_optimization.stage3_module_granularity_threshold", T::count,
             "groups small torch modules into one fetch; zeroshard's fetch granularity is the unit the program "
             "declares"),
       quiet("zero_optimization.stage3_use_all_reduce_for_fetch_params", T::boolean,
             "an all-reduce instead of an all-gather to fetch parameters; same values"),
+      legacy("zero_optimization.module_granularity_threshold", T::count,
+             "zero_optimization.stage3_module_granularity_threshold"),
+      legacy("zero_optimization.use_all_reduce_for_fetch_params", T::boolean,
+             "zero_optimization.stage3_use_all_reduce_for_fetch_params"),
       legacy("allgather_size", T::count, "zero_optimization.allgather_bucket_size (with zero_optimization true)"),
       impl("aio", T::section, "", "the NVMe I/O engine (offload/aio_config.h)"),
       impl("aio.block_size", T::int64, "1048576", "bytes per I/O piece, a multiple of 4096"),
@@ -266,10 +287,32 @@ std::vector<ConfigKey> make_table() {
       quiet("memory_breakdown", T::boolean, "DeepSpeed's memory log; see the engine's ledger"),
       quiet("dump_state", T::boolean, "DeepSpeed prints its config at start"),
       quiet("activation_checkpointing", T::object, "recomputation is the program's model's business; same values"),
-      quiet("flops_profiler", T::object, "profiler"),
-      quiet("tensorboard", T::object, "monitor"),
-      quiet("wandb", T::object, "monitor"),
-      quiet("csv_monitor", T::object, "monitor"),
+      quiet("flops_profiler", T::object,
+            "DeepSpeed's FLOPs profiler prints a per-module profile; zeroshard has none (wall_clock_breakdown prints "
+            "its step breakdown)"),
+      impl("csv_monitor", T::section, "", "DeepSpeed's CSV monitor (runtime/observe/csv_monitor.h): one file per "
+           "series under output_path/job_name, written by world rank 0 at each optimizer step"),
+      impl("csv_monitor.enabled", T::boolean, "false",
+           "write Train/Samples/train_loss (when the loop reports its loss), lr, loss_scale (fp16), and zeroshard's "
+           "grad_norm, skipped_steps, step_time_ms and samples_per_second"),
+      impl("csv_monitor.output_path", T::string, "\"\" (the working directory)", "folder of the job folder"),
+      impl("csv_monitor.job_name", T::string, "\"DeepSpeedJobName\"", "the job folder's name"),
+      quiet("tensorboard", T::object, "DeepSpeed's TensorBoard monitor, off", R"({"enabled": false})",
+            "zeroshard writes no TensorBoard event files (docs/config.md, \"Monitor\"): the run would log nothing "
+            "there; set tensorboard.enabled to false and use csv_monitor, which writes the same series"),
+      quiet("wandb", T::object, "DeepSpeed's Weights & Biases monitor, off", R"({"enabled": false})",
+            "zeroshard has no W&B client: the run would log nothing there; set wandb.enabled to false and use "
+            "csv_monitor"),
+      quiet("comet", T::object, "DeepSpeed's Comet monitor, off", R"({"enabled": false})",
+            "zeroshard has no Comet client: the run would log nothing there; set comet.enabled to false and use "
+            "csv_monitor"),
+      quiet("monitor_config", T::object,
+            "DeepSpeed does not read this key: monitor_config is the name under which it prints the settings it "
+            "reads from the top-level tensorboard, wandb, csv_monitor and comet sections; write csv_monitor to "
+            "write the monitor"),
+      quiet("comms_config", T::object,
+            "DeepSpeed does not read this key: comms_config is the name under which it prints its comms_logger "
+            "settings; write comms_logger for the communication log"),
       impl("comms_logger", T::section, "", "the communication log (comm/comms_log.h)"),
       impl("comms_logger.enabled", T::boolean, "false", "count, bytes, latency, algbw and busbw per collective kind and size"),
       impl("comms_logger.verbose", T::boolean, "false", "print each logged collective as it completes"),
@@ -280,6 +323,8 @@ std::vector<ConfigKey> make_table() {
       quiet("autotuning", T::object, "DeepSpeed's launcher-side tuner"),
       quiet("checkpoint", T::object, "DeepSpeed's checkpoint options; zeroshard has its own format"),
       quiet("zero_allow_untested_optimizer", T::boolean, "zeroshard uses its own optimizers"),
+      quiet("dataloader_drop_last", T::boolean,
+            "DeepSpeed's own data loader (deepspeed.initialize(training_data=...)); the program owns its data here"),
       quiet("zero_force_ds_cpu_optimizer", T::boolean, "zeroshard uses its own optimizers"),
       quiet("prescale_gradients", T::boolean, "true divides before the reduction: not implemented", "false"),
       quiet("gradient_predivide_factor", T::float64, "not implemented", "1.0"),
@@ -365,18 +410,19 @@ std::string config_reference_markdown() {
       "zeroshard reads DeepSpeed's `ds_config` JSON (`EngineConfig::from_file`). Every problem in a file is "
       "reported in one `ConfigError`: key path, the value as written (a short prefix of a long one), what is "
       "wrong, and for an unknown key the closest known key of its section. `\"auto\"` (what HF Trainer and "
-      "Accelerate fill in) is accepted where the table says so and must be filled by the program through "
-      "`ConfigOptions::fill(key, value)` (bucket sizes also from `ConfigOptions::hidden_size`, by the rules of "
-      "HF's DeepSpeed integration: `reduce_bucket_size` = hidden^2, `stage3_prefetch_bucket_size` = "
-      "0.9 hidden^2, `stage3_param_persistence_threshold` = 10 hidden); one left unfilled is an error listing "
-      "all of them. The batch keys follow DeepSpeed's arithmetic: any two of `train_batch_size`, "
+      "Accelerate fill in) is accepted where the table says so and is filled by the program: "
+      "`ConfigOptions::from_program(ProgramValues)` fills every such key by HF Trainer's rules from the "
+      "program's own settings (section \"auto\" below), `ConfigOptions::fill(key, value)` one key; one left "
+      "unfilled is an error listing all of them, and `EngineConfig::auto_fills` records what each became (the "
+      "example programs print it in one line). The batch keys follow DeepSpeed's arithmetic: any two of `train_batch_size`, "
       "`train_micro_batch_size_per_gpu` and `gradient_accumulation_steps` give the third at the world size; "
       "`train_batch_size` alone gives accumulation 1. Without any of them the micro-batch is 1 (DeepSpeed "
       "refuses such a file).\n\n"
       "The keys of a file accepted without effect are named in one warning line, and its legacy spellings, with "
       "what each became, in another (`EngineConfig::warnings`, printed by the examples); strict mode (`zeroshard.strict` or "
       "`ConfigOptions::strict`) makes them errors. A key with a value in the \"only\" column is accepted only "
-      "with that value; any other value would change the math and is an error.\n";
+      "with that value (a section: only with those values of the keys it names); any other value would change the "
+      "math, or asks for what zeroshard cannot do, and is an error saying which.\n";
   auto cell = [](std::string s) {
     std::string r;
     for (char c : s) r += c == '|' ? std::string("\\|") : std::string(1, c);
@@ -389,6 +435,15 @@ std::string config_reference_markdown() {
     if (*k.only_for) what += fmt::format(" (only for {})", k.only_for);
     out += fmt::format("| `{}` | {} | {} | {} |\n", k.path, *k.default_text ? cell(k.default_text) : "",
                        k.auto_ok ? "yes" : "", cell(what));
+  }
+  out += "\n## \"auto\": what fills it\n\n"
+         "`ConfigOptions::from_program` fills each key the file sets to `\"auto\"` as HF Trainer does from its "
+         "`TrainingArguments` and the model; the names are `ProgramValues`' fields. Unlike HF, which refuses a file "
+         "whose value differs from its argument, a value the file sets itself is kept. A key the file leaves out "
+         "stays at its default (HF fills only `\"auto\"`).\n\n"
+         "| key | \"auto\" becomes | in HF's terms | rule from |\n|---|---|---|---|\n";
+  for (const AutoRule& r : auto_rules()) {
+    out += fmt::format("| `{}` | {} | {} | {} |\n", r.key, cell(r.value), cell(r.hf), cell(r.source));
   }
   out += "\n## Legacy spellings (accepted and mapped, with a note)\n\n| key | becomes |\n|---|---|\n";
   for (const ConfigKey& k : config_keys()) {
@@ -407,6 +462,21 @@ std::string config_reference_markdown() {
     if (k.status == S::refused) out += fmt::format("| `{}` | {} |\n", k.path, cell(k.description));
   }
   out += "\nAny key not in these tables is an error naming it, with the closest known key of its section.\n";
+  out +=
+      "\n## Monitor\n\n"
+      "`csv_monitor.enabled` makes the Engine write DeepSpeed's CSV monitor files on world rank 0 at each optimizer "
+      "step: in `output_path/job_name`, one file per series, named after DeepSpeed's event with `/` as `_` "
+      "(`Train/Samples/lr` in `Train_Samples_lr.csv`), header `step,<series>`, then `<samples>,<value>` rows, where "
+      "the first column is the number of samples trained so far, as DeepSpeed writes it. DeepSpeed's series: "
+      "`train_loss` (the mean of the losses the loop gave `Engine::report_loss` since the previous step; no row "
+      "when it gave none), `lr` (parameter group 0) and `loss_scale` (fp16); zeroshard's: `grad_norm` (before "
+      "clipping), `skipped_steps` (so far), `step_time_ms` and `samples_per_second`. Files are appended to, so a "
+      "resumed run continues its series; a write that fails stops the monitor with one line on stderr, not the "
+      "training ([Note: monitor files] in runtime/observe/csv_monitor.h).\n\n"
+      "zeroshard writes no TensorBoard event files: Debian packages no C++ TensorBoard writer, and writing "
+      "TensorBoard's record format through protobuf would need protoc at build time and a CRC-32C, which the "
+      "project's libraries (zlib's CRC-32) do not provide. A file with `tensorboard`, `wandb` or `comet` enabled is "
+      "refused for that reason; disabled, they are accepted with the warning line.\n";
   return out;
 }
 

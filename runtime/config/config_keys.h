@@ -10,10 +10,14 @@
 // no_effect: DeepSpeed would honour the key, but it only tunes something
 //   zeroshard does not have (logging, profiling, activation checkpointing
 //   done by the program's model, kernel choice) and so cannot change the
-//   numbers a step computes. Accepted with one warning line naming all such
-//   keys of a file; strict mode makes that warning an error. A key with a
-//   `neutral` value is accepted only with that value: any other value would
-//   change the math and is refused.
+//   numbers a step computes, or DeepSpeed itself does not read it (the names
+//   under which DeepSpeed prints its parsed settings: comms_config,
+//   monitor_config). Accepted with one warning line naming all such keys of
+//   a file; strict mode makes that warning an error. A key with a `neutral`
+//   value is accepted only with that value (a section: only with the values
+//   of the keys `neutral` names, e.g. {"enabled": false}); any other value
+//   would change the math, or ask for what zeroshard cannot do (log to W&B),
+//   and is refused with `refusal` as the reason.
 // refused: DeepSpeed honours it, zeroshard does not implement it, and
 //   ignoring it would silently change the training; `reason` says why and
 //   what to use instead.
@@ -57,6 +61,9 @@ struct ConfigKey {
   const char* neutral = ""; ///< no_effect: the one value accepted, as JSON ("" = any)
   const char* only_for = "";///< optimizer/scheduler types the key applies to ("" = all)
   const char* maps_to = ""; ///< legacy: what it becomes
+  /// no_effect with a neutral value: why another value is refused ("": it
+  /// would change the math, and zeroshard does not implement it).
+  const char* refusal = "";
 };
 
 /// Every row, sections before their keys, in document order.

@@ -105,6 +105,19 @@ std::string type_problem(KeyType t, const json& v) {
 
 bool is_auto(const json* v) { return v && v->is_string() && v->get<std::string>() == "auto"; }
 
+// Whether `v` is a no-effect key's neutral value: equal to it, or, for a
+// section whose neutral value is an object, holding those values for the
+// keys it names ({"enabled": false}); a key it leaves out keeps DeepSpeed's
+// default, which is the neutral one.
+bool is_neutral(const json& v, const json& neutral) {
+  if (!neutral.is_object() || !v.is_object()) return v == neutral;
+  for (auto it = neutral.begin(); it != neutral.end(); ++it) {
+    const auto found = v.find(it.key());
+    if (found != v.end() && *found != it.value()) return false;
+  }
+  return true;
+}
+
 }  // namespace
 
 const json* json_at(const json& doc, const std::string& path) {
@@ -214,7 +227,10 @@ void normalize_legacy(json& doc, bool strict, ConfigDiagnostics& d) {
         {"max_reuse_distance", "stage3_max_reuse_distance"},
         {"param_persistence_threshold", "stage3_param_persistence_threshold"},
         {"model_persistence_threshold", "stage3_model_persistence_threshold"},
-        {"stage3_gather_fp16_weights_on_model_save", "stage3_gather_16bit_weights_on_model_save"}};
+        {"stage3_gather_fp16_weights_on_model_save", "stage3_gather_16bit_weights_on_model_save"},
+        {"gather_16bit_weights_on_model_save", "stage3_gather_16bit_weights_on_model_save"},
+        {"module_granularity_threshold", "stage3_module_granularity_threshold"},
+        {"use_all_reduce_for_fetch_params", "stage3_use_all_reduce_for_fetch_params"}};
     for (const auto& [from, to] : renames) {
       if (!z->contains(from)) continue;
       if (z->contains(to)) {
@@ -227,6 +243,13 @@ void normalize_legacy(json& doc, bool strict, ConfigDiagnostics& d) {
       }
       z->erase(from);
     }
+  }
+  // communication_data_type "bfp16": DeepSpeed's spelling of bf16 before
+  // 0.14.1 (its reader lower-cases the value first).
+  if (json* t = json_at(doc, "communication_data_type"); t && t->is_string() && lower(t->get<std::string>()) == "bfp16") {
+    notes.push_back(fmt::format("communication_data_type \"{}\" -> \"bf16\" (DeepSpeed's spelling before 0.14.1)",
+                                brief(t->get<std::string>())));
+    *t = "bf16";
   }
   if (const json* a = json_at(doc, "aio"); a && a->is_object() && a->contains("thread_count")) {
     notes.push_back("aio.thread_count -> aio.intra_op_parallelism");
@@ -241,7 +264,7 @@ void normalize_legacy(json& doc, bool strict, ConfigDiagnostics& d) {
 }
 
 std::set<std::string> resolve_auto(json& doc, const ConfigOptions& o, std::set<std::string>& unfilled,
-                                   ConfigDiagnostics& d) {
+                                   std::vector<AutoFill>& fills, ConfigDiagnostics& d) {
   for (const auto& [key, value] : o.values) {
     const ConfigKey* row = find_config_key(key);
     if (!row || !row->auto_ok) {
@@ -261,6 +284,8 @@ std::set<std::string> resolve_auto(json& doc, const ConfigOptions& o, std::set<s
     if (!is_auto(v)) continue;
     if (const auto it = o.values.find(path); it != o.values.end()) {
       *v = it->second;
+      const auto rule = o.rules.find(path);
+      fills.push_back({path, *v, rule != o.rules.end() ? rule->second : "ConfigOptions::fill"});
       continue;
     }
     if (o.hidden_size && (path == "zero_optimization.reduce_bucket_size" ||
@@ -271,6 +296,10 @@ std::set<std::string> resolve_auto(json& doc, const ConfigOptions& o, std::set<s
         *v = path == "zero_optimization.reduce_bucket_size"            ? b.reduce_bucket_size
              : path == "zero_optimization.stage3_prefetch_bucket_size" ? b.stage3_prefetch_bucket_size
                                                                        : b.stage3_param_persistence_threshold;
+        const char* rule = path == "zero_optimization.reduce_bucket_size"            ? "hidden^2"
+                           : path == "zero_optimization.stage3_prefetch_bucket_size" ? "0.9 hidden^2"
+                                                                                     : "10 hidden";
+        fills.push_back({path, *v, fmt::format("{}, hidden {}", rule, *o.hidden_size)});
       } catch (const ConfigError& e) {
         d.problem(e.what());
         unresolved.push_back(path);
@@ -298,8 +327,8 @@ std::set<std::string> resolve_auto(json& doc, const ConfigOptions& o, std::set<s
   if (!unresolved.empty()) {
     d.problem(fmt::format(
         "\"auto\" is left unfilled for {}: the launcher (HF Trainer, Accelerate) or the program must fill it: "
-        "ConfigOptions::fill(key, value) (ConfigOptions::hidden_size for the bucket sizes) before "
-        "EngineConfig::from_file",
+        "ConfigOptions::from_program (HF Trainer's rules) or ConfigOptions::fill(key, value) "
+        "(ConfigOptions::hidden_size for the bucket sizes) before EngineConfig::from_file",
         join(unresolved)));
   }
   unfilled.insert(unresolved.begin(), unresolved.end());
@@ -364,11 +393,12 @@ std::set<std::string> check_keys(const json& doc, bool strict, const std::set<st
         case KeyStatus::legacy:
           break;
         case KeyStatus::no_effect:
-          if (*row->neutral && it.value() != json::parse(row->neutral)) {
+          if (*row->neutral && !is_neutral(it.value(), json::parse(row->neutral))) {
             d.bad_value(path, it.value(),
-                        fmt::format("would change the math, and zeroshard does not implement it ({}); remove it or "
-                                    "set {}",
-                                    row->description, row->neutral));
+                        *row->refusal ? fmt::format("is not supported: {}", row->refusal)
+                                      : fmt::format("would change the math, and zeroshard does not implement it ({}); "
+                                                    "remove it or set {}",
+                                                    row->description, row->neutral));
             bad.insert(path);
           } else {
             no_effect.push_back(path);
@@ -383,8 +413,7 @@ std::set<std::string> check_keys(const json& doc, bool strict, const std::set<st
   }
   if (!no_effect.empty()) {
     const std::string line =
-        fmt::format("accepted without effect in zeroshard (DeepSpeed would honour them; docs/config.md says why "
-                    "each changes nothing here): {}",
+        fmt::format("accepted without effect in zeroshard (docs/config.md says why each changes nothing here): {}",
                     join(no_effect));
     if (strict) {
       d.problem(line + kStrictHint);

@@ -41,8 +41,14 @@
 //                                (the report's side channel); the engine's
 //                                constructor throws CommError otherwise,
 //                                and on NCCL communicators for now.
+//   csv_monitor.enabled          DeepSpeed's CSV monitor: world rank 0
+//   csv_monitor.output_path      writes one file per series under
+//   csv_monitor.job_name         output_path/job_name at each optimizer
+//                                step (runtime/observe/csv_monitor.h,
+//                                [Note: monitor files]).
 #pragma once
 
+#include <filesystem>
 #include <string>
 #include <vector>
 
@@ -57,6 +63,16 @@ struct CommsLoggerConfig {
   bool debug = false;
 };
 
+/// DeepSpeed's csv_monitor section (its CSVConfig defaults). Plain value type.
+struct CsvMonitorConfig {
+  bool enabled = false;
+  std::string output_path;                  ///< "" = the working directory
+  std::string job_name = "DeepSpeedJobName";
+  /// The folder the files go to: output_path/job_name (job_name alone when
+  /// output_path is empty, as DeepSpeed joins them).
+  std::string directory() const { return (std::filesystem::path(output_path) / job_name).string(); }
+};
+
 /// The observability settings of an engine (see the file comment). Plain
 /// value type.
 struct ObserveConfig {
@@ -66,6 +82,7 @@ struct ObserveConfig {
   std::string trace_output_path = "zeroshard-trace";
   double collective_timeout_s = 0;  ///< seconds; 0 = off
   bool collective_check = false;    ///< zeroshard.collective_check
+  CsvMonitorConfig csv_monitor;     ///< csv_monitor
   /// True when any switch needs the per-collective records.
   bool records() const { return wall_clock_breakdown || trace; }
 };

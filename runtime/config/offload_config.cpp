@@ -51,7 +51,7 @@ void OffloadConfig::collect_problems(int stage, ConfigDiagnostics& d) const {
   if (param.buffer_count < 2) bad(op + ".buffer_count", std::to_string(param.buffer_count), "must be >= 2");
   if (param.buffer_size < 1) bad(op + ".buffer_size", std::to_string(param.buffer_size), "must be >= 1");
   if (param.max_in_cpu < 0) bad(op + ".max_in_cpu", std::to_string(param.max_in_cpu), "must be >= 0");
-  if (sub_group_size < 1) bad("zero_optimization.sub_group_size", std::to_string(sub_group_size), "must be >= 1");
+  if (sub_group_size < 0) bad("zero_optimization.sub_group_size", std::to_string(sub_group_size), "must be >= 0");
   try {
     aio.validate(d.source(), "aio");
   } catch (const ConfigError& e) {

@@ -49,7 +49,8 @@
 // zero_optimization.sub_group_size  elements of optimizer state updated per
 //                   pipeline stage (default 1e9); rounded down to a multiple
 //                   of 4096 (>= 4096) so sub-groups start on O_DIRECT
-//                   boundaries in every dtype.
+//                   boundaries in every dtype; 0 (axolotl's templates; for
+//                   DeepSpeed one parameter per sub-group) is 4096 too.
 // aio               the I/O engine's settings (offload/aio_config.h).
 #pragma once
 

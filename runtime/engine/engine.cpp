@@ -1,14 +1,16 @@
-// Engine: construction, model declaration, layout and allocation, parameter
-// values and introspection. The training-loop calls (unshard, reshard,
-// grad, reduce_gradients, step) are in engine_step.cpp.
+// Engine: construction (on a mesh too: [Note: engine on a mesh]), model
+// declaration (tensor-parallel layouts and ties included), layout and
+// allocation, parameter values and introspection. The training-loop calls
+// (unshard, reshard, grad, reduce_gradients, step) are in engine_step.cpp.
 #include "runtime/engine/engine.h"
 
 #include <algorithm>
 #include <cstring>
 
+#include "comm/collective_error.h"
+#include "comm/mesh.h"
 #include "core/error.h"
 #include "kernels/cpu/cast.h"
-#include "comm/collective_error.h"
 #include "runtime/engine/engine_state.h"
 #include "runtime/engine/engine_options.h"
 #include "runtime/engine/model_fingerprint.h"
@@ -16,15 +18,34 @@
 
 namespace zeroshard {
 
-UnitState& EngineState::unit(UnitId u) {
-  ZS_CHECK(u >= 0 && static_cast<std::size_t>(u) < units.size(), "unknown unit id {}", u);
-  return units[static_cast<std::size_t>(u)];
+namespace {
+
+// The GradNorm settings of an engine with `config` on data-parallel rank `rank`.
+GradNormOptions grad_norm_options(const EngineConfig& config, int rank) {
+  return GradNormOptions{.stage = config.zero.stage, .rank = rank, .dtype = config.compute_dtype,
+                         .order = config.reduction_order,
+                         .optimizer_on_nvme = config.offload.optimizer.device == OffloadDevice::nvme,
+                         .source = config.source};
 }
 
-double EngineState::lr_at(GroupId g, std::int64_t k) const {
-  return config.scheduler.lr_at(k, g, static_cast<int>(groups.size()),
-                                groups[static_cast<std::size_t>(g)].lr);
+// The ShardOptimizer settings of an engine with `config` on rank `rank`.
+ShardOptimizerOptions shard_optimizer_options(const EngineConfig& config, int rank) {
+  return ShardOptimizerOptions{.stage = config.zero.stage, .rank = rank, .dtype = config.compute_dtype,
+                               .hyper = config.optimizer, .schedule = config.scheduler,
+                               .swap = config.offload.optimizer};
 }
+
+}  // namespace
+
+EngineState::EngineState(const EngineConfig& c, Communicator& device, Communicator& host,
+                         std::unique_ptr<DeviceOps> ops_in, const Mesh* mesh)
+    : config(c),
+      observer(std::make_unique<StepObserver>(c.observe, c.steps_per_print)),
+      comms(device, host, mesh, c.observe, &observer->tracer()),
+      ops(std::move(ops_in)),
+      pool(ledger, *ops),
+      norm(layout, *ops, pool, comms.tp(), comms.norm(), grad_norm_options(c, device.rank())),
+      optimizer(layout, *ops, shard_optimizer_options(c, device.rank())) {}
 
 namespace {
 
@@ -79,15 +100,33 @@ void check_cuda_zeropp(const EngineConfig& config) {
   if (z.hpz() || z.quantized_gradients) {
     throw ConfigError(fmt::format(
         "{}: zero_optimization.{} on the cuda compute device: not available in this build (ZeRO++'s groups are "
-        "made on host communicators); zero_quantized_weights is",
+        "made on host communicators); zero_quantized_weights runs there",
         config.source, z.hpz() ? "zero_hpz_partition_size" : "zero_quantized_gradients"));
   }
+}
+
+// The mesh constructor's checks before any state exists.
+const EngineConfig& checked_for_mesh(const EngineConfig& config, const Mesh& mesh) {
+  if (mesh.tp_size() > 1 && config.offload.optimizer.device == OffloadDevice::nvme) {
+    throw ConfigError(fmt::format(
+        "{}: zero_optimization.offload_optimizer.device \"nvme\" with tensor-parallel size {} (mesh dp={} x "
+        "tp={}): the replicated parameters' gradients are averaged over the tensor-parallel group in memory; "
+        "use \"cpu\" or \"none\", or tp = 1",
+        config.source, mesh.tp_size(), mesh.dp_size(), mesh.tp_size()));
+  }
+  return config;
 }
 
 }  // namespace
 
 Engine::Engine(const EngineConfig& config, Communicator& comm)
-    : s_(std::make_unique<EngineState>(config, comm, comm, make_cpu_ops())) {
+    : s_(std::make_unique<EngineState>(config, comm, comm, make_cpu_ops(), nullptr)) {
+  init();
+}
+
+Engine::Engine(const EngineConfig& config, const Mesh& mesh)
+    : s_(std::make_unique<EngineState>(checked_for_mesh(config, mesh), mesh.dp_group(), mesh.dp_group(),
+                                       make_cpu_ops(), &mesh)) {
   init();
 }
 
@@ -104,16 +143,14 @@ Engine::Engine(const EngineConfig& config, Communicator& device_comm, Communicat
     check_cuda_optimizer(config);
     check_cuda_zeropp(config);
   }
-  s_ = std::make_unique<EngineState>(config, device_comm, host_comm, std::move(ops));
+  s_ = std::make_unique<EngineState>(config, device_comm, host_comm, std::move(ops), nullptr);
   init();
 }
 
 void Engine::init() {
   const EngineConfig& config = s_->config;
-  config.validate_for_world(s_->comm.world_size());
-  if (config.compute_dtype == DType::f16) s_->scaler = LossScaler(config.loss_scale);
-  s_->groups.push_back(
-      GroupState{.name = "default", .lr = config.optimizer.lr, .weight_decay = config.optimizer.weight_decay});
+  config.validate_for_world(s_->world());
+  if (config.compute_dtype == DType::f16) s_->progress.scaler = LossScaler(config.loss_scale);
 }
 
 Engine::~Engine() = default;
@@ -121,112 +158,109 @@ Engine::~Engine() = default;
 UnitId Engine::add_unit(std::string name) { return s_->layout.add_unit(std::move(name)); }
 
 GroupId Engine::add_param_group(std::string name, ParamGroupOptions options) {
-  ZS_CHECK(!s_->finalized, "add_param_group(\"{}\") after finalize()", name);
-  const double lr = options.lr.value_or(s_->config.optimizer.lr);
-  const double wd = options.weight_decay.value_or(s_->config.optimizer.weight_decay);
-  if (!(lr >= 0.0) || !(wd >= 0.0)) {
-    throw ConfigError(fmt::format("parameter group \"{}\": lr ({}) and weight_decay ({}) must be >= 0",
-                                  name, lr, wd));
-  }
-  s_->groups.push_back(GroupState{.name = std::move(name), .lr = lr, .weight_decay = wd});
-  return static_cast<GroupId>(s_->groups.size() - 1);
+  ZS_CHECK(!s_->finalized(), "add_param_group(\"{}\") after finalize()", name);
+  return s_->optimizer.add_group(std::move(name), options);
 }
 
 ParamId Engine::add_parameter(UnitId unit, std::string name, std::vector<std::int64_t> shape,
                               GroupId group) {
-  ZS_CHECK(group >= 0 && static_cast<std::size_t>(group) < s_->groups.size(),
+  ZS_CHECK(group >= 0 && static_cast<std::size_t>(group) < s_->optimizer.groups().size(),
            "parameter \"{}\": unknown parameter group id {}", name, group);
   return s_->layout.add_param(unit, std::move(name), std::move(shape), group);
 }
 
-namespace {
-
-// finalize()'s local work: the layout, the arrays and their tiers
-// (runtime/sharding/array_store.h), the reducer and the unsharder.
-void allocate_state(EngineState& s, const SwapSharers& sharers) {
-  s.layout.finalize(s.world());
-  // A per-group list in the schedule must match the groups: fail now, not at step 1.
-  for (GroupId g = 0; g < static_cast<GroupId>(s.groups.size()); ++g) s.lr_at(g, 0);
-  const int stage = s.stage();
-  const int r = s.rank();
-  // The options the memory estimator uses too (runtime/plan/memory_estimate.h).
-  const ArrayPlanOptions plan = engine_array_plan_options(s.config, r);
-  s.store = std::make_unique<ArrayStore>(
-      s.layout, *s.ops, s.ledger,
-      ArrayStoreOptions{.stage = plan.stage, .rank = plan.rank, .dtype = plan.dtype,
-                        .state_count = plan.state_count, .states = plan.states, .offload = plan.offload,
-                        .swap_sharers = sharers, .source = plan.source});
-  s.store->set_tracer(s.tracer());
-  s.units.resize(s.layout.units().size());
-  for (std::size_t i = 0; i < s.units.size(); ++i) {
-    const UnitInfo& info = s.layout.units()[i];
-    UnitState& us = s.units[i];
-    if (stage == 0) {
-      for (ParamId id : info.params) {
-        const ParamInfo& p = s.layout.param(id);
-        if (p.numel == 0) continue;
-        us.segments.push_back(ShardSegment{.shard_offset = p.offset, .flat_offset = p.offset,
-                                           .length = p.numel, .param = id, .group = p.group});
-      }
-    } else {
-      us.segments = s.layout.segments(static_cast<UnitId>(i), r);
-    }
+ParamId Engine::add_parameter(UnitId unit, std::string name, std::vector<std::int64_t> shape, GroupId group,
+                              TensorParallel tp) {
+  if (tp.split_dim >= static_cast<int>(shape.size())) {
+    throw InvariantError(fmt::format("parameter \"{}\": split_dim {} is outside its {}-dimensional shape", name,
+                                     tp.split_dim, shape.size()));
   }
-  // The options the memory estimator replays a step with (runtime/plan/memory_estimate.h).
-  s.reducer = std::make_unique<GradReducer>(s.comm, s.layout, *s.ops, s.pool,
-                                            engine_grad_reducer_options(s.config, s.world()), s.grad_target, &s.nodes);
-  s.unsharder = std::make_unique<Unsharder>(s.comm, s.layout, *s.ops, s.pool, engine_unsharder_options(s.config),
-                                            s.shard_source, s.hpz_comm.get());
+  if (tp.split_dim < -1) tp.split_dim = -1;
+  const ParamId id = add_parameter(unit, std::move(name), std::move(shape), group);
+  s_->norm.declare(id, tp);
+  return id;
 }
 
-// ZeRO++'s groups of the data-parallel communicator (collective): hpZ's k
-// consecutive ranks, qgZ's nodes (zeroshard.zeropp.ranks_per_node's
-// blocks, else the hosts). Rank 0 prints one line on how they run.
-void make_zeropp_groups(EngineState& s) {
-  const ZeroppConfig& z = s.config.zero.zeropp;
-  const int world = s.world(), rank = s.rank();
-  const bool hpz = s.stage() == 3 && z.hpz();
-  const bool qgz = s.stage() >= 2 && z.quantized_gradients;
-  if (!hpz && !qgz) return;
-  for (const auto& [key, size] : {std::pair{"zero_optimization.zero_hpz_partition_size", hpz ? z.hpz_partition_size : 1},
-                                  std::pair{"zeroshard.zeropp.ranks_per_node", qgz ? z.ranks_per_node : 0}}) {
-    if (size > 0 && (size > world || world % size != 0)) {
-      throw ConfigError(fmt::format("{}: \"{}\" = {} does not divide the data-parallel world size {}",
-                                    s.config.source, key, size, world));
-    }
+Communicator& Engine::tp_communicator() {
+  Communicator* tp = s_->comms.tp();
+  if (tp == nullptr) throw InvariantError("tp_communicator(): only an engine on a mesh (Engine(config, mesh)) has one");
+  return *tp;
+}
+
+Communicator& Engine::pp_communicator() {
+  Communicator* pp = s_->comms.pp();
+  if (pp == nullptr) throw InvariantError("pp_communicator(): only an engine on a mesh (Engine(config, mesh)) has one");
+  return *pp;
+}
+
+void Engine::tie_parameter(ParamId p, Communicator& group) {
+  EngineState& s = *s_;
+  if (!s.comms.on_mesh()) {
+    throw InvariantError("tie_parameter(): only an engine on a mesh (Engine(config, mesh)) ties parameters");
   }
-  const int per_node = static_cast<int>(z.ranks_per_node);
-  const std::string host = per_node > 0 ? fmt::format("zeropp-node-{}", rank / per_node) : this_host_id();
-  s.nodes = split_by_node(s.comm, host);
-  std::string line;
-  if (hpz) {
-    const int k = static_cast<int>(z.hpz_partition_size);
-    s.hpz_comm = s.comm.split(rank / k, rank);
-    const std::vector<int>& node = s.nodes.node_of_rank;
-    bool inside = true;
-    for (int r = 0; r < world; ++r) inside = inside && node[static_cast<std::size_t>(r)] == node[static_cast<std::size_t>(r / k * k)];
-    line += fmt::format("hpZ: secondary shards over groups of {} ranks, {}", k,
-                        inside ? "each inside a node" : "spanning nodes (their all-gathers cross hosts)");
+  if (s.finalized()) throw InvariantError("tie_parameter() after finalize()");
+  if (p < 0 || static_cast<std::size_t>(p) >= s.layout.params().size()) {
+    throw InvariantError(fmt::format("tie_parameter(): unknown parameter id {}", p));
   }
-  if (rank == 0 && !line.empty()) fmt::print("zeroshard: {}\n", line);
+  s.norm.tie(p, group);
+}
+
+namespace {
+
+// finalize()'s local work: the layout, the optimizer's parameter runs, the
+// arrays and their tiers (runtime/sharding/array_store.h), the reducer and
+// the unsharder.
+std::unique_ptr<EngineParts> allocate_state(EngineState& s, const SwapSharers& sharers) {
+  s.layout.finalize(s.world());
+  s.optimizer.finalize();  // a per-group schedule that does not match the groups fails here
+  s.optimizer.set_tracer(s.tracer());
+  auto parts = std::make_unique<EngineParts>(s, sharers);
+  parts->store.set_tracer(s.tracer());
+  s.progress.reduced.assign(s.layout.units().size(), false);
+  return parts;
 }
 
 }  // namespace
 
+EngineParts::EngineParts(EngineState& s, const SwapSharers& sharers)
+    : store(s.layout, *s.ops, s.ledger,
+            [&] {
+              // The options the memory estimator uses too (runtime/plan/memory_estimate.h).
+              const ArrayPlanOptions plan = engine_array_plan_options(s.config, s.rank());
+              return ArrayStoreOptions{.stage = plan.stage, .rank = plan.rank, .dtype = plan.dtype,
+                                       .state_count = plan.state_count, .states = plan.states,
+                                       .offload = plan.offload, .swap_sharers = sharers, .source = plan.source};
+            }()),
+      link(store, s.comms.host(), s.progress, s.config.gradient_accumulation_steps),
+      // The options the memory estimator replays a step with (runtime/plan/memory_estimate.h).
+      reducer(s.comms.dp(), s.layout, *s.ops, s.pool, engine_grad_reducer_options(s.config, s.world()), link,
+              &s.comms.zeropp_nodes()),
+      unsharder(s.comms.dp(), s.layout, *s.ops, s.pool, engine_unsharder_options(s.config), link,
+                s.comms.hpz()) {}
+
 void Engine::finalize() {
   EngineState& s = *s_;
-  ZS_CHECK(!s.finalized, "finalize() called twice");
+  ZS_CHECK(!s.finalized(), "finalize() called twice");
+  Communicator& host = s.comms.host();
   // Every rank must have built the same model and configuration ([Note: model fingerprint]) and
   // allocated its state (free space, memory): agreed, so that no rank is left in a collective.
-  check_same_model(s.host_comm, s.config, s.layout, s.groups.size());
-  check_mesh_declarations(s);  // [Note: engine on a mesh]: declared and equal over the tp group
-  start_observer(s);           // clock offsets, when the breakdown or the trace is on
-  const SwapSharers sharers = count_swap_sharers(s.host_comm, s.config.offload);  // the free-space check counts them all
-  make_zeropp_groups(s);  // collective: before the agreed allocation, whose errors are local
-  run_agreed(s.host_comm, [&] { allocate_state(s, sharers); });
-  if (s.rank() == 0 && !s.reducer->note().empty()) fmt::print("zeroshard: {}\n", s.reducer->note());
-  check_ties(s);  // [Note: engine on a mesh]: tied copies laid out alike, agreed over the world
-  s.finalized = true;
+  check_same_model(host, s.config, s.layout, s.optimizer.groups().size());
+  s.norm.check_declarations();  // [Note: engine on a mesh]: declared and equal over the tp group
+  start_observer(s);            // clock offsets, when the breakdown or the trace is on
+  open_monitor(s);              // csv_monitor's files, when it is on
+  const SwapSharers sharers = count_swap_sharers(host, s.config.offload);  // the free-space check counts them all
+  // ZeRO++'s groups (collective): before the agreed allocation, whose errors are local.
+  const std::string zeropp_line = s.comms.make_zeropp_groups(s.config.zero.zeropp, s.stage(), s.config.source);
+  std::unique_ptr<EngineParts> parts;
+  run_agreed(host, [&] { parts = allocate_state(s, sharers); });
+  // [Note: engine on a mesh]: tied copies laid out alike, agreed over the world.
+  if (s.comms.on_mesh()) s.norm.check_ties();
+  s.parts = std::move(parts);
+  if (s.rank() == 0) {
+    for (const std::string& line : {zeropp_line, s.reducer().note()}) {
+      if (!line.empty()) fmt::print("zeroshard: {}\n", line);
+    }
+  }
 }
 
 namespace {
@@ -250,7 +284,7 @@ void copy_window(DeviceOps& ops, void* dst, DType dst_type, std::size_t begin, s
 // of the swap files on nvme.
 void set_array_window(EngineState& s, UnitId u, ArrayRef a, std::size_t begin, std::size_t n, const ParamInfo& p,
                       std::span<const float> values) {
-  ArrayStore& store = *s.store;
+  ArrayStore& store = s.store();
   const DType t = store.dtype(u, a);
   if (store.tier(u, a) != MemTier::nvme) {
     copy_window(store.ops(u, a), store.resident(u, a), t, begin, n, p, values);
@@ -282,7 +316,7 @@ std::vector<float> widen(EngineState& s, const void* full, DType t, const ParamI
 std::vector<std::byte> gather_host(EngineState& s, UnitId u, const void* shard, DType t) {
   const UnitInfo& info = s.info(u);
   std::vector<std::byte> full(info.padded * dtype_size(t));
-  s.host_comm.all_gather(shard, full.data(), info.shard, t);
+  s.comms.host().all_gather(shard, full.data(), info.shard, t);
   return full;
 }
 
@@ -295,8 +329,8 @@ void write_parameter(EngineState& s, const ParamInfo& info, std::span<const floa
   if (s.stage() < 3) {
     set_array_window(s, info.unit, {ArrayKind::params}, 0, u.padded, info, values);
   } else {
-    void* gathered = s.unsharder->full(info.unit);  // nullptr when not gathered
-    s.store->release_param_staging(info.unit);  // a swapped-in copy would be stale
+    void* gathered = s.unsharder().full(info.unit);  // nullptr when not gathered
+    s.store().release_param_staging(info.unit);  // a swapped-in copy would be stale
     set_array_window(s, info.unit, {ArrayKind::params}, shard_begin, u.shard, info, values);
     if (gathered != nullptr) copy_window(*s.ops, gathered, s.dtype(), 0, u.padded, info, values);
   }
@@ -311,7 +345,7 @@ void write_parameter(EngineState& s, const ParamInfo& info, std::span<const floa
 
 void Engine::set_parameter(ParamId p, std::span<const float> values) {
   EngineState& s = *s_;
-  ZS_CHECK(s.finalized, "set_parameter() before finalize()");
+  ZS_CHECK(s.finalized(), "set_parameter() before finalize()");
   const ParamInfo& info = s.layout.param(p);
   ZS_CHECK(values.size() == info.numel, "set_parameter(\"{}\"): got {} values, parameter has {}",
            info.name, values.size(), info.numel);
@@ -320,13 +354,13 @@ void Engine::set_parameter(ParamId p, std::span<const float> values) {
 
 std::vector<float> Engine::gather_parameter(ParamId p) {
   EngineState& s = *s_;
-  ZS_CHECK(s.finalized, "gather_parameter() before finalize()");
+  ZS_CHECK(s.finalized(), "gather_parameter() before finalize()");
   const ParamInfo& info = s.layout.param(p);
-  if (s.stage() < 3) return widen(s, s.store->resident(info.unit, {ArrayKind::params}), s.dtype(), info);
-  if (const void* full = s.unsharder->full(info.unit)) return widen(s, full, s.dtype(), info);
+  if (s.stage() < 3) return widen(s, s.store().resident(info.unit, {ArrayKind::params}), s.dtype(), info);
+  if (const void* full = s.unsharder().full(info.unit)) return widen(s, full, s.dtype(), info);
   HostBuffer holder;
   const std::vector<std::byte> full =
-      gather_host(s, info.unit, s.store->read(info.unit, {ArrayKind::params}, holder), s.dtype());
+      gather_host(s, info.unit, s.store().read(info.unit, {ArrayKind::params}, holder), s.dtype());
   return widen_host(full.data(), s.dtype(), info);
 }
 
@@ -334,10 +368,10 @@ std::vector<float> Engine::gather_master(ParamId p) {
   EngineState& s = *s_;
   if (!s.mixed()) return gather_parameter(p);
   const ParamInfo& info = s.layout.param(p);
-  if (s.stage() == 0) return widen(s, s.store->resident(info.unit, {ArrayKind::master}), DType::f32, info);
+  if (s.stage() == 0) return widen(s, s.store().resident(info.unit, {ArrayKind::master}), DType::f32, info);
   HostBuffer holder;
   const std::vector<std::byte> full =
-      gather_host(s, info.unit, s.store->read(info.unit, {ArrayKind::master}, holder), DType::f32);
+      gather_host(s, info.unit, s.store().read(info.unit, {ArrayKind::master}, holder), DType::f32);
   return widen_host(full.data(), DType::f32, info);
 }
 
@@ -346,42 +380,45 @@ ComputeDevice Engine::device() const { return s_->ops->device(); }
 int Engine::rank() const { return s_->rank(); }
 int Engine::world_size() const { return s_->world(); }
 DType Engine::compute_dtype() const { return s_->dtype(); }
-double Engine::loss_scale() const { return s_->dtype() == DType::f16 ? s_->scaler.scale() : 1.0; }
-const LossScalerState& Engine::loss_scaler_state() const { return s_->scaler.state(); }
-std::int64_t Engine::skipped_steps() const { return s_->scaler.state().overflows; }
+double Engine::loss_scale() const { return s_->dtype() == DType::f16 ? s_->progress.scaler.scale() : 1.0; }
+const LossScalerState& Engine::loss_scaler_state() const { return s_->progress.scaler.state(); }
+std::int64_t Engine::skipped_steps() const { return s_->progress.scaler.state().overflows; }
 const EngineConfig& Engine::config() const { return s_->config; }
 const FlatLayout& Engine::layout() const { return s_->layout; }
 const MemoryLedger& Engine::ledger() const { return s_->ledger; }
 
 OffloadStats Engine::offload_stats() const {
-  if (!s_->store || !s_->store->offloaded()) return {};
-  const SwapPipelineStats& t = s_->store->io_total();
+  if (!s_->finalized() || !s_->store().offloaded()) return {};
+  const SwapPipelineStats& t = s_->store().io_total();
   return OffloadStats{.bytes_read = t.bytes_read, .bytes_written = t.bytes_written, .read_wait_s = t.read_wait_s,
                       .write_wait_s = t.write_wait_s, .update_s = t.update_s};
 }
-std::int64_t Engine::micro_steps() const { return s_->micro_steps; }
-std::int64_t Engine::optimizer_steps() const { return s_->optimizer_steps; }
+std::int64_t Engine::micro_steps() const { return s_->progress.micro_steps; }
+std::int64_t Engine::optimizer_steps() const { return s_->progress.optimizer_steps; }
 
-float Engine::group_lr(GroupId g) const {
-  ZS_CHECK(g >= 0 && static_cast<std::size_t>(g) < s_->groups.size(), "unknown parameter group {}", g);
-  return s_->groups[static_cast<std::size_t>(g)].lr;
-}
+float Engine::group_lr(GroupId g) const { return static_cast<float>(s_->optimizer.group(g).lr); }
 
 double Engine::current_lr(GroupId g) const {
-  ZS_CHECK(g >= 0 && static_cast<std::size_t>(g) < s_->groups.size(), "unknown parameter group {}", g);
-  return s_->lr_at(g, s_->optimizer_steps);
+  s_->optimizer.group(g);  // checks g
+  return s_->optimizer.lr_at(g, s_->progress.optimizer_steps);
 }
+
+int Engine::tp_size() const { return s_->comms.tp_size(); }
+int Engine::tp_rank() const { return s_->comms.tp_rank(); }
+TensorParallel Engine::param_parallel(ParamId p) const { return s_->norm.parallel(p); }
+int Engine::pp_size() const { return s_->comms.pp_size(); }
+int Engine::pp_rank() const { return s_->comms.pp_rank(); }
 
 std::vector<float> Engine::optimizer_state(UnitId u, int index) const {
   EngineState& s = *s_;
-  const int states = s.store->options().state_count;
+  const int states = s.store().options().state_count;
   ZS_CHECK(index >= 0 && index < states, "optimizer state index {} out of range ({} states)", index, states);
-  return state_window_f32(s, u, index, s.rank());
+  return s.optimizer.state_window_f32(s.store(), u, index, s.rank());
 }
 
 std::pair<std::int64_t, std::int64_t> Engine::unit_all_gathers(UnitId u) const {
-  ZS_CHECK(s_->finalized, "unit_all_gathers() before finalize()");
-  return {s_->unsharder->all_gathers(u), s_->unsharder->secondary_gathers(u)};
+  ZS_CHECK(s_->finalized(), "unit_all_gathers() before finalize()");
+  return {s_->unsharder().all_gathers(u), s_->unsharder().secondary_gathers(u)};
 }
 
 std::vector<float> Engine::param_shard(UnitId u) const {
@@ -391,10 +428,10 @@ std::vector<float> Engine::param_shard(UnitId u) const {
   HostBuffer holder;
   const float* p = nullptr;
   if (s.mixed()) {
-    p = static_cast<const float*>(s.store->read(u, {ArrayKind::master}, holder));
+    p = static_cast<const float*>(s.store().read(u, {ArrayKind::master}, holder));
     if (s.stage() == 0) p += begin;
   } else {
-    p = static_cast<const float*>(s.store->read(u, {ArrayKind::params}, holder));
+    p = static_cast<const float*>(s.store().read(u, {ArrayKind::params}, holder));
     if (s.stage() < 3) p += begin;
   }
   return std::vector<float>(p, p + info.shard);

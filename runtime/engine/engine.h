@@ -65,7 +65,7 @@
 // unshard(u). set_parameter / gather_* / checkpoints copy through host
 // memory. With offload_optimizer the update runs on the host (ZeRO-Offload;
 // [Note: optimizer on the host for a GPU engine] in
-// runtime/engine/engine_optimizer.cpp): reduced gradient blocks come down to the
+// runtime/engine/shard_optimizer.cpp): reduced gradient blocks come down to the
 // host tier as they arrive, updated parameters go up after the update;
 // offload_param (which needs offload_optimizer here) keeps stage 3 shards
 // in host memory or on nvme and uploads each before its all-gather.
@@ -371,6 +371,13 @@ class Engine {
   /// The comms_logger table (kind, message size, count, latency, algbw,
   /// busbw) of this rank's collectives so far. Not a collective.
   std::string comms_summary() const;
+  /// The loss of the micro-batch just run (or of the whole step), for the
+  /// csv_monitor's train_loss series: the step's row holds the mean of the
+  /// values reported since the previous optimizer step, as world rank 0
+  /// reported them (DeepSpeed's Train/Samples/train_loss;
+  /// runtime/observe/csv_monitor.h). Does nothing on other ranks or with the
+  /// monitor off. Not a collective; never throws.
+  void report_loss(double loss);
   /// With zeroshard.trace on: every rank writes
   /// <output_path>/trace-rank<r>.json (Chrome Trace Event Format, ranks as
   /// processes, loop/engine/comm/io as threads, memory counters; times on

@@ -14,7 +14,6 @@
 #include "runtime/checkpoint/checkpoint_manifest.h"
 #include "runtime/engine/engine.h"
 #include "runtime/engine/engine_state.h"
-#include "runtime/engine/mesh_agreement.h"
 #include "runtime/engine/storage_phase.h"
 
 namespace zeroshard {
@@ -168,14 +167,15 @@ struct LoadedUnit {
 
 // Replaces the engine's state with `loaded`, on this rank alone.
 void commit_loaded(EngineState& s, std::vector<LoadedUnit>& loaded) {
-  s.reducer->discard();
-  s.reducer->reset_residuals();  // ZeRO++ qgZ's error feedback is not saved: it starts over
-  s.unsharder->reset();  // also ends swap-ins (ShardSource::release)
-  ArrayStore& store = *s.store;
+  s.reducer().discard();
+  s.reducer().reset_residuals();  // ZeRO++ qgZ's error feedback is not saved: it starts over
+  s.unsharder().reset();  // also ends swap-ins (ShardSource::release)
+  ArrayStore& store = s.store();
   store.clear_nvme_grads();
-  for (std::size_t u = 0; u < s.units.size(); ++u) {
+  std::vector<bool>& reduced = s.progress.reduced;
+  reduced.assign(reduced.size(), false);
+  for (std::size_t u = 0; u < loaded.size(); ++u) {
     const UnitId id = static_cast<UnitId>(u);
-    s.units[u].reduced = false;
     store.zero_grads(id);
     // Into the resident buffers (on the compute device) or the swap files.
     LoadedUnit& lu = loaded[u];
@@ -192,9 +192,9 @@ void commit_loaded(EngineState& s, std::vector<LoadedUnit>& loaded) {
 // save that was killed between stages). Collective over the world; throws
 // AgreedConfigError on every rank naming each (stage, tp rank)'s step.
 void check_same_step(EngineState& s, const std::string& save_dir) {
-  Communicator& world = *s.world_comm;
-  const double mine[3] = {static_cast<double>(s.optimizer_steps), static_cast<double>(s.pp_rank),
-                          static_cast<double>(s.tp_rank())};
+  Communicator& world = *s.comms.world();
+  const double mine[3] = {static_cast<double>(s.progress.optimizer_steps), static_cast<double>(s.comms.pp_rank()),
+                          static_cast<double>(s.comms.tp_rank())};
   std::vector<double> all(3 * static_cast<std::size_t>(world.world_size()));
   world.all_gather(mine, all.data(), 3, DType::f64);
   bool same = true;
@@ -218,28 +218,28 @@ void check_same_step(EngineState& s, const std::string& save_dir) {
 json Engine::load_checkpoint(const std::string& mesh_save_dir, const std::string& tag_in) {
   EngineState& s = *s_;
   // A failure in one (pipeline stage, tp rank)'s group ends every rank of the mesh together.
-  const json client_state = agreed_over_world(s, [&]() -> json {
-    ZS_CHECK(s.finalized, "load_checkpoint() before finalize()");
+  const json client_state = s.comms.agreed_over_world([&]() -> json {
+    ZS_CHECK(s.finalized(), "load_checkpoint() before finalize()");
     std::string tag = tag_in;
     const int r = s.rank();
     Manifest m;
     // On a mesh each tp rank's group reads its own folder ([Note: engine on a mesh]).
-    const std::string save_dir = mesh_checkpoint_root(s.mesh_position(), mesh_save_dir);
+    const std::string save_dir = mesh_checkpoint_root(s.comms.mesh_position(), mesh_save_dir);
     TraceScope manifest_span(s.tracer(), "checkpoint_load_manifest", TraceThread::engine, tag_in);
-    run_agreed(s.host_comm, [&] {
-      check_checkpoint_mesh(s.mesh_position(), mesh_save_dir, tag_in);
+    run_agreed(s.comms.host(), [&] {
+      check_checkpoint_mesh(s.comms.mesh_position(), mesh_save_dir, tag_in);
       if (tag.empty()) {
         tag = read_text_file(save_dir + "/latest");
         while (!tag.empty() && (tag.back() == '\n' || tag.back() == ' ')) tag.pop_back();
       }
       m = Manifest::read(save_dir + "/" + tag);
-      check_manifest_mesh(s.mesh_position(), save_dir + "/" + tag, m);
+      check_manifest_mesh(s.comms.mesh_position(), save_dir + "/" + tag, m);
     });
     const std::string dir = save_dir + "/" + tag;
     // Every rank read the same manifest (the same file): the checks below up
     // to the read phase then come out the same on every rank.
     double crc[2] = {static_cast<double>(m.body_crc32), -static_cast<double>(m.body_crc32)};
-    s.host_comm.all_reduce(crc, 2, DType::f64, ReduceOp::max);
+    s.comms.host().all_reduce(crc, 2, DType::f64, ReduceOp::max);
     if (crc[0] != -crc[1]) {
       throw AgreedIoError(fmt::format("{}/manifest.json: the ranks read different manifests (CRC-32 from {:08x} to "
                                       "{:08x}); every rank must see the same save directory",
@@ -261,11 +261,11 @@ json Engine::load_checkpoint(const std::string& mesh_save_dir, const std::string
 
     manifest_span.end();
     const int stage = s.stage();
-    std::vector<LoadedUnit> loaded(s.units.size());
+    std::vector<LoadedUnit> loaded(s.layout.units().size());
     TraceScope read_span(s.tracer(), "checkpoint_load_read", TraceThread::engine, tag);
-    run_agreed(s.host_comm, [&] {
+    run_agreed(s.comms.host(), [&] {
       TensorReader reader(m, dir);
-      for (std::size_t u = 0; u < s.units.size(); ++u) {
+      for (std::size_t u = 0; u < loaded.size(); ++u) {
         const UnitInfo& info = s.info(static_cast<UnitId>(u));
         const std::uint64_t shard_lo = static_cast<std::uint64_t>(r) * info.shard;
         LoadedUnit& lu = loaded[u];
@@ -276,7 +276,7 @@ json Engine::load_checkpoint(const std::string& mesh_save_dir, const std::string
         // else fp32 values (8-bit dequantized, bf16 widened), quantized anew
         // for 8-bit and rounded to bf16 for bf16 (exact for bf16 values).
         const std::uint64_t sn = stage == 0 ? info.padded : info.shard;  // master weights
-        const UnitStates& target = s.store->states(static_cast<UnitId>(u));
+        const UnitStates& target = s.store().states(static_cast<UnitId>(u));
         const bool exact = target.dtype == StateDtype::q8 && m.units[u].state_format == "8bit" &&
                            m.states.block_size == target.block && m.world_size == s.world() &&
                            m.units[u].shard == info.shard;
@@ -296,7 +296,7 @@ json Engine::load_checkpoint(const std::string& mesh_save_dir, const std::string
               values.emplace_back(info.shard, 0.0f);
               reader.read(u, k, lo, lo + info.shard, values.back().data());
             }
-            arrays = state_arrays_from_f32(s, static_cast<UnitId>(u), values);
+            arrays = s.optimizer.state_arrays_from_f32(s.store(), static_cast<UnitId>(u), values);
           }
           for (std::size_t k = 0; k < arrays.size(); ++k) {
             lu.states[k].insert(lu.states[k].end(), arrays[k].begin(), arrays[k].end());
@@ -327,12 +327,12 @@ json Engine::load_checkpoint(const std::string& mesh_save_dir, const std::string
     const TraceScope commit_span(s.tracer(), "checkpoint_load_commit", TraceThread::engine, tag);
     run_storage_phase(s, fmt::format("load_checkpoint(\"{}\")", dir), [&] { commit_loaded(s, loaded); }, true);
     s.unusable.clear();
-    s.optimizer_steps = m.optimizer_steps;
-    s.micro_steps = m.optimizer_steps * s.config.gradient_accumulation_steps;
-    if (s.dtype() == DType::f16) s.scaler.set_state(m.scaler);
+    s.progress.optimizer_steps = m.optimizer_steps;
+    s.progress.micro_steps = m.optimizer_steps * s.config.gradient_accumulation_steps;
+    if (s.dtype() == DType::f16) s.progress.scaler.set_state(m.scaler);
     return m.client_state;
   });
-  if (s.world_comm != nullptr) check_same_step(s, mesh_save_dir);
+  if (s.comms.on_mesh()) check_same_step(s, mesh_save_dir);
   return client_state;
 }
 

@@ -1,6 +1,7 @@
-// Engine: the observability calls (runtime/config/observe_config.h): traced
-// communicators, the end of an observed step (breakdown, straggler view,
-// memory counters), the run report and the Chrome traces.
+// Engine: the observability calls (runtime/config/observe_config.h): the
+// observer's start, the end of an observed step (breakdown, straggler view,
+// memory counters), the run report and the Chrome traces. The traced
+// communicators are EngineComms' (runtime/engine/engine_comms.h).
 #include <filesystem>
 #include <iostream>
 
@@ -15,40 +16,10 @@
 
 namespace zeroshard {
 
-std::unique_ptr<CommsLog> make_comms_log(const ObserveConfig& config, int rank) {
-  const CommsLoggerConfig& c = config.comms_logger;
-  if (!c.enabled) return nullptr;
-  const CommsLogOptions o{.enabled = true, .verbose = c.verbose, .prof_all = c.prof_all, .prof_ops = c.prof_ops,
-                          .debug = c.debug};
-  return std::make_unique<CommsLog>(o, rank == 0 ? &std::cout : nullptr);
-}
-
-TracedOptions EngineState::traced_options() const {
-  const ObserveConfig& o = config.observe;
-  return TracedOptions{.tracer = o.records() ? &observer->tracer() : nullptr,
-                       .comms_log = comms_log.get(),
-                       .timeout_s = o.collective_timeout_s,
-                       .recording = o.records(),
-                       .check_fingerprints = o.collective_check};
-}
-
-std::vector<TracedCommunicator*> EngineState::traced_all() const {
-  std::vector<TracedCommunicator*> out;
-  for (TracedCommunicator* t : {traced_comm.get(), traced_host.get(), traced_world.get(), traced_tp.get(), traced_pp.get()}) {
-    if (t != nullptr) out.push_back(t);
-  }
-  return out;
-}
-
-Communicator& raw_world(const EngineState& s) {
-  if (s.traced_world) return s.traced_world->inner();
-  return s.traced_host ? s.traced_host->inner() : s.traced_comm->inner();
-}
-
 void start_observer(EngineState& s) {
   if (!s.observer->gathering()) return;
   // World rank 0's clock is the common one; its start is the trace's origin.
-  Communicator& world = raw_world(s);
+  Communicator& world = s.comms.raw_world();
   const ClockOffset c = estimate_clock_offset(world);
   // A double holds steady-clock nanoseconds exactly for 104 days of uptime
   // and to a few nanoseconds beyond: plenty for a trace's origin.
@@ -56,32 +27,9 @@ void start_observer(EngineState& s) {
   world.broadcast(&origin, 1, DType::f64, 0);
   s.observer->start(world, c.offset_ns, c.bound_ns, static_cast<std::int64_t>(origin));
   // The first step starts now: forget finalize()'s collectives and time.
-  for (TracedCommunicator* t : s.traced_all()) t->take_records();
+  s.comms.forget_records();
   s.observer->tracer().take_step(Tracer::now_ns());
 }
-
-namespace {
-
-// This step's collectives of every traced communicator as [issue,
-// completion) intervals, and the issue times of the data-parallel ones.
-// The pipeline group's sends and receives are left out of the intervals: a
-// receive posted ahead is "in flight" while the previous stage computes, so
-// counting it would report that wait as hidden communication. Their waits
-// still count as comm_wait.
-void collect_step_collectives(EngineState& s, std::vector<Interval>& intervals,
-                              std::vector<std::int64_t>& arrivals) {
-  for (TracedCommunicator* t : s.traced_all()) {
-    const bool dp = t == s.traced_comm.get();
-    const bool pp = t == s.traced_pp.get();
-    for (const CollectiveRecord& r : t->take_records()) {
-      if (pp) continue;
-      intervals.emplace_back(r.issue_ns, r.end_ns);
-      if (dp) arrivals.push_back(r.issue_ns);
-    }
-  }
-}
-
-}  // namespace
 
 void end_observed_step(EngineState& s) {
   Tracer& tracer = s.observer->tracer();
@@ -97,15 +45,15 @@ void end_observed_step(EngineState& s) {
   }
   std::vector<Interval> intervals;
   std::vector<std::int64_t> arrivals;
-  collect_step_collectives(s, intervals, arrivals);
-  s.observer->end_step(s.boundary_steps, intervals, arrivals, std::cout);
+  s.comms.take_step_records(intervals, arrivals);
+  s.observer->end_step(s.progress.boundary_steps, intervals, arrivals, std::cout);
 }
 
 nlohmann::json Engine::observe_report() const {
   nlohmann::json j = s_->observer->report();
   nlohmann::json rows = nlohmann::json::array();
-  if (s_->comms_log) {
-    for (const CommsLogRow& r : s_->comms_log->rows()) {
+  if (const CommsLog* log = s_->comms.log()) {
+    for (const CommsLogRow& r : log->rows()) {
       rows.push_back({{"kind", to_string(r.kind)},
                       {"message_bytes", r.message_bytes},
                       {"world_size", r.world_size},
@@ -119,7 +67,7 @@ nlohmann::json Engine::observe_report() const {
     }
   }
   j["comms"] = rows;
-  j["comms_cross_host_bytes"] = s_->comms_log ? s_->comms_log->cross_host_bytes() : 0;
+  j["comms_cross_host_bytes"] = s_->comms.log() != nullptr ? s_->comms.log()->cross_host_bytes() : 0;
   return j;
 }
 
@@ -152,9 +100,37 @@ std::string Engine::write_trace() {
 }
 
 std::string Engine::comms_summary() const {
-  return s_->comms_log ? s_->comms_log->summary() : std::string("comms_logger is off");
+  const CommsLog* log = s_->comms.log();
+  return log != nullptr ? log->summary() : std::string("comms_logger is off");
 }
 
 const StepFigures& Engine::last_step_figures() const { return s_->observer->last_figures(); }
+
+void open_monitor(EngineState& s) {
+  const CsvMonitorConfig& c = s.config.observe.csv_monitor;
+  if (!c.enabled) return;
+  Communicator& world = s.comms.raw_world();
+  run_agreed(world, [&] {
+    if (world.rank() == 0) s.monitor = std::make_unique<CsvMonitor>(c);
+  });
+}
+
+void write_monitor_step(EngineState& s, const StepResult& r) {
+  const std::int64_t per_micro = s.config.train_micro_batch_size_per_gpu * s.world();
+  MonitorStep m;
+  m.samples = s.progress.micro_steps * per_micro;
+  m.step_samples = s.config.gradient_accumulation_steps * per_micro;
+  // The rate this step used: a skipped step does not advance the schedule.
+  const std::int64_t applied = s.progress.optimizer_steps;
+  m.lr = s.optimizer.lr_at(0, r.applied ? applied - 1 : applied);
+  m.grad_norm = r.grad_norm;
+  if (s.config.compute_dtype == DType::f16) m.loss_scale = r.loss_scale;
+  m.skipped_steps = s.progress.scaler.state().overflows;
+  s.monitor->write(m);
+}
+
+void Engine::report_loss(double loss) {
+  if (s_->monitor) s_->monitor->add_loss(loss);
+}
 
 }  // namespace zeroshard

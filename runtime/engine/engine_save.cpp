@@ -1,9 +1,13 @@
-// Engine::save_checkpoint / load_checkpoint: sharded, atomic, re-shardable
-// checkpoints. Layout and protocol: docs/checkpoint-format.md.
+// Engine::save_checkpoint: sharded, atomic, re-shardable checkpoints, and
+// their consolidated weights (model.safetensors with zero_optimization.
+// stage3_gather_16bit_weights_on_model_save; layout: [Note: safetensors
+// layout] in runtime/checkpoint/safetensors_writer.h). Layout and protocol:
+// docs/checkpoint-format.md; loading: engine_load.cpp.
 #include <algorithm>
 #include <chrono>
 #include <cstdlib>
 #include <filesystem>
+#include <optional>
 #include <csignal>
 #include <string_view>
 #include <thread>
@@ -13,9 +17,9 @@
 #include "kernels/cpu/cast.h"
 #include "core/durable_file.h"
 #include "runtime/checkpoint/checkpoint_manifest.h"
+#include "runtime/checkpoint/safetensors_writer.h"
 #include "runtime/engine/engine.h"
 #include "runtime/engine/engine_state.h"
-#include "runtime/engine/mesh_agreement.h"
 #include "runtime/engine/storage_phase.h"
 #include "zs_config.h"
 
@@ -32,7 +36,7 @@ namespace {
 const float* master_data(EngineState& s, UnitId u, std::size_t& first, HostBuffer& holder) {
   const bool full = s.mixed() ? s.stage() == 0 : s.stage() < 3;
   first = full ? 0 : static_cast<std::size_t>(s.rank()) * s.info(u).shard;
-  return static_cast<const float*>(s.store->read(u, {s.mixed() ? ArrayKind::master : ArrayKind::params}, holder));
+  return static_cast<const float*>(s.store().read(u, {s.mixed() ? ArrayKind::master : ArrayKind::params}, holder));
 }
 
 // Test hook: ZS_CHECKPOINT_PAUSE_RANK=r makes rank r stop in the middle of
@@ -167,17 +171,17 @@ Manifest make_manifest(const EngineState& s, const std::string& tag, const json&
   for (const UnitInfo& u : s.layout.units()) {
     ManifestUnit mu{.name = u.name, .numel = u.numel, .padded = u.padded, .shard = u.shard, .params = {},
                     .state_format = std::string(state_dtype_name(
-                        s.store->states(static_cast<UnitId>(&u - s.layout.units().data())).dtype))};
+                        s.store().states(static_cast<UnitId>(&u - s.layout.units().data())).dtype))};
     for (ParamId id : u.params) {
       const ParamInfo& p = s.layout.param(id);
       mu.params.push_back(ManifestParam{.name = p.name, .shape = p.shape, .numel = p.numel, .offset = p.offset,
-                                        .group = p.group, .tp_split_dim = s.param_parallel(id).split_dim});
+                                        .group = p.group, .tp_split_dim = s.norm.parallel(id).split_dim});
     }
     m.units.push_back(std::move(mu));
   }
-  m.optimizer_steps = s.optimizer_steps;
-  m.micro_steps = s.micro_steps;
-  m.scaler = s.scaler.state();
+  m.optimizer_steps = s.progress.optimizer_steps;
+  m.micro_steps = s.progress.micro_steps;
+  m.scaler = s.progress.scaler.state();
   const OptimizerHyper& h = s.config.optimizer;
   m.optimizer = {{"type", optimizer_type_name(h)}, {"lr", h.lr}, {"betas", {h.beta1, h.beta2}}, {"eps", h.eps},
                  {"weight_decay", h.weight_decay}, {"momentum", h.momentum}, {"dampening", h.dampening},
@@ -187,14 +191,15 @@ Manifest make_manifest(const EngineState& s, const std::string& tag, const json&
     m.optimizer["initial_accumulator_value"] = h.initial_accumulator_value;
   }
   m.param_groups = json::array();
-  for (const GroupState& g : s.groups) {
+  for (const ParamGroup& g : s.optimizer.groups()) {
     m.param_groups.push_back({{"name", g.name}, {"lr", g.lr}, {"weight_decay", g.weight_decay}});
   }
-  m.scheduler = {{"type", s.config.scheduler.name()}, {"position", s.optimizer_steps}};
+  m.scheduler = {{"type", s.config.scheduler.name()}, {"position", s.progress.optimizer_steps}};
   m.client_state = client_state;
-  if (s.world_comm != nullptr) {
-    m.mesh = ManifestMesh{.recorded = true, .dp = s.world(), .tp = s.tp_size(), .tp_rank = s.tp_rank(),
-                          .pp = s.pp_size, .pp_rank = s.pp_rank};
+  if (s.comms.on_mesh()) {
+    const MeshPosition at = s.comms.mesh_position();
+    m.mesh = ManifestMesh{.recorded = true, .dp = at.dp, .tp = at.tp, .tp_rank = at.tp_rank, .pp = at.pp,
+                          .pp_rank = at.pp_rank};
   }
   return m;
 }
@@ -217,6 +222,64 @@ void prune(const std::string& save_dir, int keep_last, const std::string& keep_t
   }
 }
 
+// save_checkpoint's consolidated weights: writes <dir>/model.safetensors on
+// rank 0, every parameter of manifest `m` (this engine's, made by the save)
+// in the compute dtype, in model order, with metadata from `m` (and tp_size
+// / tp_rank on a mesh). Stages 0-2: rank 0 writes its full compute copy
+// unit by unit; stage 3: each unit's shards, read from their tier, are
+// all-gathered over the host communicator (padded elements of the compute
+// dtype on every rank, one unit at a time) and appended by rank 0. Every
+// phase is agreed: a failure on any rank (a swap read, the write) throws
+// the same AgreedIoError on every rank. Returns the file's entry (size,
+// CRC-32) on rank 0, recorded = false elsewhere. Collective.
+ManifestWeights write_checkpoint_weights(EngineState& s, const std::string& dir, const Manifest& m) {
+  const int r = s.rank();
+  const DType t = s.dtype();
+  SafetensorsMetadata extra;
+  if (m.mesh.recorded) extra = {{"tp_size", std::to_string(m.mesh.tp)}, {"tp_rank", std::to_string(m.mesh.tp_rank)}};
+  std::optional<DurableFileWriter> out;  // rank 0's file
+  run_agreed(s.comms.host(), [&] {
+    const SafetensorsPlan plan = plan_checkpoint_safetensors(m, t, extra);  // the same on every rank
+    if (r != 0) return;
+    out.emplace(dir + "/" + kWeightsFileName);
+    write_safetensors_header(*out, plan);
+  });
+  // A unit's parameters tile flat elements [0, numel) in declaration order,
+  // as its tensors follow each other in the file: one write per unit.
+  auto append = [&](UnitId u, const void* full) { out->write(full, s.info(u).numel * dtype_size(t)); };
+  const UnitId units = s.units();
+  if (s.stage() < 3) {
+    // Every rank holds the full compute copy: rank 0 writes its own.
+    run_agreed(s.comms.host(), [&] {
+      if (r != 0) return;
+      for (UnitId u = 0; u < units; ++u) {
+        HostBuffer holder;
+        append(u, s.store().read(u, {ArrayKind::params}, holder));
+      }
+    });
+  } else {
+    // Stage 3: one unit at a time, every rank's shard (wherever its tier
+    // keeps it: swap files on nvme) all-gathered, then appended by rank 0.
+    for (UnitId u = 0; u < units; ++u) {
+      HostBuffer holder;
+      const void* shard = nullptr;
+      run_agreed(s.comms.host(), [&] { shard = s.store().read(u, {ArrayKind::params}, holder); });
+      const std::vector<std::byte> full = gather_host(s, u, shard, t);
+      run_agreed(s.comms.host(), [&] {
+        if (r == 0) append(u, full.data());
+      });
+    }
+  }
+  ManifestWeights w;
+  run_agreed(s.comms.host(), [&] {
+    if (r != 0) return;
+    out->finish();
+    w = ManifestWeights{.recorded = true, .name = kWeightsFileName, .dtype = std::string(dtype_name(t)),
+                        .bytes = out->size(), .crc32 = out->crc32()};
+  });
+  return w;
+}
+
 // Phases 2, 3 (with the consolidated weights when configured) and 4 of the
 // save protocol (docs/checkpoint-format.md), each agreed.
 void write_checkpoint(EngineState& s, const std::string& save_dir, const std::string& tmp_dir,
@@ -226,9 +289,9 @@ void write_checkpoint(EngineState& s, const std::string& save_dir, const std::st
 
   double file_info[2] = {0, 0};  // crc32, bytes of this rank's file
   TraceScope files_span(s.tracer(), "checkpoint_save_files", TraceThread::engine, tag);
-  run_agreed(s.host_comm, [&] {
+  run_agreed(s.comms.host(), [&] {
     DurableFileWriter w(tmp_dir + "/" + rank_file_name(r));
-    for (UnitId u = 0; u < static_cast<UnitId>(s.units.size()); ++u) {
+    for (UnitId u = 0; u < s.units(); ++u) {
       const std::size_t shard = s.info(u).shard;
       {
         std::size_t first = 0;
@@ -239,8 +302,8 @@ void write_checkpoint(EngineState& s, const std::string& save_dir, const std::st
       }
       // The states as stored: fp32 values, or 8-bit codes then absmax
       // (docs/checkpoint-format.md), this rank's window.
-      for (int k = 0; k < s.store->states(u).arrays(); ++k) {
-        const std::vector<std::byte> bytes = state_array_window(s, u, k, r);
+      for (int k = 0; k < s.store().states(u).arrays(); ++k) {
+        const std::vector<std::byte> bytes = s.optimizer.state_array_window(s.store(), u, k, r);
         if (!bytes.empty()) w.write(bytes.data(), bytes.size());
       }
       if (u == 0) {
@@ -262,8 +325,8 @@ void write_checkpoint(EngineState& s, const std::string& save_dir, const std::st
   }
   const TraceScope publish_span(s.tracer(), "checkpoint_save_manifest", TraceThread::engine, tag);
   std::vector<double> all_info(2 * static_cast<std::size_t>(s.world()));
-  s.host_comm.all_gather(file_info, all_info.data(), 2, DType::f64);
-  run_agreed(s.host_comm, [&] {
+  s.comms.host().all_gather(file_info, all_info.data(), 2, DType::f64);
+  run_agreed(s.comms.host(), [&] {
     if (r != 0) return;
     for (int q = 0; q < s.world(); ++q) {
       m.files.push_back(ManifestFile{.name = rank_file_name(q), .rank = q,
@@ -287,22 +350,23 @@ std::string Engine::save_checkpoint(const std::string& mesh_save_dir, const json
                                     const std::string& tag_in) {
   EngineState& s = *s_;
   // A failure in one (pipeline stage, tp rank)'s group ends every rank of the mesh together.
-  return agreed_over_world(s, [&]() -> std::string {
+  return s.comms.agreed_over_world([&]() -> std::string {
     // On a mesh each (pipeline stage, tp rank)'s group saves into its own folder ([Note: engine on a mesh]).
-    const std::string save_dir = mesh_checkpoint_root(s.mesh_position(), mesh_save_dir);
-    ZS_CHECK(s.finalized, "save_checkpoint() before finalize()");
+    const std::string save_dir = mesh_checkpoint_root(s.comms.mesh_position(), mesh_save_dir);
+    ZS_CHECK(s.finalized(), "save_checkpoint() before finalize()");
     check_usable(s, "save_checkpoint()");
     const std::int64_t gas = s.config.gradient_accumulation_steps;
-    if (s.micro_steps % gas != 0) {
+    const std::int64_t micro = s.progress.micro_steps;
+    if (micro % gas != 0) {
       throw Error(fmt::format("save_checkpoint(\"{}\"): called after micro-batch {} of {} of a gradient accumulation "
                               "cycle; save after the step that ends the cycle (gradients are not saved)",
-                              save_dir, s.micro_steps % gas, gas));
+                              save_dir, micro % gas, gas));
     }
-    const std::string tag = tag_in.empty() ? fmt::format("step-{:08d}", s.optimizer_steps) : tag_in;
+    const std::string tag = tag_in.empty() ? fmt::format("step-{:08d}", s.progress.optimizer_steps) : tag_in;
     const std::string final_dir = save_dir + "/" + tag, tmp_dir = save_dir + "/.tmp-" + tag;
     const int r = s.rank();
 
-    run_agreed(s.host_comm, [&] {
+    run_agreed(s.comms.host(), [&] {
       if (r != 0) return;
       fs::create_directories(save_dir);
       sweep_leftovers(save_dir);  // left by saves that were killed or failed
@@ -326,16 +390,16 @@ std::string Engine::save_checkpoint(const std::string& mesh_save_dir, const json
 std::vector<float> Engine::gather_optimizer_state(ParamId p, int index) {
   EngineState& s = *s_;
   const ParamInfo& info = s.layout.param(p);
-  ZS_CHECK(index >= 0 && index < s.store->options().state_count, "optimizer state index {} out of range", index);
+  ZS_CHECK(index >= 0 && index < s.store().options().state_count, "optimizer state index {} out of range", index);
   // As fp32 (8-bit states dequantized), window by window.
   std::vector<float> full;
   if (s.stage() == 0) {
     for (int w = 0; w < s.world(); ++w) {
-      const std::vector<float> part = state_window_f32(s, info.unit, index, w);
+      const std::vector<float> part = s.optimizer.state_window_f32(s.store(), info.unit, index, w);
       full.insert(full.end(), part.begin(), part.end());
     }
   } else {
-    const std::vector<float> shard = state_window_f32(s, info.unit, index, s.rank());
+    const std::vector<float> shard = s.optimizer.state_window_f32(s.store(), info.unit, index, s.rank());
     const std::vector<std::byte> gathered = gather_host(s, info.unit, shard.data(), DType::f32);
     const auto* f = reinterpret_cast<const float*>(gathered.data());
     full.assign(f, f + gathered.size() / sizeof(float));

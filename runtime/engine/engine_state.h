@@ -1,274 +1,169 @@
 // Private state of the Engine (runtime/engine/engine.h). Not installed; included
 // only by the engine's own .cpp files.
+//
+// What the engine holds is owned by components, each with explicit inputs
+// and its own tests (docs/design.md, "Components of the Engine"):
+// EngineComms (the communicators and their tracing, the mesh position),
+// GradNorm (tensor-parallel declarations, ties, the global norm),
+// ShardOptimizer (parameter groups, the update over shards and state
+// formats), and what finalize() makes for the layout (EngineParts: the
+// ArrayStore, the GradReducer, the Unsharder and the adapters that connect
+// them). EngineState keeps the engine's own: the configuration, the layout,
+// the components, and the training loop's progress.
 #pragma once
 
 #include <cstdint>
-#include <deque>
 #include <memory>
-#include <optional>
 #include <string>
 #include <vector>
 
-#include "kernels/cpu/cast.h"
-#include "runtime/checkpoint/mesh_folders.h"
+#include "core/error.h"
+#include "core/memory_ledger.h"
+#include "optimizer/loss_scaler.h"
+#include "runtime/engine/engine.h"
+#include "runtime/engine/engine_comms.h"
+#include "runtime/engine/grad_norm.h"
+#include "runtime/engine/shard_optimizer.h"
+#include "runtime/observe/csv_monitor.h"
+#include "runtime/observe/step_observer.h"
+#include "runtime/sharding/array_store.h"
 #include "runtime/sharding/buffer_pool.h"
 #include "runtime/sharding/device_ops.h"
-#include "runtime/engine/engine.h"
-#include "runtime/sharding/array_store.h"
 #include "runtime/sharding/grad_reducer.h"
-#include "comm/comms_log.h"
-#include "comm/node_groups.h"
-#include "comm/traced_communicator.h"
-#include "optimizer/loss_scaler.h"
-#include "runtime/observe/step_observer.h"
 #include "runtime/sharding/swap_sharing.h"
 #include "runtime/sharding/unsharder.h"
 
 namespace zeroshard {
 
-/// One parameter group's name and configured values.
-struct GroupState {
-  std::string name;
-  double lr = 0;            ///< as OptimizerHyper::lr (a Python float's double)
-  double weight_decay = 0;  ///< as OptimizerHyper::weight_decay
+/// Where the training loop is: what a checkpoint restores (the steps and
+/// the loss scale) and the current micro-batch's reduce flags.
+struct StepProgress {
+  std::int64_t micro_steps = 0;
+  std::int64_t optimizer_steps = 0;
+  std::int64_t boundary_steps = 0;  ///< accumulation boundaries so far (applied or skipped)
+  LossScaler scaler;                ///< fp16 loss scale; its overflow count is the skipped steps
+  std::vector<bool> reduced;        ///< per unit: reduce_gradients() seen in this micro-batch
+
+  /// True while the current micro-batch ends a cycle of `accumulation`.
+  bool boundary(std::int64_t accumulation) const { return (micro_steps + 1) % accumulation == 0; }
 };
 
-/// What the engine holds for one unit on this rank besides its arrays
-/// (those are the ArrayStore's, runtime/sharding/array_store.h).
-struct UnitState {
-  bool reduced = false;  ///< reduce_gradients() seen in this micro-batch
-  // Parameter runs inside the buffers the optimizer updates (for stage 0 the
-  // whole unit, with shard_offset == flat offset; else this rank's shard).
-  std::vector<ShardSegment> segments;
-};
-
-/// The engine's GradTarget (runtime/sharding/grad_reducer.h): reduced gradients go
-/// into the units' full gradients (stages 0/1) or gradient shards
-/// (accumulate_grad_shard, stages 2/3).
-class EngineGradTarget final : public GradTarget {
+/// The ArrayStore as the other components see it (defined in
+/// engine_step.cpp): the GradReducer's GradTarget (reduced gradients into
+/// the units' full gradients at stages 0/1, accumulate_grad_shard at
+/// stages 2/3), the Unsharder's ShardSource (each unit's stage 3 parameter
+/// shard wherever its tier keeps it: resident on the compute device, in
+/// host memory, or swapped in from nvme with the read agreed on `host`)
+/// and GradNorm's GradSource.
+class StoreLink final : public GradTarget, public ShardSource, public GradSource {
  public:
-  explicit EngineGradTarget(EngineState& s) : s_(s) {}
+  StoreLink(ArrayStore& store, Communicator& host, const StepProgress& progress, std::int64_t accumulation)
+      : store_(store), host_(host), progress_(progress), accumulation_(accumulation) {}
+  // GradTarget
   void* full_grad(UnitId u) override;
   void accumulate_shard(UnitId u, std::size_t at, const void* src, DType src_type, std::size_t n,
                         float scale) override;
-
- private:
-  EngineState& s_;
-};
-
-/// The engine's ShardSource (runtime/sharding/unsharder.h): each unit's stage 3
-/// parameter shard wherever its tier keeps it (resident on the compute
-/// device, in host memory, or swapped in from nvme: runtime/sharding/array_store.h).
-class EngineShardSource final : public ShardSource {
- public:
-  explicit EngineShardSource(EngineState& s) : s_(s) {}
+  // ShardSource
   ShardView shard(UnitId u) override;
   void prefetch(UnitId u) noexcept override;
   void release(UnitId u) noexcept override;
+  // GradSource
+  std::byte* grads(UnitId u) override;
+  kernels::GradStats shard_stats(UnitId u) override;
 
  private:
-  EngineState& s_;
+  ArrayStore& store_;
+  Communicator& host_;
+  const StepProgress& progress_;
+  std::int64_t accumulation_;
 };
 
-/// comms_logger's log for `config` (null when off); verbose lines go to
-/// stdout on rank 0 only. Throws ConfigError for an unknown prof_ops name.
-/// Defined in engine_observe.cpp.
-std::unique_ptr<CommsLog> make_comms_log(const ObserveConfig& config, int rank);
+class EngineState;
+
+/// What finalize() makes for the finalized layout, in construction order
+/// (the store outlives the reducer and unsharder whose link uses it).
+struct EngineParts {
+  /// Allocates every array (ArrayStore), then the reducer and the
+  /// unsharder with the options the memory estimator uses too
+  /// (runtime/engine/engine_options.h). Throws what they throw.
+  EngineParts(EngineState& s, const SwapSharers& sharers);
+  ArrayStore store;
+  StoreLink link;
+  GradReducer reducer;  ///< gradient reduction buckets ([Note: gradient buckets])
+  Unsharder unsharder;  ///< unshard/reshard counting, stage 3 all-gathers and prefetch
+};
 
 class EngineState {
  public:
-  /// `comm` carries the collectives of the arrays (in `ops`' memory),
-  /// `host_comm` the host-side messages (norm and overflow flag, agreed
-  /// errors, checkpoint metadata and gathers of host copies); the same
-  /// object for the cpu device.
-  /// Both are wrapped in TracedCommunicators (comm/traced_communicator.h)
-  /// that number, label and, as configured, time, log and watch every
-  /// collective (runtime/config/observe_config.h).
-  EngineState(const EngineConfig& c, Communicator& user_comm, Communicator& user_host,
-              std::unique_ptr<DeviceOps> ops)
-      : config(c),
-        comms_log(make_comms_log(c.observe, user_comm.rank())),
-        observer(std::make_unique<StepObserver>(c.observe, c.steps_per_print)),
-        traced_comm(std::make_unique<TracedCommunicator>(user_comm, "dp", traced_options())),
-        traced_host(&user_host == &user_comm
-                        ? nullptr
-                        : std::make_unique<TracedCommunicator>(user_host, "dp.host", traced_options())),
-        comm(*traced_comm),
-        host_comm(traced_host ? *traced_host : *traced_comm),
-        ops(std::move(ops)),
-        pool(ledger, *this->ops) {}
+  /// `device` carries the collectives of the arrays (in `ops`' memory),
+  /// `host` the host-side messages (the same object for the cpu device);
+  /// on a mesh (not null) `device` is mesh->dp_group(). Every communicator
+  /// is wrapped by EngineComms.
+  EngineState(const EngineConfig& c, Communicator& device, Communicator& host, std::unique_ptr<DeviceOps> ops,
+              const Mesh* mesh);
 
   EngineConfig config;
-  /// comms_logger's log (null when off), shared by every traced communicator.
-  std::unique_ptr<CommsLog> comms_log;
-  /// Step breakdown, straggler view, spans ([Note: step breakdown]).
+  /// Step breakdown, straggler view, spans ([Note: step breakdown]); its
+  /// tracer is every component's.
   std::unique_ptr<StepObserver> observer;
-  std::unique_ptr<TracedCommunicator> traced_comm;
-  std::unique_ptr<TracedCommunicator> traced_host;  ///< null when the host communicator is the device one
-  std::unique_ptr<TracedCommunicator> traced_world;  ///< on a mesh
-  std::unique_ptr<TracedCommunicator> traced_tp;     ///< on a mesh
-  std::unique_ptr<TracedCommunicator> traced_pp;     ///< on a mesh: for the caller (pp_communicator())
-  Communicator& comm;
-  Communicator& host_comm;
-  /// The options every traced communicator of this engine gets.
-  TracedOptions traced_options() const;
-  /// Every traced communicator of this engine (non-null ones).
-  std::vector<TracedCommunicator*> traced_all() const;
+  /// csv_monitor's files on world rank 0 (opened by finalize()), else null.
+  std::unique_ptr<CsvMonitor> monitor;
+  EngineComms comms;
   MemoryLedger ledger;
-  std::unique_ptr<DeviceOps> ops;       ///< the compute device's memory and kernels
+  std::unique_ptr<DeviceOps> ops;  ///< the compute device's memory and kernels
   BufferPool pool;
   FlatLayout layout;
-  LossScaler scaler;
-  std::vector<GroupState> groups;
-  std::vector<UnitState> units;
-  bool finalized = false;
-  std::int64_t micro_steps = 0;
-  std::int64_t optimizer_steps = 0;
-
-  /// Every unit's arrays and their tiers; made by finalize() (declared
-  /// before the reducer and unsharder, whose targets use it: destroyed
-  /// after them).
-  std::unique_ptr<ArrayStore> store;
-
-  EngineGradTarget grad_target{*this};
-  std::unique_ptr<GradReducer> reducer;  ///< gradient reduction buckets; made by finalize()
-
-  EngineShardSource shard_source{*this};
-  /// ZeRO++'s groups of the data-parallel communicator, made by finalize()
-  /// before the reducer and unsharder (declared before them: destroyed
-  /// after): hpZ's k consecutive ranks, qgZ's nodes.
-  std::unique_ptr<Communicator> hpz_comm;
-  NodeGroups nodes;
-  /// unshard/reshard counting, stage 3 all-gathers and prefetch; made by
-  /// finalize().
-  std::unique_ptr<Unsharder> unsharder;
-
-  std::int64_t boundary_steps = 0;  ///< accumulation boundaries so far (applied or skipped)
-  /// The observer's tracer, or null before init().
-  Tracer* tracer() const { return observer ? &observer->tracer() : nullptr; }
-
+  GradNorm norm;             ///< tp declarations, ties, the global norm ([Note: engine on a mesh])
+  ShardOptimizer optimizer;  ///< parameter groups and the update
+  std::unique_ptr<EngineParts> parts;  ///< null until finalize() succeeds
+  StepProgress progress;
   /// Why the state may not be used ("" = usable): an agreed failure left it
   /// partly written ([Note: storage phases], runtime/engine/storage_phase.h).
   std::string unusable;
 
-  // The mesh ([Note: engine on a mesh], runtime/engine/engine.h): the world and
-  // tensor-parallel communicators (null without a mesh) and each declared
-  // parameter's layout (by ParamId; missing = not declared).
-  Communicator* world_comm = nullptr;
-  Communicator* tp_comm = nullptr;
-  std::vector<std::optional<TensorParallel>> param_tp;
-  /// Pipeline stages of the mesh and this rank's (1 and 0 without one).
-  int pp_size = 1;
-  int pp_rank = 0;
-  /// A parameter tied to copies on other ranks (Engine::tie_parameter).
-  struct Tie {
-    ParamId param = -1;
-    Communicator* group = nullptr;
-  };
-  std::vector<Tie> ties;  ///< in tie_parameter order
-
-  int tp_size() const { return tp_comm ? tp_comm->world_size() : 1; }
-  /// This rank's place on the mesh for the checkpoint folders.
-  MeshPosition mesh_position() const {
-    return MeshPosition{.dp = world(), .tp = tp_size(), .tp_rank = tp_rank(), .pp = pp_size, .pp_rank = pp_rank};
+  bool finalized() const { return parts != nullptr; }
+  /// finalize()'s parts (InvariantError before finalize()).
+  EngineParts& finalized_parts() const {
+    ZS_CHECK(parts != nullptr, "the engine is not finalized: call finalize() first");
+    return *parts;
   }
-  int tp_rank() const { return tp_comm ? tp_comm->rank() : 0; }
-  /// The communicator the global norm and the Inf/NaN flag are summed on.
-  Communicator& norm_comm() const { return world_comm ? *world_comm : host_comm; }
-  TensorParallel param_parallel(ParamId p) const {
-    const auto i = static_cast<std::size_t>(p);
-    return i < param_tp.size() && param_tp[i] ? *param_tp[i] : TensorParallel::replicated();
-  }
+  ArrayStore& store() const { return finalized_parts().store; }
+  GradReducer& reducer() const { return finalized_parts().reducer; }
+  Unsharder& unsharder() const { return finalized_parts().unsharder; }
+  /// The observer's tracer.
+  Tracer* tracer() const { return &observer->tracer(); }
 
-  int rank() const { return comm.rank(); }
-  int world() const { return comm.world_size(); }
+  int rank() const { return comms.dp().rank(); }
+  int world() const { return comms.dp().world_size(); }
   int stage() const { return config.zero.stage; }
   DType dtype() const { return config.compute_dtype; }
   bool mixed() const { return config.compute_dtype != DType::f32; }
   /// True while the current micro-batch ends an accumulation cycle.
-  bool boundary() const { return (micro_steps + 1) % config.gradient_accumulation_steps == 0; }
-  UnitState& unit(UnitId u);
+  bool boundary() const { return progress.boundary(config.gradient_accumulation_steps); }
   const UnitInfo& info(UnitId u) const { return layout.unit(u); }
-  /// Learning rate of group g at applied step k (0-based).
-  double lr_at(GroupId g, std::int64_t k) const;
+  UnitId units() const { return static_cast<UnitId>(layout.units().size()); }
 };
 
 /// Unit u's full flat buffer (padded elements of t, host memory) gathered
-/// from every rank's `shard` (host memory, shard elements) on host_comm.
-/// Collective.
+/// from every rank's `shard` (host memory, shard elements) on the host
+/// communicator. Collective.
 std::vector<std::byte> gather_host(EngineState& s, UnitId u, const void* shard, DType t);
-
-/// Tied parameters ([Note: engine on a mesh]): sums each tied gradient
-/// (the part this rank updates) over its group. Collective over every
-/// tie's group, in tie order. Defined in engine_mesh.cpp.
-void reduce_tied_gradients(EngineState& s);
-/// finalize()'s tie checks (see Engine::finalize): collective over every
-/// tie's group, then agreed over the world. Defined in engine_mesh.cpp.
-void check_ties(EngineState& s);
-/// Mesh with tp > 1 or tied parameters ([Note: engine on a mesh]): averages
-/// the replicated parameters' gradients over the tp group (tp > 1) and
-/// returns this rank's share of the global squared norm (tied copies on
-/// their group's rank 0 only) and Inf/NaN count (to be summed over the
-/// world). Collective over the tp group when tp > 1. Defined in
-/// engine_mesh.cpp.
-kernels::GradStats mesh_grad_stats(EngineState& s);
-/// finalize()'s mesh checks: every parameter declared, equal layouts over
-/// the tp group. Collective over the tp group. Throws ConfigError /
-/// AgreedConfigError.
-void check_mesh_declarations(EngineState& s);
-
-struct Manifest;
-struct ManifestWeights;
-
-
-/// save_checkpoint's consolidated weights (zero_optimization.
-/// stage3_gather_16bit_weights_on_model_save): writes <dir>/model.safetensors
-/// on rank 0, every parameter of manifest `m` (this engine's, made by the
-/// save) in the compute dtype, in model order, with metadata from `m` (and
-/// tp_size / tp_rank on a mesh). Stages 0-2: rank 0 writes its full compute
-/// copy unit by unit; stage 3: each unit's shards, read from their tier,
-/// are all-gathered over host_comm (padded elements of the compute dtype on
-/// every rank, one unit at a time) and appended by rank 0. Every phase is
-/// agreed: a failure on any rank (a swap read, the write) throws the same
-/// AgreedIoError on every rank. Returns the file's entry (size, CRC-32) on
-/// rank 0, recorded = false elsewhere. Collective over host_comm. Defined in
-/// checkpoint_weights.cpp.
-ManifestWeights write_checkpoint_weights(EngineState& s, const std::string& dir, const Manifest& m);
 
 /// finalize()'s observability part: when the observer gathers, the clock
 /// offset to the world's rank 0 and the common origin, and the observer
 /// started on the unwrapped world (collective over the world: the mesh's,
-/// else the host communicator).
+/// else the host communicator). Defined in engine_observe.cpp.
 void start_observer(EngineState& s);
-/// The unwrapped world: the mesh's world, else the host communicator.
-Communicator& raw_world(const EngineState& s);
+/// finalize()'s csv_monitor part: world rank 0 opens the monitor's files;
+/// a folder it cannot write is the same IoError on every rank. Collective
+/// over the world when csv_monitor is on. Defined in engine_observe.cpp.
+void open_monitor(EngineState& s);
+/// step()'s end at an accumulation boundary with the monitor open: the
+/// step's row (runtime/observe/csv_monitor.h). Defined in engine_observe.cpp.
+void write_monitor_step(EngineState& s, const StepResult& r);
 /// step()'s end at an accumulation boundary when the observer gathers:
 /// memory counters, the breakdown, the straggler view. Collective over the
-/// host communicator.
+/// observer's communicator. Defined in engine_observe.cpp.
 void end_observed_step(EngineState& s);
-
-/// Runs the optimizer on every unit's local shard (swapping sub-groups
-/// through the pipeline when any array is on nvme). `step` is the 1-based
-/// optimizer step, `grad_scale` the factor applied to stored gradients.
-/// Defined in engine_optimizer.cpp.
-void run_optimizer(EngineState& s, std::int64_t step, float grad_scale);
-
-/// The bytes of state array k of unit u (UnitStates: fp32 / bf16 values,
-/// 8-bit codes or absmax) that hold window w, a rank's shard: every window
-/// is on this rank at stage 0, only its own (w = rank) at stages 1-3
-/// (InvariantError otherwise). Read from nvme when swapped. Defined in
-/// engine_states.cpp.
-std::vector<std::byte> state_array_window(EngineState& s, UnitId u, int k, int w);
-/// Optimizer state `state` (optimizer_state_name's index) of unit u over
-/// window w as shard-many fp32 values: fp32 states as stored, 8-bit ones
-/// dequantized (dequantize_blockwise with their absmax: signed map for
-/// exp_avg, unsigned for exp_avg_sq). Windows as state_array_window.
-std::vector<float> state_window_f32(EngineState& s, UnitId u, int state, int w);
-/// The state arrays of window w of unit u holding `values` (shard-many
-/// fp32 values of each optimizer state, in state order): fp32 as given,
-/// 8-bit quantized blockwise from the window's start (quantize_blockwise):
-/// one byte buffer per state array, sized as state_array_window's.
-std::vector<std::vector<std::byte>> state_arrays_from_f32(const EngineState& s, UnitId u,
-                                                          const std::vector<std::vector<float>>& values);
 
 }  // namespace zeroshard

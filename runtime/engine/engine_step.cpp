@@ -18,61 +18,64 @@ namespace {
 // order (for those the loop did not reduce itself) and completed
 // (runtime/sharding/grad_reducer.h, [Note: gradient buckets]).
 void finish_reductions(EngineState& s, bool boundary) {
-  const UnitId n = static_cast<UnitId>(s.units.size());
+  std::vector<bool>& reduced = s.progress.reduced;
   if (s.stage() >= 2 || boundary) {
-    for (UnitId u = 0; u < n; ++u) {
-      if (!s.unit(u).reduced) s.reducer->reduce(u);
+    for (UnitId u = 0; u < s.units(); ++u) {
+      if (!reduced[static_cast<std::size_t>(u)]) s.reducer().reduce(u);
     }
-    s.reducer->complete();
+    s.reducer().complete();
   }
-  for (auto& us : s.units) us.reduced = false;
+  reduced.assign(reduced.size(), false);
 }
 
 void clear_gradients(EngineState& s) {
-  for (UnitId u = 0; u < static_cast<UnitId>(s.units.size()); ++u) s.store->zero_grads(u);
-  s.store->clear_nvme_grads();
+  for (UnitId u = 0; u < s.units(); ++u) s.store().zero_grads(u);
+  s.store().clear_nvme_grads();
 }
 
 }  // namespace
 
-void* EngineGradTarget::full_grad(UnitId u) { return s_.store->resident(u, {ArrayKind::grad}); }
+void* StoreLink::full_grad(UnitId u) { return store_.resident(u, {ArrayKind::grad}); }
 
-void EngineGradTarget::accumulate_shard(UnitId u, std::size_t at, const void* src, DType src_type, std::size_t n,
-                                        float scale) {
-  s_.store->accumulate_grad_shard(u, at, src, src_type, n, scale, s_.boundary());
+void StoreLink::accumulate_shard(UnitId u, std::size_t at, const void* src, DType src_type, std::size_t n,
+                                 float scale) {
+  store_.accumulate_grad_shard(u, at, src, src_type, n, scale, progress_.boundary(accumulation_));
 }
 
-ShardView EngineShardSource::shard(UnitId u) {
-  ArrayStore& store = *s_.store;
-  const MemTier tier = store.tier(u, {ArrayKind::params});
-  ShardView v{.data = store.resident(u, {ArrayKind::params}), .host = tier != MemTier::device};
+ShardView StoreLink::shard(UnitId u) {
+  const MemTier tier = store_.tier(u, {ArrayKind::params});
+  ShardView v{.data = store_.resident(u, {ArrayKind::params}), .host = tier != MemTier::device};
   // A failed swap-in must stop every rank before the all-gather.
-  if (tier == MemTier::nvme) run_agreed(s_.host_comm, [&] { v.data = store.param_source(u); });
+  if (tier == MemTier::nvme) run_agreed(host_, [&] { v.data = store_.param_source(u); });
   return v;
 }
 
-void EngineShardSource::prefetch(UnitId u) noexcept {
+void StoreLink::prefetch(UnitId u) noexcept {
   try {
-    s_.store->start_param_fetch(u, false);
+    store_.start_param_fetch(u, false);
   } catch (const std::exception&) {
     // Dropped (start_param_fetch gave its buffer back): the unshard of u
     // fetches again and agrees on that read's error.
   }
 }
 
-void EngineShardSource::release(UnitId u) noexcept { s_.store->release_param_staging(u); }
+void StoreLink::release(UnitId u) noexcept { store_.release_param_staging(u); }
+
+std::byte* StoreLink::grads(UnitId u) { return store_.resident(u, {ArrayKind::grad}); }
+
+kernels::GradStats StoreLink::shard_stats(UnitId u) { return store_.grad_stats(u); }
 
 void Engine::unshard(UnitId u) {
   EngineState& s = *s_;
-  ZS_CHECK(s.finalized, "unshard() before finalize()");
+  ZS_CHECK(s.finalized(), "unshard() before finalize()");
   check_usable(s, "unshard()");
-  s.unsharder->unshard(u);
+  s.unsharder().unshard(u);
 }
 
 void Engine::reshard(UnitId u) {
   EngineState& s = *s_;
-  ZS_CHECK(s.finalized, "reshard() before finalize()");
-  s.unsharder->reshard(u);
+  ZS_CHECK(s.finalized(), "reshard() before finalize()");
+  s.unsharder().reshard(u);
 }
 
 namespace {
@@ -88,40 +91,42 @@ void check_dtype(const EngineState& s, const ParamInfo& info, DType expected, co
 
 void* Engine::param_data(ParamId p, DType expected) {
   EngineState& s = *s_;
-  ZS_CHECK(s.finalized, "param() before finalize()");
+  ZS_CHECK(s.finalized(), "param() before finalize()");
   const ParamInfo& info = s.layout.param(p);
   check_dtype(s, info, expected, "param");
-  if (s.stage() < 3) return s.store->resident(info.unit, {ArrayKind::params}) + info.offset * dtype_size(s.dtype());
-  if (s.unsharder->count(info.unit) == 0) {
+  if (s.stage() < 3) return s.store().resident(info.unit, {ArrayKind::params}) + info.offset * dtype_size(s.dtype());
+  if (s.unsharder().count(info.unit) == 0) {
     throw InvariantError(fmt::format(
         "param(\"{}\"): its unit \"{}\" is not unsharded at stage 3; call engine.unshard() first",
         info.name, s.info(info.unit).name));
   }
-  return static_cast<std::byte*>(s.unsharder->full(info.unit)) + info.offset * dtype_size(s.dtype());
+  return static_cast<std::byte*>(s.unsharder().full(info.unit)) + info.offset * dtype_size(s.dtype());
 }
 
 void* Engine::grad_data(ParamId p, DType expected) {
   EngineState& s = *s_;
-  ZS_CHECK(s.finalized, "grad() before finalize()");
+  ZS_CHECK(s.finalized(), "grad() before finalize()");
   const ParamInfo& info = s.layout.param(p);
   check_dtype(s, info, expected, "grad");
-  if (s.stage() < 2) return s.store->resident(info.unit, {ArrayKind::grad}) + info.offset * dtype_size(s.dtype());
-  if (s.unit(info.unit).reduced) {
+  if (s.stage() < 2) return s.store().resident(info.unit, {ArrayKind::grad}) + info.offset * dtype_size(s.dtype());
+  if (s.progress.reduced[static_cast<std::size_t>(info.unit)]) {
     throw InvariantError(fmt::format(
         "grad(\"{}\"): unit \"{}\" already had reduce_gradients() in this micro-batch", info.name,
         s.info(info.unit).name));
   }
-  return static_cast<std::byte*>(s.reducer->micro_batch_grad(info.unit)) + info.offset * dtype_size(s.dtype());
+  return static_cast<std::byte*>(s.reducer().micro_batch_grad(info.unit)) + info.offset * dtype_size(s.dtype());
 }
 
 void Engine::reduce_gradients(UnitId u) {
   EngineState& s = *s_;
-  ZS_CHECK(s.finalized, "reduce_gradients() before finalize()");
-  UnitState& us = s.unit(u);
-  ZS_CHECK(!us.reduced, "reduce_gradients(\"{}\") called twice in one micro-batch", s.info(u).name);
-  us.reduced = true;
+  ZS_CHECK(s.finalized(), "reduce_gradients() before finalize()");
+  ZS_CHECK(u >= 0 && u < s.units(), "unknown unit id {}", u);
+  std::vector<bool>& reduced = s.progress.reduced;
+  ZS_CHECK(!reduced[static_cast<std::size_t>(u)], "reduce_gradients(\"{}\") called twice in one micro-batch",
+           s.info(u).name);
+  reduced[static_cast<std::size_t>(u)] = true;
   // Stages 2/3 every micro-batch, 0/1 at the boundary: into the buckets.
-  if (s.stage() >= 2 || s.boundary()) s.reducer->reduce(u);
+  if (s.stage() >= 2 || s.boundary()) s.reducer().reduce(u);
 }
 
 TraceScope Engine::trace(const char* name, std::string_view unit) {
@@ -134,15 +139,16 @@ StepResult Engine::step() {
   StepResult result = step_body();
   if (result.boundary) {
     EngineState& s = *s_;
-    ++s.boundary_steps;
+    ++s.progress.boundary_steps;
     if (s.observer->gathering()) end_observed_step(s);
+    if (s.monitor) write_monitor_step(s, result);
   }
   return result;
 }
 
 StepResult Engine::step_body() {
   EngineState& s = *s_;
-  ZS_CHECK(s.finalized, "step() before finalize()");
+  ZS_CHECK(s.finalized(), "step() before finalize()");
   check_usable(s, "step()");
   StepResult result;
   result.boundary = s.boundary();
@@ -151,65 +157,30 @@ StepResult Engine::step_body() {
     const TraceScope span(s.tracer(), "finish_reductions", TraceThread::engine);
     finish_reductions(s, result.boundary);
   }
-  ++s.micro_steps;
+  ++s.progress.micro_steps;
   // With pipeline stages the forwards and backwards of several micro-batches
   // interleave: the prefetch order is a whole step's ([Note: engine on a mesh]).
-  if (s.pp_size == 1 || result.boundary) s.unsharder->end_micro_batch();
-  result.optimizer_step = s.optimizer_steps;
+  if (s.comms.pp_size() == 1 || result.boundary) s.unsharder().end_micro_batch();
+  result.optimizer_step = s.progress.optimizer_steps;
   if (!result.boundary) return result;
 
-  const UnitId n = static_cast<UnitId>(s.units.size());
   // Swap I/O errors of the reductions surface here, on every rank together;
   // the gradient shards are then partly accumulated: [Note: storage phases].
-  if (s.store->offloaded()) run_storage_phase(s, "step()", [&] { s.store->finish_reductions(); }, true);
-  // Global norm and Inf/NaN flag: each rank scans its shard (the same range
-  // at every stage), then the ranks' two sums are combined: in rank order
-  // by default (an all-gather and a left-to-right sum, the same bits on
-  // every rank whatever MPI's all-reduce algorithm, [Note: rank-ordered
-  // reduction]), else by one all-reduce. On a mesh ([Note: engine on a
-  // mesh]) the replicated gradients are averaged over the tensor-parallel
-  // group first, and the sums run over the whole world.
-  double stats[2] = {0, 0};
-  if (!s.ties.empty()) {
-    const TraceScope span(s.tracer(), "tied_gradients", TraceThread::engine);
-    reduce_tied_gradients(s);
-  }
-  if (s.tp_size() > 1 || !s.ties.empty()) {
-    const kernels::GradStats st = mesh_grad_stats(s);
-    stats[0] = st.sum_of_squares;
-    stats[1] = static_cast<double>(st.nonfinite);
-  } else {
-    for (UnitId u = 0; u < n; ++u) {
-      const kernels::GradStats st = s.store->grad_stats(u);
-      stats[0] += st.sum_of_squares;
-      stats[1] += static_cast<double>(st.nonfinite);
-    }
-  }
-  Communicator& norm_comm = s.norm_comm();
-  norm_comm.set_label("global_norm");
-  if (const TraceScope span(s.tracer(), "norm_exchange", TraceThread::engine);
-      s.config.reduction_order == ReductionOrder::rank) {
-    const std::size_t ranks = static_cast<std::size_t>(norm_comm.world_size());
-    std::vector<double> ranks_stats(2 * ranks);
-    norm_comm.all_gather(stats, ranks_stats.data(), 2, DType::f64);
-    stats[0] = ranks_stats[0];
-    stats[1] = ranks_stats[1];
-    for (std::size_t r = 1; r < ranks; ++r) {
-      stats[0] += ranks_stats[2 * r];
-      stats[1] += ranks_stats[2 * r + 1];
-    }
-  } else {
-    norm_comm.all_reduce(stats, 2, DType::f64, ReduceOp::sum);
-  }
+  if (s.store().offloaded()) run_storage_phase(s, "step()", [&] { s.store().finish_reductions(); }, true);
+  // Global norm and Inf/NaN flag (runtime/engine/grad_norm.h): tied
+  // gradients summed, replicated ones averaged over the tensor-parallel
+  // group, each rank's share of its shard, the ranks' two sums combined in
+  // rank order.
+  const GradTotals totals = s.norm.compute(s.parts->link, s.tracer());
   // Stored gradients are sums over ranks (fp32) or means (16-bit), of
   // loss-scaled micro-batch means: scale to the mean of the unscaled loss.
   const double ranks = s.mixed() ? 1.0 : static_cast<double>(s.world());
   const double average = 1.0 / (ranks * static_cast<double>(s.config.gradient_accumulation_steps) * result.loss_scale);
-  result.grad_norm = std::sqrt(stats[0]) * average;
-  if (stats[1] > 0 || !std::isfinite(result.grad_norm)) {
+  result.grad_norm = std::sqrt(totals.sum_of_squares) * average;
+  if (totals.nonfinite > 0 || !std::isfinite(result.grad_norm)) {
     // Overflow on some rank: every rank skips together.
     result.skipped = true;
-    s.scaler.update(true);
+    s.progress.scaler.update(true);
     clear_gradients(s);
     return result;
   }
@@ -220,26 +191,26 @@ StepResult Engine::step_body() {
   }
   const float grad_scale = static_cast<float>(average * result.clip_coef);
 
-  const std::int64_t step = ++s.optimizer_steps;
+  const std::int64_t step = ++s.progress.optimizer_steps;
   if (const TraceScope span(s.tracer(), "optimizer", TraceThread::engine, TimeCategory::optimizer);
-      s.store->offloaded()) {
+      s.store().offloaded()) {
     // A failed sub-group leaves some shards updated and others not.
-    run_storage_phase(s, "step()", [&] { run_optimizer(s, step, grad_scale); }, true);
+    run_storage_phase(s, "step()", [&] { s.optimizer.step(s.store(), step, grad_scale); }, true);
   } else {
-    run_optimizer(s, step, grad_scale);
+    s.optimizer.step(s.store(), step, grad_scale);
   }
 
   if (s.stage() == 1 || s.stage() == 2) {
     // Every rank updated its shard of the full buffer: gather, in buckets.
     const TraceScope span(s.tracer(), "all_gather_shards", TraceThread::engine);
-    s.reducer->all_gather_shards([&](UnitId u) { return s.store->resident(u, {ArrayKind::params}); });
+    s.reducer().all_gather_shards([&](UnitId u) { return s.store().resident(u, {ArrayKind::params}); });
   } else if (s.stage() == 3) {
     // Gathered and swapped-in copies are stale now: drop prefetched ones,
     // refresh held ones.
-    s.unsharder->refresh();
+    s.unsharder().refresh();
   }
   clear_gradients(s);
-  s.scaler.update(false);
+  s.progress.scaler.update(false);
   result.applied = true;
   result.optimizer_step = step;
   return result;

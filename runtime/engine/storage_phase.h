@@ -28,9 +28,10 @@ namespace zeroshard {
 /// Runs f(), a phase of the collective call `what` that writes engine
 /// state on this rank. When `always_agree` is set or the configuration
 /// keeps state on nvme (the same on every rank), the outcome is agreed
-/// across s.host_comm: a failure on any rank throws the same AgreedError on
-/// every rank and sets s.unusable. Otherwise (memory writes only) f's
-/// exceptions propagate as they are. Collective in the agreed case.
+/// across the host communicator: a failure on any rank throws the same
+/// AgreedError on every rank and sets s.unusable. Otherwise (memory writes
+/// only) f's exceptions propagate as they are. Collective in the agreed
+/// case.
 template <class F>
 void run_storage_phase(EngineState& s, const std::string& what, F&& f, bool always_agree = false) {
   if (!always_agree && !s.config.offload.uses_nvme()) {
@@ -38,7 +39,7 @@ void run_storage_phase(EngineState& s, const std::string& what, F&& f, bool alwa
     return;
   }
   try {
-    run_agreed(s.host_comm, f);
+    run_agreed(s.comms.host(), f);
   } catch (const AgreedError&) {
     s.unusable = fmt::format("{} failed on some rank and left the engine's state partly written", what);
     throw;

@@ -50,26 +50,16 @@ class SizeOnlyOps final : public DeviceOps {
     return DeviceArray(nullptr, space_.take(numel * dtype_size(dtype)), numel, dtype);
   }
   void zero(void*, std::size_t) override {}
-  void move(void*, const void*, std::size_t) override {}
-  void download(void*, const void*, std::size_t) override {}
-  void upload(void*, const void*, std::size_t) override {}
-  void download_settled(void*, const void*, std::size_t) override {}
-  void download_async(void*, const void*, std::size_t) override {}
-  void upload_async(void*, const void*, std::size_t) override {}
+  void copy(void*, const void*, std::size_t, CopyKind) override {}
+  void copy_async(void*, const void*, std::size_t, AsyncCopy) override {}
   OpsFence fence() override { return {}; }
   void wait(const OpsFence&) override {}
-  void cast(void*, DType, const void*, DType, std::size_t, float) override {}
-  void accumulate_cast(void*, DType, const void*, DType, std::size_t, float) override {}
+  void convert(void*, DType, const void*, DType, std::size_t, float, bool) override {}
   void sum_blocks(void*, const void*, std::size_t, std::size_t, DType) override {}
   void quantize(const void*, DType, std::size_t, kernels::SymQuantFormat, float*, void*) override {}
   void dequantize(const void*, std::size_t, kernels::SymQuantFormat, void*, DType, bool) override {}
   kernels::GradStats grad_stats(const void*, DType, std::size_t) override { return {}; }
-  void update(const OptimizerHyper&, double, double, std::int64_t, float, const UpdateArrays&,
-              std::size_t) override {}
-  void update_8bit(const OptimizerHyper&, std::int64_t, float, const UpdateArrays&, const kernels::Adam8bitState&,
-                   std::size_t, std::span<const UpdateRun>, std::size_t) override {}
-  void update_bf16(const OptimizerHyper&, double, double, std::int64_t, float, const UpdateArrays&, std::uint16_t*,
-                   std::uint16_t*, std::uint64_t, std::size_t) override {}
+  void update(const OptimizerHyper&, std::int64_t, float, const RangeUpdate&) override {}
 
  private:
   AddressSpace& space_;
@@ -192,7 +182,7 @@ class StoreReplay final : public ShardSource, public GradTarget {
   std::size_t open_group_ = 0;
 };
 
-// The optimizer's swap pipeline (run_optimizer in runtime/engine/engine_optimizer.cpp):
+// The optimizer's swap pipeline (ShardOptimizer::step in runtime/engine/shard_optimizer.cpp):
 // every sub-group of every unit, each with the unit's nvme arrays.
 void replay_optimizer(const FlatLayout& layout, const EngineConfig& config, const ArrayPlan& plan,
                       const ArrayPlanOptions& o, HostPoolSizes& host) {

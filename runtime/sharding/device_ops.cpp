@@ -9,6 +9,7 @@
 
 #include "core/aligned_buffer.h"
 #include "core/error.h"
+#include "kernels/cpu/quant_map.h"
 #include "kernels/cpu/sum_blocks.h"
 #include "zs_config.h"
 
@@ -38,22 +39,22 @@ class CpuOps : public DeviceOps {
   void zero(void* p, std::size_t bytes) override {
     if (bytes > 0) std::memset(p, 0, bytes);
   }
-  void move(void* dst, const void* src, std::size_t bytes) override {
+  // Host memory on both sides: every kind is a memmove, complete on return.
+  void copy(void* dst, const void* src, std::size_t bytes, CopyKind) override {
     if (bytes > 0 && dst != src) std::memmove(dst, src, bytes);
   }
-  void download(void* host_dst, const void* src, std::size_t bytes) override { move(host_dst, src, bytes); }
-  void upload(void* dst, const void* host_src, std::size_t bytes) override { move(dst, host_src, bytes); }
-  void download_settled(void* host_dst, const void* src, std::size_t bytes) override { download(host_dst, src, bytes); }
-  void download_async(void* host_dst, const void* src, std::size_t bytes) override { download(host_dst, src, bytes); }
-  void upload_async(void* dst, const void* host_src, std::size_t bytes) override { upload(dst, host_src, bytes); }
+  void copy_async(void* dst, const void* src, std::size_t bytes, AsyncCopy kind) override {
+    copy(dst, src, bytes, kind == AsyncCopy::download ? CopyKind::download : CopyKind::upload);
+  }
   OpsFence fence() override { return {}; }
   void wait(const OpsFence&) override {}
-  void cast(void* dst, DType dst_type, const void* src, DType src_type, std::size_t n, float scale) override {
-    kernels::cast(dst, dst_type, src, src_type, n, scale);
-  }
-  void accumulate_cast(void* dst, DType dst_type, const void* src, DType src_type, std::size_t n,
-                       float scale) override {
-    kernels::accumulate_cast(dst, dst_type, src, src_type, n, scale);
+  void convert(void* dst, DType dst_type, const void* src, DType src_type, std::size_t n, float scale,
+               bool accumulate) override {
+    if (accumulate) {
+      kernels::accumulate_cast(dst, dst_type, src, src_type, n, scale);
+    } else {
+      kernels::cast(dst, dst_type, src, src_type, n, scale);
+    }
   }
   void sum_blocks(void* dst, const void* src, std::size_t blocks, std::size_t n, DType dtype) override {
     kernels::sum_blocks(dst, src, blocks, n, dtype);
@@ -78,24 +79,10 @@ class CpuOps : public DeviceOps {
   kernels::GradStats grad_stats(const void* data, DType type, std::size_t n) override {
     return kernels::grad_stats(data, type, n);
   }
-  // One fused pass (optimizer_update_mixed): fp32 on the weights in place;
-  // mixed precision widens the gradients and writes the rounded copy.
-  void update(const OptimizerHyper& hyper, double lr, double weight_decay, std::int64_t step, float grad_scale,
-              const UpdateArrays& a, std::size_t n) override {
-    optimizer_update_mixed(hyper, lr, weight_decay, step, grad_scale, a.weights, a.grads, a.grad_dtype,
-                           a.states.data(), a.copy, a.copy_dtype, n);
-  }
-  void update_8bit(const OptimizerHyper& hyper, std::int64_t step, float grad_scale, const UpdateArrays& a,
-                   const kernels::Adam8bitState& state, std::size_t block, std::span<const UpdateRun> runs,
-                   std::size_t n) override {
-    optimizer_update_8bit(hyper, step, grad_scale, a.weights, a.grads, a.grad_dtype, state, a.copy, a.copy_dtype, n,
-                          block, runs);
-  }
-  void update_bf16(const OptimizerHyper& hyper, double lr, double weight_decay, std::int64_t step, float grad_scale,
-                   const UpdateArrays& a, std::uint16_t* exp_avg, std::uint16_t* exp_avg_sq, std::uint64_t first_index,
-                   std::size_t n) override {
-    optimizer_update_bf16(hyper, lr, weight_decay, step, grad_scale, a.weights, a.grads, a.grad_dtype, exp_avg,
-                          exp_avg_sq, a.copy, a.copy_dtype, n, first_index);
+  // One fused pass per run (optimizer_update_range): fp32 on the weights in
+  // place; mixed precision widens the gradients and writes the rounded copy.
+  void update(const OptimizerHyper& hyper, std::int64_t step, float grad_scale, const RangeUpdate& u) override {
+    optimizer_update_range(hyper, step, grad_scale, u);
   }
 
  private:
@@ -113,15 +100,15 @@ class SimulatedDeviceOps final : public CpuOps {
 
   // Asynchronous copies are queued and run at the next other operation or
   // wait(), as a stream would order them.
-  void download_async(void* host_dst, const void* src, std::size_t bytes) override {
-    check_device(src, bytes, "download_async src");
-    check_host(host_dst, bytes, "download_async host_dst");
-    pending_.push_back({host_dst, src, bytes});
-  }
-  void upload_async(void* dst, const void* host_src, std::size_t bytes) override {
-    check_device(dst, bytes, "upload_async dst");
-    check_host(host_src, bytes, "upload_async host_src");
-    pending_.push_back({dst, host_src, bytes});
+  void copy_async(void* dst, const void* src, std::size_t bytes, AsyncCopy kind) override {
+    if (kind == AsyncCopy::download) {
+      check_device(src, bytes, "download_async src");
+      check_host(dst, bytes, "download_async host_dst");
+    } else {
+      check_device(dst, bytes, "upload_async dst");
+      check_host(src, bytes, "upload_async host_src");
+    }
+    pending_.push_back({dst, src, bytes});
   }
   void wait(const OpsFence&) override { flush(); }
 
@@ -142,36 +129,31 @@ class SimulatedDeviceOps final : public CpuOps {
     check_device(p, bytes, "zero");
     CpuOps::zero(p, bytes);
   }
-  void move(void* dst, const void* src, std::size_t bytes) override {
+  void copy(void* dst, const void* src, std::size_t bytes, CopyKind kind) override {
     flush();
-    check_device(dst, bytes, "move dst");
-    check_device(src, bytes, "move src");
-    CpuOps::move(dst, src, bytes);
+    switch (kind) {
+      case CopyKind::move:
+        check_device(dst, bytes, "move dst");
+        check_device(src, bytes, "move src");
+        break;
+      case CopyKind::download:
+      case CopyKind::download_settled:
+        check_device(src, bytes, "download src");
+        check_host(dst, bytes, "download host_dst");
+        break;
+      case CopyKind::upload:
+        check_device(dst, bytes, "upload dst");
+        check_host(src, bytes, "upload host_src");
+        break;
+    }
+    CpuOps::copy(dst, src, bytes, kind);
   }
-  void download(void* host_dst, const void* src, std::size_t bytes) override {
+  void convert(void* dst, DType dst_type, const void* src, DType src_type, std::size_t n, float scale,
+               bool accumulate) override {
     flush();
-    check_device(src, bytes, "download src");
-    check_host(host_dst, bytes, "download host_dst");
-    if (bytes > 0) std::memcpy(host_dst, src, bytes);
-  }
-  void upload(void* dst, const void* host_src, std::size_t bytes) override {
-    flush();
-    check_device(dst, bytes, "upload dst");
-    check_host(host_src, bytes, "upload host_src");
-    if (bytes > 0) std::memcpy(dst, host_src, bytes);
-  }
-  void cast(void* dst, DType dst_type, const void* src, DType src_type, std::size_t n, float scale) override {
-    flush();
-    check_device(dst, n * dtype_size(dst_type), "cast dst");
-    check_device(src, n * dtype_size(src_type), "cast src");
-    CpuOps::cast(dst, dst_type, src, src_type, n, scale);
-  }
-  void accumulate_cast(void* dst, DType dst_type, const void* src, DType src_type, std::size_t n,
-                       float scale) override {
-    flush();
-    check_device(dst, n * dtype_size(dst_type), "accumulate_cast dst");
-    check_device(src, n * dtype_size(src_type), "accumulate_cast src");
-    CpuOps::accumulate_cast(dst, dst_type, src, src_type, n, scale);
+    check_device(dst, n * dtype_size(dst_type), accumulate ? "accumulate_cast dst" : "cast dst");
+    check_device(src, n * dtype_size(src_type), accumulate ? "accumulate_cast src" : "cast src");
+    CpuOps::convert(dst, dst_type, src, src_type, n, scale, accumulate);
   }
   void sum_blocks(void* dst, const void* src, std::size_t blocks, std::size_t n, DType dtype) override {
     flush();
@@ -199,39 +181,22 @@ class SimulatedDeviceOps final : public CpuOps {
     check_device(data, n * dtype_size(type), "grad_stats");
     return CpuOps::grad_stats(data, type, n);
   }
-  void update(const OptimizerHyper& hyper, double lr, double weight_decay, std::int64_t step, float grad_scale,
-              const UpdateArrays& a, std::size_t n) override {
+  void update(const OptimizerHyper& hyper, std::int64_t step, float grad_scale, const RangeUpdate& u) override {
     flush();
-    check_device(a.weights, n * sizeof(float), "update weights");
-    check_device(a.grads, n * dtype_size(a.grad_dtype), "update grads");
-    for (float* st : a.states) check_device(st, n * sizeof(float), "update state");
-    if (a.copy != nullptr) check_device(a.copy, n * dtype_size(a.copy_dtype), "update copy");
-    CpuOps::update(hyper, lr, weight_decay, step, grad_scale, a, n);
-  }
-  void update_8bit(const OptimizerHyper& hyper, std::int64_t step, float grad_scale, const UpdateArrays& a,
-                   const kernels::Adam8bitState& state, std::size_t block, std::span<const UpdateRun> runs,
-                   std::size_t n) override {
-    flush();
-    check_device(a.weights, n * sizeof(float), "update_8bit weights");
-    check_device(a.grads, n * dtype_size(a.grad_dtype), "update_8bit grads");
-    const std::size_t nb = kernels::quant_block_count(n, block) * sizeof(float);
-    check_device(state.exp_avg_code, n, "update_8bit exp_avg codes");
-    check_device(state.exp_avg_sq_code, n, "update_8bit exp_avg_sq codes");
-    check_device(state.exp_avg_absmax, nb, "update_8bit exp_avg absmax");
-    check_device(state.exp_avg_sq_absmax, nb, "update_8bit exp_avg_sq absmax");
-    if (a.copy != nullptr) check_device(a.copy, n * dtype_size(a.copy_dtype), "update_8bit copy");
-    CpuOps::update_8bit(hyper, step, grad_scale, a, state, block, runs, n);
-  }
-  void update_bf16(const OptimizerHyper& hyper, double lr, double weight_decay, std::int64_t step, float grad_scale,
-                   const UpdateArrays& a, std::uint16_t* exp_avg, std::uint16_t* exp_avg_sq, std::uint64_t first_index,
-                   std::size_t n) override {
-    flush();
-    check_device(a.weights, n * sizeof(float), "update_bf16 weights");
-    check_device(a.grads, n * dtype_size(a.grad_dtype), "update_bf16 grads");
-    check_device(exp_avg, n * sizeof(std::uint16_t), "update_bf16 exp_avg");
-    check_device(exp_avg_sq, n * sizeof(std::uint16_t), "update_bf16 exp_avg_sq");
-    if (a.copy != nullptr) check_device(a.copy, n * dtype_size(a.copy_dtype), "update_bf16 copy");
-    CpuOps::update_bf16(hyper, lr, weight_decay, step, grad_scale, a, exp_avg, exp_avg_sq, first_index, n);
+    const std::size_t n = u.n;
+    check_device(u.weights, n * sizeof(float), "update weights");
+    check_device(u.grads, n * dtype_size(u.grad_dtype), "update grads");
+    if (u.copy != nullptr) check_device(u.copy, n * dtype_size(u.copy_dtype), "update copy");
+    const UnitStates st{.dtype = u.states.dtype, .block = u.states.block,
+                        .count = u.states.dtype == StateDtype::q8 ? static_cast<int>(u.states.arrays.size() / 2)
+                                                                  : static_cast<int>(u.states.arrays.size())};
+    if (st.dtype == StateDtype::q8) kernels::check_quant_block(st.block, "simulated device update");
+    for (int k = 0; k < st.arrays(); ++k) {
+      const std::size_t numel = st.array_numel(k, n, n);
+      check_device(u.states.arrays[static_cast<std::size_t>(k)], numel * dtype_size(st.array_dtype(k)),
+                   "update state");
+    }
+    CpuOps::update(hyper, step, grad_scale, u);
   }
 
  private:

@@ -17,7 +17,7 @@
 // loss scale, skips) is the same code on both; only DeviceOps differs.
 // Arrays on the host and nvme offload tiers are in host memory whatever the
 // device (ArrayStore::host_ops, runtime/sharding/array_store.h), so a GPU engine with offload copies between
-// the two (runtime/engine/engine_optimizer.cpp, [Note: optimizer on the host for a
+// the two (runtime/engine/shard_optimizer.cpp, [Note: optimizer on the host for a
 // GPU engine]). The cuda operations are bitwise the cpu ones (kernels/cuda:
 // [Note: bitwise GPU kernels]) except the sum of squares of the gradient
 // statistics, whose double summation order differs (kernels/cuda/
@@ -30,8 +30,14 @@
 // each deciding whether a copy between memory spaces is needed at all:
 // ArrayStore::in_device_memory / host_copy (reads of device arrays),
 // Unsharder::start (a host-tier shard uploaded before its all-gather) and
-// the optimizer's staging (runtime/engine/engine_optimizer.cpp); the Engine
+// the optimizer's staging (runtime/engine/shard_optimizer.cpp); the Engine
 // constructor uses it to check a GPU configuration.
+// Each backend (cpu, the simulated device, cuda, and the step replay's
+// size-only ops in runtime/plan/memory_replay.cpp) implements the fourteen
+// virtual functions (twelve, and ZeRO++'s quantize and dequantize); the named copies and casts (move, download, upload,
+// download_settled, download_async, upload_async, cast, accumulate_cast)
+// are how callers spell them. The optimizer update is one entry for every
+// state format (optimizer/range_update.h).
 #pragma once
 
 #include <cstddef>
@@ -43,8 +49,7 @@
 #include "kernels/quant/symmetric_quant.h"
 #include "offload/host_allocator.h"
 #include "optimizer/optimizer.h"
-#include "optimizer/update_8bit.h"
-#include "optimizer/update_bf16.h"
+#include "optimizer/range_update.h"
 #include "runtime/config/config.h"
 
 namespace zeroshard {
@@ -87,19 +92,22 @@ class DeviceArray {
   DType dtype_ = DType::f32;
 };
 
-/// The arrays of one optimizer update over n elements, all in the ops'
-/// memory space: `weights` are the fp32 values the optimizer updates (the
-/// parameters in fp32 training, the master weights in mixed precision),
-/// `grads` n elements of grad_dtype, `states` optimizer_state_count arrays,
-/// `copy` (mixed precision, else null) receives the updated weights rounded
-/// to copy_dtype.
-struct UpdateArrays {
-  float* weights = nullptr;
-  const void* grads = nullptr;
-  DType grad_dtype = DType::f32;
-  std::span<float* const> states;
-  void* copy = nullptr;
-  DType copy_dtype = DType::bf16;
+/// Where a DeviceOps::copy moves bytes.
+enum class CopyKind : std::uint8_t {
+  move,              ///< within the ops' memory; the ranges may overlap (memmove)
+  download,          ///< to host memory; returns once the host holds them
+  upload,            ///< from host memory; the host source may be reused on return
+  /// download of memory that no enqueued operation writes any more (the
+  /// output of a collective whose CommWork completed): the copy need not
+  /// wait for the rest of the queue (cuda: a side stream), so the host does
+  /// not stall behind the loop's queued kernels.
+  download_settled,
+};
+
+/// Where a DeviceOps::copy_async moves bytes.
+enum class AsyncCopy : std::uint8_t {
+  download,  ///< to host memory
+  upload,    ///< from host memory
 };
 
 /// A point in a DeviceOps' order of operations (DeviceOps::fence()); empty
@@ -127,34 +135,23 @@ class DeviceOps {
   virtual DeviceArray allocate(std::size_t numel, DType dtype) = 0;
   /// Sets `bytes` bytes at p to zero bits.
   virtual void zero(void* p, std::size_t bytes) = 0;
-  /// Copies `bytes` bytes; the ranges may overlap (memmove).
-  virtual void move(void* dst, const void* src, std::size_t bytes) = 0;
-  /// Copies `bytes` bytes to host memory; returns once host_dst holds them.
-  virtual void download(void* host_dst, const void* src, std::size_t bytes) = 0;
-  /// Copies `bytes` bytes from host memory; host_src may be reused on return.
-  virtual void upload(void* dst, const void* host_src, std::size_t bytes) = 0;
-  /// download() of memory that no enqueued operation writes any more (the
-  /// output of a collective whose CommWork completed): the copy need not
-  /// wait for the rest of the queue (cuda: a side stream), so the host does
-  /// not stall behind the loop's queued kernels.
-  virtual void download_settled(void* host_dst, const void* src, std::size_t bytes) = 0;
-  /// Enqueues a copy of `bytes` bytes to host memory (page-locked memory
-  /// lets it run in the background); host_dst holds them once a fence()
-  /// taken afterwards is waited for.
-  virtual void download_async(void* host_dst, const void* src, std::size_t bytes) = 0;
-  /// Enqueues a copy from host memory; host_src must stay unchanged until a
+  /// Copies `bytes` bytes from src to dst as `kind` says (the side that is
+  /// host memory is named by the kind: download's dst, upload's src).
+  virtual void copy(void* dst, const void* src, std::size_t bytes, CopyKind kind) = 0;
+  /// Enqueues a copy of `bytes` bytes between the ops' memory and host
+  /// memory (page-locked memory lets it run in the background): a download's
+  /// host dst holds them, and an upload's host src may change, only once a
   /// fence() taken afterwards is waited for.
-  virtual void upload_async(void* dst, const void* host_src, std::size_t bytes) = 0;
+  virtual void copy_async(void* dst, const void* src, std::size_t bytes, AsyncCopy kind) = 0;
   /// Marks the operations enqueued so far.
   virtual OpsFence fence() = 0;
   /// Returns once every operation enqueued before `f` was taken is done.
   virtual void wait(const OpsFence& f) = 0;
-  /// kernels::cast: dst[i] = src[i] * scale converted (kernels/cpu/cast.h).
-  virtual void cast(void* dst, DType dst_type, const void* src, DType src_type, std::size_t n,
-                    float scale) = 0;
-  /// kernels::accumulate_cast: dst[i] += src[i] * scale (kernels/cpu/cast.h).
-  virtual void accumulate_cast(void* dst, DType dst_type, const void* src, DType src_type, std::size_t n,
-                               float scale) = 0;
+  /// kernels::cast (accumulate false: dst[i] = src[i] * scale converted) or
+  /// kernels::accumulate_cast (true: dst[i] += src[i] * scale), from
+  /// kernels/cpu/cast.h.
+  virtual void convert(void* dst, DType dst_type, const void* src, DType src_type, std::size_t n, float scale,
+                       bool accumulate) = 0;
   /// kernels::sum_blocks (kernels/cpu/sum_blocks.h): dst[i] = block 0 + ...
   /// + block (blocks-1) at element i, added left to right, block j being
   /// the n elements at src + j * n; dst is src itself or disjoint from it.
@@ -176,32 +173,44 @@ class DeviceOps {
   /// Sum of squares and Inf/NaN count of n elements (completes first). The
   /// cuda form reports a count of 1 for "some", not the number.
   virtual kernels::GradStats grad_stats(const void* data, DType type, std::size_t n) = 0;
-  /// One optimizer update (optimizer/optimizer.h) over n elements of `a`.
-  virtual void update(const OptimizerHyper& hyper, double lr, double weight_decay, std::int64_t step,
-                      float grad_scale, const UpdateArrays& a, std::size_t n) = 0;
-  /// One Adam / AdamW update with 8-bit states (optimizer_update_8bit,
-  /// optimizer/update_8bit.h) over n elements starting at a block
-  /// boundary: a.weights, a.grads, a.copy as update() (a.states unused),
-  /// `state` the codes and absmax of the range, `runs` the parameter
-  /// groups' parts. The cpu ops (and the simulated device's) run it; the
-  /// cuda ops have no 8-bit kernel and throw InvariantError (a cuda engine
-  /// with 8-bit states needs offload_optimizer: Engine refuses it
-  /// otherwise, so its updates run on the host ops).
-  virtual void update_8bit(const OptimizerHyper& hyper, std::int64_t step, float grad_scale, const UpdateArrays& a,
-                           const kernels::Adam8bitState& state, std::size_t block, std::span<const UpdateRun> runs,
-                           std::size_t n) = 0;
-  /// One Adam / AdamW update with bf16 states (optimizer_update_bf16,
-  /// optimizer/update_bf16.h) over n elements of one parameter group:
-  /// a.weights, a.grads, a.copy as update() (a.states unused), exp_avg and
-  /// exp_avg_sq n bf16 bit patterns each in the ops' memory, first_index
-  /// the flat-buffer index of element 0 (the stochastic-rounding stream).
-  /// The cpu ops (and the simulated device's) run it; the cuda ops throw
-  /// InvariantError (a cuda engine with bf16 states needs
-  /// offload_optimizer: Engine refuses it otherwise, so its updates run on
-  /// the host ops).
-  virtual void update_bf16(const OptimizerHyper& hyper, double lr, double weight_decay, std::int64_t step,
-                           float grad_scale, const UpdateArrays& a, std::uint16_t* exp_avg,
-                           std::uint16_t* exp_avg_sq, std::uint64_t first_index, std::size_t n) = 0;
+  /// One optimizer update (optimizer_update_range, optimizer/range_update.h)
+  /// over u.n elements whose arrays are all in the ops' memory, in the state
+  /// format u.states names. The cpu ops (and the simulated device's) run
+  /// every format; the cuda ops run fp32 states of Adam, AdamW and SGD and
+  /// throw InvariantError otherwise (Engine refuses those configurations
+  /// without offload_optimizer, so their updates run on the host ops).
+  virtual void update(const OptimizerHyper& hyper, std::int64_t step, float grad_scale, const RangeUpdate& u) = 0;
+
+  // The named forms of copy, copy_async and convert.
+
+  /// copy(CopyKind::move): within the ops' memory, ranges may overlap.
+  void move(void* dst, const void* src, std::size_t bytes) { copy(dst, src, bytes, CopyKind::move); }
+  /// copy(CopyKind::download): returns once host_dst holds the bytes.
+  void download(void* host_dst, const void* src, std::size_t bytes) {
+    copy(host_dst, src, bytes, CopyKind::download);
+  }
+  /// copy(CopyKind::upload): host_src may be reused on return.
+  void upload(void* dst, const void* host_src, std::size_t bytes) { copy(dst, host_src, bytes, CopyKind::upload); }
+  /// copy(CopyKind::download_settled).
+  void download_settled(void* host_dst, const void* src, std::size_t bytes) {
+    copy(host_dst, src, bytes, CopyKind::download_settled);
+  }
+  /// copy_async(AsyncCopy::download).
+  void download_async(void* host_dst, const void* src, std::size_t bytes) {
+    copy_async(host_dst, src, bytes, AsyncCopy::download);
+  }
+  /// copy_async(AsyncCopy::upload).
+  void upload_async(void* dst, const void* host_src, std::size_t bytes) {
+    copy_async(dst, host_src, bytes, AsyncCopy::upload);
+  }
+  /// convert(accumulate false): dst[i] = src[i] * scale converted.
+  void cast(void* dst, DType dst_type, const void* src, DType src_type, std::size_t n, float scale) {
+    convert(dst, dst_type, src, src_type, n, scale, false);
+  }
+  /// convert(accumulate true): dst[i] += src[i] * scale.
+  void accumulate_cast(void* dst, DType dst_type, const void* src, DType src_type, std::size_t n, float scale) {
+    convert(dst, dst_type, src, src_type, n, scale, true);
+  }
 };
 
 /// Ops on host memory and kernels/cpu; arrays from `allocator` when given

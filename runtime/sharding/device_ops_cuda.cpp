@@ -42,37 +42,29 @@ class CudaOps final : public DeviceOps {
   void zero(void* p, std::size_t bytes) override {
     if (bytes > 0) ZS_CUDA_CHECK(cudaMemsetAsync(p, 0, bytes, stream()));
   }
-  void move(void* dst, const void* src, std::size_t bytes) override {
-    if (bytes == 0 || dst == src) return;
-    const auto* d = static_cast<const std::byte*>(dst);
-    const auto* s = static_cast<const std::byte*>(src);
-    if (d + bytes <= s || s + bytes <= d) {
-      ZS_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, stream()));
-      return;
+  void copy(void* dst, const void* src, std::size_t bytes, CopyKind kind) override {
+    if (bytes == 0) return;
+    switch (kind) {
+      case CopyKind::move: return move_on_device(dst, src, bytes);
+      case CopyKind::download:
+        ZS_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToHost, stream()));
+        ZS_CUDA_CHECK(cudaStreamSynchronize(stream()));
+        return;
+      case CopyKind::upload:
+        ZS_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, stream()));
+        ZS_CUDA_CHECK(cudaStreamSynchronize(stream()));
+        return;
+      case CopyKind::download_settled:
+        ZS_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToHost, side_.get()));
+        side_.synchronize();
+        return;
     }
-    // Overlapping ranges (cudaMemcpy's are undefined): through the scratch buffer.
-    ZS_CUDA_CHECK(cudaMemcpyAsync(dst, copy_to_scratch(src, bytes), bytes, cudaMemcpyDeviceToDevice, stream()));
   }
-  void download(void* host_dst, const void* src, std::size_t bytes) override {
+  void copy_async(void* dst, const void* src, std::size_t bytes, AsyncCopy kind) override {
     if (bytes == 0) return;
-    ZS_CUDA_CHECK(cudaMemcpyAsync(host_dst, src, bytes, cudaMemcpyDeviceToHost, stream()));
-    ZS_CUDA_CHECK(cudaStreamSynchronize(stream()));
-  }
-  void upload(void* dst, const void* host_src, std::size_t bytes) override {
-    if (bytes == 0) return;
-    ZS_CUDA_CHECK(cudaMemcpyAsync(dst, host_src, bytes, cudaMemcpyHostToDevice, stream()));
-    ZS_CUDA_CHECK(cudaStreamSynchronize(stream()));
-  }
-  void download_settled(void* host_dst, const void* src, std::size_t bytes) override {
-    if (bytes == 0) return;
-    ZS_CUDA_CHECK(cudaMemcpyAsync(host_dst, src, bytes, cudaMemcpyDeviceToHost, side_.get()));
-    side_.synchronize();
-  }
-  void download_async(void* host_dst, const void* src, std::size_t bytes) override {
-    if (bytes > 0) ZS_CUDA_CHECK(cudaMemcpyAsync(host_dst, src, bytes, cudaMemcpyDeviceToHost, stream()));
-  }
-  void upload_async(void* dst, const void* host_src, std::size_t bytes) override {
-    if (bytes > 0) ZS_CUDA_CHECK(cudaMemcpyAsync(dst, host_src, bytes, cudaMemcpyHostToDevice, stream()));
+    ZS_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes,
+                                  kind == AsyncCopy::download ? cudaMemcpyDeviceToHost : cudaMemcpyHostToDevice,
+                                  stream()));
   }
   OpsFence fence() override {
     auto event = std::make_shared<CudaEvent>(CudaEvent::create());
@@ -82,17 +74,18 @@ class CudaOps final : public DeviceOps {
   void wait(const OpsFence& f) override {
     if (f.event) static_cast<CudaEvent*>(f.event.get())->synchronize();
   }
-  void cast(void* dst, DType dst_type, const void* src, DType src_type, std::size_t n, float scale) override {
+  void convert(void* dst, DType dst_type, const void* src, DType src_type, std::size_t n, float scale,
+               bool accumulate) override {
+    if (accumulate) {
+      kernels::gpu::accumulate_scaled(src, src_type, dst, dst_type, n, scale, stream());
+      return;
+    }
     if (n == 0) return;
     if (src == dst && src_type == dst_type) {
       if (scale != 1.0f) kernels::gpu::convert_scaled(copy_to_scratch(src, n * dtype_size(src_type)), src_type, dst, dst_type, n, scale, stream());
       return;
     }
     kernels::gpu::convert_scaled(src, src_type, dst, dst_type, n, scale, stream());
-  }
-  void accumulate_cast(void* dst, DType dst_type, const void* src, DType src_type, std::size_t n,
-                       float scale) override {
-    kernels::gpu::accumulate_scaled(src, src_type, dst, dst_type, n, scale, stream());
   }
   // Block 0, then each further block added in order: accumulate_cast with
   // scale 1 is round(dst + src) once per element, the same left-to-right
@@ -130,45 +123,61 @@ class CudaOps final : public DeviceOps {
     download(&r, result_.data(), sizeof(r));
     return kernels::GradStats{.sum_of_squares = r.sum_of_squares, .nonfinite = r.found_inf_or_nan ? 1u : 0u};
   }
-  void update(const OptimizerHyper& hyper, double lr, double weight_decay, std::int64_t step, float grad_scale,
-              const UpdateArrays& a, std::size_t n) override {
-    if (n == 0) return;
-    if (hyper.kind == OptimizerKind::sgd) {
-      const kernels::gpu::SgdTensor t{.param = a.weights, .grad = a.grads,
-                                      .momentum_buffer = a.states.empty() ? nullptr : a.states[0],
-                                      .param_copy = a.copy, .n = n};
-      kernels::gpu::sgd_update(t, sgd_scalars(hyper, lr, weight_decay, step, grad_scale), a.grad_dtype,
-                               a.copy_dtype, stream());
-      return;
+  // fp32 states run by run, each with its group's scalars. Lion and Adagrad
+  // are refused on a cuda engine without offload_optimizer (Engine's
+  // check_cuda_optimizer), and so are 8-bit and bf16 states (kernels/cuda
+  // has their kernels, the engine does not call them): offloaded updates
+  // run on the host ops, so the throws below are never reached.
+  void update(const OptimizerHyper& hyper, std::int64_t step, float grad_scale, const RangeUpdate& u) override {
+    if (u.states.dtype == StateDtype::q8) {
+      throw InvariantError(fmt::format("cuda update: {} has no CUDA kernel for 8-bit states in this build (use "
+                                       "offload_optimizer)", optimizer_type_name(hyper)));
     }
-    // Lion and Adagrad are refused on a cuda engine without offload_optimizer
-    // (Engine's check_cuda_optimizer); offloaded updates run on the host ops.
-    ZS_CHECK(hyper.kind == OptimizerKind::adam || hyper.kind == OptimizerKind::adamw,
+    if (u.states.dtype == StateDtype::bf16) {
+      throw InvariantError(fmt::format("cuda update: {} with bf16 optimizer states has no CUDA path in this build "
+                                       "(use offload_optimizer)", optimizer_type_name(hyper)));
+    }
+    const bool sgd = hyper.kind == OptimizerKind::sgd;
+    ZS_CHECK(sgd || hyper.kind == OptimizerKind::adam || hyper.kind == OptimizerKind::adamw,
              "cuda update: no kernel for optimizer {}", optimizer_name(hyper.kind));
-    ZS_CHECK(a.states.size() == 2, "Adam update with {} state arrays", a.states.size());
-    const kernels::gpu::AdamTensor t{.param = a.weights, .grad = a.grads, .exp_avg = a.states[0],
-                                     .exp_avg_sq = a.states[1], .param_copy = a.copy, .n = n};
-    kernels::gpu::adam_update(t, adam_scalars(hyper, lr, weight_decay, step, grad_scale), a.grad_dtype,
-                              a.copy_dtype, stream());
-  }
-  // No CUDA 8-bit kernel is wired: Engine's check_cuda_optimizer refuses
-  // 8-bit states without offload_optimizer, so this is never reached.
-  void update_8bit(const OptimizerHyper& hyper, std::int64_t, float, const UpdateArrays&,
-                   const kernels::Adam8bitState&, std::size_t, std::span<const UpdateRun>, std::size_t) override {
-    throw InvariantError(fmt::format("cuda update: {} has no CUDA kernel for 8-bit states in this build (use "
-                                     "offload_optimizer)", optimizer_type_name(hyper)));
-  }
-  // bf16 states on the GPU are not wired (kernels/cuda/adam_bf16_state.h
-  // exists, the engine does not call it): check_cuda_optimizer refuses
-  // non-fp32 states without offload_optimizer, so this is never reached.
-  void update_bf16(const OptimizerHyper& hyper, double, double, std::int64_t, float, const UpdateArrays&,
-                   std::uint16_t*, std::uint16_t*, std::uint64_t, std::size_t) override {
-    throw InvariantError(fmt::format("cuda update: {} with bf16 optimizer states has no CUDA path in this build "
-                                     "(use offload_optimizer)", optimizer_type_name(hyper)));
+    ZS_CHECK(sgd || u.states.arrays.size() == 2, "Adam update with {} state arrays", u.states.arrays.size());
+    const std::size_t ge = dtype_size(u.grad_dtype), ce = dtype_size(u.copy_dtype);
+    auto state = [&](std::size_t k, std::size_t at) { return static_cast<float*>(u.states.arrays[k]) + at; };
+    for (const UpdateRun& r : u.runs) {
+      const std::size_t n = r.end - r.begin;
+      if (n == 0) continue;
+      float* param = u.weights + r.begin;
+      const void* grad = static_cast<const std::byte*>(u.grads) + r.begin * ge;
+      void* copy = u.copy != nullptr ? static_cast<std::byte*>(u.copy) + r.begin * ce : nullptr;
+      if (sgd) {
+        const kernels::gpu::SgdTensor t{.param = param, .grad = grad,
+                                        .momentum_buffer = u.states.arrays.empty() ? nullptr : state(0, r.begin),
+                                        .param_copy = copy, .n = n};
+        kernels::gpu::sgd_update(t, sgd_scalars(hyper, r.lr, r.weight_decay, step, grad_scale), u.grad_dtype,
+                                 u.copy_dtype, stream());
+      } else {
+        const kernels::gpu::AdamTensor t{.param = param, .grad = grad, .exp_avg = state(0, r.begin),
+                                         .exp_avg_sq = state(1, r.begin), .param_copy = copy, .n = n};
+        kernels::gpu::adam_update(t, adam_scalars(hyper, r.lr, r.weight_decay, step, grad_scale), u.grad_dtype,
+                                  u.copy_dtype, stream());
+      }
+    }
   }
 
  private:
   CUstream_st* stream() const { return comm_.compute_stream(); }
+  // A copy inside device memory; overlapping ranges (cudaMemcpy's are
+  // undefined) go through the scratch buffer.
+  void move_on_device(void* dst, const void* src, std::size_t bytes) {
+    if (dst == src) return;
+    const auto* d = static_cast<const std::byte*>(dst);
+    const auto* s = static_cast<const std::byte*>(src);
+    if (d + bytes <= s || s + bytes <= d) {
+      ZS_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, stream()));
+      return;
+    }
+    ZS_CUDA_CHECK(cudaMemcpyAsync(dst, copy_to_scratch(src, bytes), bytes, cudaMemcpyDeviceToDevice, stream()));
+  }
   // Enqueues a copy of `bytes` bytes at src into the scratch buffer and
   // returns it: the source of an overlapping move or an in-place cast (the
   // kernels take non-overlapping arrays).
@@ -179,7 +188,7 @@ class CudaOps final : public DeviceOps {
   }
 
   NcclCommunicator& comm_;
-  CudaStream side_;         ///< download_settled's copies
+  CudaStream side_;         ///< CopyKind::download_settled's copies
   DeviceBuffer workspace_;  ///< grad_check's
   DeviceBuffer result_;     ///< one GradCheck
   DeviceBuffer scratch_;    ///< overlapping moves and in-place casts; grows, never shrinks

@@ -31,8 +31,7 @@ namespace zeroshard::examples {
 namespace {
 
 namespace fs = std::filesystem;
-using gpt_testing::close;
-using gpt_testing::world;
+using namespace gpt_testing;  // world, GptEngine, check_steps, close, ...
 
 constexpr int kBatch = 4, kSeq = 8, kSteps = 5;
 const GptShape kShape{.layers = 2, .heads = 4, .dim = 16, .context = 8, .vocab = 256};
@@ -51,9 +50,7 @@ std::vector<std::vector<std::int32_t>> fixed_batches() {
 
 // This dp rank's sequences of a global batch.
 std::vector<std::int32_t> my_rows(const std::vector<std::int32_t>& global, const Mesh& mesh) {
-  const int per = kBatch / mesh.dp_size();
-  const auto w = static_cast<std::ptrdiff_t>(kSeq + 1);
-  return {global.begin() + mesh.dp_rank() * per * w, global.begin() + (mesh.dp_rank() + 1) * per * w};
+  return gpt_testing::my_rows(global, mesh, kBatch, kSeq);
 }
 
 struct Run {
@@ -62,9 +59,9 @@ struct Run {
 };
 
 Run train(const Mesh& mesh, int stage, int steps) {
-  Engine engine(adamw(stage), mesh);
-  Gpt gpt(engine, mesh, kShape);
-  engine.finalize();
+  GptEngine m(adamw(stage), mesh, kShape);
+  Engine& engine = m.engine;
+  Gpt& gpt = m.gpt;
   gpt.initialize(99);
   Run run;
   const auto batches = fixed_batches();
@@ -101,11 +98,7 @@ TEST_CASE("gpt on a mesh: losses, global norm and final parameters equal the sin
       CAPTURE(stage);
       Mesh mesh(world(), MeshShape{n / tp, tp});
       const Run got = train(mesh, stage, kSteps);
-      for (int s = 0; s < kSteps; ++s) {
-        CAPTURE(s);
-        CHECK(std::abs(got.losses[s] - ref.losses[s]) <= 1e-5 * std::abs(ref.losses[s]));
-        CHECK(std::abs(got.norms[s] - ref.norms[s]) <= 1e-5 * ref.norms[s]);
-      }
+      check_steps(got.losses, got.norms, ref.losses, ref.norms, 1e-5);
       REQUIRE(got.params.size() == ref.params.size());
       for (std::size_t p = 0; p < ref.params.size(); ++p) {
         CAPTURE(p);
@@ -118,16 +111,7 @@ TEST_CASE("gpt on a mesh: losses, global norm and final parameters equal the sin
 // The message of the error that loading the checkpoint at `dir` into a GPT
 // engine on a `shape` mesh of the world at ZeRO `stage` throws ("" if none).
 std::string load_error(MeshShape shape, int stage, const fs::path& dir) {
-  Mesh mesh(world(), shape);
-  Engine engine(adamw(stage), mesh);
-  Gpt gpt(engine, mesh, kShape);
-  engine.finalize();
-  try {
-    engine.load_checkpoint(dir.string());
-  } catch (const std::exception& e) {
-    return e.what();
-  }
-  return "";
+  return gpt_testing::load_error(adamw(stage), kShape, shape, dir);
 }
 
 TEST_CASE("gpt on a mesh: a (2, 2) checkpoint loads at (1, 2) bit for bit and continues; (4, 1) is refused") {
@@ -135,13 +119,13 @@ TEST_CASE("gpt on a mesh: a (2, 2) checkpoint loads at (1, 2) bit for bit and co
   const fs::path dir = fs::temp_directory_path() / "zs-test-gpt-mesh-ckpt";
   testing::remove_dir_on_rank0(world(), dir);
   const auto batches = fixed_batches();
-  std::vector<std::vector<float>> saved_master, saved_avg;
+  gpt_testing::GatheredStates saved;
   std::vector<std::vector<float>> continued;
   {
     Mesh mesh(world(), MeshShape{2, 2});
-    Engine engine(adamw(3), mesh);
-    Gpt gpt(engine, mesh, kShape);
-    engine.finalize();
+    GptEngine m(adamw(3), mesh, kShape);
+    Engine& engine = m.engine;
+    Gpt& gpt = m.gpt;
     gpt.initialize(99);
     for (int s = 0; s < 2; ++s) {
       gpt.train_micro_batch(my_rows(batches[static_cast<std::size_t>(s)], mesh), kBatch / 2, kSeq, 1.0);
@@ -164,10 +148,7 @@ TEST_CASE("gpt on a mesh: a (2, 2) checkpoint loads at (1, 2) bit for bit and co
         CHECK(f.tensors.at(names[p]).values == full[p]);
       }
     }
-    for (ParamId p = 0; p < static_cast<ParamId>(engine.layout().params().size()); ++p) {
-      saved_master.push_back(engine.gather_master(p));
-      saved_avg.push_back(engine.gather_optimizer_state(p, 0));
-    }
+    saved = gpt_testing::gather_states(engine);
     gpt.train_micro_batch(my_rows(batches[2], mesh), kBatch / 2, kSeq, 1.0);
     engine.step();
     for (const std::string& name : gpt.parameter_names()) continued.push_back(gpt.full_parameter(name));
@@ -188,14 +169,14 @@ TEST_CASE("gpt on a mesh: a (2, 2) checkpoint loads at (1, 2) bit for bit and co
   auto half = world().split(world().rank() / 2, world().rank());
   {
     Mesh mesh(*half, MeshShape{1, 2});
-    Engine engine(adamw(2), mesh);
-    Gpt gpt(engine, mesh, kShape);
-    engine.finalize();
+    GptEngine m(adamw(2), mesh, kShape);
+    Engine& engine = m.engine;
+    Gpt& gpt = m.gpt;
     const auto cs = engine.load_checkpoint(dir.string());
     CHECK(cs.at("step").get<int>() == 2);
-    for (ParamId p = 0; p < static_cast<ParamId>(saved_master.size()); ++p) {
-      CHECK(engine.gather_master(p) == saved_master[static_cast<std::size_t>(p)]);
-      CHECK(engine.gather_optimizer_state(p, 0) == saved_avg[static_cast<std::size_t>(p)]);
+    for (ParamId p = 0; p < static_cast<ParamId>(saved.master.size()); ++p) {
+      CHECK(engine.gather_master(p) == saved.master[static_cast<std::size_t>(p)]);
+      CHECK(engine.gather_optimizer_state(p, 0) == saved.exp_avg[static_cast<std::size_t>(p)]);
     }
     gpt.train_micro_batch(batches[2], kBatch, kSeq, 1.0);
     engine.step();

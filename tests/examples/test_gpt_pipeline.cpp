@@ -33,8 +33,7 @@ namespace zeroshard::examples {
 namespace {
 
 namespace fs = std::filesystem;
-using gpt_testing::close;
-using gpt_testing::world;
+using namespace gpt_testing;  // world, GptEngine, check_steps, close, ...
 
 constexpr int kBatch = 4, kSeq = 8, kSteps = 5, kMicro = 4;
 const GptShape kShape{.layers = 4, .heads = 4, .dim = 16, .context = 8, .vocab = 256};
@@ -56,9 +55,7 @@ std::vector<std::int32_t> micro_batch(int s, int j) {
 
 // This dp rank's rows of a micro-batch.
 std::vector<std::int32_t> my_rows(const std::vector<std::int32_t>& global, const Mesh& mesh) {
-  const int per = kBatch / mesh.dp_size();
-  const auto w = static_cast<std::ptrdiff_t>(kSeq + 1);
-  return {global.begin() + mesh.dp_rank() * per * w, global.begin() + (mesh.dp_rank() + 1) * per * w};
+  return gpt_testing::my_rows(global, mesh, kBatch, kSeq);
 }
 
 struct Run {
@@ -87,14 +84,12 @@ void collect(Gpt& gpt, Run& run) {
 }
 
 Run train(const Mesh& mesh, int stage, PipelineScheduleKind kind) {
-  Engine engine(adamw(stage), mesh);
-  Gpt gpt(engine, mesh, kShape);
-  engine.finalize();
-  gpt.initialize(99);
+  GptEngine m(adamw(stage), mesh, kShape);
+  m.gpt.initialize(99);
   Run run;
-  train_steps(gpt, engine, mesh, kind, 0, kSteps, run);
-  collect(gpt, run);
-  run.peak_activation_bytes = gpt.peak_activation_bytes();
+  train_steps(m.gpt, m.engine, mesh, kind, 0, kSteps, run);
+  collect(m.gpt, run);
+  run.peak_activation_bytes = m.gpt.peak_activation_bytes();
   return run;
 }
 
@@ -103,9 +98,9 @@ const Run& reference() {
   static const Run ref = [] {
     SelfCommunicator self;
     Mesh mesh(self, MeshShape{1, 1});
-    Engine engine(adamw(0), mesh);
-    Gpt gpt(engine, mesh, kShape);
-    engine.finalize();
+    GptEngine m(adamw(0), mesh, kShape);
+    Engine& engine = m.engine;
+    Gpt& gpt = m.gpt;
     gpt.initialize(99);
     Run run;
     for (int s = 0; s < kSteps; ++s) {
@@ -148,11 +143,7 @@ TEST_CASE("gpt pipeline: losses, norms and every stage's parameters equal the si
         CAPTURE(stage);
         Mesh mesh(world(), shape);
         const Run got = train(mesh, stage, kind);
-        for (int s = 0; s < kSteps; ++s) {
-          CAPTURE(s);
-          CHECK(std::abs(got.losses[s] - ref.losses[s]) <= 1e-5 * std::abs(ref.losses[s]));
-          CHECK(std::abs(got.norms[s] - ref.norms[s]) <= 1e-5 * ref.norms[s]);
-        }
+        check_steps(got.losses, got.norms, ref.losses, ref.norms, 1e-5);
         // This stage's parameters, by name, against the full model's.
         REQUIRE(!got.names.empty());
         for (std::size_t p = 0; p < got.names.size(); ++p) {
@@ -190,15 +181,13 @@ TEST_CASE("gpt pipeline: peak kept activations are in-flight micro-batches times
   auto peak = [&](PipelineScheduleKind kind, int m) {
     EngineConfig c = adamw(1);
     c.gradient_accumulation_steps = m;
-    Engine engine(c, mesh);
-    Gpt gpt(engine, mesh, kShape);
-    engine.finalize();
-    gpt.initialize(99);
+    GptEngine g(c, mesh, kShape);
+    g.gpt.initialize(99);
     std::vector<std::vector<std::int32_t>> mbs;
     for (int j = 0; j < m; ++j) mbs.push_back(micro_batch(0, j));
-    gpt.train_batch(mbs, kBatch, kSeq, kind, 1.0);
-    engine.step();
-    return gpt.peak_activation_bytes();
+    g.gpt.train_batch(mbs, kBatch, kSeq, kind, 1.0);
+    g.engine.step();
+    return g.gpt.peak_activation_bytes();
   };
   const std::size_t one = peak(PipelineScheduleKind::gpipe, 1);
   REQUIRE(one > 0);
@@ -210,16 +199,7 @@ TEST_CASE("gpt pipeline: peak kept activations are in-flight micro-batches times
 // The message of the error that loading `dir` into a GPT engine on a
 // `shape` mesh of the world throws ("" if none).
 std::string load_error(MeshShape shape, const fs::path& dir) {
-  Mesh mesh(world(), shape);
-  Engine engine(adamw(1), mesh);
-  Gpt gpt(engine, mesh, kShape);
-  engine.finalize();
-  try {
-    engine.load_checkpoint(dir.string());
-  } catch (const std::exception& e) {
-    return e.what();
-  }
-  return "";
+  return gpt_testing::load_error(adamw(1), kShape, shape, dir);
 }
 
 TEST_CASE("gpt pipeline: a (1, 1, 2) checkpoint loads at (2, 1, 2) bit for bit and continues; pp 4 and 1 refused") {
@@ -230,45 +210,38 @@ TEST_CASE("gpt pipeline: a (1, 1, 2) checkpoint loads at (2, 1, 2) bit for bit a
   // Ranks 2h, 2h + 1 form the (1, 1, 2) mesh of half h; half 0 saves, both
   // continue (the halves run the same model on the same data).
   auto half = world().split(world().rank() / 2, world().rank());
-  std::vector<std::vector<float>> saved_master, saved_avg;
+  gpt_testing::GatheredStates saved;
   Run continued;
   {
     Mesh mesh(*half, MeshShape{1, 1, 2});
-    Engine engine(adamw(3), mesh);
-    Gpt gpt(engine, mesh, kShape);
-    engine.finalize();
-    gpt.initialize(99);
+    GptEngine m(adamw(3), mesh, kShape);
+    m.gpt.initialize(99);
     Run run;
-    train_steps(gpt, engine, mesh, kind, 0, 2, run);
-    if (world().rank() < 2) engine.save_checkpoint(dir.string(), {{"step", 2}});
-    for (ParamId p = 0; p < static_cast<ParamId>(engine.layout().params().size()); ++p) {
-      saved_master.push_back(engine.gather_master(p));
-      saved_avg.push_back(engine.gather_optimizer_state(p, 0));
-    }
-    train_steps(gpt, engine, mesh, kind, 2, 3, continued);
-    collect(gpt, continued);
+    train_steps(m.gpt, m.engine, mesh, kind, 0, 2, run);
+    if (world().rank() < 2) m.engine.save_checkpoint(dir.string(), {{"step", 2}});
+    saved = gpt_testing::gather_states(m.engine);
+    train_steps(m.gpt, m.engine, mesh, kind, 2, 3, continued);
+    collect(m.gpt, continued);
   }
   world().barrier();
   // (2, 1, 2): world rank r is stage r / 2; in the (1, 1, 2) run it was
   // stage r % 2. Ranks 0 and 3 hold the same stage in both and compare.
   {
     Mesh mesh(world(), MeshShape{2, 1, 2});
-    Engine engine(adamw(2), mesh);
-    Gpt gpt(engine, mesh, kShape);
-    engine.finalize();
-    const auto cs = engine.load_checkpoint(dir.string());
+    GptEngine m(adamw(2), mesh, kShape);
+    const auto cs = m.engine.load_checkpoint(dir.string());
     CHECK(cs.at("step").get<int>() == 2);
     const bool same_pipeline_stage = world().rank() % 2 == world().rank() / 2;
-    for (ParamId p = 0; p < static_cast<ParamId>(engine.layout().params().size()); ++p) {
-      const std::vector<float> master = engine.gather_master(p), avg = engine.gather_optimizer_state(p, 0);
+    const gpt_testing::GatheredStates loaded = gpt_testing::gather_states(m.engine);
+    for (std::size_t p = 0; p < loaded.master.size(); ++p) {
       if (same_pipeline_stage) {
-        CHECK(master == saved_master[static_cast<std::size_t>(p)]);
-        CHECK(avg == saved_avg[static_cast<std::size_t>(p)]);
+        CHECK(loaded.master[p] == saved.master[p]);
+        CHECK(loaded.exp_avg[p] == saved.exp_avg[p]);
       }
     }
     Run run;
-    train_steps(gpt, engine, mesh, kind, 2, 3, run);
-    collect(gpt, run);
+    train_steps(m.gpt, m.engine, mesh, kind, 2, 3, run);
+    collect(m.gpt, run);
     CHECK(std::abs(run.losses[0] - continued.losses[0]) <= 1e-5 * std::abs(continued.losses[0]));
     if (same_pipeline_stage) {
       REQUIRE(run.names == continued.names);

@@ -18,6 +18,7 @@
 
 #include "core/error.h"
 #include "examples/report/progress_line.h"
+#include "examples/report/run_charts.h"
 #include "examples/report/svg_chart.h"
 #include "runtime/observe/chrome_trace.h"
 
@@ -126,6 +127,23 @@ TEST_CASE("stacked_bar_svg: several panels in one document, one series group per
   const std::vector<BarChart> scaled = {BarChart{"small", "MiB", {"a"}, {{"rank 0", {10.0}}}},
                                         BarChart{"large", "MiB", {"a"}, {{"rank 0", {100.0}}}}};
   CHECK(count(stacked_bar_svg(scaled), "text-anchor=\"end\">100</text>") == 2);
+}
+
+TEST_CASE("monitor_chart: a csv_monitor series as at most max_bars bars, each the mean of its rows") {
+  std::vector<std::pair<std::int64_t, double>> rows;
+  for (int i = 1; i <= 7; ++i) rows.emplace_back(32 * i, static_cast<double>(i));
+  const BarChart c = monitor_chart("loss", "nats", rows, 3);
+  CHECK(c.unit == "nats");
+  REQUIRE(c.bars.size() == 3);  // 7 rows in groups of 3: 3 + 3 + 1
+  CHECK(c.bars[0].label == "96");
+  CHECK(c.bars[0].values == std::vector<double>{2.0});
+  CHECK(c.bars[1].label == "192");
+  CHECK(c.bars[1].values == std::vector<double>{5.0});
+  CHECK(c.bars[2].label == "224");
+  CHECK(c.bars[2].values == std::vector<double>{7.0});
+  CHECK(monitor_chart("loss", "nats", rows, 12).bars.size() == 7);
+  CHECK(monitor_chart("loss", "nats", {}, 12).bars.empty());
+  CHECK(count(stacked_bar_svg(c), "class=\"series\"") == 3);
 }
 
 TEST_CASE("axis_ticks: rounded steps from 0 past the maximum") {

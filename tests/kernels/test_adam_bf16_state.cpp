@@ -12,6 +12,7 @@
 #include <doctest/doctest.h>
 
 #include "core/error.h"
+#include "core/splitmix64.h"
 #include "kernels/cpu/adam.h"
 #include "kernels/cpu/adam_bf16_state.h"
 #include "kernels/cpu/convert.h"
@@ -52,11 +53,11 @@ TEST_CASE("stochastic_bits: fixed values, index halves, steps and seeds change t
   const auto k = kernels::stochastic_key(1234, 7);
   // The definition written out (stochastic_round.h).
   const std::uint64_t kk =
-      kernels::splitmix64(1234ull ^ kernels::splitmix64(7ull ^ 0x632be59bd9b4e019ull));
+      splitmix64(1234ull ^ splitmix64(7ull ^ 0x632be59bd9b4e019ull));
   CHECK(k.lo == static_cast<std::uint32_t>(kk));
   CHECK(k.hi == static_cast<std::uint32_t>(kk >> 32));
   CHECK(kernels::fmix32(0) == 0);
-  CHECK(kernels::splitmix64(0) == 0xe220a8397b1dcdafull);  // splitmix64's first output for seed 0
+  CHECK(splitmix64(0) == 0xe220a8397b1dcdafull);  // splitmix64's first output for seed 0
   const std::uint64_t i = (5ull << 32) | 9;
   CHECK(kernels::stochastic_bits(k, i) == kernels::fmix32(9u ^ k.lo ^ kernels::fmix32(5u ^ k.hi)));
   CHECK(kernels::stochastic_bits(k, 9) != kernels::stochastic_bits(k, i));

@@ -1,15 +1,20 @@
 // A ShardSource for the Unsharder's tests (runtime/sharding/unsharder.h): byte k of
 // rank r's shard of unit u (generation g) is (31 r + 17 u + 7 k + 101 g)
 // mod 256, so every rank knows every other rank's shard and a full buffer
-// can be checked bit for bit. Records every call.
+// can be checked bit for bit. Records every call. Also the Unsharder the
+// tests build over it.
 #pragma once
 
 #include <cstddef>
+#include <memory>
+#include <utility>
 #include <vector>
 
 #include <fmt/format.h>
 
 #include "core/error.h"
+#include "core/memory_ledger.h"
+#include "runtime/sharding/buffer_pool.h"
 #include "runtime/sharding/device_ops.h"
 #include "runtime/sharding/flat_layout.h"
 #include "runtime/sharding/unsharder.h"
@@ -48,6 +53,24 @@ struct TestSource final : ShardSource {
   int gen = 0;
   std::vector<DeviceArray> shards;
   std::vector<UnitId> fetched, hinted, released;
+};
+
+/// An Unsharder with options `o` over `layout` on the world, its shards
+/// from a TestSource in dtype t (in host memory when `host`), its buffers
+/// from a pool on CPU ops.
+struct UnsharderStack {
+  UnsharderStack(FlatLayout l, DType t, UnsharderOptions o, bool host = false)
+      : ops(make_cpu_ops()),
+        layout(std::move(l)),
+        pool(ledger, *ops),
+        source(*ops, layout, t, host),
+        unsharder(world(), layout, *ops, pool, o, source) {}
+  std::unique_ptr<DeviceOps> ops;
+  FlatLayout layout;
+  MemoryLedger ledger;
+  BufferPool pool;
+  TestSource source;
+  Unsharder unsharder;
 };
 
 /// Number of wrong bytes of unit u's full buffer against generation g's shards.

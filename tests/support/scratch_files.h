@@ -11,9 +11,22 @@
 #include <fstream>
 #include <string>
 
+#include <unistd.h>
+
 #include "comm/communicator.h"
 
 namespace zeroshard::testing {
+
+/// A fresh directory (removed if present, then created) for a test of one
+/// process: "<temp>/zs-test-<what>-<pid>", so runs of the same test in
+/// parallel do not meet. Throws std::filesystem::filesystem_error.
+inline std::filesystem::path fresh_scratch_dir(const std::string& what) {
+  const std::filesystem::path dir =
+      std::filesystem::temp_directory_path() / ("zs-test-" + what + "-" + std::to_string(::getpid()));
+  std::filesystem::remove_all(dir);
+  std::filesystem::create_directories(dir);
+  return dir;
+}
 
 /// Removes `dir` and everything in it (nothing if absent) on rank 0 once
 /// every rank is done with it (a first barrier: another rank's engine may

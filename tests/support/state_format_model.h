@@ -2,17 +2,23 @@
 // test_states_bf16.cpp) train through the Engine: units of 1-D parameters
 // of given sizes, some in a "no_decay" group (a group boundary inside a
 // unit), deterministic initial values and per-step gradients, and the
-// gathered masters and states to compare runs with.
+// gathered masters and states to compare runs with; the AdamW
+// configuration they train, the checks they share and their config
+// parsing.
 #pragma once
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <filesystem>
 #include <string>
 #include <vector>
 
+#include <doctest/doctest.h>
 #include <fmt/format.h>
+#include <nlohmann/json.hpp>
 
+#include "core/error.h"
 #include "kernels/cpu/cast.h"
 #include "runtime/engine/engine.h"
 #include "tests/support/test_world.h"
@@ -122,6 +128,63 @@ inline std::vector<float> train_states(const EngineConfig& c, const StateUnits& 
   StateModel m(c, spec);
   for (int s = 1; s <= steps; ++s) m.step(s);
   return m.state();
+}
+
+/// The learning rate and weight decay of state_config's AdamW.
+constexpr double kStateLr = 1e-2, kStateWeightDecay = 0.01;
+
+/// AdamW (lr kStateLr, weight decay kStateWeightDecay) with optimizer
+/// states `states` at ZeRO `stage`, compute dtype `dt`, offload `o`.
+inline EngineConfig state_config(int stage, const StateFormat& states, DType dt = DType::f32,
+                                 const OffloadConfig& o = {}) {
+  OptimizerHyper h;
+  h.kind = OptimizerKind::adamw;
+  h.lr = kStateLr;
+  h.weight_decay = kStateWeightDecay;
+  h.states = states;
+  EngineConfig c = make_config(stage, h);
+  c.compute_dtype = dt;
+  c.offload = o;
+  return c;
+}
+
+/// Checks that every stage from 1 to 3 and every offload device (none,
+/// cpu, nvme) trains bitwise as `ref`: trained(stage, device) == ref.
+template <class Trained>
+void check_stages_and_tiers(const std::vector<float>& ref, Trained&& trained) {
+  for (int stage = 1; stage <= 3; ++stage) {
+    for (OffloadDevice d : {OffloadDevice::none, OffloadDevice::cpu, OffloadDevice::nvme}) {
+      INFO("stage " << stage << " offload " << static_cast<int>(d));
+      CHECK(trained(stage, d) == ref);
+    }
+  }
+}
+
+/// Checks that `other` (trained with another state format) differs from
+/// `ref` but stays within `tol` of it in every element.
+inline void check_other_format_close(const std::vector<float>& other, const std::vector<float>& ref,
+                                     double tol) {
+  REQUIRE(other.size() == ref.size());
+  CHECK(other != ref);
+  double worst = 0;
+  for (std::size_t i = 0; i < ref.size(); ++i) worst = std::max(worst, std::fabs(double(ref[i]) - other[i]));
+  CHECK(worst < tol);
+}
+
+/// EngineConfig::from_json of the JSON `text` (named "test.json").
+inline EngineConfig parse_config(const char* text) {
+  return EngineConfig::from_json(nlohmann::json::parse(text), "test.json");
+}
+
+/// The message of the ConfigError that parse_config(text) throws, or "no
+/// error".
+inline std::string config_error(const char* text) {
+  try {
+    parse_config(text);
+  } catch (const ConfigError& e) {
+    return e.what();
+  }
+  return "no error";
 }
 
 }  // namespace zeroshard::testing

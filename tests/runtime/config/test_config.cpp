@@ -48,6 +48,12 @@ TEST_CASE("optimizer types: Adam is AdamW unless adam_w_mode is false (DeepSpeed
   auto kind = [](const std::string& t) { return EngineConfig::from_json(json::parse(t)).optimizer.kind; };
   CHECK(kind(R"({"optimizer": {"type": "Adam"}})") == OptimizerKind::adamw);
   CHECK(kind(R"({"optimizer": {"type": "adam", "params": {"adam_w_mode": false}}})") == OptimizerKind::adam);
+  // AdamW stays AdamW whatever adam_w_mode says (DeepSpeed: effective mode = AdamW or adam_w_mode).
+  CHECK(kind(R"({"optimizer": {"type": "AdamW", "params": {"adam_w_mode": true, "torch_adam": true}}})") ==
+        OptimizerKind::adamw);
+  CHECK(kind(R"({"optimizer": {"type": "AdamW", "params": {"adam_w_mode": false}}})") == OptimizerKind::adamw);
+  CHECK_THROWS_WITH_AS(kind(R"({"optimizer": {"type": "SGD", "params": {"adam_w_mode": true}}})"),
+                       doctest::Contains("\"optimizer.params.adam_w_mode\" applies only to"), ConfigError);
   const EngineConfig s = EngineConfig::from_json(
       json::parse(R"({"optimizer": {"type": "SGD", "params": {"lr": 0.1, "momentum": 0.9, "nesterov": true}}})"));
   CHECK(s.optimizer.kind == OptimizerKind::sgd);

@@ -3,10 +3,12 @@
 #include <cstdio>
 #include <fstream>
 #include <limits>
+#include <map>
 #include <string>
 #include <utility>
 
 #include <doctest/doctest.h>
+#include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
 #include "core/error.h"
@@ -147,6 +149,89 @@ TEST_CASE("ds_config: HF ZeRO-2 template with \"auto\" loads once the program fi
         std::string::npos);
 }
 
+TEST_CASE("ds_config: ConfigOptions::from_program fills every \"auto\" as HF Trainer does, and says how") {
+  ProgramValues p;
+  p.micro_batch = 6;
+  p.gradient_accumulation = 3;
+  p.lr = 2e-4;
+  p.beta1 = 0.85;
+  p.beta2 = 0.98;
+  p.eps = 1e-7;
+  p.weight_decay = 0.05;
+  p.gradient_clipping = 0.7;
+  p.precision = DType::bf16;
+  p.hidden_size = 100;
+  p.world_size = 2;
+  p.total_steps = 500;
+  p.warmup_steps = 20;
+  const ConfigOptions o = ConfigOptions::from_program(p);
+  CHECK(o.world_size == 2);
+  CHECK(o.hidden_size == 100);
+  const EngineConfig c = EngineConfig::from_file(config_path("hf_zero2_auto.json"), o);
+  CHECK(c.train_micro_batch_size_per_gpu == 6);
+  CHECK(c.gradient_accumulation_steps == 3);
+  REQUIRE(c.train_batch_size);
+  CHECK(*c.train_batch_size == 36);  // 6 x 3 x 2
+  CHECK(c.gradient_clipping == 0.7);
+  CHECK(c.optimizer.lr == 2e-4);
+  CHECK(c.optimizer.beta1 == 0.85);
+  CHECK(c.optimizer.beta2 == 0.98);
+  CHECK(c.optimizer.eps == 1e-7);
+  CHECK(c.optimizer.weight_decay == 0.05);
+  CHECK(c.scheduler.warmup_min_lr == std::vector<double>{0.0});
+  CHECK(c.scheduler.warmup_max_lr == std::vector<double>{2e-4});
+  CHECK(c.scheduler.warmup_num_steps == 20);
+  CHECK(c.scheduler.total_num_steps == 500);
+  CHECK(c.compute_dtype == DType::bf16);  // fp16 "auto" -> false, bf16 "auto" -> true
+  CHECK(c.zero.reduce_bucket_size == 10000);  // hidden^2
+  // What each "auto" became, in key-table order, with its rule.
+  std::map<std::string, std::pair<json, std::string>> fills;
+  for (const AutoFill& f : c.auto_fills) fills[f.key] = {f.value, f.rule};
+  CHECK(fills.size() == 15);
+  CHECK(fills["train_micro_batch_size_per_gpu"] == std::pair<json, std::string>{6, "micro_batch"});
+  CHECK(fills["train_batch_size"] == std::pair<json, std::string>{36, "micro x accumulation x world"});
+  CHECK(fills["optimizer.params.betas"].first == json{0.85, 0.98});
+  CHECK(fills["scheduler.params.warmup_min_lr"].first == 0);
+  CHECK(fills["fp16.enabled"] == std::pair<json, std::string>{false, "precision == fp16"});
+  CHECK(fills["zero_optimization.reduce_bucket_size"] ==
+        std::pair<json, std::string>{10000, "hidden^2, hidden 100"});
+  const std::string line = auto_fill_summary(c.auto_fills);
+  CHECK(line.find("train_micro_batch_size_per_gpu = 6 (micro_batch), ") != std::string::npos);
+  CHECK(line.find("optimizer.params.betas = [0.85,0.98] ([beta1, beta2])") != std::string::npos);
+  CHECK(line.find("scheduler.params.total_num_steps = 500 (total_steps)") != std::string::npos);
+  CHECK(auto_fill_summary({}).empty());
+  // A value the file sets itself is kept (HF would refuse the mismatch):
+  // hf_zero3_nvme.json fixes micro-batch 2, accumulation 4 and lr 2e-5.
+  const EngineConfig z = EngineConfig::from_file(config_path("hf_zero3_nvme.json"), o);
+  CHECK(z.train_micro_batch_size_per_gpu == 2);
+  CHECK(z.gradient_accumulation_steps == 4);
+  CHECK(z.optimizer.lr == 2e-5);
+  CHECK(z.zero.prefetch_bucket_size == 9000);  // 0.9 x 100^2
+  CHECK(z.zero.param_persistence_threshold == 1000);
+  CHECK(z.auto_fills.size() == 3);  // the three hidden-size keys
+  // Without the run's length, total_num_steps stays "auto": the error names it.
+  ProgramValues no_total = p;
+  no_total.total_steps.reset();
+  const std::string m = load_error("hf_zero2_auto.json", ConfigOptions::from_program(no_total));
+  CHECK(m.find("\"auto\" is left unfilled for scheduler.params.total_num_steps: ") != std::string::npos);
+  // Accelerate's stage3_gather_16bit_weights_on_model_save "auto".
+  p.save_16bit_model = true;
+  const EngineConfig a = EngineConfig::from_json(
+      json::parse(R"({"zero_optimization": {"stage": 3, "stage3_gather_16bit_weights_on_model_save": "auto"}})"),
+      "a.json", ConfigOptions::from_program(p));
+  CHECK(a.zero.gather_16bit_weights_on_model_save);
+  // Every rule the docs print is one from_program or the hidden size applies.
+  for (const AutoRule& r : auto_rules()) {
+    INFO(r.key);
+    const ConfigKey* row = find_config_key(r.key);
+    REQUIRE(row != nullptr);
+    CHECK(row->auto_ok);
+    CHECK((o.values.count(r.key) == 1 || std::string(r.key) == "train_batch_size" ||
+           std::string(r.key).find("bucket_size") != std::string::npos ||
+           std::string(r.key).find("persistence") != std::string::npos));
+  }
+}
+
 TEST_CASE("ds_config: HF's hidden-size rules for \"auto\" bucket sizes") {
   const AutoBucketSizes b = auto_bucket_sizes(4096);
   CHECK(b.reduce_bucket_size == 16777216);
@@ -169,8 +254,9 @@ TEST_CASE("ds_config: ZeRO-3 with nvme offload and the stage3_* knobs loads once
   CHECK(n == config_path("hf_zero3_nvme.json") +
                  ": \"auto\" is left unfilled for zero_optimization.reduce_bucket_size, "
                  "zero_optimization.stage3_prefetch_bucket_size, zero_optimization.stage3_param_persistence_threshold: "
-                 "the launcher (HF Trainer, Accelerate) or the program must fill it: ConfigOptions::fill(key, value) "
-                 "(ConfigOptions::hidden_size for the bucket sizes) before EngineConfig::from_file");
+                 "the launcher (HF Trainer, Accelerate) or the program must fill it: ConfigOptions::from_program "
+                 "(HF Trainer's rules) or ConfigOptions::fill(key, value) (ConfigOptions::hidden_size for the bucket "
+                 "sizes) before EngineConfig::from_file");
   ConfigOptions o;
   o.hidden_size = 512;
   std::ifstream in(config_path("hf_zero3_nvme.json"));
@@ -282,6 +368,94 @@ TEST_CASE("ds_config: legacy spellings DeepSpeed maps") {
   CHECK(has_warning(c, "zero_optimization.max_live_parameters -> zero_optimization.stage3_max_live_parameters"));
   CHECK(error_of(R"({"zero_optimization": {"stage": 3, "max_live_parameters": 1, "stage3_max_live_parameters": 2}})")
             .find("keep stage3_max_live_parameters") != std::string::npos);
+}
+
+TEST_CASE("ds_config: every spelling DeepSpeed's parser takes for the keys zeroshard reads") {
+  // communication_data_type: any case (DeepSpeed lower-cases it), and
+  // "bfp16", its spelling of bf16 before 0.14.1, with a note.
+  EngineConfig c = EngineConfig::from_json(json::parse(R"({"communication_data_type": "BF16"})"));
+  CHECK(c.communication_data_type == DType::bf16);
+  CHECK(c.warnings.empty());
+  c = EngineConfig::from_json(json::parse(R"({"communication_data_type": "Fp16"})"));
+  CHECK(c.communication_data_type == DType::f16);
+  c = EngineConfig::from_json(json::parse(R"({"communication_data_type": "bfp16"})"));
+  CHECK(c.communication_data_type == DType::bf16);
+  CHECK(has_warning(c, "communication_data_type \"bfp16\" -> \"bf16\" (DeepSpeed's spelling before 0.14.1)"));
+  CHECK(error_of(R"({"communication_data_type": "bfloat16"})")
+            .find("\"communication_data_type\" = \"bfloat16\" is invalid: use fp32, bf16 or fp16") !=
+        std::string::npos);
+  // The field name of stage3_gather_16bit_weights_on_model_save (axolotl's
+  // templates), and of the two no-effect stage3_* keys.
+  c = EngineConfig::from_json(json::parse(
+      R"({"zero_optimization": {"stage": 3, "gather_16bit_weights_on_model_save": true,
+          "module_granularity_threshold": 0, "use_all_reduce_for_fetch_params": false}})"));
+  CHECK(c.zero.gather_16bit_weights_on_model_save);
+  CHECK(has_warning(c, "zero_optimization.gather_16bit_weights_on_model_save -> "
+                       "zero_optimization.stage3_gather_16bit_weights_on_model_save"));
+  CHECK(has_warning(c, "zero_optimization.module_granularity_threshold -> "
+                       "zero_optimization.stage3_module_granularity_threshold"));
+  CHECK(has_warning(c, "accepted without effect in zeroshard (docs/config.md says why each changes nothing here): "
+                       "zero_optimization.stage3_module_granularity_threshold, "
+                       "zero_optimization.stage3_use_all_reduce_for_fetch_params"));
+  // bf16 with the fp16 section's loss-scale keys (Megatron-DeepSpeed's
+  // "bfloat16": {"enabled": true, "loss_scale": 1.0}): DeepSpeed ignores them.
+  c = EngineConfig::from_json(json::parse(
+      R"({"bfloat16": {"enabled": true, "loss_scale": 0, "initial_scale_power": 16, "loss_scale_window": 1000,
+          "hysteresis": 2, "min_loss_scale": 1}})"));
+  CHECK(c.compute_dtype == DType::bf16);
+  CHECK(has_warning(c, "bfloat16 -> bf16"));
+  for (const char* key : {"bf16.loss_scale", "bf16.initial_scale_power", "bf16.loss_scale_window", "bf16.hysteresis",
+                          "bf16.min_loss_scale"}) {
+    CHECK(has_warning(c, key));
+  }
+  CHECK(error_of(R"({"bf16": {"enabled": true, "loss_scale": "dynamic"}})")
+            .find("\"bf16.loss_scale\" = \"dynamic\" must be a number") != std::string::npos);
+  // fp16.auto_cast false (axolotl's templates) changes nothing; true is refused with DeepSpeed's meaning.
+  c = EngineConfig::from_json(json::parse(R"({"fp16": {"enabled": true, "auto_cast": false}})"));
+  CHECK(c.compute_dtype == DType::f16);
+  CHECK(has_warning(c, "fp16.auto_cast"));
+  CHECK(error_of(R"({"fp16": {"enabled": true, "auto_cast": true}})")
+            .find("\"fp16.auto_cast\" = true is not supported: DeepSpeed would cast the model's inputs to fp16") !=
+        std::string::npos);
+  // sub_group_size 0 (axolotl's ZeRO-3 templates): the smallest sub-group.
+  c = EngineConfig::from_json(json::parse(R"({"zero_optimization": {"stage": 3, "sub_group_size": 0}})"));
+  CHECK(c.offload.sub_group_size == 0);
+  CHECK(c.offload.sub_group_elements() == 4096);
+  CHECK(error_of(R"({"zero_optimization": {"stage": 3, "sub_group_size": -1}})")
+            .find("\"zero_optimization.sub_group_size\" = -1 must be >= 0") != std::string::npos);
+}
+
+TEST_CASE("ds_config: monitors and the names DeepSpeed prints its settings under") {
+  // LLaMA-Factory's comms_config and monitor_config, flops_profiler on
+  // (Megatron-DeepSpeed), disabled wandb / comet / tensorboard: one warning
+  // line names them all.
+  const EngineConfig c = EngineConfig::from_json(json::parse(R"({
+      "comms_config": {"verbose": false},
+      "monitor_config": {"enabled": true, "tag": "DeepSpeedMonitor", "csv_monitor": {"enabled": false}},
+      "flops_profiler": {"enabled": true, "profile_step": -1, "output_file": null},
+      "wandb": {"enabled": false, "project": "p"},
+      "comet": {"enabled": false, "samples_log_interval": 100},
+      "tensorboard": {"output_path": "tb"},
+      "csv_monitor": {"enabled": true, "output_path": "runs", "job_name": "j1"}})"));
+  REQUIRE(c.warnings.size() == 1);
+  for (const char* key : {"comms_config", "monitor_config", "flops_profiler", "wandb", "comet", "tensorboard"}) {
+    CHECK(c.warnings[0].find(key) != std::string::npos);
+  }
+  CHECK(c.warnings[0].find("csv_monitor") == std::string::npos);  // read, not warned about
+  CHECK(c.observe.csv_monitor.enabled);
+  // A monitor zeroshard cannot write is refused, saying what to use.
+  for (const char* monitor : {"tensorboard", "wandb", "comet"}) {
+    const std::string m = error_of(fmt::format(R"({{"{}": {{"enabled": true}}}})", monitor));
+    INFO(m);
+    CHECK(m.find(fmt::format("\"{}\" = {{\"enabled\":true}} is not supported: zeroshard", monitor)) !=
+          std::string::npos);
+    CHECK(m.find("use csv_monitor") != std::string::npos);
+  }
+  // Sections that would change the math stay errors with their reason.
+  CHECK(error_of(R"({"sparse_attention": {"mode": "fixed"}})")
+            .find("the model's attention would silently stay dense") != std::string::npos);
+  CHECK(error_of(R"({"compression_training": {}})").find("quantization and pruning change the model") !=
+        std::string::npos);
 }
 
 TEST_CASE("ds_config: the stage3_* knobs: defaults, bad values, typos") {

@@ -23,6 +23,7 @@
 #include "kernels/cpu/cast.h"
 #include "optimizer/update_bf16.h"
 #include "runtime/engine/engine.h"
+#include "tests/support/scratch_files.h"
 #include "tests/support/state_format_model.h"
 #include "tests/support/test_world.h"
 
@@ -36,13 +37,7 @@ const StateUnits kUnits = {
     {{0, false}}, {{1, false}}, {{7, false}, {57, true}}, {{300, false}, {100, true}, {113, false}},
     {{10001, false}}, {{3 * 4100, false}, {1, true}}};
 
-constexpr double kLr = 1e-2, kDecay = 0.01;
-
 fs::path swap_root() { return fs::temp_directory_path() / "zs-test-states-bf16"; }
-
-struct Model : StateModel {
-  explicit Model(const EngineConfig& cfg, bool same_on_ranks = false) : StateModel(cfg, kUnits, same_on_ranks) {}
-};
 
 OffloadConfig offload(OffloadDevice d, std::size_t sub_group = 4096) {
   return state_offload(d, swap_root(), sub_group);
@@ -50,20 +45,10 @@ OffloadConfig offload(OffloadDevice d, std::size_t sub_group = 4096) {
 
 EngineConfig config(int stage, StateDtype states, StateRounding rounding = StateRounding::nearest,
                     DType dt = DType::f32, OffloadConfig o = {}) {
-  OptimizerHyper h;
-  h.kind = OptimizerKind::adamw;
-  h.lr = kLr;
-  h.weight_decay = kDecay;
-  h.states.dtype = states;
-  h.states.rounding = rounding;
-  h.states.seed = 1234;
-  EngineConfig c = make_config(stage, h);
-  c.compute_dtype = dt;
-  c.offload = o;
-  return c;
+  return state_config(stage, {.dtype = states, .rounding = rounding, .seed = 1234}, dt, o);
 }
 
-std::vector<float> train(const EngineConfig& c, int steps = 3) { return train_states(c, kUnits, steps); }
+std::vector<float> train(const EngineConfig& c) { return train_states(c, kUnits); }
 
 const char* rounding_name(StateRounding r) { return r == StateRounding::stochastic ? "stochastic" : "nearest"; }
 
@@ -72,23 +57,15 @@ const char* rounding_name(StateRounding r) { return r == StateRounding::stochast
 TEST_CASE("bf16 states: stages 0-3 and offload none/cpu/nvme give bitwise the same training") {
   for (StateRounding rnd : {StateRounding::nearest, StateRounding::stochastic}) {
     for (DType dt : {DType::f32, DType::bf16}) {
+      INFO(rounding_name(rnd) << " dtype " << dtype_name(dt));
       const std::vector<float> ref = train(config(0, StateDtype::bf16, rnd, dt));
-      for (int stage = 1; stage <= 3; ++stage) {
-        for (OffloadDevice d : {OffloadDevice::none, OffloadDevice::cpu, OffloadDevice::nvme}) {
-          INFO(rounding_name(rnd) << " dtype " << dtype_name(dt) << " stage " << stage << " offload "
-                                  << static_cast<int>(d));
-          CHECK(train(config(stage, StateDtype::bf16, rnd, dt, offload(d))) == ref);
-        }
-      }
+      check_stages_and_tiers(ref, [&](int stage, OffloadDevice d) {
+        return train(config(stage, StateDtype::bf16, rnd, dt, offload(d)));
+      });
       // Several nvme sub-groups per unit (offload tier pieces) as one.
       CHECK(train(config(3, StateDtype::bf16, rnd, dt, offload(OffloadDevice::nvme, 1 << 20))) == ref);
       // bf16 states are not fp32 states: the states differ, the parameters stay close.
-      const std::vector<float> fp32 = train(config(0, StateDtype::fp32, rnd, dt));
-      REQUIRE(fp32.size() == ref.size());
-      CHECK(fp32 != ref);
-      double worst = 0;
-      for (std::size_t i = 0; i < ref.size(); ++i) worst = std::max(worst, std::fabs(double(ref[i]) - fp32[i]));
-      CHECK(worst < 1e-3);
+      check_other_format_close(train(config(0, StateDtype::fp32, rnd, dt)), ref, 1e-3);
     }
   }
 }
@@ -101,7 +78,7 @@ TEST_CASE("bf16 states: every stage and world size gives the single-buffer refer
     const EngineConfig c0 = config(0, StateDtype::bf16, rnd);
     std::vector<float> want;
     {
-      Model shape(c0, true);  // for the layout only
+      StateModel shape(c0, kUnits, true);  // for the layout only
       for (const auto& list : shape.params) {
         for (ParamId id : list) {
           const ParamInfo& p = shape.e.layout().param(id);
@@ -111,7 +88,7 @@ TEST_CASE("bf16 states: every stage and world size gives the single-buffer refer
           for (std::size_t i = 0; i < w.size(); ++i) w[i] = state_init_value(id, i);
           for (int s = 1; s <= 3; ++s) {
             for (std::size_t i = 0; i < g.size(); ++i) g[i] = state_grad_value(s, 0, id, i, true);
-            optimizer_update_bf16(c0.optimizer, kLr, nd ? 0.0 : kDecay, s, 1.0f, w.data(), g.data(), DType::f32,
+            optimizer_update_bf16(c0.optimizer, kStateLr, nd ? 0.0 : kStateWeightDecay, s, 1.0f, w.data(), g.data(), DType::f32,
                                   m.data(), v.data(), nullptr, DType::bf16, w.size(), p.offset);
           }
           want.insert(want.end(), w.begin(), w.end());
@@ -125,7 +102,8 @@ TEST_CASE("bf16 states: every stage and world size gives the single-buffer refer
       for (OffloadDevice d : {OffloadDevice::none, OffloadDevice::nvme}) {
         INFO(rounding_name(rnd) << " stage " << stage << " offload " << static_cast<int>(d) << " world "
                                 << world().world_size());
-        Model m(config(stage, StateDtype::bf16, rnd, DType::f32, stage > 0 ? offload(d) : OffloadConfig{}), true);
+        StateModel m(config(stage, StateDtype::bf16, rnd, DType::f32, stage > 0 ? offload(d) : OffloadConfig{}), kUnits,
+                     true);
         for (int s = 1; s <= 3; ++s) m.step(s);
         CHECK(m.state() == want);
       }
@@ -138,16 +116,15 @@ TEST_CASE("bf16 states: one step against fp32 states from the same states") {
   // states, each new state within half a bf16 ulp (nearest: <= 2^-8 of its
   // magnitude) or one ulp (stochastic: < 2^-7).
   const std::string dir = (swap_root() / fmt::format("close-{}", world().world_size())).string();
-  if (world().rank() == 0) fs::remove_all(dir);
-  world().barrier();
+  remove_dir_on_rank0(world(), dir);
   for (StateRounding rnd : {StateRounding::nearest, StateRounding::stochastic}) {
     for (int stage : {0, 2}) {
       INFO(rounding_name(rnd) << " stage " << stage);
       const std::string tag = fmt::format("{}-{}", rounding_name(rnd), stage);
-      Model a(config(stage, StateDtype::bf16, rnd));
+      StateModel a(config(stage, StateDtype::bf16, rnd), kUnits);
       for (int s = 1; s <= 3; ++s) a.step(s);
       a.e.save_checkpoint(dir, {}, 0, tag);
-      Model b(config(stage, StateDtype::fp32));
+      StateModel b(config(stage, StateDtype::fp32), kUnits);
       b.e.load_checkpoint(dir, tag);
       a.step(4);
       b.step(4);
@@ -174,7 +151,7 @@ TEST_CASE("bf16 states: one step against fp32 states from the same states") {
 
 TEST_CASE("bf16 states: the ledger holds 2 bytes per state element") {
   for (int stage = 0; stage <= 3; ++stage) {
-    Model m(config(stage, StateDtype::bf16));
+    StateModel m(config(stage, StateDtype::bf16), kUnits);
     std::uint64_t want = 0;
     for (const UnitInfo& u : m.e.layout().units()) want += 2 * 2 * (stage == 0 ? u.padded : u.shard);
     INFO("stage " << stage);
@@ -184,33 +161,32 @@ TEST_CASE("bf16 states: the ledger holds 2 bytes per state element") {
 
 TEST_CASE("bf16 states: checkpoints at this world size (bf16 exact; bf16 <-> fp32)") {
   const std::string dir = (swap_root() / fmt::format("ckpt-{}", world().world_size())).string();
-  if (world().rank() == 0) fs::remove_all(dir);
-  world().barrier();
+  remove_dir_on_rank0(world(), dir);
   for (StateRounding rnd : {StateRounding::nearest, StateRounding::stochastic}) {
     for (int stage : {0, 1, 3}) {
       INFO(rounding_name(rnd) << " stage " << stage);
       const std::string tag = fmt::format("bf16-{}-{}", rounding_name(rnd), stage);
-      Model a(config(stage, StateDtype::bf16, rnd));
+      StateModel a(config(stage, StateDtype::bf16, rnd), kUnits);
       for (int s = 1; s <= 3; ++s) a.step(s);
       a.e.save_checkpoint(dir, {}, 0, tag);
       const std::vector<float> saved = a.state();
       for (int s = 4; s <= 5; ++s) a.step(s);
       // bf16 into bf16 at another stage and tier: bitwise, now and after.
-      Model b(config(3 - stage, StateDtype::bf16, rnd, DType::f32,
-                     3 - stage > 0 ? offload(OffloadDevice::nvme) : OffloadConfig{}));
+      StateModel b(config(3 - stage, StateDtype::bf16, rnd, DType::f32,
+                     3 - stage > 0 ? offload(OffloadDevice::nvme) : OffloadConfig{}), kUnits);
       b.e.load_checkpoint(dir, tag);
       CHECK(b.state() == saved);
       for (int s = 4; s <= 5; ++s) b.step(s);
       CHECK(b.state() == a.state());
       // Into fp32 states: the widened values, bitwise.
-      Model c(config(stage, StateDtype::fp32));
+      StateModel c(config(stage, StateDtype::fp32), kUnits);
       c.e.load_checkpoint(dir, tag);
       CHECK(c.state() == saved);
       // fp32 into bf16: each state rounded to nearest even, masters exact.
       c.step(4);
       const std::vector<float> fp32 = c.state();
       c.e.save_checkpoint(dir, {}, 0, "fp32-" + tag);
-      Model d(config(stage, StateDtype::bf16, rnd));
+      StateModel d(config(stage, StateDtype::bf16, rnd), kUnits);
       d.e.load_checkpoint(dir, "fp32-" + tag);
       std::vector<float> want = fp32;
       std::size_t at = 0;
@@ -227,33 +203,24 @@ TEST_CASE("bf16 states: checkpoints at this world size (bf16 exact; bf16 <-> fp3
 }
 
 TEST_CASE("bf16 states: config keys and their errors") {
-  auto parse = [](const char* text) { return EngineConfig::from_json(nlohmann::json::parse(text), "test.json"); };
-  const EngineConfig c = parse(
+  const EngineConfig c = parse_config(
       R"({"optimizer": {"type": "AdamW", "params": {"state_dtype": "bf16", "stochastic_rounding": true, "seed": 42}}})");
   CHECK(c.optimizer.kind == OptimizerKind::adamw);
   CHECK(c.optimizer.states.dtype == StateDtype::bf16);
   CHECK(c.optimizer.states.rounding == StateRounding::stochastic);
   CHECK(c.optimizer.states.seed == 42);
-  const EngineConfig d = parse(R"({"optimizer": {"type": "Adam", "params": {"state_dtype": "BF16", "adam_w_mode": false}}})");
+  const EngineConfig d = parse_config(R"({"optimizer": {"type": "Adam", "params": {"state_dtype": "BF16", "adam_w_mode": false}}})");
   CHECK(d.optimizer.kind == OptimizerKind::adam);
   CHECK(d.optimizer.states.dtype == StateDtype::bf16);
   CHECK(d.optimizer.states.rounding == StateRounding::nearest);
-  auto error = [&](const char* text) {
-    try {
-      parse(text);
-    } catch (const ConfigError& e) {
-      return std::string(e.what());
-    }
-    return std::string("no error");
-  };
   for (const char* type : {"SGD", "Lion", "Adagrad", "AdamW8bit"}) {
     const std::string t = fmt::format(R"({{"optimizer": {{"type": "{}", "params": {{"state_dtype": "bf16"}}}}}})", type);
-    const std::string msg = error(t.c_str());
+    const std::string msg = config_error(t.c_str());
     INFO(msg);
     CHECK(msg.find("optimizer.params.state_dtype") != std::string::npos);
     CHECK(msg.find(type) != std::string::npos);
   }
-  CHECK(error(R"({"optimizer": {"type": "AdamW", "params": {"state_dtype": "fp8"}}})").find("optimizer.params.state_dtype") != std::string::npos);
-  CHECK(error(R"({"optimizer": {"type": "AdamW", "params": {"state_dtype": "bf16", "seed": -1}}})").find("optimizer.params.seed") != std::string::npos);
-  CHECK(error(R"({"optimizer": {"type": "AdamW", "params": {"seed": 3}}})").find("bf16 optimizer states only") != std::string::npos);
+  CHECK(config_error(R"({"optimizer": {"type": "AdamW", "params": {"state_dtype": "fp8"}}})").find("optimizer.params.state_dtype") != std::string::npos);
+  CHECK(config_error(R"({"optimizer": {"type": "AdamW", "params": {"state_dtype": "bf16", "seed": -1}}})").find("optimizer.params.seed") != std::string::npos);
+  CHECK(config_error(R"({"optimizer": {"type": "AdamW", "params": {"seed": 3}}})").find("bf16 optimizer states only") != std::string::npos);
 }

@@ -2,8 +2,6 @@
 // the expected events, pids/tids, microsecond times with the clock offset
 // applied, args and counters; the atomic write; the merge of three rank
 // files into one sorted timeline, and the errors naming a bad file.
-#include <unistd.h>
-
 #include <doctest/doctest.h>
 #include <fmt/format.h>
 
@@ -14,6 +12,7 @@
 
 #include "core/error.h"
 #include "runtime/observe/chrome_trace.h"
+#include "tests/support/scratch_files.h"
 #include "tests/support/thrown.h"
 
 using namespace zeroshard;
@@ -24,10 +23,7 @@ namespace {
 
 /// A fresh scratch directory for one test case.
 fs::path scratch(const char* name) {
-  const fs::path dir = fs::temp_directory_path() / fmt::format("zs-test-chrome-trace-{}-{}", name, ::getpid());
-  fs::remove_all(dir);
-  fs::create_directories(dir);
-  return dir;
+  return zeroshard::testing::fresh_scratch_dir(std::string("chrome-trace-") + name);
 }
 
 json read_json(const fs::path& p) {

@@ -18,6 +18,7 @@
 
 #include "core/error.h"
 #include "runtime/engine/engine.h"
+#include "runtime/observe/csv_monitor.h"
 #include "tests/support/scratch_files.h"
 #include "tests/support/test_world.h"
 
@@ -311,4 +312,84 @@ TEST_CASE("observability keys in a ds_config") {
                        doctest::Contains("comms_logger.prof_ops"), ConfigError);
   CHECK_THROWS_WITH_AS(EngineConfig::from_json(json::parse(R"({"zeroshard": {"collective_timeout_s": -1}})")),
                        doctest::Contains("zeroshard.collective_timeout_s"), ConfigError);
+}
+
+TEST_CASE("csv_monitor: world rank 0 writes one row per optimizer step, skipped ones included") {
+  Communicator& comm = world();
+  const int w = comm.world_size();
+  const fs::path dir = scratch("csv-monitor");
+  remove_dir_on_rank0(comm, dir);
+  EngineConfig c = make_config(2, OptimizerHyper{}, 2);
+  c.train_micro_batch_size_per_gpu = 3;
+  c.scheduler = LrSchedule::from_json(
+      json::parse(R"({"type": "WarmupLR", "params": {"warmup_min_lr": 0, "warmup_max_lr": 0.01,
+                      "warmup_num_steps": 4, "warmup_type": "linear"}})"),
+      "test");
+  c.observe.csv_monitor.enabled = true;
+  c.observe.csv_monitor.output_path = dir.string();
+  c.observe.csv_monitor.job_name = "job";
+  Engine e(c, comm);
+  const Model m = declare(e, 57);
+  // Step s (1-based), micro-batch k: every gradient element gets `g`; rank
+  // r reports the loss 10 s + k + r. Step 3 has a NaN on the last rank.
+  auto micro = [&](int s, int k, float g) {
+    e.report_loss(10.0 * s + k + comm.rank());
+    for (int u = 0; u < kUnits; ++u) {
+      e.unshard(m.units[u]);
+      for (float& x : e.grad(m.params[u])) x += g;
+      e.reduce_gradients(m.units[u]);
+      e.reshard(m.units[u]);
+    }
+    return e.step();
+  };
+  std::vector<double> lr_used, norms;
+  for (int s = 1; s <= 4; ++s) {
+    lr_used.push_back(e.current_lr(0));
+    micro(s, 0, 0.25f);
+    const bool nan = s == 3 && comm.rank() == w - 1;
+    const StepResult r = micro(s, 1, nan ? std::nanf("") : 0.25f);
+    REQUIRE(r.boundary);
+    CHECK(r.skipped == (s == 3));
+    norms.push_back(r.grad_norm);
+  }
+  comm.barrier();
+  const std::string job = (dir / "job").string();
+  if (comm.rank() == 0) {
+    using Rows = std::vector<std::pair<std::int64_t, double>>;
+    const std::int64_t b = 2 * 3 * w;  // samples per step: accumulation x micro-batch x world
+    // train_loss: the mean of rank 0's two reports of the step.
+    CHECK(read_monitor_series(CsvMonitor::file_of(job, "train_loss")) ==
+          Rows{{b, 10.5}, {2 * b, 20.5}, {3 * b, 30.5}, {4 * b, 40.5}});
+    // lr: the rate each step used (the skipped step 3 did not advance it).
+    CHECK(read_monitor_series(CsvMonitor::file_of(job, "lr")) ==
+          Rows{{b, lr_used[0]}, {2 * b, lr_used[1]}, {3 * b, lr_used[2]}, {4 * b, lr_used[3]}});
+    CHECK(lr_used == std::vector<double>{0.0, 0.0025, 0.005, 0.005});
+    const Rows grad = read_monitor_series(CsvMonitor::file_of(job, "grad_norm"));
+    REQUIRE(grad.size() == 4);
+    for (std::size_t i = 0; i < 4; ++i) {
+      if (i == 2) continue;  // the NaN step's norm is not finite
+      CHECK(grad[i] == std::pair<std::int64_t, double>{b * static_cast<std::int64_t>(i + 1), norms[i]});
+      // Each element's gradient is 0.25 (the mean over ranks and micro-batches).
+      CHECK(grad[i].second == doctest::Approx(0.25 * std::sqrt(57.0 + 58.0 + 59.0)));
+    }
+    CHECK_FALSE(std::isfinite(grad[2].second));
+    CHECK(read_monitor_series(CsvMonitor::file_of(job, "skipped_steps")) ==
+          Rows{{b, 0}, {2 * b, 0}, {3 * b, 1}, {4 * b, 1}});
+    CHECK(read_monitor_series(CsvMonitor::file_of(job, "step_time_ms")).size() == 4);
+    CHECK(read_monitor_series(CsvMonitor::file_of(job, "samples_per_second")).size() == 4);
+    CHECK_FALSE(fs::exists(CsvMonitor::file_of(job, "loss_scale")));  // fp32: no loss scale series
+  }
+  comm.barrier();
+  remove_dir_on_rank0(comm, dir);
+  // A folder world rank 0 cannot make: the same IoError on every rank, from finalize().
+  const fs::path blocker = scratch("csv-monitor-blocker");
+  comm.barrier();
+  if (comm.rank() == 0) std::ofstream(blocker) << "a file where the folder would go";
+  comm.barrier();
+  EngineConfig bad = c;
+  bad.observe.csv_monitor.output_path = blocker.string();
+  Engine f(bad, comm);
+  f.add_parameter(f.add_unit("u"), "p", {5});
+  CHECK_THROWS_WITH_AS(f.finalize(), doctest::Contains("cannot create the csv_monitor folder"), IoError);
+  remove_dir_on_rank0(comm, blocker);
 }

@@ -50,13 +50,9 @@ void forward_backward(Unsharder& us, const FlatLayout& l, DType t, int gen) {
 
 // An Unsharder over component_layout(n) on the world, its shards from a
 // TestSource of generation 0, its buffers from a CPU pool.
-struct Fixture {
+struct Fixture : UnsharderStack {
   Fixture(std::size_t n, DType t, UnsharderOptions o, bool host = false)
-      : ops(make_cpu_ops()),
-        layout(component_layout(n, world().world_size())),
-        pool(ledger, *ops),
-        source(*ops, layout, t, host),
-        unsharder(world(), layout, *ops, pool, o, source) {}
+      : UnsharderStack(component_layout(n, world().world_size()), t, o, host) {}
   // Gathering in dtype t with overlap_comm (records the order, prefetches).
   Fixture(std::size_t n, DType t) : Fixture(n, t, gather_options(true, t)) {}
   // One micro-batch: a checked forward-backward pass of generation 0, then end_micro_batch().
@@ -64,12 +60,6 @@ struct Fixture {
     forward_backward(unsharder, layout, t, 0);
     unsharder.end_micro_batch();
   }
-  std::unique_ptr<DeviceOps> ops;
-  FlatLayout layout;
-  MemoryLedger ledger;
-  BufferPool pool;
-  TestSource source;
-  Unsharder unsharder;
 };
 
 using Order = std::vector<UnitId>;

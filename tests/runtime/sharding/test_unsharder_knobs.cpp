@@ -38,10 +38,8 @@ FlatLayout six_units() {
 }
 
 // An Unsharder with overlap on over `layout`, shards from a TestSource.
-struct Knobs {
-  Knobs(FlatLayout l, UnsharderOptions o)
-      : ops(make_cpu_ops()), layout(std::move(l)), pool(ledger, *ops), source(*ops, layout, kT, false),
-        unsharder(world(), layout, *ops, pool, with_gather(o), source) {}
+struct Knobs : UnsharderStack {
+  Knobs(FlatLayout l, UnsharderOptions o) : UnsharderStack(std::move(l), kT, with_gather(o)) {}
   static UnsharderOptions with_gather(UnsharderOptions o) {
     o.gather = true;
     o.overlap = true;
@@ -60,12 +58,6 @@ struct Knobs {
     unsharder.end_micro_batch();
   }
   std::int64_t padded(UnitId u) const { return static_cast<std::int64_t>(layout.unit(u).padded); }
-  std::unique_ptr<DeviceOps> ops;
-  FlatLayout layout;
-  MemoryLedger ledger;
-  BufferPool pool;
-  TestSource source;
-  Unsharder unsharder;
   std::int64_t limit = INT64_MAX;
 };
 
