@@ -64,6 +64,24 @@ std::string label(DType t, SymQuantFormat f, std::size_t n) {
          " n " + std::to_string(n);
 }
 
+// Runs body(t, f, n) for every input dtype, width and block size and each
+// of `sizes`, with the case's label captured for failures.
+template <class Body>
+void for_each_case(const std::vector<std::size_t>& sizes, Body body) {
+  for (const DType t : kDtypes) {
+    for (const QuantBits bits : kWidths) {
+      for (const std::size_t block : all_blocks()) {
+        for (const std::size_t n : sizes) {
+          const SymQuantFormat f{bits, block};
+          const std::string what = label(t, f, n);
+          CAPTURE(what);
+          body(t, f, n);
+        }
+      }
+    }
+  }
+}
+
 }  // namespace
 
 TEST_CASE("symmetric quantization: hand-worked blocks, nibble order, ties to even") {
@@ -127,43 +145,36 @@ TEST_CASE("symmetric quantization: hand-worked blocks, nibble order, ties to eve
 }
 
 TEST_CASE("symmetric quantization: the round trip is within the stated bound (every dtype, width, block, size)") {
-  for (const DType t : kDtypes) {
-    for (const QuantBits bits : kWidths) {
-      for (const std::size_t block : all_blocks()) {
-        for (const std::size_t n : kBoundSizes) {
-          const SymQuantFormat f{bits, block};
-          const std::string what = label(t, f, n);
-          CAPTURE(what);
-          const auto in = make_input(t, n, 7 * n + block, false);
-          std::vector<float> chunk = chunk_for(n, f);
-          kernels::quantize_symmetric_reference(in.data(), t, n, f, chunk.data());
-          const float* s = scales_of(chunk, n, f);
-          const int qmax = kernels::sym_quant_qmax(bits);
-          for (std::size_t b = 0; b < kernels::sym_quant_scale_count(n, f); ++b) {
-            float absmax = 0.0f;
-            for (std::size_t i = b * block; i < std::min(n, (b + 1) * block); ++i) {
-              absmax = std::max(absmax, std::fabs(kernels::load_as_float(in.data(), t, i)));
-            }
-            // The stored scale is absmax / qmax rounded once.
-            REQUIRE(s[b] == absmax / static_cast<float>(qmax));
-          }
-          for (const DType out : kDtypes) {
-            std::vector<unsigned char> y(n * dtype_size(out) + 8);
-            kernels::dequantize_symmetric_reference(chunk.data(), n, f, y.data(), out);
-            long worst = -1;
-            for (std::size_t i = 0; i < n; ++i) {
-              const float x = kernels::load_as_float(in.data(), t, i);
-              const float yi = kernels::load_as_float(y.data(), out, i);
-              const double bound = kernels::sym_quant_error_bound(s[i / block], bits, out, yi);
-              if (!(std::fabs(static_cast<double>(yi) - x) <= bound)) worst = static_cast<long>(i);
-            }
-            CAPTURE(out);
-            CHECK(worst == -1);
-          }
-        }
+  for_each_case(kBoundSizes, [&](DType t, SymQuantFormat f, std::size_t n) {
+    const QuantBits bits = f.bits;
+    const std::size_t block = f.block;
+    const auto in = make_input(t, n, 7 * n + block, false);
+    std::vector<float> chunk = chunk_for(n, f);
+    kernels::quantize_symmetric_reference(in.data(), t, n, f, chunk.data());
+    const float* s = scales_of(chunk, n, f);
+    const int qmax = kernels::sym_quant_qmax(bits);
+    for (std::size_t b = 0; b < kernels::sym_quant_scale_count(n, f); ++b) {
+      float absmax = 0.0f;
+      for (std::size_t i = b * block; i < std::min(n, (b + 1) * block); ++i) {
+        absmax = std::max(absmax, std::fabs(kernels::load_as_float(in.data(), t, i)));
       }
+      // The stored scale is absmax / qmax rounded once.
+      REQUIRE(s[b] == absmax / static_cast<float>(qmax));
     }
-  }
+    for (const DType out : kDtypes) {
+      std::vector<unsigned char> y(n * dtype_size(out) + 8);
+      kernels::dequantize_symmetric_reference(chunk.data(), n, f, y.data(), out);
+      long worst = -1;
+      for (std::size_t i = 0; i < n; ++i) {
+        const float x = kernels::load_as_float(in.data(), t, i);
+        const float yi = kernels::load_as_float(y.data(), out, i);
+        const double bound = kernels::sym_quant_error_bound(s[i / block], bits, out, yi);
+        if (!(std::fabs(static_cast<double>(yi) - x) <= bound)) worst = static_cast<long>(i);
+      }
+      CAPTURE(out);
+      CHECK(worst == -1);
+    }
+  });
 }
 
 TEST_CASE("symmetric quantization: accumulate and feedback references are the arithmetic they state") {
@@ -197,55 +208,47 @@ TEST_CASE("symmetric quantization: accumulate and feedback references are the ar
 }
 
 TEST_CASE("symmetric quantization: vector kernels equal the references bit for bit (targets, threads)") {
-  for (const DType t : kDtypes) {
-    for (const QuantBits bits : kWidths) {
-      for (const std::size_t block : all_blocks()) {
-        for (const std::size_t n : kSimdSizes) {
-          const SymQuantFormat f{bits, block};
-          const std::string what = label(t, f, n);
-          CAPTURE(what);
-          const auto in = make_input(t, n, 3 * n + block, true);
-          const std::size_t bytes = kernels::sym_quant_chunk_bytes(n, f);
-          std::vector<float> want = chunk_for(n, f);
-          kernels::quantize_symmetric_reference(in.data(), t, n, f, want.data());
-          const std::vector<float> r0 = test_floats(n, 17 + n, 1e-2f, 0);
-          std::vector<float> want_r = r0, want_fb = chunk_for(n, f);
-          kernels::quantize_symmetric_feedback_reference(in.data(), t, n, f, want_r.data(), want_fb.data());
-          std::vector<std::vector<unsigned char>> want_y;
-          for (const DType out : kDtypes) {
-            want_y.emplace_back(n * dtype_size(out) + 8);
-            kernels::dequantize_symmetric_reference(want.data(), n, f, want_y.back().data(), out);
-          }
-          const std::vector<float> acc0 = test_floats(n, 23 + n, 4.0f, 0);
-          std::vector<float> want_acc = acc0;
-          kernels::dequantize_accumulate_reference(want.data(), n, f, want_acc.data());
-          for_each_target_and_threads([&] {
-            std::vector<float> got = chunk_for(n, f);
-            kernels::quantize_symmetric(in.data(), t, n, f, got.data());
-            CHECK(std::memcmp(got.data(), want.data(), bytes) == 0);
-            std::vector<float> r = r0, got_fb = chunk_for(n, f);
-            kernels::quantize_symmetric_feedback(in.data(), t, n, f, r.data(), got_fb.data());
-            CHECK(std::memcmp(got_fb.data(), want_fb.data(), bytes) == 0);
-            check_bitwise(r.data(), want_r.data(), n, "residual", true);
-            for (std::size_t k = 0; k < 3; ++k) {
-              const DType out = kDtypes[k];
-              std::vector<unsigned char> y(n * dtype_size(out) + 8);
-              kernels::dequantize_symmetric(want.data(), n, f, y.data(), out);
-              if (out == DType::f32) {
-                check_bitwise(reinterpret_cast<const float*>(y.data()),
-                              reinterpret_cast<const float*>(want_y[k].data()), n, "dequantize f32", true);
-              } else {
-                check_bitwise(reinterpret_cast<const std::uint16_t*>(y.data()),
-                              reinterpret_cast<const std::uint16_t*>(want_y[k].data()), n, "dequantize 16-bit",
-                              true, out);
-              }
-            }
-            std::vector<float> acc = acc0;
-            kernels::dequantize_accumulate(want.data(), n, f, acc.data());
-            check_bitwise(acc.data(), want_acc.data(), n, "accumulate", true);
-          });
+  for_each_case(kSimdSizes, [&](DType t, SymQuantFormat f, std::size_t n) {
+    const std::size_t block = f.block;
+    const auto in = make_input(t, n, 3 * n + block, true);
+    const std::size_t bytes = kernels::sym_quant_chunk_bytes(n, f);
+    std::vector<float> want = chunk_for(n, f);
+    kernels::quantize_symmetric_reference(in.data(), t, n, f, want.data());
+    const std::vector<float> r0 = test_floats(n, 17 + n, 1e-2f, 0);
+    std::vector<float> want_r = r0, want_fb = chunk_for(n, f);
+    kernels::quantize_symmetric_feedback_reference(in.data(), t, n, f, want_r.data(), want_fb.data());
+    std::vector<std::vector<unsigned char>> want_y;
+    for (const DType out : kDtypes) {
+      want_y.emplace_back(n * dtype_size(out) + 8);
+      kernels::dequantize_symmetric_reference(want.data(), n, f, want_y.back().data(), out);
+    }
+    const std::vector<float> acc0 = test_floats(n, 23 + n, 4.0f, 0);
+    std::vector<float> want_acc = acc0;
+    kernels::dequantize_accumulate_reference(want.data(), n, f, want_acc.data());
+    for_each_target_and_threads([&] {
+      std::vector<float> got = chunk_for(n, f);
+      kernels::quantize_symmetric(in.data(), t, n, f, got.data());
+      CHECK(std::memcmp(got.data(), want.data(), bytes) == 0);
+      std::vector<float> r = r0, got_fb = chunk_for(n, f);
+      kernels::quantize_symmetric_feedback(in.data(), t, n, f, r.data(), got_fb.data());
+      CHECK(std::memcmp(got_fb.data(), want_fb.data(), bytes) == 0);
+      check_bitwise(r.data(), want_r.data(), n, "residual", true);
+      for (std::size_t k = 0; k < 3; ++k) {
+        const DType out = kDtypes[k];
+        std::vector<unsigned char> y(n * dtype_size(out) + 8);
+        kernels::dequantize_symmetric(want.data(), n, f, y.data(), out);
+        if (out == DType::f32) {
+          check_bitwise(reinterpret_cast<const float*>(y.data()),
+                        reinterpret_cast<const float*>(want_y[k].data()), n, "dequantize f32", true);
+        } else {
+          check_bitwise(reinterpret_cast<const std::uint16_t*>(y.data()),
+                        reinterpret_cast<const std::uint16_t*>(want_y[k].data()), n, "dequantize 16-bit",
+                        true, out);
         }
       }
-    }
-  }
+      std::vector<float> acc = acc0;
+      kernels::dequantize_accumulate(want.data(), n, f, acc.data());
+      check_bitwise(acc.data(), want_acc.data(), n, "accumulate", true);
+    });
+  });
 }

@@ -5,7 +5,8 @@
 # made, a work folder, the testbed brought down (and the work folder
 # removed) on exit, step DESCRIPTION for the log's headings, and run
 # LIMIT_S DESCRIPTION CMD... (CMD under a time limit, its output shown; the
-# job fails naming the step otherwise).
+# job fails naming the step otherwise), and finish, the last step: the
+# testbed down, no namespace of it left, the job's time.
 testbed="$src/scripts/testbed"
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 export OMPI_MCA_rmaps_base_oversubscribe=1 OMPI_MCA_mpi_yield_when_idle=1
@@ -41,4 +42,15 @@ run() {
     exit 1
   fi
   echo "$job: ok ($what) in $((SECONDS - s)) s"
+}
+# finish: the last step: brings the testbed down, fails if any of its
+# namespaces is left, and prints that the job passed.
+finish() {
+  step "bringing the testbed down"
+  trap - EXIT
+  cleanup
+  local left
+  left=$(ip netns list | awk '{print $1}' | grep -c "^$ZS_TESTBED_PREFIX-" || true)
+  [ "$left" = 0 ] || { echo "$job: FAILED: $left namespaces left after down" >&2; exit 1; }
+  echo "$job: all passed in $((SECONDS - t0)) s"
 }
