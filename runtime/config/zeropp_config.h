@@ -16,12 +16,14 @@
 //   zeroshard.zeropp.{weight_bits, weight_block_size, gradient_bits,
 //       gradient_block_size}  the formats ([Note: symmetric block
 //       quantization] in kernels/quant/symmetric_quant.h): 8 or 4 bits, a
-//       power of two from 16 to 8192 elements per fp32 scale. The defaults,
-//       int8 weights in blocks of 64 and int8 gradients in blocks of 256,
-//       kept the validation loss of bench/zeropp's GPT within its seed
-//       spread of plain stage 3 after 600 steps (bench/zeropp/README.md):
-//       weights in blocks of 2048 cost 1.4%, int4 gradients about 1% unless
-//       error feedback carries their error (then within the spread);
+//       power of two from 16 to 8192 elements per fp32 scale. The defaults
+//       are int8 weights in blocks of 64 and int8 gradients in blocks of
+//       256: an element's error is at most half its block's scale
+//       (absmax / 127), and a small block's absmax is closer to its
+//       elements'; the scales cost 4 / 64 and 4 / 256 bytes per element.
+//       int4 halves the codes' bytes at 127 / 7 (about 18) times the
+//       error, best with error_feedback. bench/zeropp/README.md gives the
+//       defaults' training effect;
 //   zeroshard.zeropp.error_feedback  qgZ keeps each rank's quantization
 //       error per unit and adds it to the next micro-batch's gradient;
 //   zeroshard.zeropp.ranks_per_node  the nodes qgZ's hierarchy follows: 0
