@@ -313,7 +313,7 @@ TEST_CASE("qgZ: parameters within the quantization bound of the fp32 reduction's
   }
 }
 
-TEST_CASE("ZeRO++ composes: fp16 overflow, nvme offload, checkpoints, a dp x tp mesh; what does not is refused") {
+TEST_CASE("ZeRO++ composes: fp16 overflow, nvme offload, checkpoints, dp x tp and dp x pp meshes; the rest is refused") {
   const int n = world().world_size();
   auto all_three = [&](DType t) {
     EngineConfig c = zpp_config(3, t, true, n % 2 == 0 ? 2 : 1, true);
@@ -375,20 +375,23 @@ TEST_CASE("ZeRO++ composes: fp16 overflow, nvme offload, checkpoints, a dp x tp 
     CHECK(bitwise(b.parameters(), a.parameters()));
     remove_dir_on_rank0(world(), dir);
   }
-  SUBCASE("on a dp x tp mesh the options run over the data-parallel group") {
+  SUBCASE("on a dp x tp and a dp x pp mesh the options run over the data-parallel group") {
     if (n != 4) return;
-    Mesh mesh(world(), MeshShape{.dp = 2, .tp = 2});
-    EngineConfig c = zpp_config(3, DType::f32, true, 2, true);
-    EngineConfig plain_c = zpp_config(3, DType::f32, false, 1, false);
-    Model z(c, mesh), plain(plain_c, mesh);
-    for (int s = 0; s < 2; ++s) {
-      CHECK(z.step().applied);
-      plain.step();
-    }
-    // Quantized weights and gradients: close to plain's, not equal.
-    const auto a = z.parameters(), b = plain.parameters();
-    for (std::size_t k = 0; k < a.size(); ++k) {
-      for (std::size_t i = 0; i < a[k].size(); ++i) CHECK(std::fabs(a[k][i] - b[k][i]) <= 0.05);
+    for (const MeshShape shape : {MeshShape{.dp = 2, .tp = 2}, MeshShape{.dp = 2, .pp = 2}}) {
+      CAPTURE(shape.tp);
+      Mesh mesh(world(), shape);
+      EngineConfig c = zpp_config(3, DType::f32, true, 2, true);
+      EngineConfig plain_c = zpp_config(3, DType::f32, false, 1, false);
+      Model z(c, mesh), plain(plain_c, mesh);
+      for (int s = 0; s < 2; ++s) {
+        CHECK(z.step().applied);
+        plain.step();
+      }
+      // Quantized weights and gradients: close to plain's, not equal.
+      const auto a = z.parameters(), b = plain.parameters();
+      for (std::size_t k = 0; k < a.size(); ++k) {
+        for (std::size_t i = 0; i < a[k].size(); ++i) CHECK(std::fabs(a[k][i] - b[k][i]) <= 0.05);
+      }
     }
   }
   SUBCASE("refused: hpZ not dividing the world; error feedback under fp16's dynamic loss scale") {
