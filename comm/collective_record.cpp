@@ -43,6 +43,28 @@ std::uint64_t collective_bytes(CollectiveKind kind, std::size_t count, DType dty
   return 0;
 }
 
+std::uint64_t cross_host_bytes(CollectiveKind kind, std::size_t count, DType dtype, int rank, int root, int peer,
+                               const std::vector<int>& node_of_rank) {
+  const auto world = static_cast<int>(node_of_rank.size());
+  if (world == 0 || rank < 0 || rank >= world) return 0;
+  const int mine = node_of_rank[static_cast<std::size_t>(rank)];
+  std::uint64_t remote = 0;
+  for (const int node : node_of_rank) remote += node != mine ? 1 : 0;
+  const std::uint64_t block = static_cast<std::uint64_t>(count) * dtype_size(dtype);
+  switch (kind) {
+    case CollectiveKind::all_gather:
+    case CollectiveKind::all_to_all:
+    case CollectiveKind::reduce_scatter: return block * remote;
+    case CollectiveKind::all_reduce: return 2 * block * remote / static_cast<std::uint64_t>(world);
+    case CollectiveKind::broadcast: return rank == root ? block * remote : 0;
+    case CollectiveKind::send:
+      return peer >= 0 && peer < world && node_of_rank[static_cast<std::size_t>(peer)] != mine ? block : 0;
+    case CollectiveKind::recv:
+    case CollectiveKind::barrier: return 0;
+  }
+  return 0;
+}
+
 double bus_bandwidth_factor(CollectiveKind kind, int world_size) {
   const double n = world_size < 1 ? 1.0 : static_cast<double>(world_size);
   switch (kind) {

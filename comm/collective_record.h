@@ -10,6 +10,7 @@
 #include <cstdint>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "core/dtype.h"
 
@@ -49,6 +50,23 @@ bool parse_collective_kind(std::string_view name, CollectiveKind& kind);
 /// sendrecv).
 std::uint64_t collective_bytes(CollectiveKind kind, std::size_t count, DType dtype,
                                int world_size);
+
+/// Bytes this rank (`rank`) sends to ranks on other hosts in one collective
+/// of `count` elements of `dtype` (per block, as the fingerprint counts
+/// them), given every rank's host (`node_of_rank`, indexed by rank of the
+/// communicator; empty: 0). The model is the direct exchange a linear
+/// algorithm performs (Open MPI libnbc's default for the all-gather, the
+/// all-to-all of the rank-ordered reductions), counting each block once per
+/// remote receiver; R = the ranks whose host is not this rank's:
+///   all_gather, all_to_all, reduce_scatter: count x size x R;
+///   all_reduce: 2 x count x size x R / world (a reduce-scatter and an
+///     all-gather of world blocks), rounded down;
+///   broadcast: count x size x R at the root, 0 elsewhere;
+///   send: count x size when `peer` is on another host; recv, barrier: 0.
+/// Summed over the ranks of a job it is the bytes that cross between hosts.
+/// Pure.
+std::uint64_t cross_host_bytes(CollectiveKind kind, std::size_t count, DType dtype, int rank, int root, int peer,
+                               const std::vector<int>& node_of_rank);
 
 /// nccl-tests' bus bandwidth factor on n ranks: all_reduce 2(n-1)/n;
 /// all_gather, reduce_scatter, all_to_all (n-1)/n; broadcast, send, recv 1

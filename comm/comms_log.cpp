@@ -35,13 +35,15 @@ CommsLog::CommsLog(CommsLogOptions options, std::ostream* verbose_out)
 }
 
 void CommsLog::record(CollectiveKind kind, std::uint64_t bytes, std::int64_t latency_ns,
-                      int world_size, std::string_view communicator, std::string_view label) {
+                      int world_size, std::string_view communicator, std::string_view label,
+                      std::uint64_t cross_host) {
   if (!profiles(kind)) return;
   if (latency_ns < 0) latency_ns = 0;
   std::lock_guard<std::mutex> lock(mutex_);
   Sums& s = sums_[Key{kind, bytes, world_size}];
   ++s.count;
   s.total_ns += latency_ns;
+  s.cross_host += cross_host;
   if (options_.verbose && out_ != nullptr) {
     const double algbw = gbps(bytes, latency_ns);
     std::string line = fmt::format(
@@ -67,6 +69,7 @@ std::vector<CommsLogRow> CommsLog::rows() const {
     r.world_size = std::get<2>(key);
     r.count = s.count;
     r.total_bytes = s.count * r.message_bytes;
+    r.cross_host_bytes = s.cross_host;
     r.total_ms = static_cast<double>(s.total_ns) * 1e-6;
     r.mean_ms = s.count > 0 ? r.total_ms / static_cast<double>(s.count) : 0.0;
     r.algbw_gbps = gbps(r.total_bytes, s.total_ns);
@@ -76,16 +79,23 @@ std::vector<CommsLogRow> CommsLog::rows() const {
   return out;
 }
 
+std::uint64_t CommsLog::cross_host_bytes() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  std::uint64_t total = 0;
+  for (const auto& [key, s] : sums_) total += s.cross_host;
+  return total;
+}
+
 std::string CommsLog::summary() const {
   const std::vector<CommsLogRow> rs = rows();
   if (rs.empty()) return "no collectives logged\n";
-  std::string out = fmt::format("{:<15}{:>12}{:>7}{:>9}{:>16}{:>16}{:>14}{:>14}\n", "Comm. Op",
+  std::string out = fmt::format("{:<15}{:>12}{:>7}{:>9}{:>16}{:>16}{:>14}{:>14}{:>14}\n", "Comm. Op",
                                 "Msg size", "Ranks", "Count", "Total lat (ms)", "Avg lat (ms)",
-                                "algbw (GB/s)", "busbw (GB/s)");
+                                "algbw (GB/s)", "busbw (GB/s)", "Cross-host");
   for (const CommsLogRow& r : rs) {
-    out += fmt::format("{:<15}{:>12}{:>7}{:>9}{:>16.3f}{:>16.3f}{:>14.3f}{:>14.3f}\n",
+    out += fmt::format("{:<15}{:>12}{:>7}{:>9}{:>16.3f}{:>16.3f}{:>14.3f}{:>14.3f}{:>14}\n",
                        to_string(r.kind), format_bytes(r.message_bytes), r.world_size, r.count,
-                       r.total_ms, r.mean_ms, r.algbw_gbps, r.busbw_gbps);
+                       r.total_ms, r.mean_ms, r.algbw_gbps, r.busbw_gbps, format_bytes(r.cross_host_bytes));
   }
   return out;
 }

@@ -13,7 +13,9 @@
 //  - debug: add the communicator name and the unit label (DeepSpeed adds the
 //    calling function) to each verbose line.
 // Figures are kept per (kind, message size in bytes, world size): count,
-// total bytes, total and mean latency, and nccl-tests' algorithm and bus
+// total bytes, the bytes sent to ranks on other hosts (cross_host_bytes in
+// comm/collective_record.h; 0 unless the feeding communicator knows every
+// rank's host), total and mean latency, and nccl-tests' algorithm and bus
 // bandwidth, algbw = size / time and busbw = algbw * bus_bandwidth_factor
 // (comm/collective_record.h), in GB/s (1e9 bytes per second). The latency
 // is what the TracedCommunicator that feeds the log measured: from the
@@ -55,6 +57,7 @@ struct CommsLogRow {
   int world_size = 1;
   std::uint64_t count = 0;          ///< collectives logged
   std::uint64_t total_bytes = 0;    ///< count * message_bytes
+  std::uint64_t cross_host_bytes = 0;  ///< bytes this rank sent to other hosts in them
   double total_ms = 0.0;            ///< summed latency, milliseconds
   double mean_ms = 0.0;             ///< total_ms / count
   double algbw_gbps = 0.0;          ///< total_bytes / total time, GB/s (0 if no time)
@@ -80,13 +83,16 @@ class CommsLog {
 
   /// Adds one completed collective of `bytes` (collective_bytes()) that took
   /// `latency_ns` (negative counts as 0) on a communicator of `world_size`
-  /// ranks named `communicator`, labelled `label`; ignored unless
-  /// profiles(kind). With verbose, prints its line.
+  /// ranks named `communicator`, labelled `label`, of which this rank sent
+  /// `cross_host` bytes to other hosts; ignored unless profiles(kind). With
+  /// verbose, prints its line.
   void record(CollectiveKind kind, std::uint64_t bytes, std::int64_t latency_ns, int world_size,
-              std::string_view communicator = {}, std::string_view label = {});
+              std::string_view communicator = {}, std::string_view label = {}, std::uint64_t cross_host = 0);
 
   /// The figures so far, ordered by kind, then message size, then world size.
   std::vector<CommsLogRow> rows() const;
+  /// The bytes this rank sent to other hosts in every logged collective.
+  std::uint64_t cross_host_bytes() const;
   /// The rows as a text table (one header line, one line per row; "no
   /// collectives logged" when empty), for printing at the end of a run.
   std::string summary() const;
@@ -97,6 +103,7 @@ class CommsLog {
   struct Sums {
     std::uint64_t count = 0;
     std::int64_t total_ns = 0;
+    std::uint64_t cross_host = 0;
   };
   using Key = std::tuple<CollectiveKind, std::uint64_t, int>;
 

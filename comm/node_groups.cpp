@@ -37,7 +37,7 @@ std::string this_host_id() {
 
 NodeGroups split_by_node(Communicator& comm) { return split_by_node(comm, this_host_id()); }
 
-NodeGroups split_by_node(Communicator& comm, std::string_view host_id) {
+std::vector<int> node_of_ranks(Communicator& comm, std::string_view host_id) {
   const int n = comm.world_size(), me = comm.rank();
   // An invalid identifier travels as an all-zero block, so every rank
   // learns of it after the same collective.
@@ -61,11 +61,9 @@ NodeGroups split_by_node(Communicator& comm, std::string_view host_id) {
     }
   }
 
-  // node_of[r]: index of rank r's node, nodes numbered by their lowest rank.
+  // Nodes numbered by their lowest rank.
   std::vector<int> node_of(static_cast<std::size_t>(n), -1);
   std::vector<int> first_rank;  // lowest rank of each node
-  std::vector<int> local_of(static_cast<std::size_t>(n), 0);
-  std::vector<int> node_size;
   for (int r = 0; r < n; ++r) {
     const auto& id = all[static_cast<std::size_t>(r)];
     int node = -1;
@@ -78,15 +76,27 @@ NodeGroups split_by_node(Communicator& comm, std::string_view host_id) {
     if (node < 0) {
       node = static_cast<int>(first_rank.size());
       first_rank.push_back(r);
-      node_size.push_back(0);
     }
     node_of[static_cast<std::size_t>(r)] = node;
-    local_of[static_cast<std::size_t>(r)] = node_size[static_cast<std::size_t>(node)]++;
+  }
+  return node_of;
+}
+
+NodeGroups split_by_node(Communicator& comm, std::string_view host_id) {
+  const int me = comm.rank();
+  const std::vector<int> node_of = node_of_ranks(comm, host_id);
+  // local_of[r]: rank r's index among its node's ranks.
+  std::vector<int> local_of(node_of.size(), 0), node_size;
+  for (std::size_t r = 0; r < node_of.size(); ++r) {
+    const auto node = static_cast<std::size_t>(node_of[r]);
+    if (node >= node_size.size()) node_size.resize(node + 1, 0);
+    local_of[r] = node_size[node]++;
   }
 
   NodeGroups g;
+  g.node_of_rank = node_of;
   g.node = node_of[static_cast<std::size_t>(me)];
-  g.num_nodes = static_cast<int>(first_rank.size());
+  g.num_nodes = static_cast<int>(node_size.size());
   g.local_rank = local_of[static_cast<std::size_t>(me)];
   g.local_size = node_size[static_cast<std::size_t>(g.node)];
   // Within a node: ordered by parent rank. Across nodes: ordered by node.

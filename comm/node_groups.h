@@ -25,6 +25,7 @@
 #include <memory>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "comm/communicator.h"
 
@@ -45,6 +46,8 @@ struct NodeGroups {
   int local_rank = 0;
   /// Number of ranks on this rank's node, == local->world_size().
   int local_size = 1;
+  /// Every rank's node, indexed by rank in the parent communicator.
+  std::vector<int> node_of_rank;
   /// The ranks of this node, ordered by rank in the parent communicator.
   std::unique_ptr<Communicator> local;
   /// The ranks with this rank's local_rank, one per node, ordered by node;
@@ -58,6 +61,14 @@ struct NodeGroups {
 /// The host identifier split_by_node(comm) uses: this machine's host name
 /// (gethostname). Throws CommError if gethostname fails.
 std::string this_host_id();
+
+/// Every rank's node, indexed by rank of `comm`: the host identifiers of
+/// all ranks exchanged as split_by_node exchanges them, nodes numbered in
+/// order of their lowest rank (so element 0 is 0). Collective over `comm`
+/// (one all_gather of kNodeIdBytes bytes per rank); the same rules and
+/// errors for `host_id` as split_by_node (an agreed CommError naming the
+/// lowest rank with a bad identifier). Thread safety: a collective.
+std::vector<int> node_of_ranks(Communicator& comm, std::string_view host_id);
 
 /// Splits `comm` into node-local groups and cross-node groups, with the
 /// host name as node identifier. Equivalent to

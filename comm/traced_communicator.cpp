@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "comm/comms_log.h"
+#include "comm/node_groups.h"
 #include "comm/side_channel.h"
 #include "core/error.h"
 #include "core/tracer.h"
@@ -22,6 +23,7 @@ struct TracedCommunicator::Call {
   std::int64_t seq = 0;
   CollectiveFingerprint fp;
   std::uint64_t bytes = 0;
+  std::uint64_t cross_host = 0;  // sent to other hosts (cross_host_bytes)
   std::int64_t issue_ns = 0;
   bool accounted = false;  // Tracer::open was called for the wait in progress
 };
@@ -63,11 +65,24 @@ class TracedCommunicator::Work final : public CommWork::Impl {
   CommWork inner_;
 };
 
+namespace {
+
+// Every rank's host for the comms log's cross-host bytes (a collective over
+// `inner`), or nothing when there is no log or the backend takes device
+// buffers only.
+std::vector<int> exchange_hosts(Communicator& inner, const TracedOptions& o) {
+  if (o.comms_log == nullptr || !o.comms_log->enabled() || inner.backend() == "nccl") return {};
+  return node_of_ranks(inner, o.host_id.empty() ? this_host_id() : o.host_id);
+}
+
+}  // namespace
+
 TracedCommunicator::TracedCommunicator(Communicator& inner, std::string name,
                                        TracedOptions options)
     : inner_(&inner), name_(std::move(name)), options_(options), recording_(options.recording) {
   if (options_.timeout_s > 0) slot_ = CollectiveWatchdog::watch(*inner_, name_, options_.timeout_s);
   if (options_.check_fingerprints) check_ = inner_->split(0, inner_->rank());
+  node_of_ = exchange_hosts(*inner_, options_);
 }
 
 TracedCommunicator::TracedCommunicator(std::unique_ptr<Communicator> inner, std::string name,
@@ -77,9 +92,17 @@ TracedCommunicator::TracedCommunicator(std::unique_ptr<Communicator> inner, std:
   ZS_CHECK(inner_ != nullptr, "TracedCommunicator \"{}\" needs an inner communicator", name_);
   if (options_.timeout_s > 0) slot_ = CollectiveWatchdog::watch(*inner_, name_, options_.timeout_s);
   if (options_.check_fingerprints) check_ = inner_->split(0, inner_->rank());
+  node_of_ = exchange_hosts(*inner_, options_);
 }
 
 TracedCommunicator::~TracedCommunicator() = default;
+
+void TracedCommunicator::set_node_of_rank(std::vector<int> node_of_rank) {
+  ZS_CHECK(node_of_rank.empty() || node_of_rank.size() == static_cast<std::size_t>(inner_->world_size()),
+           "TracedCommunicator \"{}\": a host map of {} ranks for {} ranks", name_, node_of_rank.size(),
+           inner_->world_size());
+  node_of_ = std::move(node_of_rank);
+}
 
 bool TracedCommunicator::observed() const {
   return recording_ || slot_ != nullptr || check_ != nullptr ||
@@ -100,6 +123,7 @@ TracedCommunicator::Call TracedCommunicator::begin(const CallSpec& spec, std::in
   c.seq = seq;
   c.fp = CollectiveFingerprint{spec.kind, spec.count, spec.dtype, spec.root, label_, spec.peer};
   c.bytes = collective_bytes(spec.kind, spec.count, spec.dtype, inner_->world_size());
+  c.cross_host = cross_host_bytes(spec.kind, spec.count, spec.dtype, inner_->rank(), spec.root, spec.peer, node_of_);
   // Point-to-point calls skip the fingerprint check: only two ranks take part.
   if (check_ && !is_point_to_point(spec.kind)) check_fingerprint(c);
   c.issue_ns = Tracer::now_ns();
@@ -207,7 +231,7 @@ void TracedCommunicator::finish(Call& call, std::int64_t wait_begin_ns, std::int
   CommsLog* log = options_.comms_log;
   if (log != nullptr && log->enabled()) {
     log->record(call.fp.kind, call.bytes, end_ns - call.issue_ns, inner_->world_size(), name_,
-                call.fp.label);
+                call.fp.label, call.cross_host);
   }
   if (t != nullptr && t->spans_on()) {
     TraceSpan span;

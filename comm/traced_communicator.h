@@ -32,7 +32,12 @@
 //    TraceThread::engine for the time the caller waited, and the time the calling
 //    thread blocks in wait() or in a blocking collective charged to
 //    TimeCategory::comm_wait (Tracer::open / close);
-//  - a CommsLog: one entry per completed collective (comm/comms_log.h);
+//  - a CommsLog: one entry per completed collective (comm/comms_log.h),
+//    with the bytes it sent to ranks on other hosts (cross_host_bytes in
+//    comm/collective_record.h): with a log, the constructor exchanges the
+//    ranks' host identifiers once (node_of_ranks, comm/node_groups.h; a
+//    collective), except over NCCL, whose collectives take device buffers
+//    (set_node_of_rank gives the map there);
 //  - check_fingerprints: every rank's fingerprint compared before each
 //    collective (TracedOptions::check_fingerprints);
 //  - a timeout: the collective watchdog ([Note: collective watchdog] in
@@ -70,6 +75,10 @@ struct TracedOptions {
   /// the collective is then not issued). One extra blocking all-gather per
   /// collective: a debugging aid, like TORCH_DISTRIBUTED_DEBUG=DETAIL.
   bool check_fingerprints = false;
+  /// This rank's host identifier for the cross-host byte counts of the
+  /// comms log ("" = the host name, this_host_id()); tests give ranks
+  /// distinct identifiers to stand for hosts.
+  std::string host_id{};
 };
 
 /// See the file comment.
@@ -123,6 +132,12 @@ class TracedCommunicator final : public Communicator {
   /// The records kept so far, in issue order (ascending seq), and forgets
   /// them. Collectives still pending are not included yet.
   std::vector<CollectiveRecord> take_records();
+  /// Every rank's host (node numbers as node_of_ranks gives them), indexed
+  /// by rank; empty when no comms log asked for it (or over NCCL until set).
+  const std::vector<int>& node_of_rank() const { return node_of_; }
+  /// Sets the map node_of_rank() returns (world_size() entries), for a
+  /// backend whose collectives cannot carry the exchange. Local.
+  void set_node_of_rank(std::vector<int> node_of_rank);
   /// Sequence number of the last collective issued (0 before the first).
   std::int64_t last_seq() const { return seq_; }
 
@@ -204,6 +219,7 @@ class TracedCommunicator final : public Communicator {
   std::vector<std::int64_t> sends_;  // per peer: sends issued
   std::vector<std::int64_t> recvs_;  // per peer: receives issued
   std::vector<CollectiveRecord> records_;
+  std::vector<int> node_of_;  // every rank's host, for the comms log's cross-host bytes
 };
 
 }  // namespace zeroshard

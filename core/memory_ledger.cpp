@@ -14,6 +14,8 @@ std::string_view mem_category_name(MemCategory c) {
     case MemCategory::optimizer_states: return "optimizer states";
     case MemCategory::unsharded: return "unsharded buffers";
     case MemCategory::persistent: return "persistent units";
+    case MemCategory::secondary: return "hpZ secondary";
+    case MemCategory::residual: return "qgZ residuals";
     case MemCategory::count: break;
   }
   return "?";

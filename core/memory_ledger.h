@@ -20,6 +20,8 @@ enum class MemCategory : int {
   optimizer_states,  ///< exp_avg, exp_avg_sq, momentum buffers
   unsharded,         ///< transient buffers: full units of stage 3 / stage 2 (all-gather, reduce-scatter), offload staging
   persistent,        ///< full buffers of stage 3's persistent units (stage3_param_persistence_threshold), kept gathered
+  secondary,         ///< ZeRO++ hpZ's secondary parameter shards (zero_hpz_partition_size)
+  residual,          ///< ZeRO++ qgZ's error-feedback residuals (zeroshard.zeropp.error_feedback)
   count
 };
 

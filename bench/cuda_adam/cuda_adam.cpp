@@ -8,6 +8,14 @@
 // written, also 28. GB/s = bytes moved / median time; ratio = GB/s / copy
 // GB/s. The last line, "bandwidth_ratio R", is what scripts/gpu-check
 // records. Exits 77 ("no CUDA device: skipped") without a GPU.
+// The other optimizer-state formats and ZeRO++'s quantization kernels get
+// rows of their own, each with the bytes it must move per element:
+// AdamW8bit (kernels/cuda/adam8bit.h: param and grad fp32, two code bytes
+// read and written, two absmax floats per 256-element block each way),
+// AdamW with bf16 states (kernels/cuda/adam_bf16_state.h: 20 bytes), and
+// symmetric block quantization (kernels/cuda/symmetric_quant.h: bf16 in,
+// int8 codes out; int8 codes in, bf16 out; int4 codes accumulated into
+// fp32), one fp32 scale per 2048-element block.
 #include <cuda_runtime_api.h>
 
 #include <algorithm>
@@ -23,6 +31,9 @@
 #include "core/cuda_stream.h"
 #include "core/device_buffer.h"
 #include "kernels/cuda/adam.h"
+#include "kernels/cuda/adam8bit.h"
+#include "kernels/cuda/adam_bf16_state.h"
+#include "kernels/cuda/symmetric_quant.h"
 
 using namespace zeroshard;
 
@@ -124,6 +135,48 @@ int main(int argc, char** argv) {
                     median_ms([&] {
                       kernels::gpu::adam_update_multi_tensor(pieces, s, DType::f32, DType::bf16,
                                                              stream.get());
+                    }, iters, stream.get())});
+
+    // 8-bit states: codes and absmax of exp_avg and exp_avg_sq (zeros: a
+    // zero absmax is a valid state).
+    const std::size_t block8 = 256, blocks8 = (n + block8 - 1) / block8;
+    DeviceBuffer c1(n), c2(n), a1(blocks8 * 4), a2(blocks8 * 4);
+    for (DeviceBuffer* b : {&c1, &c2, &a1, &a2}) ZS_CUDA_CHECK(cudaMemset(b->data(), 0, b->bytes()));
+    kernels::gpu::Adam8bitTensor eight;
+    eight.param = p.as<float>();
+    eight.grad = g.data();
+    eight.state = kernels::Adam8bitState{.exp_avg_code = c1.as<std::uint8_t>(), .exp_avg_absmax = a1.as<float>(),
+                                         .exp_avg_sq_code = c2.as<std::uint8_t>(),
+                                         .exp_avg_sq_absmax = a2.as<float>()};
+    eight.n = n;
+    rows.push_back({"adamw8bit f32 grad", n, 16.0 + 16.0 / static_cast<double>(block8), median_ms([&] {
+                      kernels::gpu::adam8bit_update(eight, block8, s, DType::f32, DType::bf16, stream.get());
+                    }, iters, stream.get())});
+    // bf16 states: the moments as bf16 bits (the halves of m and v).
+    kernels::gpu::AdamBf16StateTensor half_states;
+    half_states.param = p.as<float>();
+    half_states.grad = g.data();
+    half_states.exp_avg = m.as<std::uint16_t>();
+    half_states.exp_avg_sq = v.as<std::uint16_t>();
+    half_states.n = n;
+    rows.push_back({"adamw bf16 states f32 grad", n, 20.0, median_ms([&] {
+                      kernels::gpu::adam_bf16_state_update(half_states, s, kernels::StateRounding::nearest_even, 0,
+                                                           1, DType::f32, DType::bf16, stream.get());
+                    }, iters, stream.get())});
+    // ZeRO++'s wire format: chunks of n elements, block 2048.
+    const kernels::SymQuantFormat q8{kernels::QuantBits::int8, 2048}, q4{kernels::QuantBits::int4, 2048};
+    DeviceBuffer chunk8(kernels::sym_quant_chunk_bytes(n, q8)), chunk4(kernels::sym_quant_chunk_bytes(n, q4));
+    ZS_CUDA_CHECK(cudaMemset(chunk4.data(), 0, chunk4.bytes()));
+    const double scale_bytes = 4.0 / 2048.0;
+    rows.push_back({"quantize bf16 -> int8", n, 3.0 + scale_bytes, median_ms([&] {
+                      kernels::gpu::quantize_symmetric(g16.data(), DType::bf16, n, q8, chunk8.data(), stream.get());
+                    }, iters, stream.get())});
+    rows.push_back({"dequantize int8 -> bf16", n, 3.0 + scale_bytes, median_ms([&] {
+                      kernels::gpu::dequantize_symmetric(chunk8.data(), n, q8, copy16.data(), DType::bf16,
+                                                         stream.get());
+                    }, iters, stream.get())});
+    rows.push_back({"dequantize-accumulate int4 + f32", n, 8.5 + scale_bytes, median_ms([&] {
+                      kernels::gpu::dequantize_accumulate(chunk4.data(), n, q4, m.as<float>(), stream.get());
                     }, iters, stream.get())});
 
     const double limit = rows[0].bytes_per_param * static_cast<double>(n) / (rows[0].ms * 1e6);

@@ -221,6 +221,8 @@ nlohmann::json to_json(const TrainResult& result) {
           {"checkpoints", result.checkpoints},
           {"last_step_loss", result.last_step_loss},
           {"final_accuracy", result.final_accuracy},
+          {"median_step_seconds", median_step_seconds(result, 1)},
+          {"cross_host_bytes", result.cross_host},
           {"wall_seconds", result.wall_seconds}};
 }
 

@@ -39,7 +39,8 @@ Trainer::Trainer(Engine& engine, Classifier& mlp, Communicator& comm, const Labe
       options_(options),
       sampler_(train.size(), std::size_t(engine.config().train_micro_batch_size_per_gpu),
                std::size_t(engine.config().gradient_accumulation_steps), comm.rank(),
-               comm.world_size(), options.seed) {
+               comm.world_size(), options.seed),
+      meter_(engine, comm) {
   const std::size_t micro = std::size_t(engine.config().train_micro_batch_size_per_gpu);
   ZS_CHECK(options_.eval_batch >= 1, "eval_batch must be >= 1");
   ZS_CHECK(mlp.max_batch() >= std::max(micro, options_.eval_batch),
@@ -156,6 +157,7 @@ TrainResult Trainer::run() {
       if (max_reached()) break;
       double step_loss = 0.0;
       StepResult sr;
+      meter_.before_step();
       const auto step_start = Clock::now();
       for (std::size_t k = 0; k < accumulation; ++k) {
         gather_samples(train_, sampler_.micro_batch(step, k), x, y);
@@ -166,6 +168,7 @@ TrainResult Trainer::run() {
         ++micro_count;
       }
       result.step_seconds.push_back(seconds_since(step_start));
+      meter_.after_step();
       if (engine_.config().observe.records()) result.step_figures.push_back(engine_.last_step_figures());
       ZS_CHECK(sr.boundary,
                "engine.step() did not end the accumulation cycle after {} "
@@ -230,6 +233,7 @@ TrainResult Trainer::run() {
   std::array<double, 2> last{last_step_loss_local, double(accumulation)};
   sum_over_ranks(comm_, last);
   result.last_step_loss = last[0] / last[1];
+  result.cross_host = meter_.figures(comm_);
   result.wall_seconds = seconds_since(run_start);
   return result;
 }

@@ -10,7 +10,10 @@
 #include <string>
 #include <vector>
 
+#include <nlohmann/json.hpp>
+
 #include "comm/communicator.h"
+#include "examples/report/cross_host_meter.h"
 #include "examples/fashion_mnist/classifier.h"
 #include "examples/fashion_mnist/compute_device.h"
 #include "examples/fashion_mnist/data_parallel.h"
@@ -66,6 +69,10 @@ struct TrainResult {
   /// unless wall_clock_breakdown or zeroshard.trace is on.
   std::vector<StepFigures> step_figures;
   std::vector<std::string> checkpoints;  ///< tags saved by this run, in order
+  /// The bytes a step sent between hosts, measured and computed
+  /// (examples/report/cross_host_meter.h; "measured_per_step" -1 without
+  /// comms_logger).
+  nlohmann::json cross_host;
 };
 
 /// Drives one Engine + Classifier over a training and a test set. The references
@@ -102,6 +109,7 @@ class Trainer {
   const LabeledImages& test_;
   TrainOptions options_;
   DataParallelSampler sampler_;
+  CrossHostMeter meter_;
   std::vector<float> batch_x_;
   std::vector<std::uint8_t> batch_y_;
 };

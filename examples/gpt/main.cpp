@@ -19,6 +19,7 @@
 #include <fmt/ranges.h>
 
 #include <CLI/CLI.hpp>
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <optional>
@@ -36,6 +37,7 @@
 #include "examples/gpt/text_corpus.h"
 #include "examples/job_config.h"
 #include "examples/end_job.h"
+#include "examples/report/cross_host_meter.h"
 #include "examples/report/progress_line.h"
 #include "examples/report/plan_lines.h"
 #include "examples/report/run_charts.h"
@@ -241,14 +243,20 @@ int run(const Options& options) {
   std::int64_t tokens_done = 0;
   std::optional<ProgressLine> progress;  // rank 0, stderr: step, rate, ETA
   if (rank == 0) progress.emplace("train", o.steps - start_step, stderr);
+  CrossHostMeter meter(engine, mesh.dp_group());  // the bytes a step sends between hosts
+  std::vector<double> step_seconds;
   for (std::int64_t step = start_step; step < o.steps; ++step) {
+    meter.before_step();
     const auto t0 = std::chrono::steady_clock::now();
     std::vector<std::vector<std::int32_t>> batches;
     for (int j = 0; j < m; ++j) batches.push_back(next_micro_batch());
     const double loss = gpt.train_batch(batches, o.micro_batch, o.seq, schedule, engine.loss_scale());
     engine.report_loss(loss);  // the csv_monitor's train_loss (world rank 0's)
     const StepResult r = engine.step();
-    compute_s += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    const double step_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    compute_s += step_s;
+    step_seconds.push_back(step_s);
+    meter.after_step();
     tokens_done += global_batch * o.seq;
     bubble_sum += gpt.last_timeline().idle_fraction();
     double agg = loss;
@@ -279,6 +287,14 @@ int run(const Options& options) {
     }
   }
   if (progress) progress->finish();
+  const nlohmann::json cross_host = meter.figures(*world);
+  // The median step after the first (which records the unshard order).
+  double median_step = 0;
+  if (step_seconds.size() > 1) {
+    std::vector<double> t(step_seconds.begin() + 1, step_seconds.end());
+    std::nth_element(t.begin(), t.begin() + static_cast<std::ptrdiff_t>(t.size() / 2), t.end());
+    median_step = t[t.size() / 2];
+  }
   const nlohmann::json observe = finish_observed_run(engine);
   const std::string predicted = rates ? predicted_beside_measured(engine, *rates) : "";
   const double tokens_per_s = compute_s > 0 ? static_cast<double>(tokens_done) / compute_s : 0.0;
@@ -306,6 +322,8 @@ int run(const Options& options) {
     for (std::size_t q = 0; q < all.size(); ++q) fmt::print(" r{}={:.0f}", q, figures[2 * q + 1]);
     fmt::print("\n\n{}", table);
     fmt::print("{}", predicted);
+    fmt::print("{}", CrossHostMeter::line(cross_host));
+    if (median_step > 0) fmt::print("median step {:.4f} s (steps 2-{})\n", median_step, step_seconds.size());
     std::fflush(stdout);
   }
   std::string text;
@@ -345,6 +363,8 @@ int run(const Options& options) {
                              {"optimizer_state_bytes_per_rank", state_bytes}};
     if (o.sample) report["sample"] = text;
     report["observe"] = observe;
+    report["cross_host_bytes"] = cross_host;
+    report["median_step_seconds"] = median_step;
     write_json_file(o.report_path, report);
     const std::string what = fmt::format("gpt, dp {} x tp {} x pp {}, stage {}", dp, tp, pp, engine.stage());
     write_text_atomically(chart_path(o.report_path, "memory"),

@@ -1,6 +1,7 @@
 // Internal: the raw kernel launchers of kernels/cuda, defined in the .cu
 // files and called by the .cpp wrappers behind the public headers (adam.h,
-// adam8bit.h, adam_bf16_state.h, sgd.h, convert.h, grad_check.h).
+// adam8bit.h, adam_bf16_state.h, sgd.h, convert.h, grad_check.h,
+// symmetric_quant.h).
 //
 // [Note: .cu / .cpp split]
 // fmt 9 (behind core/error.h and ZS_CHECK) does not compile under nvcc in
@@ -24,6 +25,7 @@
 #include "kernels/cuda/adam_bf16_state.h"
 #include "kernels/cuda/grad_check.h"
 #include "kernels/cuda/sgd.h"
+#include "kernels/quant/symmetric_quant.h"
 
 namespace zeroshard::kernels::gpu::detail {
 
@@ -118,6 +120,18 @@ cudaError_t launch_convert_scaled(const void* src, DType src_dtype, void* dst, D
 /// launch error.
 cudaError_t launch_accumulate_scaled(const void* src, DType src_dtype, void* dst, DType dst_dtype,
                                      std::size_t n, float scale, cudaStream_t stream);
+
+/// Launches symmetric block quantization of n elements of x (dtype f32,
+/// bf16 or f16) into `chunk` (kernels/quant/symmetric_quant.h), with error
+/// feedback into `residual` when it is not null. Returns the first error.
+cudaError_t launch_sym_quantize(const void* x, DType dtype, float* residual, std::size_t n, SymQuantFormat f,
+                                void* chunk, cudaStream_t stream);
+
+/// Launches dequantization of the chunk's n elements into y (dtype), or,
+/// when acc is not null, their accumulation into acc (fp32). Returns the
+/// launch error.
+cudaError_t launch_sym_dequantize(const void* chunk, std::size_t n, SymQuantFormat f, void* y, DType dtype,
+                                  float* acc, cudaStream_t stream);
 
 /// Launches the two-pass scale / Inf-NaN check / sum of squares over grad
 /// (f32, bf16 or f16; write_back only for f32). Returns the first launch

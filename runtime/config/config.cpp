@@ -309,6 +309,17 @@ void read_zero(const Reader& r, const std::set<std::string>& bad, EngineConfig& 
   r.get(z + "contiguous_gradients", c.zero.contiguous_gradients);
   for (const auto& [key, field] : kStage3Counts) r.get(z + key, c.zero.*field);
   r.get(z + "stage3_gather_16bit_weights_on_model_save", c.zero.gather_16bit_weights_on_model_save);
+  ZeroppConfig& pp = c.zero.zeropp;
+  r.get(z + "zero_quantized_weights", pp.quantized_weights);
+  r.get(z + "zero_hpz_partition_size", pp.hpz_partition_size);
+  r.get(z + "zero_quantized_gradients", pp.quantized_gradients);
+  const std::string zpp = "zeroshard.zeropp.";
+  r.get(zpp + "weight_bits", pp.weight_bits);
+  r.get(zpp + "weight_block_size", pp.weight_block_size);
+  r.get(zpp + "gradient_bits", pp.gradient_bits);
+  r.get(zpp + "gradient_block_size", pp.gradient_block_size);
+  r.get(zpp + "error_feedback", pp.error_feedback);
+  r.get(zpp + "ranks_per_node", pp.ranks_per_node);
   OffloadConfig& o = c.offload;
   r.get(z + "sub_group_size", o.sub_group_size);
   const std::string oo = z + "offload_optimizer.", op = z + "offload_param.";
@@ -373,6 +384,7 @@ void collect_range_problems(const EngineConfig& c, ConfigDiagnostics& d) {
         "to true");
   }
   c.offload.collect_problems(c.zero.stage, d);
+  c.zero.zeropp.collect_problems(c.zero.stage, c.compute_dtype, c.loss_scale, d);
   if (c.train_micro_batch_size_per_gpu < 1) {
     bad("train_micro_batch_size_per_gpu", std::to_string(c.train_micro_batch_size_per_gpu), "must be >= 1");
   }

@@ -49,6 +49,7 @@
 #include "runtime/config/config_options.h"
 #include "runtime/config/observe_config.h"
 #include "runtime/config/offload_config.h"
+#include "runtime/config/zeropp_config.h"
 
 namespace zeroshard {
 
@@ -98,6 +99,9 @@ struct ZeroConfig {
   /// the checkpoint directory, gathered unit by unit at stage 3
   /// (docs/checkpoint-format.md, "Consolidated weights"). Any stage.
   bool gather_16bit_weights_on_model_save = false;
+  /// ZeRO++: zero_quantized_weights, zero_hpz_partition_size,
+  /// zero_quantized_gradients and zeroshard.zeropp.* (runtime/config/zeropp_config.h).
+  ZeroppConfig zeropp;
   /// Whether reductions run in the background and stage 3 prefetches.
   bool overlap() const { return overlap_comm.value_or(stage == 3); }
 };

@@ -183,11 +183,19 @@ std::vector<ConfigKey> make_table() {
       quiet("zero_optimization.elastic_checkpoint", T::boolean,
             "zeroshard's checkpoints always reshard at any world size, which is what true asks for"),
       quiet("zero_optimization.legacy_stage1", T::boolean, "there is one stage 1", "false"),
-      quiet("zero_optimization.zero_hpz_partition_size", T::int64, "ZeRO++ secondary partition: not implemented", "1"),
-      quiet("zero_optimization.zero_quantized_weights", T::boolean, "ZeRO++ quantized weights: not implemented",
-            "false"),
-      quiet("zero_optimization.zero_quantized_gradients", T::boolean, "ZeRO++ quantized gradients: not implemented",
-            "false"),
+      impl("zero_optimization.zero_quantized_weights", T::boolean, "false",
+           "ZeRO++ qwZ (stage 3): each parameter all-gather moves int8 blocks with one fp32 scale per block "
+           "(zeroshard.zeropp.weight_bits, weight_block_size) and dequantizes them into the full buffer; the "
+           "master weights and checkpoints stay exact"),
+      impl("zero_optimization.zero_hpz_partition_size", T::int64, "1",
+           "ZeRO++ hpZ (stage 3): k > 1 keeps a secondary shard of each unit's parameters over groups of k "
+           "consecutive ranks (a node); a unit's all-gathers after its first in a step run inside the group, the "
+           "secondary copy is rebuilt after every optimizer step; k must divide the data-parallel world size"),
+      impl("zero_optimization.zero_quantized_gradients", T::boolean, "false",
+           "ZeRO++ qgZ (stages 2/3): the gradient reduce-scatter becomes a quantized all-to-all inside each node, "
+           "an fp32 sum in rank order, a quantized all-to-all across nodes and an fp32 sum in node order "
+           "(zeroshard.zeropp.gradient_bits, gradient_block_size, error_feedback); the plain reduce-scatter "
+           "with one log line where the nodes are uneven or not placed node by node"),
       quiet("zero_optimization.mics_shard_size", T::int64, "MiCS sharding: not implemented", "-1"),
       impl("zero_optimization.stage3_prefetch_bucket_size", T::count, "1",
            "stage 3: the prefetch all-gathers the units the recorded order uses next while those walked weigh less "
@@ -258,6 +266,20 @@ std::vector<ConfigKey> make_table() {
            "right (all-to-all, local sum, all-gather), so bucket sizes, overlap_comm, offload tiers and, without "
            "gradient accumulation, stages 0-3 give bitwise the same results at a world size; \"native\": MPI's / NCCL's own all-reduce and "
            "reduce-scatter, whose order depends on the stage and message size (comm/ordered_reduce.h)"),
+      impl("zeroshard.zeropp", T::section, "", "the wire formats of ZeRO++'s options (runtime/config/zeropp_config.h)"),
+      impl("zeroshard.zeropp.weight_bits", T::int32, "8", "qwZ's code width: 8 or 4 bits"),
+      impl("zeroshard.zeropp.weight_block_size", T::int64, "64",
+           "qwZ: elements per fp32 scale, a power of two from 16 to 8192"),
+      impl("zeroshard.zeropp.gradient_bits", T::int32, "8",
+           "qgZ's code width: 8 or 4 bits (both hops; 4 halves the bytes, best with error_feedback)"),
+      impl("zeroshard.zeropp.gradient_block_size", T::int64, "256",
+           "qgZ: elements per fp32 scale, a power of two from 16 to 8192"),
+      impl("zeroshard.zeropp.error_feedback", T::boolean, "false",
+           "qgZ: each rank keeps its quantization error of both hops per unit (fp32, in the ledger) and adds it to "
+           "the next micro-batch's gradient; zeroed where a block overflowed; not saved in checkpoints; refused "
+           "with fp16's dynamic loss scale"),
+      impl("zeroshard.zeropp.ranks_per_node", T::int64, "0",
+           "qgZ's nodes: 0 = the hosts, from the ranks' host names; n > 0 = ranks [k n, (k + 1) n) as node k"),
       impl("wall_clock_breakdown", T::boolean, "false",
            "every steps_per_print steps rank 0 prints the step breakdown (compute, exposed and hidden "
            "communication, optimizer, swap I/O wait, other; min/median/max over ranks) and the straggler "

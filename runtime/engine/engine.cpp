@@ -91,6 +91,20 @@ void check_cuda_optimizer(const EngineConfig& config) {
   }
 }
 
+// ZeRO++ (runtime/config/zeropp_config.h) on the cuda compute device: qwZ
+// quantizes on the GPU; hpZ's and qgZ's groups are split from the device
+// communicator by host, which needs a host-side exchange the NCCL engine
+// does not make.
+void check_cuda_zeropp(const EngineConfig& config) {
+  const ZeroppConfig& z = config.zero.zeropp;
+  if (z.hpz() || z.quantized_gradients) {
+    throw ConfigError(fmt::format(
+        "{}: zero_optimization.{} on the cuda compute device: not available in this build (ZeRO++'s groups are "
+        "made on host communicators); zero_quantized_weights runs there",
+        config.source, z.hpz() ? "zero_hpz_partition_size" : "zero_quantized_gradients"));
+  }
+}
+
 // The mesh constructor's checks before any state exists.
 const EngineConfig& checked_for_mesh(const EngineConfig& config, const Mesh& mesh) {
   if (mesh.tp_size() > 1 && config.offload.optimizer.device == OffloadDevice::nvme) {
@@ -118,13 +132,17 @@ Engine::Engine(const EngineConfig& config, const Mesh& mesh)
 
 Engine::Engine(const EngineConfig& config, Communicator& nccl, Communicator& host)
     : Engine(config, nccl, host,
-             (check_device_config(config, nccl, host), check_cuda_optimizer(config), make_cuda_ops(nccl))) {}
+             (check_device_config(config, nccl, host), check_cuda_optimizer(config), check_cuda_zeropp(config),
+              make_cuda_ops(nccl))) {}
 
 Engine::Engine(const EngineConfig& config, Communicator& device_comm, Communicator& host_comm,
                std::unique_ptr<DeviceOps> ops) {
   ZS_CHECK(ops != nullptr, "Engine: null DeviceOps");
   if (!ops->host_addressable()) check_device_config(config, device_comm, host_comm);
-  if (ops->device() == ComputeDevice::cuda) check_cuda_optimizer(config);
+  if (ops->device() == ComputeDevice::cuda) {
+    check_cuda_optimizer(config);
+    check_cuda_zeropp(config);
+  }
   s_ = std::make_unique<EngineState>(config, device_comm, host_comm, std::move(ops), nullptr);
   init();
 }
@@ -215,8 +233,10 @@ EngineParts::EngineParts(EngineState& s, const SwapSharers& sharers)
             }()),
       link(store, s.comms.host(), s.progress, s.config.gradient_accumulation_steps),
       // The options the memory estimator replays a step with (runtime/plan/memory_estimate.h).
-      reducer(s.comms.dp(), s.layout, *s.ops, s.pool, engine_grad_reducer_options(s.config, s.world()), link),
-      unsharder(s.comms.dp(), s.layout, *s.ops, s.pool, engine_unsharder_options(s.config), link) {}
+      reducer(s.comms.dp(), s.layout, *s.ops, s.pool, engine_grad_reducer_options(s.config, s.world()), link,
+              &s.comms.zeropp_nodes()),
+      unsharder(s.comms.dp(), s.layout, *s.ops, s.pool, engine_unsharder_options(s.config), link,
+                s.comms.hpz()) {}
 
 void Engine::finalize() {
   EngineState& s = *s_;
@@ -229,11 +249,18 @@ void Engine::finalize() {
   start_observer(s);            // clock offsets, when the breakdown or the trace is on
   open_monitor(s);              // csv_monitor's files, when it is on
   const SwapSharers sharers = count_swap_sharers(host, s.config.offload);  // the free-space check counts them all
+  // ZeRO++'s groups (collective): before the agreed allocation, whose errors are local.
+  const std::string zeropp_line = s.comms.make_zeropp_groups(s.config.zero.zeropp, s.stage(), s.config.source);
   std::unique_ptr<EngineParts> parts;
   run_agreed(host, [&] { parts = allocate_state(s, sharers); });
   // [Note: engine on a mesh]: tied copies laid out alike, agreed over the world.
   if (s.comms.on_mesh()) s.norm.check_ties();
   s.parts = std::move(parts);
+  if (s.rank() == 0) {
+    for (const std::string& line : {zeropp_line, s.reducer().note()}) {
+      if (!line.empty()) fmt::print("zeroshard: {}\n", line);
+    }
+  }
 }
 
 namespace {
@@ -387,6 +414,11 @@ std::vector<float> Engine::optimizer_state(UnitId u, int index) const {
   const int states = s.store().options().state_count;
   ZS_CHECK(index >= 0 && index < states, "optimizer state index {} out of range ({} states)", index, states);
   return s.optimizer.state_window_f32(s.store(), u, index, s.rank());
+}
+
+std::pair<std::int64_t, std::int64_t> Engine::unit_all_gathers(UnitId u) const {
+  ZS_CHECK(s_->finalized(), "unit_all_gathers() before finalize()");
+  return {s_->unsharder().all_gathers(u), s_->unsharder().secondary_gathers(u)};
 }
 
 std::vector<float> Engine::param_shard(UnitId u) const {

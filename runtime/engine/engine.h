@@ -363,8 +363,10 @@ class Engine {
   /// "overlap_fraction", "slowest_rank", "straggler" {late_ms, last_count,
   /// straggler_steps, text}, "clock" {offset_ns, bound_ns}, "comms" (the
   /// comms_logger rows: kind, message_bytes, count, total_bytes, total_ms,
-  /// mean_ms, algbw_gbps, busbw_gbps)}. The same on every rank (the figures
-  /// are all-gathered at each step). Not a collective.
+  /// mean_ms, algbw_gbps, busbw_gbps, cross_host_bytes: this rank's bytes
+  /// to other hosts), "comms_cross_host_bytes" (their total)}. The same on
+  /// every rank (the figures are all-gathered at each step) except the
+  /// comms rows, which are this rank's. Not a collective.
   nlohmann::json observe_report() const;
   /// The comms_logger table (kind, message size, count, latency, algbw,
   /// busbw) of this rank's collectives so far. Not a collective.
@@ -471,6 +473,11 @@ class Engine {
   /// of fp32: the parameters in fp32 training, the master weights in mixed
   /// precision). A copy, read from the swap files if they are on nvme.
   std::vector<float> param_shard(UnitId u) const;
+  /// All-gathers of unit u's parameters started so far (stage 3; 0 at
+  /// stages 0-2), and of those the ones inside ZeRO++ hpZ's group
+  /// (runtime/sharding/unsharder.h). Throws InvariantError for an unknown
+  /// unit. Not a collective.
+  std::pair<std::int64_t, std::int64_t> unit_all_gathers(UnitId u) const;
 
  private:
   void init();  // the constructors' common part

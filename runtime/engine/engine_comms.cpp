@@ -3,6 +3,8 @@
 
 #include <iostream>
 
+#include <fmt/format.h>
+
 #include "comm/mesh.h"
 #include "core/error.h"
 
@@ -38,6 +40,32 @@ EngineComms::EngineComms(Communicator& device, Communicator& host, const Mesh* m
     tp_ = std::make_unique<TracedCommunicator>(mesh->tp_group(), "tp", o);
     pp_ = std::make_unique<TracedCommunicator>(mesh->pp_group(), "pp", o);
   }
+}
+
+std::string EngineComms::make_zeropp_groups(const ZeroppConfig& z, int stage, const std::string& source) {
+  const int world = dp_->world_size(), rank = dp_->rank();
+  const bool hpz = stage == 3 && z.hpz();
+  const bool qgz = stage >= 2 && z.quantized_gradients;
+  if (!hpz && !qgz) return "";
+  for (const auto& [key, size] : {std::pair{"zero_optimization.zero_hpz_partition_size", hpz ? z.hpz_partition_size : 1},
+                                  std::pair{"zeroshard.zeropp.ranks_per_node", qgz ? z.ranks_per_node : 0}}) {
+    if (size > 0 && (size > world || world % size != 0)) {
+      throw ConfigError(fmt::format("{}: \"{}\" = {} does not divide the data-parallel world size {}", source, key,
+                                    size, world));
+    }
+  }
+  const int per_node = static_cast<int>(z.ranks_per_node);
+  nodes_ = split_by_node(*dp_, per_node > 0 ? fmt::format("zeropp-node-{}", rank / per_node) : this_host_id());
+  if (!hpz) return "";
+  const int k = static_cast<int>(z.hpz_partition_size);
+  hpz_ = dp_->split(rank / k, rank);
+  const std::vector<int>& node = nodes_.node_of_rank;
+  bool inside = true;
+  for (int r = 0; r < world; ++r) {
+    inside = inside && node[static_cast<std::size_t>(r)] == node[static_cast<std::size_t>(r / k * k)];
+  }
+  return fmt::format("hpZ: secondary shards over groups of {} ranks, {}", k,
+                     inside ? "each inside a node" : "spanning nodes (their all-gathers cross hosts)");
 }
 
 Communicator& EngineComms::raw_world() {

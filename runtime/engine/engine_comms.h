@@ -11,7 +11,8 @@
 // collective runs is the caller's choice: dp() for arrays in the compute
 // device's memory, host() for host memory, norm() for the gradient norm's
 // sums (the world on a mesh), raw_world() (unwrapped) for the step
-// observer's own gathers.
+// observer's own gathers. finalize() adds ZeRO++'s groups of dp()
+// (make_zeropp_groups): hpZ's secondary groups and qgZ's nodes.
 #pragma once
 
 #include <cstdint>
@@ -24,9 +25,11 @@
 
 #include "comm/collective_error.h"
 #include "comm/comms_log.h"
+#include "comm/node_groups.h"
 #include "comm/traced_communicator.h"
 #include "runtime/checkpoint/mesh_folders.h"
 #include "runtime/config/observe_config.h"
+#include "runtime/config/zeropp_config.h"
 #include "runtime/observe/step_breakdown.h"
 
 namespace zeroshard {
@@ -84,6 +87,24 @@ class EngineComms {
                         .pp_rank = pp_rank()};
   }
 
+  /// Makes ZeRO++'s groups of dp() for `zeropp` at ZeRO `stage`
+  /// (runtime/config/zeropp_config.h): at stage 3 with
+  /// zero_hpz_partition_size k > 1, hpZ's groups of k consecutive ranks
+  /// (hpz(); traced as dp's splits are); at stages 2-3 with
+  /// zero_quantized_gradients, qgZ's nodes (zeropp_nodes(): ranks
+  /// [n L, (n + 1) L) with zeroshard.zeropp.ranks_per_node L > 0, else the
+  /// ranks' host names, comm/node_groups.h). Nothing when neither is on.
+  /// Returns a line on how hpZ's groups lie ("" without hpZ): each inside a
+  /// node, or spanning nodes. Collective over dp(); call once, before the
+  /// GradReducer and Unsharder that use the groups. Throws ConfigError
+  /// (prefixed with `source`) when k or L does not divide dp()'s size, and
+  /// what split_by_node throws.
+  std::string make_zeropp_groups(const ZeroppConfig& zeropp, int stage, const std::string& source);
+  /// hpZ's group of this rank (null without hpZ).
+  Communicator* hpz() { return hpz_.get(); }
+  /// qgZ's nodes (empty groups, null communicators, without qgZ).
+  const NodeGroups& zeropp_nodes() const { return nodes_; }
+
   /// Every wrapper, in the order dp, host, world, tp, pp (absent ones left out).
   std::vector<TracedCommunicator*> traced() const;
   /// comms_logger's log (null when off).
@@ -130,6 +151,8 @@ class EngineComms {
   std::unique_ptr<TracedCommunicator> world_;
   std::unique_ptr<TracedCommunicator> tp_;
   std::unique_ptr<TracedCommunicator> pp_;
+  std::unique_ptr<Communicator> hpz_;  // ZeRO++ hpZ's group (a split of dp_)
+  NodeGroups nodes_;                   // ZeRO++ qgZ's nodes (splits of dp_)
 };
 
 }  // namespace zeroshard

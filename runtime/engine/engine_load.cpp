@@ -168,6 +168,7 @@ struct LoadedUnit {
 // Replaces the engine's state with `loaded`, on this rank alone.
 void commit_loaded(EngineState& s, std::vector<LoadedUnit>& loaded) {
   s.reducer().discard();
+  s.reducer().reset_residuals();  // ZeRO++ qgZ's error feedback is not saved: it starts over
   s.unsharder().reset();  // also ends swap-ins (ShardSource::release)
   ArrayStore& store = s.store();
   store.clear_nvme_grads();

@@ -59,6 +59,7 @@ nlohmann::json Engine::observe_report() const {
                       {"world_size", r.world_size},
                       {"count", r.count},
                       {"total_bytes", r.total_bytes},
+                      {"cross_host_bytes", r.cross_host_bytes},
                       {"total_ms", r.total_ms},
                       {"mean_ms", r.mean_ms},
                       {"algbw_gbps", r.algbw_gbps},
@@ -66,6 +67,7 @@ nlohmann::json Engine::observe_report() const {
     }
   }
   j["comms"] = rows;
+  j["comms_cross_host_bytes"] = s_->comms.log() != nullptr ? s_->comms.log()->cross_host_bytes() : 0;
   return j;
 }
 

@@ -1,5 +1,7 @@
 #include "runtime/engine/engine_options.h"
 
+#include <optional>
+
 #include "optimizer/optimizer.h"
 
 namespace zeroshard {
@@ -23,7 +25,11 @@ GradReducerOptions engine_grad_reducer_options(const EngineConfig& config, int w
                             .compute_dtype = config.compute_dtype,
                             .comm_dtype = config.communication_data_type.value_or(DType::f32),
                             .stored_scale = mixed ? 1.0f / static_cast<float>(world_size) : 1.0f,
-                            .order = config.reduction_order};
+                            .order = config.reduction_order,
+                            .quantized = config.zero.zeropp.quantized_gradients
+                                             ? std::optional(config.zero.zeropp.gradient_format())
+                                             : std::nullopt,
+                            .error_feedback = config.zero.zeropp.error_feedback};
 }
 
 UnsharderOptions engine_unsharder_options(const EngineConfig& config) {
@@ -35,7 +41,10 @@ UnsharderOptions engine_unsharder_options(const EngineConfig& config) {
                           .max_live_parameters = z.max_live_parameters,
                           .max_reuse_distance = z.max_reuse_distance,
                           .param_persistence_threshold = z.param_persistence_threshold,
-                          .model_persistence_threshold = z.model_persistence_threshold};
+                          .model_persistence_threshold = z.model_persistence_threshold,
+                          .quantized = z.zeropp.quantized_weights ? std::optional(z.zeropp.weight_format())
+                                                                  : std::nullopt,
+                          .hpz_partition_size = static_cast<int>(z.zeropp.hpz_partition_size)};
 }
 
 }  // namespace zeroshard

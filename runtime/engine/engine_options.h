@@ -21,11 +21,13 @@ ArrayPlanOptions engine_array_plan_options(const EngineConfig& config, int rank)
 /// uses: stage, bucket sizes, overlap(), compute and communication dtype
 /// (communication_data_type, else fp32), stored scale (1 / world_size for
 /// 16-bit compute, whose buffers hold the mean over ranks so that the sum
-/// cannot overflow; else 1, the sum) and reduction order. Pure.
+/// cannot overflow; else 1, the sum), reduction order and qgZ's format
+/// and error feedback (zero_quantized_gradients). Pure.
 GradReducerOptions engine_grad_reducer_options(const EngineConfig& config, int world_size);
 
 /// The Unsharder options an Engine with `config` uses: gather at stage 3,
-/// overlap(), compute dtype and the stage3_* knobs. Pure.
+/// overlap(), compute dtype, the stage3_* knobs, qwZ's format
+/// (zero_quantized_weights) and hpZ's partition size. Pure.
 UnsharderOptions engine_unsharder_options(const EngineConfig& config);
 
 }  // namespace zeroshard

@@ -13,6 +13,7 @@
 #include "kernels/cpu/adam.h"
 #include "kernels/cpu/simd_targets.h"
 #include "kernels/cpu/thread_pool.h"
+#include "kernels/quant/symmetric_quant.h"
 #include "offload/host_allocator.h"
 #include "offload/io_engine.h"
 #include "offload/swap_directory.h"
@@ -32,6 +33,22 @@ double optimizer_bandwidth(std::size_t n) {
     if (i > 0) best = std::min(best, now_s() - t0);  // the first pass faults the pages in
   }
   return 28.0 * static_cast<double>(n) / best;
+}
+
+// Elements per second of ZeRO++'s quantization round trip: quantize n
+// floats (int8, blocks of 2048), dequantize-accumulate them back.
+double quantize_rate(std::size_t n) {
+  const kernels::SymQuantFormat f{kernels::QuantBits::int8, 2048};
+  std::vector<float> x(n), acc(n, 0.0f), chunk(kernels::sym_quant_chunk_bytes(n, f) / 4 + 1);
+  for (std::size_t i = 0; i < n; ++i) x[i] = static_cast<float>(i % 1001) * 1e-3f - 0.5f;
+  double best = 1e30;
+  for (int i = 0; i < 4; ++i) {
+    const double t0 = now_s();
+    kernels::quantize_symmetric(x.data(), DType::f32, n, f, chunk.data());
+    kernels::dequantize_accumulate(chunk.data(), n, f, acc.data());
+    if (i > 0) best = std::min(best, now_s() - t0);  // the first pass faults the pages in
+  }
+  return static_cast<double>(n) / best;
 }
 
 // The slowest rank's median time of `reps` timed calls of `call` (one
@@ -141,6 +158,9 @@ MachineRates calibrate(Communicator& comm, const CalibrateOptions& options) {
   float bw = static_cast<float>(optimizer_bandwidth(options.optimizer_elements));
   comm.all_reduce(&bw, 1, DType::f32, ReduceOp::min);  // the slowest rank sets the step
   r.optimizer_bandwidth = bw;
+  float qr = static_cast<float>(quantize_rate(options.optimizer_elements));
+  comm.all_reduce(&qr, 1, DType::f32, ReduceOp::min);
+  r.quantize_rate = qr;
   measure_collectives(comm, options.max_collective_bytes, r);
   measure_disk(comm, options, r);
   return r;

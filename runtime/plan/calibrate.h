@@ -4,6 +4,10 @@
 //   - the fp32 AdamW kernel (kernels/cpu/adam.h) over `optimizer_elements`
 //     elements with the kernel threads as configured: bytes moved (28 per
 //     element) / the best of 5 passes;
+//   - ZeRO++'s quantization round trip (kernels/quant/symmetric_quant.h:
+//     quantize_symmetric, int8 blocks of 2048, then dequantize_accumulate)
+//     over the same element count: elements / the best of 3 passes, the
+//     slowest rank's (MachineRates::quantize_rate);
 //   - the Communicator's all-to-all, all-gather and all-reduce (the
 //     collectives of the engine's rank-ordered reductions and parameter
 //     gathers) of fp32 buffers from 4 KiB to `max_collective_bytes` per

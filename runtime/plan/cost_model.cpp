@@ -6,6 +6,7 @@
 #include <fmt/format.h>
 
 #include "core/error.h"
+#include "kernels/quant/symmetric_quant.h"
 #include "optimizer/optimizer.h"
 #include "runtime/sharding/array_plan.h"
 #include "core/durable_file.h"
@@ -95,7 +96,124 @@ std::vector<double> reduction_collectives(const FlatLayout& layout, int stage, s
   return out;
 }
 
+// Hosts of `per_node` consecutive ranks of a world of n (0 or n: one host).
+int ranks_per_host(int n, int per_node, const std::string& source) {
+  if (per_node <= 0 || per_node >= n) return n;
+  if (n % per_node != 0) {
+    throw ConfigError(fmt::format("{}: {} ranks per host do not divide the data-parallel world of {}", source,
+                                  per_node, n));
+  }
+  return per_node;
+}
+
+// Members of rank r's hpZ group (k consecutive ranks) on other hosts (L
+// consecutive ranks each).
+int remote_group_members(int r, int k, int per_host) {
+  const int first = r / k * k;
+  int remote = 0;
+  for (int q = first; q < first + k; ++q) remote += q / per_host != r / per_host ? 1 : 0;
+  return remote;
+}
+
 }  // namespace
+
+nlohmann::json CrossHostTraffic::to_json() const {
+  return {{"parameter_gathers", parameter_gathers},
+          {"gradient_reduction", gradient_reduction},
+          {"norm", norm},
+          {"total", total()}};
+}
+
+std::uint64_t cross_host_gather_bytes(const FlatLayout& layout, const EngineConfig& config, int ranks_per_node,
+                                      UnitId u, bool group) {
+  const int n = layout.world_size();
+  const int per_host = ranks_per_host(n, ranks_per_node, config.source);
+  if (per_host == n) return 0;
+  const UnitInfo& info = layout.unit(u);
+  const ZeroppConfig& zpp = config.zero.zeropp;
+  const std::uint64_t e = dtype_size(config.compute_dtype);
+  if (!group) {
+    const std::uint64_t block =
+        zpp.quantized_weights ? kernels::sym_quant_chunk_bytes(info.shard, zpp.weight_format()) : info.shard * e;
+    return static_cast<std::uint64_t>(n) * static_cast<std::uint64_t>(n - per_host) * block;
+  }
+  const int k = static_cast<int>(zpp.hpz_partition_size);
+  std::uint64_t bytes = 0;
+  for (int r = 0; r < n && k > 1; ++r) {
+    bytes += info.padded / static_cast<std::size_t>(k) * e * static_cast<std::uint64_t>(remote_group_members(r, k, per_host));
+  }
+  return bytes;
+}
+
+CrossHostTraffic cross_host_traffic(const FlatLayout& layout, const EngineConfig& config, int ranks_per_node) {
+  const int n = layout.world_size();
+  const int per_host = ranks_per_host(n, ranks_per_node, config.source);
+  CrossHostTraffic t;
+  if (per_host == n) return t;
+  const auto N = static_cast<std::uint64_t>(n);
+  const auto R = static_cast<std::uint64_t>(n - per_host);
+  const auto H = static_cast<std::uint64_t>(n / per_host);
+  const auto micro = static_cast<std::uint64_t>(std::max<std::int64_t>(1, config.gradient_accumulation_steps));
+  const int stage = config.zero.stage;
+  const ZeroppConfig& zpp = config.zero.zeropp;
+  const std::uint64_t e = dtype_size(config.compute_dtype);
+  const DType comm_dtype = config.communication_data_type.value_or(DType::f32);
+  const std::uint64_t m = dtype_size(comm_dtype);
+  const auto& units = layout.units();
+  const std::uint64_t U = units.size();
+  if (stage == 3 && U > 0) {
+    // One world gather of each unit: every rank's shard (or chunk) to the R others.
+    std::uint64_t world_gather = 0, group_gather = 0;
+    const int k = zpp.hpz() ? static_cast<int>(zpp.hpz_partition_size) : 1;
+    for (const UnitInfo& u : units) {
+      const std::uint64_t block =
+          zpp.quantized_weights ? kernels::sym_quant_chunk_bytes(u.shard, zpp.weight_format()) : u.shard * e;
+      world_gather += N * R * block;
+      for (int r = 0; r < n && k > 1; ++r) {
+        group_gather += u.padded / static_cast<std::size_t>(k) * e * static_cast<std::uint64_t>(remote_group_members(r, k, per_host));
+      }
+    }
+    // Per micro-batch 2U - 1 gathers, i.e. the world's U (the forward) and
+    // U - 1 more of all units but the last (its size averaged would not be
+    // exact: count them unit by unit).
+    std::uint64_t later = 0, later_group = 0;
+    for (std::size_t u = 0; u + 1 < units.size(); ++u) {
+      const UnitInfo& info = units[u];
+      later += N * R *
+               (zpp.quantized_weights ? kernels::sym_quant_chunk_bytes(info.shard, zpp.weight_format()) : info.shard * e);
+      for (int r = 0; r < n && k > 1; ++r) {
+        later_group += info.padded / static_cast<std::size_t>(k) * e *
+                       static_cast<std::uint64_t>(remote_group_members(r, k, per_host));
+      }
+    }
+    if (k > 1) {
+      // The first forward over the world, everything else in the groups.
+      t.parameter_gathers = world_gather + later_group + (micro - 1) * (group_gather + later_group);
+    } else {
+      t.parameter_gathers = micro * (world_gather + later);
+    }
+  } else if (stage == 1 || stage == 2) {
+    for (const UnitInfo& u : units) t.parameter_gathers += N * R * u.shard * e;
+  }
+  // Gradient reductions: the buckets the GradReducer forms.
+  const bool qgz = zpp.quantized_gradients && stage >= 2;
+  std::uint64_t once = 0;
+  for (const double elems : reduction_collectives(layout, stage, static_cast<std::size_t>(config.zero.reduce_bucket_size),
+                                                  comm_dtype == config.compute_dtype)) {
+    const auto E = static_cast<std::uint64_t>(elems);
+    if (stage <= 1) {
+      once += 2 * E * m * R;
+    } else if (qgz) {
+      once += N * (H - 1) * kernels::sym_quant_chunk_bytes(E / N, zpp.gradient_format());
+    } else {
+      once += E * m * R;
+    }
+  }
+  t.gradient_reduction = stage <= 1 ? once : micro * once;
+  // The norm: two doubles per rank.
+  t.norm = config.reduction_order == ReductionOrder::rank ? N * R * 16 : N * (2 * 16 * R / N);
+  return t;
+}
 
 nlohmann::json MachineRates::to_json() const {
   return {{"isa", isa},
@@ -108,7 +226,10 @@ nlohmann::json MachineRates::to_json() const {
           {"disk_write_file", disk_write_file},
           {"all_to_all", rates_json(all_to_all)},
           {"all_gather", rates_json(all_gather)},
-          {"all_reduce", rates_json(all_reduce)}};
+          {"all_reduce", rates_json(all_reduce)},
+          {"quantize_rate", quantize_rate},
+          {"ranks_per_node", ranks_per_node},
+          {"link_bandwidth", link_bandwidth}};
 }
 
 MachineRates MachineRates::from_json(const nlohmann::json& j, const std::string& source) {
@@ -124,6 +245,13 @@ MachineRates MachineRates::from_json(const nlohmann::json& j, const std::string&
   r.all_to_all = rates_from(j, "all_to_all", source);
   r.all_gather = rates_from(j, "all_gather", source);
   r.all_reduce = rates_from(j, "all_reduce", source);
+  // Keys added with ZeRO++: optional (a calibration made before them has none).
+  if (j.contains("quantize_rate")) r.quantize_rate = get<double>(j, "quantize_rate", source);
+  if (j.contains("ranks_per_node")) r.ranks_per_node = get<int>(j, "ranks_per_node", source);
+  if (j.contains("link_bandwidth")) r.link_bandwidth = get<double>(j, "link_bandwidth", source);
+  if (!(r.quantize_rate >= 0) || r.ranks_per_node < 0 || !(r.link_bandwidth >= 0)) {
+    throw ConfigError(source + ": quantize_rate, ranks_per_node and link_bandwidth must not be negative");
+  }
   if (r.world_size < 1) throw ConfigError(fmt::format("{}: world_size {} is not positive", source, r.world_size));
   if (!(r.optimizer_bandwidth > 0)) throw ConfigError(source + ": optimizer_bandwidth must be positive");
   if (!(r.disk_read >= 0) || !(r.disk_write >= 0) || !(r.disk_read_file >= 0) || !(r.disk_write_file >= 0)) throw ConfigError(source + ": disk rates must not be negative");
@@ -154,7 +282,7 @@ double optimizer_bytes_per_element(const EngineConfig& config) {
 nlohmann::json StepCost::to_json() const {
   return {{"loop_s", loop},           {"reduction_s", reduction}, {"gather_s", gather},
           {"comm_exposed_s", comm_exposed}, {"optimizer_s", optimizer}, {"swap_s", swap},
-          {"swap_exposed_s", swap_exposed}, {"step_s", step()}};
+          {"swap_exposed_s", swap_exposed}, {"cross_host_bytes", cross_host_bytes}, {"step_s", step()}};
 }
 
 StepCost predict_step(const FlatLayout& layout, const EngineConfig& config, int rank, const MachineRates& rates,
@@ -178,19 +306,49 @@ StepCost predict_step(const FlatLayout& layout, const EngineConfig& config, int 
                                   "calibration under mpirun with 2 or more ranks",
                                   n));
   }
-  const double scale = comm ? ((n - 1.0) / n) / ((rates.world_size - 1.0) / rates.world_size) : 0.0;
+  // A collective of a group of g ranks, from the calibrated world.
+  auto group_scale = [&](double g) {
+    return g > 1 ? ((g - 1.0) / g) / ((rates.world_size - 1.0) / rates.world_size) : 0.0;
+  };
+  const double scale = comm ? group_scale(n) : 0.0;
   auto a2a = [&](double b) { return scale * rates.all_to_all.time(b); };
   auto ag = [&](double b) { return scale * rates.all_gather.time(b); };
   auto ordered_all_reduce = [&](double b) { return a2a(b) + ag(b); };
   const auto ag_bucket = static_cast<double>(config.zero.allgather_bucket_size);
+  // The hosts: L ranks each (L = n: one host, no link), R of a rank's
+  // peers on other hosts; a collective's cross-host bytes per rank pass
+  // the host's link L at a time.
+  const int per_host = comm ? ranks_per_host(n, rates.ranks_per_node, config.source) : n;
+  const double L = per_host, R = n - per_host, H = static_cast<double>(n) / per_host;
+  auto link = [&](double rank_bytes) {
+    return rates.link_bandwidth > 0 && R > 0 ? L * rank_bytes / rates.link_bandwidth : 0.0;
+  };
+  auto quant = [&](double elements) { return rates.quantize_rate > 0 ? elements / rates.quantize_rate : 0.0; };
+  const ZeroppConfig& zpp = config.zero.zeropp;
+  c.cross_host_bytes = comm ? static_cast<double>(cross_host_traffic(layout, config, per_host).total()) : 0.0;
 
   // Gradient reduction: once per step at stages 0/1, every micro-batch at 2/3.
   double reduce_once = 0, reduce_last = 0;
   if (comm) {
     const DType comm_dtype = config.communication_data_type.value_or(DType::f32);
+    const bool qgz = zpp.quantized_gradients && stage >= 2;
     for (const double elems : reduction_collectives(layout, stage, config.zero.reduce_bucket_size,
                                                     comm_dtype == config.compute_dtype)) {
-      reduce_last = stage <= 1 ? ordered_all_reduce(elems * b_m) : a2a(elems * b_m);
+      const double fill = elems / n;
+      if (stage <= 1) {
+        reduce_last = ordered_all_reduce(elems * b_m) + link(2.0 * fill * b_m * R);
+      } else if (qgz) {
+        // [Note: hierarchical quantized reduce-scatter]: chunks inside the
+        // host, then across; the kernels over every element once or twice.
+        const double chunk = static_cast<double>(
+            kernels::sym_quant_chunk_bytes(static_cast<std::size_t>(fill), zpp.gradient_format()));
+        reduce_last = quant(elems);
+        if (L > 1) reduce_last += group_scale(L) * rates.all_to_all.time(n * chunk);
+        if (H > 1) reduce_last += group_scale(H) * rates.all_to_all.time(H * chunk) + link((H - 1) * chunk);
+        if (L > 1 && H > 1) reduce_last += quant(H * fill);
+      } else {
+        reduce_last = a2a(elems * b_m) + link(fill * b_m * R);
+      }
       reduce_once += reduce_last;
     }
   }
@@ -209,7 +367,7 @@ StepCost predict_step(const FlatLayout& layout, const EngineConfig& config, int 
   // Parameter all-gathers.
   if (stage == 1 || stage == 2) {
     if (comm) {
-      c.gather = bucketed(total, ag_bucket, b_c, ag);
+      c.gather = bucketed(total, ag_bucket, b_c, ag) + link(total / n * b_c * R);
       c.comm_exposed += c.gather;
     }
   } else if (stage == 3) {
@@ -217,29 +375,48 @@ StepCost predict_step(const FlatLayout& layout, const EngineConfig& config, int 
     const std::size_t U = units.size();
     // Per unit: its all-gather, its parameter shard's disk read (nvme units),
     // and its share of the forward and backward compute.
-    std::vector<double> gather(U), swap_in(U), cf(U), cb(U);
+    std::vector<double> gather(U), group(U), swap_in(U), cf(U), cb(U);
+    const int k = zpp.hpz() ? static_cast<int>(zpp.hpz_partition_size) : 1;
+    double group_remote = 0;  // mean members of a rank's hpZ group on other hosts
+    for (int r = 0; r < n && k > 1; ++r) group_remote += remote_group_members(r, k, per_host);
+    group_remote /= n;
     for (std::size_t u = 0; u < U; ++u) {
       swap_in[u] = arrays.units[u].param_tier == MemTier::nvme
                     ? static_cast<double>(units[u].shard) * b_c / rates.disk_read + rates.disk_read_file
                     : 0.0;
-      gather[u] = comm ? ag(static_cast<double>(units[u].padded) * b_c) : 0.0;
+      const auto shard = static_cast<double>(units[u].shard), padded = static_cast<double>(units[u].padded);
+      if (comm && zpp.quantized_weights) {
+        // [Note: ZeRO++ unsharding]: every rank's chunk, dequantized.
+        const auto chunk = static_cast<double>(kernels::sym_quant_chunk_bytes(units[u].shard, zpp.weight_format()));
+        gather[u] = ag(n * chunk) + link(chunk * R) + quant(padded);
+      } else if (comm) {
+        gather[u] = ag(padded * b_c) + link(shard * b_c * R);
+      }
+      if (k > 1) {
+        group[u] = group_scale(k) * rates.all_gather.time(padded * b_c) + link(padded / k * b_c * group_remote);
+      }
       const double share = static_cast<double>(units[u].numel) / numel;
       cf[u] = fwd * share;
       cb[u] = bwd * share;
     }
     // Each unit fetched: forward 0..U-1, backward U-2..0 (U-1 reused); its
-    // read and gather wait together, hidden under the previous unit's compute.
+    // read and gather wait together, hidden under the previous unit's
+    // compute. With hpZ only the first micro-batch's forward gathers over
+    // the world; every other gather of the step is the group's.
     double gathers = 0, reads = 0, exposed = 0;
-    auto fetch = [&](std::size_t u, double hidden_under) {
-      gathers += gather[u];
+    auto fetch = [&](std::size_t u, double hidden_under, bool world) {
+      const double g = world || k == 1 ? gather[u] : group[u];
+      gathers += g;
       reads += swap_in[u];
-      exposed += std::max(0.0, gather[u] + swap_in[u] - hidden_under);
+      exposed += std::max(0.0, g + swap_in[u] - hidden_under);
     };
-    for (std::size_t u = 0; u < U; ++u) fetch(u, overlap && u > 0 ? cf[u - 1] : 0.0);
-    for (std::size_t k = 1; k < U; ++k) fetch(U - 1 - k, overlap ? cb[U - k] : 0.0);
-    c.gather = micro * gathers;
-    c.swap += micro * reads;
-    c.comm_exposed += micro * exposed;  // exposed reads included: they wait like the gathers
+    for (std::int64_t m = 0; m < static_cast<std::int64_t>(micro); ++m) {
+      for (std::size_t u = 0; u < U; ++u) fetch(u, overlap && u > 0 ? cf[u - 1] : 0.0, m == 0);
+      for (std::size_t q = 1; q < U; ++q) fetch(U - 1 - q, overlap ? cb[U - q] : 0.0, false);
+    }
+    c.gather = gathers;
+    c.swap += reads;
+    c.comm_exposed += exposed;  // exposed reads included: they wait like the gathers
   }
 
   // The update.

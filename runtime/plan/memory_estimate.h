@@ -10,7 +10,9 @@
 //
 // Two moments:
 //  - after_finalize: the resident arrays (parameters, gradients, master
-//    weights, optimizer states; the nvme tier counts swap-file bytes);
+//    weights, optimizer states; the nvme tier counts swap-file bytes), and
+//    what the engine's components lease for their lifetime (ZeRO++'s hpZ
+//    secondary shards and qgZ residuals);
 //  - after_step: after one standard training step, current and peak, the
 //    transient buffers of the step included (stage 3 gathered units and
 //    their swap-ins, gradient buckets and micro-batch gradients, the
@@ -65,11 +67,18 @@ struct MemoryEstimate {
 /// plan_arrays (nvme shard above offload_param.buffer_size);
 /// InvariantError for a rank outside the world, and where the step would
 /// throw it (more nvme parameter swap-ins at once than
-/// offload_param.buffer_count). Pure; thread safe.
-MemoryEstimate estimate_memory(const FlatLayout& layout, const EngineConfig& config, int rank);
+/// offload_param.buffer_count). ZeRO++: hpZ's secondary shards
+/// (hpz_secondary_bytes) and qgZ's error-feedback residuals
+/// (error_feedback_bytes) are resident from finalize() on; qgZ's transient
+/// buffers depend on the nodes, `ranks_per_node` where the configuration
+/// leaves them to the host names (0: one node; qgz_ranks_per_node in
+/// runtime/plan/memory_replay.h). Pure; thread safe.
+MemoryEstimate estimate_memory(const FlatLayout& layout, const EngineConfig& config, int rank,
+                               int ranks_per_node = 0);
 
 /// The estimate for rank `rank` of `world_size` ranks of `model`. Throws as
 /// above and as ModelDescription::layout.
-MemoryEstimate estimate_memory(const ModelDescription& model, const EngineConfig& config, int world_size, int rank);
+MemoryEstimate estimate_memory(const ModelDescription& model, const EngineConfig& config, int world_size, int rank,
+                               int ranks_per_node = 0);
 
 }  // namespace zeroshard

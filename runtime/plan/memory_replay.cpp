@@ -8,6 +8,7 @@
 
 #include <fmt/format.h>
 
+#include "comm/node_groups.h"
 #include "core/error.h"
 #include "offload/host_pool.h"
 #include "offload/swap_pipeline.h"
@@ -55,6 +56,8 @@ class SizeOnlyOps final : public DeviceOps {
   void wait(const OpsFence&) override {}
   void convert(void*, DType, const void*, DType, std::size_t, float, bool) override {}
   void sum_blocks(void*, const void*, std::size_t, std::size_t, DType) override {}
+  void quantize(const void*, DType, std::size_t, kernels::SymQuantFormat, float*, void*) override {}
+  void dequantize(const void*, std::size_t, kernels::SymQuantFormat, void*, DType, bool) override {}
   kernels::GradStats grad_stats(const void*, DType, std::size_t) override { return {}; }
   void update(const OptimizerHyper&, std::int64_t, float, const RangeUpdate&) override {}
 
@@ -208,9 +211,40 @@ void replay_optimizer(const FlatLayout& layout, const EngineConfig& config, cons
 
 }  // namespace
 
+int qgz_ranks_per_node(const EngineConfig& config, int world_size, int ranks_per_node) {
+  const std::int64_t configured = config.zero.zeropp.ranks_per_node;
+  const std::int64_t per_node = configured > 0 ? configured : (ranks_per_node > 0 ? ranks_per_node : world_size);
+  if (per_node > world_size || world_size % per_node != 0) {
+    throw ConfigError(fmt::format("{}: {} ranks per node (zeroshard.zeropp.ranks_per_node) do not divide the {} "
+                                  "ranks of the data-parallel group",
+                                  config.source, per_node, world_size));
+  }
+  return static_cast<int>(per_node);
+}
+
 void replay_step(const FlatLayout& layout, const EngineConfig& config, int rank, const ArrayPlan& plan,
-                 MemoryLedger& ledger) {
+                 MemoryLedger& ledger, int ranks_per_node) {
   const ArrayPlanOptions o = engine_array_plan_options(config, rank);
+  const int world = layout.world_size();
+  // ZeRO++'s groups, as sizes: hpZ's k consecutive ranks, qgZ's nodes.
+  const UnsharderOptions unshard_options = engine_unsharder_options(config);
+  const GradReducerOptions reduce_options = engine_grad_reducer_options(config, world);
+  std::unique_ptr<SizeOnlyCommunicator> hpz;
+  if (unshard_options.gather && unshard_options.hpz_partition_size > 1) {
+    const int k = unshard_options.hpz_partition_size;
+    hpz = std::make_unique<SizeOnlyCommunicator>(k, rank % k);
+  }
+  NodeGroups nodes;
+  if (reduce_options.quantized && reduce_options.stage >= 2) {
+    const int per_node = qgz_ranks_per_node(config, world, ranks_per_node);
+    nodes.node = rank / per_node;
+    nodes.num_nodes = world / per_node;
+    nodes.local_rank = rank % per_node;
+    nodes.local_size = per_node;
+    for (int r = 0; r < world; ++r) nodes.node_of_rank.push_back(r / per_node);
+    nodes.local = std::make_unique<SizeOnlyCommunicator>(per_node, nodes.local_rank);
+    nodes.cross = std::make_unique<SizeOnlyCommunicator>(nodes.num_nodes, nodes.node);
+  }
   // The components record into `work`; `ledger` takes its state at the end
   // of the step, before their destructors return what is still leased.
   MemoryLedger work = ledger;
@@ -221,8 +255,8 @@ void replay_step(const FlatLayout& layout, const EngineConfig& config, int rank,
   HostPoolSizes host(work);
   StoreReplay store(layout, plan, o, host, space);
   {
-    GradReducer reducer(comm, layout, ops, pool, engine_grad_reducer_options(config, layout.world_size()), store);
-    Unsharder unsharder(comm, layout, ops, pool, engine_unsharder_options(config), store);
+    GradReducer reducer(comm, layout, ops, pool, reduce_options, store, &nodes);
+    Unsharder unsharder(comm, layout, ops, pool, unshard_options, store, hpz.get());
     const UnitId n = static_cast<UnitId>(layout.units().size());
     for (UnitId u = 0; u < n; ++u) {
       unsharder.unshard(u);

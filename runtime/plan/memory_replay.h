@@ -40,7 +40,11 @@
 //     (the unit's nvme arrays in the order params, grad, master, states).
 // Scope: the cpu compute device (DeviceOps::host_addressable(): no staging
 // copies of device arrays; a GPU engine also stages shards and
-// gradients through host buffers, which this does not replay).
+// gradients through host buffers, which this does not replay). ZeRO++'s
+// options replay as the engine runs them: hpZ's group is the rank's k
+// consecutive ranks; qgZ's nodes are zeroshard.zeropp.ranks_per_node's
+// blocks, or, where that is 0 (the host names decide), the given
+// ranks_per_node (0: the world on one node).
 
 namespace zeroshard {
 
@@ -59,6 +63,12 @@ namespace zeroshard {
 /// swap-ins than offload_param.buffer_count). Pure apart from `ledger`;
 /// thread safe on distinct ledgers.
 void replay_step(const FlatLayout& layout, const EngineConfig& config, int rank, const ArrayPlan& plan,
-                 MemoryLedger& ledger);
+                 MemoryLedger& ledger, int ranks_per_node = 0);
+
+/// The ranks per node qgZ runs with for `config` at `world_size`:
+/// zeroshard.zeropp.ranks_per_node when set, else `ranks_per_node` (the
+/// hosts' layout), else (0) the whole world. Throws ConfigError naming the
+/// key when it does not divide the world size. Pure.
+int qgz_ranks_per_node(const EngineConfig& config, int world_size, int ranks_per_node);
 
 }  // namespace zeroshard

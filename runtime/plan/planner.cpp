@@ -4,6 +4,7 @@
 #include <limits>
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include "core/error.h"
 #include "runtime/config/config.h"
@@ -21,7 +22,18 @@ struct Shape {
   int buffers = 0;             ///< 0: the base config's
   std::int64_t micro = 1, accumulation = 1;
   std::int64_t bucket = 0;     ///< reduce/allgather_bucket_size; 0: the base config's
+  int zeropp = 0;              ///< ZeRO++: kQwz | kHpz | kQgz
 };
+
+constexpr int kQwz = 1, kHpz = 2, kQgz = 4;
+
+// ZeRO++'s variants of a stage across hosts (see [Note: planner]).
+std::vector<int> zeropp_variants(const PlanRequest& r, int stage) {
+  const bool hosts = r.ranks_per_node > 0 && r.ranks_per_node < r.world_size;
+  if (!hosts || stage < 2) return {0};
+  if (stage == 2) return {0, kQgz};
+  return {0, kQwz, kHpz, kQgz, kQwz | kHpz | kQgz};
+}
 
 std::vector<Shape> shapes(const PlanRequest& r, const std::vector<std::int64_t>& micros) {
   const bool nvme = !r.nvme_path.empty() && r.budget.nvme > 0;
@@ -41,12 +53,14 @@ std::vector<Shape> shapes(const PlanRequest& r, const std::vector<std::int64_t>&
         for (OffloadDevice param : tiers) {
           if (stage != 3 && param != OffloadDevice::none) continue;
           for (std::int64_t bucket : {std::int64_t{0}, std::int64_t{50'000'000}, std::int64_t{5'000'000}}) {
-            if (opt == OffloadDevice::nvme) {
-              for (std::int64_t sg : {std::int64_t{1'000'000'000}, std::int64_t{100'000'000}}) {
-                for (int b : {4, 2}) out.push_back({stage, opt, param, sg, b, m, a, bucket});
+            for (int zpp : zeropp_variants(r, stage)) {
+              if (opt == OffloadDevice::nvme) {
+                for (std::int64_t sg : {std::int64_t{1'000'000'000}, std::int64_t{100'000'000}}) {
+                  for (int b : {4, 2}) out.push_back({stage, opt, param, sg, b, m, a, bucket, zpp});
+                }
+              } else {
+                out.push_back({stage, opt, param, 0, 0, m, a, bucket, zpp});
               }
-            } else {
-              out.push_back({stage, opt, param, 0, 0, m, a, bucket});
             }
           }
         }
@@ -79,6 +93,9 @@ nlohmann::json rewrite(const PlanRequest& r, const Shape& s) {
     z["reduce_bucket_size"] = s.bucket;
     z["allgather_bucket_size"] = s.bucket;
   }
+  if (s.zeropp & kQwz) z["zero_quantized_weights"] = true;
+  if (s.zeropp & kHpz) z["zero_hpz_partition_size"] = r.ranks_per_node;
+  if (s.zeropp & kQgz) z["zero_quantized_gradients"] = true;
   j["train_micro_batch_size_per_gpu"] = s.micro;
   j["gradient_accumulation_steps"] = s.accumulation;
   j.erase("train_batch_size");
@@ -92,6 +109,13 @@ std::string label(const Shape& s) {
   if (s.stage == 3) l += fmt::format(", param {}", offload_device_name(s.param));
   if (s.sub_group != 0) l += fmt::format(", sub_group {:.0e}, buffers {}", static_cast<double>(s.sub_group), s.buffers);
   if (s.bucket != 0) l += fmt::format(", buckets {:.0e}", static_cast<double>(s.bucket));
+  if (s.zeropp != 0) {
+    std::vector<std::string> names;
+    for (const auto& [bit, name] : {std::pair{kQwz, "qwZ"}, std::pair{kHpz, "hpZ"}, std::pair{kQgz, "qgZ"}}) {
+      if (s.zeropp & bit) names.emplace_back(name);
+    }
+    l += fmt::format(", {}", fmt::join(names, "+"));
+  }
   return l + fmt::format(", micro-batch {} x {}", s.micro, s.accumulation);
 }
 
@@ -135,6 +159,9 @@ Plan make_plan(const PlanRequest& r) {
     c.offload_param = s.param;
     c.micro_batch = s.micro;
     c.accumulation = s.accumulation;
+    c.quantized_weights = (s.zeropp & kQwz) != 0;
+    c.hpz_partition_size = (s.zeropp & kHpz) != 0 ? r.ranks_per_node : 1;
+    c.quantized_gradients = (s.zeropp & kQgz) != 0;
     EngineConfig config;
     try {
       config = EngineConfig::from_json(c.ds_config, "plan candidate", options);
@@ -147,7 +174,7 @@ Plan make_plan(const PlanRequest& r) {
     // tier's bytes are its peak in the ledger after one step.
     std::array<std::uint64_t, 3> best{};
     for (int rank = 0; rank < r.world_size; rank = std::max(rank + 1, r.world_size - 1)) {
-      const MemoryEstimate e = estimate_memory(layout, config, rank);
+      const MemoryEstimate e = estimate_memory(layout, config, rank, r.ranks_per_node);
       std::array<std::uint64_t, 3> b{};
       for (std::size_t t = 0; t < kTiers.size(); ++t) b[t] = e.after_step.peak_total(kTiers[t]);
       if (rank == 0 || b[0] + b[1] + b[2] >= best[0] + best[1] + best[2]) {
@@ -168,8 +195,9 @@ Plan make_plan(const PlanRequest& r) {
     }
     c.fits = c.rejection.empty();
     if (r.rates) {
-      c.cost = predict_step(layout, config, c.rank, *r.rates,
-                            r.loop_seconds_per_sample * static_cast<double>(s.micro));
+      MachineRates rates = *r.rates;
+      if (r.ranks_per_node > 0) rates.ranks_per_node = r.ranks_per_node;
+      c.cost = predict_step(layout, config, c.rank, rates, r.loop_seconds_per_sample * static_cast<double>(s.micro));
       c.seconds_per_sample = c.cost->step() / static_cast<double>(s.micro * s.accumulation * r.world_size);
     }
     // A sub-group / buffer-count / bucket variant that changes neither the
@@ -178,7 +206,9 @@ Plan make_plan(const PlanRequest& r) {
     auto& list = c.fits ? plan.fits : plan.rejected;
     const auto same = [&](const PlanCandidate& o) {
       return o.stage == c.stage && o.offload_optimizer == c.offload_optimizer && o.offload_param == c.offload_param &&
-             o.micro_batch == c.micro_batch && o.bytes == c.bytes && o.seconds_per_sample == c.seconds_per_sample;
+             o.quantized_weights == c.quantized_weights && o.hpz_partition_size == c.hpz_partition_size &&
+             o.quantized_gradients == c.quantized_gradients && o.micro_batch == c.micro_batch && o.bytes == c.bytes &&
+             o.seconds_per_sample == c.seconds_per_sample;
     };
     const bool same_as_earlier = (s.sub_group != 0 || s.bucket != 0) && std::any_of(list.begin(), list.end(), same);
     if (!same_as_earlier) list.push_back(std::move(c));
@@ -207,6 +237,12 @@ Plan make_plan(const PlanRequest& r) {
 std::string plan_text(const PlanRequest& r, const Plan& plan) {
   std::string out = fmt::format("budget per rank: device {}, host {}, nvme {}; world size {}", format_bytes(r.budget.device),
                                 format_bytes(r.budget.host), format_bytes(r.budget.nvme), r.world_size);
+  if (r.ranks_per_node > 0 && r.ranks_per_node < r.world_size) {
+    out += fmt::format(" on hosts of {} ranks", r.ranks_per_node);
+    if (r.rates && r.rates->link_bandwidth > 0) {
+      out += fmt::format(" (link {:.0f} Mbit/s)", r.rates->link_bandwidth * 8 / 1e6);
+    }
+  }
   if (r.activation_bytes_per_sample > 0) {
     out += fmt::format("; activations {} per sample", format_bytes(r.activation_bytes_per_sample));
   }
@@ -221,6 +257,9 @@ std::string plan_text(const PlanRequest& r, const Plan& plan) {
       out += fmt::format(" | step {:.1f} ms (optimizer {:.1f}, comm exposed {:.1f}, swap exposed {:.1f}), {:.3f} ms/sample",
                          c.cost->step() * 1e3, c.cost->optimizer * 1e3, c.cost->comm_exposed * 1e3,
                          c.cost->swap_exposed * 1e3, c.seconds_per_sample * 1e3);
+      if (c.cost->cross_host_bytes > 0) {
+        out += fmt::format(", {} between hosts per step", format_bytes(static_cast<std::uint64_t>(c.cost->cross_host_bytes)));
+      }
     }
     out += "\n";
   }

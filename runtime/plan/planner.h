@@ -33,7 +33,13 @@
 //     gradient_accumulation_steps = global batch / (micro-batch x world)
 //     where a global batch is given (micro-batches that do not divide it are
 //     skipped);
-//   nvme only where an nvme path and free nvme bytes are given.
+//   nvme only where an nvme path and free nvme bytes are given;
+//   across hosts (ranks_per_node L below the world size): ZeRO++'s options
+//     at stage 3 (none, qwZ, hpZ over the L ranks of a host, qgZ, all
+//     three) and qgZ at stage 2, each with the estimate's extra memory
+//     (hpZ's secondary shards, qgZ's buffers) and, with rates, the
+//     predicted time over the link (MachineRates::link_bandwidth) and the
+//     bytes a step moves between hosts.
 // A candidate that EngineConfig rejects is left out. Each is laid out for
 // the world size and estimated (runtime/plan/memory_estimate.h) for rank 0 and
 // the last rank (shards are equal in size; the last ranks' hold the
@@ -68,6 +74,10 @@ struct PlanRequest {
   std::vector<std::int64_t> micro_batches;        ///< candidates; empty = the base config's micro-batch (or 1)
   std::optional<std::int64_t> global_batch;       ///< samples per optimizer step over all ranks
   std::optional<MachineRates> rates;              ///< from `zs_plan --calibrate`; none: rank by device bytes
+  /// Ranks per host (hosts of that many consecutive ranks); 0 = one host.
+  /// Below the world size the plan adds ZeRO++'s candidates and predicts
+  /// with the rates' link_bandwidth over these hosts.
+  int ranks_per_node = 0;
   double loop_seconds_per_sample = 0;             ///< the loop's forward + backward compute per sample
 };
 
@@ -80,6 +90,9 @@ struct PlanCandidate {
   OffloadDevice offload_param = OffloadDevice::none;
   std::int64_t micro_batch = 1;
   std::int64_t accumulation = 1;
+  bool quantized_weights = false;    ///< ZeRO++ qwZ
+  int hpz_partition_size = 1;        ///< ZeRO++ hpZ (1: off)
+  bool quantized_gradients = false;  ///< ZeRO++ qgZ
   int rank = 0;                                   ///< the rank estimated (the one with the most bytes)
   std::array<std::uint64_t, 3> bytes{};           ///< peak bytes per MemTier (device with activations)
   std::uint64_t activation_bytes = 0;             ///< of which activations (device)

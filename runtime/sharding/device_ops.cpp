@@ -59,6 +59,23 @@ class CpuOps : public DeviceOps {
   void sum_blocks(void* dst, const void* src, std::size_t blocks, std::size_t n, DType dtype) override {
     kernels::sum_blocks(dst, src, blocks, n, dtype);
   }
+  void quantize(const void* x, DType dtype, std::size_t n, kernels::SymQuantFormat f, float* residual,
+                void* chunk) override {
+    if (residual != nullptr) {
+      kernels::quantize_symmetric_feedback(x, dtype, n, f, residual, chunk);
+    } else {
+      kernels::quantize_symmetric(x, dtype, n, f, chunk);
+    }
+  }
+  void dequantize(const void* chunk, std::size_t n, kernels::SymQuantFormat f, void* y, DType dtype,
+                  bool accumulate) override {
+    if (accumulate) {
+      ZS_CHECK(dtype == DType::f32, "dequantize: accumulates into f32 only, got {}", dtype_name(dtype));
+      kernels::dequantize_accumulate(chunk, n, f, static_cast<float*>(y));
+    } else {
+      kernels::dequantize_symmetric(chunk, n, f, y, dtype);
+    }
+  }
   kernels::GradStats grad_stats(const void* data, DType type, std::size_t n) override {
     return kernels::grad_stats(data, type, n);
   }
@@ -143,6 +160,21 @@ class SimulatedDeviceOps final : public CpuOps {
     check_device(dst, n * dtype_size(dtype), "sum_blocks dst");
     check_device(src, blocks * n * dtype_size(dtype), "sum_blocks src");
     CpuOps::sum_blocks(dst, src, blocks, n, dtype);
+  }
+  void quantize(const void* x, DType dtype, std::size_t n, kernels::SymQuantFormat f, float* residual,
+                void* chunk) override {
+    flush();
+    check_device(x, n * dtype_size(dtype), "quantize x");
+    if (residual != nullptr) check_device(residual, n * sizeof(float), "quantize residual");
+    check_device(chunk, kernels::sym_quant_chunk_bytes(n, f), "quantize chunk");
+    CpuOps::quantize(x, dtype, n, f, residual, chunk);
+  }
+  void dequantize(const void* chunk, std::size_t n, kernels::SymQuantFormat f, void* y, DType dtype,
+                  bool accumulate) override {
+    flush();
+    check_device(chunk, kernels::sym_quant_chunk_bytes(n, f), "dequantize chunk");
+    check_device(y, n * dtype_size(dtype), "dequantize y");
+    CpuOps::dequantize(chunk, n, f, y, dtype, accumulate);
   }
   kernels::GradStats grad_stats(const void* data, DType type, std::size_t n) override {
     flush();

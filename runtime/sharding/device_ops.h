@@ -10,6 +10,7 @@
 
 #include "core/dtype.h"
 #include "kernels/cpu/cast.h"
+#include "kernels/quant/symmetric_quant.h"
 #include "offload/host_allocator.h"
 #include "optimizer/optimizer.h"
 #include "optimizer/range_update.h"
@@ -45,8 +46,8 @@
 // the optimizer's staging (runtime/engine/shard_optimizer.cpp); the Engine
 // constructor uses it to check a GPU configuration.
 // Each backend (cpu, the simulated device, cuda, and the step replay's
-// size-only ops in runtime/plan/memory_replay.cpp) implements the twelve
-// virtual functions; the named copies and casts (move, download, upload,
+// size-only ops in runtime/plan/memory_replay.cpp) implements the fourteen
+// virtual functions (twelve, and ZeRO++'s quantize and dequantize); the named copies and casts (move, download, upload,
 // download_settled, download_async, upload_async, cast, accumulate_cast)
 // are how callers spell them. The optimizer update is one entry for every
 // state format (optimizer/range_update.h).
@@ -158,6 +159,17 @@ class DeviceOps {
   /// The cuda form runs it as a copy of block 0 and one accumulate_cast
   /// per further block (bitwise the same sums; f32, bf16, f16 only).
   virtual void sum_blocks(void* dst, const void* src, std::size_t blocks, std::size_t n, DType dtype) = 0;
+  /// kernels::quantize_symmetric (kernels/quant/symmetric_quant.h): n
+  /// elements of x (f32, bf16 or f16) into `chunk`
+  /// (sym_quant_chunk_bytes(n, f) bytes, 4-byte aligned); with `residual`
+  /// (n floats) quantize_symmetric_feedback. The cuda form runs
+  /// kernels/cuda/symmetric_quant.h (bitwise the same chunks).
+  virtual void quantize(const void* x, DType dtype, std::size_t n, kernels::SymQuantFormat f, float* residual,
+                        void* chunk) = 0;
+  /// kernels::dequantize_symmetric of the chunk's n elements into y
+  /// (dtype), or with `accumulate` (dtype f32) dequantize_accumulate into y.
+  virtual void dequantize(const void* chunk, std::size_t n, kernels::SymQuantFormat f, void* y, DType dtype,
+                          bool accumulate) = 0;
   /// Sum of squares and Inf/NaN count of n elements (completes first). The
   /// cuda form reports a count of 1 for "some", not the number.
   virtual kernels::GradStats grad_stats(const void* data, DType type, std::size_t n) = 0;

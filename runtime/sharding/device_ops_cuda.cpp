@@ -13,6 +13,7 @@
 #include "core/error.h"
 #include "kernels/cuda/adam.h"
 #include "kernels/cuda/convert.h"
+#include "kernels/cuda/symmetric_quant.h"
 #include "kernels/cuda/grad_check.h"
 #include "kernels/cuda/sgd.h"
 #include "runtime/sharding/device_ops.h"
@@ -96,6 +97,23 @@ class CudaOps final : public DeviceOps {
     if (dst != src) move(dst, src, bytes);
     for (std::size_t j = 1; j < blocks; ++j) {
       accumulate_cast(dst, dtype, static_cast<const std::byte*>(src) + j * bytes, dtype, n, 1.0f);
+    }
+  }
+  void quantize(const void* x, DType dtype, std::size_t n, kernels::SymQuantFormat f, float* residual,
+                void* chunk) override {
+    if (residual != nullptr) {
+      kernels::gpu::quantize_symmetric_feedback(x, dtype, n, f, residual, chunk, stream());
+    } else {
+      kernels::gpu::quantize_symmetric(x, dtype, n, f, chunk, stream());
+    }
+  }
+  void dequantize(const void* chunk, std::size_t n, kernels::SymQuantFormat f, void* y, DType dtype,
+                  bool accumulate) override {
+    if (accumulate) {
+      ZS_CHECK(dtype == DType::f32, "dequantize: accumulates into f32 only, got {}", dtype_name(dtype));
+      kernels::gpu::dequantize_accumulate(chunk, n, f, static_cast<float*>(y), stream());
+    } else {
+      kernels::gpu::dequantize_symmetric(chunk, n, f, y, dtype, stream());
     }
   }
   kernels::GradStats grad_stats(const void* data, DType type, std::size_t n) override {

@@ -4,6 +4,8 @@
 
 #include <algorithm>
 
+#include <fmt/format.h>
+
 #include "core/error.h"
 
 namespace zeroshard {
@@ -14,14 +16,107 @@ std::byte* elem(void* p, std::size_t i, DType t) { return static_cast<std::byte*
 
 }  // namespace
 
+std::uint64_t error_feedback_bytes(const FlatLayout& layout, const GradReducerOptions& options) {
+  if (!options.quantized || !options.error_feedback || options.stage < 2 || layout.world_size() <= 1) return 0;
+  return static_cast<std::uint64_t>(layout.total_padded()) * sizeof(float);
+}
+
+namespace {
+
+// Why a node layout cannot carry qgZ ("" when it can): nodes of one size,
+// rank r on node r / ranks_per_node.
+std::string layout_problem(const NodeGroups& g, int world) {
+  if (static_cast<int>(g.node_of_rank.size()) != world) return "no host of every rank";
+  const int per_node = world / g.num_nodes;
+  if (per_node * g.num_nodes != world) {
+    return fmt::format("{} ranks do not split evenly over {} nodes", world, g.num_nodes);
+  }
+  for (int r = 0; r < world; ++r) {
+    if (g.node_of_rank[static_cast<std::size_t>(r)] != r / per_node) {
+      return fmt::format("the ranks are not placed node by node (rank {} is on node {}, not {})", r,
+                         g.node_of_rank[static_cast<std::size_t>(r)], r / per_node);
+    }
+  }
+  return "";
+}
+
+}  // namespace
+
 GradReducer::GradReducer(Communicator& comm, const FlatLayout& layout, DeviceOps& ops, BufferPool& pool,
-                         GradReducerOptions options, GradTarget& target)
+                         GradReducerOptions options, GradTarget& target, const NodeGroups* nodes)
     : comm_(comm), layout_(layout), ops_(ops), pool_(pool), o_(options), target_(target),
       micro_(layout.units().size()) {
   ZS_CHECK(layout.world_size() == comm.world_size(), "GradReducer: layout for {} ranks, communicator of {}",
            layout.world_size(), comm.world_size());
   ZS_CHECK(o_.stage >= 0 && o_.stage <= 3, "GradReducer: stage {}", o_.stage);
   ZS_CHECK(o_.reduce_bucket_size > 0 && o_.allgather_bucket_size > 0, "GradReducer: bucket sizes must be > 0");
+  if (!o_.quantized || o_.stage < 2) return;
+  kernels::check_sym_quant_format(*o_.quantized, "GradReducer");
+  const int world = comm.world_size();
+  const std::string format = fmt::format("{} blocks of {}", kernels::quant_bits_name(o_.quantized->bits),
+                                         o_.quantized->block);
+  if (world == 1) {
+    note_ = "qgZ: world size 1, nothing to reduce: gradients stay as they are";
+    return;
+  }
+  ZS_CHECK(nodes != nullptr && nodes->local && nodes->cross, "GradReducer: qgZ needs the node groups");
+  const std::string problem = layout_problem(*nodes, world);
+  if (!problem.empty()) {
+    note_ = fmt::format("qgZ: {}: gradients use the plain reduce-scatter", problem);
+    return;
+  }
+  hierarchical_ = true;
+  nodes_ = NodeLayout{.local = nodes->local.get(), .cross = nodes->cross.get(), .nodes = nodes->num_nodes,
+                      .ranks_per_node = world / nodes->num_nodes};
+  note_ = fmt::format("qgZ: {} nodes x {} ranks, {} all-to-all inside the nodes, then across{}", nodes_.nodes,
+                      nodes_.ranks_per_node, format, o_.error_feedback ? ", with error feedback" : "");
+  if (!o_.error_feedback) return;
+  residual_.resize(layout.units().size());
+  for (std::size_t u = 0; u < residual_.size(); ++u) {
+    residual_[u] = pool_.acquire(layout.units()[u].padded, DType::f32, true, MemCategory::residual);
+  }
+}
+
+float* GradReducer::residual(UnitId u) {
+  ZS_CHECK(u >= 0 && static_cast<std::size_t>(u) < micro_.size(), "unknown unit id {}", u);
+  return residual_.empty() ? nullptr : residual_[static_cast<std::size_t>(u)].as<float>();
+}
+
+void GradReducer::reset_residuals() {
+  for (PoolLease& l : residual_) ops_.zero(l.data(), l.numel() * sizeof(float));
+}
+
+// qgZ: b's reduce-scatter of `send` (world blocks of b.fill) into b.recv
+// (fp32), with each piece's error-feedback residual gathered into the
+// bucket's shape and back (a whole-unit bucket uses the unit's own).
+void GradReducer::start_quantized(Bucket& b, const void* send) {
+  const std::size_t world = static_cast<std::size_t>(comm_.world_size());
+  b.recv = pool_.acquire(b.fill, DType::f32, false);
+  float* residual = nullptr;
+  PoolLease shaped;
+  const BucketPiece& first = b.pieces.front();
+  const bool whole = b.pieces.size() == 1 && first.offset == 0 && first.n == layout_.unit(first.unit).shard;
+  if (!residual_.empty() && whole) {
+    residual = this->residual(first.unit);
+  } else if (!residual_.empty()) {
+    shaped = pool_.acquire(world * b.fill, DType::f32, false);
+    residual = shaped.as<float>();
+    for (const BucketPiece& p : b.pieces) {
+      const std::size_t shard = layout_.unit(p.unit).shard;
+      for (std::size_t r = 0; r < world; ++r) {
+        ops_.move(residual + r * b.fill + p.pos, this->residual(p.unit) + r * shard + p.offset, p.n * sizeof(float));
+      }
+    }
+  }
+  b.quantized = QuantizedReduceScatter::start(nodes_, ops_, pool_, send, bucket_dtype(b), b.fill, *o_.quantized,
+                                              residual, b.recv.as<float>());
+  if (!shaped.valid()) return;
+  for (const BucketPiece& p : b.pieces) {
+    const std::size_t shard = layout_.unit(p.unit).shard;
+    for (std::size_t r = 0; r < world; ++r) {
+      ops_.move(this->residual(p.unit) + r * shard + p.offset, residual + r * b.fill + p.pos, p.n * sizeof(float));
+    }
+  }
 }
 
 // dst[0..n) = src[0..n) converted from src_type to dst_type, times scale,
@@ -112,6 +207,10 @@ void GradReducer::start_collective(Bucket& b) {
                     b.fill * dtype_size(t));
         }
       }
+      if (hierarchical_) {
+        start_quantized(b, b.send.data());
+        break;
+      }
       if (!ordered()) {
         b.recv = pool_.acquire(b.fill, t, false);
         b.work = comm_.ireduce_scatter(b.send.data(), b.recv.data(), b.fill, t, ReduceOp::sum);
@@ -138,6 +237,7 @@ void GradReducer::start_collective(Bucket& b) {
 void GradReducer::finish_collective(Bucket& b) {
   b.work.wait();
   b.ordered.wait();
+  b.quantized.wait();
   const DType t = bucket_dtype(b);
   // Where the collective left its result (at world size 1 none ran: `send`).
   const PoolLease& result = b.recv.valid() ? b.recv : b.send;
@@ -152,8 +252,9 @@ void GradReducer::finish_collective(Bucket& b) {
       }
       break;
     case BucketKind::reduce_scatter:
+      // The sum is in the bucket's dtype, or fp32 from qgZ.
       for (const BucketPiece& p : b.pieces) {
-        target_.accumulate_shard(p.unit, p.offset, result.at(p.pos), t, p.n, o_.stored_scale);
+        target_.accumulate_shard(p.unit, p.offset, result.at(p.pos), result.dtype(), p.n, o_.stored_scale);
       }
       break;
     case BucketKind::all_gather:
@@ -182,6 +283,7 @@ void GradReducer::launch(Bucket& b, std::deque<Bucket>& flight) {
   // same point on every rank ([Note: gradient buckets]).
   for (std::size_t i = 0; i + 1 < flight.size(); ++i) {
     if (flight[i].kind == BucketKind::all_reduce) flight[i].ordered.advance();
+    if (flight[i].kind == BucketKind::reduce_scatter) flight[i].quantized.advance();
   }
   // With overlap a bucket is retired only when kMaxBucketsInFlight newer
   // ones are in flight (or in complete()), never because a test succeeded:
@@ -192,6 +294,7 @@ void GradReducer::launch(Bucket& b, std::deque<Bucket>& flight) {
   if (o_.overlap && !flight.empty()) {
     flight.front().work.test();
     flight.front().ordered.test();
+    flight.front().quantized.test();
   }
   while (!flight.empty() && (!o_.overlap || flight.size() > kMaxBucketsInFlight)) {
     finish_collective(flight.front());

@@ -9,13 +9,18 @@
 #include <cstddef>
 #include <deque>
 #include <functional>
+#include <optional>
+#include <string>
 #include <vector>
 
 #include "comm/communicator.h"
+#include "comm/node_groups.h"
 #include "comm/ordered_reduce.h"
+#include "kernels/quant/symmetric_quant.h"
 #include "runtime/sharding/buffer_pool.h"
 #include "runtime/sharding/device_ops.h"
 #include "runtime/sharding/flat_layout.h"
+#include "runtime/sharding/quantized_reduce.h"
 
 // [Note: gradient buckets]
 // reduce(u) hands unit u's gradient to the open bucket, piece by piece;
@@ -81,6 +86,21 @@
 // are a function of the calls: [Note: step replay] in
 // runtime/plan/memory_replay.h); without it each bucket completes before the
 // call that started it returns.
+// qgZ (zero_quantized_gradients): with a format and the node layout of the
+// data-parallel group, a stage 2/3 bucket's reduce-scatter runs as
+// [Note: hierarchical quantized reduce-scatter] (runtime/sharding/
+// quantized_reduce.h) into an fp32 receive buffer, which enters the shard
+// through accumulate_shard as any other; the in-place and packed buckets
+// are the same as above, and a bucket's second hop is posted where an
+// all-reduce bucket's all-gather would be (the next bucket's start, the
+// in-flight limit, complete()). Where the layout does not allow it (world
+// size 1, nodes of unequal sizes, ranks not placed node by node) the
+// reducer keeps the plain reduce-scatter and says why in note(). With
+// error feedback each unit has a residual of its padded elements (fp32,
+// MemCategory::residual, leased at construction and kept; zeroed then and
+// by reset_residuals()), indexed as the unit's micro-batch gradient: the
+// rank's own quantization error of those elements, added to them at their
+// next reduction.
 
 namespace zeroshard {
 
@@ -121,7 +141,21 @@ struct GradReducerOptions {
   /// How reductions sum the ranks ([Note: rank-ordered reduction] in
   /// comm/ordered_reduce.h): rank order (the default) or the backend's.
   ReductionOrder order = ReductionOrder::rank;
+  /// qgZ (zero_quantized_gradients): the format stage 2/3 buckets travel
+  /// in ([Note: hierarchical quantized reduce-scatter]); unset: the plain
+  /// reduce-scatter.
+  std::optional<kernels::SymQuantFormat> quantized{};
+  /// zeroshard.zeropp.error_feedback (with `quantized`): each unit's
+  /// quantization residual is kept and fed back.
+  bool error_feedback = false;
 };
+
+/// Bytes of the error-feedback residuals a GradReducer with these options
+/// leases at construction on a layout whose data-parallel group is laid out
+/// node by node (not one node of one rank): 4 x the units' padded elements
+/// with qgZ and error feedback at stages 2/3, else 0. What the memory
+/// estimate records (runtime/plan/memory_estimate.h). Pure.
+std::uint64_t error_feedback_bytes(const FlatLayout& layout, const GradReducerOptions& options);
 
 /// One run of a unit inside a bucket. For an all-reduce bucket `offset` is
 /// an element offset in the unit's padded flat buffer; for reduce-scatter and
@@ -151,6 +185,7 @@ struct Bucket {
   /// waits for its collective before its buffers go back to the pool.
   CommWork work;           ///< native order and all-gathers
   OrderedReduction ordered;  ///< rank order: the reduction in flight
+  QuantizedReduceScatter quantized;  ///< qgZ: the reduce-scatter in flight (recv: fp32)
 };
 
 /// Bucketed gradient reduction of one engine ([Note: gradient buckets]).
@@ -160,15 +195,29 @@ struct Bucket {
 class GradReducer {
  public:
   /// `layout` must be finalized for comm's world size; comm, layout, ops,
-  /// pool and target must outlive the reducer.
+  /// pool and target must outlive the reducer. `nodes`: comm's node groups
+  /// (comm/node_groups.h; must outlive the reducer), needed with
+  /// options.quantized at stages 2/3 (InvariantError without them).
   GradReducer(Communicator& comm, const FlatLayout& layout, DeviceOps& ops, BufferPool& pool,
-              GradReducerOptions options, GradTarget& target);
+              GradReducerOptions options, GradTarget& target, const NodeGroups* nodes = nullptr);
   /// Drops what is left (as discard()).
   ~GradReducer() { discard(); }
   GradReducer(const GradReducer&) = delete;
   GradReducer& operator=(const GradReducer&) = delete;
 
   const GradReducerOptions& options() const { return o_; }
+  /// True when stage 2/3 buckets run quantized and hierarchically (qgZ).
+  bool quantized() const { return hierarchical_; }
+  /// One line on how qgZ runs, or why it falls back to the plain
+  /// reduce-scatter ("" without qgZ); the engine prints it on rank 0.
+  const std::string& note() const { return note_; }
+  /// Unit u's error-feedback residual (padded elements, fp32, ops' memory;
+  /// element i belongs to element i of the unit's micro-batch gradient), or
+  /// nullptr without error feedback.
+  float* residual(UnitId u);
+  /// Zeroes every error-feedback residual (what loading a checkpoint does:
+  /// residuals are not saved). Local.
+  void reset_residuals();
 
   /// Stages 2/3: unit u's gradient buffer of this micro-batch (padded
   /// elements of the compute dtype in ops' memory), leased and zeroed on
@@ -213,6 +262,7 @@ class GradReducer {
   void drain(std::deque<Bucket>& flight);
   void pack_all_reduce(UnitId u);
   void pack_reduce_scatter(UnitId u);
+  void start_quantized(Bucket& b, const void* send);
 
   Communicator& comm_;
   const FlatLayout& layout_;
@@ -224,6 +274,10 @@ class GradReducer {
   Bucket open_;                   ///< reduction bucket being filled (no pieces = none)
   std::deque<Bucket> in_flight_;  ///< started reduction buckets, in issue order
   std::vector<void*> gather_dst_; ///< all_gather_shards: each unit's full parameter buffer
+  bool hierarchical_ = false;     ///< qgZ in use
+  NodeLayout nodes_;              ///< qgZ: the node layout
+  std::string note_;
+  std::vector<PoolLease> residual_;  ///< qgZ with error feedback: per unit, padded fp32
 };
 
 }  // namespace zeroshard

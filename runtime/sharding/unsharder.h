@@ -10,9 +10,11 @@
 #include <cstddef>
 #include <cstdint>
 #include <limits>
+#include <optional>
 #include <vector>
 
 #include "comm/communicator.h"
+#include "kernels/quant/symmetric_quant.h"
 #include "runtime/sharding/buffer_pool.h"
 #include "runtime/sharding/device_ops.h"
 #include "runtime/sharding/flat_layout.h"
@@ -67,6 +69,31 @@
 //    all-gathered again.
 // A unit's full buffer is layout padded elements; rank r's shard is
 // elements [r*S, (r+1)*S) of it, as the FlatLayout places them.
+//
+// [Note: ZeRO++ unsharding]
+// Two options of ZeRO++ (Wang et al. 2023, arXiv 2306.10209, sections 4.1
+// and 4.2) change where a full buffer's bytes come from, never the rules
+// above:
+//  - qwZ (options.quantized): each rank quantizes its shard into a chunk
+//    ([Note: symmetric block quantization], kernels/quant/
+//    symmetric_quant.h), the chunks are all-gathered as bytes, and every
+//    chunk is dequantized into its place of the full buffer, the rank's own
+//    included, so every rank computes with the same parameters: the full
+//    buffer equals the dequantized shards exactly, within the format's
+//    bound of the shards; the shards (the master copy in fp32 training, the
+//    compute copy in mixed precision) are untouched. Also at world size 1.
+//  - hpZ (a secondary communicator of k ranks, options.hpz_partition_size
+//    = k): each unit has a secondary shard, padded / k elements in the
+//    compute dtype leased at construction (MemCategory::secondary), for
+//    this rank's position g in its group: elements [g P / k, (g + 1) P / k)
+//    of the full buffer. A unit's first all-gather after construction,
+//    refresh() or reset() runs over the world as above and, once complete,
+//    copies that slice into the secondary shard; every later one (the
+//    backward's, the next micro-batches') all-gathers the k secondary
+//    shards of the group instead. The values are those of the world's
+//    gather, bit for bit, so hpZ changes where the bytes travel, not the
+//    results. refresh() marks every secondary shard stale before it
+//    gathers the held and persistent units again.
 
 namespace zeroshard {
 
@@ -116,7 +143,18 @@ struct UnsharderOptions {
   /// stage3_model_persistence_threshold: most parameter elements (not
   /// padded) of all persistent units together.
   std::int64_t model_persistence_threshold = std::numeric_limits<std::int64_t>::max();
+  /// qwZ (zero_quantized_weights): the format of the all-gathers over the
+  /// world ([Note: ZeRO++ unsharding]); unset: the compute dtype as is.
+  std::optional<kernels::SymQuantFormat> quantized{};
+  /// hpZ (zero_hpz_partition_size): ranks of the secondary group; 1 = none.
+  int hpz_partition_size = 1;
 };
+
+/// Bytes of the hpZ secondary shards an Unsharder with these options leases
+/// at construction: the units' padded elements / hpz_partition_size in the
+/// compute dtype, with gather on and hpz_partition_size > 1, else 0. What
+/// the memory estimate records (runtime/plan/memory_estimate.h). Pure.
+std::uint64_t hpz_secondary_bytes(const FlatLayout& layout, const UnsharderOptions& options);
 
 /// Stage 3 unsharding of one engine ([Note: unshard order]). Collectives
 /// on `comm` over buffers of `ops`' memory from `pool`; collective methods
@@ -125,9 +163,12 @@ struct UnsharderOptions {
 class Unsharder {
  public:
   /// `layout` must be finalized for comm's world size; comm, layout, ops,
-  /// pool and source must outlive the unsharder.
+  /// pool and source must outlive the unsharder. `secondary`: with hpZ
+  /// (options.hpz_partition_size = k > 1, gather on) the communicator of
+  /// this rank's k consecutive ranks, rank rank() % k in it (must outlive
+  /// the unsharder); InvariantError when it is missing or of another size.
   Unsharder(Communicator& comm, const FlatLayout& layout, DeviceOps& ops, BufferPool& pool,
-            UnsharderOptions options, ShardSource& source);
+            UnsharderOptions options, ShardSource& source, Communicator* secondary = nullptr);
   /// Waits for collectives in flight, then drops every buffer (as reset()).
   ~Unsharder() { reset(); }
   Unsharder(const Unsharder&) = delete;
@@ -179,6 +220,9 @@ class Unsharder {
   /// included; at world size 1 each is a copy of the shard, no
   /// collective). Throws InvariantError for an unknown unit.
   std::int64_t all_gathers(UnitId u) const;
+  /// Of those, the all-gathers of hpZ secondary shards inside the group
+  /// ([Note: ZeRO++ unsharding]). Throws InvariantError for an unknown unit.
+  std::int64_t secondary_gathers(UnitId u) const;
 
   /// The recorded unshard order (gather with overlap only).
   const std::vector<UnitId>& order() const { return order_; }
@@ -187,17 +231,24 @@ class Unsharder {
 
  private:
   struct Unit {
+    PoolLease secondary;  ///< hpZ: this rank's secondary shard, for the unit's lifetime
     PoolLease full;    ///< the gathered full buffer
     PoolLease upload;  ///< a host shard copied into ops' memory for the collective
+    PoolLease chunks;  ///< qwZ: every rank's quantized chunk (world x chunk bytes)
     CommWork work;     ///< pending all-gather into `full` (declared last: waited on first)
     int count = 0;
     bool persistent = false;
+    bool secondary_valid = false;  ///< hpZ: the secondary shard holds the current parameters
+    bool fill_secondary = false;   ///< hpZ: copy the slice when the world gather completes
     std::int64_t all_gathers = 0;
+    std::int64_t secondary_gathers = 0;
   };
   Unit& unit(UnitId u);
   const Unit& unit(UnitId u) const;
   std::int64_t weight(UnitId u) const;
   void start(UnitId u);
+  void start_world(UnitId u);
+  void complete(UnitId u);
   void finish(UnitId u);
   void drop(UnitId u);
   void make_room(UnitId u);
@@ -211,6 +262,7 @@ class Unsharder {
   BufferPool& pool_;
   UnsharderOptions o_;
   ShardSource& source_;
+  Communicator* secondary_ = nullptr;  ///< hpZ group (null: none)
   std::vector<Unit> units_;
   std::vector<UnitId> order_;
   bool recording_ = true;

@@ -153,6 +153,65 @@ TEST_CASE("TracedCommunicator numbers every collective and records them in issue
   CHECK(zero_rows == 6);
 }
 
+TEST_CASE("cross_host_bytes: the direct-exchange model per kind") {
+  // Ranks 0, 1 on host 0; 2, 3 on host 1; 4 on host 2.
+  const std::vector<int> hosts = {0, 0, 1, 1, 2};
+  // Rank 0: three remote ranks; 10 f32 elements per block = 40 bytes.
+  CHECK(cross_host_bytes(CollectiveKind::all_gather, 10, DType::f32, 0, -1, -1, hosts) == 120);
+  CHECK(cross_host_bytes(CollectiveKind::all_to_all, 10, DType::bf16, 0, -1, -1, hosts) == 60);
+  CHECK(cross_host_bytes(CollectiveKind::reduce_scatter, 10, DType::u8, 4, -1, -1, hosts) == 40);
+  CHECK(cross_host_bytes(CollectiveKind::all_reduce, 10, DType::f32, 0, -1, -1, hosts) == 2 * 40 * 3 / 5);
+  CHECK(cross_host_bytes(CollectiveKind::broadcast, 10, DType::f32, 2, 2, -1, hosts) == 120);
+  CHECK(cross_host_bytes(CollectiveKind::broadcast, 10, DType::f32, 3, 2, -1, hosts) == 0);
+  CHECK(cross_host_bytes(CollectiveKind::send, 10, DType::f32, 0, -1, 1, hosts) == 0);
+  CHECK(cross_host_bytes(CollectiveKind::send, 10, DType::f32, 0, -1, 4, hosts) == 40);
+  CHECK(cross_host_bytes(CollectiveKind::recv, 10, DType::f32, 0, -1, 4, hosts) == 0);
+  CHECK(cross_host_bytes(CollectiveKind::barrier, 0, DType::f32, 0, -1, -1, hosts) == 0);
+  CHECK(cross_host_bytes(CollectiveKind::all_gather, 10, DType::f32, 0, -1, -1, {}) == 0);
+}
+
+TEST_CASE("TracedCommunicator with a comms log counts the bytes each collective sends to other hosts") {
+  // Ranks 2k and 2k + 1 stand for one host.
+  const int n = world().world_size(), me = world().rank();
+  CommsLogOptions log_options;
+  log_options.enabled = true;
+  CommsLog log(log_options);
+  TracedCommunicator c(world(), "world", {.comms_log = &log, .host_id = "host-" + std::to_string(me / 2)});
+  REQUIRE(c.node_of_rank().size() == static_cast<std::size_t>(n));
+  std::uint64_t remote = 0;
+  for (int r = 0; r < n; ++r) {
+    CHECK(c.node_of_rank()[static_cast<std::size_t>(r)] == r / 2);
+    remote += r / 2 != me / 2 ? 1 : 0;
+  }
+  const std::size_t count = 57;
+  run_sequence(c, count);
+  const std::uint64_t block = count * 4;
+  std::uint64_t total = 0;
+  for (const CommsLogRow& r : log.rows()) {
+    CAPTURE(to_string(r.kind));
+    std::uint64_t want = 0;
+    switch (r.kind) {
+      case CollectiveKind::all_gather:
+      case CollectiveKind::all_to_all:
+      case CollectiveKind::reduce_scatter: want = block * remote; break;
+      case CollectiveKind::all_reduce: want = 2 * block * remote / static_cast<std::uint64_t>(n); break;
+      case CollectiveKind::broadcast: want = me == 0 ? block * remote : 0; break;
+      default: break;
+    }
+    CHECK(r.cross_host_bytes == want);
+    total += want;
+  }
+  CHECK(log.cross_host_bytes() == total);
+  // A split of the traced communicator exchanges its own ranks' hosts.
+  auto odd = c.split(me % 2, me, "parity");
+  for (int r = 0; r < odd->world_size(); ++r) {
+    CHECK(odd->node_of_rank()[static_cast<std::size_t>(r)] == r);  // ranks of one parity: one per host
+  }
+  // Without a log nothing is exchanged.
+  TracedCommunicator quiet(world(), "quiet");
+  CHECK(quiet.node_of_rank().empty());
+}
+
 TEST_CASE("TracedCommunicator: spans on the comm thread, comm_wait accounting, nothing when off") {
   Tracer tracer;
   TracedCommunicator c(world(), "dp", {.tracer = &tracer});

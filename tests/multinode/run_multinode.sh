@@ -51,19 +51,6 @@ export ZS_TESTBED_PREFIX="${ZS_TESTBED_PREFIX:-zsmt}"
 job=multinode
 # shellcheck source=tests/multinode/testbed_job.sh
 source "$src/tests/multinode/testbed_job.sh"
-# run LIMIT_S DESCRIPTION CMD...: CMD under a time limit, its output shown.
-run() {
-  local limit="$1" what="$2"
-  shift 2
-  step "$what"
-  local s=$SECONDS rc=0
-  timeout --kill-after=10 "$limit" "$@" || rc=$?
-  if [ "$rc" != 0 ]; then
-    echo "multinode: FAILED ($what): exit status $rc$([ "$rc" = 124 ] && echo ", over the ${limit} s limit")" >&2
-    exit 1
-  fi
-  echo "multinode: ok ($what) in $((SECONDS - s)) s"
-}
 tb_mpirun=("$testbed" mpirun)
 
 step "bringing up 3 test hosts"
@@ -160,9 +147,4 @@ grep -q "after 40 optimizer steps" "$work/elastic.out" || { echo "multinode: FAI
 [ "$rc" = 0 ] || { echo "multinode: FAILED (zs-launch): exit status $rc" >&2; exit 1; }
 echo "multinode: ok (zs-launch restarted on 2 hosts from the checkpoint and finished)"
 
-step "bringing the testbed down"
-trap - EXIT
-cleanup
-left=$(ip netns list | awk '{print $1}' | grep -c "^$ZS_TESTBED_PREFIX-" || true)
-[ "$left" = 0 ] || { echo "multinode: FAILED: $left namespaces left after down" >&2; exit 1; }
-echo "multinode: all passed in $((SECONDS - t0)) s"
+finish

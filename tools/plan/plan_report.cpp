@@ -2,10 +2,14 @@
 #include "tools/plan/plan_report.h"
 
 #include <algorithm>
+#include <string>
+#include <utility>
 
 #include <fmt/format.h>
 
+#include "core/error.h"
 #include "optimizer/optimizer.h"
+#include "runtime/plan/cost_model.h"
 #include "runtime/plan/zero_formulas.h"
 
 namespace zeroshard::tools {
@@ -28,9 +32,28 @@ int largest_rank(const ModelDescription& model, const EngineConfig& config, int 
   return first > last ? 0 : world - 1;
 }
 
+double link_rate_bytes(const std::string& rate) {
+  std::size_t end = 0;
+  double value = 0;
+  try {
+    value = std::stod(rate, &end);
+  } catch (const std::exception&) {
+    end = 0;
+  }
+  const std::string unit = rate.substr(end);
+  const std::pair<const char*, double> units[] = {{"bit", 1.0 / 8}, {"kbit", 1e3 / 8}, {"mbit", 1e6 / 8},
+                                                  {"gbit", 1e9 / 8}, {"bps", 1.0}};
+  for (const auto& [name, bytes] : units) {
+    if (end > 0 && unit == name && value > 0) return value * bytes;
+  }
+  throw ConfigError(fmt::format("link rate \"{}\": give a positive number with bit, kbit, mbit, gbit or bps "
+                                "(e.g. 100mbit)",
+                                rate));
+}
+
 std::string plan_report(const ModelDescription& model, const std::string& model_name, const EngineConfig& config,
-                        int world, int rank) {
-  const MemoryEstimate est = estimate_memory(model, config, world, rank);
+                        int world, int rank, int ranks_per_node) {
+  const MemoryEstimate est = estimate_memory(model, config, world, rank, ranks_per_node);
   const MemoryLedger& l = est.after_finalize;
   const int stage = config.zero.stage;
   const bool mixed = config.compute_dtype != DType::f32;
@@ -105,6 +128,13 @@ std::string plan_report(const ModelDescription& model, const std::string& model_
   }
   out += "  - transient buffers of a step (gradient buckets, staging, gathered units) are in the peak during a "
          "step above, not in the figures after finalize(); the formulas have none\n";
+  if (ranks_per_node > 0 && ranks_per_node < world) {
+    const CrossHostTraffic t = cross_host_traffic(model.layout(world), config, ranks_per_node);
+    out += fmt::format("\nbetween hosts of {} ranks, a steady step moves {} over all ranks: parameter gathers {}, "
+                       "gradient reduction {}, the norm {}\n",
+                       ranks_per_node, bytes_text(t.total()), format_bytes(t.parameter_gathers),
+                       format_bytes(t.gradient_reduction), format_bytes(t.norm));
+  }
   return out;
 }
 

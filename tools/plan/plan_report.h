@@ -25,7 +25,16 @@ int largest_rank(const ModelDescription& model, const EngineConfig& config, int 
 /// (columns) with padding, in bytes and binary units; the side-by-side
 /// model-state table (zeroshard, ZeRO paper, DeepSpeed on device and host)
 /// and the notes on where they differ. Throws as estimate_memory.
+/// With `ranks_per_node` below the world size (hosts of that many
+/// consecutive ranks) the estimate uses those hosts for qgZ's buffers and
+/// the report adds the bytes a steady step moves between hosts
+/// (cross_host_traffic, runtime/plan/cost_model.h).
 std::string plan_report(const ModelDescription& model, const std::string& model_name, const EngineConfig& config,
-                        int world, int rank);
+                        int world, int rank, int ranks_per_node = 0);
+
+/// Bytes per second of a link rate as tc writes it: a number with the
+/// suffix bit, kbit, mbit, gbit (1000-based) or bps (bytes); e.g. "100mbit"
+/// is 12.5e6. Throws ConfigError naming the text otherwise.
+double link_rate_bytes(const std::string& rate);
 
 }  // namespace zeroshard::tools

@@ -22,7 +22,14 @@
 //       --calibration calib.json --loop-ms-per-sample 2.5
 //       --activation-bytes-per-sample 30MiB --micro-batch 1,2,4,8 --global-batch 256
 //       --write-config ds_config.json
-// (one command).
+// (one command). Across hosts, --ranks-per-node L (hosts of L consecutive
+// ranks) adds ZeRO++'s candidates (qwZ, hpZ over a host, qgZ) and, with
+// --link-rate (100mbit, 1gbit, ...), predicts their time over the link:
+//   zs_plan --params 2e8 --units 24 --world 16 --config base.json
+//       --budget-device 16GiB --calibration calib.json --loop-ms-per-sample 1
+//       --ranks-per-node 8 --link-rate 100mbit
+// In the estimate mode --ranks-per-node adds the bytes a step moves
+// between hosts.
 //
 // --model reads a JSON description or a safetensors header
 // (runtime/plan/model_description.h); --params/--units generates P parameter
@@ -83,6 +90,8 @@ int main(int argc, char** argv) {
   std::uint64_t budget_device = 0, budget_host = 0, nvme_free = 0, activations = 0;
   std::vector<std::int64_t> micro_batches;
   std::optional<std::int64_t> global_batch;
+  int ranks_per_node = 0;
+  std::string link_rate;
   auto* model_opt = app.add_option("--model", model_path, "model description: JSON or .safetensors")
                         ->check(CLI::ExistingFile);
   auto* params_opt = app.add_option("--params", params, "generated model: parameter elements (e.g. 1.5e9)")
@@ -112,6 +121,12 @@ int main(int argc, char** argv) {
   app.add_option("--micro-batch", micro_batches, "plan: micro-batch candidates")->delimiter(',');
   app.add_option("--global-batch", global_batch, "plan: samples per optimizer step over all ranks");
   app.add_option("--write-config", write_path, "plan: write the chosen ds_config here");
+  app.add_option("--ranks-per-node", ranks_per_node,
+                 "plan: ranks per host (hosts of that many consecutive ranks; ZeRO++'s candidates across hosts)")
+      ->check(CLI::NonNegativeNumber);
+  app.add_option("--link-rate", link_rate,
+                 "plan: each host's link, as tc writes rates (100mbit, 1gbit, 10gbit): the time of the bytes "
+                 "between hosts (needs --calibration and --ranks-per-node)");
   calibrate_opt->excludes(dev_opt)->excludes(host_opt)->excludes(nvme_opt);
   CLI11_PARSE(app, argc, argv);
   try {
@@ -136,6 +151,11 @@ int main(int argc, char** argv) {
       req.micro_batches = micro_batches;
       req.global_batch = global_batch;
       if (!calibration_path.empty()) req.rates = MachineRates::from_file(calibration_path);
+      req.ranks_per_node = ranks_per_node;
+      if (!link_rate.empty()) {
+        if (!req.rates) throw ConfigError("--link-rate needs --calibration (the rates it is added to)");
+        req.rates->link_bandwidth = tools::link_rate_bytes(link_rate);
+      }
       req.loop_seconds_per_sample = loop_ms / 1e3;
       const Plan plan = make_plan(req);
       fmt::print("model {}: {} parameters in {} units\n{}", name, model.parameter_count(), model.units.size(),
@@ -155,7 +175,7 @@ int main(int argc, char** argv) {
     }
     const int r = rank.value_or(tools::largest_rank(model, config, world));
     if (r < 0 || r >= world) throw ConfigError(fmt::format("--rank {} outside a world of {}", r, world));
-    fmt::print("{}", tools::plan_report(model, name, config, world, r));
+    fmt::print("{}", tools::plan_report(model, name, config, world, r, ranks_per_node));
   } catch (const std::exception& e) {
     fmt::print(stderr, "zs_plan: {}\n", e.what());
     return 1;

@@ -241,6 +241,25 @@ TEST_CASE("the cuda engine constructor refuses what it cannot run, naming why") 
     CHECK(what.find("has no CUDA kernel") == std::string::npos);
     CHECK(what.find(ZS_HAVE_CUDA ? "needs an NcclCommunicator" : "needs a CUDA build") != std::string::npos);
   }
+  // ZeRO++: hpZ's and qgZ's groups are host-side splits the cuda engine does
+  // not make: refused naming the key; qwZ passes this check.
+  for (const int variant : {0, 1, 2}) {
+    EngineConfig z;
+    z.zero.stage = 3;
+    z.zero.zeropp.hpz_partition_size = variant == 0 ? 2 : 1;
+    z.zero.zeropp.quantized_gradients = variant == 1;
+    z.zero.zeropp.quantized_weights = variant == 2;
+    what.clear();
+    try {
+      Engine e(z, self, self);
+    } catch (const ConfigError& e) {
+      what = e.what();
+    }
+    CAPTURE(variant);
+    const char* key = variant == 0 ? "zero_hpz_partition_size on the cuda compute device"
+                                   : "zero_quantized_gradients on the cuda compute device";
+    CHECK((what.find(key) != std::string::npos) == (variant < 2));
+  }
 }
 
 TEST_CASE("nesting deeper than 32 levels is an error naming the file and the byte offset") {
@@ -340,4 +359,57 @@ TEST_CASE("integers above INT64_MAX are quoted as written, not as -1") {
     CHECK(m.find("ds.json") != std::string::npos);
     CHECK(m.find(quoted) != std::string::npos);
   }
+}
+
+TEST_CASE("ZeRO++ keys: DeepSpeed's names, zeroshard's formats, and the refused combinations named") {
+  const EngineConfig c = EngineConfig::from_json(json::parse(R"({
+    "bf16": {"enabled": true},
+    "zero_optimization": {"stage": 3, "zero_quantized_weights": true, "zero_hpz_partition_size": 2,
+                          "zero_quantized_gradients": true},
+    "zeroshard": {"zeropp": {"weight_bits": 4, "weight_block_size": 256, "gradient_bits": 8,
+                             "gradient_block_size": 64, "error_feedback": true}}})"));
+  const ZeroppConfig& z = c.zero.zeropp;
+  CHECK(z.quantized_weights);
+  CHECK(z.hpz_partition_size == 2);
+  CHECK(z.hpz());
+  CHECK(z.quantized_gradients);
+  CHECK(z.error_feedback);
+  CHECK(z.weight_format().bits == kernels::QuantBits::int4);
+  CHECK(z.weight_format().block == 256);
+  CHECK(z.gradient_format().bits == kernels::QuantBits::int8);
+  CHECK(z.gradient_format().block == 64);
+  // Defaults: all off, int8 weights in blocks of 64, int8 gradients in blocks of 256.
+  const ZeroppConfig d = EngineConfig::from_json(json::parse(R"({"zero_optimization": {"stage": 3}})")).zero.zeropp;
+  CHECK_FALSE(d.any());
+  CHECK(d.weight_format().bits == kernels::QuantBits::int8);
+  CHECK(d.gradient_format().bits == kernels::QuantBits::int8);
+  CHECK(d.weight_format().block == 64);
+  CHECK(d.gradient_format().block == 256);
+
+  // Each refused combination is named with its reason.
+  const std::pair<const char*, const char*> refused[] = {
+      {R"({"zero_optimization": {"stage": 2, "zero_quantized_weights": true}})",
+       "\"zero_optimization.zero_quantized_weights\" = true needs zero_optimization.stage 3"},
+      {R"({"zero_optimization": {"stage": 1, "zero_hpz_partition_size": 4}})",
+       "\"zero_optimization.zero_hpz_partition_size\" = 4 needs zero_optimization.stage 3"},
+      {R"({"zero_optimization": {"stage": 3, "zero_hpz_partition_size": 0}})", "must be >= 1"},
+      {R"({"zero_optimization": {"stage": 1, "zero_quantized_gradients": true}})",
+       "\"zero_optimization.zero_quantized_gradients\" = true needs zero_optimization.stage 2 or 3"},
+      {R"({"zeroshard": {"zeropp": {"weight_bits": 2}}})", "\"zeroshard.zeropp.weight_bits\" = 2 must be 8 or 4"},
+      {R"({"zeroshard": {"zeropp": {"gradient_block_size": 1000}}})",
+       "\"zeroshard.zeropp.gradient_block_size\" = 1000 must be a power of two from 16 to 8192"},
+      {R"({"zeroshard": {"zeropp": {"error_feedback": true}}})",
+       "\"zeroshard.zeropp.error_feedback\" = true needs zero_optimization.zero_quantized_gradients"},
+      {R"({"fp16": {"enabled": true}, "zeroshard": {"zeropp": {"error_feedback": true}},
+          "zero_optimization": {"stage": 2, "zero_quantized_gradients": true}})",
+       "with fp16's dynamic loss scale is refused"},
+  };
+  for (const auto& [text, want] : refused) {
+    CAPTURE(text);
+    CHECK_THROWS_WITH_AS(EngineConfig::from_json(json::parse(text)), doctest::Contains(want), ConfigError);
+  }
+  // A static fp16 scale keeps the residual's units: accepted.
+  CHECK_NOTHROW(EngineConfig::from_json(json::parse(R"({"fp16": {"enabled": true, "loss_scale": 1024},
+      "zeroshard": {"zeropp": {"error_feedback": true}},
+      "zero_optimization": {"stage": 2, "zero_quantized_gradients": true}})")));
 }

@@ -137,6 +137,27 @@ void run_step(Engine& e) {
   CHECK(r.applied);
 }
 
+// Whether an Engine of `model` with `c` on `comm` holds the ledger the
+// estimate gives its rank, after finalize() and after run_step(); prints
+// both ledgers after the step for the first few mismatches (`shown`).
+struct Matches {
+  bool finalize = false, step = false;
+};
+Matches compare_with_engine(const ModelDescription& model, const EngineConfig& c, Communicator& comm, int& shown) {
+  const MemoryEstimate est = estimate_memory(model, c, comm.world_size(), comm.rank());
+  Engine e(c, comm);
+  declare(e, model);
+  e.finalize();
+  Matches m;
+  m.finalize = same_ledger(e.ledger(), est.after_finalize);
+  run_step(e);
+  m.step = same_ledger(e.ledger(), est.after_step);
+  if (!m.step && ++shown <= 3) {
+    MESSAGE((e.ledger().table("engine after a step") + est.after_step.table("estimate after a step")));
+  }
+  return m;
+}
+
 }  // namespace
 
 TEST_CASE("the estimate equals the ledger after finalize(), byte for byte, over the grid") {
@@ -146,7 +167,7 @@ TEST_CASE("the estimate equals the ledger after finalize(), byte for byte, over 
   // 8-bit or those of at least 100 elements).
   const OptimizerKind optimizers[] = {OptimizerKind::adamw, OptimizerKind::sgd, OptimizerKind::lion,
                                       OptimizerKind::adagrad, OptimizerKind::adamw};
-  int checked = 0, mismatches = 0, index = 0, step_mismatches = 0;
+  int checked = 0, mismatches = 0, index = 0, step_mismatches = 0, shown = 0;
   for (const ModelDescription& model : {uneven_model(), layered_model()}) {
     for (int stage = 0; stage <= 3; ++stage) {
       for (DType dt : {DType::f32, DType::bf16, DType::f16}) {
@@ -179,16 +200,10 @@ TEST_CASE("the estimate equals the ledger after finalize(), byte for byte, over 
               CAPTURE(oc.max_in_cpu);
               CAPTURE(bucket);
               CAPTURE(sub_group);
-              const MemoryEstimate est = estimate_memory(model, c, n, r);
-              Engine e(c, comm);
-              declare(e, model);
-              e.finalize();
               ++checked;
-              if (!same_ledger(e.ledger(), est.after_finalize)) ++mismatches;
-              run_step(e);
-              if (!same_ledger(e.ledger(), est.after_step) && ++step_mismatches <= 3) {
-                MESSAGE((e.ledger().table("engine after a step") + est.after_step.table("estimate after a step")));
-              }
+              const Matches m = compare_with_engine(model, c, comm, shown);
+              if (!m.finalize) ++mismatches;
+              if (!m.step) ++step_mismatches;
             }
           }
         }
@@ -355,5 +370,45 @@ TEST_CASE("the estimate equals the ledger after a step over overlap, reduction a
   MESSAGE(fmt::format("rank {} of {}: {} knob configurations checked, {} mismatches after a step", r, n, checked,
                       mismatches));
   CHECK(checked == 48);
+  CHECK(mismatches == 0);
+}
+
+TEST_CASE("the estimate equals the ledger with ZeRO++'s options: hpZ's secondary shards, qgZ's buffers and residuals") {
+  Communicator& comm = world();
+  const int n = comm.world_size();
+  int checked = 0, mismatches = 0, shown = 0;
+  for (const ModelDescription& model : {uneven_model(), layered_model()}) {
+    for (int stage : {2, 3}) {
+      for (DType dt : {DType::f32, DType::bf16}) {
+        for (int variant = 0; variant < 6; ++variant) {
+          for (int per_node : {1, n}) {
+            EngineConfig c = make_config(stage);
+            c.compute_dtype = dt;
+            c.zero.overlap_comm = variant % 2 == 0;
+            c.zero.reduce_bucket_size = c.zero.allgather_bucket_size = variant < 3 ? 64 : 500'000'000;
+            ZeroppConfig& z = c.zero.zeropp;
+            z.ranks_per_node = per_node;
+            z.quantized_gradients = variant != 1;
+            z.error_feedback = variant == 2 || variant == 5;
+            z.gradient_bits = variant == 3 ? 8 : 4;
+            z.gradient_block_size = variant == 0 ? 16 : 2048;
+            if (stage == 3) {
+              z.quantized_weights = variant != 2;
+              z.hpz_partition_size = variant % 3 == 0 ? n : 1;
+              z.weight_block_size = variant == 4 ? 16 : 256;
+            }
+            CAPTURE(stage);
+            CAPTURE(dtype_name(dt));
+            CAPTURE(variant);
+            CAPTURE(per_node);
+            ++checked;
+            const Matches m = compare_with_engine(model, c, comm, shown);
+            if (!m.finalize || !m.step) ++mismatches;
+          }
+        }
+      }
+    }
+  }
+  CHECK(checked == 2 * 2 * 2 * 6 * 2);
   CHECK(mismatches == 0);
 }

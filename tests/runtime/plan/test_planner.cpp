@@ -200,6 +200,48 @@ TEST_CASE("without rates the fits are ranked by device bytes") {
   CHECK(plan_text(r, p).find("not ranked by time") != std::string::npos);
 }
 
+TEST_CASE("across hosts on a slow link the planner recommends ZeRO++'s options") {
+  PlanRequest r = request();
+  r.world_size = 4;
+  r.ranks_per_node = 2;
+  r.rates->world_size = 4;
+  r.rates->link_bandwidth = 12.5e6;  // 100 Mbit/s
+  r.nvme_path.clear();
+  const Plan p = make_plan(r);
+  REQUIRE(p.chosen() != nullptr);
+  const PlanCandidate& c = *p.chosen();
+  CAPTURE(c.label);
+  CHECK(c.stage == 3);
+  CHECK(c.quantized_weights);
+  CHECK(c.hpz_partition_size == 2);
+  CHECK(c.quantized_gradients);
+  CHECK(c.label.find("qwZ+hpZ+qgZ") != std::string::npos);
+  const nlohmann::json& z = c.ds_config["zero_optimization"];
+  CHECK(z["zero_quantized_weights"] == true);
+  CHECK(z["zero_hpz_partition_size"] == 2);
+  CHECK(z["zero_quantized_gradients"] == true);
+  // The same stage and tiers without the options are slower, and hold no
+  // secondary shards.
+  const PlanCandidate* plain = nullptr;
+  for (const PlanCandidate& o : p.fits) {
+    if (o.stage == 3 && o.offload_optimizer == c.offload_optimizer && o.offload_param == c.offload_param &&
+        !o.quantized_weights && o.hpz_partition_size == 1 && !o.quantized_gradients && plain == nullptr) {
+      plain = &o;
+    }
+  }
+  REQUIRE(plain != nullptr);
+  CHECK(plain->seconds_per_sample > c.seconds_per_sample);
+  CHECK(plain->bytes[0] < c.bytes[0]);  // hpZ's secondary shards cost device memory
+  const std::string text = plan_text(r, p);
+  CHECK(text.find("on hosts of 2 ranks (link 100 Mbit/s)") != std::string::npos);
+  CHECK(text.find("between hosts per step") != std::string::npos);
+  // On one host nothing of ZeRO++ is proposed.
+  r.ranks_per_node = 0;
+  for (const PlanCandidate& o : make_plan(r).fits) {
+    CHECK_FALSE((o.quantized_weights || o.hpz_partition_size > 1 || o.quantized_gradients));
+  }
+}
+
 TEST_CASE("bad requests are errors naming what is wrong") {
   PlanRequest r = request();
   r.world_size = 0;
