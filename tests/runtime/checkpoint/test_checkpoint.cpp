@@ -232,3 +232,26 @@ TEST_CASE("corruption, truncation, deletion, another model, another version: cle
   });
   expect_error("format version 99");
 }
+
+TEST_CASE("a NUL byte in latest: the whole message, naming the file and the byte's offset") {
+  const std::string dir = fresh_dir("latest-nul");
+  Engine e(config_for(DType::f32, 1), world());
+  CkptModel m(e);
+  m.train_step(e, 1);
+  e.save_checkpoint(dir, {});
+  if (world().rank() == 0) {
+    std::ofstream(dir + "/latest", std::ios::binary) << std::string("step-0") + '\0' + "0000001\n";
+  }
+  world().barrier();
+  Engine f(config_for(DType::f32, 1), world());
+  CkptModel mf(f);
+  const std::string err = load_error(f, dir);
+  CHECK_MESSAGE(err.find(dir + "/latest: byte 6 is a NUL byte (0x00); latest must hold one line, the name of a "
+                               "checkpoint folder in " + dir + ": the file is damaged; pass the tag to load "
+                               "explicitly or rewrite latest") != std::string::npos,
+                err);
+  CHECK(f.optimizer_steps() == 0);
+  // The tag itself still loads.
+  CHECK_NOTHROW(f.load_checkpoint(dir, "step-00000001"));
+  CHECK(f.optimizer_steps() == 1);
+}
