@@ -229,6 +229,12 @@ json Engine::load_checkpoint(const std::string& mesh_save_dir, const std::string
     run_agreed(s.comms.host(), [&] {
       check_checkpoint_mesh(s.comms.mesh_position(), mesh_save_dir, tag_in);
       if (tag.empty()) tag = read_latest_tag(save_dir);
+      // A re-save of this tag killed between the two renames of its fallback
+      // left the committed checkpoint in .old-<tag>: rank 0 puts it back, as
+      // the next save's sweep would, before any rank reads it.
+      if (r == 0) restore_interrupted_save(save_dir, tag);
+    });
+    run_agreed(s.comms.host(), [&] {
       m = Manifest::read(save_dir + "/" + tag);
       check_manifest_mesh(s.comms.mesh_position(), save_dir + "/" + tag, m);
     });
