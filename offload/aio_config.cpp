@@ -6,6 +6,7 @@
 #include <nlohmann/json.hpp>
 
 #include "core/error.h"
+#include "core/quoted.h"
 
 namespace zeroshard {
 
@@ -18,16 +19,16 @@ constexpr std::uint64_t kMaxBlockSize = std::uint64_t{1} << 30;  // io_uring len
 }
 
 std::int64_t get_int(const nlohmann::json& v, const std::string& source, const std::string& key) {
-  if (!v.is_number_integer()) fail(source, key, fmt::format("must be an integer, got {}", v.dump()));
+  if (!v.is_number_integer()) fail(source, key, fmt::format("must be an integer, got {}", brief(v.dump())));
   // Above INT64_MAX get<int64_t> would wrap (18446744073709551615 -> -1).
   if (v.is_number_unsigned() && v.get<std::uint64_t>() > static_cast<std::uint64_t>(INT64_MAX)) {
-    fail(source, key, fmt::format("= {} is out of range (at most {})", v.dump(), INT64_MAX));
+    fail(source, key, fmt::format("= {} is out of range (at most {})", brief(v.dump()), INT64_MAX));
   }
   return v.get<std::int64_t>();
 }
 
 bool get_bool(const nlohmann::json& v, const std::string& source, const std::string& key) {
-  if (!v.is_boolean()) fail(source, key, fmt::format("must be true or false, got {}", v.dump()));
+  if (!v.is_boolean()) fail(source, key, fmt::format("must be true or false, got {}", brief(v.dump())));
   return v.get<bool>();
 }
 

@@ -11,6 +11,7 @@
 #include <fmt/format.h>
 
 #include "core/error.h"
+#include "core/quoted.h"
 
 namespace zeroshard {
 
@@ -62,8 +63,9 @@ fs::path make_swap_folder(const std::string& base, const std::string& config_key
   std::error_code ec;
   fs::create_directories(folder / tier, ec);
   if (ec) {
-    throw IoError(fmt::format("\"{}\" = \"{}\": cannot create the swap folder {}: {}", config_key, base,
-                              (folder / tier).string(), ec.message()));
+    // The configured folder once and cut (brief): it may be megabytes long.
+    throw IoError(fmt::format("\"{}\" = \"{}\": cannot create the swap folder {} in it: {}", config_key,
+                              brief(base), (folder.filename() / tier).string(), ec.message()));
   }
   remove_stale_folders(base);
   return folder / tier;

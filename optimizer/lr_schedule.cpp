@@ -10,6 +10,7 @@
 #include <nlohmann/json.hpp>
 
 #include "core/error.h"
+#include "core/quoted.h"
 
 namespace zeroshard {
 
@@ -33,7 +34,7 @@ LrSchedule LrSchedule::from_json(const json& j, const std::string& source) {
   LrSchedule s;
   for (auto it = j.begin(); it != j.end(); ++it) {
     if (it.key() != "type" && it.key() != "params") {
-      throw ConfigError(fmt::format("{}: unknown or unsupported configuration key \"scheduler.{}\"", source, it.key()));
+      throw ConfigError(fmt::format("{}: unknown or unsupported configuration key \"scheduler.{}\"", source, brief(it.key())));
     }
   }
   if (!j.contains("type") || !j.at("type").is_string()) {
@@ -53,21 +54,21 @@ LrSchedule LrSchedule::from_json(const json& j, const std::string& source) {
     allowed = {"warmup_min_ratio", "warmup_num_steps", "warmup_type", "total_num_steps", "cos_min_ratio"};
   } else {
     throw ConfigError(fmt::format(
-        "{}: \"scheduler.type\" is \"{}\"; supported: WarmupLR, WarmupDecayLR, WarmupCosineLR", source, type));
+        "{}: \"scheduler.type\" is \"{}\"; supported: WarmupLR, WarmupDecayLR, WarmupCosineLR", source, brief(type)));
   }
   const json params = j.value("params", json::object());
   if (!params.is_object()) throw ConfigError(fmt::format("{}: \"scheduler.params\" must be an object", source));
   for (auto it = params.begin(); it != params.end(); ++it) {
     const std::string key = "scheduler.params." + it.key();
     if (!allowed.count(it.key())) {
-      throw ConfigError(fmt::format("{}: unknown or unsupported configuration key \"{}\" for {}", source, key, type));
+      throw ConfigError(fmt::format("{}: unknown or unsupported configuration key \"{}\" for {}", source, brief(key), type));
     }
     const json& v = it.value();
     auto integer = [&]() {
       if (!v.is_number_integer()) throw ConfigError(fmt::format("{}: \"{}\" must be an integer", source, key));
       // Above INT64_MAX get<int64_t> would wrap (18446744073709551615 -> -1).
       if (v.is_number_unsigned() && v.get<std::uint64_t>() > static_cast<std::uint64_t>(INT64_MAX)) {
-        throw ConfigError(fmt::format("{}: \"{}\" = {} is out of range (at most {})", source, key, v.dump(), INT64_MAX));
+        throw ConfigError(fmt::format("{}: \"{}\" = {} is out of range (at most {})", source, key, brief(v.dump()), INT64_MAX));
       }
       return v.get<std::int64_t>();
     };
@@ -83,7 +84,7 @@ LrSchedule LrSchedule::from_json(const json& j, const std::string& source) {
     if (it.key() == "cos_min_ratio") s.cos_min_ratio = number();
     if (it.key() == "warmup_type") {
       if (!v.is_string() || (v.get<std::string>() != "log" && v.get<std::string>() != "linear")) {
-        throw ConfigError(fmt::format("{}: \"{}\" = {} is invalid: must be \"log\" or \"linear\"", source, key, v.dump()));
+        throw ConfigError(fmt::format("{}: \"{}\" = {} is invalid: must be \"log\" or \"linear\"", source, key, brief(v.dump())));
       }
       s.warmup_type = v.get<std::string>();
     }

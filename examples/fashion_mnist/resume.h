@@ -25,7 +25,7 @@
 
 #include "comm/communicator.h"
 #include "core/error.h"
-#include "core/durable_file.h"
+#include "runtime/checkpoint/save_folder.h"
 #include "comm/collective_error.h"
 #include "runtime/engine/engine.h"
 
@@ -98,10 +98,7 @@ inline Resumed resume_latest(Engine& engine, Communicator& comm, const std::stri
                                     save_dir, latest, save_dir),
                         comm.rank());
     }
-    run_agreed(comm, [&] {
-      r.tag = read_text_file(latest);
-      while (!r.tag.empty() && (r.tag.back() == '\n' || r.tag.back() == ' ')) r.tag.pop_back();
-    });
+    run_agreed(comm, [&] { r.tag = read_latest_tag(save_dir); });
     r.dir = save_dir + "/" + r.tag;
     const nlohmann::json cs = engine.load_checkpoint(save_dir, r.tag);
     // load_checkpoint agreed on the manifest: what follows is the same on every rank.

@@ -1,7 +1,7 @@
 // Per-target (Highway) Adam / AdamW arithmetic on registers: the operations
 // of detail::adam_element (kernels/cpu/adam_element.h) per lane, in the same
-// order, the lerp's fused multiply-add included (FusedMulAdd, one rounding
-// on every target as std::fma). Shared by the vector kernels of every Adam
+// order, the fused multiply-adds of the lerp and of addcmul included
+// (FusedMulAdd, one rounding on every target as std::fma). Shared by the vector kernels of every Adam
 // state format (adam_simd.cpp: fp32, adam8bit_simd.cpp: 8-bit blockwise,
 // adam_bf16_state_simd.cpp: bf16); Highway's toggle guard for "-inl.h"
 // headers, as convert-inl.h.
@@ -52,7 +52,7 @@ HWY_INLINE void AdamVec(DF df, const AdamVecScalars<DF>& c, hn::Vec<DF> graw, hn
     g = hn::Add(g, hn::Mul(c.wd, p));
   }
   m = FusedMulAdd(df, c.lerp_coeff, hn::Sub(g, m), c.lerp_small ? m : g);
-  v = hn::Add(hn::Mul(v, c.beta2), hn::Mul(hn::Mul(c.one_minus_beta2, g), g));
+  v = FusedMulAdd(df, hn::Mul(c.one_minus_beta2, g), g, hn::Mul(v, c.beta2));
   const auto denom = hn::Add(hn::Div(hn::Sqrt(v), c.bc2_sqrt), c.eps);
   p = hn::Add(p, hn::Div(hn::Mul(c.neg_step_size, m), denom));
 }

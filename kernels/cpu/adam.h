@@ -11,7 +11,7 @@
 //   Adam:  g = g + f(wd) * p                        (grad.add(param, alpha=wd))
 //   m = lerp(m, g, w), w = f(1 - beta1)             (exp_avg.lerp_(grad, 1 - beta1)):
 //         |w| < 0.5 ? fma(w, g - m, m) : fma(w - 1, g - m, g)   (w - 1 in float)
-//   v = v * f(beta2); v = v + (f(1 - beta2) * g) * g   (mul_(beta2).addcmul_(g, g, value))
+//   v = fma(f(1 - beta2) * g, g, v * f(beta2))       (mul_(beta2).addcmul_(g, g, value))
 //   denom = sqrt(v) / f(sqrt(1 - beta2^step)) + f(eps)
 //   p = p + (f(-(lr / (1 - beta1^step))) * m) / denom  (param.addcdiv_(m, denom, value))
 // where f() rounds a double to float, fma(a, b, c) is a*b + c rounded once
@@ -21,11 +21,18 @@
 // torch's CPU kernel computes it (aten/src/ATen/native/cpu/LerpKernel.cpp:
 // its vector loop is one fmadd of coeff = weight or weight - 1 on end - self,
 // added to self or end; its scalar loop, compiled for AVX2/AVX-512 with FMA,
-// is contracted to the same). Checked against torch's printed values in
-// tests/optimizer/test_torch_parity.cpp (all bitwise). The other operations
-// are torch's unfused scalar loops; its AVX2/AVX-512 vector loop for
-// grad.add(alpha) uses a fused multiply-add (within 1 ulp of this per
-// operation), its addcmul_/addcdiv_ vector loops associate as above.
+// is contracted to the same). exp_avg_sq is torch's addcmul CPU kernel
+// (aten/src/ATen/native/cpu/PointwiseOpsKernel.cpp: `self + value * t1 *
+// t2`, scalar and vector loops alike), which its compiler contracts in the
+// AVX2/AVX-512 builds: value * t1 rounded, then one fused multiply-add onto
+// self (already v * f(beta2), rounded by mul_). This order reproduces all 97
+// exp_avg_sq elements of torch 2.15's AdamW after 10 steps
+// (tests/optimizer/data/torch-adamw-10steps.json); the unfused
+// v + (value * g) * g matches 61 of them. Checked bitwise against torch in
+// tests/optimizer/test_torch_parity.cpp. The other operations are torch's
+// unfused scalar loops; its AVX2/AVX-512 vector loop for grad.add(alpha)
+// uses a fused multiply-add (within 1 ulp of this per operation), its
+// addcdiv_ vector loop associates as above.
 // Kingma & Ba 2015, "Adam"; Loshchilov & Hutter 2019, "Decoupled Weight Decay
 // Regularization" (AdamW).
 //

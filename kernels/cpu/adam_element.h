@@ -25,8 +25,10 @@ inline void adam_element(float& p, float graw, float& m, float& v, const AdamSca
   }
   // torch's lerp_(g, w): fma(w, g - m, m) or, for |w| >= 0.5, fma(w - 1, g - m, g).
   m = std::fma(s.lerp_coeff, g - m, s.lerp_small ? m : g);
-  v = v * s.beta2;
-  v = v + (s.one_minus_beta2 * g) * g;
+  // torch's exp_avg_sq.mul_(beta2).addcmul_(g, g, value=1 - beta2): the
+  // multiply rounded, then addcmul's `self + value * t1 * t2` with value * t1
+  // rounded and the last multiply-add fused (kernels/cpu/adam.h).
+  v = std::fma(s.one_minus_beta2 * g, g, v * s.beta2);
   const float denom = std::sqrt(v) / s.bc2_sqrt + s.eps;
   p = p + (s.neg_step_size * m) / denom;
 }

@@ -1,9 +1,10 @@
 // Vector Adam/AdamW kernel (Highway, compiled once per target and chosen at
 // run time) and the public adam_update entry points, which split the range
 // over kernel_pool() threads. Per lane it performs exactly the operations of
-// adam_element() in adam.cpp, in the same order: no FMA (see [Note: strict
-// floating point in kernels] in fp_strict.h) except the lerp's, which is
-// FusedMulAdd (convert-inl.h), one rounding on every target as std::fma.
+// detail::adam_element() (adam_element.h), in the same order: no FMA (see
+// [Note: strict floating point in kernels] in fp_strict.h) except the lerp's
+// and addcmul's, which are FusedMulAdd (convert-inl.h), one rounding on
+// every target as std::fma.
 #include "kernels/cpu/fp_strict.h"
 #include "kernels/cpu/simd_targets.h"  // before Highway: sets HWY_DISABLED_TARGETS
 

@@ -20,7 +20,7 @@ __device__ __forceinline__ void adam_element(const AdamDeviceScalars& s, float& 
     g = add(g, mul(s.weight_decay, p));
   }
   m = fma_rn(s.lerp_coeff, sub(g, m), s.lerp_small ? m : g);
-  v = add(mul(v, s.beta2), mul(mul(s.one_minus_beta2, g), g));
+  v = fma_rn(mul(s.one_minus_beta2, g), g, mul(v, s.beta2));  // addcmul_, fused as on the CPU
   const float denom = add(div(sqrt_rn(v), s.bc2_sqrt), s.eps);
   p = add(p, div(mul(s.neg_step_size, m), denom));
 }

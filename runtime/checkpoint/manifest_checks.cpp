@@ -11,6 +11,7 @@
 
 #include "core/durable_file.h"
 #include "core/error.h"
+#include "core/quoted.h"
 #include "runtime/checkpoint/checkpoint_manifest.h"
 #include "runtime/sharding/flat_layout.h"
 #include "runtime/config/json_text.h"
@@ -33,24 +34,29 @@ std::uint64_t checked_add(std::uint64_t a, std::uint64_t b, const std::string& p
 
 std::uint32_t crc_of(const std::string& text) { return crc32_update(0, text.data(), text.size()); }
 
-// v as an integer of type T, or IoError "<path>: <field>: <value> is not
-// an integer in [lo, hi]". nlohmann-json's get<T>() would convert a float
-// (1e300: undefined behaviour) or wrap an integer (2^32 + 1 as int is 1)
-// without a word.
+// v as an integer of type T, or IoError "<path>: <field>: <value> is out of
+// range [lo, hi]" for a whole number T cannot hold (one beyond 2^64 - 1 is
+// read as a double: a whole number all the same), "... is not an integer
+// in [lo, hi]" for anything else. nlohmann-json's get<T>() would convert a
+// float (1e300: undefined behaviour) or wrap an integer (2^32 + 1 as int is
+// 1) without a word.
 template <class T>
 T integer_value(const json& v, const char* field, const std::string& path) {
   constexpr T lo = std::numeric_limits<T>::min(), hi = std::numeric_limits<T>::max();
-  bool fits = false;
+  bool fits = false, whole = v.is_number_integer();
   if (v.is_number_unsigned()) {
     fits = std::cmp_less_equal(v.get<std::uint64_t>(), hi);
   } else if (v.is_number_integer()) {
     const auto x = v.get<std::int64_t>();
     fits = std::cmp_greater_equal(x, lo) && std::cmp_less_equal(x, hi);
+  } else if (v.is_number_float()) {
+    const double d = v.get<double>();
+    whole = std::isfinite(d) && d == std::floor(d) &&
+            (d < static_cast<double>(lo) || d >= static_cast<double>(hi) + 1.0);
   }
   if (!fits) {
-    const std::string shown = v.dump();
-    throw IoError(fmt::format("{}: {}: {} is not an integer in [{}, {}]", path, field,
-                              shown.size() <= 40 ? shown : shown.substr(0, 40) + "...", lo, hi));
+    throw IoError(fmt::format("{}: {}: {} {} [{}, {}]", path, field, brief(v.dump()),
+                              whole ? "is out of range" : "is not an integer in", lo, hi));
   }
   return v.get<T>();
 }

@@ -5,8 +5,8 @@
 
 #include <fmt/format.h>
 
-#include "core/durable_file.h"
 #include "core/error.h"
+#include "runtime/checkpoint/save_folder.h"
 
 namespace zeroshard {
 
@@ -35,12 +35,7 @@ namespace {
 
 // <root>/<tag or latest>'s manifest.
 Manifest read_tagged(const std::string& root, const std::string& tag_in) {
-  std::string tag = tag_in;
-  if (tag.empty()) {
-    tag = read_text_file(root + "/latest");
-    while (!tag.empty() && (tag.back() == '\n' || tag.back() == ' ')) tag.pop_back();
-  }
-  return Manifest::read(root + "/" + tag);
+  return Manifest::read(root + "/" + (tag_in.empty() ? read_latest_tag(root) : tag_in));
 }
 
 // The checkpoint root under `base` that holds `entry` ("/latest" or

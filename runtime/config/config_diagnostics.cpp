@@ -12,11 +12,6 @@ namespace zeroshard {
 
 using nlohmann::json;
 
-std::string brief(const std::string& s) {
-  if (s.size() <= kMaxQuoted) return s;
-  return fmt::format("{}... ({} bytes)", s.substr(0, kMaxQuoted), s.size());
-}
-
 std::string brief(const json& v) { return brief(v.dump()); }
 
 void ConfigDiagnostics::bad_value(const std::string& path, const json& value, const std::string& what) {
@@ -118,7 +113,7 @@ json parse_config_text(const std::string& text, const std::string& source) {
       // The parse stopped at the value of the key path() names.
       throw ConfigError(fmt::format("{}: \"{}\": {} (at byte {})", source, brief(path()), err.reason, err.byte));
     }
-    throw ConfigError(fmt::format("{}: invalid JSON at byte {}: {}", source, err.byte, brief(err.reason)));
+    throw ConfigError(fmt::format("{}: invalid JSON at byte {}: {}", source, err.byte, err.reason));
   }
 }
 

@@ -19,18 +19,14 @@
 
 #include <nlohmann/json.hpp>
 
+#include "core/quoted.h"
+
 namespace zeroshard {
 
 /// Levels of objects and arrays a ds_config may nest (the top object is 1).
 inline constexpr int kMaxConfigDepth = 32;
-/// Bytes of a value or key quoted in a message before it is cut.
-inline constexpr std::size_t kMaxQuoted = 64;
-
-/// `s` itself when at most kMaxQuoted bytes, else its first kMaxQuoted
-/// bytes, "...", and its length in bytes.
-std::string brief(const std::string& s);
-/// A JSON value as written (dump()), cut by brief(). Call only on values
-/// within the depth cap.
+/// A JSON value as written (dump()), cut by brief() (core/quoted.h, which
+/// also cuts strings: keys, paths). Call only on values within the depth cap.
 std::string brief(const nlohmann::json& v);
 
 /// Problems and warnings of one file. Not thread-safe; one per parse.

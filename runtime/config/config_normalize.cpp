@@ -55,7 +55,20 @@ std::string join(const std::vector<std::string>& v) {
 
 // Why `v` is not of type `t` ("" when it is).
 std::string type_problem(KeyType t, const json& v) {
+  // A whole number beyond what the type holds: nlohmann-json reads one
+  // beyond 2^64 - 1 (or below -2^63) as a double, which is still an integer
+  // the user wrote, so it is named out of range, not a non-integer.
+  auto out_of_range = [&](std::int64_t lo, std::int64_t hi) -> std::string {
+    const double d = v.get<double>();
+    const bool beyond = std::isfinite(d) && d == std::floor(d) &&
+                        (d < static_cast<double>(lo) || d >= static_cast<double>(hi) + 1.0);
+    return beyond ? fmt::format("is out of range [{}, {}]", lo, hi) : "";
+  };
   auto int_range = [&](std::int64_t lo, std::int64_t hi) -> std::string {
+    if (v.is_number_float()) {
+      const std::string beyond = out_of_range(lo, hi);
+      if (!beyond.empty()) return beyond;
+    }
     if (!v.is_number_integer()) return "must be an integer";
     const bool fits = v.is_number_unsigned() ? v.get<std::uint64_t>() <= static_cast<std::uint64_t>(hi)
                                              : v.get<std::int64_t>() >= lo && v.get<std::int64_t>() <= hi;
@@ -74,6 +87,11 @@ std::string type_problem(KeyType t, const json& v) {
     case KeyType::count: {
       if (v.is_number_integer()) {
         return int_range(std::numeric_limits<std::int64_t>::min(), std::numeric_limits<std::int64_t>::max());
+      }
+      if (v.is_number_float()) {
+        const std::string beyond =
+            out_of_range(std::numeric_limits<std::int64_t>::min(), std::numeric_limits<std::int64_t>::max());
+        if (!beyond.empty()) return beyond;
       }
       const double d = v.is_number() ? v.get<double>() : 0.5;
       return v.is_number() && d == std::floor(d) && std::fabs(d) < 9.0e18 ? "" : "must be a whole number of elements";

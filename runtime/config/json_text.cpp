@@ -2,6 +2,8 @@
 
 #include <fmt/format.h>
 
+#include "core/quoted.h"
+
 namespace zeroshard {
 
 using nlohmann::json;
@@ -63,17 +65,23 @@ std::string without_prefix(const std::string& what) {
   return what;
 }
 
-// A token of up to 40 bytes, or its first 40 bytes and its length.
-std::string shortened(const std::string& token) {
-  if (token.size() <= 40) return token;
-  return fmt::format("{}... ({} bytes)", token.substr(0, 40), token.size());
-}
-
 }  // namespace
 
 JsonTextError describe_json_error(std::string_view text, const json::exception& e) {
   if (const auto* pe = dynamic_cast<const json::parse_error*>(&e)) {
-    return JsonTextError{.byte = pe->byte, .reason = without_prefix(pe->what()), .number_overflow = false};
+    // nlohmann-json quotes the whole token it stopped in ("...; last read:
+    // '<token>'; expected ..."), which may be megabytes (an unterminated
+    // string): cut the token alone, so the message still says what the
+    // parser found and what it expected.
+    std::string reason = without_prefix(pe->what());
+    ErrorLocator locator;
+    json::sax_parse(text, &locator);
+    const std::string quoted = "last read: '" + locator.token + "'";
+    const std::size_t at = reason.find(quoted);
+    if (locator.token.size() > kMaxQuoted && at != std::string::npos) {
+      reason.replace(at, quoted.size(), "last read: '" + brief(locator.token) + "'");
+    }
+    return JsonTextError{.byte = pe->byte, .reason = std::move(reason), .number_overflow = false};
   }
   if (dynamic_cast<const json::out_of_range*>(&e) != nullptr && e.id == 406) {
     ErrorLocator locator;
@@ -81,7 +89,7 @@ JsonTextError describe_json_error(std::string_view text, const json::exception& 
     // position is one past the number's last byte.
     const std::size_t start = locator.position >= locator.token.size() ? locator.position - locator.token.size() : 0;
     return JsonTextError{.byte = start,
-                         .reason = fmt::format("number {} is beyond the range of a double", shortened(locator.token)),
+                         .reason = fmt::format("number {} is beyond the range of a double", brief(locator.token)),
                          .number_overflow = true};
   }
   return JsonTextError{.byte = 0, .reason = without_prefix(e.what()), .number_overflow = false};

@@ -26,8 +26,9 @@ struct JsonTextError {
   /// Byte offset (0-based) in the text: where nlohmann-json's lexer stopped
   /// for a syntax error; the first byte of the number for an overflow.
   std::size_t byte = 0;
-  /// The library's description without its "[json.exception...] " prefix,
-  /// or "number <token> is beyond the range of a double".
+  /// The library's description without its "[json.exception...] " prefix
+  /// (what it expected and the token it found, the token cut by brief()),
+  /// or "number <token> is beyond the range of a double" (token cut too).
   std::string reason;
   /// True when a number token is valid JSON but a double cannot hold it
   /// (nlohmann-json's out_of_range 406, e.g. 1e400).

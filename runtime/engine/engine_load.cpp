@@ -12,6 +12,7 @@
 #include "kernels/cpu/cast.h"
 #include "core/durable_file.h"
 #include "runtime/checkpoint/checkpoint_manifest.h"
+#include "runtime/checkpoint/save_folder.h"
 #include "runtime/engine/engine.h"
 #include "runtime/engine/engine_state.h"
 #include "runtime/engine/storage_phase.h"
@@ -228,10 +229,13 @@ json Engine::load_checkpoint(const std::string& mesh_save_dir, const std::string
     TraceScope manifest_span(s.tracer(), "checkpoint_load_manifest", TraceThread::engine, tag_in);
     run_agreed(s.comms.host(), [&] {
       check_checkpoint_mesh(s.comms.mesh_position(), mesh_save_dir, tag_in);
-      if (tag.empty()) {
-        tag = read_text_file(save_dir + "/latest");
-        while (!tag.empty() && (tag.back() == '\n' || tag.back() == ' ')) tag.pop_back();
-      }
+      if (tag.empty()) tag = read_latest_tag(save_dir);
+      // A re-save of this tag killed between the two renames of its fallback
+      // left the committed checkpoint in .old-<tag>: rank 0 puts it back, as
+      // the next save's sweep would, before any rank reads it.
+      if (r == 0) restore_interrupted_save(save_dir, tag);
+    });
+    run_agreed(s.comms.host(), [&] {
       m = Manifest::read(save_dir + "/" + tag);
       check_manifest_mesh(s.comms.mesh_position(), save_dir + "/" + tag, m);
     });

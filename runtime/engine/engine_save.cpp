@@ -18,6 +18,7 @@
 #include "core/durable_file.h"
 #include "runtime/checkpoint/checkpoint_manifest.h"
 #include "runtime/checkpoint/safetensors_writer.h"
+#include "runtime/checkpoint/save_folder.h"
 #include "runtime/engine/engine.h"
 #include "runtime/engine/engine_state.h"
 #include "runtime/engine/storage_phase.h"
@@ -73,11 +74,14 @@ void maybe_pause(const std::string& dir, int rank) {
 // A kill up to `manifest` leaves the old checkpoint in place and loadable, a
 // kill from `renamed` on the new one; what is left (.tmp-<tag> holding the
 // unfinished save or the exchanged old checkpoint, .old-<tag>) is removed by
-// the next save's sweep_leftovers. tests/runtime/checkpoint/
-// checkpoint_reshard.sh re-saves an existing tag with each point and checks
-// all three. The kill between the fallback's two renames has no hook (on a
-// file system with RENAME_EXCHANGE that path does not run); the sweep's
-// rename of .old-<tag> back to <tag> covers it.
+// the next save's sweep_leftovers (runtime/checkpoint/save_folder.h).
+// tests/runtime/checkpoint/checkpoint_reshard.sh re-saves an existing tag
+// with each point and checks all three. The kill between the fallback's two
+// renames has no hook (on a file system with RENAME_EXCHANGE that path does
+// not run): it leaves <tag> missing, and restore_interrupted_save() renames
+// .old-<tag> back, in the next save's sweep and in a load of <tag>
+// (tests/runtime/engine/test_agreed_errors.cpp leaves those folders and
+// loads).
 
 // Test hooks of the crash-atomic save ([Note: crash points of a save]):
 // ZS_CHECKPOINT_CRASH_AT=<point> makes rank 0 kill itself (SIGKILL) when it
@@ -104,26 +108,6 @@ void maybe_fail(int rank) {
 #endif
 }
 
-// Rank 0, before a save: removes what killed or failed saves left in
-// save_dir (.tmp-* directories, and .old-* ones whose tag exists again),
-// and renames an .old-<tag> back to <tag> when <tag> is missing (a save
-// killed between the two renames of the fallback without RENAME_EXCHANGE).
-void sweep_leftovers(const std::string& save_dir) {
-  for (const auto& entry : fs::directory_iterator(save_dir)) {
-    const std::string name = entry.path().filename().string();
-    if (name.starts_with(".tmp-")) {
-      fs::remove_all(entry.path());
-    } else if (name.starts_with(".old-")) {
-      const fs::path tag = entry.path().parent_path() / name.substr(5);
-      if (fs::exists(tag)) {
-        fs::remove_all(entry.path());
-      } else {
-        rename_durable(entry.path().string(), tag.string(), save_dir);
-      }
-    }
-  }
-}
-
 // Rank 0: puts the complete checkpoint in tmp_dir in place as final_dir
 // (replacing a checkpoint of the same tag) and points `latest` at it.
 void publish(const std::string& save_dir, const std::string& tmp_dir, const std::string& final_dir,
@@ -144,7 +128,7 @@ void publish(const std::string& save_dir, const std::string& tmp_dir, const std:
     return;
   }
   // No RENAME_EXCHANGE on this file system: two renames (a crash between
-  // them is repaired by the next save's sweep_leftovers).
+  // them is repaired by restore_interrupted_save, at the next save or load).
   const std::string old = save_dir + "/.old-" + tag;
   fs::remove_all(old);
   rename_durable(final_dir, old, save_dir);

@@ -6,6 +6,7 @@
 #include <fmt/ranges.h>
 
 #include "core/error.h"
+#include "core/quoted.h"
 
 namespace zeroshard {
 
@@ -14,11 +15,6 @@ namespace {
 // Element counts are kept below 2^63 so that any two add without wrapping
 // and every count converts to the int64 of shapes and manifests.
 constexpr std::size_t kMaxElements = (std::size_t{1} << 63) - 1;
-
-// A name for a message: its first 60 bytes and its length when longer.
-std::string brief_name(const std::string& name) {
-  return name.size() <= 60 ? name : fmt::format("{}... ({} bytes)", name.substr(0, 60), name.size());
-}
 
 }  // namespace
 
@@ -54,7 +50,7 @@ ParamId FlatLayout::add_param(UnitId unit, std::string name, std::vector<std::in
   }
   // A zero dimension makes the product 0 whatever overflowed before it.
   if (overflow && std::find(shape.begin(), shape.end(), 0) == shape.end()) {
-    throw ConfigError(fmt::format("parameter \"{}\": shape [{}] has more than 2^63 - 1 elements", brief_name(name),
+    throw ConfigError(fmt::format("parameter \"{}\": shape [{}] has more than 2^63 - 1 elements", brief(name),
                                   fmt::join(shape, ", ")));
   }
   if (overflow) numel = 0;
@@ -79,7 +75,7 @@ void FlatLayout::finalize(int world_size) {
       off += params_[static_cast<std::size_t>(id)].numel;  // each <= 2^63 - 1: the sum of two cannot wrap
       if (off > kMaxElements - quantum) {
         throw ConfigError(fmt::format("unit \"{}\": its parameters hold more than 2^63 - 1 elements padded for {} "
-                                      "ranks", brief_name(u.name), world_size));
+                                      "ranks", brief(u.name), world_size));
       }
     }
     u.numel = off;

@@ -16,6 +16,7 @@
 #include "offload/fault_injection.h"
 #include "offload/free_space.h"
 #include "offload/swap_directory.h"
+#include "offload/swap_folder.h"
 #include "tests/support/thrown.h"
 
 using namespace zeroshard;
@@ -193,3 +194,13 @@ TEST_CASE("ZS_FAULT_INJECT arms a fault from the environment; malformed specs ar
 }
 
 #endif  // ZS_TEST_HOOKS
+
+TEST_CASE("a 10 MB nvme_path that cannot be created: the message quotes it once, cut") {
+  const std::string base(10 << 20, 'n');
+  const std::string m = io_error_of(
+      [&] { make_swap_folder(base, "zero_optimization.offload_optimizer.nvme_path", 0, 0, "optimizer"); });
+  CHECK(m.find("\"zero_optimization.offload_optimizer.nvme_path\" = \"nnnn") == 0);
+  CHECK(m.find("... (10485760 bytes)\": cannot create the swap folder zeroshard-") != std::string::npos);
+  CHECK(m.find("-rank0-e0/optimizer in it: ") != std::string::npos);
+  CHECK(m.size() < 400);
+}

@@ -1,5 +1,6 @@
 // Adam / AdamW / SGD kernels against torch.optim's float32 numbers: values
-// printed by torch for a small case (param, exp_avg and exp_avg_sq bitwise),
+// printed by torch for a small case and torch 2.15's 10-step AdamW run
+// (data/torch-adamw-10steps.json; param, exp_avg and exp_avg_sq bitwise),
 // and a float32 emulation of torch's single-tensor arithmetic written here,
 // apart from the kernels, over 20 steps of odd-sized tensors (bitwise: the
 // reference and the SIMD kernel on every target this CPU has).
@@ -18,6 +19,7 @@
 #include "kernels/cpu/adam.h"
 #include "kernels/cpu/sgd.h"
 #include "tests/kernels/kernel_test_util.h"
+#include "tests/optimizer/torch_adamw_data.h"
 
 using namespace zeroshard;
 
@@ -92,6 +94,10 @@ void simd_f32(float* p, const float* g, float* m, float* v, std::size_t n,
 // reproducer) is the expression above, contracted to the same FMA in torch's
 // AVX2/AVX-512 builds. That form reproduces the six exp_avg values torch
 // printed for the reproducer; the unfused form misses four of them by 1 ulp.
+// addcmul's `self + value * t1 * t2` is contracted the same way:
+// fma(value * t1, t2, self). That form reproduces all 97 exp_avg_sq values
+// of torch 2.15's 10-step run (data/torch-adamw-10steps.json); the unfused
+// one 61 (the three-element reproducer cannot tell them apart).
 void torch_adam_emulation(State& st, const std::vector<float>& grad, double lr, double beta1,
                           double beta2, double eps, double wd, int step, bool decoupled) {
   auto f = [](double x) { return static_cast<float>(x); };
@@ -118,7 +124,7 @@ void torch_adam_emulation(State& st, const std::vector<float>& grad, double lr, 
       m = std::fma(weight - 1.0f, g - m, g);
     }
     v = v * f(beta2);                 // exp_avg_sq.mul_(beta2)
-    v = v + f(1 - beta2) * g * g;     // .addcmul_(grad, grad, value=1 - beta2)
+    v = std::fma(f(1 - beta2) * g, g, v);  // .addcmul_(grad, grad, value=1 - beta2)
     float denom = std::sqrt(v);       // exp_avg_sq.sqrt()
     denom = denom / f(bias_correction2_sqrt);
     denom = denom + f(eps);           // .add_(eps)
@@ -177,6 +183,41 @@ TEST_CASE("Adam (L2 decay) matches torch.optim.Adam's printed float32 values bit
   SUBCASE("SIMD, every target") {
     testing::for_each_target_and_threads(
         [&] { check_against_torch(run_reproducer(simd_f32, false, 0.1), p, m, v); });
+  }
+}
+
+TEST_CASE("AdamW equals torch 2.15's 10 steps bitwise: emulation, reference, every SIMD target") {
+  const testing::TorchAdamwRun torch = testing::load_torch_adamw_10steps();
+  auto scalars = [&](int t) {
+    return kernels::make_adam_scalars(torch.lr, torch.beta1, torch.beta2, torch.eps, torch.weight_decay,
+                                      t, true);
+  };
+  // Runs all steps of tensor k through update and checks the three states.
+  auto run = [&](std::size_t k, Update update, const std::string& what) {
+    const std::size_t n = torch.p0[k].size();
+    State st{torch.p0[k], std::vector<float>(n, 0.0f), std::vector<float>(n, 0.0f)};
+    for (std::size_t t = 0; t < torch.steps(); ++t) {
+      update(st.p.data(), torch.grads[t][k].data(), st.m.data(), st.v.data(), n,
+             scalars(static_cast<int>(t) + 1));
+    }
+    check_bits(st.p, torch.param[k], (what + " param").c_str());
+    check_bits(st.m, torch.exp_avg[k], (what + " exp_avg").c_str());
+    check_bits(st.v, torch.exp_avg_sq[k], (what + " exp_avg_sq").c_str());
+  };
+  for (std::size_t k = 0; k < torch.tensors(); ++k) {
+    CAPTURE(k);
+    // The emulation of torch's arithmetic in this file, then the kernels.
+    State st{torch.p0[k], std::vector<float>(torch.p0[k].size(), 0.0f),
+             std::vector<float>(torch.p0[k].size(), 0.0f)};
+    for (std::size_t t = 0; t < torch.steps(); ++t) {
+      torch_adam_emulation(st, torch.grads[t][k], torch.lr, torch.beta1, torch.beta2, torch.eps,
+                           torch.weight_decay, static_cast<int>(t) + 1, true);
+    }
+    check_bits(st.p, torch.param[k], "emulation param");
+    check_bits(st.m, torch.exp_avg[k], "emulation exp_avg");
+    check_bits(st.v, torch.exp_avg_sq[k], "emulation exp_avg_sq");
+    run(k, reference_f32, "reference");
+    testing::for_each_target_and_threads([&] { run(k, simd_f32, "SIMD"); });
   }
 }
 

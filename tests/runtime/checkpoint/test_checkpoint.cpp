@@ -232,3 +232,79 @@ TEST_CASE("corruption, truncation, deletion, another model, another version: cle
   });
   expect_error("format version 99");
 }
+
+TEST_CASE("a re-save killed between the two renames of its fallback: load recovers the committed checkpoint") {
+  // Without renameat2(RENAME_EXCHANGE), re-saving tag "run" renames run to
+  // .old-run, then .tmp-run (the new, complete save) to run. A kill between
+  // the two leaves exactly the folders made here; `latest` names "run".
+  for (int stage : {0, 3}) {
+    CAPTURE(stage);
+    const std::string dir = fresh_dir(fmt::format("fallback{}", stage)),
+                      newer = fresh_dir(fmt::format("fallback{}-newer", stage));
+    const EngineConfig cfg = config_for(DType::f32, stage);
+    Engine e(cfg, world());
+    CkptModel m(e);
+    for (int s = 1; s <= 2; ++s) m.train_step(e, s);
+    e.save_checkpoint(dir, {{"committed", true}}, 0, "run");
+    const std::vector<float> committed = m.state(e);
+    for (int s = 3; s <= 4; ++s) m.train_step(e, s);
+    e.save_checkpoint(newer, {{"committed", false}}, 0, "run");
+    REQUIRE(m.state(e) != committed);
+    auto leave_folders = [&] {
+      if (world().rank() == 0) {
+        fs::rename(dir + "/run", dir + "/.old-run");
+        fs::rename(newer + "/run", dir + "/.tmp-run");
+      }
+      world().barrier();
+    };
+    auto check_loaded = [&](const std::string& tag) {
+      Engine f(cfg, world());
+      CkptModel mf(f);
+      const nlohmann::json client_state = f.load_checkpoint(dir, tag);
+      CHECK(client_state.at("committed") == true);
+      CHECK(f.optimizer_steps() == 2);
+      CHECK(mf.state(f) == committed);  // bit for bit
+      world().barrier();
+      CHECK(fs::exists(dir + "/run/manifest.json"));
+      CHECK_FALSE(fs::exists(dir + "/.old-run"));
+    };
+    leave_folders();
+    check_loaded("");  // through `latest`
+    // Again with the tag named, then the next save sweeps the unfinished one.
+    if (world().rank() == 0) fs::rename(dir + "/.tmp-run", newer + "/run");
+    world().barrier();
+    leave_folders();
+    Engine f(cfg, world());
+    CkptModel mf(f);
+    CHECK(f.load_checkpoint(dir, "run").at("committed") == true);
+    CHECK(mf.state(f) == committed);
+    mf.train_step(f, 3);
+    f.save_checkpoint(dir, {}, 0, "run");
+    world().barrier();
+    CHECK_FALSE(fs::exists(dir + "/.tmp-run"));
+    CHECK_FALSE(fs::exists(dir + "/.old-run"));
+  }
+}
+
+TEST_CASE("a NUL byte in latest: the whole message, naming the file and the byte's offset") {
+  const std::string dir = fresh_dir("latest-nul");
+  Engine e(config_for(DType::f32, 1), world());
+  CkptModel m(e);
+  m.train_step(e, 1);
+  e.save_checkpoint(dir, {});
+  if (world().rank() == 0) {
+    std::ofstream(dir + "/latest", std::ios::binary) << std::string("step-0") + '\0' + "0000001\n";
+  }
+  world().barrier();
+  Engine f(config_for(DType::f32, 1), world());
+  CkptModel mf(f);
+  const std::string err = load_error(f, dir);
+  CHECK_MESSAGE(err.find(dir + "/latest: byte 6 is a NUL byte (0x00); latest must hold one line, the name of a "
+                               "checkpoint folder in " + dir + ": the file is damaged; pass the tag to load "
+                               "explicitly or rewrite latest") != std::string::npos,
+                err);
+  CHECK(f.optimizer_steps() == 0);
+  // The tag itself still loads.
+  CHECK_NOTHROW(f.load_checkpoint(dir, "step-00000001"));
+  CHECK(f.optimizer_steps() == 1);
+}

@@ -781,3 +781,43 @@ TEST_CASE("ds_config: bounded reading (depth cap, short quotes, 1e400, u64, dupl
     CHECK(m.find("-1") == std::string::npos);
   }
 }
+
+TEST_CASE("ds_config: messages keep their point (the parser's whole reason, out of range, long values cut)") {
+  auto file_error = [](const std::string& text) { return file_error_of(text, "test_config_point.json"); };
+  // The parser's message is whole: where, what it found, what it expected.
+  CHECK(file_error(R"({"train_batch_size": 8 "gradient_accumulation_steps": 1})") ==
+        "test_config_point.json: invalid JSON at byte 52: parse error at line 1, column 52: syntax error while "
+        "parsing object - unexpected string literal; expected '}'");
+  // A megabyte token (an unterminated string) is cut alone; the reason stays.
+  std::string m = file_error("{\"zero_optimization\": {\"offload_optimizer\": {\"nvme_path\": \"" +
+                             std::string(1 << 20, 'q'));
+  CHECK(m.find("parse error at line 1, column ") != std::string::npos);
+  CHECK(m.find("syntax error while parsing value - invalid string: missing closing quote; last read: '\"qqqq") !=
+        std::string::npos);
+  CHECK(m.find("... (1048577 bytes)'") != std::string::npos);
+  CHECK(m.size() < 400);
+  // A whole number beyond 2^64 - 1 (held as a double) is out of range, with the range.
+  const std::pair<const char*, const char*> beyond_u64[] = {
+      {"steps_per_print", R"({"steps_per_print": 18446744073709551616})"},
+      {"zero_optimization.stage", R"({"zero_optimization": {"stage": 1e30}})"},
+      {"zero_optimization.reduce_bucket_size", R"({"zero_optimization": {"reduce_bucket_size": -1e19}})"},
+  };
+  for (const auto& [k, text] : beyond_u64) {
+    CAPTURE(k);
+    m = error_of(text);
+    CHECK(m.find("\"" + std::string(k) + "\" = ") != std::string::npos);
+    CHECK(m.find("is out of range [") != std::string::npos);
+    CHECK(m.find("must be an integer") == std::string::npos);
+    CHECK(m.find("whole number") == std::string::npos);
+  }
+  CHECK(error_of(R"({"steps_per_print": 18446744073709551616})")
+            .find("\"steps_per_print\" = 1.8446744073709552e+19 is out of range [-9223372036854775808, "
+                  "9223372036854775807]") != std::string::npos);
+  // Not whole: still "must be an integer".
+  CHECK(error_of(R"({"steps_per_print": 2.5})").find("\"steps_per_print\" = 2.5 must be an integer") !=
+        std::string::npos);
+  // A 10 MB value in a scheduler's message is cut as the reader's own are.
+  m = error_of(json{{"scheduler", {{"type", std::string(10 << 20, 'W')}}}}.dump());
+  CHECK(m.find("(10485760 bytes)") != std::string::npos);
+  CHECK(m.size() < 400);
+}
