@@ -40,6 +40,12 @@ EngineComms::EngineComms(Communicator& device, Communicator& host, const Mesh* m
   }
 }
 
+double EngineComms::world_min(double v) {
+  ZS_CHECK(world_ != nullptr, "world_min() without a mesh");
+  world_->all_reduce(&v, 1, DType::f64, ReduceOp::min);
+  return v;
+}
+
 Communicator& EngineComms::raw_world() {
   if (world_) return world_->inner();
   return host_ ? host_->inner() : dp_->inner();
