@@ -66,6 +66,10 @@ Gpt::Gpt(Engine& engine, const Mesh& mesh, GptShape shape)
       attn_(engine.tp_communicator(), z(shape.dim), z(shape.heads)),
       fc_(engine.tp_communicator(), z(shape.dim), 4 * z(shape.dim)),
       mlp_proj_(engine.tp_communicator(), 4 * z(shape.dim), z(shape.dim)) {
+  // Checked on resume: another --heads at the same width has the same
+  // shapes but another attention layout ([Note: mesh checkpoint commit]).
+  engine.set_model_config({{"model", "gpt"}, {"layers", shape.layers}, {"heads", shape.heads}, {"dim", shape.dim},
+                           {"context", shape.context}, {"vocab", shape.vocab}});
   no_decay_ = engine.add_param_group("no_decay", {.weight_decay = 0.0f});
   const std::int64_t D = shape.dim, F = 4 * D, V = shape.vocab;
   const auto rep = TensorParallel::replicated();

@@ -74,7 +74,9 @@ class Gpt {
  public:
   /// Declares this pipeline stage's parameters in `engine` (not finalized
   /// yet; its mesh is `mesh`) and, with pp > 1 on the first and last stage,
-  /// ties wte ([Note: GPT pipeline stages]). Throws ConfigError naming the
+  /// ties wte ([Note: GPT pipeline stages]); records the shape as the
+  /// engine's model configuration (Engine::set_model_config: a checkpoint
+  /// of another shape, such as other heads at the same width, is refused). Throws ConfigError naming the
   /// sizes when heads does not divide dim, tp does not divide heads, 4 dim
   /// or vocab, or layers < pp.
   Gpt(Engine& engine, const Mesh& mesh, GptShape shape);

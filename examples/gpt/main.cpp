@@ -79,6 +79,7 @@ struct Options {
   std::int64_t save_every = 0;
   int keep_last = 0;
   bool resume = false;
+  std::string resume_tag;  ///< --resume-tag: the checkpoint to load ("" = the newest)
   std::optional<std::string> sample;
   int sample_bytes = 200;
   double temperature = 0.8;
@@ -164,7 +165,11 @@ int run(const Options& options) {
   const int m = static_cast<int>(config.gradient_accumulation_steps);
   // Sequences per optimizer step over the whole data-parallel group.
   const std::int64_t global_batch = static_cast<std::int64_t>(o.micro_batch) * dp * m;
-  if (o.resume && o.save_dir.empty()) throw ConfigError("--resume needs --save-dir, the folder of the checkpoints");
+  if (!o.resume_tag.empty()) o.resume = true;
+  if (o.resume && o.save_dir.empty()) {
+    throw ConfigError(fmt::format("{} needs --save-dir, the folder of the checkpoints",
+                                  o.resume_tag.empty() ? "--resume" : "--resume-tag"));
+  }
   if (!o.save_dir.empty()) check_save_dir(*world, o.save_dir);
   const TextCorpus corpus = load_text_corpus(o.data_dir, 0.05);
   if (o.seq > o.shape.context) {
@@ -181,7 +186,7 @@ int run(const Options& options) {
   std::int64_t start_step = 0;
   std::uint64_t data_seed = o.seed + 1;
   if (o.resume) {
-    const nlohmann::json cs = engine.load_checkpoint(o.save_dir);
+    const nlohmann::json cs = engine.load_checkpoint(o.save_dir, o.resume_tag);
     start_step = cs.value("step", std::int64_t{0});
     data_seed = cs.value("data_seed", data_seed);
     if (rank == 0) fmt::print("gpt: resumed from {} at step {}\n", o.save_dir, start_step);
@@ -434,7 +439,11 @@ int main(int argc, char** argv) {
       ->check(CLI::Range(std::int64_t{0}, std::int64_t{1} << 40));
   app.add_option("--keep-last", o.keep_last, "keep only the newest N checkpoints (0: all)")
       ->check(CLI::Range(0, 1 << 20));
-  app.add_flag("--resume", o.resume, "continue from the latest checkpoint in --save-dir");
+  app.add_flag("--resume", o.resume,
+               "continue from the newest checkpoint in --save-dir (on a mesh: the newest step every folder holds)");
+  app.add_option("--resume-tag", o.resume_tag,
+                 "continue from this checkpoint of --save-dir (a tag such as step-00000020; on a mesh every "
+                 "folder must hold it)");
   app.add_option("--sample", o.sample, "print text generated from this prompt after training");
   app.add_option("--sample-bytes", o.sample_bytes, "bytes to generate")
       ->check(CLI::Range(0, 1 << 20))->capture_default_str();

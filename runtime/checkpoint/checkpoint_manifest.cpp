@@ -18,6 +18,17 @@ std::vector<std::string> checkpoint_tensor_names(const OptimizerHyper& hyper) {
   return names;
 }
 
+std::string model_fingerprint(const std::vector<ManifestUnit>& units, const json& config, int tp) {
+  json j = json::array();
+  for (const ManifestUnit& u : units) {
+    json params = json::array();
+    for (const ManifestParam& p : u.params) params.push_back({p.name, p.shape, tp > 1 ? p.tp_split_dim : -1});
+    j.push_back({u.name, u.numel, params});
+  }
+  const std::string text = json{{"units", j}, {"config", config}}.dump();
+  return fmt::format("{:08x}", crc32_update(0, text.data(), text.size()));
+}
+
 std::string rank_file_name(int r) { return fmt::format("rank-{:05d}.bin", r); }
 
 json Manifest::to_json() const {
@@ -68,6 +79,7 @@ json Manifest::to_json() const {
       out["mesh"]["pp_rank"] = mesh.pp_rank;
     }
   }
+  if (model.recorded) out["model"] = {{"config", model.config}, {"fingerprint", model.fingerprint}};
   if (weights.recorded) {
     out["weights_file"] = {{"name", weights.name}, {"dtype", weights.dtype}, {"bytes", weights.bytes},
                            {"crc32", weights.crc32}};

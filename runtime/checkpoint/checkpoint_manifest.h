@@ -48,6 +48,16 @@ struct ManifestMesh {
   int pp_rank = 0;        ///< the pipeline stage whose layers this checkpoint holds
 };
 
+/// The model as the saving engine saw it (manifest key `model`, written by
+/// every save of this build; absent in older manifests: recorded = false).
+/// A load compares it with its own engine's ([Note: mesh checkpoint commit]
+/// in runtime/engine/engine_save.cpp).
+struct ManifestModel {
+  bool recorded = false;   ///< the manifest has a `model` key
+  nlohmann::json config;   ///< the loop's model configuration (Engine::set_model_config; null: none given)
+  std::string fingerprint; ///< 8 hex digits: CRC-32 of the units, parameters, shapes, tp layouts and config
+};
+
 /// One unit's flat-buffer layout at save time.
 struct ManifestUnit {
   std::string name;
@@ -111,6 +121,7 @@ struct Manifest {
   ManifestMesh mesh;            ///< the mesh at save time
   ManifestWeights weights;      ///< the consolidated weights file, if saved
   ManifestStates states;        ///< the optimizer state format
+  ManifestModel model;          ///< the model's configuration and fingerprint
 
   /// The manifest as JSON, without `manifest_crc32`.
   nlohmann::json to_json() const;
@@ -151,6 +162,15 @@ struct Manifest {
 /// "master" (the values the optimizer updates), then its state arrays
 /// ("exp_avg", "exp_avg_sq" / "momentum_buffer").
 std::vector<std::string> checkpoint_tensor_names(const OptimizerHyper& hyper);
+
+/// The model fingerprint of a manifest's `model` key: 8 lower-case hex
+/// digits of the CRC-32 (zlib) of the compact JSON of the units' names and
+/// element counts, their parameters' names, shapes and (at tensor-parallel
+/// size `tp` > 1, where they place the data) tp_split_dim, and `config`
+/// (the loop's model configuration). The optimizer state format
+/// and the data-parallel sharding are not part of it (a load converts
+/// them).
+std::string model_fingerprint(const std::vector<ManifestUnit>& units, const nlohmann::json& config, int tp);
 
 /// Name of rank r's file ("rank-00003.bin").
 std::string rank_file_name(int r);

@@ -315,6 +315,16 @@ Manifest Manifest::from_json(const json& j, const std::string& path) {
         throw IoError(fmt::format("{}: mesh: pp_rank {} is outside [0, pp {})", path, m.mesh.pp_rank, m.mesh.pp));
       }
     }
+    if (j.contains("model")) {
+      const json& mj = j.at("model");
+      m.model = ManifestModel{.recorded = true, .config = mj.at("config"),
+                              .fingerprint = mj.at("fingerprint").get<std::string>()};
+      if (m.model.fingerprint.size() != 8 ||
+          m.model.fingerprint.find_first_not_of("0123456789abcdef") != std::string::npos) {
+        throw IoError(fmt::format("{}: model.fingerprint: \"{}\" is not 8 lower-case hex digits", path,
+                                  m.model.fingerprint.substr(0, 40)));
+      }
+    }
     if (j.contains("weights_file")) {
       const json& wj = j.at("weights_file");
       m.weights = ManifestWeights{.recorded = true,

@@ -193,6 +193,8 @@ Communicator& Engine::pp_communicator() {
   return *pp;
 }
 
+void Engine::set_model_config(nlohmann::json config) { s_->model_config = std::move(config); }
+
 void Engine::tie_parameter(ParamId p, Communicator& group) {
   EngineState& s = *s_;
   if (!s.comms.on_mesh()) {

@@ -258,6 +258,15 @@ class Engine {
   /// mesh (Engine(config, mesh)); throws InvariantError otherwise, after
   /// finalize(), or for an unknown p.
   void tie_parameter(ParamId p, Communicator& group);
+  /// Records the training loop's model configuration (any JSON value, for
+  /// example the GPT's {"layers", "heads", "dim", "context", "vocab"}) in
+  /// every checkpoint this engine saves (manifest `model.config`, part of
+  /// the model fingerprint); load_checkpoint refuses a checkpoint whose
+  /// configuration differs, naming the first differing key ("model.config.
+  /// heads: checkpoint 4, this run 2"). Null (the default) records none.
+  /// Call before save_checkpoint / load_checkpoint, the same on every rank
+  /// of a data-parallel group. Not a collective; never throws.
+  void set_model_config(nlohmann::json config);
 
   /// Lays out flat buffers for the world size, allocates (parameters zero).
   /// On a mesh with tied parameters (tie_parameter), throws
@@ -400,13 +409,20 @@ class Engine {
   /// 3 (docs/checkpoint-format.md, "Consolidated weights"). Written to a temporary
   /// directory, fsynced, renamed into place, then <save_dir>/latest is
   /// switched; keep_last > 0 then removes older checkpoints. Collective.
+  /// Master weights (fp32 parameters), optimizer states and 8-bit absmax
+  /// scales must be finite: otherwise an AgreedIoError names the tensor and
+  /// nothing is saved (docs/checkpoint-format.md, "Validation").
   /// Throws Error in the middle of gradient accumulation, AgreedIoError on
   /// I/O failure (on every rank; the previous checkpoint is untouched and
   /// the failed save's temporary directory removed). Re-saving an existing
   /// tag is crash-atomic (docs/checkpoint-format.md). On a mesh with tp > 1
-  /// each tp rank's data-parallel group saves under <save_dir>/tp-NN, and
-  /// the manifest records the mesh and each parameter's split dimension
-  /// (docs/checkpoint-format.md, "Checkpoints on a mesh"). Returns the tag.
+  /// (or pp > 1) each tp rank's data-parallel group saves under
+  /// <save_dir>[/pp-SS]/tp-NN, the manifest records the mesh coordinates
+  /// and each parameter's split dimension, and the save commits as one:
+  /// when every folder has written its step, world rank 0 writes
+  /// <save_dir>/latest; older checkpoints are pruned only then, never the
+  /// newest step every folder holds ([Note: mesh checkpoint commit],
+  /// docs/checkpoint-format.md, "Checkpoints on a mesh"). Returns the tag.
   std::string save_checkpoint(const std::string& save_dir, const nlohmann::json& client_state,
                               int keep_last = 0, const std::string& tag = "");
   /// Loads <save_dir>/<tag> (tag "" = the one `latest` names) at this
@@ -417,8 +433,15 @@ class Engine {
   /// on error nothing is loaded. Returns the saved client_state. Collective.
   /// On a mesh, any data-parallel size loads; another tensor-parallel size
   /// is refused with a ConfigError naming both sizes (an AgreedConfigError
-  /// over the data-parallel group). Every error is an AgreedError, the same
-  /// on every rank; a failure while
+  /// over the data-parallel group). On a mesh with tp > 1 or pp > 1, tag ""
+  /// loads the newest step that every folder holds complete (saying on
+  /// stderr, from world rank 0, when it skips a newer step that some folder
+  /// lacks); any tag every folder holds loads by name. Also refused: a
+  /// folder whose manifest holds other mesh coordinates (tp rank, pipeline
+  /// stage), another model (names, shapes, tp layouts, set_model_config's
+  /// configuration), and non-finite master weights, states or absmax scales
+  /// (naming the tensor and the file). Every error is an AgreedError, the
+  /// same on every rank of the world; a failure while
   /// writing the loaded state (swap files on nvme) leaves the engine
   /// unusable until a load succeeds ([Note: storage phases]).
   nlohmann::json load_checkpoint(const std::string& save_dir, const std::string& tag = "");

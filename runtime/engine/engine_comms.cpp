@@ -68,6 +68,12 @@ std::string EngineComms::make_zeropp_groups(const ZeroppConfig& z, int stage, co
                      inside ? "each inside a node" : "spanning nodes (their all-gathers cross hosts)");
 }
 
+double EngineComms::world_min(double v) {
+  ZS_CHECK(world_ != nullptr, "world_min() without a mesh");
+  world_->all_reduce(&v, 1, DType::f64, ReduceOp::min);
+  return v;
+}
+
 Communicator& EngineComms::raw_world() {
   if (world_) return world_->inner();
   return host_ ? host_->inner() : dp_->inner();

@@ -75,6 +75,11 @@ class EngineComms {
   /// step observer's gathers, which are not part of any step's records.
   Communicator& raw_world();
 
+  /// The minimum of v over the world (all_reduce; MinOverRanks of
+  /// runtime/checkpoint/mesh_commit.h). On a mesh only (InvariantError
+  /// otherwise). Collective over the world; throws CommError.
+  double world_min(double v);
+
   /// Tensor-parallel size and rank (1 and 0 without a mesh).
   int tp_size() const { return tp_ ? tp_->world_size() : 1; }
   int tp_rank() const { return tp_ ? tp_->rank() : 0; }

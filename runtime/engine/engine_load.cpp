@@ -13,6 +13,9 @@
 #include "core/durable_file.h"
 #include "runtime/checkpoint/checkpoint_manifest.h"
 #include "runtime/checkpoint/save_folder.h"
+#include "runtime/checkpoint/mesh_commit.h"
+#include "runtime/checkpoint/mesh_folders.h"
+#include "runtime/checkpoint/state_checks.h"
 #include "runtime/engine/engine.h"
 #include "runtime/engine/engine_state.h"
 #include "runtime/engine/storage_phase.h"
@@ -27,8 +30,8 @@ std::string shape_str(const std::vector<std::int64_t>& s) {
   return fmt::format("[{}]", fmt::join(s, ", "));
 }
 
-// Differences between the saved model and this engine's, one per line.
-std::vector<std::string> model_differences(const Manifest& m, const FlatLayout& layout) {
+// Differences between the saved parameters and units and this layout's, one per line.
+std::vector<std::string> layout_differences(const Manifest& m, const FlatLayout& layout) {
   std::vector<std::string> diffs;
   std::map<std::string, const ManifestParam*> saved;
   for (const auto& u : m.units) {
@@ -73,6 +76,52 @@ std::vector<std::string> model_differences(const Manifest& m, const FlatLayout& 
   return diffs;
 }
 
+// The first difference between two model configurations, as
+// "model.config.<key>: checkpoint <a>, this run <b>" ("" when equal).
+std::string config_difference(const json& saved, const json& mine, const std::string& path = "model.config") {
+  if (saved == mine) return "";
+  if (saved.is_object() && mine.is_object()) {
+    for (const auto& [key, value] : saved.items()) {
+      if (!mine.contains(key)) return fmt::format("{}.{}: checkpoint {}, this run none", path, key, value.dump());
+      const std::string d = config_difference(value, mine.at(key), path + "." + key);
+      if (!d.empty()) return d;
+    }
+    for (const auto& [key, value] : mine.items()) {
+      if (!saved.contains(key)) return fmt::format("{}.{}: checkpoint none, this run {}", path, key, value.dump());
+    }
+  }
+  return fmt::format("{}: checkpoint {}, this run {}", path, saved.dump(), mine.dump());
+}
+
+// Differences between the saved model and this engine's, one per line:
+// parameters (names, shapes), units, tp layouts, the loop's model
+// configuration and, should all of those agree, the fingerprint.
+std::vector<std::string> model_differences(const Manifest& m, const EngineState& s) {
+  std::vector<std::string> diffs = layout_differences(m, s.layout);
+  if (!diffs.empty()) return diffs;
+  const std::vector<ManifestUnit> mine = manifest_units(s);
+  if (m.mesh.tp > 1) {
+    for (std::size_t u = 0; u < mine.size(); ++u) {
+      for (std::size_t k = 0; k < mine[u].params.size(); ++k) {
+        const ManifestParam& a = m.units[u].params[k];
+        const ManifestParam& b = mine[u].params[k];
+        if (a.tp_split_dim != b.tp_split_dim) {
+          diffs.push_back(fmt::format("parameter \"{}\": tp_split_dim: checkpoint {}, model {}", a.name,
+                                      a.tp_split_dim, b.tp_split_dim));
+        }
+      }
+    }
+  }
+  if (!diffs.empty() || !m.model.recorded) return diffs;
+  const std::string config = config_difference(m.model.config, s.model_config);
+  if (!config.empty()) return {config};
+  const std::string fingerprint = model_fingerprint(mine, s.model_config, m.mesh.tp);
+  if (fingerprint != m.model.fingerprint) {
+    diffs.push_back(fmt::format("model.fingerprint: checkpoint {}, this model {}", m.model.fingerprint, fingerprint));
+  }
+  return diffs;
+}
+
 // Reads logical elements [lo, hi) of tensor t of unit u from the old rank
 // files into dst (dst[0] = element lo) as fp32, dequantizing 8-bit states
 // (each old window's codes with its absmax) and widening bf16 states
@@ -101,14 +150,21 @@ class TensorReader {
       } else {
         file(q).read(m_.file_offset(u, t) + off * sizeof(float), dst + (e - lo), n * sizeof(float));
       }
+      check_finite_state(dst + (e - lo), n, source(u, t, q, e, ""));
       e += n;
     }
   }
 
-  // Tensor t of unit u in old rank q's file, as stored (tensor_bytes).
+  // Tensor t of unit u in old rank q's file, as stored (tensor_bytes); an
+  // 8-bit state's absmax values checked (check_finite_state).
   std::vector<std::byte> raw(std::size_t u, std::size_t t, int q) {
     std::vector<std::byte> out(m_.tensor_bytes(u, t));
     if (!out.empty()) file(q).read(m_.file_offset(u, t), out.data(), out.size());
+    if (t > 0 && m_.units[u].state_format == "8bit") {
+      const std::uint64_t shard = m_.units[u].shard;
+      check_finite_state(reinterpret_cast<const float*>(out.data() + shard), (out.size() - shard) / sizeof(float),
+                         source(u, t, q, static_cast<std::uint64_t>(q) * shard, " absmax"), true);
+    }
     return out;
   }
 
@@ -129,6 +185,14 @@ class TensorReader {
     cached_t_ = t;
     cached_q_ = q;
     return cached_;
+  }
+
+  // Where logical element `first` of tensor t of unit u, in old rank q's
+  // file, comes from (absmax: blocks of the state's block size).
+  StateSource source(std::size_t u, std::size_t t, int q, std::uint64_t first, const char* suffix) const {
+    return StateSource{.file = dir_ + "/" + m_.files[static_cast<std::size_t>(q)].name, .m = &m_, .unit = u,
+                       .tensor = m_.tensors[t] + suffix, .first = first,
+                       .stride = *suffix != '\0' ? m_.states.block_size : 1};
   }
 
   std::vector<float> cached_;
@@ -189,8 +253,8 @@ void commit_loaded(EngineState& s, std::vector<LoadedUnit>& loaded) {
 }
 
 // On a mesh, after every group loaded its own folder: the groups must have
-// loaded the same optimizer step (their `latest` files can disagree after a
-// save that was killed between stages). Collective over the world; throws
+// loaded the same optimizer step (a tag given by name can name checkpoints
+// of different steps in different folders). Collective over the world; throws
 // AgreedConfigError on every rank naming each (stage, tp rank)'s step.
 void check_same_step(EngineState& s, const std::string& save_dir) {
   Communicator& world = *s.comms.world();
@@ -207,28 +271,87 @@ void check_same_step(EngineState& s, const std::string& save_dir) {
                          all[3 * q + 2], all[3 * q]);
   }
   throw AgreedConfigError(fmt::format("{}: the mesh's checkpoint folders hold different steps ({}); every pipeline "
-                                      "stage and tensor-parallel rank must load the same step: load a tag that "
-                                      "every folder holds (load_checkpoint(dir, tag)), or repair the folders' "
-                                      "latest files",
+                                      "stage and tensor-parallel rank must load the same step: the tag names "
+                                      "checkpoints of different steps in different folders",
                                       save_dir, steps),
                           world.rank());
+}
+
+// With no tag on a mesh of checkpoint folders: the tag of the newest step
+// every folder holds complete ([Note: mesh checkpoint commit] in
+// engine_save.cpp), the same on every rank. World rank 0 says on stderr when
+// it skips a newer step that some folder lacks. Collective over the world;
+// throws AgreedConfigError on every rank, naming each folder's newest step,
+// when no step is in every folder.
+std::string newest_common_tag(EngineState& s, const std::string& mesh_save_dir) {
+  const MeshPosition at = s.comms.mesh_position();
+  const std::vector<FolderCheckpoint> listed = list_folder_checkpoints(mesh_checkpoint_root(at, mesh_save_dir));
+  Communicator& world = *s.comms.world();
+  const double mine[3] = {static_cast<double>(at.pp_rank), static_cast<double>(at.tp_rank),
+                          listed.empty() ? -1.0 : static_cast<double>(listed.front().step)};
+  std::vector<double> all(3 * static_cast<std::size_t>(world.world_size()));
+  world.all_gather(mine, all.data(), 3, DType::f64);
+  const std::vector<FolderCheckpoint> common =
+      common_checkpoints(listed, 1, [&s](double v) { return s.comms.world_min(v); });
+  const std::int64_t found = common.empty() ? -1 : common.front().step;
+  // Each folder once (its data-parallel ranks list the same), with its newest step.
+  std::map<std::pair<int, int>, double> newest;
+  for (std::size_t q = 0; q < all.size(); q += 3) newest[{static_cast<int>(all[q]), static_cast<int>(all[q + 1])}] = all[q + 2];
+  std::vector<std::string> ahead;
+  for (const auto& [folder, step] : newest) {
+    if (step <= static_cast<double>(found)) continue;
+    const MeshPosition f{.dp = at.dp, .tp = at.tp, .tp_rank = folder.second, .pp = at.pp, .pp_rank = folder.first};
+    ahead.push_back(step < 0 ? fmt::format("{} holds none", mesh_checkpoint_root(f, mesh_save_dir))
+                             : fmt::format("{} holds step {}", mesh_checkpoint_root(f, mesh_save_dir), step));
+  }
+  if (common.empty()) {
+    std::vector<std::string> each;
+    for (const auto& [folder, step] : newest) {
+      const MeshPosition f{.dp = at.dp, .tp = at.tp, .tp_rank = folder.second, .pp = at.pp, .pp_rank = folder.first};
+      each.push_back(step < 0 ? fmt::format("{}: none", mesh_checkpoint_root(f, mesh_save_dir))
+                              : fmt::format("{}: newest step {}", mesh_checkpoint_root(f, mesh_save_dir), step));
+    }
+    throw AgreedConfigError(fmt::format("{}: no checkpoint step is complete in every folder of the mesh ({}); a mesh "
+                                        "checkpoint loads only from a step that every pipeline stage and "
+                                        "tensor-parallel rank saved",
+                                        mesh_save_dir, fmt::join(each, "; ")),
+                            world.rank());
+  }
+  if (!ahead.empty() && world.rank() == 0) {
+    fmt::print(stderr,
+               "zeroshard: {}: loading {} (step {}), the newest step every folder of the mesh holds; skipping newer "
+               "steps that are not complete in every folder (a save was interrupted): {}\n",
+               mesh_save_dir, common.front().tag, found, fmt::join(ahead, ", "));
+  }
+  return common.front().tag;
 }
 
 }  // namespace
 
 json Engine::load_checkpoint(const std::string& mesh_save_dir, const std::string& tag_in) {
   EngineState& s = *s_;
+  std::string chosen = tag_in;
+  if (tag_in.empty() && mesh_checkpoint_root(s.comms.mesh_position(), mesh_save_dir) != mesh_save_dir) {
+    // A mesh of folders: first the layout (another tp or pp size is named
+    // as such), then the newest step every folder holds.
+    s.comms.agreed_over_world([&] {
+      ZS_CHECK(s.finalized(), "load_checkpoint() before finalize()");
+      run_agreed(s.comms.host(), [&] { check_checkpoint_mesh(s.comms.mesh_position(), mesh_save_dir, ""); });
+      return 0;
+    });
+    chosen = newest_common_tag(s, mesh_save_dir);
+  }
   // A failure in one (pipeline stage, tp rank)'s group ends every rank of the mesh together.
   const json client_state = s.comms.agreed_over_world([&]() -> json {
     ZS_CHECK(s.finalized(), "load_checkpoint() before finalize()");
-    std::string tag = tag_in;
+    std::string tag = chosen;
     const int r = s.rank();
     Manifest m;
     // On a mesh each tp rank's group reads its own folder ([Note: engine on a mesh]).
     const std::string save_dir = mesh_checkpoint_root(s.comms.mesh_position(), mesh_save_dir);
     TraceScope manifest_span(s.tracer(), "checkpoint_load_manifest", TraceThread::engine, tag_in);
     run_agreed(s.comms.host(), [&] {
-      check_checkpoint_mesh(s.comms.mesh_position(), mesh_save_dir, tag_in);
+      check_checkpoint_mesh(s.comms.mesh_position(), mesh_save_dir, tag);
       if (tag.empty()) tag = read_latest_tag(save_dir);
       // A re-save of this tag killed between the two renames of its fallback
       // left the committed checkpoint in .old-<tag>: rank 0 puts it back, as
@@ -250,10 +373,20 @@ json Engine::load_checkpoint(const std::string& mesh_save_dir, const std::string
                                       dir, static_cast<std::uint32_t>(-crc[1]), static_cast<std::uint32_t>(crc[0])),
                           r);
     }
-    const std::vector<std::string> diffs = model_differences(m, s.layout);
+    const std::vector<std::string> diffs = model_differences(m, s);
     if (!diffs.empty()) {
+      const MeshPosition at = s.comms.mesh_position();
       throw AgreedConfigError(
-          fmt::format("{}/manifest.json is from a different model:\n  {}", dir, fmt::join(diffs, "\n  ")), r);
+          fmt::format("{}/manifest.json is from a different model (folder of {}):\n  {}", dir,
+                      mesh_coordinates(at.dp, at.tp_rank, at.tp, at.pp_rank, at.pp), fmt::join(diffs, "\n  ")),
+          r);
+    }
+    if (!m.model.recorded && r == 0) {
+      fmt::print(stderr,
+                 "zeroshard: warning: {}/manifest.json has no model fingerprint (saved by an older zeroshard): "
+                 "the parameter names, shapes and tensor-parallel layouts were checked, the loop's model "
+                 "configuration could not be\n",
+                 dir);
     }
     const std::vector<std::string> names = checkpoint_tensor_names(s.config.optimizer);
     if (m.tensors != names) {

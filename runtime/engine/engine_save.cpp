@@ -17,8 +17,11 @@
 #include "kernels/cpu/cast.h"
 #include "core/durable_file.h"
 #include "runtime/checkpoint/checkpoint_manifest.h"
+#include "runtime/checkpoint/mesh_commit.h"
+#include "runtime/checkpoint/mesh_folders.h"
 #include "runtime/checkpoint/safetensors_writer.h"
 #include "runtime/checkpoint/save_folder.h"
+#include "runtime/checkpoint/state_checks.h"
 #include "runtime/engine/engine.h"
 #include "runtime/engine/engine_state.h"
 #include "runtime/engine/storage_phase.h"
@@ -109,21 +112,26 @@ void maybe_fail(int rank) {
 }
 
 // Rank 0: puts the complete checkpoint in tmp_dir in place as final_dir
-// (replacing a checkpoint of the same tag) and points `latest` at it.
+// (replacing a checkpoint of the same tag) and, with `point_latest`, points
+// the folder's `latest` at it (a mesh's folders are pointed at after the
+// mesh's commit instead: [Note: mesh checkpoint commit]).
 void publish(const std::string& save_dir, const std::string& tmp_dir, const std::string& final_dir,
-             const std::string& tag) {
+             const std::string& tag, bool point_latest) {
+  auto latest = [&] {
+    if (!point_latest) return;
+    write_file_atomic(save_dir + "/latest", tag + "\n");
+    maybe_crash("latest", 0);
+  };
   if (!fs::exists(final_dir)) {
     rename_durable(tmp_dir, final_dir, save_dir);
     maybe_crash("renamed", 0);
-    write_file_atomic(save_dir + "/latest", tag + "\n");
-    maybe_crash("latest", 0);
+    latest();
     return;
   }
   if (exchange_durable(tmp_dir, final_dir, save_dir)) {
     // final_dir is the new checkpoint, tmp_dir the old one.
     maybe_crash("renamed", 0);
-    write_file_atomic(save_dir + "/latest", tag + "\n");
-    maybe_crash("latest", 0);
+    latest();
     fs::remove_all(tmp_dir);
     return;
   }
@@ -134,10 +142,29 @@ void publish(const std::string& save_dir, const std::string& tmp_dir, const std:
   rename_durable(final_dir, old, save_dir);
   rename_durable(tmp_dir, final_dir, save_dir);
   maybe_crash("renamed", 0);
-  write_file_atomic(save_dir + "/latest", tag + "\n");
-  maybe_crash("latest", 0);
+  latest();
   fs::remove_all(old);
 }
+
+}  // namespace
+
+std::vector<ManifestUnit> manifest_units(const EngineState& s) {
+  std::vector<ManifestUnit> units;
+  for (const UnitInfo& u : s.layout.units()) {
+    ManifestUnit mu{.name = u.name, .numel = u.numel, .padded = u.padded, .shard = u.shard, .params = {},
+                    .state_format = std::string(state_dtype_name(
+                        s.store().states(static_cast<UnitId>(&u - s.layout.units().data())).dtype))};
+    for (ParamId id : u.params) {
+      const ParamInfo& p = s.layout.param(id);
+      mu.params.push_back(ManifestParam{.name = p.name, .shape = p.shape, .numel = p.numel, .offset = p.offset,
+                                        .group = p.group, .tp_split_dim = s.norm.parallel(id).split_dim});
+    }
+    units.push_back(std::move(mu));
+  }
+  return units;
+}
+
+namespace {
 
 Manifest make_manifest(const EngineState& s, const std::string& tag, const json& client_state) {
   Manifest m;
@@ -152,17 +179,9 @@ Manifest make_manifest(const EngineState& s, const std::string& tag, const json&
     m.states.block_size = sf.block_size;
     m.states.min_8bit_size = sf.min_8bit_size;
   }
-  for (const UnitInfo& u : s.layout.units()) {
-    ManifestUnit mu{.name = u.name, .numel = u.numel, .padded = u.padded, .shard = u.shard, .params = {},
-                    .state_format = std::string(state_dtype_name(
-                        s.store().states(static_cast<UnitId>(&u - s.layout.units().data())).dtype))};
-    for (ParamId id : u.params) {
-      const ParamInfo& p = s.layout.param(id);
-      mu.params.push_back(ManifestParam{.name = p.name, .shape = p.shape, .numel = p.numel, .offset = p.offset,
-                                        .group = p.group, .tp_split_dim = s.norm.parallel(id).split_dim});
-    }
-    m.units.push_back(std::move(mu));
-  }
+  m.units = manifest_units(s);
+  m.model = ManifestModel{.recorded = true, .config = s.model_config,
+                          .fingerprint = model_fingerprint(m.units, s.model_config, s.comms.tp_size())};
   m.optimizer_steps = s.progress.optimizer_steps;
   m.micro_steps = s.progress.micro_steps;
   m.scaler = s.progress.scaler.state();
@@ -203,6 +222,49 @@ void prune(const std::string& save_dir, int keep_last, const std::string& keep_t
   std::sort(found.begin(), found.end(), [](const auto& a, const auto& b) { return a.first > b.first; });
   for (std::size_t i = static_cast<std::size_t>(std::max(0, keep_last - 1)); i < found.size(); ++i) {
     fs::remove_all(found[i].second);
+  }
+}
+
+// A mesh folder's pruning after the commit: removes every checkpoint of
+// `listed` (the folder's complete ones) that is not in `keep`.
+void prune_except(const std::string& save_dir, const std::vector<FolderCheckpoint>& listed,
+                  const std::vector<FolderCheckpoint>& keep) {
+  for (const FolderCheckpoint& c : listed) {
+    if (std::find(keep.begin(), keep.end(), c) == keep.end()) fs::remove_all(save_dir + "/" + c.tag);
+  }
+}
+
+// Throws IoError for a non-finite value of the n fp32 values that a save is
+// about to write (state_checks.h), saying that nothing is saved.
+void check_before_save(const float* values, std::size_t n, const StateSource& source, bool scale = false) {
+  try {
+    check_finite_state(values, n, source, scale);
+  } catch (const IoError& e) {
+    throw IoError(fmt::format("save_checkpoint refused: {}; nothing was saved", e.what()));
+  }
+}
+
+// Checks state array k of unit u as state_array_window returns it (fp32
+// values, bf16 values, or 8-bit codes or absmax: codes are always finite)
+// before a save writes it.
+void check_state_window(const EngineState& s, const Manifest& m, UnitId u, int k, const std::vector<std::byte>& bytes,
+                        const std::string& file) {
+  const UnitStates& st = s.store().states(u);
+  const std::uint64_t first = static_cast<std::uint64_t>(s.rank()) * s.info(u).shard;
+  const std::string name(optimizer_state_name(s.config.optimizer, st.state_of(k)));
+  StateSource source{.file = file, .m = &m, .unit = static_cast<std::size_t>(u), .tensor = name, .first = first, .stride = 1};
+  if (st.dtype == StateDtype::q8) {
+    if (!st.is_absmax(k)) return;
+    source.tensor += " absmax";
+    source.stride = st.block;
+    check_before_save(reinterpret_cast<const float*>(bytes.data()), bytes.size() / sizeof(float), source, true);
+  } else if (st.dtype == StateDtype::bf16) {
+    std::vector<float> wide(bytes.size() / sizeof(std::uint16_t));
+    const auto* bits = reinterpret_cast<const std::uint16_t*>(bytes.data());
+    for (std::size_t i = 0; i < wide.size(); ++i) wide[i] = bf16_to_float(bits[i]);
+    check_before_save(wide.data(), wide.size(), source);
+  } else {
+    check_before_save(reinterpret_cast<const float*>(bytes.data()), bytes.size() / sizeof(float), source);
   }
 }
 
@@ -265,15 +327,19 @@ ManifestWeights write_checkpoint_weights(EngineState& s, const std::string& dir,
 }
 
 // Phases 2, 3 (with the consolidated weights when configured) and 4 of the
-// save protocol (docs/checkpoint-format.md), each agreed.
+// save protocol (docs/checkpoint-format.md), each agreed. In a mesh folder
+// (`mesh_folder`) the folder's `latest` and the pruning wait for the mesh's
+// commit ([Note: mesh checkpoint commit]).
 void write_checkpoint(EngineState& s, const std::string& save_dir, const std::string& tmp_dir,
                       const std::string& final_dir, const std::string& tag, const json& client_state,
-                      int keep_last) {
+                      int keep_last, bool mesh_folder) {
   const int r = s.rank();
 
+  Manifest m = make_manifest(s, tag, client_state);
   double file_info[2] = {0, 0};  // crc32, bytes of this rank's file
   TraceScope files_span(s.tracer(), "checkpoint_save_files", TraceThread::engine, tag);
   run_agreed(s.comms.host(), [&] {
+    const std::string file = final_dir + "/" + rank_file_name(r);  // as named once published
     DurableFileWriter w(tmp_dir + "/" + rank_file_name(r));
     for (UnitId u = 0; u < s.units(); ++u) {
       const std::size_t shard = s.info(u).shard;
@@ -282,12 +348,16 @@ void write_checkpoint(EngineState& s, const std::string& save_dir, const std::st
         HostBuffer holder;
         const float* data = master_data(s, u, first, holder);
         const std::size_t begin = static_cast<std::size_t>(r) * shard - first;
+        check_before_save(data + begin, shard,
+                          StateSource{.file = file, .m = &m, .unit = static_cast<std::size_t>(u), .tensor = "master",
+                                      .first = static_cast<std::uint64_t>(r) * shard, .stride = 1});
         w.write(data + begin, shard * sizeof(float));
       }
       // The states as stored: fp32 values, or 8-bit codes then absmax
       // (docs/checkpoint-format.md), this rank's window.
       for (int k = 0; k < s.store().states(u).arrays(); ++k) {
         const std::vector<std::byte> bytes = s.optimizer.state_array_window(s.store(), u, k, r);
+        check_state_window(s, m, u, k, bytes, file);
         if (!bytes.empty()) w.write(bytes.data(), bytes.size());
       }
       if (u == 0) {
@@ -302,7 +372,6 @@ void write_checkpoint(EngineState& s, const std::string& save_dir, const std::st
   });
 
   files_span.end();
-  Manifest m = make_manifest(s, tag, client_state);
   if (s.config.zero.gather_16bit_weights_on_model_save) {
     const TraceScope weights_span(s.tracer(), "checkpoint_save_weights", TraceThread::engine, tag);
     m.weights = write_checkpoint_weights(s, tmp_dir, m);
@@ -323,8 +392,74 @@ void write_checkpoint(EngineState& s, const std::string& save_dir, const std::st
     w.finish();
     fsync_directory(tmp_dir);
     maybe_crash("manifest", r);
-    publish(save_dir, tmp_dir, final_dir, tag);
-    if (keep_last > 0) prune(save_dir, keep_last, tag);
+    publish(save_dir, tmp_dir, final_dir, tag, !mesh_folder);
+    if (keep_last > 0 && !mesh_folder) prune(save_dir, keep_last, tag);
+  });
+}
+
+// [Note: mesh checkpoint commit]
+// On a mesh with tp > 1 or pp > 1 every (pipeline stage, tp rank) keeps
+// its own folder (mesh_checkpoint_root). If each folder published its step
+// and pruned on its own, a rank killed during a save could leave folder A
+// at step N with N - 1 pruned while folder B still holds only N - 1: no
+// step in every folder, every checkpoint lost. So a mesh save commits as
+// one:
+//   1. every folder's data-parallel group writes and publishes <tag> in its
+//      folder exactly as a single-folder save does (.tmp-<tag>, fsync,
+//      rename), but neither points the folder's `latest` at it nor prunes;
+//   2. the world agrees that every folder did (agreed_over_world): a
+//      failure anywhere is the same error everywhere and nothing is
+//      committed;
+//   3. world rank 0 writes <save_dir>/latest (write_file_atomic): the
+//      commit. A kill before it leaves the previous commit in force;
+//   4. each folder's rank 0 points its own `latest` at <tag> (for the
+//      tools that read one folder), and with keep_last > 0 the world
+//      agrees (common_checkpoints, runtime/checkpoint/mesh_commit.h) on
+//      the newest keep_last checkpoints that every folder holds; each
+//      folder keeps those, <tag> and the newest common one, and removes
+//      the rest (partial steps of killed saves included). A kill during
+//      the pruning leaves <tag> in every folder.
+// A load with no tag does not trust any `latest`: the world agrees on the
+// newest step every folder holds complete (list_folder_checkpoints: the
+// manifest validates, the rank files have their sizes), and world rank 0
+// says on stderr when a newer step is missing from some folder. So a kill
+// at any point of any rank resumes from a step every folder holds: the
+// committed one, or a newer one that every folder finished before the
+// commit. Each manifest records its folder's coordinates (mesh.tp_rank,
+// mesh.pp_rank and the sizes) and the model's fingerprint; a load checks
+// both, so that swapped or misplaced folders and a changed model (another
+// GPT --heads at the same width: the same shapes, another attention
+// layout) are refused, naming the folder and the differing field.
+// tests/examples/mesh_kill_loop.sh kills ranks during mesh saves and
+// resumes; tests/runtime/engine/test_engine_pipeline.cpp and
+// tests/examples/test_gpt_mesh.cpp check the commit, the skipped partial
+// step and the refusals.
+
+// Step 4 of [Note: mesh checkpoint commit]: the folder's `latest` and the
+// pruning, after world rank 0 committed `tag`. Collective over the world.
+void after_mesh_commit(EngineState& s, const std::string& save_dir, const std::string& tag, int keep_last) {
+  std::vector<FolderCheckpoint> listed;
+  std::vector<FolderCheckpoint> keep;
+  s.comms.agreed_over_world([&] {
+    if (s.rank() == 0) write_file_atomic(save_dir + "/latest", tag + "\n");
+    listed = list_folder_checkpoints(save_dir);
+    return 0;
+  });
+  if (keep_last <= 0) return;
+  keep = common_checkpoints(listed, static_cast<std::size_t>(keep_last), [&s](double v) { return s.comms.world_min(v); });
+  s.comms.agreed_over_world([&] {
+    if (s.rank() != 0) return 0;
+    // The committed tag (every folder holds it), the newest common one, then
+    // the next common ones up to keep_last.
+    std::vector<FolderCheckpoint> chosen;
+    for (const FolderCheckpoint& c : listed) {
+      if (c.tag == tag) chosen.push_back(c);
+    }
+    for (const FolderCheckpoint& c : keep) {
+      if (c.tag != tag && (static_cast<int>(chosen.size()) < keep_last || &c == &keep.front())) chosen.push_back(c);
+    }
+    prune_except(save_dir, listed, chosen);
+    return 0;
   });
 }
 
@@ -333,10 +468,12 @@ void write_checkpoint(EngineState& s, const std::string& save_dir, const std::st
 std::string Engine::save_checkpoint(const std::string& mesh_save_dir, const json& client_state, int keep_last,
                                     const std::string& tag_in) {
   EngineState& s = *s_;
+  const MeshPosition at = s.comms.mesh_position();
+  // On a mesh each (pipeline stage, tp rank)'s group saves into its own folder ([Note: engine on a mesh]).
+  const std::string save_dir = mesh_checkpoint_root(at, mesh_save_dir);
+  const bool mesh_folders = save_dir != mesh_save_dir;
   // A failure in one (pipeline stage, tp rank)'s group ends every rank of the mesh together.
-  return s.comms.agreed_over_world([&]() -> std::string {
-    // On a mesh each (pipeline stage, tp rank)'s group saves into its own folder ([Note: engine on a mesh]).
-    const std::string save_dir = mesh_checkpoint_root(s.comms.mesh_position(), mesh_save_dir);
+  const std::string tag = s.comms.agreed_over_world([&]() -> std::string {
     ZS_CHECK(s.finalized(), "save_checkpoint() before finalize()");
     check_usable(s, "save_checkpoint()");
     const std::int64_t gas = s.config.gradient_accumulation_steps;
@@ -357,7 +494,7 @@ std::string Engine::save_checkpoint(const std::string& mesh_save_dir, const json
       fs::create_directory(tmp_dir);
     });
     try {
-      write_checkpoint(s, save_dir, tmp_dir, final_dir, tag, client_state, keep_last);
+      write_checkpoint(s, save_dir, tmp_dir, final_dir, tag, client_state, keep_last, mesh_folders);
     } catch (const AgreedError&) {
       // Every rank failed this save: nothing of it is left behind (a disk that
       // filled up is freed again).
@@ -369,6 +506,17 @@ std::string Engine::save_checkpoint(const std::string& mesh_save_dir, const json
     }
     return tag;
   });
+  if (!mesh_folders) return tag;
+  // Every folder holds <tag>: the commit ([Note: mesh checkpoint commit]).
+  s.comms.agreed_over_world([&] {
+    if (s.comms.world()->rank() == 0) {
+      write_file_atomic(mesh_save_dir + "/latest", tag + "\n");
+      maybe_crash("committed", 0);
+    }
+    return 0;
+  });
+  after_mesh_commit(s, save_dir, tag, keep_last);
+  return tag;
 }
 
 std::vector<float> Engine::gather_optimizer_state(ParamId p, int index) {

@@ -20,6 +20,7 @@
 #include "core/error.h"
 #include "core/memory_ledger.h"
 #include "optimizer/loss_scaler.h"
+#include "runtime/checkpoint/checkpoint_manifest.h"
 #include "runtime/engine/engine.h"
 #include "runtime/engine/engine_comms.h"
 #include "runtime/engine/grad_norm.h"
@@ -117,6 +118,9 @@ class EngineState {
   ShardOptimizer optimizer;  ///< parameter groups and the update
   std::unique_ptr<EngineParts> parts;  ///< null until finalize() succeeds
   StepProgress progress;
+  /// The loop's model configuration (Engine::set_model_config; null: none
+  /// given), recorded in and checked against checkpoints.
+  nlohmann::json model_config;
   /// Why the state may not be used ("" = usable): an agreed failure left it
   /// partly written ([Note: storage phases], runtime/engine/storage_phase.h).
   std::string unusable;
@@ -148,6 +152,11 @@ class EngineState {
 /// from every rank's `shard` (host memory, shard elements) on the host
 /// communicator. Collective.
 std::vector<std::byte> gather_host(EngineState& s, UnitId u, const void* shard, DType t);
+
+/// The units and parameters of `s`'s layout as a checkpoint manifest
+/// records them (names, sizes, shapes, groups, tp split dimensions, state
+/// formats). After finalize(). Defined in engine_save.cpp.
+std::vector<ManifestUnit> manifest_units(const EngineState& s);
 
 /// finalize()'s observability part: when the observer gathers, the clock
 /// offset to the world's rank 0 and the common origin, and the observer

@@ -5,7 +5,8 @@
 # loaded model's validation loss (the saved run's, to the printed digit); a
 # resume with more steps continues from the checkpoint's step; flags out of
 # range are refused; --breakdown prints in a run shorter than --eval-every;
-# --steps 0 says there is nothing to run. Every mpirun runs under `timeout`
+# --steps 0 says there is nothing to run; --resume-tag loads an older
+# checkpoint by name. Every mpirun runs under `timeout`
 # (a hang fails).
 # Usage: gpt_cli.sh MPIRUN GPT WORKDIR
 set -uo pipefail
@@ -36,6 +37,15 @@ grep -q "^step     5 " "$work/out" || fail "no step 5 line after resuming at ste
 run 0 "$mpirun" -np 2 "$gpt" "${small[@]}" --steps 6 --resume --micro-batch 2
 expect "saved with a global batch of 16 sequences per step, this run uses 4"
 ! grep -q "^step     3 " "$work/out" || fail "steps before the checkpoint were run again"
+# --resume-tag loads a named checkpoint (step 3, older than step 6); a tag
+# the save directory lacks is refused, naming it.
+run 0 "$mpirun" -np 2 "$gpt" "${small[@]}" --steps 4 --resume-tag step-00000003 --micro-batch 2
+expect "resumed from $work/ckpt at step 3"
+grep -q "^step     4 " "$work/out" || fail "no step 4 line after resuming at step 3"
+run 1 "$mpirun" -np 2 "$gpt" "${small[@]}" --steps 9 --resume-tag step-00000042
+expect "$work/ckpt/step-00000042/manifest.json"
+run 1 "$gpt" --resume-tag step-00000003 --steps 2
+expect "--resume-tag needs --save-dir"
 # --breakdown prints at least once in a run shorter than --eval-every.
 run 0 "$mpirun" -np 2 "$gpt" --layers 2 --dim 32 --heads 2 --seq 32 --eval-batches 2 --pp 2 --steps 2 --breakdown
 expect "step 2 breakdown, ms"

@@ -16,6 +16,7 @@
 #include <string>
 #include <vector>
 
+#include "comm/collective_error.h"
 #include "comm/mesh.h"
 #include "comm/self/self_communicator.h"
 #include "core/error.h"
@@ -188,6 +189,73 @@ TEST_CASE("gpt on a mesh: a (2, 2) checkpoint loads at (1, 2) bit for bit and co
   }
   world().barrier();
   if (world().rank() == 0) fs::remove_all(dir);
+}
+
+// The message of the agreed error that loading `dir` into a GPT of `shape`
+// on a `mesh_shape` mesh throws on this rank; "not agreed: ..." for an error
+// that is not an AgreedError, "" when the load succeeds.
+std::string agreed_load_error(MeshShape mesh_shape, const GptShape& shape, const fs::path& dir) {
+  Mesh mesh(world(), mesh_shape);
+  GptEngine m(adamw(1), mesh, shape);
+  try {
+    m.engine.load_checkpoint(dir.string());
+  } catch (const std::exception& e) {
+    return is_agreed(e) ? std::string(e.what()) : "not agreed: " + std::string(e.what());
+  }
+  return "";
+}
+
+// Swaps two folders of a mesh checkpoint (on rank 0, between barriers).
+void swap_folders(const fs::path& a, const fs::path& b) {
+  world().barrier();
+  if (world().rank() == 0) {
+    const fs::path tmp = a.string() + ".swap";
+    fs::rename(a, tmp);
+    fs::rename(b, a);
+    fs::rename(tmp, b);
+  }
+  world().barrier();
+}
+
+TEST_CASE("gpt on a mesh: swapped tp folders and another --heads are refused on every rank, naming the field") {
+  if (world().world_size() != 4) return;
+  // (dp 2, tp 2): tp-00 and tp-01 swapped; (tp 2, pp 2): pp-01/tp-00 and pp-01/tp-01 swapped.
+  for (MeshShape mesh_shape : {MeshShape{2, 2, 1}, MeshShape{1, 2, 2}}) {
+    CAPTURE(mesh_shape.pp);
+    const fs::path dir = fs::temp_directory_path() / fmt::format("zs-test-gpt-mesh-swap-{}", mesh_shape.pp);
+    testing::remove_dir_on_rank0(world(), dir);
+    {
+      Mesh mesh(world(), mesh_shape);
+      GptEngine m(adamw(1), mesh, kShape);
+      m.gpt.initialize(7);
+      m.engine.save_checkpoint(dir.string(), {{"step", 0}});
+    }
+    const fs::path stage = mesh_shape.pp > 1 ? dir / "pp-01" : dir;
+    CHECK(agreed_load_error(mesh_shape, kShape, dir).empty());
+    swap_folders(stage / "tp-00", stage / "tp-01");
+    {
+      const std::string what = agreed_load_error(mesh_shape, kShape, dir);
+      CAPTURE(what);
+      CHECK(what.find((stage / "tp-0").string()) != std::string::npos);
+      CHECK((what.find("mesh.tp_rank is 1, expected 0") != std::string::npos ||
+             what.find("mesh.tp_rank is 0, expected 1") != std::string::npos));
+      CHECK(what.find(fmt::format("pipeline stage {} of {}", mesh_shape.pp - 1, mesh_shape.pp)) != std::string::npos);
+      CHECK(what.find("folders swapped") != std::string::npos);
+    }
+    swap_folders(stage / "tp-00", stage / "tp-01");
+    // Another --heads at the same width: the same names and shapes, another
+    // attention layout.
+    GptShape other = kShape;
+    other.heads = 2;
+    {
+      const std::string what = agreed_load_error(mesh_shape, other, dir);
+      CAPTURE(what);
+      CHECK(what.find("is from a different model") != std::string::npos);
+      CHECK(what.find("model.config.heads: checkpoint 4, this run 2") != std::string::npos);
+    }
+    world().barrier();
+    if (world().rank() == 0) fs::remove_all(dir);
+  }
 }
 
 }  // namespace

@@ -110,8 +110,8 @@ std::vector<std::string> mesh_checkpoint_problems(
 std::string resolve_checkpoint_dir(const std::string& path) {
   if (fs::is_regular_file(fs::path(path) / "manifest.json")) return path;
   const fs::path latest = fs::path(path) / "latest";
-  if (!fs::is_regular_file(latest)) {
-    const std::vector<std::string> mesh = mesh_top_dirs(path);
+  const std::vector<std::string> mesh = mesh_top_dirs(path);
+  if (!fs::is_regular_file(latest) || !mesh.empty()) {  // a mesh's `latest` is the mesh-level commit
     if (!mesh.empty()) {
       throw IoError(fmt::format(
           "{}: the save directory of a run on a mesh, one save directory per pipeline stage or "

@@ -16,8 +16,10 @@ namespace zeroshard::tools {
 /// The checkpoint directory that `path` names: `path` itself if it holds
 /// manifest.json, else <path>/<tag> where tag is the content of
 /// <path>/latest (a save directory). Throws IoError saying which of the
-/// two was expected when neither exists, or when `latest` names a
-/// directory without a manifest.
+/// two was expected when neither exists, naming the folders to give for a
+/// mesh run's save directory (its `latest` is the mesh-level commit, not a
+/// checkpoint of its own), or when `latest` names a directory without a
+/// manifest.
 std::string resolve_checkpoint_dir(const std::string& path);
 
 /// The top-level folders of a mesh run's save directory `path`

@@ -118,8 +118,10 @@ int main(int argc, char** argv) {
 
   try {
     using namespace zeroshard::tools;
+    // A mesh run's save directory has a `latest` too (the mesh-level commit).
     const bool plain = std::filesystem::is_regular_file(std::filesystem::path(path) / "manifest.json") ||
-                       std::filesystem::is_regular_file(std::filesystem::path(path) / "latest");
+                       (std::filesystem::is_regular_file(std::filesystem::path(path) / "latest") &&
+                        mesh_top_dirs(path).empty());
     const std::vector<std::string> mesh = plain ? std::vector<std::string>{} : mesh_save_dirs(path);
     if (mesh.empty()) {
       const std::string dir = resolve_checkpoint_dir(path);

@@ -4,11 +4,14 @@
 // version, and a save in the middle of gradient accumulation.
 #include <cstring>
 #include <filesystem>
+#include <limits>
 #include <fstream>
 
 #include <doctest/doctest.h>
 #include <nlohmann/json.hpp>
 
+#include "comm/collective_error.h"
+#include "core/durable_file.h"
 #include "core/error.h"
 #include "runtime/checkpoint/checkpoint_manifest.h"
 #include "runtime/engine/engine.h"
@@ -307,4 +310,106 @@ TEST_CASE("a NUL byte in latest: the whole message, naming the file and the byte
   // The tag itself still loads.
   CHECK_NOTHROW(f.load_checkpoint(dir, "step-00000001"));
   CHECK(f.optimizer_steps() == 1);
+}
+
+namespace {
+
+// Rank 0: writes `value` over the fp32 at byte `offset` of rank 0's file of
+// checkpoint `cdir`, and makes the checkpoint consistent again: the file's
+// CRC-32 in the manifest, and the manifest's own CRC (to_text), so that only
+// the finite check can notice.
+void write_float_with_crc(const std::string& cdir, std::uint64_t offset, float value) {
+  if (world().rank() == 0) {
+    const std::string file = cdir + "/" + rank_file_name(0);
+    std::vector<char> bytes(fs::file_size(file));
+    std::ifstream(file, std::ios::binary).read(bytes.data(), static_cast<std::streamsize>(bytes.size()));
+    std::memcpy(bytes.data() + offset, &value, sizeof(float));
+    std::ofstream(file, std::ios::binary | std::ios::trunc).write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
+    Manifest m = Manifest::read(cdir);
+    m.files[0].crc32 = crc32_update(0, bytes.data(), bytes.size());
+    std::ofstream(cdir + "/manifest.json", std::ios::trunc) << m.to_text();
+  }
+  world().barrier();
+}
+
+// The message of the AgreedError a load of `dir` into a fresh engine throws
+// ("not agreed: ..." for another error, "" for none); after an error the
+// engine's state must be untouched.
+std::string agreed_load_error(const EngineConfig& cfg, const std::string& dir) {
+  Engine fresh(cfg, world());
+  CkptModel fm(fresh);
+  const std::vector<float> before = fm.state(fresh);
+  std::string what;
+  try {
+    fresh.load_checkpoint(dir);
+  } catch (const std::exception& e) {
+    what = is_agreed(e) ? e.what() : "not agreed: " + std::string(e.what());
+  }
+  if (!what.empty()) {
+    CHECK(fm.state(fresh) == before);  // nothing half-loaded
+    CHECK(fresh.optimizer_steps() == 0);
+  } else {
+    CHECK(fresh.optimizer_steps() == 1);
+  }
+  return what;
+}
+
+}  // namespace
+
+TEST_CASE("non-finite master weights and absmax with consistent CRCs: refused on load on every rank, and on save") {
+  OptimizerHyper h;
+  h.kind = OptimizerKind::adamw;
+  h.lr = 1e-2f;
+  h.states.dtype = StateDtype::q8;
+  h.states.block_size = 64;
+  h.states.min_8bit_size = 0;
+  for (int stage : {0, 3}) {
+    CAPTURE(stage);
+    const EngineConfig cfg = make_config(stage, h);
+    const std::string dir = fresh_dir(fmt::format("finite-{}", stage));
+    Engine e(cfg, world());
+    CkptModel m(e);
+    m.train_step(e, 1);
+    const std::string cdir = dir + "/" + e.save_checkpoint(dir, {});
+    const Manifest saved = Manifest::read(cdir);
+    REQUIRE(saved.units[1].name == "b");
+    REQUIRE(saved.units[1].shard > 0);
+    CHECK(agreed_load_error(cfg, dir).empty());
+    // NaN in rank 0's first master weight of unit b: b.weight's element 0.
+    write_float_with_crc(cdir, saved.file_offset(1, 0), std::numeric_limits<float>::quiet_NaN());
+    {
+      const std::string what = agreed_load_error(cfg, dir);
+      CHECK(what.find(cdir + "/rank-00000.bin: master holds nan at parameter \"b.weight\" (unit \"b\"), element 0 "
+                      "of the parameter: a checkpoint's master weights and optimizer states must be finite") !=
+            std::string::npos);
+    }
+    write_float_with_crc(cdir, saved.file_offset(1, 0), 0.5f);
+    CHECK(agreed_load_error(cfg, dir).empty());
+    // +Inf in the first absmax of exp_avg (after the shard's codes).
+    write_float_with_crc(cdir, saved.file_offset(1, 1) + saved.units[1].shard,
+                         std::numeric_limits<float>::infinity());
+    {
+      const std::string what = agreed_load_error(cfg, dir);
+      CHECK(what.find(cdir + "/rank-00000.bin: exp_avg absmax holds inf for the block starting at parameter "
+                      "\"b.weight\" (unit \"b\"), element 0 of the parameter: a checkpoint's 8-bit absmax scales "
+                      "must be finite and not negative") != std::string::npos);
+    }
+    // A save of a NaN master weight is refused on every rank; nothing is written.
+    std::vector<float> bad(e.layout().param(m.params[4]).numel, 1.0f);
+    bad[5] = -std::numeric_limits<float>::infinity();
+    e.set_parameter(m.params[4], bad);
+    std::string what;
+    try {
+      e.save_checkpoint(dir, {}, 0, "bad");
+    } catch (const std::exception& err) {
+      what = is_agreed(err) ? err.what() : "not agreed";
+    }
+    CHECK(what.find("save_checkpoint refused: ") != std::string::npos);
+    CHECK(what.find("master holds -inf at parameter \"c.weight\" (unit \"c\"), element 5 of the parameter") !=
+          std::string::npos);
+    CHECK(what.find("nothing was saved") != std::string::npos);
+    world().barrier();
+    CHECK(!fs::exists(dir + "/bad"));
+    CHECK(!fs::exists(dir + "/.tmp-bad"));
+  }
 }

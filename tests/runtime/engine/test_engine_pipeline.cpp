@@ -17,6 +17,7 @@
 #include <cmath>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 #include <string>
 #include <thread>
 #include <vector>
@@ -157,6 +158,11 @@ TEST_CASE("engine with pipeline stages: tied copies of different sizes are one e
 }
 
 // What `f` throws on this rank: (message, agreed); ("", false) if nothing.
+std::string read_text(const std::filesystem::path& p) {
+  std::ifstream in(p);
+  return std::string(std::istreambuf_iterator<char>(in), {});
+}
+
 template <class F>
 std::pair<std::string, bool> error_of(F&& f) {
   try {
@@ -185,15 +191,27 @@ TEST_CASE("engine with pipeline stages: a checkpoint problem on one stage is one
         m.engine.save_checkpoint(dir.string(), {{"k", s}});
       }
     }
-    // The last stage's latest file points at step 1, the others at step 2.
+    // Every folder holds steps 1 and 2, and the mesh-level latest names step 2.
+    CHECK(read_text(dir / "latest") == "step-00000002\n");
+    const std::vector<std::string> last_folders =
+        shape.tp > 1 ? std::vector<std::string>{last + "/tp-00", last + "/tp-01"} : std::vector<std::string>{last};
+    // A tag naming step 1 in the last stage's folders and step 2 elsewhere:
+    // refused, naming every folder's step.
     if (world().rank() == 0) {
-      std::ofstream(dir / last / (shape.tp > 1 ? "tp-00/latest" : "latest")) << "step-00000001\n";
-      if (shape.tp > 1) std::ofstream(dir / last / "tp-01/latest") << "step-00000001\n";
+      for (const std::string& f : last_folders) {
+        fs::copy(dir / f / "step-00000001", dir / f / "mixed", fs::copy_options::recursive);
+      }
+      for (int st = 0; st + 1 < shape.pp; ++st) {
+        for (int t = 0; t < shape.tp; ++t) {
+          const fs::path f = dir / fmt::format("pp-{:02d}", st) / (shape.tp > 1 ? fmt::format("tp-{:02d}", t) : "");
+          fs::copy(f / "step-00000002", f / "mixed", fs::copy_options::recursive);
+        }
+      }
     }
     world().barrier();
     {
       PipelineStageModel m(sgd_config(1, 0.0), mesh);
-      const auto [what, agreed] = error_of([&] { m.engine.load_checkpoint(dir.string()); });
+      const auto [what, agreed] = error_of([&] { m.engine.load_checkpoint(dir.string(), "mixed"); });
       CHECK(agreed);
       CHECK(what.find("different steps") != std::string::npos);
       CHECK(what.find(fmt::format("pipeline stage {}, tp rank 0): step 1", shape.pp - 1)) != std::string::npos);
@@ -201,12 +219,47 @@ TEST_CASE("engine with pipeline stages: a checkpoint problem on one stage is one
       // Each rank's copy carries its own rank, so that rank 0 alone reports it.
       int reported_rank = -1;
       try {
-        m.engine.load_checkpoint(dir.string());
+        m.engine.load_checkpoint(dir.string(), "mixed");
       } catch (const AgreedConfigError& e) {
         reported_rank = e.rank();
       }
       CHECK(reported_rank == world().rank());
     }
+    // The last stage's folders lack step 2 (a save interrupted there): the
+    // load picks step 1, the newest step every folder holds, on every rank;
+    // step 2 by name is refused, naming the folder that lacks it.
+    if (world().rank() == 0) {
+      for (const std::string& f : last_folders) fs::remove_all(dir / f / "step-00000002");
+    }
+    world().barrier();
+    {
+      PipelineStageModel m(sgd_config(1, 0.0), mesh);
+      const nlohmann::json cs = m.engine.load_checkpoint(dir.string());
+      CHECK(cs.at("k").get<int>() == 0);
+      CHECK(m.engine.optimizer_steps() == 1);
+      const auto [what, agreed] = error_of([&] { m.engine.load_checkpoint(dir.string(), "step-00000002"); });
+      CHECK(agreed);
+      CHECK(what.find(last + (shape.tp > 1 ? "/tp-0" : "/step-00000002")) != std::string::npos);
+    }
+    // A save now commits step 3 and prunes to keep_last 1 after the commit:
+    // every folder keeps step 3 alone, the partial step 2 included removed.
+    {
+      PipelineStageModel m(sgd_config(1, 0.0), mesh);
+      m.engine.load_checkpoint(dir.string(), "step-00000001");
+      for (int st = 0; st < 2; ++st) {
+        for (float& v : m.engine.grad(m.w)) v += 1.0f;
+        m.engine.step();
+      }
+      CHECK(m.engine.save_checkpoint(dir.string(), {{"k", 3}}, 1) == "step-00000003");
+    }
+    CHECK(read_text(dir / "latest") == "step-00000003\n");
+    for (const std::string& f : last_folders) {
+      CHECK(fs::exists(dir / f / "step-00000003"));
+      CHECK(!fs::exists(dir / f / "step-00000001"));
+      CHECK(read_text(dir / f / "latest") == "step-00000003\n");
+    }
+    CHECK(!fs::exists(dir / "pp-00" / (shape.tp > 1 ? "tp-00/step-00000002" : "step-00000002")));
+    CHECK(!fs::exists(dir / "pp-00" / (shape.tp > 1 ? "tp-00/mixed" : "mixed")));
     // The last stage's folder is gone: loading fails there, and everywhere.
     testing::remove_dir_on_rank0(world(), dir / last);
     {

@@ -1,0 +1,46 @@
+// Finite checks of checkpointed state; see runtime/checkpoint/state_checks.h.
+#include "runtime/checkpoint/state_checks.h"
+
+#include <cmath>
+
+#include <fmt/format.h>
+
+#include "core/error.h"
+#include "runtime/checkpoint/checkpoint_manifest.h"
+
+namespace zeroshard {
+
+namespace {
+
+// "parameter \"h.0.attn.w\" (unit \"h.0\") ... element 7 of the parameter",
+// or the unit's padding, for logical element e of unit u.
+std::string where(const StateSource& s, std::uint64_t e) {
+  const ManifestUnit& u = s.m->units[s.unit];
+  for (const ManifestParam& p : u.params) {
+    if (e >= p.offset && e < p.offset + p.numel) {
+      return fmt::format("parameter \"{}\" (unit \"{}\"), element {} of the parameter", p.name, u.name,
+                         e - p.offset);
+    }
+  }
+  return fmt::format("the padding of unit \"{}\" (element {} of its flat buffer)", u.name, e);
+}
+
+}  // namespace
+
+void check_finite_state(const float* values, std::size_t n, const StateSource& source, bool scale) {
+  for (std::size_t i = 0; i < n; ++i) {
+    const float v = values[i];
+    if (std::isfinite(v) && !(scale && v < 0.0f)) continue;
+    const std::uint64_t e = source.first + i * source.stride;
+    if (scale) {
+      throw IoError(fmt::format("{}: {} holds {} for the block starting at {}: a checkpoint's 8-bit absmax scales "
+                                "must be finite and not negative",
+                                source.file, source.tensor, v, where(source, e)));
+    }
+    throw IoError(fmt::format("{}: {} holds {} at {}: a checkpoint's master weights and optimizer states must be "
+                              "finite",
+                              source.file, source.tensor, v, where(source, e)));
+  }
+}
+
+}  // namespace zeroshard
