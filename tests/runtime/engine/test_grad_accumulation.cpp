@@ -74,26 +74,32 @@ StepResult accumulate(const EngineConfig& config, int k, float& master) {
   return last;
 }
 
-}  // namespace
-
-TEST_CASE("bf16 gradients of k micro-batches sum in fp32 by default, at every stage") {
-  const int n = world().world_size();
-  CAPTURE(n);
+// For k = 300 and 700 at stages 0-3 with the accumulator in `accum`: the
+// boundary step's grad_norm x k, rounded to fp32, is exactly sum(k), and the
+// SGD update from 0 (lr 1) is -sum(k) / k within 1e-6.
+template <class Sum>
+void check_sums(std::optional<DType> accum, Sum sum) {
+  CAPTURE(world().world_size());
   for (const int k : {300, 700}) {
-    const float expected = k == 300 ? 0.90179443359375f : 2.10418701171875f;
-    CHECK(static_cast<float>(k) * kX == expected);  // the closed form itself
     for (int stage = 0; stage <= 3; ++stage) {
       CAPTURE(k);
       CAPTURE(stage);
       float master = 0;
-      const StepResult r = accumulate(accumulation_config(stage, k, std::nullopt), k, master);
+      const StepResult r = accumulate(accumulation_config(stage, k, accum), k, master);
       REQUIRE(r.applied);
       // grad_norm = |averaged gradient| = sum over ranks and micro-batches / (N k).
-      CHECK(static_cast<float>(r.grad_norm * k) == expected);
-      // SGD with lr 1 from 0: the update is the averaged gradient k x / k = x.
-      CHECK(master == doctest::Approx(-kX).epsilon(1e-6));
+      CHECK(static_cast<float>(r.grad_norm * k) == sum(k));
+      CHECK(master == doctest::Approx(-sum(k) / k).epsilon(1e-6));
     }
   }
+}
+
+}  // namespace
+
+TEST_CASE("bf16 gradients of k micro-batches sum in fp32 by default, at every stage") {
+  CHECK(300.0f * kX == 0.90179443359375f);  // the closed forms themselves
+  CHECK(700.0f * kX == 2.10418701171875f);
+  check_sums(std::nullopt, [](int k) { return k == 300 ? 0.90179443359375f : 2.10418701171875f; });
 }
 
 TEST_CASE("the fp32 sum holds on the host and nvme offload tiers (stages 2/3: the shard's accumulator)") {
@@ -116,17 +122,7 @@ TEST_CASE("the fp32 sum holds on the host and nvme offload tiers (stages 2/3: th
 }
 
 TEST_CASE("data_types.grad_accum_dtype bf16 opts into the bf16 sum, which sticks at 1.0") {
-  for (const int k : {300, 700}) {
-    for (int stage = 0; stage <= 3; ++stage) {
-      CAPTURE(k);
-      CAPTURE(stage);
-      float master = 0;
-      const StepResult r = accumulate(accumulation_config(stage, k, DType::bf16), k, master);
-      REQUIRE(r.applied);
-      CHECK(static_cast<float>(r.grad_norm * k) == 1.0f);
-      CHECK(master == doctest::Approx(-1.0 / k).epsilon(1e-6));
-    }
-  }
+  check_sums(DType::bf16, [](int) { return 1.0f; });
 }
 
 TEST_CASE("the fp32 accumulator is in the ledger, equal to the estimate, for odd unit sizes") {
