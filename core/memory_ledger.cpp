@@ -10,6 +10,7 @@ std::string_view mem_category_name(MemCategory c) {
   switch (c) {
     case MemCategory::parameters: return "parameters";
     case MemCategory::gradients: return "gradients";
+    case MemCategory::grad_accumulator: return "grad accumulator";
     case MemCategory::master_weights: return "master weights";
     case MemCategory::optimizer_states: return "optimizer states";
     case MemCategory::unsharded: return "unsharded buffers";
@@ -76,7 +77,8 @@ std::uint64_t MemoryLedger::padding(MemCategory c) const {
 
 namespace {
 constexpr MemCategory kModelState[] = {MemCategory::parameters, MemCategory::gradients,
-                                       MemCategory::master_weights, MemCategory::optimizer_states};
+                                       MemCategory::grad_accumulator, MemCategory::master_weights,
+                                       MemCategory::optimizer_states};
 }
 
 std::uint64_t MemoryLedger::model_state_bytes() const {

@@ -15,7 +15,8 @@ namespace zeroshard {
 /// What the bytes hold.
 enum class MemCategory : int {
   parameters,        ///< model parameters in the compute dtype (full or shard)
-  gradients,         ///< gradient accumulation buffers (full or shard)
+  gradients,         ///< the loop's gradient buffers in the compute dtype (full or shard); in fp32 training also the accumulator
+  grad_accumulator,  ///< mixed precision: the fp32 sum of the micro-batches' gradients (full at stages 0/1, shard at 2/3)
   master_weights,    ///< fp32 master copy (mixed precision only)
   optimizer_states,  ///< exp_avg, exp_avg_sq, momentum buffers
   unsharded,         ///< transient buffers: full units of stage 3 / stage 2 (all-gather, reduce-scatter), offload staging
@@ -50,8 +51,9 @@ class MemoryLedger {
   std::uint64_t peak(MemCategory c) const;
   /// Padding bytes held now in a category (included in current(c)).
   std::uint64_t padding(MemCategory c) const;
-  /// Sum over parameters, gradients, master weights and optimizer states
-  /// (the ZeRO paper's "model states"), padding included.
+  /// Sum over parameters, gradients, the gradient accumulator, master
+  /// weights and optimizer states (the ZeRO paper's "model states"),
+  /// padding included.
   std::uint64_t model_state_bytes() const;
   /// Padding part of model_state_bytes().
   std::uint64_t model_state_padding() const;

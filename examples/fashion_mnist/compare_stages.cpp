@@ -145,7 +145,8 @@ std::string stage_table(const std::vector<StageRun>& runs, int world_size,
         "{:>5} | {:>7} | {:>4} | {:>11} | {:>11} | {:>11} | {:>10} | {:>11} | {:>8.4f} | {:>8.4f} | "
         "{:>10} | {:>10} | {:>10} | {:>10.6f} | {:>8.4f} | {:>8.2f}\n",
         run.stage, run.offload, run.shown_rank, format_bytes(f.now(MemCategory::parameters)),
-        format_bytes(f.now(MemCategory::gradients)), format_bytes(optimizer_side(f)),
+        format_bytes(f.now(MemCategory::gradients) + f.now(MemCategory::grad_accumulator)),
+        format_bytes(optimizer_side(f)),
         format_bytes(f.model_state_padding), format_bytes(f.model_state),
         base > 0 ? double(f.model_state) / base : 0.0,
         predicted_model_state_ratio(run.stage, world_size, bytes), format_bytes(f.model_state_tier[0]),
@@ -154,7 +155,8 @@ std::string stage_table(const std::vector<StageRun>& runs, int world_size,
   }
   out +=
       "rank: the rank with the most model-state bytes (then the most padding); total = "
-      "parameters + gradients + optimizer states (incl. master weights), padding included; "
+      "parameters + gradients (incl. the fp32 gradient accumulator of mixed precision, which the paper's 2-byte G "
+      "leaves out) + optimizer states (incl. master weights), padding included; "
       "paper: Rajbhandari et al. 2020, (P + G + K) Psi split per stage; device / host / nvme: "
       "where the model states are (offload: optimizer state and parameters on the cpu or nvme "
       "tier, the rank's gradient shard with the optimizer state); final loss: mean loss "

@@ -37,8 +37,8 @@ LedgerFigures LedgerFigures::of(const MemoryLedger& ledger) {
   f.current_total = ledger.current_total();
   f.peak_total = ledger.peak_total();
   for (int t = 0; t < 3; ++t) {
-    for (MemCategory c : {MemCategory::parameters, MemCategory::gradients, MemCategory::master_weights,
-                          MemCategory::optimizer_states}) {
+    for (MemCategory c : {MemCategory::parameters, MemCategory::gradients, MemCategory::grad_accumulator,
+                          MemCategory::master_weights, MemCategory::optimizer_states}) {
       f.model_state_tier[std::size_t(t)] += ledger.current(c, static_cast<MemTier>(t));
     }
   }

@@ -240,6 +240,15 @@ void read_optimizer(const Reader& r, EngineConfig& c, ConfigDiagnostics& d) {
   r.get("optimizer.params.initial_accumulator_value", h.initial_accumulator_value);
 }
 
+// DeepSpeed's lower-case dtype names "fp32", "bf16", "fp16" as a DType
+// (nullopt for anything else).
+std::optional<DType> deepspeed_dtype(const std::string& name) {
+  if (name == "fp32") return DType::f32;
+  if (name == "bf16") return DType::bf16;
+  if (name == "fp16") return DType::f16;
+  return std::nullopt;
+}
+
 void read_precision(const Reader& r, EngineConfig& c, ConfigDiagnostics& d) {
   bool bf16 = false, fp16 = false;
   r.get("bf16.enabled", bf16);
@@ -259,11 +268,22 @@ void read_precision(const Reader& r, EngineConfig& c, ConfigDiagnostics& d) {
   // Any case, as DeepSpeed lower-cases it ("bfp16" was mapped to bf16 before).
   std::string comm;
   if (r.get("communication_data_type", comm)) {
-    const std::string l = lower(comm);
-    if (l == "fp32") c.communication_data_type = DType::f32;
-    else if (l == "bf16") c.communication_data_type = DType::bf16;
-    else if (l == "fp16") c.communication_data_type = DType::f16;
-    else d.bad_value("communication_data_type", comm, "is invalid: use fp32, bf16 or fp16");
+    c.communication_data_type = deepspeed_dtype(lower(comm));
+    if (!c.communication_data_type) d.bad_value("communication_data_type", comm, "is invalid: use fp32, bf16 or fp16");
+  }
+  // data_types.grad_accum_dtype (DeepSpeed's, any case): fp32 unless asked;
+  // a 16-bit sum is asked for with one warning line.
+  std::string accum;
+  if (r.get("data_types.grad_accum_dtype", accum)) {
+    c.grad_accum_dtype = deepspeed_dtype(lower(accum));
+    if (!c.grad_accum_dtype) {
+      d.bad_value("data_types.grad_accum_dtype", accum, "is invalid: use fp32 (the default), bf16 or fp16");
+    } else if (*c.grad_accum_dtype != DType::f32 && *c.grad_accum_dtype == c.compute_dtype) {
+      d.warn(fmt::format("data_types.grad_accum_dtype \"{}\": micro-batch gradients are summed in {}, which drops "
+                         "a contribution below half a unit in the last place of the sum (DeepSpeed #1800); remove "
+                         "the key for the fp32 default",
+                         accum, lower(accum)));
+    }
   }
 }
 
@@ -396,6 +416,15 @@ void collect_range_problems(const EngineConfig& c, ConfigDiagnostics& d) {
   }
   if (!(c.gradient_clipping >= 0.0)) {
     bad("gradient_clipping", fmt::format("{}", c.gradient_clipping), "must be >= 0 (0 disables clipping)");
+  }
+  if (c.grad_accum_dtype && *c.grad_accum_dtype != DType::f32 && *c.grad_accum_dtype != c.compute_dtype) {
+    // DeepSpeed's spellings of the dtypes.
+    auto ds_name = [](DType t) { return t == DType::f16 ? "fp16" : t == DType::bf16 ? "bf16" : "fp32"; };
+    bad("data_types.grad_accum_dtype", fmt::format("\"{}\"", ds_name(*c.grad_accum_dtype)),
+        c.compute_dtype == DType::f32
+            ? "fp32 training accumulates in fp32: remove the key or set it to \"fp32\""
+            : fmt::format("must be \"fp32\" (the default) or the compute dtype \"{}\"", ds_name(c.compute_dtype))
+                  .c_str());
   }
   const LossScaleConfig& ls = c.loss_scale;
   if (!(ls.static_scale >= 0)) bad("fp16.loss_scale", fmt::format("{}", ls.static_scale), "must be >= 0");

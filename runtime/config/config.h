@@ -142,6 +142,11 @@ struct EngineConfig {
   DType compute_dtype = DType::f32;  ///< f32, bf16 (bf16.enabled) or f16 (fp16.enabled)
   LossScaleConfig loss_scale;        ///< used when compute_dtype is f16
   std::optional<DType> communication_data_type;  ///< unset: fp32
+  /// data_types.grad_accum_dtype: the dtype micro-batch gradients are summed
+  /// in (DeepSpeed's key, added for DeepSpeed #1800/#2768). Unset: fp32.
+  /// Only fp32 or the compute dtype (validate() refuses others); see
+  /// [Note: gradient accumulator] in runtime/engine/engine.h.
+  std::optional<DType> grad_accum_dtype;
   LrSchedule scheduler;
   OffloadConfig offload;  ///< offload tiers (runtime/config/offload_config.h)
   /// "zeroshard": {"reduction_order"}: how gradient reductions sum the ranks
@@ -180,6 +185,12 @@ struct EngineConfig {
   /// `world_size` and stores all three; afterwards both *_given are true.
   /// Throws ConfigError as resolve_batch_sizes.
   void resolve_batch(int world_size);
+
+  /// The dtype of the gradient accumulator: grad_accum_dtype, else fp32
+  /// (in fp32 training always fp32, the compute dtype).
+  DType accumulation_dtype() const {
+    return compute_dtype == DType::f32 ? DType::f32 : grad_accum_dtype.value_or(DType::f32);
+  }
 
   /// Throws ConfigError naming the first key whose value is out of range
   /// (stage not 0-3, lr < 0, accumulation < 1, betas outside [0, 1), ...).

@@ -50,6 +50,11 @@ std::vector<ConfigKey> make_table() {
            "fp32, bf16 or fp16, in any case as DeepSpeed reads it: the dtype gradients travel in (16-bit gradients "
            "are widened, reduced in fp32 and rounded once by default); \"bfp16\", DeepSpeed's spelling of bf16 "
            "before 0.14.1, is read as bf16 with a note"),
+      impl("data_types", T::section, "", "DeepSpeed's data_types section"),
+      impl("data_types.grad_accum_dtype", T::string, "fp32",
+           "the dtype micro-batch gradients are summed in under bf16 / fp16 mixed precision (DeepSpeed #1800): fp32 "
+           "(an fp32 accumulator beside the 16-bit gradient buffer, full at stages 0/1, sharded at 2/3), or the "
+           "compute dtype (bf16 / fp16: no accumulator, a 16-bit sum, with one warning line); any case"),
       impl("optimizer", T::section, "AdamW", "the optimizer: {type, params}"),
       impl("optimizer.type", T::string, "AdamW",
            "Adam, AdamW, SGD, Lion or Adagrad (case-insensitive); as in DeepSpeed, Adam means AdamW unless "

@@ -22,7 +22,7 @@ namespace {
 
 // The GradNorm settings of an engine with `config` on data-parallel rank `rank`.
 GradNormOptions grad_norm_options(const EngineConfig& config, int rank) {
-  return GradNormOptions{.stage = config.zero.stage, .rank = rank, .dtype = config.compute_dtype,
+  return GradNormOptions{.stage = config.zero.stage, .rank = rank, .dtype = config.accumulation_dtype(),
                          .order = config.reduction_order,
                          .optimizer_on_nvme = config.offload.optimizer.device == OffloadDevice::nvme,
                          .source = config.source};
@@ -31,7 +31,7 @@ GradNormOptions grad_norm_options(const EngineConfig& config, int rank) {
 // The ShardOptimizer settings of an engine with `config` on rank `rank`.
 ShardOptimizerOptions shard_optimizer_options(const EngineConfig& config, int rank) {
   return ShardOptimizerOptions{.stage = config.zero.stage, .rank = rank, .dtype = config.compute_dtype,
-                               .hyper = config.optimizer, .schedule = config.scheduler,
+                               .grad_dtype = config.accumulation_dtype(), .hyper = config.optimizer, .schedule = config.scheduler,
                                .swap = config.offload.optimizer};
 }
 
@@ -230,7 +230,7 @@ EngineParts::EngineParts(EngineState& s, const SwapSharers& sharers)
               // The options the memory estimator uses too (runtime/plan/memory_estimate.h).
               const ArrayPlanOptions plan = engine_array_plan_options(s.config, s.rank());
               return ArrayStoreOptions{.stage = plan.stage, .rank = plan.rank, .dtype = plan.dtype,
-                                       .state_count = plan.state_count, .states = plan.states,
+                                       .grad_accum_dtype = plan.grad_accum_dtype, .state_count = plan.state_count, .states = plan.states,
                                        .offload = plan.offload, .swap_sharers = sharers, .source = plan.source};
             }()),
       link(store, s.comms.host(), s.progress, s.config.gradient_accumulation_steps),

@@ -41,7 +41,9 @@
 // the gradient of its micro-batch's *mean* loss into it (two uses of a tied
 // parameter both add). The engine averages over ranks and micro-batches, so
 // the update uses the gradient of the mean loss over the global batch. At
-// stages 0/1 the buffer is the full gradient and persists until the step; at
+// stages 0/1 the buffer is the full gradient and persists until the step
+// (in mixed precision until the end of the micro-batch: step() moves it
+// into the fp32 accumulator, [Note: gradient accumulator]); at
 // stages 2/3 it exists from the first grad() call of a micro-batch until that
 // unit's reduce_gradients(), which reduce-scatters it into the rank's
 // gradient shard. step() reduces any unit not yet reduced, in unit order.
@@ -50,9 +52,10 @@
 // With bf16.enabled or fp16.enabled, parameters and gradients are stored in
 // that compute dtype (param_as<bf16>(p), grad_as<bf16>(p)); the optimizer
 // updates fp32 master weights (and fp32 exp_avg/exp_avg_sq) of the local
-// shard and writes the rounded compute copy back in the same pass. Gradients
-// are reduced in fp32 unless communication_data_type says otherwise (the
-// 16-bit buffer is widened, reduced, averaged over ranks and rounded once).
+// shard and writes the rounded compute copy back in the same pass. The
+// micro-batches' gradients are summed in an fp32 accumulator ([Note:
+// gradient accumulator]) and reduced in fp32 unless communication_data_type
+// says otherwise.
 // In fp16 the loop multiplies its loss gradient by loss_scale(); step()
 // unscales. Before every update the engine checks the reduced gradient
 // shards for Inf/NaN (fused with the norm pass) and combines the flag with
@@ -60,6 +63,37 @@
 // with zeroshard.reduction_order "native"): on overflow every rank skips the step together (no parameter,
 // optimizer step count or schedule position changes), in any precision, and
 // the fp16 loss scale backs off (optimizer/loss_scaler.h).
+//
+// [Note: gradient accumulator]
+// In mixed precision the loop's gradient buffer is 16-bit, and summing k
+// micro-batches in it loses every contribution below half a unit in the
+// last place of the running sum: k = 300 micro-batches of bf16(0.003) =
+// 0.0030059814453125 sum to 0.90179443359375 in fp32 but stop at 1.0 in
+// bf16 (DeepSpeed #1800 / #2768, fixed there by data_types.grad_accum_dtype).
+// So by default (grad_accum_dtype "fp32") the engine keeps the sum in an
+// fp32 accumulator, ArrayKind::grad, and the loop's buffer only ever holds
+// one micro-batch:
+//   - stages 0/1: grad(p) is a full compute-dtype buffer (ArrayKind::
+//     micro_grad, ledger "gradients") beside a full fp32 accumulator
+//     (ledger "grad accumulator"); reduce_gradients(u) (step() for units not
+//     reduced) adds u's buffer into it in fp32, exactly widened, and zeroes
+//     it (add nothing after that in the micro-batch); at the boundary the accumulator is
+//     all-reduced in fp32 (in place when communication_data_type is fp32);
+//   - stages 2/3: grad(p) is the leased micro-batch buffer as before; each
+//     reduce-scatter's block is added into the rank's fp32 accumulator
+//     shard (ledger "grad accumulator", on the optimizer's offload tier),
+//     so there the sum is over reduced micro-batches.
+// The norm, the Inf/NaN check, tied and tensor-parallel sums and the
+// optimizer read the accumulator (the kernels take f32 gradients). An fp32
+// accumulator holds the sum over ranks, as fp32 training does (no overflow
+// to avoid), and step() divides by world x accumulation x loss scale. The
+// cost is memory: 4 bytes per element more at stages 0/1 (full), 2 more per
+// shard element at stages 2/3 (the 16-bit shard is gone); the estimate
+// (runtime/plan/memory_estimate.h) and zs_plan count it, as plan_arrays()
+// lists it. grad_accum_dtype "bf16" / "fp16" (the compute dtype only; the
+// reader warns once) keeps the old 16-bit sum: no accumulator, grad(p) is
+// the sum itself at stages 0/1, the shard holds the mean over ranks.
+// fp32 training has one fp32 buffer, which is both.
 //
 // [Note: offload]
 // zero_optimization.offload_optimizer / offload_param (runtime/config/offload_config.h)
@@ -322,8 +356,9 @@ class Engine {
     return {static_cast<T*>(param_data(p, dtype_of<T>())), layout().param(p).numel};
   }
   /// Gradient accumulation buffer of p (numel elements of T = the compute
-  /// dtype; see [Note: gradient semantics]). At stage 3 its unit need not be
-  /// unsharded.
+  /// dtype; see [Note: gradient semantics]); in mixed precision it holds
+  /// one micro-batch and the engine sums the micro-batches in fp32 ([Note:
+  /// gradient accumulator]). At stage 3 its unit need not be unsharded.
   template <class T>
   std::span<T> grad_as(ParamId p) {
     return {static_cast<T*>(grad_data(p, dtype_of<T>())), layout().param(p).numel};

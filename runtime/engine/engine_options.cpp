@@ -10,6 +10,7 @@ ArrayPlanOptions engine_array_plan_options(const EngineConfig& config, int rank)
   return ArrayPlanOptions{.stage = config.zero.stage,
                           .rank = rank,
                           .dtype = config.compute_dtype,
+                          .grad_accum_dtype = config.accumulation_dtype(),
                           .state_count = optimizer_state_count(config.optimizer),
                           .states = config.optimizer.states,
                           .offload = config.offload,
@@ -17,14 +18,17 @@ ArrayPlanOptions engine_array_plan_options(const EngineConfig& config, int rank)
 }
 
 GradReducerOptions engine_grad_reducer_options(const EngineConfig& config, int world_size) {
-  const bool mixed = config.compute_dtype != DType::f32;
+  // A 16-bit accumulator holds the mean over ranks, so that the sum cannot
+  // overflow it; an fp32 one the sum, as in fp32 training.
+  const DType accum = config.accumulation_dtype();
   return GradReducerOptions{.stage = config.zero.stage,
                             .reduce_bucket_size = static_cast<std::size_t>(config.zero.reduce_bucket_size),
                             .allgather_bucket_size = static_cast<std::size_t>(config.zero.allgather_bucket_size),
                             .overlap = config.zero.overlap(),
                             .compute_dtype = config.compute_dtype,
                             .comm_dtype = config.communication_data_type.value_or(DType::f32),
-                            .stored_scale = mixed ? 1.0f / static_cast<float>(world_size) : 1.0f,
+                            .grad_dtype = accum,
+                            .stored_scale = accum != DType::f32 ? 1.0f / static_cast<float>(world_size) : 1.0f,
                             .order = config.reduction_order,
                             .quantized = config.zero.zeropp.quantized_gradients
                                              ? std::optional(config.zero.zeropp.gradient_format())

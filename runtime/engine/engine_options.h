@@ -13,14 +13,15 @@
 namespace zeroshard {
 
 /// The array-plan options an Engine with `config` uses on `rank`: stage,
-/// compute dtype, optimizer_state_count(config.optimizer), offload and
+/// compute dtype, accumulation dtype, optimizer_state_count(config.optimizer), offload and
 /// source. The Engine's finalize() builds its ArrayStore from these.
 ArrayPlanOptions engine_array_plan_options(const EngineConfig& config, int rank);
 
 /// The GradReducer options an Engine with `config` over `world_size` ranks
 /// uses: stage, bucket sizes, overlap(), compute and communication dtype
-/// (communication_data_type, else fp32), stored scale (1 / world_size for
-/// 16-bit compute, whose buffers hold the mean over ranks so that the sum
+/// (communication_data_type, else fp32), the accumulator's dtype
+/// (EngineConfig::accumulation_dtype()), stored scale (1 / world_size for
+/// a 16-bit accumulator, which holds the mean over ranks so that the sum
 /// cannot overflow; else 1, the sum), reduction order and qgZ's format
 /// and error feedback (zero_quantized_gradients). Pure.
 GradReducerOptions engine_grad_reducer_options(const EngineConfig& config, int world_size);

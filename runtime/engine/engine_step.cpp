@@ -14,11 +14,19 @@ namespace zeroshard {
 
 namespace {
 
-// End of a micro-batch: every unit's gradient reduction is issued in unit
-// order (for those the loop did not reduce itself) and completed
-// (runtime/sharding/grad_reducer.h, [Note: gradient buckets]).
+// End of a micro-batch: at stages 0/1 each unit's micro-batch gradient is
+// folded into its accumulator ([Note: gradient accumulator]); every unit's
+// gradient reduction is issued in unit order (for those the loop did not
+// reduce itself) and completed (runtime/sharding/grad_reducer.h, [Note:
+// gradient buckets]).
 void finish_reductions(EngineState& s, bool boundary) {
   std::vector<bool>& reduced = s.progress.reduced;
+  if (s.store().has_micro_grad()) {
+    // Units the loop reduced were folded by reduce_gradients().
+    for (UnitId u = 0; u < s.units(); ++u) {
+      if (!reduced[static_cast<std::size_t>(u)]) s.store().fold_micro_grad(u);
+    }
+  }
   if (s.stage() >= 2 || boundary) {
     for (UnitId u = 0; u < s.units(); ++u) {
       if (!reduced[static_cast<std::size_t>(u)]) s.reducer().reduce(u);
@@ -108,7 +116,11 @@ void* Engine::grad_data(ParamId p, DType expected) {
   ZS_CHECK(s.finalized(), "grad() before finalize()");
   const ParamInfo& info = s.layout.param(p);
   check_dtype(s, info, expected, "grad");
-  if (s.stage() < 2) return s.store().resident(info.unit, {ArrayKind::grad}) + info.offset * dtype_size(s.dtype());
+  if (s.stage() < 2) {
+    // The loop's buffer: the micro-batch gradient beside a wider accumulator, else the accumulator itself.
+    const ArrayKind k = s.store().has_micro_grad() ? ArrayKind::micro_grad : ArrayKind::grad;
+    return s.store().resident(info.unit, {k}) + info.offset * dtype_size(s.dtype());
+  }
   if (s.progress.reduced[static_cast<std::size_t>(info.unit)]) {
     throw InvariantError(fmt::format(
         "grad(\"{}\"): unit \"{}\" already had reduce_gradients() in this micro-batch", info.name,
@@ -125,6 +137,9 @@ void Engine::reduce_gradients(UnitId u) {
   ZS_CHECK(!reduced[static_cast<std::size_t>(u)], "reduce_gradients(\"{}\") called twice in one micro-batch",
            s.info(u).name);
   reduced[static_cast<std::size_t>(u)] = true;
+  // Stages 0/1: the micro-batch's gradient joins the accumulator before a
+  // reduction reads it ([Note: gradient accumulator]; no-op without one).
+  if (s.stage() < 2) s.store().fold_micro_grad(u);
   // Stages 2/3 every micro-batch, 0/1 at the boundary: into the buckets.
   if (s.stage() >= 2 || s.boundary()) s.reducer().reduce(u);
 }
@@ -172,9 +187,10 @@ StepResult Engine::step_body() {
   // group, each rank's share of its shard, the ranks' two sums combined in
   // rank order.
   const GradTotals totals = s.norm.compute(s.parts->link, s.tracer());
-  // Stored gradients are sums over ranks (fp32) or means (16-bit), of
-  // loss-scaled micro-batch means: scale to the mean of the unscaled loss.
-  const double ranks = s.mixed() ? 1.0 : static_cast<double>(s.world());
+  // Stored gradients are sums over ranks (an fp32 accumulator) or means (a
+  // 16-bit one), of loss-scaled micro-batch means: scale to the mean of the
+  // unscaled loss.
+  const double ranks = s.config.accumulation_dtype() != DType::f32 ? 1.0 : static_cast<double>(s.world());
   const double average = 1.0 / (ranks * static_cast<double>(s.config.gradient_accumulation_steps) * result.loss_scale);
   result.grad_norm = std::sqrt(totals.sum_of_squares) * average;
   if (totals.nonfinite > 0 || !std::isfinite(result.grad_norm)) {

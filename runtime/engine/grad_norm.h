@@ -48,7 +48,7 @@ class GradSource {
  public:
   virtual ~GradSource() = default;
   /// Unit u's gradient buffer that the optimizer reads, in the compute
-  /// device's memory, in the compute dtype: the full flat buffer (padded
+  /// device's memory, in GradNormOptions::dtype: the full flat buffer (padded
   /// elements) at stages 0/1, the shard at stages 2/3. Asked only with
   /// tensor parallelism or ties, whose gradients are never on nvme.
   virtual std::byte* grads(UnitId u) = 0;
@@ -61,7 +61,7 @@ class GradSource {
 struct GradNormOptions {
   int stage = 0;            ///< ZeRO stage (which buffer grads(u) is)
   int rank = 0;             ///< this rank in the data-parallel group
-  DType dtype = DType::f32; ///< compute dtype of the gradients
+  DType dtype = DType::f32; ///< dtype of the stored gradients (the accumulator's, EngineConfig::accumulation_dtype())
   ReductionOrder order = ReductionOrder::rank;
   bool optimizer_on_nvme = false;  ///< offload_optimizer on nvme: ties are refused
   std::string source;       ///< the configuration's name, for errors

@@ -155,6 +155,8 @@ void check_same_model(Communicator& comm, const EngineConfig& c, const FlatLayou
       {{"gradient_clipping", show_double}, bits(c.gradient_clipping)},
       {{"communication_data_type", [](Word w) { return w == 0 ? std::string("unset") : show_dtype(w - 1); }},
        c.communication_data_type ? static_cast<Word>(*c.communication_data_type) + 1 : 0},
+      {{"data_types.grad_accum_dtype (the gradient accumulator's dtype)", show_dtype},
+       static_cast<Word>(c.accumulation_dtype())},
       {{"zero_optimization.overlap_comm", show_bool}, Word{c.zero.overlap()}},
       {{"zero_optimization.reduce_bucket_size", show_int}, static_cast<Word>(c.zero.reduce_bucket_size)},
       {{"zero_optimization.allgather_bucket_size", show_int}, static_cast<Word>(c.zero.allgather_bucket_size)},

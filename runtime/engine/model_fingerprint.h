@@ -28,7 +28,7 @@
 namespace zeroshard {
 
 /// Words in the fixed-size summary each rank contributes.
-inline constexpr std::size_t kFingerprintFields = 25;
+inline constexpr std::size_t kFingerprintFields = 26;
 
 /// Collective over comm: returns if every rank has the same model and
 /// configuration summary, else throws on every rank AgreedConfigError

@@ -64,9 +64,9 @@ kernels::QuantMap map_of(int state) {
 }
 
 // The arrays of unit u the pipeline swaps, in slot order.
-std::vector<ArrayRef> swapped_arrays(const ArrayStore& store, bool mixed, UnitId u) {
+std::vector<ArrayRef> swapped_arrays(const ArrayStore& store, UnitId u) {
   std::vector<ArrayRef> out;
-  for (ArrayRef a : unit_arrays(mixed, store.states(u))) {
+  for (ArrayRef a : unit_arrays(store.options().plan_options(), store.states(u))) {
     if (store.tier(u, a) == MemTier::nvme) out.push_back(a);
   }
   return out;
@@ -132,8 +132,8 @@ void ShardOptimizer::update_view(const ArrayStore& store, DeviceOps& ops, UnitId
   const bool flat = o_.stage == 0;  // the update index space is the full buffer: N windows
   // Flat-buffer index of update index 0 (bf16's stochastic rounding stream).
   const std::size_t base = flat ? 0 : static_cast<std::size_t>(o_.rank) * W;
-  const DType dt = o_.dtype;
-  const std::size_t e = dtype_size(dt);
+  const DType dt = o_.dtype, gt = o_.grad_dtype;
+  const std::size_t e = dtype_size(dt), ge = dtype_size(gt);
   std::vector<UpdateRun> runs;
   std::vector<void*> arrays(v.states.size());
   for (std::size_t wlo = v.begin / W * W; wlo < v.end; wlo += W) {
@@ -153,7 +153,7 @@ void ShardOptimizer::update_view(const ArrayStore& store, DeviceOps& ops, UnitId
       const std::size_t at = state_index(st, k, lo, W, flat) - state_index(st, k, v.begin, W, flat);
       arrays[static_cast<std::size_t>(k)] = v.states[static_cast<std::size_t>(k)] + at * dtype_size(st.array_dtype(k));
     }
-    RangeUpdate up{.grads = v.grads + r * e, .grad_dtype = dt,
+    RangeUpdate up{.grads = v.grads + r * ge, .grad_dtype = gt,
                    .states = {.dtype = st.dtype, .arrays = arrays, .block = st.block, .first_index = base + lo},
                    .runs = runs, .n = hi - lo};
     if (mixed()) {
@@ -207,10 +207,10 @@ ShardOptimizer::StagingView ShardOptimizer::start_staging(ArrayStore& store, Uni
   StagingView st;
   st.view = v;
   HostPool& pool = store.host_pool();
-  const std::size_t n = v.end - v.begin, e = dtype_size(o_.dtype);
+  const std::size_t n = v.end - v.begin, e = dtype_size(o_.dtype), ge = dtype_size(o_.grad_dtype);
   if (store.in_device_memory(u, {ArrayKind::grad})) {
-    st.grads = pool.acquire(n * e, MemCategory::unsharded);
-    ops_.download_async(st.grads.data(), v.grads, n * e);
+    st.grads = pool.acquire(n * ge, MemCategory::unsharded);
+    ops_.download_async(st.grads.data(), v.grads, n * ge);
     st.view.grads = st.grads.data();
   }
   if (store.in_device_memory(u, {ArrayKind::params})) {
@@ -287,7 +287,7 @@ void ShardOptimizer::step_swapped(ArrayStore& store, std::int64_t step, float gr
     for (std::size_t g = 0; g < store.subgroups(u).size(); ++g) work.emplace_back(u, g);
   }
   std::vector<std::vector<ArrayRef>> arrays(static_cast<std::size_t>(n));
-  for (UnitId u = 0; u < n; ++u) arrays[static_cast<std::size_t>(u)] = swapped_arrays(store, mixed(), u);
+  for (UnitId u = 0; u < n; ++u) arrays[static_cast<std::size_t>(u)] = swapped_arrays(store, u);
   // Parameter slots use param_dir, the others optimizer_dir (one pass).
   const SwapPipelineOptions options{.buffer_count = o_.swap.buffer_count, .pipeline_read = o_.swap.pipeline_read,
                                     .pipeline_write = o_.swap.pipeline_write, .tracer = tracer_};
@@ -314,6 +314,7 @@ void ShardOptimizer::step_swapped(ArrayStore& store, std::int64_t step, float gr
       switch (list[k].kind) {
         case ArrayKind::params: v.params = data[k]; break;
         case ArrayKind::grad: v.grads = data[k]; break;
+        case ArrayKind::micro_grad: break;  // stages 0/1, never on nvme
         case ArrayKind::master: v.master = reinterpret_cast<float*>(data[k]); break;
         case ArrayKind::state: v.states[static_cast<std::size_t>(list[k].state)] = data[k]; break;
       }

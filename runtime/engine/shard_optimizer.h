@@ -54,6 +54,7 @@ struct ShardOptimizerOptions {
   int stage = 0;             ///< ZeRO stage (which buffers are full or shards)
   int rank = 0;              ///< this rank in the data-parallel group
   DType dtype = DType::f32;  ///< compute dtype; not f32: mixed precision (fp32 master weights)
+  DType grad_dtype = DType::f32;  ///< the stored gradients' (the accumulator's: f32 or dtype)
   OptimizerHyper hyper;      ///< the rule and its defaults (group 0's lr and weight_decay)
   LrSchedule schedule;       ///< the learning rate at each step
   OffloadOptimizerConfig swap;  ///< buffer_count, pipeline_read / pipeline_write of the swap pipeline

@@ -100,7 +100,7 @@ class StoreReplay final : public ShardSource, public GradTarget {
       : layout_(layout), plan_(plan), o_(options), host_(host), param_staging_(layout.units().size()) {
     // Resident arrays: an address range each (read by the collectives' callers only).
     for (const UnitInfo& u : layout.units()) {
-      full_grads_.push_back(space.take(u.padded * dtype_size(o_.dtype)));
+      full_grads_.push_back(space.take(u.padded * dtype_size(o_.grad_accum_dtype)));
       params_.push_back(space.take(u.padded * dtype_size(o_.dtype)));
     }
   }
@@ -132,7 +132,7 @@ class StoreReplay final : public ShardSource, public GradTarget {
   void accumulate_shard(UnitId u, std::size_t at, const void*, DType, std::size_t n, float) override {
     if (tier_of(u, {ArrayKind::grad}) != MemTier::nvme) return;  // in memory: no staging on the cpu device
     const std::vector<SubGroup>& groups = plan_.units[static_cast<std::size_t>(u)].subgroups;
-    const std::size_t e = dtype_size(o_.dtype);
+    const std::size_t e = dtype_size(o_.grad_accum_dtype);
     for (std::size_t g = 0; g < groups.size(); ++g) {
       const std::size_t lo = std::max(groups[g].begin, at), hi = std::min(groups[g].end, at + n);
       if (lo >= hi) continue;
@@ -192,7 +192,7 @@ void replay_optimizer(const FlatLayout& layout, const EngineConfig& config, cons
   for (UnitId u = 0; u < static_cast<UnitId>(layout.units().size()); ++u) {
     const UnitTiers& t = plan.units[static_cast<std::size_t>(u)];
     for (std::size_t g = 0; g < t.subgroups.size(); ++g) work.emplace_back(u, g);
-    for (ArrayRef a : unit_arrays(o.mixed(), t.states)) {
+    for (ArrayRef a : unit_arrays(o, t.states)) {
       if (t.tier(o.stage, a) == MemTier::nvme) arrays[static_cast<std::size_t>(u)].push_back(a);
     }
   }
@@ -204,7 +204,7 @@ void replay_optimizer(const FlatLayout& layout, const EngineConfig& config, cons
     const UnitTiers& t = plan.units[static_cast<std::size_t>(u)];
     const SubGroup& sg = t.subgroups[g];
     std::vector<std::uint64_t> bytes;
-    for (ArrayRef a : arrays[static_cast<std::size_t>(u)]) bytes.push_back(t.subgroup_bytes(o.dtype, a, sg));
+    for (ArrayRef a : arrays[static_cast<std::size_t>(u)]) bytes.push_back(t.subgroup_bytes(o.dtypes(), a, sg));
     return bytes;
   });
 }

@@ -26,16 +26,18 @@ std::size_t array_numel(int stage, const UnitInfo& unit, const UnitStates& state
   switch (a.kind) {
     case ArrayKind::params: return stage < 3 ? unit.padded : unit.shard;
     case ArrayKind::grad: return stage < 2 ? unit.padded : unit.shard;
+    case ArrayKind::micro_grad: return unit.padded;
     case ArrayKind::master: return stage == 0 ? unit.padded : unit.shard;
     case ArrayKind::state: return states.array_numel(a.state, stage == 0 ? unit.padded : unit.shard, unit.shard);
   }
   return 0;
 }
 
-DType array_dtype(DType compute, const UnitStates& states, ArrayRef a) {
+DType array_dtype(ArrayDtypes dtypes, const UnitStates& states, ArrayRef a) {
   switch (a.kind) {
     case ArrayKind::params:
-    case ArrayKind::grad: return compute;
+    case ArrayKind::micro_grad: return dtypes.compute;
+    case ArrayKind::grad: return dtypes.grad_accum;
     case ArrayKind::master: return DType::f32;
     case ArrayKind::state: return states.array_dtype(a.state);
   }
@@ -49,23 +51,26 @@ void array_range(const UnitStates& states, ArrayRef a, std::size_t begin, std::s
   last = end;
 }
 
-std::uint64_t UnitTiers::subgroup_bytes(DType compute, ArrayRef a, const SubGroup& sg) const {
+std::uint64_t UnitTiers::subgroup_bytes(ArrayDtypes dtypes, ArrayRef a, const SubGroup& sg) const {
   std::size_t first = 0, last = 0;
   array_range(states, a, sg.begin, sg.end, first, last);
-  return static_cast<std::uint64_t>(last - first) * dtype_size(array_dtype(compute, states, a));
+  return static_cast<std::uint64_t>(last - first) * dtype_size(array_dtype(dtypes, states, a));
 }
 
-std::vector<ArrayRef> unit_arrays(bool mixed, const UnitStates& states) {
+std::vector<ArrayRef> unit_arrays(const ArrayPlanOptions& o, const UnitStates& states) {
   std::vector<ArrayRef> out{{ArrayKind::params}, {ArrayKind::grad}};
-  if (mixed) out.push_back({ArrayKind::master});
+  if (o.micro_grad()) out.push_back({ArrayKind::micro_grad});
+  if (o.mixed()) out.push_back({ArrayKind::master});
   for (int k = 0; k < states.arrays(); ++k) out.push_back({ArrayKind::state, k});
   return out;
 }
 
-MemCategory array_category(ArrayRef a) {
+MemCategory array_category(ArrayDtypes dtypes, ArrayRef a) {
   switch (a.kind) {
     case ArrayKind::params: return MemCategory::parameters;
-    case ArrayKind::grad: return MemCategory::gradients;
+    case ArrayKind::micro_grad: return MemCategory::gradients;
+    case ArrayKind::grad:
+      return dtypes.grad_accum != dtypes.compute ? MemCategory::grad_accumulator : MemCategory::gradients;
     case ArrayKind::master: return MemCategory::master_weights;
     case ArrayKind::state: return MemCategory::optimizer_states;
   }
@@ -74,7 +79,7 @@ MemCategory array_category(ArrayRef a) {
 
 MemTier array_tier(int stage, MemTier param_tier, MemTier optimizer_tier, ArrayRef a) {
   if (a.kind == ArrayKind::params) return stage == 3 ? param_tier : MemTier::device;
-  if (a.kind == ArrayKind::grad && stage < 2) return MemTier::device;
+  if ((a.kind == ArrayKind::grad || a.kind == ArrayKind::micro_grad) && stage < 2) return MemTier::device;
   return optimizer_tier;
 }
 
@@ -82,6 +87,9 @@ ArrayPlan plan_arrays(const FlatLayout& layout, const ArrayPlanOptions& o) {
   ZS_CHECK(layout.world_size() > 0, "ArrayStore: the layout is not finalized");
   ZS_CHECK(o.rank >= 0 && o.rank < layout.world_size(), "array plan: rank {} outside a world of {}", o.rank,
            layout.world_size());
+  ZS_CHECK(o.grad_accum_dtype == DType::f32 || o.grad_accum_dtype == o.dtype,
+           "array plan: gradient accumulator of {} with compute dtype {}", dtype_name(o.grad_accum_dtype),
+           dtype_name(o.dtype));
   const OffloadConfig& c = o.offload;
   const std::size_t sg = c.sub_group_elements();
   const MemTier opt = tier_of(c.optimizer.device), param = tier_of(c.param.device);
@@ -102,7 +110,7 @@ ArrayPlan plan_arrays(const FlatLayout& layout, const ArrayPlanOptions& o) {
     us.optimizer_tier = opt;
     if (opt == MemTier::nvme) {
       plan.nvme_optimizer_bytes += shard * f * static_cast<std::uint64_t>(o.mixed() ? 1 : 0) + us.states.bytes(shard, shard);
-      if (o.stage >= 2) plan.nvme_optimizer_bytes += shard * e;
+      if (o.stage >= 2) plan.nvme_optimizer_bytes += shard * dtype_size(o.grad_accum_dtype);
     }
     if (o.stage != 3) continue;
     us.param_tier = param;
@@ -141,15 +149,18 @@ ArrayPlan plan_arrays(const FlatLayout& layout, const ArrayPlanOptions& o) {
     const UnitInfo& info = layout.units()[i];
     const std::uint64_t full_pad = info.padded - info.numel, shard_pad = info.shard - info.logical_in_shard(o.rank);
     const UnitStates& st = plan.units[i].states;
-    for (ArrayRef a : unit_arrays(o.mixed(), st)) {
+    for (ArrayRef a : unit_arrays(o, st)) {
       ArrayAllocation x;
       x.unit = static_cast<UnitId>(i);
       x.array = a;
-      x.category = array_category(a);
+      x.category = array_category(o.dtypes(), a);
       x.tier = plan.units[i].tier(o.stage, a);
-      x.dtype = array_dtype(o.dtype, st, a);
+      x.dtype = array_dtype(o.dtypes(), st, a);
       x.numel = array_numel(o.stage, info, st, a);
-      const bool full = a.kind == ArrayKind::params ? o.stage < 3 : a.kind == ArrayKind::grad ? o.stage < 2 : o.stage == 0;
+      const bool full = a.kind == ArrayKind::params       ? o.stage < 3
+                        : a.kind == ArrayKind::micro_grad ? true
+                        : a.kind == ArrayKind::grad       ? o.stage < 2
+                                                          : o.stage == 0;
       std::uint64_t pad = full ? full_pad : shard_pad;
       if (a.kind == ArrayKind::state && st.is_absmax(a.state)) {
         // Absmax entries of blocks that hold no logical element.

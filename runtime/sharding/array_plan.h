@@ -27,8 +27,14 @@ struct SubGroup {
   std::size_t end = 0;
 };
 
-/// A unit's array, as the store names it.
-enum class ArrayKind { params, master, state, grad };
+/// A unit's array, as the store names it. `grad` is the gradient the
+/// reductions, the norm and the optimizer read: the accumulator, in the
+/// accumulation dtype (full at stages 0/1, the shard at 2/3). `micro_grad`
+/// exists at stages 0/1 only, when the accumulator is wider than the
+/// compute dtype: the loop's gradient of one micro-batch (full, compute
+/// dtype), folded into `grad` at the end of each micro-batch ([Note:
+/// gradient accumulator] in runtime/engine/engine.h).
+enum class ArrayKind { params, master, state, grad, micro_grad };
 struct ArrayRef {
   ArrayKind kind = ArrayKind::params;
   /// ArrayKind::state: the unit's state array index (UnitStates; for fp32
@@ -37,41 +43,59 @@ struct ArrayRef {
   int state = 0;
 };
 
+/// The element types of a unit's arrays besides its optimizer states.
+struct ArrayDtypes {
+  DType compute = DType::f32;     ///< parameters and ArrayKind::micro_grad
+  DType grad_accum = DType::f32;  ///< ArrayKind::grad, the gradient accumulator
+};
+
 /// What the array sizes depend on besides the layout (a subset of
 /// ArrayStoreOptions). Plain value type.
 struct ArrayPlanOptions {
   int stage = 0;                  ///< ZeRO stage 0-3
   int rank = 0;                   ///< this rank in the data-parallel group (padding of its shard)
-  DType dtype = DType::f32;       ///< compute dtype (parameters, gradients)
+  DType dtype = DType::f32;       ///< compute dtype (parameters, the loop's gradients)
+  /// The gradient accumulator's dtype (ArrayKind::grad): f32 or `dtype`
+  /// (EngineConfig::accumulation_dtype()).
+  DType grad_accum_dtype = DType::f32;
   int state_count = 0;            ///< optimizer states per element (optimizer_state_count)
   StateFormat states;             ///< how they are stored (fp32, 8-bit per unit, bf16)
   OffloadConfig offload;          ///< tiers, sub_group_size, offload_param.max_in_cpu / buffer_size
   std::string source = "config";  ///< the configuration's name, for messages
   bool mixed() const { return dtype != DType::f32; }
+  /// True when the units have an ArrayKind::micro_grad array (stages 0/1
+  /// with an accumulator wider than the compute dtype).
+  bool micro_grad() const { return stage < 2 && grad_accum_dtype != dtype; }
+  /// The arrays' dtypes (compute and accumulator).
+  ArrayDtypes dtypes() const { return ArrayDtypes{.compute = dtype, .grad_accum = grad_accum_dtype}; }
 };
 
 /// Elements of array a of a unit on any rank: parameters are the padded
 /// full flat buffer at stages 0-2, the shard at stage 3; gradients full at
-/// stages 0/1, shard at 2/3; master weights and states full at stage 0,
+/// stages 0/1, shard at 2/3 (micro_grad: full, stages 0/1 only); master
+/// weights and states full at stage 0,
 /// shard at 1-3 (a state array as `states` sizes it: 8-bit absmax one
 /// float per block of each shard window).
 std::size_t array_numel(int stage, const UnitInfo& unit, const UnitStates& states, ArrayRef a);
-/// Element type of array a: the compute dtype for parameters and
-/// gradients, fp32 for master weights, the unit's state arrays' own
-/// (UnitStates::array_dtype) for optimizer states.
-DType array_dtype(DType compute, const UnitStates& states, ArrayRef a);
+/// Element type of array a: the compute dtype for parameters and the
+/// micro-batch gradient, the accumulation dtype for the gradient, fp32 for
+/// master weights, the unit's state arrays' own (UnitStates::array_dtype)
+/// for optimizer states.
+DType array_dtype(ArrayDtypes dtypes, const UnitStates& states, ArrayRef a);
 /// Elements [first, last) of array a that hold update elements [begin,
 /// end) of one shard window (a sub-group; begin a multiple of the 8-bit
 /// block for absmax). Pure.
 void array_range(const UnitStates& states, ArrayRef a, std::size_t begin, std::size_t end, std::size_t& first,
                  std::size_t& last);
-/// The ledger category array a is accounted under.
-MemCategory array_category(ArrayRef a);
+/// The ledger category array a is accounted under: the gradient is
+/// MemCategory::grad_accumulator when it is wider than the compute dtype,
+/// else (and micro_grad) MemCategory::gradients.
+MemCategory array_category(ArrayDtypes dtypes, ArrayRef a);
 
 /// Tier of array a at `stage` for a unit whose parameter shard is on
 /// `param_tier` and whose optimizer arrays are on `optimizer_tier`:
-/// parameters on param_tier at stage 3 (else the device), gradients on the
-/// device at stages 0/1, the rest on optimizer_tier.
+/// parameters on param_tier at stage 3 (else the device), gradients
+/// (micro_grad too) on the device at stages 0/1, the rest on optimizer_tier.
 MemTier array_tier(int stage, MemTier param_tier, MemTier optimizer_tier, ArrayRef a);
 
 /// One unit's tiers and sub-groups.
@@ -84,12 +108,13 @@ struct UnitTiers {
   /// array_tier() of this unit.
   MemTier tier(int stage, ArrayRef a) const { return array_tier(stage, param_tier, optimizer_tier, a); }
   /// Bytes of array a that sub-group sg covers (array_range x dtype size).
-  std::uint64_t subgroup_bytes(DType compute, ArrayRef a, const SubGroup& sg) const;
+  std::uint64_t subgroup_bytes(ArrayDtypes dtypes, ArrayRef a, const SubGroup& sg) const;
 };
 
-/// The arrays of a unit in the store's order: params, grad, master (mixed
-/// precision only), then the state arrays 0 .. states.arrays() - 1.
-std::vector<ArrayRef> unit_arrays(bool mixed, const UnitStates& states);
+/// The arrays of a unit in the store's order: params, grad, micro_grad
+/// (ArrayPlanOptions::micro_grad() only), master (mixed precision only),
+/// then the state arrays 0 .. states.arrays() - 1.
+std::vector<ArrayRef> unit_arrays(const ArrayPlanOptions& options, const UnitStates& states);
 
 /// One resident (or swap-file) array of one unit, as the ledger records it.
 struct ArrayAllocation {
@@ -106,8 +131,7 @@ struct ArrayAllocation {
 /// Every array of every unit on one rank and the swap space it needs.
 struct ArrayPlan {
   std::vector<UnitTiers> units;               ///< per unit, in layout order
-  /// Per unit: params, grad, master (mixed precision only), states 0..k-1;
-  /// units in layout order. What ArrayStore allocates, in that order.
+  /// Per unit: unit_arrays(); units in layout order. What ArrayStore allocates, in that order.
   std::vector<ArrayAllocation> arrays;
   std::uint64_t nvme_optimizer_bytes = 0;     ///< bytes of the optimizer swap files
   std::uint64_t nvme_param_bytes = 0;         ///< bytes of the parameter swap files

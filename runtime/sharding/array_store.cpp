@@ -25,6 +25,7 @@ std::string array_name(ArrayRef a) {
     case ArrayKind::master: return "master";
     case ArrayKind::state: return fmt::format("state{}", a.state);
     case ArrayKind::grad: return "grad";
+    case ArrayKind::micro_grad: return "micro_grad";
   }
   return "?";
 }
@@ -77,7 +78,9 @@ ArrayStore::~ArrayStore() {
 // Tiers and sub-groups from the plan (runtime/sharding/array_plan.h); swap
 // folders for the nvme tiers.
 void ArrayStore::assign_tiers() {
-  ArrayPlan plan = plan_arrays(layout_, o_.plan_options());
+  const ArrayPlanOptions po = o_.plan_options();
+  ArrayPlan plan = plan_arrays(layout_, po);
+  micro_grad_ = po.micro_grad();
   units_.resize(layout_.units().size());
   for (std::size_t i = 0; i < units_.size(); ++i) {
     units_[i].param_tier = plan.units[i].param_tier;
@@ -132,6 +135,7 @@ void ArrayStore::allocate() {
     switch (x.array.kind) {
       case ArrayKind::params: us.params = std::move(buf); break;
       case ArrayKind::grad: us.grad = std::move(buf); break;
+      case ArrayKind::micro_grad: us.micro_grad = std::move(buf); break;
       case ArrayKind::master: us.master = std::move(buf); break;
       case ArrayKind::state: us.states.push_back(std::move(buf)); break;
     }
@@ -159,7 +163,9 @@ std::size_t ArrayStore::numel(UnitId u, ArrayRef a) const {
   return array_numel(o_.stage, layout_.unit(u), unit(u).state_arrays, a);
 }
 
-DType ArrayStore::dtype(UnitId u, ArrayRef a) const { return array_dtype(o_.dtype, unit(u).state_arrays, a); }
+DType ArrayStore::dtype(UnitId u, ArrayRef a) const {
+  return array_dtype(ArrayDtypes{.compute = o_.dtype, .grad_accum = o_.grad_accum_dtype}, unit(u).state_arrays, a);
+}
 
 const UnitStates& ArrayStore::states(UnitId u) const { return unit(u).state_arrays; }
 
@@ -189,6 +195,7 @@ std::byte* ArrayStore::resident(UnitId u, ArrayRef a) {
                "optimizer state index {} out of range ({} states)", a.state, us.states.size());
       return static_cast<std::byte*>(us.states[static_cast<std::size_t>(a.state)].data());
     case ArrayKind::grad: return static_cast<std::byte*>(us.grad.data());
+    case ArrayKind::micro_grad: return static_cast<std::byte*>(us.micro_grad.data());
   }
   return nullptr;
 }
@@ -302,6 +309,16 @@ void ArrayStore::store(UnitId u, ArrayRef a, const void* src) {
 void ArrayStore::zero_grads(UnitId u) {
   DeviceArray& g = unit(u).grad;
   ops(u, {ArrayKind::grad}).zero(g.data(), g.bytes());
+  DeviceArray& m = unit(u).micro_grad;
+  ops(u, {ArrayKind::micro_grad}).zero(m.data(), m.bytes());
+}
+
+void ArrayStore::fold_micro_grad(UnitId u) {
+  UnitArrays& us = unit(u);
+  if (us.micro_grad.bytes() == 0) return;  // none (ArrayPlanOptions::micro_grad()), or an empty unit
+  const std::size_t n = layout_.unit(u).padded;
+  ops_.accumulate_cast(us.grad.data(), o_.grad_accum_dtype, us.micro_grad.data(), o_.dtype, n, 1.0f);
+  ops_.zero(us.micro_grad.data(), us.micro_grad.bytes());
 }
 
 void ArrayStore::accumulate_grad_shard(UnitId u, std::size_t at, const void* src, DType src_type, std::size_t n,
@@ -311,14 +328,14 @@ void ArrayStore::accumulate_grad_shard(UnitId u, std::size_t at, const void* src
            at + n, layout_.unit(u).shard);
   const MemTier t = tier(u, {ArrayKind::grad});
   if (t == MemTier::device) {
-    ops_.accumulate_cast(unit(u).grad.at(at), o_.dtype, src, src_type, n, scale);
+    ops_.accumulate_cast(unit(u).grad.at(at), o_.grad_accum_dtype, src, src_type, n, scale);
     return;
   }
   // The shard is in host memory or on nvme: the reduced block comes to the host.
   HostBuffer holder;
   const void* host_src = host_copy(src, n * dtype_size(src_type), holder, /*settled=*/true);
   if (t == MemTier::host) {
-    host_ops_->accumulate_cast(unit(u).grad.at(at), o_.dtype, host_src, src_type, n, scale);
+    host_ops_->accumulate_cast(unit(u).grad.at(at), o_.grad_accum_dtype, host_src, src_type, n, scale);
     return;
   }
   if (!deferred_error_.empty()) return;  // finish_reductions() will fail anyway
@@ -333,7 +350,7 @@ void ArrayStore::accumulate_nvme_grad(UnitId u, std::size_t at, const void* src,
                                       float scale, bool boundary) {
   UnitArrays& us = unit(u);
   SwapDirectory& dir = *optimizer_dir_;
-  const DType dt = o_.dtype;
+  const DType dt = o_.grad_accum_dtype;
   const std::size_t e = dtype_size(dt), se = dtype_size(src_type);
   const ArrayRef a{ArrayKind::grad};
   for (std::size_t g = 0; g < us.subgroups.size(); ++g) {
@@ -424,7 +441,8 @@ void ArrayStore::clear_nvme_grads() {
 kernels::GradStats ArrayStore::grad_stats(UnitId u) {
   const ArrayRef a{ArrayKind::grad};
   if (tier(u, a) == MemTier::nvme) return unit(u).nvme_grad_stats;
-  const std::size_t shard = layout_.unit(u).shard, e = dtype_size(o_.dtype);
+  const DType dt = o_.grad_accum_dtype;
+  const std::size_t shard = layout_.unit(u).shard, e = dtype_size(dt);
   const std::size_t first = o_.stage < 2 ? static_cast<std::size_t>(o_.rank) * shard : 0;
   const std::byte* g = resident(u, a) + first * e;
   // Sub-group by sub-group (sub_group_size; one part for most models), in
@@ -433,7 +451,7 @@ kernels::GradStats ArrayStore::grad_stats(UnitId u) {
   DeviceOps& o = ops(u, a);
   kernels::GradStats total;
   for (std::size_t b = 0; b < shard; b += sg) {
-    const kernels::GradStats st = o.grad_stats(g + b * e, o_.dtype, std::min(sg, shard - b));
+    const kernels::GradStats st = o.grad_stats(g + b * e, dt, std::min(sg, shard - b));
     total.sum_of_squares += st.sum_of_squares;
     total.nonfinite += st.nonfinite;
   }

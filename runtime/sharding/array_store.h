@@ -60,7 +60,8 @@ namespace zeroshard {
 struct ArrayStoreOptions {
   int stage = 0;                  ///< ZeRO stage 0-3
   int rank = 0;                   ///< this rank in the data-parallel group
-  DType dtype = DType::f32;       ///< compute dtype (parameters, gradients)
+  DType dtype = DType::f32;       ///< compute dtype (parameters, the loop's gradients)
+  DType grad_accum_dtype = DType::f32;  ///< the gradient accumulator's: f32 or `dtype` (ArrayPlanOptions)
   int state_count = 0;            ///< optimizer states per element (optimizer_state_count)
   StateFormat states;             ///< their storage (optimizer/state_format.h)
   OffloadConfig offload;          ///< tiers, sub_group_size, swap paths, aio settings
@@ -69,8 +70,8 @@ struct ArrayStoreOptions {
   bool mixed() const { return dtype != DType::f32; }
   /// The part of these options the array sizes depend on.
   ArrayPlanOptions plan_options() const {
-    return ArrayPlanOptions{.stage = stage, .rank = rank, .dtype = dtype, .state_count = state_count,
-                            .states = states, .offload = offload, .source = source};
+    return ArrayPlanOptions{.stage = stage, .rank = rank, .dtype = dtype, .grad_accum_dtype = grad_accum_dtype,
+                            .state_count = state_count, .states = states, .offload = offload, .source = source};
   }
 };
 
@@ -79,8 +80,11 @@ struct ArrayStoreOptions {
 /// are the padded full flat buffer at stages 0-2, the shard at stage 3;
 /// gradients full at stages 0/1, shard at 2/3; master weights and states
 /// full at stage 0, shard at 1-3 (elements; FlatLayout gives padded and
-/// shard). Parameters and gradients are in the compute dtype, master
-/// weights and states fp32. Device-tier arrays are in the DeviceOps'
+/// shard). Parameters are in the compute dtype, the gradient (the
+/// accumulator) in grad_accum_dtype, with a full micro-batch gradient in
+/// the compute dtype beside it at stages 0/1 when the two differ ([Note:
+/// gradient accumulator] in runtime/engine/engine.h); master weights and
+/// states fp32. Device-tier arrays are in the DeviceOps'
 /// memory, host-tier arrays in host memory (page-locked with pin_memory),
 /// nvme arrays in swap files ([Note: offload in the engine]).
 /// Thread safety: one thread (the engine's).
@@ -111,8 +115,9 @@ class ArrayStore {
   MemTier tier(UnitId u, ArrayRef a) const;
   /// Elements of array a of unit u on this rank (full or shard, by stage).
   std::size_t numel(UnitId u, ArrayRef a) const;
-  /// Element type of array a of unit u (compute dtype for parameters and
-  /// gradients, fp32 for master weights, the unit's state arrays' own).
+  /// Element type of array a of unit u (array_dtype: compute dtype for
+  /// parameters and the micro-batch gradient, grad_accum_dtype for the
+  /// gradient, fp32 for master weights, the unit's state arrays' own).
   DType dtype(UnitId u, ArrayRef a) const;
   /// Unit u's optimizer state arrays (format, block, count).
   const UnitStates& states(UnitId u) const;
@@ -130,6 +135,10 @@ class ArrayStore {
   /// Unit u's sub-groups (shard ranges of its swap files; also the order in
   /// which gradient statistics are added).
   const std::vector<SubGroup>& subgroups(UnitId u) const;
+  /// True when the units have a micro-batch gradient beside the
+  /// accumulator (ArrayPlanOptions::micro_grad(): stages 0/1, accumulator
+  /// wider than the compute dtype).
+  bool has_micro_grad() const { return micro_grad_; }
   /// True when some array is on a host or nvme tier / on nvme.
   bool offloaded() const { return offloaded_; }
   bool uses_nvme() const { return io_ != nullptr; }
@@ -157,11 +166,19 @@ class ArrayStore {
 
   // --- Gradients ----------------------------------------------------------
 
-  /// Sets unit u's resident gradient buffer to zero.
+  /// Sets unit u's resident gradient buffers (the accumulator and the
+  /// micro-batch gradient) to zero.
   void zero_grads(UnitId u);
+  /// Stages 0/1 with a micro_grad array (ArrayPlanOptions::micro_grad()):
+  /// adds unit u's micro-batch gradient (padded elements, compute dtype)
+  /// into its accumulator (grad_accum_dtype: each element widened exactly
+  /// and added in fp32, DeviceOps::accumulate_cast) and zeroes it for the
+  /// next micro-batch. No-op without one. No collective; never throws for
+  /// a valid unit.
+  void fold_micro_grad(UnitId u);
   /// Stages 2/3: adds n reduced gradient elements (`src`, of `src_type`, in
   /// the compute device's memory) times `scale` into unit u's gradient
-  /// shard from shard element `at`, wherever it lives. Blocks of a unit
+  /// shard (grad_accum_dtype) from shard element `at`, wherever it lives. Blocks of a unit
   /// come in increasing order within a micro-batch. `boundary`: this
   /// micro-batch ends the accumulation cycle (nvme: statistics are taken
   /// as each sub-group completes). Never throws for nvme I/O: the first
@@ -212,7 +229,7 @@ class ArrayStore {
  private:
   // One unit's arrays (empty buffers for nvme arrays) and tiers.
   struct UnitArrays {
-    DeviceArray params, master, grad;
+    DeviceArray params, master, grad, micro_grad;
     std::vector<DeviceArray> states;
     MemTier param_tier = MemTier::device;      // stage 3 parameter shard
     MemTier optimizer_tier = MemTier::device;  // master, states, grad shard (stages 2/3)
@@ -273,6 +290,7 @@ class ArrayStore {
   std::deque<PendingGradWrite> grad_writes_;
   int param_staging_count_ = 0;
   bool offloaded_ = false;
+  bool micro_grad_ = false;
   std::string deferred_error_;
   SwapPipelineStats last_step_;
   SwapPipelineStats total_;

@@ -244,10 +244,10 @@ void GradReducer::finish_collective(Bucket& b) {
   switch (b.kind) {
     case BucketKind::all_reduce:
       for (const BucketPiece& p : b.pieces) {
-        void* dst = elem(target_.full_grad(p.unit), p.offset, o_.compute_dtype);
+        void* dst = elem(target_.full_grad(p.unit), p.offset, o_.grad_dtype);
         const void* src = b.in_place != nullptr ? dst : b.send.at(p.pos);
         if (b.in_place == nullptr || o_.stored_scale != 1.0f) {
-          convert(dst, o_.compute_dtype, src, t, p.n, o_.stored_scale);
+          convert(dst, o_.grad_dtype, src, t, p.n, o_.stored_scale);
         }
       }
       break;
@@ -312,7 +312,7 @@ void GradReducer::drain(std::deque<Bucket>& flight) {
 // Stages 0/1: unit u's padded full gradient, in runs of the bucket.
 void GradReducer::pack_all_reduce(UnitId u) {
   const std::size_t padded = layout_.unit(u).padded, cap = capacity(BucketKind::all_reduce);
-  const DType ct = o_.comm_dtype, dt = o_.compute_dtype;
+  const DType ct = o_.comm_dtype, dt = o_.grad_dtype;
   void* grads = target_.full_grad(u);
   for (std::size_t a = 0; a < padded;) {
     if (ct == dt) {

@@ -29,7 +29,9 @@
 // share one). complete() (the engine calls it at the end of a micro-batch,
 // from step()) starts the partly filled bucket and completes every bucket.
 //  - Stages 0/1 (the engine reduces at the accumulation boundary): when
-//    the communication dtype is the gradients' own, each unit's padded
+//    the communication dtype is the gradients' own (grad_dtype, the
+//    accumulator's: [Note: gradient accumulator] in
+//    runtime/engine/engine.h), each unit's padded
 //    flat gradient (GradTarget::full_grad) is all-reduced in the gradient
 //    buffer itself, in runs of at most reduce_bucket_size elements (no
 //    copy in or out; units live in separate buffers, so runs of different
@@ -114,7 +116,7 @@ class GradTarget {
  public:
   virtual ~GradTarget() = default;
   /// Stages 0/1: unit u's padded full gradient (layout padded elements of
-  /// the compute dtype, in the reducer's DeviceOps memory). The reducer
+  /// options' grad_dtype, in the reducer's DeviceOps memory). The reducer
   /// reads it and overwrites it with the reduced sum times the stored scale.
   virtual void* full_grad(UnitId u) = 0;
   /// Stages 2/3: adds n reduced elements at `src` (src_type, in the
@@ -135,8 +137,12 @@ struct GradReducerOptions {
   bool overlap = false;                       ///< overlap_comm: buckets run in the background
   DType compute_dtype = DType::f32;           ///< gradients' and parameters' storage dtype
   DType comm_dtype = DType::f32;              ///< dtype gradients are reduced in
-  /// Factor applied to reduced sums as they are stored (the engine: 1 in
-  /// fp32, 1 / world size for 16-bit buffers).
+  /// dtype of the target's gradients, the accumulator: GradTarget::full_grad
+  /// at stages 0/1, the shard accumulate_shard adds into at stages 2/3 (the
+  /// micro-batch gradients stay in compute_dtype).
+  DType grad_dtype = DType::f32;
+  /// Factor applied to reduced sums as they are stored (the engine: 1 for
+  /// an fp32 accumulator, 1 / world size for a 16-bit one).
   float stored_scale = 1.0f;
   /// How reductions sum the ranks ([Note: rank-ordered reduction] in
   /// comm/ordered_reduce.h): rank order (the default) or the backend's.

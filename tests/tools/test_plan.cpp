@@ -50,13 +50,21 @@ TEST_CASE("the estimate equals the ZeRO paper's formulas when Psi is divisible b
         CAPTURE(n);
         CAPTURE(stage);
         CAPTURE(dtype_name(dt));
-        const MemoryEstimate e = estimate_memory(m, config(stage, dt), n, n - 1);
+        // The paper's 16-bit gradients: grad_accum_dtype the compute dtype.
+        EngineConfig paper_config = config(stage, dt);
+        paper_config.grad_accum_dtype = dt;
+        const MemoryEstimate e = estimate_memory(m, paper_config, n, n - 1);
         const ZeroPaperBytes paper = zero_paper_bytes(stage, n, mixed ? 2.0 : 4.0, mixed ? 12.0 : 8.0);
         CHECK(e.after_finalize.model_state_padding() == 0);
         // bytes x N = (per-parameter bytes x N) x Psi, in integers.
         const auto per_n = static_cast<std::uint64_t>(paper.total() * n + 0.5);
         CHECK(e.after_finalize.model_state_bytes() * static_cast<std::uint64_t>(n) == per_n * psi);
         by_stage[stage] = e.after_finalize.model_state_bytes();
+        // The default fp32 accumulator adds 4 Psi at stages 0/1 (beside the
+        // 16-bit buffer) and 2 Psi / N at stages 2/3 (a 4-byte shard for a 2-byte one).
+        const MemoryEstimate d = estimate_memory(m, config(stage, dt), n, n - 1);
+        const std::uint64_t extra = !mixed ? 0 : stage < 2 ? 4 * psi * static_cast<std::uint64_t>(n) : 2 * psi;
+        CHECK(d.after_finalize.model_state_bytes() * static_cast<std::uint64_t>(n) == per_n * psi + extra);
       }
       // The paper's ratios: stage 0 is (2+2+K) / (2+2+K/N) times stage 1, and so on.
       const std::uint64_t k = mixed ? 12 : 8, e = mixed ? 2 : 4, nn = static_cast<std::uint64_t>(n);
@@ -127,4 +135,31 @@ TEST_CASE("the report of a small model") {
   CHECK(text.find("parameters             2.00 KiB          0 B          0 B         96 B") != std::string::npos);
   CHECK(text.find("the largest unit's full buffer is 1024 bytes") != std::string::npos);
   CHECK(text.find("24 padding elements in all, 384 bytes of them in this rank's arrays") != std::string::npos);
+}
+
+TEST_CASE("the report shows the fp32 gradient accumulator of bf16 training") {
+  // 1000 parameters in 4 units of 250 at 2 ranks, bf16 AdamW: units padded
+  // to 256, shards of 128. Stage 1: the bf16 buffer (4 x 256 x 2 B) and the
+  // fp32 accumulator (4 x 256 x 4 B), both full; stage 2: the accumulator's
+  // shards only (4 x 128 x 4 B); with grad_accum_dtype bf16 none.
+  const ModelDescription m = ModelDescription::generated(1000, 4);
+  EngineConfig c;
+  c.compute_dtype = DType::bf16;
+  c.zero.stage = 1;
+  std::string text = tools::plan_report(m, "small", c, 2, 1);
+  CAPTURE(text);
+  CHECK(text.find("gradients              2.00 KiB") != std::string::npos);
+  CHECK(text.find("grad accumulator       4.00 KiB") != std::string::npos);
+  CHECK(text.find("accumulator of mixed precision (data_types.grad_accum_dtype, DeepSpeed #1800) holds 4096 bytes "
+                  "on this rank: 4 B per padded element beside the 2-byte gradient buffer") != std::string::npos);
+  c.zero.stage = 2;
+  text = tools::plan_report(m, "small", c, 2, 1);
+  CHECK(text.find("gradients                   0 B") != std::string::npos);
+  CHECK(text.find("grad accumulator       2.00 KiB") != std::string::npos);
+  CHECK(text.find("holds 2048 bytes on this rank: 4 B per shard element in place of a 2-byte gradient shard") !=
+        std::string::npos);
+  c.grad_accum_dtype = DType::bf16;
+  text = tools::plan_report(m, "small", c, 2, 1);
+  CHECK(text.find("grad accumulator            0 B") != std::string::npos);
+  CHECK(text.find("gradient accumulator of mixed precision") == std::string::npos);
 }

@@ -116,6 +116,14 @@ std::string plan_report(const ModelDescription& model, const std::string& model_
                      "padded / {} of it: {} padding elements in all, {} bytes of them in this rank's arrays (the "
                      "last ranks' shards hold the padding); the formulas have none\n",
                      world, kShardAlignElements, world, est.padded_count - psi, l.model_state_padding());
+  if (l.current(MemCategory::grad_accumulator) > 0) {
+    out += fmt::format("  - the fp32 gradient accumulator of mixed precision (data_types.grad_accum_dtype, DeepSpeed "
+                       "#1800) holds {} bytes on this rank: {}; the formulas count {}-byte gradients\n",
+                       l.current(MemCategory::grad_accumulator),
+                       stage < 2 ? fmt::format("4 B per padded element beside the {}-byte gradient buffer", e)
+                                 : fmt::format("4 B per shard element in place of a {}-byte gradient shard", e),
+                       e);
+  }
   if (stage == 3) {
     out += fmt::format("  - stage 3 gathers one unit at a time during a step: the largest unit's full buffer is {} "
                        "bytes ({} padded elements x {} B), in the step's peak; DeepSpeed counts 4 "

@@ -413,3 +413,41 @@ TEST_CASE("ZeRO++ keys: DeepSpeed's names, zeroshard's formats, and the refused 
       "zeroshard": {"zeropp": {"error_feedback": true}},
       "zero_optimization": {"stage": 2, "zero_quantized_gradients": true}})")));
 }
+
+TEST_CASE("data_types.grad_accum_dtype: fp32 by default, the compute dtype with one warning, else refused") {
+  auto parse = [](const std::string& text) { return EngineConfig::from_json(json::parse(text), "ds.json"); };
+  // Default and explicit fp32: an fp32 accumulator under bf16 and fp16, no warning.
+  for (const char* text : {R"({"bf16": {"enabled": true}})", R"({"fp16": {"enabled": true}})",
+                           R"({"bf16": {"enabled": true}, "data_types": {"grad_accum_dtype": "FP32"}})"}) {
+    CAPTURE(text);
+    const EngineConfig c = parse(text);
+    CHECK(c.accumulation_dtype() == DType::f32);
+    CHECK(c.warnings.empty());
+  }
+  CHECK(parse("{}").accumulation_dtype() == DType::f32);
+  // The compute dtype on request, with exactly one warning line naming the key.
+  const std::pair<const char*, DType> opt_in[] = {
+      {R"({"bf16": {"enabled": true}, "data_types": {"grad_accum_dtype": "bf16"}})", DType::bf16},
+      {R"({"fp16": {"enabled": true}, "data_types": {"grad_accum_dtype": "Fp16"}})", DType::f16}};
+  for (const auto& [text, dtype] : opt_in) {
+    CAPTURE(text);
+    const EngineConfig c = parse(text);
+    CHECK(c.accumulation_dtype() == dtype);
+    REQUIRE(c.warnings.size() == 1);
+    CHECK(c.warnings[0].find("ds.json: data_types.grad_accum_dtype") == 0);
+  }
+  // Anything else names the key.
+  const std::pair<const char*, const char*> refused[] = {
+      {R"({"bf16": {"enabled": true}, "data_types": {"grad_accum_dtype": "int8"}})", "is invalid"},
+      {R"({"bf16": {"enabled": true}, "data_types": {"grad_accum_dtype": "fp16"}})", "compute dtype \"bf16\""},
+      {R"({"data_types": {"grad_accum_dtype": "bf16"}})", "fp32 training accumulates in fp32"},
+      {R"({"data_types": {"grad_accum_dtype": 16}})", ""},
+      {R"({"data_types": {"grad_accum": "fp32"}})", ""}};
+  for (const auto& [text, why] : refused) {
+    const std::string m = error_of(text);
+    CAPTURE(m);
+    CHECK(m.find("ds.json") != std::string::npos);
+    CHECK(m.find("data_types.grad_accum") != std::string::npos);
+    CHECK(m.find(why) != std::string::npos);
+  }
+}

@@ -107,12 +107,13 @@ void run_case(std::size_t n, int stage, DType dtype, StateDtype format) {
   so.stage = stage;
   so.rank = rank;
   so.dtype = dtype;
+  so.grad_accum_dtype = dtype;  // gradients in the compute dtype, as the kernels' reference reads them
   so.state_count = optimizer_state_count(h);
   so.states = h.states;
   so.source = "test";
   ArrayStore store(layout, *ops, ledger, so);
   ShardOptimizer opt(layout, *ops,
-                     ShardOptimizerOptions{.stage = stage, .rank = rank, .dtype = dtype, .hyper = h, .schedule = {},
+                     ShardOptimizerOptions{.stage = stage, .rank = rank, .dtype = dtype, .grad_dtype = dtype, .hyper = h, .schedule = {},
                                            .swap = {}});
   CHECK(opt.add_group("g1", ParamGroupOptions{.lr = kLr[1], .weight_decay = kDecay[1]}) == 1);
   opt.finalize();

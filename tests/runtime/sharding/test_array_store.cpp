@@ -52,6 +52,7 @@ ArrayStoreOptions make_options(int stage, DType dt, OffloadDevice opt, OffloadDe
   o.stage = stage;
   o.rank = world().rank();
   o.dtype = dt;
+  o.grad_accum_dtype = dt;  // the gradient in the compute dtype (the engine's grad_accum_dtype opt-in)
   o.state_count = 2;
   o.offload.optimizer.device = opt;
   o.offload.optimizer.nvme_path = (swap_root() / "opt").string();

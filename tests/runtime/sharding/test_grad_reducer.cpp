@@ -102,6 +102,7 @@ GradReducerOptions options(int stage, std::size_t bucket, bool overlap, Dtypes d
   const int w = world().world_size();
   return GradReducerOptions{.stage = stage, .reduce_bucket_size = bucket, .allgather_bucket_size = bucket,
                             .overlap = overlap, .compute_dtype = d.compute, .comm_dtype = d.comm,
+                            .grad_dtype = d.compute,
                             .stored_scale = d.compute == DType::f32 ? 1.0f : 1.0f / static_cast<float>(w)};
 }
 
