@@ -332,7 +332,9 @@ class Engine {
   /// by default, comm/ordered_reduce.h); a bucket's
   /// collective starts when it holds reduce_bucket_size elements, in the
   /// background with overlap_comm, else completed before this returns
-  /// (runtime/sharding/grad_reducer.h). Collective.
+  /// (runtime/sharding/grad_reducer.h). Every rank must reduce its units in
+  /// the same order: step() checks it at the boundary ([Note: reduce order
+  /// check] in runtime/sharding/reduce_order.h). Collective.
   void reduce_gradients(UnitId u);
   /// Ends a micro-batch. At every gradient_accumulation_steps-th call:
   /// finishes the reductions, computes the global gradient norm (the ranks'
@@ -343,7 +345,11 @@ class Engine {
   /// in the swap writes of the reductions or the update throws
   /// AgreedIoError on every rank and leaves the engine unusable until a
   /// load succeeds ([Note: storage phases]); throws Error when the engine
-  /// is unusable.
+  /// is unusable. At the boundary, when some rank called reduce_gradients
+  /// in another unit order than its data-parallel rank 0 during the step,
+  /// throws AgreedConfigError on every rank naming the units and the ranks,
+  /// with no parameter updated and the step's gradients dropped ([Note:
+  /// reduce order check]).
   StepResult step();
 
   // ---- observability (runtime/config/observe_config.h, [Note: step breakdown]) ----

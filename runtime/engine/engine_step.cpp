@@ -2,6 +2,7 @@
 // [Note: gradient semantics] and [Note: mixed precision]; docs/design.md
 // "One training step at stage 3" for the order of collectives.
 #include <cmath>
+#include <string>
 #include <vector>
 
 #include "core/error.h"
@@ -14,6 +15,13 @@ namespace zeroshard {
 
 namespace {
 
+// Unit u's gradient into the buckets, its place in the step's reduce order
+// recorded ([Note: reduce order check]).
+void reduce_unit(EngineState& s, UnitId u) {
+  s.progress.order.record(u);
+  s.reducer().reduce(u);
+}
+
 // End of a micro-batch: every unit's gradient reduction is issued in unit
 // order (for those the loop did not reduce itself) and completed
 // (runtime/sharding/grad_reducer.h, [Note: gradient buckets]).
@@ -21,11 +29,12 @@ void finish_reductions(EngineState& s, bool boundary) {
   std::vector<bool>& reduced = s.progress.reduced;
   if (s.stage() >= 2 || boundary) {
     for (UnitId u = 0; u < s.units(); ++u) {
-      if (!reduced[static_cast<std::size_t>(u)]) s.reducer().reduce(u);
+      if (!reduced[static_cast<std::size_t>(u)]) reduce_unit(s, u);
     }
     s.reducer().complete();
   }
   reduced.assign(reduced.size(), false);
+  s.progress.order.end_micro_batch();
 }
 
 void clear_gradients(EngineState& s) {
@@ -126,7 +135,7 @@ void Engine::reduce_gradients(UnitId u) {
            s.info(u).name);
   reduced[static_cast<std::size_t>(u)] = true;
   // Stages 2/3 every micro-batch, 0/1 at the boundary: into the buckets.
-  if (s.stage() >= 2 || s.boundary()) s.reducer().reduce(u);
+  if (s.stage() >= 2 || s.boundary()) reduce_unit(s, u);
 }
 
 TraceScope Engine::trace(const char* name, std::string_view unit) {
@@ -171,7 +180,16 @@ StepResult Engine::step_body() {
   // gradients summed, replicated ones averaged over the tensor-parallel
   // group, each rank's share of its shard, the ranks' two sums combined in
   // rank order.
-  const GradTotals totals = s.norm.compute(s.parts->link, s.tracer());
+  // With them, every rank's reduce order ([Note: reduce order check]).
+  const GradTotals totals = s.norm.compute(s.parts->link, s.tracer(), s.progress.order.hash());
+  if (!totals.orders_agree) {
+    // Some gradients are sums of different units: drop them, update nothing.
+    const std::string err = s.progress.order.mismatch_message(s.comms.host(), s.layout, s.progress.boundary_steps + 1);
+    s.progress.order.clear();
+    clear_gradients(s);
+    agree_on_error(s.comms.norm(), err, ErrorKind::config);
+  }
+  s.progress.order.clear();
   // Stored gradients are sums over ranks (fp32) or means (16-bit), of
   // loss-scaled micro-batch means: scale to the mean of the unscaled loss.
   const double ranks = s.mixed() ? 1.0 : static_cast<double>(s.world());
