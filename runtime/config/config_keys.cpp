@@ -258,6 +258,11 @@ std::vector<ConfigKey> make_table() {
            "right (all-to-all, local sum, all-gather), so bucket sizes, overlap_comm, offload tiers and, without "
            "gradient accumulation, stages 0-3 give bitwise the same results at a world size; \"native\": MPI's / NCCL's own all-reduce and "
            "reduce-scatter, whose order depends on the stage and message size (comm/ordered_reduce.h)"),
+      impl("zeroshard.max_consecutive_skipped_steps", T::int64, "100",
+           "this many optimizer steps in a row skipped for Inf/NaN gradients (fp16 overflow, or NaN in any "
+           "precision) end the run with the same error on every rank naming the step and the first non-finite "
+           "unit; 0 = no limit. Every skipped step is counted (StepResult::skipped_steps) and the 1st, 2nd, "
+           "4th, 8th, ... print one line"),
       impl("wall_clock_breakdown", T::boolean, "false",
            "every steps_per_print steps rank 0 prints the step breakdown (compute, exposed and hidden "
            "communication, optimizer, swap I/O wait, other; min/median/max over ranks) and the straggler "

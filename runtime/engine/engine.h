@@ -145,6 +145,7 @@ struct StepResult {
   double clip_coef = 1.0;       ///< factor applied to the gradient (1 = not clipped)
   double loss_scale = 1.0;      ///< loss scale used by this step's gradients
   std::int64_t optimizer_step = 0;  ///< optimizer steps applied so far
+  std::int64_t skipped_steps = 0;   ///< boundaries skipped for Inf/NaN so far, this one included (skipped_steps())
 };
 
 /// Swap traffic of the nvme offload tier since finalize() (all zero when
@@ -349,7 +350,12 @@ class Engine {
   /// in another unit order than its data-parallel rank 0 during the step,
   /// throws AgreedConfigError on every rank naming the units and the ranks,
   /// with no parameter updated and the step's gradients dropped ([Note:
-  /// reduce order check]).
+  /// reduce order check]). A skipped boundary prints one line to stderr
+  /// (on the rank of the first non-finite unit) at the 1st, 2nd, 4th, 8th,
+  /// ... skipped step, naming the step and that unit; the
+  /// zeroshard.max_consecutive_skipped_steps-th skip in a row throws
+  /// AgreedConfigError on every rank naming the step and the unit (nothing
+  /// updated, gradients cleared).
   StepResult step();
 
   // ---- observability (runtime/config/observe_config.h, [Note: step breakdown]) ----

@@ -44,6 +44,7 @@ struct StepProgress {
   std::int64_t optimizer_steps = 0;
   std::int64_t boundary_steps = 0;  ///< accumulation boundaries so far (applied or skipped)
   LossScaler scaler;                ///< fp16 loss scale; its overflow count is the skipped steps
+  std::int64_t consecutive_skipped = 0;  ///< boundaries skipped in a row (not saved in checkpoints)
   std::vector<bool> reduced;        ///< per unit: reduce_gradients() seen in this micro-batch
   ReduceOrder order;                ///< this step's reductions ([Note: reduce order check])
 

@@ -1,9 +1,13 @@
 // Engine: the training-loop calls. See runtime/engine/engine.h for the contract,
 // [Note: gradient semantics] and [Note: mixed precision]; docs/design.md
 // "One training step at stage 3" for the order of collectives.
+#include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <string>
 #include <vector>
+
+#include <fmt/format.h>
 
 #include "core/error.h"
 #include "comm/collective_error.h"
@@ -40,6 +44,44 @@ void finish_reductions(EngineState& s, bool boundary) {
 void clear_gradients(EngineState& s) {
   for (UnitId u = 0; u < s.units(); ++u) s.store().zero_grads(u);
   s.store().clear_nvme_grads();
+}
+
+// A skipped boundary (DeepSpeed #8415: a run whose every step is skipped
+// trains nothing and looks healthy): one line at the 1st, 2nd, 4th, ...
+// skipped step, from the rank that holds the first non-finite unit (rank 0
+// when only the norm overflowed), and the agreed error at
+// zeroshard.max_consecutive_skipped_steps skips in a row. Every rank sees
+// the same totals, so every rank or none enters the error's collective.
+void report_skipped_step(EngineState& s, const StepResult& r, const GradTotals& t) {
+  const std::int64_t run = ++s.progress.consecutive_skipped, step = s.progress.boundary_steps + 1;
+  const std::int64_t limit = s.config.max_consecutive_skipped_steps;
+  const int teller = std::max(t.first_nonfinite_rank, 0);
+  Communicator& norm = s.comms.norm();
+  if (norm.rank() != teller && (limit == 0 || run < limit)) return;
+  const std::string first =
+      t.first_nonfinite_unit < 0
+          ? "no Inf/NaN element, but the gradient norm overflowed"
+          : fmt::format("the first in unit \"{}\" on rank {}", s.info(t.first_nonfinite_unit).name, teller);
+  if (norm.rank() == teller && (r.skipped_steps & (r.skipped_steps - 1)) == 0) {
+    const std::string scale = s.dtype() == DType::f16
+                                  ? fmt::format("; loss scale {:g} -> {:g}", r.loss_scale, s.progress.scaler.scale())
+                                  : "";
+    fmt::print(stderr,
+               "zeroshard: step {} skipped for Inf/NaN gradients ({}){}; {} skipped so far, {} in a row (this line "
+               "prints at the 1st, 2nd, 4th, 8th, ... skipped step)\n",
+               step, first, scale, r.skipped_steps, run);
+    std::fflush(stderr);
+  }
+  if (limit == 0 || run < limit) return;
+  const std::string err =
+      norm.rank() != teller
+          ? ""
+          : fmt::format("step {}: {} steps in a row were skipped for Inf/NaN gradients "
+                        "(zeroshard.max_consecutive_skipped_steps {}); in this step {}. The run trains nothing: "
+                        "look for NaN in the loss or the data, lower the learning rate{}, or raise the limit (0: no "
+                        "limit)",
+                        step, run, limit, first, s.dtype() == DType::f16 ? " or fp16.initial_scale_power" : "");
+  agree_on_error(norm, err, ErrorKind::config);
 }
 
 }  // namespace
@@ -171,6 +213,7 @@ StepResult Engine::step_body() {
   // interleave: the prefetch order is a whole step's ([Note: engine on a mesh]).
   if (s.comms.pp_size() == 1 || result.boundary) s.unsharder().end_micro_batch();
   result.optimizer_step = s.progress.optimizer_steps;
+  result.skipped_steps = s.progress.scaler.state().overflows;
   if (!result.boundary) return result;
 
   // Swap I/O errors of the reductions surface here, on every rank together;
@@ -200,8 +243,11 @@ StepResult Engine::step_body() {
     result.skipped = true;
     s.progress.scaler.update(true);
     clear_gradients(s);
+    result.skipped_steps = s.progress.scaler.state().overflows;
+    report_skipped_step(s, result, totals);
     return result;
   }
+  s.progress.consecutive_skipped = 0;
   // torch.nn.utils.clip_grad_norm_: coef = max_norm / (norm + 1e-6), used if < 1.
   if (s.config.gradient_clipping > 0) {
     const double coef = s.config.gradient_clipping / (result.grad_norm + 1e-6);
@@ -231,6 +277,7 @@ StepResult Engine::step_body() {
   s.progress.scaler.update(false);
   result.applied = true;
   result.optimizer_step = step;
+  result.skipped_steps = s.progress.scaler.state().overflows;
   return result;
 }
 
