@@ -174,7 +174,7 @@ TrainResult Trainer::run() {
                "engine.step() did not end the accumulation cycle after {} "
                "micro-batches",
                accumulation);
-      if (sr.skipped) ++result.skipped_steps;
+      result.skipped_steps = sr.skipped_steps;  // the engine's running count (a resumed fp16 run's included)
       ++result.optimizer_steps;
       ++stats.optimizer_steps;
       pos.global_step = result.optimizer_steps;

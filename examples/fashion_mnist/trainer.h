@@ -56,7 +56,7 @@ struct TrainResult {
   std::vector<EpochStats> epochs;
   std::int64_t optimizer_steps = 0;  ///< global batches stepped (accumulation boundaries), counting
                                      ///< those before a resume
-  std::int64_t skipped_steps = 0;    ///< of which skipped for Inf/NaN gradients (all ranks agree)
+  std::int64_t skipped_steps = 0;    ///< skipped for Inf/NaN gradients so far (StepResult::skipped_steps)
   double last_step_loss = 0.0;  ///< mean loss of the last optimizer step's micro-batches over ranks
   double final_accuracy = 0.0;  ///< test accuracy after the last epoch
   double wall_seconds = 0.0;    ///< whole run including evaluation

@@ -351,6 +351,7 @@ int run(const Options& options) {
     nlohmann::json report = {{"program", "gpt"},
                              {"config", to_json(config)},
                              {"mesh", {{"dp", dp}, {"tp", tp}, {"pp", pp}}},
+                             {"skipped_steps", engine.skipped_steps()},
                              {"pipeline", {{"schedule", to_string(schedule)}, {"micro_batches", m},
                                            {"idle_fraction_per_rank", idle},
                                            {"peak_activation_bytes_per_rank", activations}}},

@@ -435,6 +435,10 @@ void collect_range_problems(const EngineConfig& c, ConfigDiagnostics& d) {
   if (ls.hysteresis < 1) bad("fp16.hysteresis", std::to_string(ls.hysteresis), "must be >= 1");
   if (!(ls.min_loss_scale > 0)) bad("fp16.min_loss_scale", fmt::format("{}", ls.min_loss_scale), "must be > 0");
   if (c.steps_per_print < 1) bad("steps_per_print", std::to_string(c.steps_per_print), "must be >= 1");
+  if (c.max_consecutive_skipped_steps < 0) {
+    bad("zeroshard.max_consecutive_skipped_steps", std::to_string(c.max_consecutive_skipped_steps),
+        "must be >= 0 (0: no limit)");
+  }
   if (!(h.lr >= 0.0)) bad("optimizer.params.lr", fmt::format("{}", h.lr), "must be >= 0");
   if (!(h.weight_decay >= 0.0)) bad("optimizer.params.weight_decay", fmt::format("{}", h.weight_decay), "must be >= 0");
   const bool adam_like = h.kind == OptimizerKind::adam || h.kind == OptimizerKind::adamw;
@@ -511,6 +515,7 @@ EngineConfig EngineConfig::from_json(const json& j, const std::string& source, c
     read_choice<ReductionOrder>(r, "zeroshard.reduction_order",
                                 {{"rank", ReductionOrder::rank}, {"native", ReductionOrder::native}},
                                 "is invalid: use \"rank\" or \"native\"", c.reduction_order, d);
+    r.get("zeroshard.max_consecutive_skipped_steps", c.max_consecutive_skipped_steps);
     read_scheduler(r, bad, c, d);
     read_observe(r, c.observe, d);
     collect_range_problems(c, d);

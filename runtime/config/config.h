@@ -152,6 +152,10 @@ struct EngineConfig {
   /// "zeroshard": {"reduction_order"}: how gradient reductions sum the ranks
   /// ([Note: rank-ordered reduction] in comm/ordered_reduce.h).
   ReductionOrder reduction_order = ReductionOrder::rank;
+  /// "zeroshard": {"max_consecutive_skipped_steps"}: this many accumulation
+  /// boundaries in a row skipped for Inf/NaN gradients make step() throw an
+  /// agreed error (runtime/engine/engine.h); 0: no limit.
+  std::int64_t max_consecutive_skipped_steps = 100;
   /// wall_clock_breakdown, comms_logger, zeroshard.trace and
   /// zeroshard.collective_timeout_s (runtime/config/observe_config.h).
   ObserveConfig observe;

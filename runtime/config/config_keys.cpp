@@ -285,6 +285,11 @@ std::vector<ConfigKey> make_table() {
            "with fp16's dynamic loss scale"),
       impl("zeroshard.zeropp.ranks_per_node", T::int64, "0",
            "qgZ's nodes: 0 = the hosts, from the ranks' host names; n > 0 = ranks [k n, (k + 1) n) as node k"),
+      impl("zeroshard.max_consecutive_skipped_steps", T::int64, "100",
+           "this many optimizer steps in a row skipped for Inf/NaN gradients (fp16 overflow, or NaN in any "
+           "precision) end the run with the same error on every rank naming the step and the first non-finite "
+           "unit; 0 = no limit. Every skipped step is counted (StepResult::skipped_steps) and the 1st, 2nd, "
+           "4th, 8th, ... print one line"),
       impl("wall_clock_breakdown", T::boolean, "false",
            "every steps_per_print steps rank 0 prints the step breakdown (compute, exposed and hidden "
            "communication, optimizer, swap I/O wait, other; min/median/max over ranks) and the straggler "

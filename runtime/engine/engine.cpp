@@ -20,11 +20,13 @@ namespace zeroshard {
 
 namespace {
 
-// The GradNorm settings of an engine with `config` on data-parallel rank `rank`.
-GradNormOptions grad_norm_options(const EngineConfig& config, int rank) {
+// The GradNorm settings of an engine with `config` on data-parallel rank
+// `rank` of the data-parallel group at `comms`' mesh position.
+GradNormOptions grad_norm_options(const EngineConfig& config, int rank, const EngineComms& comms) {
   return GradNormOptions{.stage = config.zero.stage, .rank = rank, .dtype = config.accumulation_dtype(),
                          .order = config.reduction_order,
                          .optimizer_on_nvme = config.offload.optimizer.device == OffloadDevice::nvme,
+                         .dp_group = comms.pp_rank() * comms.tp_size() + comms.tp_rank(),
                          .source = config.source};
 }
 
@@ -44,7 +46,7 @@ EngineState::EngineState(const EngineConfig& c, Communicator& device, Communicat
       comms(device, host, mesh, c.observe, &observer->tracer()),
       ops(std::move(ops_in)),
       pool(ledger, *ops),
-      norm(layout, *ops, pool, comms.tp(), comms.norm(), grad_norm_options(c, device.rank())),
+      norm(layout, *ops, pool, comms.tp(), comms.norm(), grad_norm_options(c, device.rank(), comms)),
       optimizer(layout, *ops, shard_optimizer_options(c, device.rank())) {}
 
 namespace {

@@ -179,6 +179,7 @@ struct StepResult {
   double clip_coef = 1.0;       ///< factor applied to the gradient (1 = not clipped)
   double loss_scale = 1.0;      ///< loss scale used by this step's gradients
   std::int64_t optimizer_step = 0;  ///< optimizer steps applied so far
+  std::int64_t skipped_steps = 0;   ///< boundaries skipped for Inf/NaN so far, this one included (skipped_steps())
 };
 
 /// Swap traffic of the nvme offload tier since finalize() (all zero when
@@ -376,7 +377,9 @@ class Engine {
   /// by default, comm/ordered_reduce.h); a bucket's
   /// collective starts when it holds reduce_bucket_size elements, in the
   /// background with overlap_comm, else completed before this returns
-  /// (runtime/sharding/grad_reducer.h). Collective.
+  /// (runtime/sharding/grad_reducer.h). Every rank must reduce its units in
+  /// the same order: step() checks it at the boundary ([Note: reduce order
+  /// check] in runtime/sharding/reduce_order.h). Collective.
   void reduce_gradients(UnitId u);
   /// Ends a micro-batch. At every gradient_accumulation_steps-th call:
   /// finishes the reductions, computes the global gradient norm (the ranks'
@@ -387,7 +390,16 @@ class Engine {
   /// in the swap writes of the reductions or the update throws
   /// AgreedIoError on every rank and leaves the engine unusable until a
   /// load succeeds ([Note: storage phases]); throws Error when the engine
-  /// is unusable.
+  /// is unusable. At the boundary, when some rank called reduce_gradients
+  /// in another unit order than its data-parallel rank 0 during the step,
+  /// throws AgreedConfigError on every rank naming the units and the ranks,
+  /// with no parameter updated and the step's gradients dropped ([Note:
+  /// reduce order check]). A skipped boundary prints one line to stderr
+  /// (on the rank of the first non-finite unit) at the 1st, 2nd, 4th, 8th,
+  /// ... skipped step, naming the step and that unit; the
+  /// zeroshard.max_consecutive_skipped_steps-th skip in a row throws
+  /// AgreedConfigError on every rank naming the step and the unit (nothing
+  /// updated, gradients cleared).
   StepResult step();
 
   // ---- observability (runtime/config/observe_config.h, [Note: step breakdown]) ----

@@ -239,6 +239,7 @@ void commit_loaded(EngineState& s, std::vector<LoadedUnit>& loaded) {
   store.clear_nvme_grads();
   std::vector<bool>& reduced = s.progress.reduced;
   reduced.assign(reduced.size(), false);
+  s.progress.order.clear();
   for (std::size_t u = 0; u < loaded.size(); ++u) {
     const UnitId id = static_cast<UnitId>(u);
     store.zero_grads(id);

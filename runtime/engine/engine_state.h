@@ -31,19 +31,23 @@
 #include "runtime/sharding/buffer_pool.h"
 #include "runtime/sharding/device_ops.h"
 #include "runtime/sharding/grad_reducer.h"
+#include "runtime/sharding/reduce_order.h"
 #include "runtime/sharding/swap_sharing.h"
 #include "runtime/sharding/unsharder.h"
 
 namespace zeroshard {
 
 /// Where the training loop is: what a checkpoint restores (the steps and
-/// the loss scale) and the current micro-batch's reduce flags.
+/// the loss scale), the current micro-batch's reduce flags and the step's
+/// reduce order.
 struct StepProgress {
   std::int64_t micro_steps = 0;
   std::int64_t optimizer_steps = 0;
   std::int64_t boundary_steps = 0;  ///< accumulation boundaries so far (applied or skipped)
   LossScaler scaler;                ///< fp16 loss scale; its overflow count is the skipped steps
+  std::int64_t consecutive_skipped = 0;  ///< boundaries skipped in a row (not saved in checkpoints)
   std::vector<bool> reduced;        ///< per unit: reduce_gradients() seen in this micro-batch
+  ReduceOrder order;                ///< this step's reductions ([Note: reduce order check])
 
   /// True while the current micro-batch ends a cycle of `accumulation`.
   bool boundary(std::int64_t accumulation) const { return (micro_steps + 1) % accumulation == 0; }

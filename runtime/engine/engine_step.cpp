@@ -1,8 +1,13 @@
 // Engine: the training-loop calls. See runtime/engine/engine.h for the contract,
 // [Note: gradient semantics] and [Note: mixed precision]; docs/design.md
 // "One training step at stage 3" for the order of collectives.
+#include <algorithm>
 #include <cmath>
+#include <cstdio>
+#include <string>
 #include <vector>
+
+#include <fmt/format.h>
 
 #include "core/error.h"
 #include "comm/collective_error.h"
@@ -13,6 +18,13 @@
 namespace zeroshard {
 
 namespace {
+
+// Unit u's gradient into the buckets, its place in the step's reduce order
+// recorded ([Note: reduce order check]).
+void reduce_unit(EngineState& s, UnitId u) {
+  s.progress.order.record(u);
+  s.reducer().reduce(u);
+}
 
 // End of a micro-batch: at stages 0/1 each unit's micro-batch gradient is
 // folded into its accumulator ([Note: gradient accumulator]); every unit's
@@ -29,16 +41,55 @@ void finish_reductions(EngineState& s, bool boundary) {
   }
   if (s.stage() >= 2 || boundary) {
     for (UnitId u = 0; u < s.units(); ++u) {
-      if (!reduced[static_cast<std::size_t>(u)]) s.reducer().reduce(u);
+      if (!reduced[static_cast<std::size_t>(u)]) reduce_unit(s, u);
     }
     s.reducer().complete();
   }
   reduced.assign(reduced.size(), false);
+  s.progress.order.end_micro_batch();
 }
 
 void clear_gradients(EngineState& s) {
   for (UnitId u = 0; u < s.units(); ++u) s.store().zero_grads(u);
   s.store().clear_nvme_grads();
+}
+
+// A skipped boundary (DeepSpeed #8415: a run whose every step is skipped
+// trains nothing and looks healthy): one line at the 1st, 2nd, 4th, ...
+// skipped step, from the rank that holds the first non-finite unit (rank 0
+// when only the norm overflowed), and the agreed error at
+// zeroshard.max_consecutive_skipped_steps skips in a row. Every rank sees
+// the same totals, so every rank or none enters the error's collective.
+void report_skipped_step(EngineState& s, const StepResult& r, const GradTotals& t) {
+  const std::int64_t run = ++s.progress.consecutive_skipped, step = s.progress.boundary_steps + 1;
+  const std::int64_t limit = s.config.max_consecutive_skipped_steps;
+  const int teller = std::max(t.first_nonfinite_rank, 0);
+  Communicator& norm = s.comms.norm();
+  if (norm.rank() != teller && (limit == 0 || run < limit)) return;
+  const std::string first =
+      t.first_nonfinite_unit < 0
+          ? "no Inf/NaN element, but the gradient norm overflowed"
+          : fmt::format("the first in unit \"{}\" on rank {}", s.info(t.first_nonfinite_unit).name, teller);
+  if (norm.rank() == teller && (r.skipped_steps & (r.skipped_steps - 1)) == 0) {
+    const std::string scale = s.dtype() == DType::f16
+                                  ? fmt::format("; loss scale {:g} -> {:g}", r.loss_scale, s.progress.scaler.scale())
+                                  : "";
+    fmt::print(stderr,
+               "zeroshard: step {} skipped for Inf/NaN gradients ({}){}; {} skipped so far, {} in a row (this line "
+               "prints at the 1st, 2nd, 4th, 8th, ... skipped step)\n",
+               step, first, scale, r.skipped_steps, run);
+    std::fflush(stderr);
+  }
+  if (limit == 0 || run < limit) return;
+  const std::string err =
+      norm.rank() != teller
+          ? ""
+          : fmt::format("step {}: {} steps in a row were skipped for Inf/NaN gradients "
+                        "(zeroshard.max_consecutive_skipped_steps {}); in this step {}. The run trains nothing: "
+                        "look for NaN in the loss or the data, lower the learning rate{}, or raise the limit (0: no "
+                        "limit)",
+                        step, run, limit, first, s.dtype() == DType::f16 ? " or fp16.initial_scale_power" : "");
+  agree_on_error(norm, err, ErrorKind::config);
 }
 
 }  // namespace
@@ -141,7 +192,7 @@ void Engine::reduce_gradients(UnitId u) {
   // reduction reads it ([Note: gradient accumulator]; no-op without one).
   if (s.stage() < 2) s.store().fold_micro_grad(u);
   // Stages 2/3 every micro-batch, 0/1 at the boundary: into the buckets.
-  if (s.stage() >= 2 || s.boundary()) s.reducer().reduce(u);
+  if (s.stage() >= 2 || s.boundary()) reduce_unit(s, u);
 }
 
 TraceScope Engine::trace(const char* name, std::string_view unit) {
@@ -177,6 +228,7 @@ StepResult Engine::step_body() {
   // interleave: the prefetch order is a whole step's ([Note: engine on a mesh]).
   if (s.comms.pp_size() == 1 || result.boundary) s.unsharder().end_micro_batch();
   result.optimizer_step = s.progress.optimizer_steps;
+  result.skipped_steps = s.progress.scaler.state().overflows;
   if (!result.boundary) return result;
 
   // Swap I/O errors of the reductions surface here, on every rank together;
@@ -186,7 +238,16 @@ StepResult Engine::step_body() {
   // gradients summed, replicated ones averaged over the tensor-parallel
   // group, each rank's share of its shard, the ranks' two sums combined in
   // rank order.
-  const GradTotals totals = s.norm.compute(s.parts->link, s.tracer());
+  // With them, every rank's reduce order ([Note: reduce order check]).
+  const GradTotals totals = s.norm.compute(s.parts->link, s.tracer(), s.progress.order.hash());
+  if (!totals.orders_agree) {
+    // Some gradients are sums of different units: drop them, update nothing.
+    const std::string err = s.progress.order.mismatch_message(s.comms.host(), s.layout, s.progress.boundary_steps + 1);
+    s.progress.order.clear();
+    clear_gradients(s);
+    agree_on_error(s.comms.norm(), err, ErrorKind::config);
+  }
+  s.progress.order.clear();
   // Stored gradients are sums over ranks (an fp32 accumulator) or means (a
   // 16-bit one), of loss-scaled micro-batch means: scale to the mean of the
   // unscaled loss.
@@ -198,8 +259,11 @@ StepResult Engine::step_body() {
     result.skipped = true;
     s.progress.scaler.update(true);
     clear_gradients(s);
+    result.skipped_steps = s.progress.scaler.state().overflows;
+    report_skipped_step(s, result, totals);
     return result;
   }
+  s.progress.consecutive_skipped = 0;
   // torch.nn.utils.clip_grad_norm_: coef = max_norm / (norm + 1e-6), used if < 1.
   if (s.config.gradient_clipping > 0) {
     const double coef = s.config.gradient_clipping / (result.grad_norm + 1e-6);
@@ -229,6 +293,7 @@ StepResult Engine::step_body() {
   s.progress.scaler.update(false);
   result.applied = true;
   result.optimizer_step = step;
+  result.skipped_steps = s.progress.scaler.state().overflows;
   return result;
 }
 

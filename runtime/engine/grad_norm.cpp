@@ -110,12 +110,12 @@ void GradNorm::param_runs(GradSource& grads, ParamId id, bool all_at_stage0, boo
   const std::size_t lo = std::max(a, w0), hi = std::min(b, w1);
   if (lo < hi) {
     const std::size_t at = o_.stage >= 2 ? lo - w0 : lo;
-    out.push_back(GradRun{g + at * e, hi - lo, rep, true, tied_copy});
+    out.push_back(GradRun{g + at * e, hi - lo, rep, true, tied_copy, p.unit});
   }
   if (o_.stage == 0 && (rep || all_at_stage0)) {
-    if (a < std::min(b, w0)) out.push_back(GradRun{g + a * e, std::min(b, w0) - a, rep, false, tied_copy});
+    if (a < std::min(b, w0)) out.push_back(GradRun{g + a * e, std::min(b, w0) - a, rep, false, tied_copy, p.unit});
     if (std::max(a, w1) < b) {
-      out.push_back(GradRun{g + std::max(a, w1) * e, b - std::max(a, w1), rep, false, tied_copy});
+      out.push_back(GradRun{g + std::max(a, w1) * e, b - std::max(a, w1), rep, false, tied_copy, p.unit});
     }
   }
 }
@@ -131,7 +131,7 @@ void GradNorm::reduce_ties(GradSource& grads) {
   }
 }
 
-kernels::GradStats GradNorm::mesh_stats(GradSource& grads) {
+kernels::GradStats GradNorm::mesh_stats(GradSource& grads, UnitId& first_nonfinite) {
   std::vector<bool> tied_copy(layout_.params().size(), false);
   for (const Tie& t : ties_) {
     if (t.group->rank() != 0) tied_copy[static_cast<std::size_t>(t.param)] = true;
@@ -174,42 +174,75 @@ kernels::GradStats GradNorm::mesh_stats(GradSource& grads) {
     const kernels::GradStats st = ops_.grad_stats(r.data, o_.dtype, r.n);
     if ((!r.replicated || tp_rank() == 0) && !r.tied_copy) out.sum_of_squares += st.sum_of_squares;
     out.nonfinite += st.nonfinite;
+    if (st.nonfinite > 0 && first_nonfinite < 0) first_nonfinite = r.unit;
   }
   return out;
 }
 
-GradTotals GradNorm::compute(GradSource& grads, Tracer* tracer) {
-  double stats[2] = {0, 0};
+namespace {
+
+// What each rank sends in the norm exchange: the two sums, then the fields
+// every rank needs from every other one.
+enum Field : std::size_t { sum_of_squares, nonfinite, first_unit, hash_high, hash_low, dp_group, fields };
+
+}  // namespace
+
+GradTotals GradNorm::compute(GradSource& grads, Tracer* tracer, std::uint64_t order_hash) {
+  double mine[fields] = {0, 0, -1, static_cast<double>(order_hash >> 32),
+                         static_cast<double>(order_hash & 0xffffffffu), static_cast<double>(o_.dp_group)};
+  UnitId first = -1;
   if (!ties_.empty()) {
     const TraceScope span(tracer, "tied_gradients", TraceThread::engine);
     reduce_ties(grads);
   }
   if (tp_size() > 1 || !ties_.empty()) {
-    const kernels::GradStats st = mesh_stats(grads);
-    stats[0] = st.sum_of_squares;
-    stats[1] = static_cast<double>(st.nonfinite);
+    const kernels::GradStats st = mesh_stats(grads, first);
+    mine[sum_of_squares] = st.sum_of_squares;
+    mine[nonfinite] = static_cast<double>(st.nonfinite);
   } else {
     for (UnitId u = 0; u < static_cast<UnitId>(layout_.units().size()); ++u) {
       const kernels::GradStats st = grads.shard_stats(u);
-      stats[0] += st.sum_of_squares;
-      stats[1] += static_cast<double>(st.nonfinite);
+      mine[sum_of_squares] += st.sum_of_squares;
+      mine[nonfinite] += static_cast<double>(st.nonfinite);
+      if (st.nonfinite > 0 && first < 0) first = u;
     }
   }
+  mine[first_unit] = static_cast<double>(first);
   norm_.set_label("global_norm");
-  if (const TraceScope span(tracer, "norm_exchange", TraceThread::engine); o_.order == ReductionOrder::rank) {
-    const std::size_t ranks = static_cast<std::size_t>(norm_.world_size());
-    std::vector<double> ranks_stats(2 * ranks);
-    norm_.all_gather(stats, ranks_stats.data(), 2, DType::f64);
-    stats[0] = ranks_stats[0];
-    stats[1] = ranks_stats[1];
-    for (std::size_t r = 1; r < ranks; ++r) {
-      stats[0] += ranks_stats[2 * r];
-      stats[1] += ranks_stats[2 * r + 1];
+  const TraceScope span(tracer, "norm_exchange", TraceThread::engine);
+  const std::size_t ranks = static_cast<std::size_t>(norm_.world_size());
+  std::vector<double> all(fields * ranks);
+  GradTotals out;
+  if (o_.order == ReductionOrder::rank) {
+    norm_.all_gather(mine, all.data(), fields, DType::f64);
+    for (std::size_t r = 0; r < ranks; ++r) {
+      out.sum_of_squares += all[fields * r + sum_of_squares];
+      out.nonfinite += all[fields * r + nonfinite];
     }
   } else {
-    norm_.all_reduce(stats, 2, DType::f64, ReduceOp::sum);
+    // The backend's sum of the two sums; the other fields all-gathered.
+    double sums[2] = {mine[sum_of_squares], mine[nonfinite]};
+    norm_.all_reduce(sums, 2, DType::f64, ReduceOp::sum);
+    out.sum_of_squares = sums[0];
+    out.nonfinite = sums[1];
+    norm_.all_gather(mine, all.data(), fields, DType::f64);
   }
-  return GradTotals{.sum_of_squares = stats[0], .nonfinite = stats[1]};
+  // Each group's first rank (groups are numbered below the world size).
+  std::vector<const double*> group_first(ranks, nullptr);
+  for (std::size_t r = 0; r < ranks; ++r) {
+    const double* f = all.data() + fields * r;
+    if (f[first_unit] >= 0 && out.first_nonfinite_rank < 0) {
+      out.first_nonfinite_rank = static_cast<int>(r);
+      out.first_nonfinite_unit = static_cast<UnitId>(f[first_unit]);
+    }
+    const double*& g = group_first[static_cast<std::size_t>(f[dp_group]) % ranks];
+    if (g == nullptr) {
+      g = f;
+    } else if (g[hash_high] != f[hash_high] || g[hash_low] != f[hash_low]) {
+      out.orders_agree = false;
+    }
+  }
+  return out;
 }
 
 }  // namespace zeroshard

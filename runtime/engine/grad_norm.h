@@ -21,11 +21,15 @@
 //      in rank order on every rank (the same bits whatever the backend's
 //      all-reduce algorithm, [Note: rank-ordered reduction] in
 //      comm/ordered_reduce.h), or one all-reduce with reduction_order
-//      "native".
+//      "native"; with them go the rank's first unit with an Inf/NaN
+//      element and its reduce-order hash and data-parallel group ([Note:
+//      reduce order check] in runtime/sharding/reduce_order.h), in the
+//      same all-gather (with "native", a second all-gather of those).
 // [Note: engine on a mesh] in runtime/engine/engine.h says why.
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
 #include <optional>
 #include <string>
 #include <vector>
@@ -64,6 +68,10 @@ struct GradNormOptions {
   DType dtype = DType::f32; ///< dtype of the stored gradients (the accumulator's, EngineConfig::accumulation_dtype())
   ReductionOrder order = ReductionOrder::rank;
   bool optimizer_on_nvme = false;  ///< offload_optimizer on nvme: ties are refused
+  /// This rank's data-parallel group among the ranks of the norm's
+  /// communicator (ranks of one group reduce the same units): on a mesh
+  /// pp_rank x tp + tp_rank, else 0.
+  int dp_group = 0;
   std::string source;       ///< the configuration's name, for errors
 };
 
@@ -71,6 +79,14 @@ struct GradNormOptions {
 struct GradTotals {
   double sum_of_squares = 0;  ///< of the stored gradients, before any scaling
   double nonfinite = 0;       ///< Inf/NaN elements (the cuda ops count 1 per buffer)
+  /// The lowest rank of the norm's communicator with an Inf/NaN element
+  /// and its first such unit (in unit order, its own layout's id); -1, -1
+  /// when none.
+  int first_nonfinite_rank = -1;
+  UnitId first_nonfinite_unit = -1;
+  /// Every rank's reduce-order hash equals its data-parallel group's first
+  /// rank's ([Note: reduce order check]).
+  bool orders_agree = true;
 };
 
 /// See the file comment. Thread safety: one thread (the engine's).
@@ -106,10 +122,12 @@ class GradNorm {
 
   /// Steps 1-4 of the file comment: sums tied gradients, averages the
   /// replicated ones over tp, and returns the sums over every rank of
-  /// `norm`, the same bits on every rank. Writes the gradients it sums or
-  /// averages (in `grads`). Spans "tied_gradients" and "norm_exchange" on
-  /// `tracer` (may be null). Collective over the tie groups, tp and norm.
-  GradTotals compute(GradSource& grads, Tracer* tracer);
+  /// `norm`, the first Inf/NaN unit and whether the `order_hash` of every
+  /// rank agrees within its data-parallel group, the same on every rank.
+  /// Writes the gradients it sums or averages (in `grads`). Spans
+  /// "tied_gradients" and "norm_exchange" on `tracer` (may be null).
+  /// Collective over the tie groups, tp and norm.
+  GradTotals compute(GradSource& grads, Tracer* tracer, std::uint64_t order_hash = 0);
 
  private:
   struct Tie {
@@ -123,12 +141,13 @@ class GradNorm {
     bool replicated;
     bool in_shard;   // counted in the norm (inside this rank's shard window)
     bool tied_copy;  // a tied parameter on a rank other than its group's rank 0
+    UnitId unit;
   };
   int tp_size() const { return tp_ ? tp_->world_size() : 1; }
   int tp_rank() const { return tp_ ? tp_->rank() : 0; }
   void param_runs(GradSource& grads, ParamId id, bool all_at_stage0, bool tied_copy, std::vector<GradRun>& out) const;
   void reduce_ties(GradSource& grads);
-  kernels::GradStats mesh_stats(GradSource& grads);
+  kernels::GradStats mesh_stats(GradSource& grads, UnitId& first_nonfinite);
 
   const FlatLayout& layout_;
   DeviceOps& ops_;
