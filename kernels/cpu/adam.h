@@ -1,7 +1,14 @@
 // Fused Adam / AdamW update over contiguous fp32 arrays (gradient in fp32,
 // bf16 or fp16; optional bf16/fp16 copy of the updated parameter written in
 // the same pass), next to its scalar reference.
-//
+// Details: [Note: AdamW operation order] below.
+#pragma once
+
+#include <cstddef>
+
+#include "core/dtype.h"
+
+// [Note: AdamW operation order]
 // For each element, with g = grad * grad_scale, the arithmetic of torch's
 // single-tensor AdamW / Adam (torch/optim/adam.py and adamw.py,
 // _single_tensor_adam, foreach=False; float32 tensors on CPU), one tensor op
@@ -39,11 +46,6 @@
 // Mixed precision: a bf16/fp16 gradient element is first converted exactly to
 // fp32 (core/dtype.h); the optional parameter copy is the updated fp32 p
 // rounded to nearest even by float_to_bf16 / float_to_f16.
-#pragma once
-
-#include <cstddef>
-
-#include "core/dtype.h"
 
 namespace zeroshard::kernels {
 

@@ -379,7 +379,7 @@ class Engine {
   /// background with overlap_comm, else completed before this returns
   /// (runtime/sharding/grad_reducer.h). Every rank must reduce its units in
   /// the same order: step() checks it at the boundary ([Note: reduce order
-  /// check] in runtime/sharding/reduce_order.h). Collective.
+  /// check] in runtime/engine/reduce_order.h). Collective.
   void reduce_gradients(UnitId u);
   /// Ends a micro-batch. At every gradient_accumulation_steps-th call:
   /// finishes the reductions, computes the global gradient norm (the ranks'

@@ -31,7 +31,7 @@
 #include "runtime/sharding/buffer_pool.h"
 #include "runtime/sharding/device_ops.h"
 #include "runtime/sharding/grad_reducer.h"
-#include "runtime/sharding/reduce_order.h"
+#include "runtime/engine/reduce_order.h"
 #include "runtime/sharding/swap_sharing.h"
 #include "runtime/sharding/unsharder.h"
 

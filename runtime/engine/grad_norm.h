@@ -23,7 +23,7 @@
 //      comm/ordered_reduce.h), or one all-reduce with reduction_order
 //      "native"; with them go the rank's first unit with an Inf/NaN
 //      element and its reduce-order hash and data-parallel group ([Note:
-//      reduce order check] in runtime/sharding/reduce_order.h), in the
+//      reduce order check] in runtime/engine/reduce_order.h), in the
 //      same all-gather (with "native", a second all-gather of those).
 // [Note: engine on a mesh] in runtime/engine/engine.h says why.
 #pragma once

@@ -1,5 +1,5 @@
 // The reduce order check ([Note: reduce order check] in
-// runtime/sharding/reduce_order.h), at stages 0-3 and world sizes 1-4:
+// runtime/engine/reduce_order.h), at stages 0-3 and world sizes 1-4:
 //   - a rank that calls reduce_gradients in another unit order than rank 0
 //     (units of equal size, which the buckets would sum crosswise without a
 //     word) makes step() throw the same AgreedConfigError on every rank,

@@ -1,5 +1,5 @@
-// ReduceOrder: see runtime/sharding/reduce_order.h, [Note: reduce order check].
-#include "runtime/sharding/reduce_order.h"
+// ReduceOrder: see runtime/engine/reduce_order.h, [Note: reduce order check].
+#include "runtime/engine/reduce_order.h"
 
 #include <algorithm>
 
