@@ -805,7 +805,7 @@ TEST_CASE("ds_config: messages keep their point (the parser's whole reason, out 
   for (const auto& [k, text] : beyond_u64) {
     CAPTURE(k);
     m = error_of(text);
-    CHECK(m.find("\"" + std::string(k) + "\" = ") != std::string::npos);
+    CHECK(m.find(fmt::format("\"{}\" = ", k)) != std::string::npos);
     CHECK(m.find("is out of range [") != std::string::npos);
     CHECK(m.find("must be an integer") == std::string::npos);
     CHECK(m.find("whole number") == std::string::npos);

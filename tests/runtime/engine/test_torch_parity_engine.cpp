@@ -160,8 +160,8 @@ TEST_CASE("Engine: AdamW equals torch 2.15's 10-step run bitwise at every stage"
     // One unit per torch tensor (64 and 33 elements: shards of odd sizes).
     std::vector<ParamId> params;
     for (std::size_t k = 0; k < torch.tensors(); ++k) {
-      const UnitId u = e.add_unit("u" + std::to_string(k));
-      params.push_back(e.add_parameter(u, "p" + std::to_string(k),
+      const UnitId u = e.add_unit(fmt::format("u{}", k));
+      params.push_back(e.add_parameter(u, fmt::format("p{}", k),
                                        {static_cast<std::int64_t>(torch.p0[k].size())}));
     }
     e.finalize();
