@@ -210,8 +210,11 @@ CrossHostTraffic cross_host_traffic(const FlatLayout& layout, const EngineConfig
     }
   }
   t.gradient_reduction = stage <= 1 ? once : micro * once;
-  // The norm: two doubles per rank.
-  t.norm = config.reduction_order == ReductionOrder::rank ? N * R * 16 : N * (2 * 16 * R / N);
+  // The norm exchange (runtime/engine/grad_norm.cpp): six doubles per rank
+  // all-gathered (the two sums, the first non-finite unit, the reduce
+  // order's hash in two halves, the data-parallel group); the native order
+  // all-reduces the two sums first.
+  t.norm = config.reduction_order == ReductionOrder::rank ? N * R * 48 : N * (2 * 16 * R / N) + N * R * 48;
   return t;
 }
 

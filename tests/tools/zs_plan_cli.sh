@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # zs_plan's calibrate and plan modes as a user runs them: a calibration at
 # 2 ranks written as JSON; a plan for a budget that stage 0 and host offload
-# do not fit (device 64 MiB, no host memory), ranked with that
+# do not fit (device 72 MiB, no host memory), ranked with that
 # calibration, whose written ds_config has the chosen stage and keeps the
 # base config's keys; a budget nothing fits (exit 2, naming the smallest
 # footprint); a size with an unknown unit (an error naming the option).
@@ -22,7 +22,7 @@ grep -q '"all_gather"' "$work/calib.json" || fail "calibration: no all_gather ti
 echo "zs_plan_cli: ok: $(head -n 1 "$work/cal.out")"
 
 plan=("$zs_plan" --params 4e6 --units 8 --world 2 --config "$configs/stage3_bf16_adam.json")
-"${plan[@]}" --budget-device 64MiB --budget-host 0 --calibration "$work/calib.json" --loop-ms-per-sample 1 \
+"${plan[@]}" --budget-device 72MiB --budget-host 0 --calibration "$work/calib.json" --loop-ms-per-sample 1 \
   --write-config "$work/chosen.json" >"$work/plan.out" 2>&1 || { cat "$work/plan.out" >&2; fail "plan"; }
 grep -q "^fits, fastest first" "$work/plan.out" || fail "the plan is not ranked by time: $(cat "$work/plan.out")"
 stage=$(sed -nE 's/^chosen: stage ([0-3]), optimizer none.*/\1/p' "$work/plan.out")

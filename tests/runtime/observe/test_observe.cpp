@@ -149,7 +149,10 @@ TEST_CASE("trace: all-gathers per unshard, reduce-scatters per bucket, ordered a
     // No rank completes an all-gather before every rank has issued it.
     std::map<std::int64_t, std::vector<std::pair<double, double>>> by_seq;
     for (const json& ev : events(merged, "all_gather")) {
-      if (!ev["args"].contains("seq") || ev["args"].value("unit", "").empty()) continue;
+      // Units' gathers only: the step's norm exchange (labelled
+      // "global_norm", [Note: reduce order check]) is an all-gather too.
+      const std::string unit = ev["args"].value("unit", "");
+      if (!ev["args"].contains("seq") || unit.empty() || unit == "global_norm") continue;
       const double ts = ev["ts"].get<double>();
       by_seq[ev["args"]["seq"].get<std::int64_t>()].emplace_back(ts, ts + ev["dur"].get<double>());
     }

@@ -200,7 +200,7 @@ TEST_CASE("cross_host_traffic: a steady step's bytes between hosts, per ZeRO++ o
   // 2U - 1 gathers: each rank's shard (2 B) to the R ranks of the other host.
   CHECK(plain.parameter_gathers == R * 2 * (all + but_last));
   CHECK(plain.gradient_reduction == R * 4 * all);  // one all-to-all of fp32 blocks
-  CHECK(plain.norm == static_cast<std::uint64_t>(N * R * 16));
+  CHECK(plain.norm == static_cast<std::uint64_t>(N * R * 48));
   CHECK(cross_host_traffic(l, c, 0).total() == 0);  // one host
   CHECK(cross_host_traffic(l, c, N).total() == 0);
   CHECK_THROWS_AS(cross_host_traffic(l, c, 3), ConfigError);
@@ -246,7 +246,7 @@ TEST_CASE("cross_host_traffic: a steady step's bytes between hosts, per ZeRO++ o
   z.zero.zeropp.gradient_bits = 4;
   z.zero.zeropp.gradient_block_size = 2048;
   const CrossHostTraffic zpp = cross_host_traffic(l, z, L);
-  CHECK(zpp.total() == N * R * chunks + N * (H - 1) * chunk + N * R * 16);
+  CHECK(zpp.total() == N * R * chunks + N * (H - 1) * chunk + N * R * 48);
   CHECK(static_cast<double>(plain.total()) / static_cast<double>(zpp.total()) > 3.5);
 }
 
