@@ -174,6 +174,7 @@ TEST_CASE("GradNorm: the data-parallel norm is the whole model's, by units and b
           TestGrads fresh(*ops, layout, stage, w.rank());
           fresh.fill([&](UnitId u, std::size_t i) { return grad_value(u, i, layout.unit(u).numel); });
           for (std::size_t u = 0; u < g.bufs.size(); ++u) {
+            if (g.bufs[u].bytes() == 0) continue;  // an empty shard has no data pointer (memcmp needs one)
             CHECK(std::memcmp(g.bufs[u].data(), fresh.bufs[u].data(), g.bufs[u].bytes()) == 0);
           }
         }
