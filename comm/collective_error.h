@@ -38,32 +38,39 @@ namespace zeroshard {
 /// Thread safety: plain value type.
 class AgreedError {
  public:
-  explicit AgreedError(int rank) : rank_(rank) {}
+  explicit AgreedError(int rank, bool names_rank = false) : rank_(rank), names_rank_(names_rank) {}
   virtual ~AgreedError() = default;
   /// The rank that threw this copy (so that one rank, rank 0, reports it).
   int rank() const { return rank_; }
+  /// Whether the message starts with "rank R: " naming the failing rank
+  /// (agreed over more than one rank).
+  bool names_rank() const { return names_rank_; }
 
  private:
   int rank_;
+  bool names_rank_;
 };
 
 /// An IoError every rank threw (a storage failure on some rank).
 class AgreedIoError : public IoError, public AgreedError {
  public:
-  AgreedIoError(const std::string& what, int rank) : IoError(what), AgreedError(rank) {}
+  AgreedIoError(const std::string& what, int rank, bool names_rank = false)
+      : IoError(what), AgreedError(rank, names_rank) {}
 };
 
 /// A ConfigError every rank threw (bad input seen by some rank, or ranks
 /// built with different models or configurations).
 class AgreedConfigError : public ConfigError, public AgreedError {
  public:
-  AgreedConfigError(const std::string& what, int rank) : ConfigError(what), AgreedError(rank) {}
+  AgreedConfigError(const std::string& what, int rank, bool names_rank = false)
+      : ConfigError(what), AgreedError(rank, names_rank) {}
 };
 
 /// A CommError every rank threw.
 class AgreedCommError : public CommError, public AgreedError {
  public:
-  AgreedCommError(const std::string& what, int rank) : CommError(what), AgreedError(rank) {}
+  AgreedCommError(const std::string& what, int rank, bool names_rank = false)
+      : CommError(what), AgreedError(rank, names_rank) {}
 };
 
 /// True if `e` is an AgreedError: every rank threw it with this message.
@@ -79,26 +86,33 @@ ErrorKind error_kind(const std::exception& e);
 
 /// Collective over comm: given this rank's error message ("" = success),
 /// returns if every rank succeeded, else throws on every rank the first
-/// failing rank's message (prefixed "rank R: " when the world has more than
-/// one rank) as AgreedIoError, AgreedConfigError or AgreedCommError after
-/// that rank's `kind`. Throws CommError if the collectives themselves fail.
-void agree_on_error(Communicator& comm, const std::string& local_error, ErrorKind kind = ErrorKind::io);
+/// failing rank's message as AgreedIoError, AgreedConfigError or
+/// AgreedCommError after that rank's `kind`. The message is prefixed
+/// "rank R: " when comm has more than one rank, unless that rank's
+/// `names_its_rank` is set (an error agreed before, on this or a
+/// sub-communicator, already says it: no "rank 0: rank 0:"). Throws
+/// CommError if the collectives themselves fail.
+void agree_on_error(Communicator& comm, const std::string& local_error, ErrorKind kind = ErrorKind::io,
+                    bool names_its_rank = false);
 
-/// Runs f(), turning any exception into a message and a kind, then
-/// agree_on_error. f must not call collectives: a rank that fails inside f
+/// agree_on_error for this rank's failure `e`: its message ("unknown
+/// error" if empty), error_kind(e), and whether it names its rank already
+/// (an AgreedError whose names_rank() is set). Always throws (an
+/// AgreedError); collective over comm like agree_on_error, whose every
+/// other rank passes its own outcome.
+[[noreturn]] void agree_on_failure(Communicator& comm, const std::exception& e);
+
+/// Runs f(), then agree_on_error with its outcome (agree_on_failure when
+/// it threw). f must not call collectives: a rank that fails inside f
 /// would skip the ones after the failure.
 template <class F>
 void run_agreed(Communicator& comm, F&& f) {
-  std::string err;
-  ErrorKind kind = ErrorKind::io;
   try {
     f();
   } catch (const std::exception& e) {
-    err = e.what();
-    if (err.empty()) err = "unknown error";
-    kind = error_kind(e);
+    agree_on_failure(comm, e);
   }
-  agree_on_error(comm, err, kind);
+  agree_on_error(comm, "");
 }
 
 }  // namespace zeroshard

@@ -137,15 +137,12 @@ class EngineComms {
   auto agreed_over_world(F&& f) -> decltype(f()) {
     if (world_ == nullptr) return f();
     std::optional<decltype(f())> result;
-    std::string error;
-    ErrorKind kind = ErrorKind::io;
     try {
       result.emplace(f());
     } catch (const std::exception& e) {
-      error = e.what();
-      kind = error_kind(e);
+      agree_on_failure(*world_, e);
     }
-    agree_on_error(*world_, error, kind);
+    agree_on_error(*world_, "");
     return std::move(*result);
   }
 

@@ -6,7 +6,8 @@
 // commit or in step()'s offload phases throws the same AgreedIoError on
 // every rank and leaves an engine that refuses to train until a load
 // succeeds; a failed save leaves no
-// .tmp-* directory and a stale one is swept by the next save.
+// .tmp-* directory and a stale one is swept by the next save; an error
+// agreed twice (sub-group, then world) names its rank once.
 #include <cerrno>
 #include <cstdlib>
 #include <filesystem>
@@ -111,6 +112,37 @@ CaughtIoError io_error_with_fault_on_last_rank(IoFault fault, Call call) {
 #endif
 
 }  // namespace
+
+TEST_CASE("an error agreed on a sub-communicator, then on the world, names its rank once") {
+  Communicator& w = world();
+  const int n = w.world_size(), last = n - 1;
+  auto half = w.split(w.rank() % 2, w.rank());  // world ranks of one parity
+  // The last world rank fails; its half agrees first (rank R of that half),
+  // then the world: the message names a rank once, never "rank 0: rank 0:".
+  std::string what;
+  try {
+    run_agreed(w, [&] {
+      // Every rank calls the inner collective (over its own half), so the
+      // outer f calls the same collectives on every rank.
+      run_agreed(*half, [&] {
+        if (w.rank() == last) throw IoError("disk full");
+      });
+    });
+  } catch (const IoError& e) {
+    what = e.what();
+    const auto* agreed = dynamic_cast<const AgreedError*>(&e);
+    REQUIRE(agreed != nullptr);
+    CHECK(agreed->names_rank() == (n > 1));
+  }
+  const int half_size = (n - last % 2 + 1) / 2;  // ranks of the last rank's parity
+  if (n == 1) {
+    CHECK(what == "disk full");
+  } else if (half_size == 1) {
+    CHECK(what == fmt::format("rank {}: disk full", last));  // the half had one rank: the world names it
+  } else {
+    CHECK(what == fmt::format("rank {}: disk full", last / 2));  // its rank in the half
+  }
+}
 
 TEST_CASE("the same model and configuration on every rank: finalize() passes") {
   bool agreed = false;
