@@ -151,7 +151,9 @@ int run(const Options& o) {
   // Ranks share the cores: one BLAS thread each avoids oversubscription.
   if (world > 1) openblas_set_num_threads(1);
 #endif
-  const EngineConfig config = make_config(o, world);
+  // Every rank reads the same flags and file: one agreed error, printed once.
+  EngineConfig config;
+  run_agreed(*comm, [&] { config = make_config(o, world); });
   std::optional<MachineRates> rates;
   if (!o.config.calibration_path.empty()) rates = MachineRates::from_file(o.config.calibration_path);
   if (rank == 0) print_config_notes("fashion_mnist", config);

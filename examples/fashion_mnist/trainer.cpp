@@ -229,6 +229,19 @@ TrainResult Trainer::run() {
     }
     result.epochs.push_back(stats);
   }
+  if (result.epochs.empty()) {
+    // Nothing trained (resumed at or past --max-steps or --epochs): the
+    // final accuracy is the loaded model's, as the GPT example reports its
+    // validation loss. Every rank takes this branch (same counters).
+    const EvalCounts test = evaluate_test();
+    result.final_accuracy = test.samples > 0 ? double(test.correct) / double(test.samples) : 0.0;
+    if (rank0 && options_.print_epochs) {
+      fmt::print("no steps to run from step {} (epoch {} of {}, --max-steps {}): the final test accuracy below is "
+                 "the loaded model's\n",
+                 start.global_step, start.epoch + 1, options_.epochs, options_.max_steps);
+      std::fflush(stdout);
+    }
+  }
   if (saving && pos.global_step != last_saved) save(settled(pos), result);
   std::array<double, 2> last{last_step_loss_local, double(accumulation)};
   sum_over_ranks(comm_, last);

@@ -58,7 +58,7 @@ struct TrainResult {
                                      ///< those before a resume
   std::int64_t skipped_steps = 0;    ///< skipped for Inf/NaN gradients so far (StepResult::skipped_steps)
   double last_step_loss = 0.0;  ///< mean loss of the last optimizer step's micro-batches over ranks
-  double final_accuracy = 0.0;  ///< test accuracy after the last epoch
+  double final_accuracy = 0.0;  ///< test accuracy after the last epoch (the loaded model's when none ran)
   double wall_seconds = 0.0;    ///< whole run including evaluation
   /// Seconds of each optimizer step of this run on this rank's clock, from
   /// its first micro-batch's forward to its boundary step() returning

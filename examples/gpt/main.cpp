@@ -34,6 +34,7 @@
 #include "examples/fashion_mnist/preflight.h"
 #include "examples/fashion_mnist/report.h"
 #include "examples/gpt/gpt_model.h"
+#include "examples/gpt/gpt_preflight.h"
 #include "examples/gpt/text_corpus.h"
 #include "examples/job_config.h"
 #include "examples/end_job.h"
@@ -156,8 +157,11 @@ int run(const Options& options) {
   Mesh mesh(*world, MeshShape{dp, tp, pp});
   const PipelineScheduleKind schedule = parse_pipeline_schedule(o.schedule);
   // [Note: tensor-parallel placement]: said before anything else runs.
-  const TpPlacement placement = tp_placement(mesh, split_by_node(*world));
-  const EngineConfig config = make_config(o, dp);
+  const NodeGroups nodes = split_by_node(*world);
+  const TpPlacement placement = tp_placement(mesh, nodes);
+  // Every rank reads the same flags and file: one agreed error, printed once.
+  EngineConfig config;
+  run_agreed(*world, [&] { config = make_config(o, dp); });
   if (rank == 0) print_config_notes("gpt", config);
   // The configuration decides (a ds_config value wins over the flag that
   // fills its "auto"): the loop runs its micro-batch and accumulation.
@@ -171,6 +175,20 @@ int run(const Options& options) {
                                   o.resume_tag.empty() ? "--resume" : "--resume-tag"));
   }
   if (!o.save_dir.empty()) check_save_dir(*world, o.save_dir);
+  // Sizes too large for the memory are refused here, naming the flag (not
+  // by std::bad_alloc or the OOM killer while the model is built).
+  run_agreed(*world, [&] {
+    GptRunSizes sizes;
+    sizes.shape = o.shape;
+    sizes.micro_batch = o.micro_batch;
+    sizes.seq = o.seq;
+    sizes.accumulation = m;
+    sizes.dp = dp, sizes.tp = tp, sizes.pp = pp;
+    sizes.schedule = schedule;
+    sizes.stage = config.zero.stage;
+    sizes.element_bytes = static_cast<double>(dtype_size(config.compute_dtype));
+    check_gpt_fits(sizes, physical_memory_bytes() / static_cast<std::uint64_t>(nodes.local_size));
+  });
   const TextCorpus corpus = load_text_corpus(o.data_dir, 0.05);
   if (o.seq > o.shape.context) {
     throw ConfigError(fmt::format("--seq {} exceeds --context {}", o.seq, o.shape.context));

@@ -6,7 +6,9 @@
 # resume with more steps continues from the checkpoint's step; flags out of
 # range are refused; --breakdown prints in a run shorter than --eval-every;
 # --steps 0 says there is nothing to run; --resume-tag loads an older
-# checkpoint by name. Every mpirun runs under `timeout`
+# checkpoint by name; sizes too large for the memory, a bad config file and
+# a missing checkpoint are each one error line naming the flag, key or file
+# once. Every mpirun runs under `timeout`
 # (a hang fails).
 # Usage: gpt_cli.sh MPIRUN GPT WORKDIR
 set -uo pipefail
@@ -51,4 +53,23 @@ run 0 "$mpirun" -np 2 "$gpt" --layers 2 --dim 32 --heads 2 --seq 32 --eval-batch
 expect "step 2 breakdown, ms"
 run 0 "$gpt" --layers 1 --dim 32 --heads 2 --seq 32 --eval-batches 2 --steps 0
 expect "gpt: --steps 0: no steps to run"
+# Sizes too large for the memory are refused up front, naming the flag,
+# once (an agreed error: rank 0 prints it), never std::bad_alloc.
+run 1 "$mpirun" -np 2 "$gpt" --layers 100000 --steps 1
+expect "--layers 100000 --dim 128:"
+run 1 "$mpirun" -np 2 "$gpt" --gradient-accumulation-steps 100000000 --steps 1
+expect "--gradient-accumulation-steps 100000000: one step's"
+run 1 "$mpirun" -np 2 "$gpt" --micro-batch 1000000 --steps 1
+expect "--micro-batch 1000000 --seq 64:"
+! grep -q "bad_alloc" "$work/out" || fail "std::bad_alloc instead of the flag"
+count "gpt: error" 1
+# A bad configuration file: one line, not one per rank; an error agreed
+# twice (the checkpoint's latest, then the world) names its rank once.
+printf '{"zero_optimization": {"stage": 3, "bogus": 1}}' > "$work/bad.json"
+run 1 "$mpirun" -np 2 "$gpt" "${small[@]}" --config "$work/bad.json" --steps 1
+expect 'unknown or unsupported configuration key "zero_optimization.bogus"'
+count "gpt: error" 1
+run 1 "$mpirun" -np 2 "$gpt" --resume --save-dir "$work/none" --steps 1
+expect "latest"
+! grep -q "rank 0: rank 0:" "$work/out" || fail "a doubled rank prefix"
 echo "gpt_cli: ok"

@@ -11,6 +11,9 @@
 // batches for 1F1B, m for GPipe. A checkpoint saved at (1, 1, 2) loads at
 // (2, 1, 2) bit for bit and continues as the (1, 1, 2) run does; loading
 // it at (1, 1, 4) or (4, 1, 1) is refused naming both pipeline sizes.
+// The up-front memory check's parameter count and kept activations
+// ([Note: GPT memory check]) equal the model's, at pp 1 and on the last of
+// 2 stages.
 #include <doctest/doctest.h>
 
 #include <algorithm>
@@ -23,6 +26,7 @@
 #include "comm/self/self_communicator.h"
 #include "core/error.h"
 #include "examples/gpt/gpt_model.h"
+#include "examples/gpt/gpt_preflight.h"
 #include "tests/examples/gpt_test_support.h"
 #include "examples/gpt/text_corpus.h"
 #include "parallel/pipeline_schedule.h"
@@ -194,6 +198,39 @@ TEST_CASE("gpt pipeline: peak kept activations are in-flight micro-batches times
   CHECK(peak(PipelineScheduleKind::gpipe, 4) == 4 * one);
   // 1F1B: stage 0 keeps pp - 0 = 2 micro-batches, stage 1 keeps 1.
   CHECK(peak(PipelineScheduleKind::one_f_one_b, 4) == static_cast<std::size_t>(2 - mesh.pp_rank()) * one);
+}
+
+TEST_CASE("gpt_memory_estimate: parameters and kept activations are the model's own") {
+  GptRunSizes sizes;
+  sizes.shape = kShape;
+  sizes.micro_batch = kBatch;
+  sizes.seq = kSeq;
+  {
+    SelfCommunicator self;
+    Mesh mesh(self, MeshShape{1, 1});
+    GptEngine g(adamw(0), mesh, kShape);
+    CHECK(gpt_memory_estimate(sizes).parameters == static_cast<double>(g.gpt.full_parameter_count()));
+  }
+  CHECK(gpt_memory_estimate(sizes).activations == static_cast<double>(reference().peak_activation_bytes));
+  if (world().world_size() != 2) return;
+  // The last of 2 stages holds the largest share: half the blocks, ln_f and the logits.
+  Mesh mesh(world(), MeshShape{1, 1, 2});
+  EngineConfig c = adamw(1);
+  c.gradient_accumulation_steps = 4;
+  GptEngine g(c, mesh, kShape);
+  g.gpt.initialize(99);
+  std::vector<std::vector<std::int32_t>> mbs;
+  for (int j = 0; j < 4; ++j) mbs.push_back(micro_batch(0, j));
+  g.gpt.train_batch(mbs, kBatch, kSeq, PipelineScheduleKind::gpipe, 1.0);
+  g.engine.step();
+  sizes.pp = 2;
+  sizes.accumulation = 4;
+  sizes.schedule = PipelineScheduleKind::gpipe;
+  if (mesh.is_last_pipeline_stage()) {
+    CHECK(gpt_memory_estimate(sizes).activations == static_cast<double>(g.gpt.peak_activation_bytes()));
+  } else {
+    CHECK(gpt_memory_estimate(sizes).activations > static_cast<double>(g.gpt.peak_activation_bytes()));
+  }
 }
 
 // The message of the error that loading `dir` into a GPT engine on a

@@ -1,7 +1,8 @@
 // fashion_mnist's up-front checks (examples/fashion_mnist/preflight.h): a
 // model or micro-batch too large for the memory is refused naming the
 // option; a --save-dir that cannot be written fails on every rank before
-// the training.
+// the training; the GPT's sizes are checked alike, naming --layers/--dim,
+// --gradient-accumulation-steps or --micro-batch/--seq.
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -12,6 +13,7 @@
 
 #include "core/error.h"
 #include "examples/fashion_mnist/preflight.h"
+#include "examples/gpt/gpt_preflight.h"
 #include "comm/collective_error.h"
 #include "tests/support/test_world.h"
 
@@ -61,4 +63,48 @@ TEST_CASE("--save-dir: created by rank 0 and probed by every rank before the tra
   CHECK(msg.find(fmt::format("--save-dir {}: cannot save checkpoints there", (file / "ckpt").string())) !=
         std::string::npos);
   comm.barrier();
+}
+
+TEST_CASE("gpt: model states, activations and token buffers in closed form; the flag to blame is named") {
+  GptRunSizes s;  // 4 layers, width 128, context 64: 834,304 parameters
+  const double p = 4 * (12.0 * 128 * 128 + 13 * 128) + (256 + 64 + 2) * 128.0;
+  CHECK(p == 834304);
+  CHECK(gpt_memory_estimate(s).parameters == p);
+  CHECK(gpt_memory_estimate(s).model_states == 16 * p);  // fp32 stage 0: 4 + 4 + 8
+  s.element_bytes = 2;
+  CHECK(gpt_memory_estimate(s).model_states == 20 * p);  // 2 + 2 + 12, fp32 accumulator 4
+  s.stage = 3, s.dp = 4;
+  CHECK(gpt_memory_estimate(s).model_states == 5 * p);
+  // Tokens: one step's micro-batches plus the dp-wide window, int32.
+  s.accumulation = 3;
+  CHECK(gpt_memory_estimate(s).token_buffers == (3 + 4) * 8 * 65 * 4.0);
+  CHECK_NOTHROW(check_gpt_fits(s, 1ull << 30));
+
+  auto refusal = [](GptRunSizes r) {
+    try {
+      check_gpt_fits(r, 8ull << 30);
+    } catch (const ConfigError& e) {
+      return std::string(e.what());
+    }
+    return std::string();
+  };
+  GptRunSizes big;
+  big.shape.layers = 100000;
+  CHECK(refusal(big).find("--layers 100000 --dim 128") == 0);
+  big = GptRunSizes{};
+  big.accumulation = 100000000;
+  CHECK(refusal(big).find("--gradient-accumulation-steps 100000000") == 0);
+  big = GptRunSizes{};
+  big.micro_batch = 1000000;
+  CHECK(refusal(big).find("--micro-batch 1000000 --seq 64:") == 0);
+  big.micro_batch = 1 << 30;  // no wrap-around: still refused
+  big.seq = 1 << 30;
+  CHECK(refusal(big).find("--micro-batch") == 0);
+  big = GptRunSizes{};
+  big.micro_batch = 64, big.pp = 2, big.accumulation = 4000, big.schedule = PipelineScheduleKind::gpipe;
+  const std::string gpipe = refusal(big);
+  CHECK(gpipe.find("--gradient-accumulation-steps 4000 (GPipe keeps every micro-batch)") != std::string::npos);
+  CHECK(gpipe.find("--schedule 1f1b") != std::string::npos);
+  big.schedule = PipelineScheduleKind::one_f_one_b;  // keeps 2 micro-batches: fits
+  CHECK(refusal(big).empty());
 }

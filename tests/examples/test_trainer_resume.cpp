@@ -2,7 +2,8 @@
 // (mid-epoch and at an epoch's end) and resumed reaches bit for bit the
 // parameters of an uninterrupted run at the same world size; a run saved on
 // W ranks and resumed on W-1 with the same global batch reaches them up to
-// rounding; the sampler's epoch offset; the resume errors (no checkpoint,
+// rounding; a resume with no steps left reports the loaded model's
+// accuracy; the sampler's epoch offset; the resume errors (no checkpoint,
 // another model).
 #include <doctest/doctest.h>
 
@@ -132,6 +133,16 @@ TEST_CASE("trainer: interrupted and resumed runs reach the uninterrupted run's p
     REQUIRE(resumed[p].size() == reference[p].size());
     CHECK(std::memcmp(resumed[p].data(), reference[p].data(), resumed[p].size() * sizeof(float)) == 0);
   }
+
+  // Resumed with no steps left: nothing trains, and the final accuracy is
+  // the loaded model's (it was 0.0 before the trainer evaluated it).
+  const double trained_accuracy = out.result.final_accuracy;
+  REQUIRE(trained_accuracy > 0.0);
+  const auto again = f.run(c, *comm, f.spec(total, dir, true), &out);
+  CHECK(out.result.epochs.empty());
+  CHECK(out.result.optimizer_steps == total);
+  CHECK(out.result.final_accuracy == trained_accuracy);
+  CHECK(again == resumed);
 }
 
 TEST_CASE("trainer: saved on W ranks, resumed on W-1 with the same global batch") {
