@@ -276,7 +276,22 @@ std::unique_ptr<CollectiveWatchdog::Slot> CollectiveWatchdog::watch(Communicator
   std::unique_ptr<Slot> slot(new Slot(std::move(name), timeout_s));
   Registry& reg = registry();
   std::lock_guard<std::mutex> lock(reg.mu);
-  if (!reg.channel) reg.channel = comm.make_side_channel();  // collective over the job
+  // Collective over the job, bounded by the timeout: a process that never
+  // gets here is a hang like any other, reported (by every rank that
+  // waited: there is no channel yet to choose one) and ending the job.
+  if (!reg.channel) {
+    try {
+      reg.channel = comm.make_side_channel(timeout_s);
+    } catch (const SideChannelTimeout& e) {
+      // Staggered by rank (at most 5 s), so that the lowest waiting rank
+      // reports and aborts first, and aborts do not come all at once
+      // (several at once crashed Open MPI 4.1's mpirun).
+      std::this_thread::sleep_for(std::min(e.world_rank(), 20) * std::chrono::milliseconds(250));
+      std::fprintf(stderr, "%s\n", e.what());
+      std::fflush(stderr);
+      comm.abort(kWatchdogExitCode);
+    }
+  }
   if (!reg.thread.joinable()) reg.thread = std::thread([&reg] { run(reg); });
   reg.slots.push_back(slot->state_.get());
   return slot;

@@ -19,7 +19,10 @@
 // it (wait(), or a blocking call), when it completes, and when the inner
 // communicator threw. The first slot of the process creates the watchdog:
 // a side channel over every process of the job (Communicator::
-// make_side_channel(), collective over the whole job) and one thread that
+// make_side_channel(), collective over the whole job, bounded by the slot's
+// timeout: a process that never gets there, e.g. one that stalled before
+// its Engine, ends the job with a "collective timeout" line from the
+// waiting ranks instead of holding them there) and one thread that
 // lives while any slot does. Every kPollInterval the thread looks for
 //  - a slot blocked in one collective for longer than its timeout,
 //  - a slot whose inner collective threw (e.g. MPI_ERR_TRUNCATE when ranks
@@ -91,8 +94,11 @@ class CollectiveWatchdog {
   /// seconds (> 0). The first call of a process (and the first after every
   /// slot is gone) calls comm.make_side_channel(): collective over the whole
   /// job, so every process must create its first watched communicator at
-  /// the same point. Throws CommError if the backend has no side channel or
-  /// MPI lacks MPI_THREAD_MULTIPLE, InvariantError for timeout_s <= 0.
+  /// the same point; after timeout_s seconds without every process it
+  /// prints why and ends the job (Communicator::abort, status
+  /// kWatchdogExitCode), as for any hang. Throws CommError if the backend has no
+  /// side channel or MPI lacks MPI_THREAD_MULTIPLE, InvariantError for
+  /// timeout_s <= 0.
   static std::unique_ptr<Slot> watch(Communicator& comm, std::string name, double timeout_s);
 
   /// The text of the one report message, from each rank's encoded status

@@ -210,11 +210,15 @@ class Communicator {
   /// A SideChannel (comm/side_channel.h) over every process of the job
   /// (world ranks, whatever group this communicator spans), for the
   /// collective watchdog's hang reports. Collective over the whole job:
-  /// every process must call it at the same point (MPI: MPI_Comm_dup of
-  /// MPI_COMM_WORLD). The default is a LocalSideChannel when world_size()
-  /// is 1 and otherwise throws CommError (the backend has no side channel);
-  /// MpiCommunicator overrides it (CommError without MPI_THREAD_MULTIPLE).
-  virtual std::unique_ptr<SideChannel> make_side_channel();
+  /// every process must call it at the same point (MPI: MPI_Comm_idup of
+  /// MPI_COMM_WORLD). A process that never gets there would hold the others
+  /// in it: with `setup_timeout_s` > 0 they throw SideChannelTimeout (a
+  /// CommError) after that many seconds instead, saying so (0: wait for
+  /// ever). The default is a
+  /// LocalSideChannel when world_size() is 1 and otherwise throws CommError
+  /// (the backend has no side channel); MpiCommunicator overrides it
+  /// (CommError without MPI_THREAD_MULTIPLE).
+  virtual std::unique_ptr<SideChannel> make_side_channel(double setup_timeout_s = 0);
 
   // Blocking collectives. Each has the arguments, results and errors of its
   // non-blocking form (same checks, same count limits) and returns once this

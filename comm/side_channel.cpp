@@ -13,7 +13,7 @@ void LocalSideChannel::abort(int code) {
   std::_Exit(code);
 }
 
-std::unique_ptr<SideChannel> Communicator::make_side_channel() {
+std::unique_ptr<SideChannel> Communicator::make_side_channel(double /*setup_timeout_s*/) {
   if (world_size() == 1) return std::make_unique<LocalSideChannel>();
   throw CommError("the " + backend() +
                   " communicator has no side channel; collective timeouts need the MPI backend "

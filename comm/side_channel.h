@@ -14,7 +14,22 @@
 #include <utility>
 #include <vector>
 
+#include "core/error.h"
+
 namespace zeroshard {
+
+/// Communicator::make_side_channel(setup_timeout_s) ran out of time: some
+/// process of the job has not reached its own call. The collective
+/// watchdog ends the job on it, as on any other hang.
+class SideChannelTimeout : public CommError {
+ public:
+  SideChannelTimeout(const std::string& what, int world_rank) : CommError(what), world_rank_(world_rank) {}
+  /// The rank in the job of the process that waited.
+  int world_rank() const { return world_rank_; }
+
+ private:
+  int world_rank_;
+};
 
 /// Messages to and from every process of the job (world ranks, not the
 /// ranks of any sub-communicator). Thread safety: used by one thread at a

@@ -401,8 +401,8 @@ std::unique_ptr<TracedCommunicator> TracedCommunicator::split(int color, int key
   return std::make_unique<TracedCommunicator>(inner_->split(color, key), std::move(name), options);
 }
 
-std::unique_ptr<SideChannel> TracedCommunicator::make_side_channel() {
-  return inner_->make_side_channel();
+std::unique_ptr<SideChannel> TracedCommunicator::make_side_channel(double setup_timeout_s) {
+  return inner_->make_side_channel(setup_timeout_s);
 }
 
 }  // namespace zeroshard

@@ -174,8 +174,8 @@ class TracedCommunicator final : public Communicator {
     inner_->abort(code);
     std::_Exit(code);  // not reached: abort() does not return
   }
-  /// inner().make_side_channel().
-  std::unique_ptr<SideChannel> make_side_channel() override;
+  /// inner().make_side_channel(setup_timeout_s).
+  std::unique_ptr<SideChannel> make_side_channel(double setup_timeout_s = 0) override;
 
  private:
   class Work;

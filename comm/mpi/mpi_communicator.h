@@ -117,8 +117,9 @@ class MpiCommunicator final : public Communicator {
   [[noreturn]] void abort(int code) override;
   /// An MpiSideChannel (comm/mpi/mpi_side_channel.h) over MPI_COMM_WORLD,
   /// whatever group this communicator spans: collective over the whole
-  /// job. Throws CommError below MPI_THREAD_MULTIPLE or on an MPI failure.
-  std::unique_ptr<SideChannel> make_side_channel() override;
+  /// job. Throws CommError below MPI_THREAD_MULTIPLE, on an MPI failure, or
+  /// after `setup_timeout_s` (> 0) seconds without every process.
+  std::unique_ptr<SideChannel> make_side_channel(double setup_timeout_s = 0) override;
 
  private:
   void free_owned() noexcept;

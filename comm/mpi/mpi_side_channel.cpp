@@ -1,8 +1,12 @@
 // MpiSideChannel; see comm/mpi/mpi_side_channel.h.
 #include "comm/mpi/mpi_side_channel.h"
 
+#include <chrono>
 #include <climits>
 #include <cstdlib>
+#include <thread>
+
+#include <fmt/format.h>
 
 #include "comm/mpi/mpi_check.h"
 #include "comm/mpi/mpi_communicator.h"
@@ -15,14 +19,36 @@ namespace {
 constexpr int kTag = 7215;  // any tag: the duplicate carries nothing else
 }  // namespace
 
-MpiSideChannel::MpiSideChannel() {
+MpiSideChannel::MpiSideChannel(double setup_timeout_s) {
   const int level = mpi_thread_level();  // throws CommError if MPI is not running
   if (level < MPI_THREAD_MULTIPLE) {
     throw CommError(std::string("collective timeouts need MPI_THREAD_MULTIPLE (the watchdog "
                                 "thread talks to other ranks while this one waits); MPI gave ") +
                     std::string(mpi_thread_level_name(level)));
   }
-  ZS_MPI_CALL(-1, MPI_Comm_dup, MPI_COMM_WORLD, &comm_);
+  int world_rank = -1, world_size = 0;
+  ZS_MPI_CALL(-1, MPI_Comm_rank, MPI_COMM_WORLD, &world_rank);
+  ZS_MPI_CALL(world_rank, MPI_Comm_size, MPI_COMM_WORLD, &world_size);
+  MPI_Request dup = MPI_REQUEST_NULL;
+  MPI_Comm pending = MPI_COMM_NULL;
+  ZS_MPI_CALL(world_rank, MPI_Comm_idup, MPI_COMM_WORLD, &pending, &dup);
+  const auto start = std::chrono::steady_clock::now();
+  for (int done = 0; done == 0;) {
+    ZS_MPI_CALL(world_rank, MPI_Test, &dup, &done, MPI_STATUS_IGNORE);
+    if (done != 0) break;
+    const double waited = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    if (setup_timeout_s > 0 && waited >= setup_timeout_s) {
+      throw SideChannelTimeout(fmt::format(
+          "zeroshard: collective timeout after {:g} s: rank {} of {} waited for every process of the job to set up "
+          "the collective watchdog (MPI_Comm_idup of MPI_COMM_WORLD, at each process's first communicator with "
+          "collective_timeout_s, e.g. its Engine); at least one process has not got there (it stalled or failed "
+          "before it, or never makes one)",
+          setup_timeout_s, world_rank, world_size),
+          world_rank);
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  comm_ = pending;
   try {
     ZS_MPI_CALL(-1, MPI_Comm_set_errhandler, comm_, MPI_ERRORS_RETURN);
     ZS_MPI_CALL(-1, MPI_Comm_rank, comm_, &rank_);
@@ -86,8 +112,8 @@ void MpiSideChannel::abort(int code) {
   std::_Exit(code);
 }
 
-std::unique_ptr<SideChannel> MpiCommunicator::make_side_channel() {
-  return std::make_unique<MpiSideChannel>();
+std::unique_ptr<SideChannel> MpiCommunicator::make_side_channel(double setup_timeout_s) {
+  return std::make_unique<MpiSideChannel>(setup_timeout_s);
 }
 
 }  // namespace zeroshard

@@ -1,7 +1,7 @@
 // MpiSideChannel: the SideChannel (comm/side_channel.h) of an MPI job.
 //
-// A duplicate of MPI_COMM_WORLD, made when the channel is (MPI_Comm_dup:
-// collective over the job), carries the messages: post_to_all is one
+// A duplicate of MPI_COMM_WORLD, made when the channel is (MPI_Comm_idup:
+// collective over the job, bounded by the watchdog's timeout), carries the messages: post_to_all is one
 // MPI_Isend per other rank (never waited for: the job ends soon after a
 // report, and a send to a dead rank may never complete), poll is
 // MPI_Improbe + MPI_Mrecv (a matched probe, safe while another thread uses
@@ -27,10 +27,14 @@ namespace zeroshard {
 /// watchdog's), concurrently with other threads' MPI calls.
 class MpiSideChannel final : public SideChannel {
  public:
-  /// Duplicates MPI_COMM_WORLD (collective over the job) with
-  /// MPI_ERRORS_RETURN. Throws CommError if MPI is not running, its thread
-  /// level is below MPI_THREAD_MULTIPLE, or an MPI call fails.
-  MpiSideChannel();
+  /// Duplicates MPI_COMM_WORLD (collective over the job: MPI_Comm_idup,
+  /// tested every millisecond) with MPI_ERRORS_RETURN. Throws CommError if
+  /// MPI is not running, its thread level is below MPI_THREAD_MULTIPLE, an
+  /// MPI call fails; SideChannelTimeout if (`setup_timeout_s` > 0) the
+  /// duplicate is not complete after that many seconds: some process has
+  /// not reached this point. The pending duplicate is then left to MPI (the job is ending:
+  /// freeing it would need the missing process).
+  explicit MpiSideChannel(double setup_timeout_s = 0);
   /// Frees the duplicate (unless MPI is finalised); sends still pending are
   /// abandoned (their buffers leak: a send to a dead rank never completes).
   ~MpiSideChannel() override;

@@ -10,16 +10,20 @@
 //        p2p    at step 5, before its collectives, every rank sends 256 f32 to
 //               the next rank (ring) and receives from the previous one,
 //               except that rank 2 does not send
+//        late   rank 2 stalls for 60 s before it makes its communicator (and
+//               so the watchdog's side channel, collective over the job)
 // Every step makes, under the label "fc<step % 4>", an all_reduce of 1024
 // f32, an all_gather of 4096 f32 per rank and a reduce_scatter of 1024 f32
 // per rank (sequence numbers 3 step + 1, + 2, + 3); 20 steps, then a
 // barrier. Exit status: 0 when the sequence completes, 2 on a usage error,
 // otherwise whatever the watchdog or mpirun makes of it.
+#include <chrono>
 #include <csignal>
 #include <cstdio>
 #include <cstring>
 #include <exception>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "comm/communicator.h"
@@ -29,13 +33,14 @@ using namespace zeroshard;
 
 int main(int argc, char** argv) {
   if (argc != 3) {
-    std::fprintf(stderr, "usage: zs_hang_probe none|skip|extra|kill|count|p2p TIMEOUT_S\n");
+    std::fprintf(stderr, "usage: zs_hang_probe none|skip|extra|kill|count|p2p|late TIMEOUT_S\n");
     return 2;
   }
   const std::string mode = argv[1];
   const double timeout = std::stod(argv[2]);
   try {
     std::unique_ptr<Communicator> world = make_world_communicator();
+    if (mode == "late" && world->rank() == 2) std::this_thread::sleep_for(std::chrono::seconds(60));
     TracedCommunicator dp(*world, "dp", {.timeout_s = timeout});
     const int n = dp.world_size();
     const bool odd_one = dp.rank() == 2;

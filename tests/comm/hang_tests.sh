@@ -68,6 +68,16 @@ expect "zeroshard: collective timeout after 3 s: "
 expect "ranks 0, 1, 2 are in all_reduce #16 (dp, unit fc1, 1024 f32)"
 expect "rank 3 is in recv #1 (dp, from rank 2, unit fc1, 256 f32)"
 
+# Rank 2 stalls before it makes its first watched communicator: the others
+# wait in the watchdog's own setup (the side channel's MPI_Comm_idup),
+# bounded by the same timeout: they say so (each waiting rank may print its
+# line before the abort reaches it; rank 0's comes first) and end the job
+# (rank 2 included, status 3) instead of hanging for ever.
+run 15 "$probe" late 3
+[ "$rc" -eq 3 ] || fail "exit $rc, want 3 (the watchdog's)"
+expect "zeroshard: collective timeout after 3 s: rank 0 of 4 waited for every process of the job to set up the collective watchdog"
+expect "at least one process has not got there"
+
 # (c) Rank 2 is killed (SIGKILL) before step 5. By default Open MPI's mpirun
 # sees the process die and ends the job itself within a second (status
 # 137, its own message), before any timeout: the watchdog has nothing to add.

@@ -89,7 +89,10 @@ TEST_CASE("mpi: counts above INT_MAX throw CommError naming the count and the ca
       {"MPI_Ireduce_scatter_block",
        message_of([&] { (void)w->ireduce_scatter(x, x + 1, huge, DType::f16, ReduceOp::max); })},
   };
-  for (const auto& [call, m] : cases) {
+  for (const auto& c : cases) {
+    // Named copies: clang 14 cannot capture structured bindings (INFO's lambda).
+    const std::string& call = c.first;
+    const std::string& m = c.second;
     INFO(m);
     CHECK(m.find(expected) != std::string::npos);
     CHECK(m.find("INT_MAX") != std::string::npos);
