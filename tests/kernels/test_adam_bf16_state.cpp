@@ -216,7 +216,10 @@ TEST_CASE("stochastic rounding is unbiased in mean") {
   kernels::adam_update_reference(&p32, g.data(), &x, &y, 1, sc);
   kernels::adam_bf16_state_update(p.data(), g.data(), DType::f32, m.data(), v.data(), nullptr,
                                   DType::bf16, n, sc, {StateRounding::stochastic, 7, 2, 0});
-  for (const auto& [want, got] : {std::pair{x, &m}, std::pair{y, &v}}) {
+  for (const auto& entry : {std::pair{x, &m}, std::pair{y, &v}}) {
+    // Named references: clang 14 cannot capture structured bindings (doctest's CAPTURE).
+    const auto& want = entry.first;
+    const auto& got = entry.second;
     double sum = 0;
     for (const std::uint16_t h : *got) sum += bf16_to_float(h);
     const double mean = sum / n, ulp = bf16_ulp(want);

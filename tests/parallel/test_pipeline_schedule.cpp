@@ -142,7 +142,10 @@ TEST_CASE("pipeline schedule: simulated bubble equals (p - 1) / (m + p - 1) for 
   for (PipelineScheduleKind kind : kKinds) {
     for (int p = 1; p <= 4; ++p) {
       for (int m = 1; m <= 8; ++m) {
-        for (const auto& [tf, tb] : {std::pair<int, int>{1, 1}, {1, 2}, {3, 5}}) {
+        for (const auto& entry : {std::pair<int, int>{1, 1}, {1, 2}, {3, 5}}) {
+          // Named references: clang 14 cannot capture structured bindings (doctest's CAPTURE).
+          const auto& tf = entry.first;
+          const auto& tb = entry.second;
           CAPTURE(to_string(kind));
           CAPTURE(p);
           CAPTURE(m);

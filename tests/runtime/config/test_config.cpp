@@ -404,7 +404,10 @@ TEST_CASE("ZeRO++ keys: DeepSpeed's names, zeroshard's formats, and the refused 
           "zero_optimization": {"stage": 2, "zero_quantized_gradients": true}})",
        "with fp16's dynamic loss scale is refused"},
   };
-  for (const auto& [text, want] : refused) {
+  for (const auto& entry : refused) {
+    // Named references: clang 14 cannot capture structured bindings (doctest's CAPTURE).
+    const auto& text = entry.first;
+    const auto& want = entry.second;
     CAPTURE(text);
     CHECK_THROWS_WITH_AS(EngineConfig::from_json(json::parse(text)), doctest::Contains(want), ConfigError);
   }
@@ -429,7 +432,10 @@ TEST_CASE("data_types.grad_accum_dtype: fp32 by default, the compute dtype with 
   const std::pair<const char*, DType> opt_in[] = {
       {R"({"bf16": {"enabled": true}, "data_types": {"grad_accum_dtype": "bf16"}})", DType::bf16},
       {R"({"fp16": {"enabled": true}, "data_types": {"grad_accum_dtype": "Fp16"}})", DType::f16}};
-  for (const auto& [text, dtype] : opt_in) {
+  for (const auto& entry : opt_in) {
+    // Named references: clang 14 cannot capture structured bindings (doctest's CAPTURE).
+    const auto& text = entry.first;
+    const auto& dtype = entry.second;
     CAPTURE(text);
     const EngineConfig c = parse(text);
     CHECK(c.accumulation_dtype() == dtype);

@@ -615,7 +615,10 @@ TEST_CASE("ds_config: did-you-mean for a typo of every supported key, and of sec
        "did you mean \"zero_optimization.offload_optimizer\"?"},
       {R"({"zero_shard": {"strict": true}})", "did you mean \"zeroshard\"?"},
   };
-  for (const auto& [text, hint] : sections) {
+  for (const auto& entry : sections) {
+    // Named references: clang 14 cannot capture structured bindings (doctest's CAPTURE).
+    const auto& text = entry.first;
+    const auto& hint = entry.second;
     CAPTURE(text);
     CHECK(error_of(text).find(hint) != std::string::npos);
   }
@@ -771,7 +774,10 @@ TEST_CASE("ds_config: bounded reading (depth cap, short quotes, 1e400, u64, dupl
       {"scheduler.params.total_num_steps",
        R"({"scheduler": {"type": "WarmupDecayLR", "params": {"total_num_steps": 9223372036854775809}}})"},
   };
-  for (const auto& [k, text] : above_int64) {
+  for (const auto& entry : above_int64) {
+    // Named references: clang 14 cannot capture structured bindings (doctest's CAPTURE).
+    const auto& k = entry.first;
+    const auto& text = entry.second;
     CAPTURE(k);
     m = error_of(text);
     std::string expected = "\"";  // built by appends: GCC 12 warns falsely (-Wrestrict) on "..." + string
@@ -802,7 +808,10 @@ TEST_CASE("ds_config: messages keep their point (the parser's whole reason, out 
       {"zero_optimization.stage", R"({"zero_optimization": {"stage": 1e30}})"},
       {"zero_optimization.reduce_bucket_size", R"({"zero_optimization": {"reduce_bucket_size": -1e19}})"},
   };
-  for (const auto& [k, text] : beyond_u64) {
+  for (const auto& entry : beyond_u64) {
+    // Named references: clang 14 cannot capture structured bindings (doctest's CAPTURE).
+    const auto& k = entry.first;
+    const auto& text = entry.second;
     CAPTURE(k);
     m = error_of(text);
     CHECK(m.find(fmt::format("\"{}\" = ", k)) != std::string::npos);

@@ -157,7 +157,10 @@ TEST_CASE("trace: all-gathers per unshard, reduce-scatters per bucket, ordered a
       by_seq[ev["args"]["seq"].get<std::int64_t>()].emplace_back(ts, ts + ev["dur"].get<double>());
     }
     CHECK(by_seq.size() == static_cast<std::size_t>(2 * kUnits * per_unit));
-    for (const auto& [seq, spans] : by_seq) {
+    for (const auto& entry : by_seq) {
+      // Named references: clang 14 cannot capture structured bindings (doctest's CAPTURE).
+      const auto& seq = entry.first;
+      const auto& spans = entry.second;
       CAPTURE(seq);
       CHECK(spans.size() == static_cast<std::size_t>(n));
       double last_issue = -1e300, first_end = 1e300;
