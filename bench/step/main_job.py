@@ -16,6 +16,11 @@ the same runs: that CPU time spread over min(ranks, cores) cores, the step's
 wall time if the cores never idled (ratio = limit / wall; 1.0 means every
 core was busy the whole step).
 
+The reduce-order check ([Note: reduce order check]) is measured beside it
+by bench_order_check at the same ranks, with the job's units (one per
+layer) and one micro-batch: "check" is its cost per step (host calls plus
+the norm exchange's 4 extra doubles per rank) as a percentage of wall.
+
 With --overlap on/off the job runs the same settings as its defaults
 (AdamW lr 1e-3, weight decay 0.01, clipping 1, micro-batch 32) from a
 ds_config with zero_optimization.overlap_comm set; "default" leaves
@@ -25,6 +30,7 @@ Usage (from the repository root, after a build):
   bench/step/main_job.py [--build build] [--ranks 1 4] [--stages 0 3]
                          [--overlap default on off] [--warmup 50]
                          [--steps 200] [--hidden W,W] [--program PATH]
+                         [--order-check PATH]
 """
 import argparse
 import json
@@ -60,6 +66,19 @@ def run_job(program, ranks, stage, steps, report, extra):
     return [dict(zip(names, r)) for r in rows], cpu
 
 
+def order_check_us(bench, ranks, units):
+    """bench_order_check's total cost of the reduce-order check per step (us)."""
+    cmd = ["mpirun", "-np", str(ranks), bench, "--units", str(units)]
+    done = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    if done.returncode != 0:
+        sys.exit(f"main_job: {' '.join(cmd)} failed (exit {done.returncode}):\n{done.stderr[-2000:]}")
+    words = done.stdout.split()
+    try:
+        return float(words[words.index("total") + 1])
+    except (ValueError, IndexError):
+        sys.exit(f"main_job: no total in the output of {' '.join(cmd)}: {done.stdout[-500:]}")
+
+
 def write_config(path, micro_batch, overlap):
     """The job's default settings as a ds_config, with overlap_comm set."""
     config = {"train_micro_batch_size_per_gpu": micro_batch, "gradient_clipping": 1.0, "steps_per_print": 100,
@@ -93,6 +112,7 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--build", default="build")
     ap.add_argument("--program", help="the job's binary (default: BUILD/examples/fashion_mnist)")
+    ap.add_argument("--order-check", help="bench_order_check's binary (default: BUILD/bench/step/bench_order_check)")
     ap.add_argument("--ranks", type=int, nargs="+", default=[1, 4])
     ap.add_argument("--stages", type=int, nargs="+", default=[0, 3])
     ap.add_argument("--warmup", type=int, default=50)
@@ -107,8 +127,11 @@ def main():
         sys.exit(f"main_job: --ranks must be >= 1 (got {a.ranks}), --stages in 0-3 (got {a.stages}), "
                  f"--micro-batch >= 1 (got {a.micro_batch})")
     program = a.program or os.path.join(a.build, "examples", "fashion_mnist")
-    if not os.access(program, os.X_OK):
-        sys.exit(f"main_job: {program} is not an executable (build first, or give --build / --program)")
+    checker = a.order_check or os.path.join(a.build, "bench", "step", "bench_order_check")
+    for exe in (program, checker):
+        if not os.access(exe, os.X_OK):
+            sys.exit(f"main_job: {exe} is not an executable (build first, or give --build / --program)")
+    units = len((a.hidden if a.hidden is not None else "1024,1024").split(",")) + 1
     for k, v in {"OMPI_ALLOW_RUN_AS_ROOT": "1", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM": "1",
                  "OMPI_MCA_rmaps_base_oversubscribe": "1", "OMPI_MCA_mpi_yield_when_idle": "1",
                  "OPENBLAS_NUM_THREADS": "1"}.items():
@@ -119,9 +142,10 @@ def main():
     print("ms per step: rank 0's median over the timed steps; cpu = all ranks' CPU time per step; "
           "limit = cpu / min(ranks, cores); ratio = limit / wall")
     print(f"{'ranks':>5} {'stage':>5} {'overlap':>7} {'samples/s':>10} " + " ".join(f"{k:>11}" for k in FIELDS) +
-          f" {'cpu':>8} {'limit':>8} {'ratio':>6}")
+          f" {'cpu':>8} {'limit':>8} {'ratio':>6} {'check':>7}")
     with tempfile.TemporaryDirectory(prefix="zs-main-job.") as tmp:
         for ranks in a.ranks:
+            check_ms = order_check_us(checker, ranks, units) / 1000
             for stage in a.stages:
                 for overlap in a.overlap:
                     extra = ["--micro-batch", str(a.micro_batch)]
@@ -139,7 +163,8 @@ def main():
                     samples = ranks * a.micro_batch / (per["wall"] / 1000)
                     print(f"{ranks:>5} {stage:>5} {overlap:>7} {samples:>10.0f} " +
                           " ".join(f"{per[k]:>11.2f}" for k in FIELDS) +
-                          f" {cpu_ms:>8.2f} {limit:>8.2f} {limit / per['wall']:>6.2f}", flush=True)
+                          f" {cpu_ms:>8.2f} {limit:>8.2f} {limit / per['wall']:>6.2f}"
+                          f" {100 * check_ms / per['wall']:>6.3f}%", flush=True)
 
 
 if __name__ == "__main__":
