@@ -16,7 +16,7 @@ void adam_update_multi_tensor(std::span<const AdamTensor> tensors, const AdamSca
         return t.param && t.grad && t.exp_avg && t.exp_avg_sq;
       });
 
-  // The scalars adam_update_reference uses (make_adam_scalars, kernels/cpu/adam.h).
+  // The scalars adam_update_reference uses (make_adam_scalars, kernels/cpu/adam/adam.h).
   const detail::AdamDeviceScalars d = detail::adam_device_scalars(s);
   ZS_CUDA_CHECK(detail::launch_adam(tensors, d, grad_dtype, copy, copy_dtype, stream));
 }

@@ -26,7 +26,7 @@ struct AdamOp {
     r.v = static_cast<const float*>(a[3])[i];
   }
 
-  // kernels/cpu/adam_element.h adam_element, operation for operation.
+  // kernels/cpu/adam/adam_element.h adam_element, operation for operation.
   __device__ void compute(Regs& r) const { adam_element(s, r.p, r.g, r.m, r.v); }
 
   __device__ void store(void* const* a, std::int64_t i, const Regs& r) const {

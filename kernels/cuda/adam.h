@@ -5,7 +5,7 @@
 // cast back of the optimizer step, docs/design.md "One training step at
 // stage 3", step 3, done in the same pass).
 //
-// The arithmetic is kernels/cpu/adam.h's, operation for operation (see
+// The arithmetic is kernels/cpu/adam/adam.h's, operation for operation (see
 // [Note: bitwise GPU kernels] in kernels/cuda/device_math.cuh): with the
 // same AdamScalars and inputs, param / exp_avg / exp_avg_sq / param_copy
 // come out bitwise equal to the mixed-precision adam_update_reference()
@@ -18,7 +18,7 @@
 #include <span>
 
 #include "core/dtype.h"
-#include "kernels/cpu/adam.h"
+#include "kernels/cpu/adam/adam.h"
 
 struct CUstream_st;
 

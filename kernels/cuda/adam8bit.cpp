@@ -5,8 +5,8 @@
 
 #include "core/cuda_check.h"
 #include "core/error.h"
+#include "kernels/cpu/adam/quant_map.h"
 #include "kernels/cpu/convert.h"
-#include "kernels/cpu/quant_map.h"
 #include "kernels/cuda/launchers.h"
 
 namespace zeroshard::kernels::gpu {

@@ -5,11 +5,11 @@
 // block's new absmax is a shared-memory max of |x|'s bits (the order of
 // non-negative floats; a NaN's bits exceed Inf's); then each thread encodes
 // its elements. Decode and encode are the arithmetic of
-// kernels/cpu/quant_map.h's detail::QuantTables (quantize_magnitude_arith),
+// kernels/cpu/adam/quant_map.h's detail::QuantTables (quantize_magnitude_arith),
 // whose decisions the CPU reference's thresholds are.
 #include <cstdint>
 
-#include "kernels/cpu/quant_map.h"
+#include "kernels/cpu/adam/quant_map.h"
 #include "kernels/cuda/adam_math.cuh"
 #include "kernels/cuda/device_math.cuh"
 #include "kernels/cuda/launchers.h"

@@ -1,7 +1,7 @@
 // AdamW with 8-bit blockwise optimizer states on the GPU: the CPU
-// kernel's definition (kernels/cpu/adam8bit.h: dequantize with the dynamic
+// kernel's definition (kernels/cpu/adam/adam8bit.h: dequantize with the dynamic
 // tree maps, torch-order Adam arithmetic, per-block absmax, requantize to
-// the nearest code; maps and layout in kernels/cpu/quant_map.h), one
+// the nearest code; maps and layout in kernels/cpu/adam/quant_map.h), one
 // thread block per quantization block. With the same inputs, param,
 // param_copy, codes and absmax come out bitwise equal to
 // adam8bit_update_reference ([Note: bitwise GPU kernels]; NaN payloads of
@@ -13,8 +13,8 @@
 #include <cstddef>
 
 #include "core/dtype.h"
-#include "kernels/cpu/adam.h"
-#include "kernels/cpu/adam8bit.h"
+#include "kernels/cpu/adam/adam.h"
+#include "kernels/cpu/adam/adam8bit.h"
 
 struct CUstream_st;
 

@@ -4,7 +4,7 @@
 #include "kernels/cuda/adam_bf16_state.h"
 
 #include "core/cuda_check.h"
-#include "kernels/cpu/stochastic_round.h"
+#include "kernels/cpu/adam/stochastic_round.h"
 #include "kernels/cuda/launchers.h"
 #include "kernels/cuda/optimizer_checks.h"
 

@@ -4,7 +4,7 @@
 #include <array>
 #include <cstdint>
 
-#include "kernels/cpu/stochastic_round.h"
+#include "kernels/cpu/adam/stochastic_round.h"
 #include "kernels/cuda/adam_math.cuh"
 #include "kernels/cuda/device_math.cuh"
 #include "kernels/cuda/launchers.h"

@@ -1,7 +1,7 @@
 // Multi-tensor AdamW with bf16 optimizer states on the GPU: the CPU
-// kernel's definition (kernels/cpu/adam_bf16_state.h: widen, torch-order
+// kernel's definition (kernels/cpu/adam/adam_bf16_state.h: widen, torch-order
 // Adam arithmetic, round to nearest even or stochastically with the
-// counter-based stream of kernels/cpu/stochastic_round.h). With the same
+// counter-based stream of kernels/cpu/adam/stochastic_round.h). With the same
 // inputs, param, param_copy and both states come out bitwise equal to
 // adam_bf16_state_update_reference ([Note: bitwise GPU kernels]; NaN
 // payloads of param aside), the stochastic bits included: they depend on
@@ -15,8 +15,8 @@
 #include <span>
 
 #include "core/dtype.h"
-#include "kernels/cpu/adam.h"
-#include "kernels/cpu/adam_bf16_state.h"
+#include "kernels/cpu/adam/adam.h"
+#include "kernels/cpu/adam/adam_bf16_state.h"
 
 struct CUstream_st;
 

@@ -1,5 +1,5 @@
 // The Adam / AdamW element update on the device, operation for operation
-// kernels/cpu/adam_element.h's detail::adam_element (torch's single-tensor
+// kernels/cpu/adam/adam_element.h's detail::adam_element (torch's single-tensor
 // float32 order; [Note: bitwise GPU kernels]), shared by the kernels of
 // every state format (adam.cu: fp32, adam8bit.cu: 8-bit blockwise,
 // adam_bf16_state.cu: bf16). Internal to kernels/cuda (.cu files only).

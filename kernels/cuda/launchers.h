@@ -60,7 +60,7 @@ inline AdamDeviceScalars adam_device_scalars(const AdamScalars& s) {
 }
 
 /// The dynamic tree map constants one 8-bit kernel launch needs
-/// (kernels/cpu/quant_map.h detail::QuantTables, decode and the
+/// (kernels/cpu/adam/quant_map.h detail::QuantTables, decode and the
 /// arithmetic encode), for the signed map [0] and the unsigned map [1].
 struct QuantDeviceTables {
   float dec_r[2][16];

@@ -17,7 +17,7 @@ void sgd_update_multi_tensor(std::span<const SgdTensor> tensors, const SgdScalar
       [&](const SgdTensor& t) { return t.param && t.grad && (t.momentum_buffer || !use_momentum); },
       use_momentum ? " (momentum needs a momentum_buffer)" : "");
 
-  // As sgd_update_reference (kernels/cpu/sgd.cpp) computes them.
+  // As sgd_update_reference (kernels/cpu/update/sgd.cpp) computes them.
   detail::SgdDeviceScalars d{};
   d.lr = s.lr;
   d.momentum = s.momentum;

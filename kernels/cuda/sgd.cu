@@ -25,7 +25,7 @@ struct SgdOp {
     r.b = (s.use_momentum && !s.first_step) ? static_cast<const float*>(a[2])[i] : 0.0f;
   }
 
-  // kernels/cpu/sgd.cpp sgd_element, operation for operation.
+  // kernels/cpu/update/sgd.cpp sgd_element, operation for operation.
   __device__ void compute(Regs& r) const {
     float g = add(mul(r.g, s.grad_scale), mul(s.weight_decay, r.p));
     if (s.use_momentum) {

@@ -2,7 +2,7 @@
 // on the GPU, with the same optional bf16/fp16 copy of the new weights as
 // kernels/cuda/adam.h.
 //
-// The arithmetic is kernels/cpu/sgd.h's, operation for operation (see
+// The arithmetic is kernels/cpu/update/sgd.h's, operation for operation (see
 // [Note: bitwise GPU kernels] in kernels/cuda/device_math.cuh): with the
 // same SgdScalars and inputs, param / momentum_buffer / param_copy come out
 // bitwise equal to the mixed-precision sgd_update_reference() (NaN payloads
@@ -13,7 +13,7 @@
 #include <span>
 
 #include "core/dtype.h"
-#include "kernels/cpu/sgd.h"
+#include "kernels/cpu/update/sgd.h"
 
 struct CUstream_st;
 

@@ -10,7 +10,7 @@
 
 #include "core/error.h"
 #include "core/tracer.h"
-#include "kernels/cpu/adam.h"
+#include "kernels/cpu/adam/adam.h"
 #include "kernels/cpu/simd_targets.h"
 #include "kernels/cpu/thread_pool.h"
 #include "kernels/quant/symmetric_quant.h"

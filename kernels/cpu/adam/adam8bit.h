@@ -3,11 +3,11 @@
 // AdamW8bit): exp_avg is stored as codes of the signed dynamic tree map and
 // exp_avg_sq as codes of the unsigned one, each block of `block` elements
 // with one fp32 absmax (layout, maps, rounding and error bound:
-// kernels/cpu/quant_map.h). One pass per block:
+// kernels/cpu/adam/quant_map.h). One pass per block:
 //   1. dequantize: m = value_signed(code_m) * absmax_m[b],
 //                  v = value_unsigned(code_v) * absmax_v[b];
 //   2. the Adam / AdamW update of p, m, v from g, exactly the operations of
-//      the fp32 kernel (kernels/cpu/adam.h: torch's single-tensor order,
+//      the fp32 kernel (kernels/cpu/adam/adam.h: torch's single-tensor order,
 //      make_adam_scalars' scalars, decoupled weight decay for AdamW, bias
 //      corrections), so param comes out bitwise equal to adam_update on the
 //      dequantized states;
@@ -26,8 +26,8 @@
 #include <cstdint>
 
 #include "core/dtype.h"
-#include "kernels/cpu/adam.h"
-#include "kernels/cpu/quant_map.h"
+#include "kernels/cpu/adam/adam.h"
+#include "kernels/cpu/adam/quant_map.h"
 
 namespace zeroshard::kernels {
 

@@ -9,18 +9,18 @@
 #include "kernels/cpu/simd_targets.h"  // before Highway: sets HWY_DISABLED_TARGETS
 
 #undef HWY_TARGET_INCLUDE
-#define HWY_TARGET_INCLUDE "kernels/cpu/adam_bf16_state_simd.cpp"
+#define HWY_TARGET_INCLUDE "kernels/cpu/adam/adam_bf16_state_simd.cpp"
 #include <hwy/foreach_target.h>  // IWYU pragma: keep
 
 #include <hwy/highway.h>
 
-#include "kernels/cpu/adam-inl.h"
-#include "kernels/cpu/adam_bf16_state.h"
+#include "kernels/cpu/adam/adam-inl.h"
+#include "kernels/cpu/adam/adam_bf16_state.h"
+#include "kernels/cpu/adam/stochastic_round.h"
 #include "kernels/cpu/convert-inl.h"
 #include "kernels/cpu/convert.h"
-#include "kernels/cpu/stochastic_round.h"
 #include "kernels/cpu/thread_pool.h"
-#include "kernels/cpu/update_loop-inl.h"
+#include "kernels/cpu/update/update_loop-inl.h"
 
 HWY_BEFORE_NAMESPACE();
 namespace zeroshard::kernels::HWY_NAMESPACE {

@@ -1,6 +1,6 @@
 #include "kernels/cpu/fp_strict.h"  // first: see [Note: strict floating point in kernels]
 
-#include "kernels/cpu/adagrad.h"
+#include "kernels/cpu/update/adagrad.h"
 
 #include <cmath>
 

@@ -1,5 +1,5 @@
 // Per-target (Highway) encoding and decoding of dynamic tree quantization
-// codes (kernels/cpu/quant_map.h, [Note: dynamic tree quantization map]):
+// codes (kernels/cpu/adam/quant_map.h, [Note: dynamic tree quantization map]):
 // the arithmetic of detail::QuantTables per lane, no gathers (small tables
 // are read with in-register lookups). Bit for bit the scalar references:
 // decoding computes the same N_u * R_L product as the value table, encoding
@@ -20,8 +20,8 @@
 
 #include <hwy/highway.h>
 
+#include "kernels/cpu/adam/quant_map.h"
 #include "kernels/cpu/convert-inl.h"
-#include "kernels/cpu/quant_map.h"
 
 HWY_BEFORE_NAMESPACE();
 namespace zeroshard::kernels::HWY_NAMESPACE {

@@ -1,12 +1,12 @@
 #include "kernels/cpu/fp_strict.h"  // first: see [Note: strict floating point in kernels]
 
-#include "kernels/cpu/adam.h"
+#include "kernels/cpu/adam/adam.h"
 
 #include <cmath>
 
 #include "core/error.h"
 
-#include "kernels/cpu/adam_element.h"
+#include "kernels/cpu/adam/adam_element.h"
 #include "kernels/cpu/convert.h"
 
 namespace zeroshard::kernels {

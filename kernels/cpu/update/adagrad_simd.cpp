@@ -7,16 +7,16 @@
 #include "kernels/cpu/simd_targets.h"  // before Highway: sets HWY_DISABLED_TARGETS
 
 #undef HWY_TARGET_INCLUDE
-#define HWY_TARGET_INCLUDE "kernels/cpu/adagrad_simd.cpp"
+#define HWY_TARGET_INCLUDE "kernels/cpu/update/adagrad_simd.cpp"
 #include <hwy/foreach_target.h>  // IWYU pragma: keep
 
 #include <hwy/highway.h>
 
-#include "kernels/cpu/adagrad.h"
 #include "kernels/cpu/convert-inl.h"
 #include "kernels/cpu/convert.h"
-#include "kernels/cpu/parallel_update.h"
-#include "kernels/cpu/update_loop-inl.h"
+#include "kernels/cpu/update/adagrad.h"
+#include "kernels/cpu/update/parallel_update.h"
+#include "kernels/cpu/update/update_loop-inl.h"
 
 HWY_BEFORE_NAMESPACE();
 namespace zeroshard::kernels::HWY_NAMESPACE {

@@ -1,5 +1,5 @@
 // Per-target (Highway) Adam / AdamW arithmetic on registers: the operations
-// of detail::adam_element (kernels/cpu/adam_element.h) per lane, in the same
+// of detail::adam_element (kernels/cpu/adam/adam_element.h) per lane, in the same
 // order, the fused multiply-adds of the lerp and of addcmul included
 // (FusedMulAdd, one rounding on every target as std::fma). Shared by the vector kernels of every Adam
 // state format (adam_simd.cpp: fp32, adam8bit_simd.cpp: 8-bit blockwise,
@@ -14,7 +14,7 @@
 
 #include <hwy/highway.h>
 
-#include "kernels/cpu/adam.h"
+#include "kernels/cpu/adam/adam.h"
 #include "kernels/cpu/convert-inl.h"
 
 HWY_BEFORE_NAMESPACE();

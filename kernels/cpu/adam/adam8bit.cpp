@@ -1,12 +1,12 @@
 #include "kernels/cpu/fp_strict.h"  // first: see [Note: strict floating point in kernels]
 
-#include "kernels/cpu/adam8bit.h"
+#include "kernels/cpu/adam/adam8bit.h"
 
 #include <algorithm>
 #include <vector>
 
 #include "core/error.h"
-#include "kernels/cpu/adam_element.h"
+#include "kernels/cpu/adam/adam_element.h"
 #include "kernels/cpu/convert.h"
 
 namespace zeroshard::kernels {

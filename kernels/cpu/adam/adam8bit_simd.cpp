@@ -9,7 +9,7 @@
 #include "kernels/cpu/simd_targets.h"  // before Highway: sets HWY_DISABLED_TARGETS
 
 #undef HWY_TARGET_INCLUDE
-#define HWY_TARGET_INCLUDE "kernels/cpu/adam8bit_simd.cpp"
+#define HWY_TARGET_INCLUDE "kernels/cpu/adam/adam8bit_simd.cpp"
 #include <hwy/foreach_target.h>  // IWYU pragma: keep
 
 #include <hwy/highway.h>
@@ -17,13 +17,13 @@
 #include <algorithm>
 #include <cstring>
 
-#include "kernels/cpu/adam-inl.h"
-#include "kernels/cpu/adam8bit.h"
+#include "kernels/cpu/adam/adam-inl.h"
+#include "kernels/cpu/adam/adam8bit.h"
+#include "kernels/cpu/adam/quant_map-inl.h"
 #include "kernels/cpu/convert-inl.h"
 #include "kernels/cpu/convert.h"
-#include "kernels/cpu/quant_map-inl.h"
 #include "kernels/cpu/thread_pool.h"
-#include "kernels/cpu/update_loop-inl.h"
+#include "kernels/cpu/update/update_loop-inl.h"
 
 HWY_BEFORE_NAMESPACE();
 namespace zeroshard::kernels::HWY_NAMESPACE {

@@ -1,6 +1,6 @@
 #include "kernels/cpu/fp_strict.h"  // first: see [Note: strict floating point in kernels]
 
-#include "kernels/cpu/quant_map.h"
+#include "kernels/cpu/adam/quant_map.h"
 
 #include <algorithm>
 #include <cmath>

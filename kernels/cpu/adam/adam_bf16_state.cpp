@@ -1,11 +1,11 @@
 #include "kernels/cpu/fp_strict.h"  // first: see [Note: strict floating point in kernels]
 
-#include "kernels/cpu/adam_bf16_state.h"
+#include "kernels/cpu/adam/adam_bf16_state.h"
 
 #include "core/error.h"
-#include "kernels/cpu/adam_element.h"
+#include "kernels/cpu/adam/adam_element.h"
+#include "kernels/cpu/adam/stochastic_round.h"
 #include "kernels/cpu/convert.h"
-#include "kernels/cpu/stochastic_round.h"
 
 namespace zeroshard::kernels {
 

@@ -1,6 +1,6 @@
 #include "kernels/cpu/fp_strict.h"  // first: see [Note: strict floating point in kernels]
 
-#include "kernels/cpu/lion.h"
+#include "kernels/cpu/update/lion.h"
 
 #include "kernels/cpu/convert.h"
 

@@ -6,7 +6,7 @@
 #include "kernels/cpu/simd_targets.h"  // before Highway: sets HWY_DISABLED_TARGETS
 
 #undef HWY_TARGET_INCLUDE
-#define HWY_TARGET_INCLUDE "kernels/cpu/quant_map_simd.cpp"
+#define HWY_TARGET_INCLUDE "kernels/cpu/adam/quant_map_simd.cpp"
 #include <hwy/foreach_target.h>  // IWYU pragma: keep
 
 #include <hwy/highway.h>
@@ -14,9 +14,9 @@
 #include <algorithm>
 #include <cstring>
 
+#include "kernels/cpu/adam/quant_map-inl.h"
+#include "kernels/cpu/adam/quant_map.h"
 #include "kernels/cpu/convert-inl.h"
-#include "kernels/cpu/quant_map-inl.h"
-#include "kernels/cpu/quant_map.h"
 #include "kernels/cpu/thread_pool.h"
 
 HWY_BEFORE_NAMESPACE();

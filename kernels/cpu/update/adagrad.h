@@ -16,7 +16,7 @@
 // operation, rounded to nearest, without FMA (see [Note: strict floating
 // point in kernels] in fp_strict.h); the association of addcmul_ (value * t1
 // * t2, value 1 exact) and addcdiv_ (value * t1 / t2) is that of torch's CPU
-// kernels, as for the step in kernels/cpu/adam.h. Unlike exp_avg_sq's
+// kernels, as for the step in kernels/cpu/adam/adam.h. Unlike exp_avg_sq's
 // addcmul_ there (fused, checked against torch's own numbers), the sum's is
 // left unfused: no torch output has been compared with it.
 //

@@ -2,7 +2,7 @@
 // torchao's low-precision optimizers offer the same): exp_avg and
 // exp_avg_sq are stored as bf16 (2 bytes each), the parameter stays fp32
 // (master weights). Per element: widen both states to fp32 (exact), run the
-// fp32 kernel's arithmetic (kernels/cpu/adam.h: torch's single-tensor
+// fp32 kernel's arithmetic (kernels/cpu/adam/adam.h: torch's single-tensor
 // order, make_adam_scalars' scalars), so param comes out bitwise equal to
 // adam_update on the widened states, then round both states back to bf16:
 // to nearest even (float_to_bf16) or stochastically (stochastic_round.h,
@@ -23,7 +23,7 @@
 #include <cstdint>
 
 #include "core/dtype.h"
-#include "kernels/cpu/adam.h"
+#include "kernels/cpu/adam/adam.h"
 
 namespace zeroshard::kernels {
 
