@@ -87,7 +87,7 @@ std::string_view optimizer_state_name(const OptimizerHyper& hyper, int index);
 /// doubles as torch's Python floats: bitwise torch parity for the values a
 /// config gives (tests/runtime/engine/test_torch_parity_engine.cpp). What
 /// optimizer_update passes to kernels/cpu/adam/adam.h and the engine's CUDA path
-/// to kernels/cuda/adam.h. Throws InvariantError when step < 1. Pure.
+/// to kernels/cuda/optimizers/adam.h. Throws InvariantError when step < 1. Pure.
 kernels::AdamScalars adam_scalars(const OptimizerHyper& h, double lr, double weight_decay,
                                   std::int64_t step, float grad_scale);
 /// The per-call scalars of an SGD update at 1-based `step` (first_step

@@ -20,11 +20,11 @@
 #include <span>
 
 #include "core/dtype.h"
-#include "kernels/cuda/adam.h"
-#include "kernels/cuda/adam8bit.h"
-#include "kernels/cuda/adam_bf16_state.h"
 #include "kernels/cuda/grad_check.h"
-#include "kernels/cuda/sgd.h"
+#include "kernels/cuda/optimizers/adam.h"
+#include "kernels/cuda/optimizers/adam8bit.h"
+#include "kernels/cuda/optimizers/adam_bf16_state.h"
+#include "kernels/cuda/optimizers/sgd.h"
 #include "kernels/quant/symmetric_quant.h"
 
 namespace zeroshard::kernels::gpu::detail {

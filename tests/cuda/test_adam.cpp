@@ -9,7 +9,7 @@
 #include <doctest/doctest.h>
 
 #include "kernels/cpu/adam/adam.h"
-#include "kernels/cuda/adam.h"
+#include "kernels/cuda/optimizers/adam.h"
 #include "tests/cuda/cuda_test_util.h"
 
 using namespace zeroshard;

@@ -7,7 +7,7 @@
 #include <doctest/doctest.h>
 
 #include "kernels/cpu/update/sgd.h"
-#include "kernels/cuda/sgd.h"
+#include "kernels/cuda/optimizers/sgd.h"
 #include "tests/cuda/cuda_test_util.h"
 
 using namespace zeroshard;

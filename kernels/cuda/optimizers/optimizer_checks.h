@@ -1,5 +1,5 @@
 // Argument checks shared by the multi-tensor optimizer entry points
-// (kernels/cuda/adam.cpp, sgd.cpp). Internal to kernels/cuda, host
+// (kernels/cuda/optimizers/adam.cpp, sgd.cpp). Internal to kernels/cuda, host
 // compiler only (uses ZS_CHECK; see [Note: .cu / .cpp split] in
 // kernels/cuda/launchers.h).
 #pragma once

@@ -1,11 +1,11 @@
-// Multi-tensor Adam / AdamW kernels; see kernels/cuda/adam.h and
+// Multi-tensor Adam / AdamW kernels; see kernels/cuda/optimizers/adam.h and
 // [Note: .cu / .cpp split] in kernels/cuda/launchers.h.
 #include <array>
 
-#include "kernels/cuda/adam_math.cuh"
 #include "kernels/cuda/device_math.cuh"
 #include "kernels/cuda/launchers.h"
-#include "kernels/cuda/optimizer_launch.cuh"
+#include "kernels/cuda/optimizers/adam_math.cuh"
+#include "kernels/cuda/optimizers/optimizer_launch.cuh"
 
 namespace zeroshard::kernels::gpu::detail {
 

@@ -1,4 +1,4 @@
-// The 8-bit-state Adam / AdamW kernel; see kernels/cuda/adam8bit.h and
+// The 8-bit-state Adam / AdamW kernel; see kernels/cuda/optimizers/adam8bit.h and
 // [Note: .cu / .cpp split] in kernels/cuda/launchers.h. One thread block
 // per quantization block: each thread decodes, updates and keeps up to
 // kQuantBlockMax / kThreads elements of both states in registers; the
@@ -10,9 +10,9 @@
 #include <cstdint>
 
 #include "kernels/cpu/adam/quant_map.h"
-#include "kernels/cuda/adam_math.cuh"
 #include "kernels/cuda/device_math.cuh"
 #include "kernels/cuda/launchers.h"
+#include "kernels/cuda/optimizers/adam_math.cuh"
 
 namespace zeroshard::kernels::gpu::detail {
 

@@ -1,11 +1,11 @@
 // Argument checks and host-side scalars of the multi-tensor Adam / AdamW
-// kernels; see kernels/cuda/adam.h and [Note: .cu / .cpp split] in
+// kernels; see kernels/cuda/optimizers/adam.h and [Note: .cu / .cpp split] in
 // kernels/cuda/launchers.h.
-#include "kernels/cuda/adam.h"
+#include "kernels/cuda/optimizers/adam.h"
 
 #include "core/cuda_check.h"
 #include "kernels/cuda/launchers.h"
-#include "kernels/cuda/optimizer_checks.h"
+#include "kernels/cuda/optimizers/optimizer_checks.h"
 
 namespace zeroshard::kernels::gpu {
 

@@ -1,14 +1,14 @@
 // Multi-tensor bf16-state Adam / AdamW kernels; see
-// kernels/cuda/adam_bf16_state.h and [Note: .cu / .cpp split] in
+// kernels/cuda/optimizers/adam_bf16_state.h and [Note: .cu / .cpp split] in
 // kernels/cuda/launchers.h.
 #include <array>
 #include <cstdint>
 
 #include "kernels/cpu/adam/stochastic_round.h"
-#include "kernels/cuda/adam_math.cuh"
 #include "kernels/cuda/device_math.cuh"
 #include "kernels/cuda/launchers.h"
-#include "kernels/cuda/optimizer_launch.cuh"
+#include "kernels/cuda/optimizers/adam_math.cuh"
+#include "kernels/cuda/optimizers/optimizer_launch.cuh"
 
 namespace zeroshard::kernels::gpu::detail {
 

@@ -1,11 +1,11 @@
 // Argument checks and host-side scalars of the multi-tensor SGD kernels;
-// see kernels/cuda/sgd.h and [Note: .cu / .cpp split] in
+// see kernels/cuda/optimizers/sgd.h and [Note: .cu / .cpp split] in
 // kernels/cuda/launchers.h.
-#include "kernels/cuda/sgd.h"
+#include "kernels/cuda/optimizers/sgd.h"
 
 #include "core/cuda_check.h"
 #include "kernels/cuda/launchers.h"
-#include "kernels/cuda/optimizer_checks.h"
+#include "kernels/cuda/optimizers/optimizer_checks.h"
 
 namespace zeroshard::kernels::gpu {
 

@@ -1,10 +1,10 @@
-// Multi-tensor SGD kernels; see kernels/cuda/sgd.h and [Note: .cu / .cpp
+// Multi-tensor SGD kernels; see kernels/cuda/optimizers/sgd.h and [Note: .cu / .cpp
 // split] in kernels/cuda/launchers.h.
 #include <array>
 
 #include "kernels/cuda/device_math.cuh"
 #include "kernels/cuda/launchers.h"
-#include "kernels/cuda/optimizer_launch.cuh"
+#include "kernels/cuda/optimizers/optimizer_launch.cuh"
 
 namespace zeroshard::kernels::gpu::detail {
 

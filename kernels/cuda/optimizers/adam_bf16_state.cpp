@@ -1,12 +1,12 @@
 // Argument checks and scalars of the multi-tensor bf16-state Adam kernels;
-// see kernels/cuda/adam_bf16_state.h and [Note: .cu / .cpp split] in
+// see kernels/cuda/optimizers/adam_bf16_state.h and [Note: .cu / .cpp split] in
 // kernels/cuda/launchers.h.
-#include "kernels/cuda/adam_bf16_state.h"
+#include "kernels/cuda/optimizers/adam_bf16_state.h"
 
 #include "core/cuda_check.h"
 #include "kernels/cpu/adam/stochastic_round.h"
 #include "kernels/cuda/launchers.h"
-#include "kernels/cuda/optimizer_checks.h"
+#include "kernels/cuda/optimizers/optimizer_checks.h"
 
 namespace zeroshard::kernels::gpu {
 

@@ -1,6 +1,6 @@
 // Fused multi-tensor SGD (momentum, dampening, Nesterov, L2 weight decay)
 // on the GPU, with the same optional bf16/fp16 copy of the new weights as
-// kernels/cuda/adam.h.
+// kernels/cuda/optimizers/adam.h.
 //
 // The arithmetic is kernels/cpu/update/sgd.h's, operation for operation (see
 // [Note: bitwise GPU kernels] in kernels/cuda/device_math.cuh): with the

@@ -1,7 +1,7 @@
 // Argument checks, quantization tables and scalars of the 8-bit-state
-// Adam kernel; see kernels/cuda/adam8bit.h and [Note: .cu / .cpp split] in
+// Adam kernel; see kernels/cuda/optimizers/adam8bit.h and [Note: .cu / .cpp split] in
 // kernels/cuda/launchers.h.
-#include "kernels/cuda/adam8bit.h"
+#include "kernels/cuda/optimizers/adam8bit.h"
 
 #include "core/cuda_check.h"
 #include "core/error.h"
