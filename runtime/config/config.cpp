@@ -16,7 +16,7 @@
 
 #include "core/error.h"
 #include "kernels/cpu/adam/quant_map.h"
-#include "offload/aio_config.h"
+#include "offload/io/aio_config.h"
 #include "runtime/config/config_diagnostics.h"
 #include "runtime/config/config_keys.h"
 #include "runtime/config/config_normalize.h"

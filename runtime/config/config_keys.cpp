@@ -245,7 +245,7 @@ std::vector<ConfigKey> make_table() {
       legacy("zero_optimization.use_all_reduce_for_fetch_params", T::boolean,
              "zero_optimization.stage3_use_all_reduce_for_fetch_params"),
       legacy("allgather_size", T::count, "zero_optimization.allgather_bucket_size (with zero_optimization true)"),
-      impl("aio", T::section, "", "the NVMe I/O engine (offload/aio_config.h)"),
+      impl("aio", T::section, "", "the NVMe I/O engine (offload/io/aio_config.h)"),
       impl("aio.block_size", T::int64, "1048576", "bytes per I/O piece, a multiple of 4096"),
       impl("aio.queue_depth", T::int32, "32", "io_uring pieces in flight, 1..4096"),
       impl("aio.intra_op_parallelism", T::int32, "1", "threads of the thread-pool fallback engine, 1..256"),

@@ -15,7 +15,7 @@
 #include "kernels/cpu/thread_pool.h"
 #include "kernels/quant/symmetric_quant.h"
 #include "offload/host_allocator.h"
-#include "offload/io_engine.h"
+#include "offload/io/io_engine.h"
 #include "offload/swap_directory.h"
 
 namespace zeroshard {

@@ -1,4 +1,4 @@
-#include "offload/thread_pool_io_engine.h"
+#include "offload/io/thread_pool_io_engine.h"
 
 #include <cerrno>
 

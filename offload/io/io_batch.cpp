@@ -1,4 +1,4 @@
-#include "offload/io_batch.h"
+#include "offload/io/io_batch.h"
 
 #include <algorithm>
 #include <cerrno>
@@ -6,8 +6,8 @@
 #include <fmt/format.h>
 
 #include "core/error.h"
-#include "offload/fault_injection.h"
-#include "offload/os_error.h"
+#include "offload/io/fault_injection.h"
+#include "offload/io/os_error.h"
 
 namespace zeroshard {
 

@@ -1,5 +1,5 @@
 // IoBatchTable: the bookkeeping both I/O engines share (see [Note: I/O
-// engine model] in offload/io_engine.h): tickets, the FIFO of batches with
+// engine model] in offload/io/io_engine.h): tickets, the FIFO of batches with
 // pieces left to issue, splitting requests into pieces, completion of
 // pieces (short transfers, retries, errors) and waiting. An engine adds only
 // the part that moves bytes: a ring (IoUringEngine) or threads calling
@@ -19,7 +19,7 @@
 #include <unordered_map>
 #include <vector>
 
-#include "offload/io_engine.h"
+#include "offload/io/io_engine.h"
 
 namespace zeroshard {
 

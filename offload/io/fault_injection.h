@@ -15,7 +15,7 @@
 #include <string_view>
 
 #include "zs_config.h"
-#include "offload/io_engine.h"
+#include "offload/io/io_engine.h"
 
 namespace zeroshard {
 

@@ -1,5 +1,5 @@
 // AioConfig: the ds_config "aio" section (DeepSpeed's names and meaning),
-// which tunes the NVMe offload I/O engine (see offload/io_engine.h).
+// which tunes the NVMe offload I/O engine (see offload/io/io_engine.h).
 //
 // Keys and what each changes in zeroshard's engines:
 //   block_size            bytes per I/O piece: every request is split into

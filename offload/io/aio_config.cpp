@@ -1,4 +1,4 @@
-#include "offload/aio_config.h"
+#include "offload/io/aio_config.h"
 
 #include <cstdint>
 

@@ -1,4 +1,4 @@
-#include "offload/fault_injection.h"
+#include "offload/io/fault_injection.h"
 
 #if ZS_TEST_HOOKS
 

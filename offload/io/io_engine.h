@@ -7,10 +7,10 @@
 // any failed. Each request is split into pieces of AioConfig::block_size
 // bytes; short transfers are continued for the remainder. Two engines
 // implement the interface:
-//   - IoUringEngine (offload/io_uring_engine.h): one ring with up to
+//   - IoUringEngine (offload/io/io_uring_engine.h): one ring with up to
 //     queue_depth pieces in flight, driven by one reaper thread, registered
 //     buffers where the caller registered them;
-//   - ThreadPoolIoEngine (offload/thread_pool_io_engine.h): pread/pwrite on
+//   - ThreadPoolIoEngine (offload/io/thread_pool_io_engine.h): pread/pwrite on
 //     intra_op_parallelism threads, used when io_uring is unavailable.
 // make_io_engine() picks one and says on stderr (once) why it fell back.
 // Batches are served in submission order. After a piece fails, no new piece
@@ -24,8 +24,8 @@
 #include <span>
 #include <string_view>
 
-#include "offload/aio_config.h"
-#include "offload/file_handle.h"
+#include "offload/io/aio_config.h"
+#include "offload/io/file_handle.h"
 
 namespace zeroshard {
 

@@ -1,4 +1,4 @@
-#include "offload/free_space.h"
+#include "offload/io/free_space.h"
 
 #include <cerrno>
 
@@ -6,7 +6,7 @@
 #include <sys/statvfs.h>
 
 #include "core/error.h"
-#include "offload/os_error.h"
+#include "offload/io/os_error.h"
 
 namespace zeroshard {
 

@@ -1,4 +1,4 @@
-#include "offload/file_handle.h"
+#include "offload/io/file_handle.h"
 
 #include <cerrno>
 #include <utility>
@@ -6,7 +6,7 @@
 #include <fcntl.h>
 #include <unistd.h>
 
-#include "offload/os_error.h"
+#include "offload/io/os_error.h"
 
 namespace zeroshard {
 

@@ -1,4 +1,4 @@
-#include "offload/io_uring_engine.h"
+#include "offload/io/io_uring_engine.h"
 
 #include <algorithm>
 #include <cerrno>
@@ -9,7 +9,7 @@
 #include <sys/uio.h>
 
 #include "core/error.h"
-#include "offload/os_error.h"
+#include "offload/io/os_error.h"
 
 namespace zeroshard {
 

@@ -1,14 +1,14 @@
 // ThreadPoolIoEngine: the fallback IoEngine that moves bytes with
 // pread/pwrite on AioConfig::intra_op_parallelism threads (see [Note: I/O
-// engine model] in offload/io_engine.h). Used when io_uring is unavailable
+// engine model] in offload/io/io_engine.h). Used when io_uring is unavailable
 // or disabled; also works for files opened without O_DIRECT.
 #pragma once
 
 #include <thread>
 #include <vector>
 
-#include "offload/io_batch.h"
-#include "offload/io_engine.h"
+#include "offload/io/io_batch.h"
+#include "offload/io/io_engine.h"
 
 namespace zeroshard {
 

@@ -1,4 +1,4 @@
-#include "offload/os_error.h"
+#include "offload/io/os_error.h"
 
 #include <cerrno>
 #include <cstdio>

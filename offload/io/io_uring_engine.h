@@ -1,5 +1,5 @@
 // IoUringEngine: the IoEngine on one io_uring (see [Note: I/O engine model]
-// in offload/io_engine.h). Only compiled when liburing is found
+// in offload/io/io_engine.h). Only compiled when liburing is found
 // (ZS_HAVE_IO_URING); make_io_engine() is the one place that refers to it.
 #pragma once
 
@@ -8,8 +8,8 @@
 #include <thread>
 #include <vector>
 
-#include "offload/io_batch.h"
-#include "offload/io_engine.h"
+#include "offload/io/io_batch.h"
+#include "offload/io/io_engine.h"
 
 namespace zeroshard {
 

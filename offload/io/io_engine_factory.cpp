@@ -6,11 +6,11 @@
 #include <fmt/format.h>
 
 #include "zs_config.h"
-#include "offload/io_engine.h"
-#include "offload/os_error.h"
-#include "offload/thread_pool_io_engine.h"
+#include "offload/io/io_engine.h"
+#include "offload/io/os_error.h"
+#include "offload/io/thread_pool_io_engine.h"
 #if ZS_HAVE_IO_URING
-#include "offload/io_uring_engine.h"
+#include "offload/io/io_uring_engine.h"
 #endif
 
 namespace zeroshard {
