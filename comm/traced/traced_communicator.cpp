@@ -1,5 +1,5 @@
-// TracedCommunicator; see comm/traced_communicator.h.
-#include "comm/traced_communicator.h"
+// TracedCommunicator; see comm/traced/traced_communicator.h.
+#include "comm/traced/traced_communicator.h"
 
 #include <thread>
 
@@ -10,9 +10,9 @@
 #include <utility>
 #include <vector>
 
-#include "comm/comms_log.h"
 #include "comm/node_groups.h"
 #include "comm/side_channel.h"
+#include "comm/traced/comms_log.h"
 #include "core/error.h"
 #include "core/tracer.h"
 

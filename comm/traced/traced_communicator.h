@@ -8,9 +8,9 @@
 #include <string>
 #include <vector>
 
-#include "comm/collective_record.h"
-#include "comm/collective_watchdog.h"
 #include "comm/communicator.h"
+#include "comm/traced/collective_record.h"
+#include "comm/traced/collective_watchdog.h"
 
 // [Note: traced collectives]
 // Every collective, blocking or not, gets the next sequence number of this
@@ -32,16 +32,16 @@
 //    TraceThread::engine for the time the caller waited, and the time the calling
 //    thread blocks in wait() or in a blocking collective charged to
 //    TimeCategory::comm_wait (Tracer::open / close);
-//  - a CommsLog: one entry per completed collective (comm/comms_log.h),
+//  - a CommsLog: one entry per completed collective (comm/traced/comms_log.h),
 //    with the bytes it sent to ranks on other hosts (cross_host_bytes in
-//    comm/collective_record.h): with a log, the constructor exchanges the
+//    comm/traced/collective_record.h): with a log, the constructor exchanges the
 //    ranks' host identifiers once (node_of_ranks, comm/node_groups.h; a
 //    collective), except over NCCL, whose collectives take device buffers
 //    (set_node_of_rank gives the map there);
 //  - check_fingerprints: every rank's fingerprint compared before each
 //    collective (TracedOptions::check_fingerprints);
 //  - a timeout: the collective watchdog ([Note: collective watchdog] in
-//    comm/collective_watchdog.h) ends the job with one message naming every
+//    comm/traced/collective_watchdog.h) ends the job with one message naming every
 //    rank's collective when one blocks longer than the timeout or fails.
 // With all of these off, a collective costs the sequence increment and one
 // branch on top of the inner call, and the inner CommWork is returned
@@ -49,7 +49,7 @@
 // returns true; a handle destroyed while pending waits (CommWork's rule),
 // which counts as a wait.
 //
-// `bytes` follows nccl-tests (collective_bytes in comm/collective_record.h).
+// `bytes` follows nccl-tests (collective_bytes in comm/traced/collective_record.h).
 // Times are Tracer::now_ns().
 //
 // Thread safety: the Communicator contract (one thread at a time); the

@@ -1,5 +1,5 @@
-// CommsLog; see comm/comms_log.h.
-#include "comm/comms_log.h"
+// CommsLog; see comm/traced/comms_log.h.
+#include "comm/traced/comms_log.h"
 
 #include <fmt/format.h>
 

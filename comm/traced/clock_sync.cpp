@@ -1,5 +1,5 @@
-// estimate_clock_offset; see [Note: clock offset] in comm/clock_sync.h.
-#include "comm/clock_sync.h"
+// estimate_clock_offset; see [Note: clock offset] in comm/traced/clock_sync.h.
+#include "comm/traced/clock_sync.h"
 
 #include <cmath>
 

@@ -8,7 +8,7 @@
 #include <string>
 #include <vector>
 
-#include "comm/collective_record.h"
+#include "comm/traced/collective_record.h"
 
 // [Note: collective watchdog]
 // Every TracedCommunicator with a timeout holds a CollectiveWatchdog::Slot

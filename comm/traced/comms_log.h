@@ -14,10 +14,10 @@
 //    calling function) to each verbose line.
 // Figures are kept per (kind, message size in bytes, world size): count,
 // total bytes, the bytes sent to ranks on other hosts (cross_host_bytes in
-// comm/collective_record.h; 0 unless the feeding communicator knows every
+// comm/traced/collective_record.h; 0 unless the feeding communicator knows every
 // rank's host), total and mean latency, and nccl-tests' algorithm and bus
 // bandwidth, algbw = size / time and busbw = algbw * bus_bandwidth_factor
-// (comm/collective_record.h), in GB/s (1e9 bytes per second). The latency
+// (comm/traced/collective_record.h), in GB/s (1e9 bytes per second). The latency
 // is what the TracedCommunicator that feeds the log measured: from the
 // call to the moment wait() returned (or test() saw completion). Unlike
 // DeepSpeed, zeroshard does not synchronise ranks around logged
@@ -37,7 +37,7 @@
 #include <tuple>
 #include <vector>
 
-#include "comm/collective_record.h"
+#include "comm/traced/collective_record.h"
 
 namespace zeroshard {
 

@@ -1,5 +1,5 @@
-// Collective kinds, sizes and descriptions; see comm/collective_record.h.
-#include "comm/collective_record.h"
+// Collective kinds, sizes and descriptions; see comm/traced/collective_record.h.
+#include "comm/traced/collective_record.h"
 
 #include <fmt/format.h>
 

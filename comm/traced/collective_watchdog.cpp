@@ -1,6 +1,6 @@
 // The collective watchdog; see [Note: collective watchdog] in
-// comm/collective_watchdog.h.
-#include "comm/collective_watchdog.h"
+// comm/traced/collective_watchdog.h.
+#include "comm/traced/collective_watchdog.h"
 
 #include <fmt/format.h>
 
