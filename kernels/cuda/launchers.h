@@ -1,7 +1,7 @@
 // Internal: the raw kernel launchers of kernels/cuda, defined in the .cu
-// files and called by the .cpp wrappers behind the public headers (adam.h,
-// adam8bit.h, adam_bf16_state.h, sgd.h, convert.h, grad_check.h,
-// symmetric_quant.h).
+// files and called by the .cpp wrappers behind the public headers
+// (optimizers/: adam.h, adam8bit.h, adam_bf16_state.h, sgd.h; convert.h,
+// grad_check.h, symmetric_quant.h).
 //
 // [Note: .cu / .cpp split]
 // fmt 9 (behind core/error.h and ZS_CHECK) does not compile under nvcc in

@@ -29,7 +29,7 @@
 // before weight decay and multiplies the quotient by -lr; this kernel follows
 // torch, the documented definition, instead.
 //
-// Mixed precision as in adam.h: a bf16/fp16 gradient is converted exactly to
+// Mixed precision as in kernels/cpu/adam/adam.h: a bf16/fp16 gradient is converted exactly to
 // fp32 first; the optional parameter copy is the updated p rounded to nearest
 // even (core/dtype.h).
 #pragma once

@@ -16,7 +16,7 @@
 // operation is one float32 operation without FMA (fp_strict.h). DeepSpeed's
 // kernels differ at c == 0 only (FusedLion moves p by +lr there, cpu_lion by
 // -copysign(lr, c)); Chen et al.'s sign(0) = 0 leaves p at p * decay.
-// Mixed precision as in adam.h.
+// Mixed precision as in kernels/cpu/adam/adam.h.
 #pragma once
 
 #include <cstddef>

@@ -12,7 +12,7 @@
 // Sutskever et al. 2013, "On the importance of initialization and momentum
 // in deep learning" (the momentum and Nesterov forms torch implements).
 //
-// Mixed precision as in adam.h: a bf16/fp16 gradient is converted exactly to
+// Mixed precision as in kernels/cpu/adam/adam.h: a bf16/fp16 gradient is converted exactly to
 // fp32 first; the optional parameter copy is the updated p rounded to nearest
 // even (core/dtype.h).
 #pragma once
