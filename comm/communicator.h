@@ -203,7 +203,7 @@ class Communicator {
 
   /// Names the collectives issued from now on (a unit or bucket, e.g.
   /// "fc2") in logs, traces and hang reports; a hint that plain backends
-  /// ignore (TracedCommunicator, comm/traced_communicator.h, keeps it).
+  /// ignore (TracedCommunicator, comm/traced/traced_communicator.h, keeps it).
   /// Not a collective.
   virtual void set_label(std::string label) { (void)label; }
 

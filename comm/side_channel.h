@@ -1,7 +1,7 @@
 // SideChannel: small messages between every process of the job that do not
 // go through any collective, so that ranks can still talk when one
 // collective is stuck or mismatched. The collective watchdog
-// (comm/collective_watchdog.h) reports hangs over it.
+// (comm/traced/collective_watchdog.h) reports hangs over it.
 //
 // Implementations: LocalSideChannel (one process; below) and
 // MpiSideChannel (comm/mpi/mpi_side_channel.h: point-to-point messages on

@@ -24,7 +24,7 @@
 namespace zeroshard {
 
 /// Element type of a buffer handed to a communicator or kernel. u8: raw
-/// bytes (the codes of 8-bit optimizer states, kernels/cpu/quant_map.h);
+/// bytes (the codes of 8-bit optimizer states, kernels/cpu/adam/quant_map.h);
 /// storage only, never a compute, gradient or communication dtype.
 enum class DType : std::uint8_t { f32, f64, bf16, f16, u8 };
 

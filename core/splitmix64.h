@@ -1,7 +1,7 @@
 // splitmix64 (Steele, Lea & Flood 2014, "Fast Splittable Pseudorandom
 // Number Generators"): its output function, a bijective mix of 64 bits with
 // full avalanche. Shared by the stochastic rounding stream
-// (kernels/cpu/stochastic_round.h, also in CUDA kernels), the hashed swap
+// (kernels/cpu/adam/stochastic_round.h, also in CUDA kernels), the hashed swap
 // file names (offload/swap_naming.cpp) and deterministic test and example
 // data. Pure functions; ZS_HOST_DEVICE (core/dtype.h) for nvcc.
 #pragma once

@@ -15,7 +15,7 @@
 //
 // Times are std::chrono::steady_clock nanoseconds of this process
 // (`now_ns`); ranks of one host share that clock, other hosts are aligned
-// by the offset comm/clock_sync.h estimates, applied when a trace is
+// by the offset comm/traced/clock_sync.h estimates, applied when a trace is
 // written.
 //
 // Thread safety: spans and counters may be added from any thread (a mutex

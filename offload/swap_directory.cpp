@@ -11,7 +11,7 @@
 #include "core/aligned_buffer.h"
 #include "core/error.h"
 #include "core/tracer.h"
-#include "offload/os_error.h"
+#include "offload/io/os_error.h"
 #include "offload/swap_naming.h"
 
 namespace zeroshard {

@@ -27,8 +27,8 @@
 #include <string_view>
 #include <vector>
 
-#include "offload/file_handle.h"
-#include "offload/io_engine.h"
+#include "offload/io/file_handle.h"
+#include "offload/io/io_engine.h"
 
 namespace zeroshard {
 

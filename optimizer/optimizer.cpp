@@ -3,10 +3,10 @@
 #include <cmath>
 
 #include "core/error.h"
-#include "kernels/cpu/adagrad.h"
-#include "kernels/cpu/adam.h"
-#include "kernels/cpu/lion.h"
-#include "kernels/cpu/sgd.h"
+#include "kernels/cpu/adam/adam.h"
+#include "kernels/cpu/update/adagrad.h"
+#include "kernels/cpu/update/lion.h"
+#include "kernels/cpu/update/sgd.h"
 
 namespace zeroshard {
 
@@ -103,7 +103,8 @@ struct UpdateArgs {
 
 // One update rule's kernel pair over (param, grad, grad_dtype, its states,
 // copy, copy_dtype, n, scalars): the vectorised kernel and its scalar
-// reference (kernels/cpu/*.h; the overloads of that shape).
+// reference (kernels/cpu/adam/*.h, kernels/cpu/update/*.h; the overloads of
+// that shape).
 template <class Scalars, class... States>
 struct RuleKernels {
   using Fn = void (*)(float*, const void*, DType, States..., void*, DType, std::size_t, const Scalars&);

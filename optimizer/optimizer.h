@@ -25,10 +25,10 @@
 #include <string_view>
 
 #include "core/dtype.h"
-#include "kernels/cpu/adagrad.h"
-#include "kernels/cpu/adam.h"
-#include "kernels/cpu/lion.h"
-#include "kernels/cpu/sgd.h"
+#include "kernels/cpu/adam/adam.h"
+#include "kernels/cpu/update/adagrad.h"
+#include "kernels/cpu/update/lion.h"
+#include "kernels/cpu/update/sgd.h"
 #include "optimizer/state_format.h"
 
 namespace zeroshard {
@@ -86,8 +86,8 @@ std::string_view optimizer_state_name(const OptimizerHyper& hyper, int index);
 /// once) from this group's lr and weight_decay and h's betas and eps, all
 /// doubles as torch's Python floats: bitwise torch parity for the values a
 /// config gives (tests/runtime/engine/test_torch_parity_engine.cpp). What
-/// optimizer_update passes to kernels/cpu/adam.h and the engine's CUDA path
-/// to kernels/cuda/adam.h. Throws InvariantError when step < 1. Pure.
+/// optimizer_update passes to kernels/cpu/adam/adam.h and the engine's CUDA path
+/// to kernels/cuda/optimizers/adam.h. Throws InvariantError when step < 1. Pure.
 kernels::AdamScalars adam_scalars(const OptimizerHyper& h, double lr, double weight_decay,
                                   std::int64_t step, float grad_scale);
 /// The per-call scalars of an SGD update at 1-based `step` (first_step
@@ -96,7 +96,7 @@ kernels::AdamScalars adam_scalars(const OptimizerHyper& h, double lr, double wei
 /// double to float once. Pure.
 kernels::SgdScalars sgd_scalars(const OptimizerHyper& h, double lr, double weight_decay,
                                 std::int64_t step, float grad_scale);
-/// The per-call scalars of a Lion update (kernels/cpu/lion.h): f(lr),
+/// The per-call scalars of a Lion update (kernels/cpu/update/lion.h): f(lr),
 /// f(beta1), f(beta2), f(weight_decay) and f(1 - lr * weight_decay) computed
 /// in double, f() rounding a double to float once. Lion has no step
 /// dependence; step is checked (InvariantError when < 1) for symmetry with

@@ -2,7 +2,7 @@
 #include "optimizer/state_format.h"
 
 #include "core/error.h"
-#include "kernels/cpu/quant_map.h"
+#include "kernels/cpu/adam/quant_map.h"
 
 namespace zeroshard {
 

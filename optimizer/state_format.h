@@ -10,7 +10,7 @@
 //   - bf16: k arrays of n bf16 values;
 //   - 8-bit: 2k arrays: for state i, array 2i holds n one-byte codes (u8)
 //     and array 2i + 1 one fp32 absmax per block of `block` elements
-//     (kernels/cpu/quant_map.h).
+//     (kernels/cpu/adam/quant_map.h).
 // Blocks are counted from the start of each shard window: an engine's
 // state array covers one shard (stages 1-3) or every rank's shard end to end
 // (stage 0, the full flat buffer), and block b of window w covers window

@@ -5,7 +5,7 @@
 #include <vector>
 
 #include "core/error.h"
-#include "kernels/cpu/quant_map.h"
+#include "kernels/cpu/adam/quant_map.h"
 
 namespace zeroshard {
 

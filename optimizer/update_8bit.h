@@ -1,10 +1,10 @@
 // The 8-bit Adam / AdamW update of a range that holds several parameter
 // groups (runs with their own lr and weight_decay): whole blocks of one run
-// go to the fused kernel (kernels/cpu/adam8bit.h); a block that two runs
+// go to the fused kernel (kernels/cpu/adam/adam8bit.h); a block that two runs
 // share is dequantized, updated run by run with the fp32 kernel and
 // requantized, which gives the bits the fused kernel gives for a block of
 // one run (the fused kernel is bitwise adam_update on the dequantized
-// states followed by quantize_blockwise; kernels/cpu/adam8bit.h), so
+// states followed by quantize_blockwise; kernels/cpu/adam/adam8bit.h), so
 // grouping never changes a block's arithmetic, only its scalars.
 #pragma once
 
@@ -13,7 +13,7 @@
 #include <span>
 
 #include "core/dtype.h"
-#include "kernels/cpu/adam8bit.h"
+#include "kernels/cpu/adam/adam8bit.h"
 #include "optimizer/optimizer.h"
 #include "optimizer/range_update.h"
 

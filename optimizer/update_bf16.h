@@ -2,7 +2,7 @@
 // optimizer/state_format.h) at the optimizer layer: the scalars the fp32
 // path uses (adam_scalars) and the rounding the configuration chose
 // (StateFormat::rounding, seed), handed to the fused kernel
-// (kernels/cpu/adam_bf16_state.h).
+// (kernels/cpu/adam/adam_bf16_state.h).
 //
 // Stochastic rounding draws the random bits of an element from (seed,
 // step, index), the index being the element's position in its unit's flat
@@ -15,7 +15,7 @@
 #include <cstdint>
 
 #include "core/dtype.h"
-#include "kernels/cpu/adam_bf16_state.h"
+#include "kernels/cpu/adam/adam_bf16_state.h"
 #include "optimizer/optimizer.h"
 
 namespace zeroshard {

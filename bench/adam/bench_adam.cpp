@@ -29,9 +29,9 @@
 
 #include "bench/adam/limit_pass.h"
 #include "core/aligned_buffer.h"
-#include "kernels/cpu/adam.h"
-#include "kernels/cpu/adam8bit.h"
-#include "kernels/cpu/adam_bf16_state.h"
+#include "kernels/cpu/adam/adam.h"
+#include "kernels/cpu/adam/adam8bit.h"
+#include "kernels/cpu/adam/adam_bf16_state.h"
 #include "kernels/cpu/convert.h"
 #include "kernels/cpu/simd_targets.h"
 #include "kernels/cpu/thread_pool.h"

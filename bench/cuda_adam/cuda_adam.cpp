@@ -10,9 +10,9 @@
 // records. Exits 77 ("no CUDA device: skipped") without a GPU.
 // The other optimizer-state formats and ZeRO++'s quantization kernels get
 // rows of their own, each with the bytes it must move per element:
-// AdamW8bit (kernels/cuda/adam8bit.h: param and grad fp32, two code bytes
+// AdamW8bit (kernels/cuda/optimizers/adam8bit.h: param and grad fp32, two code bytes
 // read and written, two absmax floats per 256-element block each way),
-// AdamW with bf16 states (kernels/cuda/adam_bf16_state.h: 20 bytes), and
+// AdamW with bf16 states (kernels/cuda/optimizers/adam_bf16_state.h: 20 bytes), and
 // symmetric block quantization (kernels/cuda/symmetric_quant.h: bf16 in,
 // int8 codes out; int8 codes in, bf16 out; int4 codes accumulated into
 // fp32), one fp32 scale per 2048-element block.
@@ -30,9 +30,9 @@
 #include "core/cuda_check.h"
 #include "core/cuda_stream.h"
 #include "core/device_buffer.h"
-#include "kernels/cuda/adam.h"
-#include "kernels/cuda/adam8bit.h"
-#include "kernels/cuda/adam_bf16_state.h"
+#include "kernels/cuda/optimizers/adam.h"
+#include "kernels/cuda/optimizers/adam8bit.h"
+#include "kernels/cuda/optimizers/adam_bf16_state.h"
 #include "kernels/cuda/symmetric_quant.h"
 
 using namespace zeroshard;

@@ -33,10 +33,10 @@
 #include <unistd.h>
 
 #include "core/error.h"
-#include "offload/free_space.h"
+#include "offload/io/free_space.h"
 #include "offload/host_pool.h"
-#include "offload/io_engine.h"
-#include "offload/os_error.h"
+#include "offload/io/io_engine.h"
+#include "offload/io/os_error.h"
 #include "offload/swap_directory.h"
 #include "bench/io/raw_direct_io.h"
 

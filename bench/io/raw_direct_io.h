@@ -15,8 +15,8 @@
 #include <fmt/format.h>
 
 #include "core/error.h"
-#include "offload/file_handle.h"
-#include "offload/os_error.h"
+#include "offload/io/file_handle.h"
+#include "offload/io/os_error.h"
 
 namespace zeroshard::bench {
 

@@ -36,7 +36,7 @@
 // Bubble: each step starts after a barrier of the pipeline group. The
 // step time is from the first stage's start to the last stage's end of
 // run(), on one clock (every stage's timeline moved onto stage 0's steady
-// clock by comm/clock_sync.h's offset); a stage's idle time is the step
+// clock by comm/traced/clock_sync.h's offset); a stage's idle time is the step
 // time minus its forward and backward time (PipelineTimeline::compute_ns),
 // its bubble fraction idle / step time, as in simulate_pipeline. Reported:
 // per stage and the mean over stages, each the median over --steps steps
@@ -73,9 +73,9 @@
 #include <fmt/format.h>
 
 #include "bench/mpi_main.h"
-#include "comm/clock_sync.h"
 #include "comm/communicator.h"
 #include "comm/mesh.h"
+#include "comm/traced/clock_sync.h"
 #include "core/error.h"
 #include "kernels/cpu/simd_targets.h"
 #include "parallel/pipeline_executor.h"

@@ -1,5 +1,5 @@
 // The bytes a training step sends between hosts, as the examples report
-// them: the comms log's count (comm/comms_log.h: each rank's bytes to
+// them: the comms log's count (comm/traced/comms_log.h: each rank's bytes to
 // other hosts, Engine::observe_report's "comms_cross_host_bytes") over the
 // steps after the first, summed over the ranks, beside the count computed
 // from the sizes (runtime/plan/cost_model.h): cross_host_traffic's

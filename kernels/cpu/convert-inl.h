@@ -204,7 +204,7 @@ struct TailBuffer {
 /// and an add, each rounded, elsewhere (SSSE3/SSE4, EMU128, SCALAR); there
 /// this falls back to std::fma lane by lane: slower, the same bits. For
 /// kernels whose scalar reference fuses on purpose (torch's lerp,
-/// kernels/cpu/adam.h). D: a float or double tag. Pure.
+/// kernels/cpu/adam/adam.h). D: a float or double tag. Pure.
 template <class D>
 HWY_INLINE hn::Vec<D> FusedMulAdd(D d, hn::Vec<D> mul, hn::Vec<D> x, hn::Vec<D> add) {
 #if HWY_NATIVE_FMA

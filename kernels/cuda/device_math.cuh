@@ -2,14 +2,14 @@
 // reference's arithmetic. Internal to kernels/cuda (.cu files only).
 //
 // [Note: bitwise GPU kernels]
-// The CPU references (kernels/cpu/*.cpp, core/dtype.h) use IEEE-754 binary32
+// The CPU references (kernels/cpu/**/*.cpp, core/dtype.h) use IEEE-754 binary32
 // operations, each rounded to nearest even, with no fused multiply-add
 // (ISO C++ mode compiles with -ffp-contract=off and without FMA
 // instructions). nvcc would contract a * b + c into one FMA, so the kernels
 // spell every operation with the intrinsics that are never contracted and
 // always round to nearest: __fmul_rn, __fadd_rn, __fsub_rn, __fdiv_rn,
 // __fsqrt_rn. Where a reference does fuse on purpose (std::fma: the Adam
-// lerp, kernels/cpu/adam.h), the kernel spells it __fmaf_rn, one rounding
+// lerp, kernels/cpu/adam/adam.h), the kernel spells it __fmaf_rn, one rounding
 // as std::fma. Same operations in the same order on the same inputs give the
 // same bits, which is what tests/cuda checks (no tolerance). The 16-bit
 // conversions are core/dtype.h's integer code itself, compiled for the

@@ -1,7 +1,7 @@
 // Internal: the raw kernel launchers of kernels/cuda, defined in the .cu
-// files and called by the .cpp wrappers behind the public headers (adam.h,
-// adam8bit.h, adam_bf16_state.h, sgd.h, convert.h, grad_check.h,
-// symmetric_quant.h).
+// files and called by the .cpp wrappers behind the public headers
+// (optimizers/: adam.h, adam8bit.h, adam_bf16_state.h, sgd.h; convert.h,
+// grad_check.h, symmetric_quant.h).
 //
 // [Note: .cu / .cpp split]
 // fmt 9 (behind core/error.h and ZS_CHECK) does not compile under nvcc in
@@ -20,11 +20,11 @@
 #include <span>
 
 #include "core/dtype.h"
-#include "kernels/cuda/adam.h"
-#include "kernels/cuda/adam8bit.h"
-#include "kernels/cuda/adam_bf16_state.h"
 #include "kernels/cuda/grad_check.h"
-#include "kernels/cuda/sgd.h"
+#include "kernels/cuda/optimizers/adam.h"
+#include "kernels/cuda/optimizers/adam8bit.h"
+#include "kernels/cuda/optimizers/adam_bf16_state.h"
+#include "kernels/cuda/optimizers/sgd.h"
 #include "kernels/quant/symmetric_quant.h"
 
 namespace zeroshard::kernels::gpu::detail {
@@ -60,7 +60,7 @@ inline AdamDeviceScalars adam_device_scalars(const AdamScalars& s) {
 }
 
 /// The dynamic tree map constants one 8-bit kernel launch needs
-/// (kernels/cpu/quant_map.h detail::QuantTables, decode and the
+/// (kernels/cpu/adam/quant_map.h detail::QuantTables, decode and the
 /// arithmetic encode), for the signed map [0] and the unsigned map [1].
 struct QuantDeviceTables {
   float dec_r[2][16];

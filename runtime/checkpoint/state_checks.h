@@ -33,7 +33,7 @@ struct StateSource {
 /// With `scale` true (8-bit absmax values) a negative value is refused too
 /// ("<file>: <tensor> holds -1 for the block starting at ...: a
 /// checkpoint's 8-bit absmax scales must be finite and not negative"); an
-/// all-zero block has absmax 0 (kernels/cpu/quant_map.h), which is valid.
+/// all-zero block has absmax 0 (kernels/cpu/adam/quant_map.h), which is valid.
 void check_finite_state(const float* values, std::size_t n, const StateSource& source, bool scale = false);
 
 }  // namespace zeroshard

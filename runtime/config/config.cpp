@@ -15,8 +15,8 @@
 #include <nlohmann/json.hpp>
 
 #include "core/error.h"
-#include "kernels/cpu/quant_map.h"
-#include "offload/aio_config.h"
+#include "kernels/cpu/adam/quant_map.h"
+#include "offload/io/aio_config.h"
 #include "runtime/config/config_diagnostics.h"
 #include "runtime/config/config_keys.h"
 #include "runtime/config/config_normalize.h"
@@ -196,7 +196,7 @@ void read_optimizer(const Reader& r, EngineConfig& c, ConfigDiagnostics& d) {
   if (r.get("optimizer.params.state_dtype", state_dtype)) {
     const std::string sd = lower(state_dtype);
     if (sd == "bf16") {
-      // Adam / AdamW only (kernels/cpu/adam_bf16_state.h); the key table
+      // Adam / AdamW only (kernels/cpu/adam/adam_bf16_state.h); the key table
       // also names the types the key applies to.
       if (h.states.dtype == StateDtype::q8) {
         d.bad_value("optimizer.params.state_dtype", state_dtype,

@@ -25,7 +25,7 @@
 //   zero_optimization.contiguous_gradients  zeroshard always keeps gradients
 //       in one pre-faulted flat buffer per unit, so true (the default)
 //       changes nothing and false is a ConfigError.
-//   offload tiers: runtime/config/offload_config.h; aio: offload/aio_config.h;
+//   offload tiers: runtime/config/offload_config.h; aio: offload/io/aio_config.h;
 //   scheduler: optimizer/lr_schedule.h.
 // The reader reports every problem of a file in one ConfigError (see
 // runtime/config/config_diagnostics.h) and returns warnings in

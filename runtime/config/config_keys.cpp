@@ -245,7 +245,7 @@ std::vector<ConfigKey> make_table() {
       legacy("zero_optimization.use_all_reduce_for_fetch_params", T::boolean,
              "zero_optimization.stage3_use_all_reduce_for_fetch_params"),
       legacy("allgather_size", T::count, "zero_optimization.allgather_bucket_size (with zero_optimization true)"),
-      impl("aio", T::section, "", "the NVMe I/O engine (offload/aio_config.h)"),
+      impl("aio", T::section, "", "the NVMe I/O engine (offload/io/aio_config.h)"),
       impl("aio.block_size", T::int64, "1048576", "bytes per I/O piece, a multiple of 4096"),
       impl("aio.queue_depth", T::int32, "32", "io_uring pieces in flight, 1..4096"),
       impl("aio.intra_op_parallelism", T::int32, "1", "threads of the thread-pool fallback engine, 1..256"),
@@ -265,7 +265,7 @@ std::vector<ConfigKey> make_table() {
            "every rank naming the odd rank (one extra all-gather per collective)"),
       impl("zeroshard.collective_timeout_s", T::float64, "0",
            "> 0: a collective not complete after this many seconds ends the job naming every rank's collective "
-           "(comm/collective_watchdog.h); 0 = off"),
+           "(comm/traced/collective_watchdog.h); 0 = off"),
       impl("zeroshard.reduction_order", T::string, "\"rank\"",
            "\"rank\": every gradient reduction sums each element's contributions rank 0 + rank 1 + ... left to "
            "right (all-to-all, local sum, all-gather), so bucket sizes, overlap_comm, offload tiers and, without "
@@ -323,7 +323,7 @@ std::vector<ConfigKey> make_table() {
       quiet("comms_config", T::object,
             "DeepSpeed does not read this key: comms_config is the name under which it prints its comms_logger "
             "settings; write comms_logger for the communication log"),
-      impl("comms_logger", T::section, "", "the communication log (comm/comms_log.h)"),
+      impl("comms_logger", T::section, "", "the communication log (comm/traced/comms_log.h)"),
       impl("comms_logger.enabled", T::boolean, "false", "count, bytes, latency, algbw and busbw per collective kind and size"),
       impl("comms_logger.verbose", T::boolean, "false", "print each logged collective as it completes"),
       impl("comms_logger.prof_all", T::boolean, "true", "log every collective kind (false: only prof_ops)"),

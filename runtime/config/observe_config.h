@@ -43,7 +43,7 @@
 //   zeroshard.collective_timeout_s  > 0: a collective that does not complete
 //                                in this many seconds ends the job with one
 //                                message naming every rank's collective
-//                                (comm/collective_watchdog.h); 0 (default):
+//                                (comm/traced/collective_watchdog.h); 0 (default):
 //                                off. Needs MPI with MPI_THREAD_MULTIPLE
 //                                (the report's side channel); the engine's
 //                                constructor throws CommError otherwise,

@@ -8,7 +8,7 @@
 #include <cstdint>
 #include <string>
 
-#include "offload/aio_config.h"
+#include "offload/io/aio_config.h"
 
 // [Note: offload keys]
 // zero_optimization.offload_optimizer (stages 1-3):
@@ -59,7 +59,7 @@
 //                   of 4096 (>= 4096) so sub-groups start on O_DIRECT
 //                   boundaries in every dtype; 0 (axolotl's templates; for
 //                   DeepSpeed one parameter per sub-group) is 4096 too.
-// aio               the I/O engine's settings (offload/aio_config.h).
+// aio               the I/O engine's settings (offload/io/aio_config.h).
 
 namespace zeroshard {
 

@@ -73,7 +73,7 @@ void check_device_config(const EngineConfig& config, Communicator& nccl, Communi
 // The CUDA kernels (kernels/cuda) implement Adam, AdamW and SGD; Lion and
 // Adagrad have CPU kernels only, so they run on a cuda engine only where the
 // update runs on the host: with offload_optimizer cpu or nvme. The same
-// holds for 8-bit optimizer states (kernels/cpu/adam8bit.h).
+// holds for 8-bit optimizer states (kernels/cpu/adam/adam8bit.h).
 void check_cuda_optimizer(const EngineConfig& config) {
   const OptimizerKind k = config.optimizer.kind;
   if (config.optimizer.states.dtype != StateDtype::fp32 && config.offload.optimizer.device == OffloadDevice::none) {

@@ -1,6 +1,6 @@
 // EngineComms: the Engine's communicators and their tracing. Every
 // communicator the engine uses is wrapped in a TracedCommunicator
-// (comm/traced_communicator.h) that numbers, labels and, as configured
+// (comm/traced/traced_communicator.h) that numbers, labels and, as configured
 // (runtime/config/observe_config.h), times, logs and watches its
 // collectives: the data-parallel group's device collectives ("dp"), its
 // host-side messages ("dp.host", the same wrapper when the host
@@ -24,9 +24,9 @@
 #include <vector>
 
 #include "comm/collective_error.h"
-#include "comm/comms_log.h"
 #include "comm/node_groups.h"
-#include "comm/traced_communicator.h"
+#include "comm/traced/comms_log.h"
+#include "comm/traced/traced_communicator.h"
 #include "runtime/checkpoint/mesh_folders.h"
 #include "runtime/config/observe_config.h"
 #include "runtime/config/zeropp_config.h"

@@ -7,7 +7,7 @@
 
 #include "core/aligned_buffer.h"
 #include "core/error.h"
-#include "kernels/cpu/quant_map.h"
+#include "kernels/cpu/adam/quant_map.h"
 #include "comm/collective_error.h"
 #include "kernels/cpu/cast.h"
 #include "core/durable_file.h"

@@ -7,7 +7,7 @@
 
 #include <fmt/format.h>
 
-#include "comm/clock_sync.h"
+#include "comm/traced/clock_sync.h"
 #include "core/error.h"
 #include "runtime/observe/chrome_trace.h"
 #include "comm/collective_error.h"

@@ -7,7 +7,7 @@
 #include <fmt/format.h>
 
 #include "core/error.h"
-#include "kernels/cpu/quant_map.h"
+#include "kernels/cpu/adam/quant_map.h"
 
 namespace zeroshard {
 

@@ -20,7 +20,7 @@ namespace zeroshard {
 /// configuration, then (start) a communicator to gather the figures on (the
 /// engine's world, unwrapped so that these gathers are not themselves
 /// recorded), this rank's clock offset to that communicator's rank 0
-/// (comm/clock_sync.h) and the origin of the common clock.
+/// (comm/traced/clock_sync.h) and the origin of the common clock.
 /// Thread safety: one thread (the engine's).
 class StepObserver {
  public:

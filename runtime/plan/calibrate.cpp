@@ -10,12 +10,12 @@
 
 #include "core/error.h"
 #include "core/tracer.h"
-#include "kernels/cpu/adam.h"
+#include "kernels/cpu/adam/adam.h"
 #include "kernels/cpu/simd_targets.h"
 #include "kernels/cpu/thread_pool.h"
 #include "kernels/quant/symmetric_quant.h"
 #include "offload/host_allocator.h"
-#include "offload/io_engine.h"
+#include "offload/io/io_engine.h"
 #include "offload/swap_directory.h"
 
 namespace zeroshard {

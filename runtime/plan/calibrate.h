@@ -1,7 +1,7 @@
 // Calibration: measures this machine's rates for the step cost model
 // (runtime/plan/cost_model.h, [Note: step cost model]) with short probes of the
 // code the engine runs:
-//   - the fp32 AdamW kernel (kernels/cpu/adam.h) over `optimizer_elements`
+//   - the fp32 AdamW kernel (kernels/cpu/adam/adam.h) over `optimizer_elements`
 //     elements with the kernel threads as configured: bytes moved (28 per
 //     element) / the best of 5 passes;
 //   - ZeRO++'s quantization round trip (kernels/quant/symmetric_quant.h:

@@ -61,7 +61,7 @@
 // (MachineRates::ranks_per_node L < n, hosts of L consecutive ranks, and a
 // link_bandwidth) each collective also takes its cross-host bytes through
 // the host's link: L x the bytes each rank sends to other hosts
-// (cross_host_bytes' model, comm/collective_record.h) / the link's bytes
+// (cross_host_bytes' model, comm/traced/collective_record.h) / the link's bytes
 // per second, added to the collective's time. ZeRO++ ([Note: ZeRO++
 // unsharding], [Note: hierarchical quantized reduce-scatter]): qwZ's world
 // gathers move chunks (sym_quant_chunk_bytes) and hpZ's later gathers of a
@@ -75,7 +75,7 @@
 //
 // cross_host_traffic() counts a steady step's bytes between hosts, over
 // every rank, in the same model: what the comms log of a step shows
-// (comm/comms_log.h; bench/zeropp compares the two). A steady step is one
+// (comm/traced/comms_log.h; bench/zeropp compares the two). A steady step is one
 // after the first (which records the unshard order and keeps no unit), of
 // gradient_accumulation_steps micro-batches, each forward over the units
 // 0 .. U-1 and backward U-1 .. 0, with the stage3_* knobs at their

@@ -9,7 +9,7 @@
 #include <filesystem>
 
 #include "core/error.h"
-#include "offload/free_space.h"
+#include "offload/io/free_space.h"
 #include "offload/pinned_host_allocator.h"
 #include "offload/swap_folder.h"
 

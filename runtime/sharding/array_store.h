@@ -19,7 +19,7 @@
 #include "core/tracer.h"
 #include "kernels/cpu/cast.h"
 #include "offload/host_pool.h"
-#include "offload/io_engine.h"
+#include "offload/io/io_engine.h"
 #include "offload/swap_directory.h"
 #include "offload/swap_pipeline.h"
 #include "runtime/sharding/array_plan.h"

@@ -9,7 +9,7 @@
 
 #include "core/aligned_buffer.h"
 #include "core/error.h"
-#include "kernels/cpu/quant_map.h"
+#include "kernels/cpu/adam/quant_map.h"
 #include "kernels/cpu/sum_blocks.h"
 #include "zs_config.h"
 

@@ -11,11 +11,11 @@
 #include "core/cuda_stream.h"
 #include "core/device_buffer.h"
 #include "core/error.h"
-#include "kernels/cuda/adam.h"
+#include "kernels/cuda/optimizers/adam.h"
 #include "kernels/cuda/convert.h"
 #include "kernels/cuda/symmetric_quant.h"
 #include "kernels/cuda/grad_check.h"
-#include "kernels/cuda/sgd.h"
+#include "kernels/cuda/optimizers/sgd.h"
 #include "runtime/sharding/device_ops.h"
 
 namespace zeroshard {

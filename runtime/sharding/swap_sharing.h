@@ -1,5 +1,5 @@
 // How many ranks write swap files to the same file system, so that the
-// free-space check before training counts all of them (offload/free_space.h).
+// free-space check before training counts all of them (offload/io/free_space.h).
 #pragma once
 
 #include <cstdint>

@@ -27,7 +27,7 @@
 #include <vector>
 
 #include "comm/communicator.h"
-#include "comm/traced_communicator.h"
+#include "comm/traced/traced_communicator.h"
 
 using namespace zeroshard;
 

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Hangs and mismatched collectives end the job within the timeout plus a few
 # seconds, non-zero, with one message naming rank 2's and the others'
-# collectives ([Note: collective watchdog] in comm/collective_watchdog.h),
+# collectives ([Note: collective watchdog] in comm/traced/collective_watchdog.h),
 # and leave no process behind. Usage: hang_tests.sh MPIRUN ZS_HANG_PROBE
 set -uo pipefail
 mpirun="$1"; probe="$2"

@@ -6,10 +6,10 @@
 
 #include <doctest/doctest.h>
 
-#include "comm/clock_sync.h"
-#include "comm/collective_watchdog.h"
-#include "comm/comms_log.h"
-#include "comm/traced_communicator.h"
+#include "comm/traced/clock_sync.h"
+#include "comm/traced/collective_watchdog.h"
+#include "comm/traced/comms_log.h"
+#include "comm/traced/traced_communicator.h"
 #include "core/error.h"
 #include "core/tracer.h"
 #include "tests/comm/comm_test_util.h"

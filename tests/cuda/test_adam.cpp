@@ -1,4 +1,4 @@
-// The multi-tensor Adam / AdamW kernel against kernels/cpu/adam.h's scalar
+// The multi-tensor Adam / AdamW kernel against kernels/cpu/adam/adam.h's scalar
 // reference, bitwise ([Note: bitwise GPU kernels]), for every gradient
 // dtype, with and without the low-precision param copy, over the standard
 // sizes and over tensor lists that overflow one launch's metadata.
@@ -8,8 +8,8 @@
 
 #include <doctest/doctest.h>
 
-#include "kernels/cpu/adam.h"
-#include "kernels/cuda/adam.h"
+#include "kernels/cpu/adam/adam.h"
+#include "kernels/cuda/optimizers/adam.h"
 #include "tests/cuda/cuda_test_util.h"
 
 using namespace zeroshard;

@@ -1,6 +1,6 @@
 // The GPU kernels with 8-bit blockwise and bf16 optimizer states
-// (kernels/cuda/adam8bit.h, adam_bf16_state.h) against the CPU scalar
-// references (kernels/cpu/adam8bit.h, adam_bf16_state.h), bitwise ([Note:
+// (kernels/cuda/optimizers/adam8bit.h, adam_bf16_state.h) against the CPU scalar
+// references (kernels/cpu/adam/adam8bit.h, adam_bf16_state.h), bitwise ([Note:
 // bitwise GPU kernels]): param, param copy, codes and absmax, bf16 states
 // with both roundings (the stochastic stream included), every gradient
 // dtype, sizes 0, 1, 7, 57, 10001 and block boundaries, several steps.
@@ -10,12 +10,12 @@
 
 #include <doctest/doctest.h>
 
-#include "kernels/cpu/adam.h"
-#include "kernels/cpu/adam8bit.h"
-#include "kernels/cpu/adam_bf16_state.h"
-#include "kernels/cpu/quant_map.h"
-#include "kernels/cuda/adam8bit.h"
-#include "kernels/cuda/adam_bf16_state.h"
+#include "kernels/cpu/adam/adam.h"
+#include "kernels/cpu/adam/adam8bit.h"
+#include "kernels/cpu/adam/adam_bf16_state.h"
+#include "kernels/cpu/adam/quant_map.h"
+#include "kernels/cuda/optimizers/adam8bit.h"
+#include "kernels/cuda/optimizers/adam_bf16_state.h"
 #include "tests/cuda/cuda_test_util.h"
 
 using namespace zeroshard;

@@ -8,10 +8,10 @@
 
 #include "core/cuda_check.h"
 #include "core/cuda_stream.h"
-#include "kernels/cuda/adam.h"
 #include "kernels/cuda/convert.h"
 #include "kernels/cuda/grad_check.h"
-#include "kernels/cuda/sgd.h"
+#include "kernels/cuda/optimizers/adam.h"
+#include "kernels/cuda/optimizers/sgd.h"
 #include "tests/support/thrown.h"
 
 using namespace zeroshard;

@@ -1,4 +1,4 @@
-// The multi-tensor SGD kernel against kernels/cpu/sgd.h's scalar reference,
+// The multi-tensor SGD kernel against kernels/cpu/update/sgd.h's scalar reference,
 // bitwise, for every gradient dtype and momentum variant, over the standard
 // sizes and over one tensor long enough to need several launches.
 #include <string>
@@ -6,8 +6,8 @@
 
 #include <doctest/doctest.h>
 
-#include "kernels/cpu/sgd.h"
-#include "kernels/cuda/sgd.h"
+#include "kernels/cpu/update/sgd.h"
+#include "kernels/cuda/optimizers/sgd.h"
 #include "tests/cuda/cuda_test_util.h"
 
 using namespace zeroshard;

@@ -1,4 +1,4 @@
-// 8-bit blockwise optimizer states (kernels/cpu/quant_map.h, adam8bit.h):
+// 8-bit blockwise optimizer states (kernels/cpu/adam/quant_map.h, adam8bit.h):
 // the dynamic tree maps and their thresholds against the exact values and
 // midpoints; the vector encoder against the reference's binary search over
 // every float near a threshold and a sweep of all others; quantize /
@@ -16,10 +16,10 @@
 #include <doctest/doctest.h>
 
 #include "core/error.h"
-#include "kernels/cpu/adam.h"
-#include "kernels/cpu/adam8bit.h"
+#include "kernels/cpu/adam/adam.h"
+#include "kernels/cpu/adam/adam8bit.h"
 #include "kernels/cpu/convert.h"
-#include "kernels/cpu/quant_map.h"
+#include "kernels/cpu/adam/quant_map.h"
 #include "kernel_test_util.h"
 
 using namespace zeroshard;

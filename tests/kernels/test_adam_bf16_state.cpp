@@ -1,4 +1,4 @@
-// AdamW with bf16 optimizer states (kernels/cpu/adam_bf16_state.h,
+// AdamW with bf16 optimizer states (kernels/cpu/adam/adam_bf16_state.h,
 // stochastic_round.h): the Highway kernel against the scalar reference bit
 // for bit on every SIMD target at 1 and 2 threads, both roundings; against
 // fp32 AdamW over one step (param identical, states within the stated
@@ -13,10 +13,10 @@
 
 #include "core/error.h"
 #include "core/splitmix64.h"
-#include "kernels/cpu/adam.h"
-#include "kernels/cpu/adam_bf16_state.h"
+#include "kernels/cpu/adam/adam.h"
+#include "kernels/cpu/adam/adam_bf16_state.h"
 #include "kernels/cpu/convert.h"
-#include "kernels/cpu/stochastic_round.h"
+#include "kernels/cpu/adam/stochastic_round.h"
 #include "kernel_test_util.h"
 
 using namespace zeroshard;

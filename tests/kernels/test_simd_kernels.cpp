@@ -18,13 +18,13 @@
 #include <doctest/doctest.h>
 
 #include "core/error.h"
-#include "kernels/cpu/adagrad.h"
-#include "kernels/cpu/adam.h"
+#include "kernels/cpu/update/adagrad.h"
+#include "kernels/cpu/adam/adam.h"
 #include "kernels/cpu/convert.h"
 #include "kernels/cpu/grad_check.h"
-#include "kernels/cpu/lion.h"
+#include "kernels/cpu/update/lion.h"
 #include "kernels/cpu/reduce_ops.h"
-#include "kernels/cpu/sgd.h"
+#include "kernels/cpu/update/sgd.h"
 #include "kernel_test_util.h"
 #include "optimizer/optimizer.h"
 
@@ -186,7 +186,7 @@ TEST_CASE("lion_update equals lion_update_reference bit for bit") {
 
 TEST_CASE("adagrad_update equals adagrad_update_reference bit for bit") {
   // Later steps with and without L2 decay, and a first step that starts the
-  // sum at initial_accumulator_value (kernels/cpu/adagrad.h).
+  // sum at initial_accumulator_value (kernels/cpu/update/adagrad.h).
   struct Case {
     double weight_decay, lr_decay, initial;
     long long step;

@@ -10,7 +10,7 @@
 #include <torch/optim/adamw.h>
 #include <torch/version.h>
 
-#include "kernels/cpu/adam.h"
+#include "kernels/cpu/adam/adam.h"
 #include "optimizer/optimizer.h"
 #include "tests/libtorch/torch_test_models.h"
 
@@ -73,7 +73,7 @@ TEST_CASE("one rank: libtorch's gradients through the engine's AdamW, bitwise at
   if (world().world_size() != 1) return;
   constexpr int kSteps = 5;
   // Unsharded: plain libtorch's gradients, then the engine's kernel
-  // (kernels/cpu/adam.h, torch.optim's float32 AdamW order) on them.
+  // (kernels/cpu/adam/adam.h, torch.optim's float32 AdamW order) on them.
   auto plain = make_tied_net();
   const PlainGroups g = plain_groups(*plain);
   std::map<const c10::TensorImpl*, std::pair<at::Tensor, at::Tensor>> moments;

@@ -18,7 +18,7 @@
 
 #include <sys/mount.h>
 
-#include "offload/io_engine.h"
+#include "offload/io/io_engine.h"
 
 namespace zeroshard::test {
 

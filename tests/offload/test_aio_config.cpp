@@ -7,7 +7,7 @@
 #include <nlohmann/json.hpp>
 
 #include "core/error.h"
-#include "offload/aio_config.h"
+#include "offload/io/aio_config.h"
 #include "tests/support/thrown.h"
 
 using namespace zeroshard;

@@ -7,9 +7,9 @@
 
 #include <doctest/doctest.h>
 
-#include "kernels/cpu/adam.h"
+#include "kernels/cpu/adam/adam.h"
 #include "kernels/cpu/reduce_ops.h"
-#include "kernels/cpu/sgd.h"
+#include "kernels/cpu/update/sgd.h"
 #include "optimizer/optimizer.h"
 
 using namespace zeroshard;

@@ -16,8 +16,8 @@
 
 #include <doctest/doctest.h>
 
-#include "kernels/cpu/adam.h"
-#include "kernels/cpu/sgd.h"
+#include "kernels/cpu/adam/adam.h"
+#include "kernels/cpu/update/sgd.h"
 #include "tests/kernels/kernel_test_util.h"
 #include "tests/optimizer/torch_adamw_data.h"
 
@@ -85,7 +85,7 @@ void simd_f32(float* p, const float* g, float* m, float* v, std::size_t n,
 // op per line; Python floats are doubles, rounded to float (f) where they
 // meet the tensor. Written from torch/optim/adam.py and aten's CPU kernels
 // (addcmul: self + value*t1*t2; addcdiv: self + value*t1/t2), not from
-// kernels/cpu/adam.cpp.
+// kernels/cpu/adam/adam.cpp.
 // The lerp is aten's (native/Lerp.h): |w| < 0.5 ? a + w*(b-a) : b - (b-a)*(1-w),
 // evaluated as torch's CPU kernel does (native/cpu/LerpKernel.cpp), with one
 // rounding of the multiply-add: its vector loop is

@@ -19,7 +19,7 @@
 #include "comm/mesh.h"
 #include "core/error.h"
 #include "kernels/cpu/cast.h"
-#include "offload/fault_injection.h"
+#include "offload/io/fault_injection.h"
 #include "core/durable_file.h"
 #include "runtime/checkpoint/checkpoint_manifest.h"
 #include "comm/collective_error.h"

@@ -14,7 +14,7 @@
 
 #include <doctest/doctest.h>
 
-#include "offload/fault_injection.h"
+#include "offload/io/fault_injection.h"
 #include "comm/collective_error.h"
 #include "runtime/engine/engine.h"
 #include "runtime/sharding/swap_sharing.h"

@@ -14,7 +14,7 @@
 
 #include "core/error.h"
 #include "kernels/cpu/cast.h"
-#include "offload/fault_injection.h"
+#include "offload/io/fault_injection.h"
 #include "zs_config.h"
 #include "runtime/engine/engine.h"
 #include "tests/support/test_world.h"

@@ -23,8 +23,8 @@
 
 #include "core/error.h"
 #include "core/memory_ledger.h"
+#include "kernels/cpu/adam/quant_map.h"
 #include "kernels/cpu/cast.h"
-#include "kernels/cpu/quant_map.h"
 #include "optimizer/update_8bit.h"
 #include "optimizer/update_bf16.h"
 #include "runtime/engine/shard_optimizer.h"

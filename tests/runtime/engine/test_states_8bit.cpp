@@ -15,8 +15,8 @@
 #include <fmt/format.h>
 
 #include "core/error.h"
+#include "kernels/cpu/adam/quant_map.h"
 #include "kernels/cpu/cast.h"
-#include "kernels/cpu/quant_map.h"
 #include "runtime/engine/engine.h"
 #include "tests/support/scratch_files.h"
 #include "tests/support/state_format_model.h"

@@ -5,7 +5,7 @@
 // rank-independent gradients, bitwise the single-buffer reference at every
 // world size (the stochastic stream follows the flat-buffer index); one
 // step against fp32 states from the same states (parameters bitwise, states
-// within the kernel's bound, kernels/cpu/adam_bf16_state.h); the ledger's
+// within the kernel's bound, kernels/cpu/adam/adam_bf16_state.h); the ledger's
 // state bytes; checkpoint round trips (bf16 exact across stages, bf16 into
 // fp32 exact, fp32 into bf16 rounded to nearest even); config keys. Units:
 // odd sizes 0, 1, 7, 57, 10001, parameter groups inside a unit, a unit
@@ -112,7 +112,7 @@ TEST_CASE("bf16 states: every stage and world size gives the single-buffer refer
 }
 
 TEST_CASE("bf16 states: one step against fp32 states from the same states") {
-  // kernels/cpu/adam_bf16_state.h: the parameters are bitwise those of fp32
+  // kernels/cpu/adam/adam_bf16_state.h: the parameters are bitwise those of fp32
   // states, each new state within half a bf16 ulp (nearest: <= 2^-8 of its
   // magnitude) or one ulp (stochastic: < 2^-7).
   const std::string dir = (swap_root() / fmt::format("close-{}", world().world_size())).string();

@@ -30,7 +30,7 @@
 
 #include "core/error.h"
 #include "kernels/cpu/cast.h"
-#include "offload/fault_injection.h"
+#include "offload/io/fault_injection.h"
 #include "runtime/sharding/array_store.h"
 #include "tests/support/component_layout.h"
 #include "tests/support/test_world.h"
