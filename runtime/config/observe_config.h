@@ -10,6 +10,8 @@
 #include <string>
 #include <vector>
 
+#include "comm/traced/comms_log.h"
+
 // [Note: observe keys]
 //   wall_clock_breakdown         DeepSpeed's key: every steps_per_print
 //                                optimizer steps, rank 0 prints the step
@@ -56,14 +58,9 @@
 
 namespace zeroshard {
 
-/// DeepSpeed's comms_logger section. Plain value type.
-struct CommsLoggerConfig {
-  bool enabled = false;
-  bool verbose = false;
-  bool prof_all = true;
-  std::vector<std::string> prof_ops;  ///< kinds logged when prof_all is false
-  bool debug = false;
-};
+/// DeepSpeed's comms_logger section: the comms log's own options
+/// (comm/traced/comms_log.h). Plain value type.
+using CommsLoggerConfig = CommsLogOptions;
 
 /// DeepSpeed's csv_monitor section (its CSVConfig defaults). Plain value type.
 struct CsvMonitorConfig {

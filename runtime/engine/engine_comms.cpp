@@ -15,11 +15,8 @@ namespace {
 // comms_logger's log for `config` (null when off); verbose lines go to
 // stdout on rank 0 only.
 std::unique_ptr<CommsLog> make_comms_log(const ObserveConfig& config, int rank) {
-  const CommsLoggerConfig& c = config.comms_logger;
-  if (!c.enabled) return nullptr;
-  const CommsLogOptions o{.enabled = true, .verbose = c.verbose, .prof_all = c.prof_all, .prof_ops = c.prof_ops,
-                          .debug = c.debug};
-  return std::make_unique<CommsLog>(o, rank == 0 ? &std::cout : nullptr);
+  if (!config.comms_logger.enabled) return nullptr;
+  return std::make_unique<CommsLog>(config.comms_logger, rank == 0 ? &std::cout : nullptr);
 }
 
 }  // namespace

@@ -15,11 +15,14 @@
 #include "comm/self/self_communicator.h"
 #include "comm_test_util.h"
 #include "core/error.h"
+#include "tests/support/thrown.h"
 
 namespace zeroshard {
 namespace {
 
 using test::Bytes;
+using testing::contains;
+using testing::error_message;
 using test::world;
 
 const std::vector<std::size_t> kP2pCounts = {0, 1, 7, 10001};
@@ -33,10 +36,6 @@ Bytes message(DType t, int src, int dst, std::size_t count, int salt = 0) {
     test::put(t, b.data(), i, test::value(src * 5 + dst, i, salt));
   }
   return b;
-}
-
-bool contains(const std::string& s, const std::string& part) {
-  return s.find(part) != std::string::npos;
 }
 
 TEST_CASE("p2p: blocking send/recv between every ordered pair, every size and dtype") {
@@ -168,30 +167,18 @@ TEST_CASE("p2p: a bad peer or a negative count is a CommError naming the rank an
   float x = 0;
   for (int peer : {-1, n, n + 3}) {
     std::string what;
-    try {
-      c.isend(&x, 1, DType::f32, peer);
-    } catch (const CommError& e) {
-      what = e.what();
-    }
+    what = error_message<CommError>([&] { c.isend(&x, 1, DType::f32, peer); });
     CHECK(contains(what, "send on rank " + std::to_string(me)));
     CHECK(contains(what, "peer " + std::to_string(peer)));
     CHECK(contains(what, "world size " + std::to_string(n)));
     what.clear();
-    try {
-      c.recv(&x, 1, DType::f32, peer);
-    } catch (const CommError& e) {
-      what = e.what();
-    }
+    what = error_message<CommError>([&] { c.recv(&x, 1, DType::f32, peer); });
     CHECK(contains(what, "recv on rank " + std::to_string(me)));
     CHECK(contains(what, "peer " + std::to_string(peer)));
   }
   const int negative = -3;
   std::string what;
-  try {
-    c.isend(&x, static_cast<std::size_t>(negative), DType::f32, (me + 1) % n);
-  } catch (const CommError& e) {
-    what = e.what();
-  }
+  what = error_message<CommError>([&] { c.isend(&x, static_cast<std::size_t>(negative), DType::f32, (me + 1) % n); });
   CHECK(contains(what, "rank " + std::to_string(me)));
   CHECK(contains(what, "peer " + std::to_string((me + 1) % n)));
   CHECK(contains(what, "-3"));
@@ -214,11 +201,7 @@ TEST_CASE("p2p: a receive of another count than the message is a CommError on th
   } else if (me == 1) {
     float in[8] = {};
     std::string what;
-    try {
-      c.recv(in, 8, DType::f32, 0);
-    } catch (const CommError& e) {
-      what = e.what();
-    }
+    what = error_message<CommError>([&] { c.recv(in, 8, DType::f32, 0); });
     CHECK(contains(what, "recv on rank 1"));
     CHECK(contains(what, "from peer 0"));
     CHECK(contains(what, "expected 8 f32 elements, the message has 7"));
@@ -260,11 +243,7 @@ TEST_CASE("self communicator: another peer, an unmatched wait and a count mismat
   float x[4] = {1, 2, 3, 4};
   for (int peer : {1, -1, 5}) {
     std::string what;
-    try {
-      s.isend(x, 4, DType::f32, peer);
-    } catch (const CommError& e) {
-      what = e.what();
-    }
+    what = error_message<CommError>([&] { s.isend(x, 4, DType::f32, peer); });
     CHECK(contains(what, "send on rank 0 of the self communicator: peer " + std::to_string(peer)));
     CHECK(contains(what, "world size 1"));
     CHECK_THROWS_AS(s.irecv(x, 4, DType::f32, peer), CommError);
@@ -272,11 +251,7 @@ TEST_CASE("self communicator: another peer, an unmatched wait and a count mismat
   {
     CommWork w = s.isend(x, 4, DType::f32, 0);
     std::string what;
-    try {
-      w.wait();
-    } catch (const CommError& e) {
-      what = e.what();
-    }
+    what = error_message<CommError>([&] { w.wait(); });
     CHECK(contains(what, "send to self"));
     CHECK(contains(what, "no matching receive"));
   }
@@ -286,11 +261,7 @@ TEST_CASE("self communicator: another peer, an unmatched wait and a count mismat
     CommWork w = s.isend(x, 4, DType::f32, 0);
     float y[3];
     std::string what;
-    try {
-      s.irecv(y, 3, DType::f32, 0);
-    } catch (const CommError& e) {
-      what = e.what();
-    }
+    what = error_message<CommError>([&] { s.irecv(y, 3, DType::f32, 0); });
     CHECK(contains(what, "the send has 4 f32 elements"));
     CHECK(contains(what, "expects 3 f32 elements"));
     CHECK(w.pending());  // still queued; destroying the handle withdraws it

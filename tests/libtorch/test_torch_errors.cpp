@@ -12,7 +12,6 @@
 namespace zeroshard::testing {
 namespace {
 
-bool contains(const std::string& text, const std::string& part) { return text.find(part) != std::string::npos; }
 
 // A model with a parameter of its own beside its submodule's.
 struct RootParamNetImpl : ::torch::nn::Module {

@@ -16,10 +16,13 @@
 #include "comm/node_groups.h"
 #include "core/error.h"
 #include "parallel_test_util.h"
+#include "tests/support/thrown.h"
 
 namespace zeroshard {
 namespace {
 
+using testing::contains;
+using testing::error_message;
 using tptest::factorisations;
 using tptest::world;
 
@@ -103,16 +106,7 @@ TEST_CASE("mesh: world_rank_of and coord_of are inverse for shapes up to 4 x 4")
 
 // The ConfigError message a bad shape gives, or "" when none is thrown.
 std::string mesh_error(Communicator& w, MeshShape shape) {
-  try {
-    Mesh mesh(w, shape);
-  } catch (const ConfigError& e) {
-    return e.what();
-  }
-  return "";
-}
-
-bool contains(const std::string& s, const std::string& part) {
-  return s.find(part) != std::string::npos;
+  return error_message<ConfigError>([&] { Mesh mesh(w, shape); });
 }
 
 TEST_CASE("mesh: a bad shape is a ConfigError naming dp, tp and the world size") {

@@ -14,9 +14,13 @@
 
 #include "core/error.h"
 #include "parallel/pipeline_schedule.h"
+#include "tests/support/thrown.h"
 
 namespace zeroshard {
 namespace {
+
+using testing::contains;
+using testing::error_message;
 
 const PipelineScheduleKind kKinds[] = {PipelineScheduleKind::gpipe,
                                        PipelineScheduleKind::one_f_one_b};
@@ -37,16 +41,7 @@ std::vector<int> iota(int m) {
 }
 
 std::string invariant_error(const PipelineTable& t) {
-  try {
-    validate_pipeline_table(t);
-  } catch (const InvariantError& e) {
-    return e.what();
-  }
-  return "";
-}
-
-bool contains(const std::string& s, const std::string& part) {
-  return s.find(part) != std::string::npos;
+  return error_message<InvariantError>([&] { validate_pipeline_table(t); });
 }
 
 TEST_CASE("pipeline schedule: printed tables of 1F1B and GPipe at 2 stages") {

@@ -1,6 +1,7 @@
 // What a call throws, for tests that check error messages: the message of
 // an exception of one type, with or without a test failure when nothing is
-// thrown. Exceptions of other types propagate. Header-only.
+// thrown (exceptions of other types propagate), and whether a message
+// holds a part. Header-only.
 #pragma once
 
 #include <doctest/doctest.h>
@@ -32,5 +33,8 @@ std::string required_error_message(F&& f, const char* expected) {
   FAIL(expected);
   return {};
 }
+
+/// True if `part` occurs in `text` (for checks on the messages above).
+inline bool contains(const std::string& text, const std::string& part) { return text.find(part) != std::string::npos; }
 
 }  // namespace zeroshard::testing
