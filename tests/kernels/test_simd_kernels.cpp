@@ -96,6 +96,21 @@ void check_optimizer(const OptimizerCase& c, K&& kernel, R&& reference, std::siz
   }
 }
 
+// check_optimizer on every SIMD target and thread count, every size of
+// kSizes at every offset of kOffsets; inputs seeded by seed_mul * n + off.
+template <class K, class R>
+void check_optimizer_everywhere(std::size_t seed_mul, K&& kernel, R&& reference) {
+  for_each_target_and_threads([&] {
+    for (const std::size_t n : kSizes) {
+      for (const std::size_t off : kOffsets) {
+        CAPTURE(n);
+        CAPTURE(off);
+        check_optimizer(OptimizerCase(n, off, seed_mul * n + off), kernel, reference, off);
+      }
+    }
+  });
+}
+
 TEST_CASE("adam_update (AdamW and Adam) equals adam_update_reference bit for bit") {
   for (const bool decoupled : {true, false}) {
   for (const double beta1 : {0.9, 0.3}) {  // both branches of torch's lerp
@@ -103,22 +118,12 @@ TEST_CASE("adam_update (AdamW and Adam) equals adam_update_reference bit for bit
         kernels::make_adam_scalars(1e-2, beta1, 0.999, 1e-8, 0.1, 2, decoupled, 0.75f);
     CAPTURE(decoupled);
     CAPTURE(beta1);
-    for_each_target_and_threads([&] {
-      for (const std::size_t n : kSizes) {
-        for (const std::size_t off : kOffsets) {
-          CAPTURE(n);
-          CAPTURE(off);
-          const OptimizerCase c(n, off, 17 * n + off);
-          check_optimizer(
-              c,
-              [&](float* p, const void* g, DType gd, float* m, float* v, void* cp, DType cd,
-                  std::size_t k) { kernels::adam_update(p, g, gd, m, v, cp, cd, k, s); },
-              [&](float* p, const void* g, DType gd, float* m, float* v, void* cp, DType cd,
-                  std::size_t k) { kernels::adam_update_reference(p, g, gd, m, v, cp, cd, k, s); },
-              off);
-        }
-      }
-    });
+    check_optimizer_everywhere(
+        17,
+        [&](float* p, const void* g, DType gd, float* m, float* v, void* cp, DType cd,
+            std::size_t k) { kernels::adam_update(p, g, gd, m, v, cp, cd, k, s); },
+        [&](float* p, const void* g, DType gd, float* m, float* v, void* cp, DType cd,
+            std::size_t k) { kernels::adam_update_reference(p, g, gd, m, v, cp, cd, k, s); });
   }
   }
 }
@@ -141,22 +146,12 @@ TEST_CASE("sgd_update equals sgd_update_reference bit for bit") {
     CAPTURE(mode.momentum);
     CAPTURE(mode.nesterov);
     CAPTURE(mode.first);
-    for_each_target_and_threads([&] {
-      for (const std::size_t n : kSizes) {
-        for (const std::size_t off : kOffsets) {
-          CAPTURE(n);
-          CAPTURE(off);
-          const OptimizerCase c(n, off, 31 * n + off);
-          check_optimizer(
-              c,
-              [&](float* p, const void* g, DType gd, float* b, float*, void* cp, DType cd,
-                  std::size_t k) { kernels::sgd_update(p, g, gd, b, cp, cd, k, s); },
-              [&](float* p, const void* g, DType gd, float* b, float*, void* cp, DType cd,
-                  std::size_t k) { kernels::sgd_update_reference(p, g, gd, b, cp, cd, k, s); },
-              off);
-        }
-      }
-    });
+    check_optimizer_everywhere(
+        31,
+        [&](float* p, const void* g, DType gd, float* b, float*, void* cp, DType cd,
+            std::size_t k) { kernels::sgd_update(p, g, gd, b, cp, cd, k, s); },
+        [&](float* p, const void* g, DType gd, float* b, float*, void* cp, DType cd,
+            std::size_t k) { kernels::sgd_update_reference(p, g, gd, b, cp, cd, k, s); });
   }
 }
 
@@ -166,22 +161,12 @@ TEST_CASE("lion_update equals lion_update_reference bit for bit") {
   s.weight_decay = 0.1f;
   s.decay_factor = static_cast<float>(1.0 - 1e-3 * 0.1);
   s.grad_scale = 2.0f;
-  for_each_target_and_threads([&] {
-    for (const std::size_t n : kSizes) {
-      for (const std::size_t off : kOffsets) {
-        CAPTURE(n);
-        CAPTURE(off);
-        const OptimizerCase c(n, off, 43 * n + off);
-        check_optimizer(
-            c,
-            [&](float* p, const void* g, DType gd, float* m, float*, void* cp, DType cd,
-                std::size_t k) { kernels::lion_update(p, g, gd, m, cp, cd, k, s); },
-            [&](float* p, const void* g, DType gd, float* m, float*, void* cp, DType cd,
-                std::size_t k) { kernels::lion_update_reference(p, g, gd, m, cp, cd, k, s); },
-            off);
-      }
-    }
-  });
+  check_optimizer_everywhere(
+      43,
+      [&](float* p, const void* g, DType gd, float* m, float*, void* cp, DType cd,
+          std::size_t k) { kernels::lion_update(p, g, gd, m, cp, cd, k, s); },
+      [&](float* p, const void* g, DType gd, float* m, float*, void* cp, DType cd,
+          std::size_t k) { kernels::lion_update_reference(p, g, gd, m, cp, cd, k, s); });
 }
 
 TEST_CASE("adagrad_update equals adagrad_update_reference bit for bit") {
@@ -195,25 +180,15 @@ TEST_CASE("adagrad_update equals adagrad_update_reference bit for bit") {
     const auto s = kernels::make_adagrad_scalars(1e-2, k.lr_decay, 1e-10, k.weight_decay, k.initial, k.step, 0.75f);
     CAPTURE(k.weight_decay);
     CAPTURE(k.step);
-    for_each_target_and_threads([&] {
-      for (const std::size_t n : kSizes) {
-        for (const std::size_t off : kOffsets) {
-          CAPTURE(n);
-          CAPTURE(off);
-          const OptimizerCase c(n, off, 47 * n + off);
-          // The sum is state1 (non-negative, as a sum of squares is).
-          check_optimizer(
-              c,
-              [&](float* p, const void* g, DType gd, float*, float* sum, void* cp, DType cd, std::size_t e) {
-                kernels::adagrad_update(p, g, gd, sum, cp, cd, e, s);
-              },
-              [&](float* p, const void* g, DType gd, float*, float* sum, void* cp, DType cd, std::size_t e) {
-                kernels::adagrad_update_reference(p, g, gd, sum, cp, cd, e, s);
-              },
-              off);
-        }
-      }
-    });
+    // The sum is state1 (non-negative, as a sum of squares is).
+    check_optimizer_everywhere(
+        47,
+        [&](float* p, const void* g, DType gd, float*, float* sum, void* cp, DType cd, std::size_t e) {
+          kernels::adagrad_update(p, g, gd, sum, cp, cd, e, s);
+        },
+        [&](float* p, const void* g, DType gd, float*, float* sum, void* cp, DType cd, std::size_t e) {
+          kernels::adagrad_update_reference(p, g, gd, sum, cp, cd, e, s);
+        });
   }
 }
 
