@@ -1,3 +1,5 @@
+#include "kernels/cpu/fp_strict.h"  // first: see [Note: strict floating point in kernels]
+
 #include "kernels/cpu/muon/newton_schulz.h"
 
 #include <cblas.h>
