@@ -39,7 +39,8 @@ std::unique_ptr<::torch::optim::OptimizerOptions> options_for(const OptimizerHyp
               .initial_accumulator_value(h.initial_accumulator_value)
               .eps(h.eps));
     case OptimizerKind::adamw:
-    case OptimizerKind::lion: break;
+    case OptimizerKind::lion:
+    case OptimizerKind::muon: break;  // libtorch has no Lion or Muon options: AdamW's carry the group's lr
   }
   return std::make_unique<::torch::optim::AdamWOptions>(
       ::torch::optim::AdamWOptions(lr).betas({h.beta1, h.beta2}).eps(h.eps).weight_decay(weight_decay));

@@ -17,6 +17,7 @@ std::string_view optimizer_name(OptimizerKind kind) {
     case OptimizerKind::sgd: return "SGD";
     case OptimizerKind::lion: return "Lion";
     case OptimizerKind::adagrad: return "Adagrad";
+    case OptimizerKind::muon: return "Muon";
   }
   return "?";
 }
@@ -33,7 +34,8 @@ int optimizer_state_count(const OptimizerHyper& hyper) {
     case OptimizerKind::lion:
     case OptimizerKind::adagrad: return 1;
     case OptimizerKind::adam:
-    case OptimizerKind::adamw: break;
+    case OptimizerKind::adamw:
+    case OptimizerKind::muon: break;
   }
   return 2;
 }
@@ -44,6 +46,12 @@ std::string_view optimizer_state_name(const OptimizerHyper& hyper, int index) {
   if (hyper.kind == OptimizerKind::sgd) return "momentum_buffer";
   if (hyper.kind == OptimizerKind::adagrad) return "sum";
   return index == 0 ? "exp_avg" : "exp_avg_sq";
+}
+
+OptimizerHyper element_wise_hyper(const OptimizerHyper& h) {
+  OptimizerHyper out = h;
+  if (h.kind == OptimizerKind::muon) out.kind = OptimizerKind::adamw;
+  return out;
 }
 
 kernels::AdamScalars adam_scalars(const OptimizerHyper& h, double lr, double wd, std::int64_t step,
@@ -140,6 +148,10 @@ void update(bool reference, const OptimizerHyper& h, double lr, double wd, std::
       return apply(
           RuleKernels<kernels::AdamScalars, float*, float*>{kernels::adam_update, kernels::adam_update_reference},
           reference, adam_scalars(h, lr, wd, step, grad_scale), a, states[0], states[1]);
+    case OptimizerKind::muon:
+      throw InvariantError(
+          "optimizer update: Muon's update is whole-matrix (runtime/engine/muon_step.h); element-wise updates "
+          "take element_wise_hyper()");
   }
   throw InvariantError(fmt::format("optimizer update: unknown optimizer kind {}", static_cast<int>(h.kind)));
 }

@@ -13,7 +13,12 @@
 //    decay p *= 1 - lr*wd, p -= lr*sign(beta1*m + (1-beta1)*g),
 //    m = beta2*m + (1-beta2)*g;
 //  - torch.optim.Adagrad: g += wd*p, sum += g*g,
-//    p -= clr*g / (sqrt(sum) + eps), clr = lr / (1 + (step-1)*lr_decay).
+//    p -= clr*g / (sqrt(sum) + eps), clr = lr / (1 + (step-1)*lr_decay);
+//  - Muon (Jordan et al. 2024; torch.optim.Muon): the 2-D matrices that
+//    MuonHyper::params names get the whole-matrix update of
+//    kernels/cpu/muon (runtime/engine/muon_step.h), every other parameter
+//    AdamW with the OptimizerHyper's lr, betas, eps and weight_decay
+//    (optimizer.params.adamw).
 // The element-wise kernels live in kernels/cpu (adam.h, sgd.h, lion.h,
 // adagrad.h), each next to its scalar reference; optimizer_update dispatches to their vectorised,
 // multi-threaded forms (Highway + kernels/cpu/thread_pool.h).
@@ -23,9 +28,12 @@
 #include <cstdint>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "core/dtype.h"
 #include "kernels/cpu/adam/adam.h"
+#include "kernels/cpu/muon/muon_update.h"
+#include "kernels/cpu/muon/newton_schulz.h"
 #include "kernels/cpu/update/adagrad.h"
 #include "kernels/cpu/update/lion.h"
 #include "kernels/cpu/update/sgd.h"
@@ -34,12 +42,27 @@
 namespace zeroshard {
 
 /// Which update rule.
-enum class OptimizerKind { adam, adamw, sgd, lion, adagrad };
+enum class OptimizerKind { adam, adamw, sgd, lion, adagrad, muon };
 
 /// Name as in torch.optim and DeepSpeed's optimizer.type ("Adam", "AdamW",
-/// "SGD", "Lion", "Adagrad").
+/// "SGD", "Lion", "Adagrad", "Muon").
 /// Thread safety: pure.
 std::string_view optimizer_name(OptimizerKind kind);
+
+/// Muon's own values (optimizer.type "Muon"; names and defaults of
+/// torch.optim.Muon). Plain value.
+struct MuonHyper {
+  double lr = 1e-3;            ///< optimizer.params.lr: the Muon matrices' learning rate
+  double weight_decay = 0.1;   ///< optimizer.params.weight_decay: decoupled, p *= 1 - lr * wd
+  double momentum = 0.95;      ///< beta of momentum.lerp_(grad, 1 - beta), in [0, 1)
+  bool nesterov = true;        ///< update = grad.lerp(momentum, beta), else the momentum
+  int ns_steps = 5;            ///< Newton-Schulz iterations ([Note: Newton-Schulz iteration])
+  kernels::MuonScale scale = kernels::MuonScale::shape;  ///< adjust_lr_fn: "original" (shape) / "match_rms_adamw"
+  kernels::NewtonSchulzPrecision precision = kernels::NewtonSchulzPrecision::f32;  ///< ns_dtype
+  /// optimizer.params.muon_params: fnmatch(3) patterns of the parameter
+  /// names Muon updates; every other parameter trains with AdamW.
+  std::vector<std::string> params;
+};
 
 /// Hyper-parameters shared by all parameter groups (lr and weight_decay are
 /// the defaults that a group may override). Units: plain scalars. Held in
@@ -59,6 +82,9 @@ struct OptimizerHyper {
   bool nesterov = false;   ///< SGD only (requires momentum > 0, dampening 0)
   double lr_decay = 0.0;   ///< Adagrad only: clr = lr / (1 + (step - 1) * lr_decay)
   double initial_accumulator_value = 0.0;  ///< Adagrad only: the state sum before step 1
+  /// Muon only: its own values; lr, betas, eps and weight_decay above are
+  /// then those of the AdamW parameters (optimizer.params.adamw).
+  MuonHyper muon;
   /// How the states are stored (optimizer/state_format.h): fp32 unless
   /// optimizer.type is AdamW8bit / Adam8bit (8-bit, Adam and AdamW only)
   /// or optimizer.params.state_dtype says bf16.
@@ -72,7 +98,9 @@ std::string optimizer_type_name(const OptimizerHyper& hyper);
 
 /// Number of fp32 state arrays the optimizer keeps per parameter element:
 /// 2 for Adam/AdamW (exp_avg, exp_avg_sq), 1 for SGD with momentum, 0 for
-/// plain SGD, 1 for Lion (exp_avg) and 1 for Adagrad (sum). Pure.
+/// plain SGD, 1 for Lion (exp_avg) and 1 for Adagrad (sum); 2 for Muon
+/// (AdamW's two; at Muon elements exp_avg holds Muon's momentum_buffer and
+/// exp_avg_sq stays 0). Pure.
 int optimizer_state_count(const OptimizerHyper& hyper);
 
 /// Names of those state arrays, torch's state keys: "exp_avg",
@@ -131,6 +159,10 @@ kernels::AdagradScalars adagrad_scalars(const OptimizerHyper& h, double lr, doub
 void optimizer_update(const OptimizerHyper& hyper, double lr, double weight_decay,
                       std::int64_t step, float grad_scale, float* param, const float* grad,
                       float* const* states, std::size_t n);
+
+/// The AdamW that a Muon optimizer runs on its other parameters (kind
+/// adamw, h's lr, betas, eps, weight_decay); h itself for other kinds. Pure.
+OptimizerHyper element_wise_hyper(const OptimizerHyper& h);
 
 /// The same update computed by the scalar reference kernels; bitwise the
 /// definition optimizer_update is tested against.

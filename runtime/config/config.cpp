@@ -141,6 +141,68 @@ void read_observe(const Reader& r, ObserveConfig& o, ConfigDiagnostics& d) {
   }
 }
 
+// optimizer.type "Muon": Muon's values (torch.optim.Muon's names) into
+// h.muon, the AdamW section into h's lr, betas, eps and weight_decay.
+void read_muon(const Reader& r, OptimizerHyper& h, ConfigDiagnostics& d) {
+  MuonHyper& m = h.muon;
+  r.get("optimizer.params.lr", m.lr);
+  r.get("optimizer.params.weight_decay", m.weight_decay);
+  r.get("optimizer.params.momentum", m.momentum);
+  r.get("optimizer.params.nesterov", m.nesterov);
+  r.get("optimizer.params.ns_steps", m.ns_steps);
+  std::string fn;
+  if (r.get("optimizer.params.adjust_lr_fn", fn)) {
+    if (fn == "original") {
+      m.scale = kernels::MuonScale::shape;
+    } else if (fn == "match_rms_adamw") {
+      m.scale = kernels::MuonScale::rms_match;
+    } else {
+      d.bad_value("optimizer.params.adjust_lr_fn", fn,
+                  "is invalid: use \"original\" (sqrt(max(1, rows / cols)), the reference's) or \"match_rms_adamw\" "
+                  "(0.2 sqrt(max(rows, cols)), Moonshot AI's), as torch.optim.Muon");
+    }
+  }
+  std::string ns_dtype;
+  if (r.get("optimizer.params.ns_dtype", ns_dtype)) {
+    if (lower(ns_dtype) == "bf16") {
+      m.precision = kernels::NewtonSchulzPrecision::bf16;
+    } else if (lower(ns_dtype) != "fp32") {
+      d.bad_value("optimizer.params.ns_dtype", ns_dtype, "is invalid: use \"fp32\" or \"bf16\"");
+    }
+  }
+  const json* patterns = r.at("optimizer.params.muon_params");
+  bool ok = patterns != nullptr && patterns->is_array() && !patterns->empty();
+  for (const json& p : ok ? *patterns : json::array()) {
+    if (p.is_string() && !p.get<std::string>().empty()) {
+      m.params.push_back(p.get<std::string>());
+    } else {
+      ok = false;
+    }
+  }
+  if (!ok) {
+    d.problem(
+        "\"optimizer.params.muon_params\" must be a nonempty list of parameter name patterns (fnmatch, e.g. "
+        "\"h.*.attn.c_attn.weight\") for optimizer.type \"Muon\": it names the 2-D hidden matrices Muon updates");
+  }
+  if (r.at("optimizer.params.adamw") == nullptr) {
+    d.problem(
+        "optimizer.type \"Muon\" needs \"optimizer.params.adamw\" ({lr, betas, eps, weight_decay}): Muon updates "
+        "only the hidden matrices that muon_params names; the embeddings, the LM head, biases and norms train with "
+        "AdamW");
+  }
+  h.weight_decay = 0.0;  // AdamW's, unless the section says
+  r.get("optimizer.params.adamw.lr", h.lr);
+  r.get("optimizer.params.adamw.weight_decay", h.weight_decay);
+  if (const json* b = r.at("optimizer.params.adamw.betas")) {
+    h.beta1 = (*b)[0].get<double>();
+    h.beta2 = (*b)[1].get<double>();
+  }
+  r.get("optimizer.params.adamw.eps", h.eps);
+  if (r.at("optimizer.params.state_dtype") != nullptr) {
+    d.problem("\"optimizer.params.state_dtype\" is not supported for optimizer.type \"Muon\": its states are fp32");
+  }
+}
+
 void read_optimizer(const Reader& r, EngineConfig& c, ConfigDiagnostics& d) {
   OptimizerHyper& h = c.optimizer;
   std::string type = "AdamW";
@@ -157,11 +219,17 @@ void read_optimizer(const Reader& r, EngineConfig& c, ConfigDiagnostics& d) {
     h.kind = OptimizerKind::adagrad;  // torch.optim.Adagrad / DeepSpeedCPUAdagrad defaults
     h.lr = 1e-2;
     h.eps = 1e-10;
+  } else if (t == "muon") {
+    h.kind = OptimizerKind::muon;
   } else {
     d.bad_value("optimizer.type", type,
-                "is not supported: zeroshard implements Adam, AdamW, SGD, Lion and Adagrad, and Adam8bit / AdamW8bit "
-                "(8-bit states) (DeepSpeed's Lamb, OneBitAdam, OneBitLamb, ZeroOneAdam, MuAdam and others are not); "
-                "use one of those");
+                "is not supported: zeroshard implements Adam, AdamW, SGD, Lion, Adagrad and Muon, and Adam8bit / "
+                "AdamW8bit (8-bit states) (DeepSpeed's Lamb, OneBitAdam, OneBitLamb, ZeroOneAdam, MuAdam and others "
+                "are not); use one of those");
+  }
+  if (h.kind == OptimizerKind::muon) {
+    read_muon(r, h, d);
+    return;
   }
   r.get("optimizer.params.lr", h.lr);
   r.get("optimizer.params.weight_decay", h.weight_decay);
@@ -439,16 +507,32 @@ void collect_range_problems(const EngineConfig& c, ConfigDiagnostics& d) {
     bad("zeroshard.max_consecutive_skipped_steps", std::to_string(c.max_consecutive_skipped_steps),
         "must be >= 0 (0: no limit)");
   }
-  if (!(h.lr >= 0.0)) bad("optimizer.params.lr", fmt::format("{}", h.lr), "must be >= 0");
-  if (!(h.weight_decay >= 0.0)) bad("optimizer.params.weight_decay", fmt::format("{}", h.weight_decay), "must be >= 0");
-  const bool adam_like = h.kind == OptimizerKind::adam || h.kind == OptimizerKind::adamw;
+  // Muon's AdamW values are in optimizer.params.adamw.
+  const bool muon = h.kind == OptimizerKind::muon;
+  const std::string adamw = muon ? "optimizer.params.adamw." : "optimizer.params.";
+  if (!(h.lr >= 0.0)) bad((adamw + "lr").c_str(), fmt::format("{}", h.lr), "must be >= 0");
+  if (!(h.weight_decay >= 0.0)) {
+    bad((adamw + "weight_decay").c_str(), fmt::format("{}", h.weight_decay), "must be >= 0");
+  }
+  const bool adam_like = h.kind == OptimizerKind::adam || h.kind == OptimizerKind::adamw || muon;
   if (adam_like || h.kind == OptimizerKind::lion) {
     if (!(h.beta1 >= 0.0 && h.beta1 < 1.0) || !(h.beta2 >= 0.0 && h.beta2 < 1.0)) {
-      bad("optimizer.params.betas", fmt::format("[{}, {}]", h.beta1, h.beta2), "each beta must be in [0, 1)");
+      bad((adamw + "betas").c_str(), fmt::format("[{}, {}]", h.beta1, h.beta2), "each beta must be in [0, 1)");
     }
   }
   if (adam_like || h.kind == OptimizerKind::adagrad) {
-    if (!(h.eps > 0.0)) bad("optimizer.params.eps", fmt::format("{}", h.eps), "must be > 0");
+    if (!(h.eps > 0.0)) bad((adamw + "eps").c_str(), fmt::format("{}", h.eps), "must be > 0");
+  }
+  if (muon) {
+    const MuonHyper& m = h.muon;
+    if (!(m.lr >= 0.0)) bad("optimizer.params.lr", fmt::format("{}", m.lr), "must be >= 0");
+    if (!(m.weight_decay >= 0.0)) bad("optimizer.params.weight_decay", fmt::format("{}", m.weight_decay), "must be >= 0");
+    if (!(m.momentum >= 0.0 && m.momentum < 1.0)) {
+      bad("optimizer.params.momentum", fmt::format("{}", m.momentum), "Muon's momentum must be in [0, 1)");
+    }
+    if (m.ns_steps < 0 || m.ns_steps > 100) {
+      bad("optimizer.params.ns_steps", std::to_string(m.ns_steps), "must be in [0, 100] (Newton-Schulz iterations)");
+    }
   }
   if (h.kind == OptimizerKind::adagrad) {
     // torch.optim.Adagrad's own checks.

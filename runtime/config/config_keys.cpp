@@ -57,19 +57,21 @@ std::vector<ConfigKey> make_table() {
            "compute dtype (bf16 / fp16: no accumulator, a 16-bit sum, with one warning line); any case"),
       impl("optimizer", T::section, "AdamW", "the optimizer: {type, params}"),
       impl("optimizer.type", T::string, "AdamW",
-           "Adam, AdamW, SGD, Lion or Adagrad (case-insensitive); as in DeepSpeed, Adam means AdamW unless "
-           "adam_w_mode is false. AdamW8bit / Adam8bit (bitsandbytes' names): the same update with 8-bit "
+           "Adam, AdamW, SGD, Lion, Adagrad or Muon (case-insensitive); as in DeepSpeed, Adam means AdamW unless "
+           "adam_w_mode is false. Muon (torch.optim.Muon's update on whole matrices, any ZeRO stage) needs "
+           "muon_params and adamw. AdamW8bit / Adam8bit (bitsandbytes' names): the same update with 8-bit "
            "blockwise exp_avg and exp_avg_sq (block_size, min_8bit_size). Other DeepSpeed optimizers (Lamb, OneBitAdam, OneBitLamb, ZeroOneAdam, MuAdam, "
            "...) are refused"),
       impl("optimizer.params", T::section, "", "the optimizer's hyper-parameters"),
-      impl("optimizer.params.lr", T::float32, "0.001 (Adagrad 0.01)", "learning rate (>= 0)", true),
+      impl("optimizer.params.lr", T::float32, "0.001 (Adagrad 0.01)",
+           "learning rate (>= 0); Muon: its matrices' (optimizer.params.adamw.lr: the others')", true),
       impl("optimizer.params.betas", T::betas, "[0.9, 0.999]",
            "Adam's or Lion's beta1, beta2, each in [0, 1) (Lion: beta1 mixes the update's sign, beta2 the "
            "momentum)", true, betas),
       impl("optimizer.params.eps", T::float32, "1e-8 (Adagrad 1e-10)", "Adam's or Adagrad's epsilon (> 0)", true,
            eps),
-      impl("optimizer.params.weight_decay", T::float32, "0",
-           "decoupled (AdamW, Lion) or L2 (Adam, SGD, Adagrad) decay (>= 0)", true),
+      impl("optimizer.params.weight_decay", T::float32, "0 (Muon 0.1)",
+           "decoupled (AdamW, Lion, Muon) or L2 (Adam, SGD, Adagrad) decay (>= 0)", true),
       impl("optimizer.params.adam_w_mode", T::boolean, "true",
            "Adam: false selects Adam with L2 decay; AdamW stays AdamW whatever it says, as in DeepSpeed (Accelerate's "
            "templates set it)", false, "Adam,AdamW,Adam8bit,AdamW8bit"),
@@ -88,10 +90,31 @@ std::vector<ConfigKey> make_table() {
            "every ZeRO stage, offload tier and world size", false, fp_adam),
       impl("optimizer.params.seed", T::int64, "0", "bf16 states: seed of the stochastic rounding (>= 0)", false,
            fp_adam),
-      impl("optimizer.params.momentum", T::float32, "0", "SGD momentum (>= 0)", false, "SGD"),
+      impl("optimizer.params.momentum", T::float32, "0 (Muon 0.95)",
+           "SGD momentum (>= 0); Muon's beta in momentum.lerp_(grad, 1 - beta), in [0, 1)", false, "SGD,Muon"),
       impl("optimizer.params.dampening", T::float32, "0", "SGD dampening", false, "SGD"),
-      impl("optimizer.params.nesterov", T::boolean, "false", "SGD Nesterov momentum (needs momentum > 0, dampening 0)",
-           false, "SGD"),
+      impl("optimizer.params.nesterov", T::boolean, "false (Muon true)",
+           "Nesterov momentum: SGD's (needs momentum > 0, dampening 0), or Muon's update = grad.lerp(momentum, beta)",
+           false, "SGD,Muon"),
+      impl("optimizer.params.ns_steps", T::int32, "5", "Muon: Newton-Schulz iterations (0 to 100)", false, "Muon"),
+      impl("optimizer.params.adjust_lr_fn", T::string, "original",
+           "Muon's update scale, as torch.optim.Muon: \"original\" sqrt(max(1, rows / cols)), or "
+           "\"match_rms_adamw\" 0.2 sqrt(max(rows, cols)) (Moonshot AI 2025)", false, "Muon"),
+      impl("optimizer.params.ns_dtype", T::string, "fp32",
+           "Muon: the Newton-Schulz iteration's dtype, fp32 or bf16 (fp32 accumulation, as the reference)", false,
+           "Muon"),
+      impl("optimizer.params.muon_params", T::any, "(required)",
+           "Muon: list of fnmatch patterns of the parameter names Muon updates (2-D matrices); the others train "
+           "with AdamW", false, "Muon"),
+      impl("optimizer.params.adamw", T::section, "(required)",
+           "Muon: the AdamW of the parameters muon_params does not name (embeddings, LM head, biases, norms)", false,
+           "Muon"),
+      impl("optimizer.params.adamw.lr", T::float32, "0.001", "Muon's AdamW: learning rate (>= 0)", false, "Muon"),
+      impl("optimizer.params.adamw.betas", T::betas, "[0.9, 0.999]", "Muon's AdamW: beta1, beta2, each in [0, 1)",
+           false, "Muon"),
+      impl("optimizer.params.adamw.eps", T::float32, "1e-8", "Muon's AdamW: epsilon (> 0)", false, "Muon"),
+      impl("optimizer.params.adamw.weight_decay", T::float32, "0", "Muon's AdamW: decoupled weight decay (>= 0)",
+           false, "Muon"),
       impl("optimizer.params.lr_decay", T::float32, "0",
            "Adagrad's learning-rate decay (>= 0): step t uses lr / (1 + (t - 1) * lr_decay), as torch.optim.Adagrad",
            false, "Adagrad"),

@@ -11,6 +11,7 @@
 #include "comm/mesh.h"
 #include "core/error.h"
 #include "kernels/cpu/cast.h"
+#include "optimizer/muon_params.h"
 #include "runtime/engine/engine_state.h"
 #include "runtime/engine/engine_options.h"
 #include "runtime/engine/model_fingerprint.h"
@@ -83,6 +84,12 @@ void check_cuda_optimizer(const EngineConfig& config) {
         "host's CPU kernels), or use fp32 states",
         config.source, optimizer_type_name(config.optimizer), state_dtype_name(config.optimizer.states.dtype)));
   }
+  if (k == OptimizerKind::muon) {
+    throw ConfigError(fmt::format(
+        "{}: optimizer.type Muon on the cuda compute device: not available in this build (Muon's Newton-Schulz "
+        "runs on the host's OpenBLAS, kernels/cpu/muon); use the cpu engine",
+        config.source));
+  }
   if ((k == OptimizerKind::lion || k == OptimizerKind::adagrad) &&
       config.offload.optimizer.device == OffloadDevice::none) {
     throw ConfigError(fmt::format(
@@ -114,6 +121,14 @@ const EngineConfig& checked_for_mesh(const EngineConfig& config, const Mesh& mes
         "{}: zero_optimization.offload_optimizer.device \"nvme\" with tensor-parallel size {} (mesh dp={} x "
         "tp={}): the replicated parameters' gradients are averaged over the tensor-parallel group in memory; "
         "use \"cpu\" or \"none\", or tp = 1",
+        config.source, mesh.tp_size(), mesh.dp_size(), mesh.tp_size()));
+  }
+  if (mesh.tp_size() > 1 && config.optimizer.kind == OptimizerKind::muon) {
+    // Orthogonalizing each tp slice alone is another optimizer than Muon
+    // on the whole matrix; gathering the slices is not built.
+    throw ConfigError(fmt::format(
+        "{}: optimizer.type Muon with tensor-parallel size {} (mesh dp={} x tp={}): Muon orthogonalizes whole "
+        "matrices, and a tp rank holds a slice; use tp = 1 (data and pipeline parallelism work)",
         config.source, mesh.tp_size(), mesh.dp_size(), mesh.tp_size()));
   }
   return config;
@@ -168,6 +183,14 @@ ParamId Engine::add_parameter(UnitId unit, std::string name, std::vector<std::in
                               GroupId group) {
   ZS_CHECK(group >= 0 && static_cast<std::size_t>(group) < s_->optimizer.groups().size(),
            "parameter \"{}\": unknown parameter group id {}", name, group);
+  // [Note: Muon on shards]: the muon_params patterns choose Muon's matrices.
+  if (const std::string pattern = muon_pattern(s_->config.optimizer, name); !pattern.empty()) {
+    check_muon_shape(s_->config.source, name, shape,
+                     fmt::format("it matches optimizer.params.muon_params pattern \"{}\"", pattern));
+    group = s_->optimizer.muon_group();
+  } else if (group == s_->optimizer.muon_group()) {
+    check_muon_shape(s_->config.source, name, shape, "it was declared in the \"muon\" parameter group");
+  }
   return s_->layout.add_param(unit, std::move(name), std::move(shape), group);
 }
 
@@ -240,7 +263,10 @@ EngineParts::EngineParts(EngineState& s, const SwapSharers& sharers)
       reducer(s.comms.dp(), s.layout, *s.ops, s.pool, engine_grad_reducer_options(s.config, s.world()), link,
               &s.comms.zeropp_nodes()),
       unsharder(s.comms.dp(), s.layout, *s.ops, s.pool, engine_unsharder_options(s.config), link,
-                s.comms.hpz()) {}
+                s.comms.hpz()),
+      muon(s.layout, s.optimizer,
+           MuonStepOptions{.stage = s.stage(), .rank = s.rank(), .world_size = s.world(), .dtype = s.dtype(),
+                           .hyper = s.config.optimizer.muon}) {}
 
 void Engine::finalize() {
   EngineState& s = *s_;
@@ -399,6 +425,8 @@ OffloadStats Engine::offload_stats() const {
 }
 std::int64_t Engine::micro_steps() const { return s_->progress.micro_steps; }
 std::int64_t Engine::optimizer_steps() const { return s_->progress.optimizer_steps; }
+
+std::vector<int> Engine::muon_owners() const { return s_->muon().owners(); }
 
 float Engine::group_lr(GroupId g) const { return static_cast<float>(s_->optimizer.group(g).lr); }
 

@@ -495,6 +495,11 @@ class Engine {
   /// Full values of optimizer state `index` of parameter p. Collective at
   /// stages 1-3.
   std::vector<float> gather_optimizer_state(ParamId p, int index);
+  /// optimizer.type "Muon": the data-parallel rank that orthogonalizes each
+  /// Muon matrix (nonempty parameters of the "muon" group, in declaration
+  /// order; [Note: Muon owner assignment]); empty for other optimizers.
+  /// After finalize() (InvariantError before). Local; the same on every rank.
+  std::vector<int> muon_owners() const;
 
   // ---- introspection ----
 

@@ -24,6 +24,7 @@
 #include "runtime/engine/engine.h"
 #include "runtime/engine/engine_comms.h"
 #include "runtime/engine/grad_norm.h"
+#include "runtime/engine/muon_step.h"
 #include "runtime/engine/shard_optimizer.h"
 #include "runtime/observe/csv_monitor.h"
 #include "runtime/observe/step_observer.h"
@@ -96,6 +97,7 @@ struct EngineParts {
   StoreLink link;
   GradReducer reducer;  ///< gradient reduction buckets ([Note: gradient buckets])
   Unsharder unsharder;  ///< unshard/reshard counting, stage 3 all-gathers and prefetch
+  MuonStep muon;        ///< Muon's matrices and owners (none unless optimizer.type is Muon)
 };
 
 class EngineState {
@@ -138,6 +140,7 @@ class EngineState {
   ArrayStore& store() const { return finalized_parts().store; }
   GradReducer& reducer() const { return finalized_parts().reducer; }
   Unsharder& unsharder() const { return finalized_parts().unsharder; }
+  MuonStep& muon() const { return finalized_parts().muon; }
   /// The observer's tracer.
   Tracer* tracer() const { return &observer->tracer(); }
 

@@ -75,8 +75,12 @@ std::vector<ArrayRef> swapped_arrays(const ArrayStore& store, UnitId u) {
 }  // namespace
 
 ShardOptimizer::ShardOptimizer(const FlatLayout& layout, DeviceOps& ops, ShardOptimizerOptions options)
-    : layout_(layout), ops_(ops), o_(std::move(options)) {
+    : layout_(layout), ops_(ops), o_(std::move(options)), update_hyper_(element_wise_hyper(o_.hyper)) {
   groups_.push_back(ParamGroup{.name = "default", .lr = o_.hyper.lr, .weight_decay = o_.hyper.weight_decay});
+  if (o_.hyper.kind == OptimizerKind::muon) {
+    groups_.push_back(ParamGroup{.name = "muon", .lr = o_.hyper.muon.lr, .weight_decay = o_.hyper.muon.weight_decay,
+                                 .muon = true});
+  }
 }
 
 GroupId ShardOptimizer::add_group(std::string name, ParamGroupOptions options) {
@@ -108,12 +112,14 @@ void ShardOptimizer::finalize() {
     if (o_.stage == 0) {
       for (ParamId id : layout_.units()[i].params) {
         const ParamInfo& p = layout_.param(id);
-        if (p.numel == 0) continue;
+        if (p.numel == 0 || group(p.group).muon) continue;
         segs.push_back(ShardSegment{.shard_offset = p.offset, .flat_offset = p.offset, .length = p.numel,
                                     .param = id, .group = p.group});
       }
     } else {
-      segs = layout_.segments(static_cast<UnitId>(i), o_.rank);
+      for (const ShardSegment& seg : layout_.segments(static_cast<UnitId>(i), o_.rank)) {
+        if (!group(seg.group).muon) segs.push_back(seg);
+      }
     }
   }
 }
@@ -163,7 +169,7 @@ void ShardOptimizer::update_view(const ArrayStore& store, DeviceOps& ops, UnitId
     } else {
       up.weights = reinterpret_cast<float*>(v.params) + r;
     }
-    ops.update(o_.hyper, step, grad_scale, up);
+    ops.update(update_hyper_, step, grad_scale, up);
   }
 }
 

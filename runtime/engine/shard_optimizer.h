@@ -47,6 +47,9 @@ struct ParamGroup {
   std::string name;
   double lr = 0;            ///< as OptimizerHyper::lr (a Python float's double)
   double weight_decay = 0;  ///< as OptimizerHyper::weight_decay
+  /// Muon's group (optimizer.type "Muon": its matrices, updated by
+  /// runtime/engine/muon_step.h); the element-wise update skips it.
+  bool muon = false;
 };
 
 /// ShardOptimizer's settings. Plain value.
@@ -63,14 +66,17 @@ struct ShardOptimizerOptions {
 /// See the file comment. Thread safety: one thread (the engine's).
 class ShardOptimizer {
  public:
-  /// Group 0 ("default") takes hyper's lr and weight_decay. `layout` and
-  /// `ops` (the compute device's) must outlive this object.
+  /// Group 0 ("default") takes hyper's lr and weight_decay; with Muon
+  /// group 1 ("muon") takes MuonHyper's. `layout` and `ops` (the compute
+  /// device's) must outlive this object.
   ShardOptimizer(const FlatLayout& layout, DeviceOps& ops, ShardOptimizerOptions options);
 
   /// A new parameter group; unset values are the optimizer's. Throws
   /// ConfigError naming the group when lr or weight_decay is negative.
   GroupId add_group(std::string name, ParamGroupOptions options);
   const std::vector<ParamGroup>& groups() const { return groups_; }
+  /// The "muon" group's id (optimizer.type "Muon"), else -1.
+  GroupId muon_group() const { return o_.hyper.kind == OptimizerKind::muon ? 1 : -1; }
   /// Group g (InvariantError when unknown).
   const ParamGroup& group(GroupId g) const;
   /// Learning rate of group g at applied step k (0-based): the schedule's
@@ -78,8 +84,9 @@ class ShardOptimizer {
   /// per-group list does not match the groups.
   double lr_at(GroupId g, std::int64_t k) const;
 
-  /// After the layout is finalized: each unit's parameter runs, and the
-  /// schedule checked against every group (ConfigError; not at step 1).
+  /// After the layout is finalized: each unit's parameter runs (without
+  /// the Muon group's), and the schedule checked against every group
+  /// (ConfigError; not at step 1).
   void finalize();
   /// Spans of the swap pipeline's sub-groups (null: none). Not owned.
   void set_tracer(Tracer* tracer) { tracer_ = tracer; }
@@ -127,6 +134,7 @@ class ShardOptimizer {
   const FlatLayout& layout_;
   DeviceOps& ops_;
   ShardOptimizerOptions o_;
+  OptimizerHyper update_hyper_;  // what DeviceOps::update runs: element_wise_hyper(o_.hyper)
   std::vector<ParamGroup> groups_;
   std::vector<std::vector<ShardSegment>> segments_;  // per unit, made by finalize()
   Tracer* tracer_ = nullptr;

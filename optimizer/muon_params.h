@@ -1,0 +1,29 @@
+// Which parameters Muon updates (optimizer.type "Muon"): the ones whose
+// name matches a pattern of optimizer.params.muon_params. Muon is for the
+// hidden 2-D weight matrices; embeddings, the LM head, biases and norms
+// train with AdamW (optimizer.params.adamw), as in the reference
+// implementation and the Moonshot AI paper.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "optimizer/optimizer.h"
+
+namespace zeroshard {
+
+/// The first of h.muon.params that `name` matches (fnmatch(3) with no
+/// flags: "*" also crosses dots, "h.*.attn.c_attn.weight"), or "" when
+/// none does or h is not Muon. Pure.
+std::string muon_pattern(const OptimizerHyper& h, std::string_view name);
+
+/// Checks that parameter `name` of `shape`, given to Muon by `why` (the
+/// matching pattern, or the group it was declared in), is a matrix: two
+/// dimensions. Throws ConfigError naming the parameter, its shape and
+/// `why`, from `source` (the configuration's name), otherwise.
+void check_muon_shape(const std::string& source, const std::string& name, const std::vector<std::int64_t>& shape,
+                      const std::string& why);
+
+}  // namespace zeroshard

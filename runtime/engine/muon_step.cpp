@@ -1,0 +1,184 @@
+// MuonStep: see runtime/engine/muon_step.h.
+#include "runtime/engine/muon_step.h"
+
+#include <algorithm>
+
+#include "core/error.h"
+#include "kernels/cpu/cast.h"
+#include "kernels/cpu/muon/muon_update.h"
+#include "kernels/cpu/muon/newton_schulz.h"
+#include "optimizer/muon_owners.h"
+
+namespace zeroshard {
+
+// One unit's step: the range of the flat buffer this rank updates, and per
+// matrix its part of that range and the buffers holding it.
+struct MuonStep::UnitWork {
+  UnitId unit = -1;
+  std::size_t lo = 0, hi = 0;  // flat elements this rank updates
+  struct Matrix {
+    const MuonParam* param = nullptr;
+    std::size_t a = 0, b = 0;  // its part of [lo, hi): flat elements
+    HostBuffer full;           // owner (or stage 0): rows x cols fp32
+    HostBuffer part;           // other ranks: b - a fp32
+    float* values() const {
+      return full.valid() ? full.as<float>() + (a - param->offset) : part.as<float>();
+    }
+  };
+  std::vector<Matrix> matrices;
+};
+
+namespace {
+
+std::size_t numel_of(const MuonParam& p) { return p.rows * p.cols; }
+
+}  // namespace
+
+MuonStep::MuonStep(const FlatLayout& layout, const ShardOptimizer& optimizer, MuonStepOptions options)
+    : layout_(layout), optimizer_(optimizer), o_(std::move(options)) {
+  const GroupId muon = optimizer.muon_group();
+  by_unit_.assign(layout.units().size(), {});
+  std::vector<MuonMatrix> shapes;
+  for (ParamId id = 0; id < static_cast<ParamId>(layout.params().size()); ++id) {
+    const ParamInfo& p = layout.param(id);
+    if (muon < 0 || p.group != muon || p.numel == 0) continue;
+    ZS_CHECK(p.shape.size() == 2, "Muon parameter \"{}\" is not 2-D", p.name);
+    params_.push_back(MuonParam{.param = id, .unit = p.unit, .offset = p.offset,
+                                .rows = static_cast<std::size_t>(p.shape[0]),
+                                .cols = static_cast<std::size_t>(p.shape[1])});
+    shapes.push_back(MuonMatrix{params_.back().rows, params_.back().cols});
+  }
+  const std::vector<int> owners = assign_muon_owners(shapes, o_.world_size);
+  for (std::size_t i = 0; i < params_.size(); ++i) {
+    params_[i].owner = owners[i];
+    by_unit_[static_cast<std::size_t>(params_[i].unit)].push_back(i);
+  }
+}
+
+std::vector<int> MuonStep::owners() const {
+  std::vector<int> out;
+  for (const MuonParam& p : params_) out.push_back(p.owner);
+  return out;
+}
+
+void MuonStep::step(ArrayStore& store, Communicator& comm, std::int64_t step, float grad_scale,
+                    const std::function<void(const std::function<void()>&)>& storage_phase) {
+  for (UnitId u = 0; u < static_cast<UnitId>(by_unit_.size()); ++u) {
+    const std::vector<std::size_t>& list = by_unit_[static_cast<std::size_t>(u)];
+    if (list.empty()) continue;
+    const UnitInfo& info = layout_.unit(u);
+    UnitWork w;
+    w.unit = u;
+    w.lo = o_.stage == 0 ? 0 : static_cast<std::size_t>(o_.rank) * info.shard;
+    w.hi = o_.stage == 0 ? info.padded : w.lo + info.shard;
+    HostPool& pool = store.host_pool();
+    for (std::size_t i : list) {
+      const MuonParam& p = params_[i];
+      UnitWork::Matrix m;
+      m.param = &p;
+      m.a = std::clamp(p.offset, w.lo, w.hi);
+      m.b = std::clamp(p.offset + numel_of(p), w.lo, w.hi);
+      if (o_.stage == 0 || p.owner == o_.rank) {
+        m.full = pool.acquire(numel_of(p) * sizeof(float), MemCategory::unsharded);
+      } else if (m.b > m.a) {
+        m.part = pool.acquire((m.b - m.a) * sizeof(float), MemCategory::unsharded);
+      }
+      w.matrices.push_back(std::move(m));
+    }
+    storage_phase([&] { momentum_part(store, w, grad_scale); });
+    exchange(comm, w, true);
+    orthogonalize(w);
+    exchange(comm, w, false);
+    storage_phase([&] { apply_part(store, w, step); });
+  }
+}
+
+namespace {
+
+// Element of array a of unit u (full: the padded flat buffer; else this
+// rank's shard) that holds flat element x.
+std::size_t local_index(const ArrayStore& store, const UnitInfo& info, UnitId u, ArrayRef a, int rank,
+                        std::size_t x) {
+  return store.numel(u, a) == info.padded ? x : x - static_cast<std::size_t>(rank) * info.shard;
+}
+
+}  // namespace
+
+void MuonStep::momentum_part(ArrayStore& store, UnitWork& w, float grad_scale) const {
+  const UnitInfo& info = layout_.unit(w.unit);
+  const ArrayRef grad{ArrayKind::grad}, momentum{ArrayKind::state, 0};
+  HostBuffer grad_holder, momentum_holder;
+  const auto* g = static_cast<const std::byte*>(store.read(w.unit, grad, grad_holder));
+  auto* m = static_cast<float*>(store.read(w.unit, momentum, momentum_holder));
+  const std::size_t ge = dtype_size(store.dtype(w.unit, grad));
+  for (const UnitWork::Matrix& x : w.matrices) {
+    const std::size_t n = x.b - x.a;
+    if (n == 0) continue;
+    float* u = x.values();
+    kernels::cast(u, DType::f32, g + local_index(store, info, w.unit, grad, o_.rank, x.a) * ge,
+                  store.dtype(w.unit, grad), n, grad_scale);
+    kernels::muon_momentum(m + local_index(store, info, w.unit, momentum, o_.rank, x.a), u, u, n,
+                           static_cast<float>(o_.hyper.momentum), o_.hyper.nesterov);
+  }
+  store.store(w.unit, momentum, m);
+}
+
+void MuonStep::exchange(Communicator& comm, UnitWork& w, bool to_owner) const {
+  if (o_.stage == 0 || o_.world_size == 1) return;
+  const std::size_t W = layout_.unit(w.unit).shard;
+  std::vector<CommWork> pending;
+  for (UnitWork::Matrix& x : w.matrices) {
+    const MuonParam& p = *x.param;
+    if (p.owner == o_.rank) {
+      for (int r = 0; r < o_.world_size; ++r) {
+        const std::size_t a = std::clamp(p.offset, r * W, (r + 1) * W);
+        const std::size_t b = std::clamp(p.offset + numel_of(p), r * W, (r + 1) * W);
+        if (r == o_.rank || a >= b) continue;
+        float* at = x.full.as<float>() + (a - p.offset);
+        pending.push_back(to_owner ? comm.irecv(at, b - a, DType::f32, r) : comm.isend(at, b - a, DType::f32, r));
+      }
+    } else if (x.b > x.a) {
+      float* at = x.part.as<float>();
+      pending.push_back(to_owner ? comm.isend(at, x.b - x.a, DType::f32, p.owner)
+                                 : comm.irecv(at, x.b - x.a, DType::f32, p.owner));
+    }
+  }
+  for (CommWork& c : pending) c.wait();
+}
+
+void MuonStep::orthogonalize(UnitWork& w) const {
+  for (UnitWork::Matrix& x : w.matrices) {
+    if (!x.full.valid()) continue;
+    const MuonParam& p = *x.param;
+    float* full = x.full.as<float>();
+    kernels::newton_schulz(full, full, p.rows, p.cols, o_.hyper.ns_steps, o_.hyper.precision);
+  }
+}
+
+void MuonStep::apply_part(ArrayStore& store, UnitWork& w, std::int64_t step) const {
+  const UnitInfo& info = layout_.unit(w.unit);
+  const GroupId muon = optimizer_.muon_group();
+  const auto lr = static_cast<float>(optimizer_.lr_at(muon, step - 1));
+  const auto wd = static_cast<float>(optimizer_.group(muon).weight_decay);
+  const bool mixed = o_.dtype != DType::f32;
+  const ArrayRef params{ArrayKind::params}, master{ArrayKind::master};
+  HostBuffer param_holder, master_holder;
+  auto* p = static_cast<std::byte*>(store.read(w.unit, params, param_holder));
+  float* weights = mixed ? static_cast<float*>(store.read(w.unit, master, master_holder)) : reinterpret_cast<float*>(p);
+  const ArrayRef weight_array = mixed ? master : params;
+  for (const UnitWork::Matrix& x : w.matrices) {
+    const std::size_t n = x.b - x.a;
+    if (n == 0) continue;
+    const float scale = kernels::muon_scale(o_.hyper.scale, x.param->rows, x.param->cols);
+    float* at = weights + local_index(store, info, w.unit, weight_array, o_.rank, x.a);
+    kernels::muon_apply(at, x.values(), n, lr, wd, scale);
+    if (mixed) {
+      const std::size_t e = dtype_size(o_.dtype);
+      kernels::cast(p + local_index(store, info, w.unit, params, o_.rank, x.a) * e, o_.dtype, at, DType::f32, n);
+    }
+  }
+  if (mixed) store.store(w.unit, master, weights);
+  store.store(w.unit, params, p);
+}
+
+}  // namespace zeroshard

@@ -1,0 +1,101 @@
+// MuonStep: Muon's whole-matrix update on ZeRO's flat shards (optimizer
+// .type "Muon"; the kernels are kernels/cpu/muon, the owners
+// optimizer/muon_owners.h). The element-wise AdamW of the other parameters
+// is ShardOptimizer's (runtime/engine/shard_optimizer.h).
+//
+// [Note: Muon on shards]
+// A Muon matrix lies in its unit's flat buffer at [offset, offset + m n),
+// and that range may cross the windows of several ranks. Its momentum
+// lives in state array 0 (exp_avg) beside AdamW's, on the same tier and
+// sharded the same way, so checkpoints reshard it like any state. At each
+// applied step, unit by unit:
+//   1. every rank runs muon_momentum on the matrix's elements in its window
+//      (momentum.lerp_(grad * grad_scale, 1 - beta), the Nesterov blend);
+//   2. the owner rank (assign_muon_owners, by Newton-Schulz cost) receives
+//      the other ranks' parts with point-to-point messages and holds the
+//      whole m x n update ("gather to the owner");
+//   3. the owner runs newton_schulz on it;
+//   4. it sends each rank its part back ("scatter");
+//   5. every rank applies p = p (1 - lr wd) - lr scale O to its part
+//      (muon_apply), and in mixed precision writes the rounded copy.
+// Every element of a step goes through the same arithmetic at every stage,
+// tier and rank count: only who computes it changes. At stage 0 every rank
+// holds every window and computes each matrix itself, no messages. The
+// gather moves (N - 1) / N of each matrix to its owner and the scatter as
+// much back: per step, 2 (N - 1) / N x 4 bytes per Muon element over the
+// data-parallel group, the volume of one all-gather and one
+// reduce-scatter. Steps 1 and 5 read and write whole arrays through
+// ArrayStore::read / store, so every tier works, and run inside the
+// engine's storage phase (agreed errors with nvme); steps 2-4 move only
+// memory. Temporaries (the window's updates in fp32, the owner's full
+// matrices) come from the host pool (ledger: unsharded).
+#pragma once
+
+#include <cstddef>
+#include <functional>
+#include <vector>
+
+#include "comm/communicator.h"
+#include "optimizer/optimizer.h"
+#include "runtime/engine/shard_optimizer.h"
+#include "runtime/sharding/array_store.h"
+#include "runtime/sharding/flat_layout.h"
+
+namespace zeroshard {
+
+/// One Muon matrix: its parameter, shape and owner rank.
+struct MuonParam {
+  ParamId param = -1;
+  UnitId unit = -1;
+  std::size_t offset = 0;  ///< first element in the unit's flat buffer
+  std::size_t rows = 0;    ///< shape[0]
+  std::size_t cols = 0;    ///< shape[1]
+  int owner = 0;           ///< data-parallel rank that orthogonalizes it
+};
+
+/// MuonStep's settings. Plain value.
+struct MuonStepOptions {
+  int stage = 0;                       ///< ZeRO stage
+  int rank = 0;                        ///< this rank in the data-parallel group
+  int world_size = 1;                  ///< data-parallel ranks
+  DType dtype = DType::f32;            ///< compute dtype (not f32: fp32 master weights)
+  MuonHyper hyper;                     ///< momentum, nesterov, ns_steps, scale, precision
+};
+
+/// See the file comment. Thread safety: one thread (the engine's).
+class MuonStep {
+ public:
+  /// The Muon matrices of `layout` (finalized; parameters of optimizer's
+  /// Muon group, nonempty) with their owners. `layout` and `optimizer`
+  /// (its group lr and schedule) must outlive this object.
+  MuonStep(const FlatLayout& layout, const ShardOptimizer& optimizer, MuonStepOptions options);
+
+  /// The matrices in layout order.
+  const std::vector<MuonParam>& params() const { return params_; }
+  /// Owner rank of each matrix, in params() order.
+  std::vector<int> owners() const;
+
+  /// The Muon update of every matrix at 1-based `step` with gradients
+  /// multiplied by grad_scale, over `comm` (the data-parallel group; point-
+  /// to-point messages, so every rank must call it in the same step).
+  /// `storage_phase(f)` runs each unit's local reads and writes (steps 1
+  /// and 5 of the note): the engine's run_storage_phase. Throws what
+  /// ArrayStore and the communicator throw.
+  void step(ArrayStore& store, Communicator& comm, std::int64_t step, float grad_scale,
+            const std::function<void(const std::function<void()>&)>& storage_phase);
+
+ private:
+  struct UnitWork;
+  void momentum_part(ArrayStore& store, UnitWork& w, float grad_scale) const;
+  void exchange(Communicator& comm, UnitWork& w, bool to_owner) const;
+  void orthogonalize(UnitWork& w) const;
+  void apply_part(ArrayStore& store, UnitWork& w, std::int64_t step) const;
+
+  const FlatLayout& layout_;
+  const ShardOptimizer& optimizer_;
+  MuonStepOptions o_;
+  std::vector<MuonParam> params_;
+  std::vector<std::vector<std::size_t>> by_unit_;  // indices into params_, per unit
+};
+
+}  // namespace zeroshard
