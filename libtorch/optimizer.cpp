@@ -64,8 +64,8 @@ Optimizer::Optimizer(ShardedModule& module)
     std::sort(entries.begin(), entries.end(), [](const ParamEntry* a, const ParamEntry* b) { return a->id < b->id; });
     std::vector<at::Tensor> tensors;
     for (const ParamEntry* e : entries) tensors.push_back(e->param);
-    // Groups other than the default are shard()'s "no_decay" and "frozen".
-    const double weight_decay = g == 0 ? h.weight_decay : 0.0;
+    // Groups other than the default (and Muon's) are shard()'s "no_decay" and "frozen".
+    const double weight_decay = g == 0 ? h.weight_decay : g == module.engine().muon_group() ? h.muon.weight_decay : 0.0;
     add_param_group(
         ::torch::optim::OptimizerParamGroup(tensors, options_for(h, module.engine().current_lr(g), weight_decay)));
     groups_.push_back(g);

@@ -233,6 +233,7 @@ void ShardState::init(const ShardPolicy& policy) {
     for (std::size_t p : u.params) {
       ParamEntry& e = params_[p];
       e.id = engine_.add_parameter(u.id, e.names[0], e.shape, e.group);
+      e.group = engine_.layout().param(e.id).group;  // Muon's muon_params move matrices to its group
       if (e.trainable) ++u.trainable;
     }
   }

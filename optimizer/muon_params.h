@@ -14,7 +14,9 @@
 
 namespace zeroshard {
 
-/// The first of h.muon.params that `name` matches (fnmatch(3) with no
+/// The first of h.muon.params that `name` matches (the Engine asks for the
+/// parameters declared in the default group only: other groups, frozen
+/// ones included, keep theirs) (fnmatch(3) with no
 /// flags: "*" also crosses dots, "h.*.attn.c_attn.weight"), or "" when
 /// none does or h is not Muon. Pure.
 std::string muon_pattern(const OptimizerHyper& h, std::string_view name);

@@ -183,8 +183,10 @@ ParamId Engine::add_parameter(UnitId unit, std::string name, std::vector<std::in
                               GroupId group) {
   ZS_CHECK(group >= 0 && static_cast<std::size_t>(group) < s_->optimizer.groups().size(),
            "parameter \"{}\": unknown parameter group id {}", name, group);
-  // [Note: Muon on shards]: the muon_params patterns choose Muon's matrices.
-  if (const std::string pattern = muon_pattern(s_->config.optimizer, name); !pattern.empty()) {
+  // [Note: Muon on shards]: the muon_params patterns choose Muon's matrices
+  // among the default group's parameters (others, frozen ones included, keep their group).
+  if (const std::string pattern = group == 0 ? muon_pattern(s_->config.optimizer, name) : std::string();
+      !pattern.empty()) {
     check_muon_shape(s_->config.source, name, shape,
                      fmt::format("it matches optimizer.params.muon_params pattern \"{}\"", pattern));
     group = s_->optimizer.muon_group();
@@ -427,6 +429,8 @@ std::int64_t Engine::micro_steps() const { return s_->progress.micro_steps; }
 std::int64_t Engine::optimizer_steps() const { return s_->progress.optimizer_steps; }
 
 std::vector<int> Engine::muon_owners() const { return s_->muon().owners(); }
+
+GroupId Engine::muon_group() const { return s_->optimizer.muon_group(); }
 
 float Engine::group_lr(GroupId g) const { return static_cast<float>(s_->optimizer.group(g).lr); }
 

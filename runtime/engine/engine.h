@@ -260,7 +260,9 @@ class Engine {
   /// Declares a parameter of `shape` (elements, row-major; zeros allowed)
   /// stored in `unit`'s flat buffer. Names must be unique. A parameter used
   /// by several layers (tied) is declared once; code that uses it from
-  /// another unit unshards its owning unit too.
+  /// another unit unshards its owning unit too. With optimizer.type Muon a
+  /// default-group parameter that muon_params names goes to muon_group()
+  /// (ConfigError naming it and the pattern unless it is 2-D).
   ParamId add_parameter(UnitId unit, std::string name, std::vector<std::int64_t> shape,
                         GroupId group = 0);
   /// add_parameter with its tensor-parallel layout declared: `shape` is
@@ -495,6 +497,11 @@ class Engine {
   /// Full values of optimizer state `index` of parameter p. Collective at
   /// stages 1-3.
   std::vector<float> gather_optimizer_state(ParamId p, int index);
+  /// optimizer.type "Muon": the "muon" parameter group's id (the matrices
+  /// of the default group that optimizer.params.muon_params names go to it
+  /// at add_parameter; a parameter declared in it must be 2-D, ConfigError
+  /// otherwise); -1 for other optimizers.
+  GroupId muon_group() const;
   /// optimizer.type "Muon": the data-parallel rank that orthogonalizes each
   /// Muon matrix (nonempty parameters of the "muon" group, in declaration
   /// order; [Note: Muon owner assignment]); empty for other optimizers.

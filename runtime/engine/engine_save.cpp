@@ -189,6 +189,17 @@ Manifest make_manifest(const EngineState& s, const std::string& tag, const json&
   m.optimizer = {{"type", optimizer_type_name(h)}, {"lr", h.lr}, {"betas", {h.beta1, h.beta2}}, {"eps", h.eps},
                  {"weight_decay", h.weight_decay}, {"momentum", h.momentum}, {"dampening", h.dampening},
                  {"nesterov", h.nesterov}};
+  if (h.kind == OptimizerKind::muon) {
+    // Informational, as the rest; the owners follow from the layout and the
+    // world size ([Note: Muon owner assignment]) and are recomputed on load.
+    const MuonHyper& mu = h.muon;
+    m.optimizer["muon"] = {
+        {"lr", mu.lr}, {"weight_decay", mu.weight_decay}, {"momentum", mu.momentum}, {"nesterov", mu.nesterov},
+        {"ns_steps", mu.ns_steps},
+        {"adjust_lr_fn", mu.scale == kernels::MuonScale::shape ? "original" : "match_rms_adamw"},
+        {"ns_dtype", mu.precision == kernels::NewtonSchulzPrecision::f32 ? "fp32" : "bf16"},
+        {"muon_params", mu.params}, {"owners", s.muon().owners()}};
+  }
   if (h.kind == OptimizerKind::adagrad) {
     m.optimizer["lr_decay"] = h.lr_decay;
     m.optimizer["initial_accumulator_value"] = h.initial_accumulator_value;

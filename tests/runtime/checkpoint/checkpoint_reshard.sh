@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Saves at N = 2, 3, 4 ranks and loads at M = 1, 2, 3, 4, 5, 8 (different
-# stages too); Lion and Adagrad saved at 3, loaded at 1, 2, 4; then kills a rank in the middle of a save and checks that the
+# stages too); Lion, Adagrad and Muon saved at 3, loaded at 1, 2, 4; then kills a rank in the middle of a save and checks that the
 # previous checkpoint still loads and `latest` still names it; then re-saves
 # an existing tag and kills rank 0 at every crash point of the save: `latest`
 # must always name a complete checkpoint (the old or the new one), and the
@@ -16,8 +16,9 @@ for n in 2 3 4; do
     "$mpirun" -np "$m" "$driver" load "$dir" $((m % 4))
   done
 done
-# Lion and Adagrad (one state each: exp_avg, sum) re-shard as AdamW does.
-for opt in Lion Adagrad; do
+# Lion and Adagrad (one state each: exp_avg, sum) re-shard as AdamW does;
+# so does Muon's momentum (exp_avg), its owners recomputed at the new size.
+for opt in Lion Adagrad Muon; do
   dir="$work/$opt-saved-by-3"
   ZS_CKPT_OPTIMIZER=$opt "$mpirun" -np 3 "$driver" save "$dir" 2
   for m in 1 2 4; do

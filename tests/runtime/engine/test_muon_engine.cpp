@@ -321,3 +321,27 @@ TEST_CASE("Muon: config errors name the parameter or the key") {
   CHECK(p.eps == 1e-10);
   CHECK(p.weight_decay == 0.01);
 }
+
+TEST_CASE("Muon: muon_params moves default-group matrices only; other groups keep theirs") {
+  Engine e(config(1), world());
+  const GroupId frozen = e.add_param_group("frozen", {.lr = 0.0, .weight_decay = 0.0});
+  const UnitId u = e.add_unit("u");
+  const ParamId a = e.add_parameter(u, "h.0.mat.a", {3, 4});
+  const ParamId b = e.add_parameter(u, "h.0.mat.b", {4, 3}, frozen);
+  const ParamId c = e.add_parameter(u, "h.0.ln", {4});
+  e.finalize();
+  CHECK(e.muon_group() == 1);
+  CHECK(e.layout().param(a).group == e.muon_group());
+  CHECK(e.layout().param(b).group == frozen);
+  CHECK(e.layout().param(c).group == 0);
+  CHECK(e.muon_owners().size() == 1);
+  // A parameter declared in the muon group must be 2-D too.
+  Engine f(config(1), world());
+  const UnitId v = f.add_unit("v");
+  CHECK(contains(error_message<ConfigError>([&] { f.add_parameter(v, "x", {5}, f.muon_group()); }),
+                 "declared in the \"muon\" parameter group"));
+  // Other optimizers have no Muon group.
+  OptimizerHyper adamw;
+  Engine g(config(1, DType::f32, OffloadDevice::none, adamw), world());
+  CHECK(g.muon_group() == -1);
+}
