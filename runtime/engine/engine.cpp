@@ -268,7 +268,7 @@ EngineParts::EngineParts(EngineState& s, const SwapSharers& sharers)
                 s.comms.hpz()),
       muon(s.layout, s.optimizer,
            MuonStepOptions{.stage = s.stage(), .rank = s.rank(), .world_size = s.world(), .dtype = s.dtype(),
-                           .hyper = s.config.optimizer.muon}) {}
+                           .hyper = s.config.optimizer.muon, .source = s.config.source}) {}
 
 void Engine::finalize() {
   EngineState& s = *s_;

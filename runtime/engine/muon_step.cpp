@@ -2,28 +2,27 @@
 #include "runtime/engine/muon_step.h"
 
 #include <algorithm>
+#include <tuple>
 
 #include "core/error.h"
 #include "kernels/cpu/cast.h"
 #include "kernels/cpu/muon/muon_update.h"
 #include "kernels/cpu/muon/newton_schulz.h"
-#include "optimizer/muon_owners.h"
 
 namespace zeroshard {
 
 // One unit's step: the range of the flat buffer this rank updates, and per
-// matrix its part of that range and the buffers holding it.
+// matrix its part of that range and where it is held in the unit's buffer.
 struct MuonStep::UnitWork {
   UnitId unit = -1;
   std::size_t lo = 0, hi = 0;  // flat elements this rank updates
+  HostBuffer buffer;           // muon_unit_buffer_elements fp32 values
   struct Matrix {
     const MuonParam* param = nullptr;
     std::size_t a = 0, b = 0;  // its part of [lo, hi): flat elements
-    HostBuffer full;           // owner (or stage 0): rows x cols fp32
-    HostBuffer part;           // other ranks: b - a fp32
-    float* values() const {
-      return full.valid() ? full.as<float>() + (a - param->offset) : part.as<float>();
-    }
+    float* held = nullptr;     // the whole matrix (owner, or stage 0), else its part; null when neither
+    bool whole = false;
+    float* values() const { return whole ? held + (a - param->offset) : held; }
   };
   std::vector<Matrix> matrices;
 };
@@ -36,23 +35,12 @@ std::size_t numel_of(const MuonParam& p) { return p.rows * p.cols; }
 
 MuonStep::MuonStep(const FlatLayout& layout, const ShardOptimizer& optimizer, MuonStepOptions options)
     : layout_(layout), optimizer_(optimizer), o_(std::move(options)) {
-  const GroupId muon = optimizer.muon_group();
   by_unit_.assign(layout.units().size(), {});
-  std::vector<MuonMatrix> shapes;
-  for (ParamId id = 0; id < static_cast<ParamId>(layout.params().size()); ++id) {
-    const ParamInfo& p = layout.param(id);
-    if (muon < 0 || p.group != muon || p.numel == 0) continue;
-    ZS_CHECK(p.shape.size() == 2, "Muon parameter \"{}\" is not 2-D", p.name);
-    params_.push_back(MuonParam{.param = id, .unit = p.unit, .offset = p.offset,
-                                .rows = static_cast<std::size_t>(p.shape[0]),
-                                .cols = static_cast<std::size_t>(p.shape[1])});
-    shapes.push_back(MuonMatrix{params_.back().rows, params_.back().cols});
-  }
-  const std::vector<int> owners = assign_muon_owners(shapes, o_.world_size);
-  for (std::size_t i = 0; i < params_.size(); ++i) {
-    params_[i].owner = owners[i];
-    by_unit_[static_cast<std::size_t>(params_[i].unit)].push_back(i);
-  }
+  OptimizerHyper h;
+  h.kind = OptimizerKind::muon;
+  h.muon = o_.hyper;
+  params_ = muon_matrices(layout, h, optimizer.muon_group(), o_.source);
+  for (std::size_t i = 0; i < params_.size(); ++i) by_unit_[static_cast<std::size_t>(params_[i].unit)].push_back(i);
 }
 
 std::vector<int> MuonStep::owners() const {
@@ -69,21 +57,21 @@ void MuonStep::step(ArrayStore& store, Communicator& comm, std::int64_t step, fl
     const UnitInfo& info = layout_.unit(u);
     UnitWork w;
     w.unit = u;
-    w.lo = o_.stage == 0 ? 0 : static_cast<std::size_t>(o_.rank) * info.shard;
-    w.hi = o_.stage == 0 ? info.padded : w.lo + info.shard;
-    HostPool& pool = store.host_pool();
+    std::tie(w.lo, w.hi) = muon_updated_range(info, o_.stage, o_.rank);
+    const std::size_t elements = muon_unit_buffer_elements(layout_, params_, o_.stage, o_.rank, u);
+    if (elements > 0) w.buffer = store.host_pool().acquire(elements * sizeof(float), MemCategory::unsharded);
+    std::size_t at = 0;
     for (std::size_t i : list) {
       const MuonParam& p = params_[i];
       UnitWork::Matrix m;
       m.param = &p;
       m.a = std::clamp(p.offset, w.lo, w.hi);
       m.b = std::clamp(p.offset + numel_of(p), w.lo, w.hi);
-      if (o_.stage == 0 || p.owner == o_.rank) {
-        m.full = pool.acquire(numel_of(p) * sizeof(float), MemCategory::unsharded);
-      } else if (m.b > m.a) {
-        m.part = pool.acquire((m.b - m.a) * sizeof(float), MemCategory::unsharded);
-      }
-      w.matrices.push_back(std::move(m));
+      m.whole = o_.stage == 0 || p.owner == o_.rank;
+      const std::size_t held = muon_held_elements(p, o_.stage, o_.rank, w.lo, w.hi);
+      if (held > 0) m.held = w.buffer.as<float>() + at;
+      at += held;
+      w.matrices.push_back(m);
     }
     storage_phase([&] { momentum_part(store, w, grad_scale); });
     exchange(comm, w, true);
@@ -134,11 +122,11 @@ void MuonStep::exchange(Communicator& comm, UnitWork& w, bool to_owner) const {
         const std::size_t a = std::clamp(p.offset, r * W, (r + 1) * W);
         const std::size_t b = std::clamp(p.offset + numel_of(p), r * W, (r + 1) * W);
         if (r == o_.rank || a >= b) continue;
-        float* at = x.full.as<float>() + (a - p.offset);
+        float* at = x.held + (a - p.offset);
         pending.push_back(to_owner ? comm.irecv(at, b - a, DType::f32, r) : comm.isend(at, b - a, DType::f32, r));
       }
     } else if (x.b > x.a) {
-      float* at = x.part.as<float>();
+      float* at = x.held;
       pending.push_back(to_owner ? comm.isend(at, x.b - x.a, DType::f32, p.owner)
                                  : comm.irecv(at, x.b - x.a, DType::f32, p.owner));
     }
@@ -148,10 +136,9 @@ void MuonStep::exchange(Communicator& comm, UnitWork& w, bool to_owner) const {
 
 void MuonStep::orthogonalize(UnitWork& w) const {
   for (UnitWork::Matrix& x : w.matrices) {
-    if (!x.full.valid()) continue;
+    if (!x.whole) continue;
     const MuonParam& p = *x.param;
-    float* full = x.full.as<float>();
-    kernels::newton_schulz(full, full, p.rows, p.cols, o_.hyper.ns_steps, o_.hyper.precision);
+    kernels::newton_schulz(x.held, x.held, p.rows, p.cols, o_.hyper.ns_steps, o_.hyper.precision);
   }
 }
 

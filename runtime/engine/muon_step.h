@@ -28,11 +28,14 @@
 // ArrayStore::read / store, so every tier works, and run inside the
 // engine's storage phase (agreed errors with nvme); steps 2-4 move only
 // memory. Temporaries (the window's updates in fp32, the owner's full
-// matrices) come from the host pool (ledger: unsharded).
+// matrices) are one buffer per unit from the host pool (ledger:
+// unsharded; muon_unit_buffer_elements, which the estimator's step replay
+// leases too).
 #pragma once
 
 #include <cstddef>
 #include <functional>
+#include <string>
 #include <vector>
 
 #include "comm/communicator.h"
@@ -40,18 +43,9 @@
 #include "runtime/engine/shard_optimizer.h"
 #include "runtime/sharding/array_store.h"
 #include "runtime/sharding/flat_layout.h"
+#include "runtime/sharding/muon_matrices.h"
 
 namespace zeroshard {
-
-/// One Muon matrix: its parameter, shape and owner rank.
-struct MuonParam {
-  ParamId param = -1;
-  UnitId unit = -1;
-  std::size_t offset = 0;  ///< first element in the unit's flat buffer
-  std::size_t rows = 0;    ///< shape[0]
-  std::size_t cols = 0;    ///< shape[1]
-  int owner = 0;           ///< data-parallel rank that orthogonalizes it
-};
 
 /// MuonStep's settings. Plain value.
 struct MuonStepOptions {
@@ -60,13 +54,14 @@ struct MuonStepOptions {
   int world_size = 1;                  ///< data-parallel ranks
   DType dtype = DType::f32;            ///< compute dtype (not f32: fp32 master weights)
   MuonHyper hyper;                     ///< momentum, nesterov, ns_steps, scale, precision
+  std::string source = "config";       ///< the configuration's name, for messages
 };
 
 /// See the file comment. Thread safety: one thread (the engine's).
 class MuonStep {
  public:
-  /// The Muon matrices of `layout` (finalized; parameters of optimizer's
-  /// Muon group, nonempty) with their owners. `layout` and `optimizer`
+  /// The Muon matrices of `layout` (finalized; muon_matrices with the
+  /// optimizer's Muon group) with their owners. `layout` and `optimizer`
   /// (its group lr and schedule) must outlive this object.
   MuonStep(const FlatLayout& layout, const ShardOptimizer& optimizer, MuonStepOptions options);
 

@@ -13,6 +13,7 @@
 #include "offload/host_pool.h"
 #include "offload/swap_pipeline.h"
 #include "optimizer/optimizer.h"
+#include "runtime/sharding/muon_matrices.h"
 #include "runtime/sharding/buffer_pool.h"
 #include "runtime/sharding/grad_reducer.h"
 #include "runtime/engine/engine_options.h"
@@ -209,6 +210,21 @@ void replay_optimizer(const FlatLayout& layout, const EngineConfig& config, cons
   });
 }
 
+// Muon's step before the optimizer's (MuonStep::step in
+// runtime/engine/muon_step.cpp): one host-pool buffer per unit with Muon
+// matrices, held over the unit. Arrays in memory only: with an nvme tier
+// its whole-array reads and writes stage through the pool as well, which
+// this replay does not model (runtime/plan/memory_estimate.h says so).
+void replay_muon(const FlatLayout& layout, const EngineConfig& config, int rank, HostPoolSizes& host) {
+  const std::vector<MuonParam> matrices = muon_matrices(layout, config.optimizer, -1, config.source);
+  for (UnitId u = 0; u < static_cast<UnitId>(layout.units().size()); ++u) {
+    const std::size_t n = muon_unit_buffer_elements(layout, matrices, config.zero.stage, rank, u);
+    if (n == 0) continue;
+    HostLeaseSize lease = host.acquire(n * sizeof(float), MemCategory::unsharded);
+    host.release(lease);
+  }
+}
+
 }  // namespace
 
 int qgz_ranks_per_node(const EngineConfig& config, int world_size, int ranks_per_node) {
@@ -274,6 +290,7 @@ void replay_step(const FlatLayout& layout, const EngineConfig& config, int rank,
     reducer.complete();
     unsharder.end_micro_batch();
     store.finish_grad_writes();
+    replay_muon(layout, config, rank, host);
     replay_optimizer(layout, config, plan, o, host);
     if (o.stage == 1 || o.stage == 2) {
       reducer.all_gather_shards([&](UnitId u) { return store.params(u); });
