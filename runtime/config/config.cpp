@@ -141,6 +141,18 @@ void read_observe(const Reader& r, ObserveConfig& o, ConfigDiagnostics& d) {
   }
 }
 
+// lr, weight_decay, betas and eps under `prefix` ("optimizer.params.", or
+// Muon's "optimizer.params.adamw.") into h.
+void read_adam_values(const Reader& r, const std::string& prefix, OptimizerHyper& h) {
+  r.get(prefix + "lr", h.lr);
+  r.get(prefix + "weight_decay", h.weight_decay);
+  if (const json* b = r.at(prefix + "betas")) {
+    h.beta1 = (*b)[0].get<double>();
+    h.beta2 = (*b)[1].get<double>();
+  }
+  r.get(prefix + "eps", h.eps);
+}
+
 // optimizer.type "Muon": Muon's values (torch.optim.Muon's names) into
 // h.muon, the AdamW section into h's lr, betas, eps and weight_decay.
 void read_muon(const Reader& r, OptimizerHyper& h, ConfigDiagnostics& d) {
@@ -191,13 +203,7 @@ void read_muon(const Reader& r, OptimizerHyper& h, ConfigDiagnostics& d) {
         "AdamW");
   }
   h.weight_decay = 0.0;  // AdamW's, unless the section says
-  r.get("optimizer.params.adamw.lr", h.lr);
-  r.get("optimizer.params.adamw.weight_decay", h.weight_decay);
-  if (const json* b = r.at("optimizer.params.adamw.betas")) {
-    h.beta1 = (*b)[0].get<double>();
-    h.beta2 = (*b)[1].get<double>();
-  }
-  r.get("optimizer.params.adamw.eps", h.eps);
+  read_adam_values(r, "optimizer.params.adamw.", h);
   if (r.at("optimizer.params.state_dtype") != nullptr) {
     d.problem("\"optimizer.params.state_dtype\" is not supported for optimizer.type \"Muon\": its states are fp32");
   }
@@ -231,13 +237,7 @@ void read_optimizer(const Reader& r, EngineConfig& c, ConfigDiagnostics& d) {
     read_muon(r, h, d);
     return;
   }
-  r.get("optimizer.params.lr", h.lr);
-  r.get("optimizer.params.weight_decay", h.weight_decay);
-  if (const json* b = r.at("optimizer.params.betas")) {
-    h.beta1 = (*b)[0].get<double>();
-    h.beta2 = (*b)[1].get<double>();
-  }
-  r.get("optimizer.params.eps", h.eps);
+  read_adam_values(r, "optimizer.params.", h);
   bool adam_w_mode = true;
   if ((t == "adam" || t == "adam8bit") && r.get("optimizer.params.adam_w_mode", adam_w_mode) && !adam_w_mode) {
     h.kind = OptimizerKind::adam;

@@ -50,6 +50,30 @@ inline float state_grad_value(int step, int rank, int p, std::size_t i, bool sam
   return same_on_ranks ? std::round(g * 25.0f * 4096.0f) / 4096.0f : g;
 }
 
+/// One training step on e: every unit of `units` forward (unshard,
+/// reshard), then backward in reverse, each parameter of params[unit]
+/// getting grad(id, i) for its element i, then Engine::step(). Collective.
+template <class Grad>
+void step_with_gradients(Engine& e, const std::vector<UnitId>& units, const std::vector<std::vector<ParamId>>& params,
+                         Grad&& grad) {
+  const DType dt = e.compute_dtype();
+  for (UnitId u : units) {
+    e.unshard(u);
+    e.reshard(u);
+  }
+  for (auto it = units.rbegin(); it != units.rend(); ++it) {
+    e.unshard(*it);
+    for (ParamId id : params[static_cast<std::size_t>(*it)]) {
+      std::vector<float> g(e.layout().param(id).numel);
+      for (std::size_t i = 0; i < g.size(); ++i) g[i] = grad(id, i);
+      kernels::accumulate_cast(e.grad_data(id, dt), dt, g.data(), DType::f32, g.size());
+    }
+    e.reduce_gradients(*it);
+    e.reshard(*it);
+  }
+  e.step();
+}
+
 /// An Engine over `units` on the world communicator, parameters set to
 /// state_init_value, trained by step() with state_grad_value gradients.
 struct StateModel {
@@ -77,22 +101,8 @@ struct StateModel {
   /// One training step: every unit forward (unshard, reshard), then
   /// backward in reverse with the step's gradients, then Engine::step().
   void step(int s) {
-    const DType dt = e.compute_dtype();
-    for (UnitId u : units) {
-      e.unshard(u);
-      e.reshard(u);
-    }
-    for (auto it = units.rbegin(); it != units.rend(); ++it) {
-      e.unshard(*it);
-      for (ParamId id : params[static_cast<std::size_t>(*it)]) {
-        std::vector<float> g(e.layout().param(id).numel);
-        for (std::size_t i = 0; i < g.size(); ++i) g[i] = state_grad_value(s, e.rank(), id, i, same_grads);
-        kernels::accumulate_cast(e.grad_data(id, dt), dt, g.data(), DType::f32, g.size());
-      }
-      e.reduce_gradients(*it);
-      e.reshard(*it);
-    }
-    e.step();
+    step_with_gradients(e, units, params,
+                        [&](ParamId id, std::size_t i) { return state_grad_value(s, e.rank(), id, i, same_grads); });
   }
 
   /// Masters then both states (widened to fp32) of every parameter, gathered.

@@ -112,22 +112,7 @@ struct MuonModel {
   }
 
   void step(int s) {
-    const DType dt = e.compute_dtype();
-    for (UnitId u : units) {
-      e.unshard(u);
-      e.reshard(u);
-    }
-    for (auto it = units.rbegin(); it != units.rend(); ++it) {
-      e.unshard(*it);
-      for (ParamId id : params[static_cast<std::size_t>(*it)]) {
-        std::vector<float> g(e.layout().param(id).numel);
-        for (std::size_t i = 0; i < g.size(); ++i) g[i] = grad_value(s, e.rank(), id, i, same);
-        kernels::accumulate_cast(e.grad_data(id, dt), dt, g.data(), DType::f32, g.size());
-      }
-      e.reduce_gradients(*it);
-      e.reshard(*it);
-    }
-    e.step();
+    step_with_gradients(e, units, params, [&](ParamId id, std::size_t i) { return grad_value(s, e.rank(), id, i, same); });
   }
 
   // Masters, then both states, of every parameter.
