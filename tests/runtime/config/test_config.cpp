@@ -116,8 +116,8 @@ TEST_CASE("Lion and Adagrad: keys of other optimizers and out-of-range values ar
   m = error_of(R"({"optimizer": {"type": "Adagrad", "params": {"lr_dekay": 0.1}}})");
   CHECK(m.find("did you mean \"optimizer.params.lr_decay\"?") != std::string::npos);
   m = error_of(R"({"optimizer": {"type": "OneBitAdam"}})");
-  CHECK(m.find("\"optimizer.type\" = \"OneBitAdam\" is not supported: zeroshard implements Adam, AdamW, SGD, Lion "
-               "and Adagrad") != std::string::npos);
+  CHECK(m.find("\"optimizer.type\" = \"OneBitAdam\" is not supported: zeroshard implements Adam, AdamW, SGD, Lion, "
+               "Adagrad and Muon") != std::string::npos);
 }
 
 TEST_CASE("errors name the key and the value") {

@@ -598,6 +598,7 @@ TEST_CASE("ds_config: did-you-mean for a typo of every supported key, and of sec
     if (section == "scheduler.params") j["scheduler"]["type"] = "WarmupCosineLR";
     if (section == "optimizer.params" && std::string(k.only_for) == "SGD") j["optimizer"]["type"] = "SGD";
     if (section == "optimizer.params" && std::string(k.only_for) == "Adam") j["optimizer"]["type"] = "Adam";
+    if (section == "optimizer.params.adamw") j["optimizer"]["type"] = "Muon";  // the section applies to Muon only
     const std::string m = error_of(j.dump());
     CAPTURE(path);
     CAPTURE(m);
@@ -637,9 +638,9 @@ TEST_CASE("ds_config: every problem in one message: types, values, refused keys,
   INFO(m);
   CHECK(m.find("ds.json: 12 problems in the configuration:\n") == 0);
   for (const char* part : {"\"gradient_clipping\" = \"big\" must be a number",
-                           "\"optimizer.type\" = \"Lamb\" is not supported: zeroshard implements Adam, AdamW, SGD, Lion and "
-                           "Adagrad",
-                           "\"optimizer.params.momentum\" applies only to SGD (optimizer.type is \"Lamb\")",
+                           "\"optimizer.type\" = \"Lamb\" is not supported: zeroshard implements Adam, AdamW, SGD, Lion, "
+                           "Adagrad and Muon",
+                           "\"optimizer.params.momentum\" applies only to SGD,Muon (optimizer.type is \"Lamb\")",
                            "\"fp16.auto_cast\" = true is not supported",
                            "\"sparse_attention\" = {\"mode\":\"fixed\"} is not supported",
                            "\"zero_optimization.offload_optimizer.ratio\" = 0.5 is not supported",
