@@ -150,7 +150,7 @@ void update(bool reference, const OptimizerHyper& h, double lr, double wd, std::
           reference, adam_scalars(h, lr, wd, step, grad_scale), a, states[0], states[1]);
     case OptimizerKind::muon:
       throw InvariantError(
-          "optimizer update: Muon's update is whole-matrix (runtime/engine/muon_step.h); element-wise updates "
+          "optimizer update: Muon's update is whole-matrix (runtime/update/muon_step.h); element-wise updates "
           "take element_wise_hyper()");
   }
   throw InvariantError(fmt::format("optimizer update: unknown optimizer kind {}", static_cast<int>(h.kind)));

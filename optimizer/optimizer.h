@@ -16,7 +16,7 @@
 //    p -= clr*g / (sqrt(sum) + eps), clr = lr / (1 + (step-1)*lr_decay);
 //  - Muon (Jordan et al. 2024; torch.optim.Muon): the 2-D matrices that
 //    MuonHyper::params names get the whole-matrix update of
-//    kernels/cpu/muon (runtime/engine/muon_step.h), every other parameter
+//    kernels/cpu/muon (runtime/update/muon_step.h), every other parameter
 //    AdamW with the OptimizerHyper's lr, betas, eps and weight_decay
 //    (optimizer.params.adamw).
 // The element-wise kernels live in kernels/cpu (adam.h, sgd.h, lion.h,

@@ -29,6 +29,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "runtime/update/param_group.h"
 #include "comm/communicator.h"
 #include "runtime/config/config.h"
 #include "runtime/sharding/flat_layout.h"
@@ -118,7 +119,7 @@
 // unshard(u). set_parameter / gather_* / checkpoints copy through host
 // memory. With offload_optimizer the update runs on the host (ZeRO-Offload;
 // [Note: optimizer on the host for a GPU engine] in
-// runtime/engine/shard_optimizer.cpp): reduced gradient blocks come down to the
+// runtime/update/shard_optimizer.cpp): reduced gradient blocks come down to the
 // host tier as they arrive, updated parameters go up after the update;
 // offload_param (which needs offload_optimizer here) keeps stage 3 shards
 // in host memory or on nvme and uploads each before its all-gather.
@@ -162,13 +163,6 @@
 // step calls (they issue collectives). Only data differs between ranks.
 
 namespace zeroshard {
-
-/// Per-group overrides of the optimizer's lr and weight_decay (doubles, as
-/// OptimizerHyper's and torch's param_groups).
-struct ParamGroupOptions {
-  std::optional<double> lr{};
-  std::optional<double> weight_decay{};
-};
 
 /// What one step() call did.
 struct StepResult {

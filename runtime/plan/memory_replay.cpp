@@ -13,7 +13,7 @@
 #include "offload/host_pool.h"
 #include "offload/swap_pipeline.h"
 #include "optimizer/optimizer.h"
-#include "runtime/sharding/muon_matrices.h"
+#include "runtime/update/muon_matrices.h"
 #include "runtime/sharding/buffer_pool.h"
 #include "runtime/sharding/grad_reducer.h"
 #include "runtime/engine/engine_options.h"
@@ -183,7 +183,7 @@ class StoreReplay final : public ShardSource, public GradTarget {
   std::size_t open_group_ = 0;
 };
 
-// The optimizer's swap pipeline (ShardOptimizer::step in runtime/engine/shard_optimizer.cpp):
+// The optimizer's swap pipeline (ShardOptimizer::step in runtime/update/shard_optimizer.cpp):
 // every sub-group of every unit, each with the unit's nvme arrays.
 void replay_optimizer(const FlatLayout& layout, const EngineConfig& config, const ArrayPlan& plan,
                       const ArrayPlanOptions& o, HostPoolSizes& host) {
@@ -211,7 +211,7 @@ void replay_optimizer(const FlatLayout& layout, const EngineConfig& config, cons
 }
 
 // Muon's step before the optimizer's (MuonStep::step in
-// runtime/engine/muon_step.cpp): one host-pool buffer per unit with Muon
+// runtime/update/muon_step.cpp): one host-pool buffer per unit with Muon
 // matrices, held over the unit. Arrays in memory only: with an nvme tier
 // its whole-array reads and writes stage through the pool as well, which
 // this replay does not model (runtime/plan/memory_estimate.h says so).

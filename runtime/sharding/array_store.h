@@ -49,7 +49,7 @@
 //     count and sum of squares are taken, so step() needs no extra pass over
 //     the files; the sums are added sub-group by sub-group, as the other
 //     tiers' (grad_stats), so the norm is bitwise the same on every tier;
-//   - step(): the engine's optimizer (runtime/engine/shard_optimizer.h) runs
+//   - step(): the engine's optimizer (runtime/update/shard_optimizer.h) runs
 //     the swap pipeline over all sub-groups of all units (read i+1, update
 //     i, write i-1) with swap_key / swap_dir; gradient files are removed
 //     after the step (clear_grads), so the next cycle starts from zeros.

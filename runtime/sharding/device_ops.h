@@ -30,7 +30,7 @@
 // loss scale, skips) is the same code on both; only DeviceOps differs.
 // Arrays on the host and nvme offload tiers are in host memory whatever the
 // device (ArrayStore::host_ops, runtime/sharding/array_store.h), so a GPU engine with offload copies between
-// the two (runtime/engine/shard_optimizer.cpp, [Note: optimizer on the host for a
+// the two (runtime/update/shard_optimizer.cpp, [Note: optimizer on the host for a
 // GPU engine]). The cuda operations are bitwise the cpu ones (kernels/cuda:
 // [Note: bitwise GPU kernels]) except the sum of squares of the gradient
 // statistics, whose double summation order differs (kernels/cuda/
@@ -43,7 +43,7 @@
 // each deciding whether a copy between memory spaces is needed at all:
 // ArrayStore::in_device_memory / host_copy (reads of device arrays),
 // Unsharder::start (a host-tier shard uploaded before its all-gather) and
-// the optimizer's staging (runtime/engine/shard_optimizer.cpp); the Engine
+// the optimizer's staging (runtime/update/shard_optimizer.cpp); the Engine
 // constructor uses it to check a GPU configuration.
 // Each backend (cpu, the simulated device, cuda, and the step replay's
 // size-only ops in runtime/plan/memory_replay.cpp) implements the fourteen

@@ -1,5 +1,5 @@
 // Muon through the Engine (optimizer.type "Muon"; [Note: Muon on shards] in
-// runtime/engine/muon_step.h): stages 0-3 and offload none / cpu / nvme
+// runtime/update/muon_step.h): stages 0-3 and offload none / cpu / nvme
 // give bitwise the same parameters and states at this world size (fp32 and
 // bf16 compute); with gradients every rank gives alike, every world size
 // gives bitwise the world-size-1 engine (run on a SelfCommunicator beside

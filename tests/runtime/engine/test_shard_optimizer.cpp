@@ -1,4 +1,4 @@
-// ShardOptimizer (runtime/engine/shard_optimizer.h) alone, over an
+// ShardOptimizer (runtime/update/shard_optimizer.h) alone, over an
 // ArrayStore without an Engine, at world sizes 1-4, stages 0-3, fp32 and
 // bf16 compute dtypes and the three state formats (fp32, bf16 with
 // stochastic rounding, 8-bit with 64-element blocks), on a model with two
@@ -27,7 +27,7 @@
 #include "kernels/cpu/cast.h"
 #include "optimizer/update_8bit.h"
 #include "optimizer/update_bf16.h"
-#include "runtime/engine/shard_optimizer.h"
+#include "runtime/update/shard_optimizer.h"
 #include "runtime/sharding/array_store.h"
 #include "tests/support/component_layout.h"
 #include "tests/support/test_world.h"

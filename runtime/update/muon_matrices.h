@@ -1,6 +1,6 @@
 // Which parameters are Muon's matrices (optimizer.type "Muon"), their owner
 // ranks, and what each rank holds of them during a step: the layout side of
-// runtime/engine/muon_step.h ([Note: Muon on shards]), shared with the
+// runtime/update/muon_step.h ([Note: Muon on shards]), shared with the
 // memory estimator's step replay (runtime/plan/memory_replay.cpp).
 #pragma once
 

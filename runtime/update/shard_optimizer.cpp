@@ -1,5 +1,5 @@
-// ShardOptimizer: see runtime/engine/shard_optimizer.h.
-#include "runtime/engine/shard_optimizer.h"
+// ShardOptimizer: see runtime/update/shard_optimizer.h.
+#include "runtime/update/shard_optimizer.h"
 
 #include <algorithm>
 #include <cstring>

@@ -1,5 +1,5 @@
-// MuonStep: see runtime/engine/muon_step.h.
-#include "runtime/engine/muon_step.h"
+// MuonStep: see runtime/update/muon_step.h.
+#include "runtime/update/muon_step.h"
 
 #include <algorithm>
 #include <tuple>

@@ -1,7 +1,7 @@
 // MuonStep: Muon's whole-matrix update on ZeRO's flat shards (optimizer
 // .type "Muon"; the kernels are kernels/cpu/muon, the owners
 // optimizer/muon_owners.h). The element-wise AdamW of the other parameters
-// is ShardOptimizer's (runtime/engine/shard_optimizer.h).
+// is ShardOptimizer's (runtime/update/shard_optimizer.h).
 //
 // [Note: Muon on shards]
 // A Muon matrix lies in its unit's flat buffer at [offset, offset + m n),
@@ -40,10 +40,10 @@
 
 #include "comm/communicator.h"
 #include "optimizer/optimizer.h"
-#include "runtime/engine/shard_optimizer.h"
+#include "runtime/update/shard_optimizer.h"
 #include "runtime/sharding/array_store.h"
 #include "runtime/sharding/flat_layout.h"
-#include "runtime/sharding/muon_matrices.h"
+#include "runtime/update/muon_matrices.h"
 
 namespace zeroshard {
 

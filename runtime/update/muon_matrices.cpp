@@ -1,5 +1,5 @@
-// Muon's matrices: see runtime/sharding/muon_matrices.h.
-#include "runtime/sharding/muon_matrices.h"
+// Muon's matrices: see runtime/update/muon_matrices.h.
+#include "runtime/update/muon_matrices.h"
 
 #include <algorithm>
 

@@ -35,7 +35,7 @@
 #include "optimizer/lr_schedule.h"
 #include "optimizer/optimizer.h"
 #include "runtime/config/offload_config.h"
-#include "runtime/engine/engine.h"
+#include "runtime/update/param_group.h"
 #include "runtime/sharding/array_store.h"
 #include "runtime/sharding/device_ops.h"
 #include "runtime/sharding/flat_layout.h"
@@ -48,7 +48,7 @@ struct ParamGroup {
   double lr = 0;            ///< as OptimizerHyper::lr (a Python float's double)
   double weight_decay = 0;  ///< as OptimizerHyper::weight_decay
   /// Muon's group (optimizer.type "Muon": its matrices, updated by
-  /// runtime/engine/muon_step.h); the element-wise update skips it.
+  /// runtime/update/muon_step.h); the element-wise update skips it.
   bool muon = false;
 };
 
