@@ -10,13 +10,25 @@
 
 namespace zeroshard {
 
-std::string muon_pattern(const OptimizerHyper& h, std::string_view name) {
-  if (h.kind != OptimizerKind::muon) return {};
-  const std::string n(name);
-  for (const std::string& p : h.muon.params) {
-    if (fnmatch(p.c_str(), n.c_str(), 0) == 0) return p;
+namespace {
+
+// The first of `patterns` that `name` matches, or "".
+std::string first_match(const std::vector<std::string>& patterns, const std::string& name) {
+  for (const std::string& p : patterns) {
+    if (fnmatch(p.c_str(), name.c_str(), 0) == 0) return p;
   }
   return {};
+}
+
+}  // namespace
+
+std::string muon_pattern(const OptimizerHyper& h, std::string_view name) {
+  if (h.kind != OptimizerKind::muon) return {};
+  return first_match(h.muon.params, std::string(name));
+}
+
+bool is_muon_parameter(const std::vector<std::string>& patterns, const std::string& name, int group) {
+  return group == kMuonGroup || (group == 0 && !first_match(patterns, name).empty());
 }
 
 void check_muon_shape(const std::string& source, const std::string& name, const std::vector<std::int64_t>& shape,

@@ -21,6 +21,16 @@ namespace zeroshard {
 /// none does or h is not Muon. Pure.
 std::string muon_pattern(const OptimizerHyper& h, std::string_view name);
 
+/// The id of the engine's "muon" parameter group (ShardOptimizer adds it
+/// right after the default group when the optimizer is Muon).
+inline constexpr int kMuonGroup = 1;
+
+/// True when parameter `name` of parameter group `group` is one of Muon's
+/// matrices: in group kMuonGroup, or in the default group (0) and named by
+/// one of `patterns` (muon_params). Only meaningful when the optimizer is
+/// Muon. Pure.
+bool is_muon_parameter(const std::vector<std::string>& patterns, const std::string& name, int group);
+
 /// Checks that parameter `name` of `shape`, given to Muon by `why` (the
 /// matching pattern, or the group it was declared in), is a matrix: two
 /// dimensions. Throws ConfigError naming the parameter, its shape and

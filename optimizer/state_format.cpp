@@ -1,6 +1,8 @@
 // State formats and their arrays: see optimizer/state_format.h.
 #include "optimizer/state_format.h"
 
+#include <algorithm>
+
 #include "core/error.h"
 #include "kernels/cpu/adam/quant_map.h"
 
@@ -44,6 +46,40 @@ void UnitStates::array_range(int k, std::size_t begin, std::size_t end, std::siz
            end, block);
   first = begin / block;
   last = kernels::quant_block_count(end, block);
+}
+
+std::size_t PackedStates::count(std::size_t w) const {
+  std::size_t n = 0;
+  for (const auto& [b, e] : runs.at(w)) n += e - b;
+  return n;
+}
+
+std::size_t PackedStates::index(std::size_t w, std::size_t x) const {
+  std::size_t n = 0;
+  for (const auto& [b, e] : runs.at(w)) {
+    if (x <= b) break;
+    n += std::min(x, e) - b;
+  }
+  return n;
+}
+
+std::size_t UnitStates::window_numel(int k, std::size_t w, std::size_t window) const {
+  return packs(k) ? packed->count(w) : array_numel(k, window, window);
+}
+
+std::size_t UnitStates::window_offset(int k, std::size_t w, std::size_t window) const {
+  if (!packs(k)) return w * array_numel(k, window, window);
+  std::size_t n = 0;
+  for (std::size_t v = 0; v < w; ++v) n += packed->count(v);
+  return n;
+}
+
+void UnitStates::window_range(int k, std::size_t w, std::size_t begin, std::size_t end, std::size_t& first,
+                              std::size_t& last) const {
+  if (!packs(k)) return array_range(k, begin, end, first, last);
+  ZS_CHECK(begin <= end, "state arrays: range [{}, {})", begin, end);
+  first = packed->index(w, begin);
+  last = packed->index(w, end);
 }
 
 std::uint64_t UnitStates::bytes(std::size_t elements, std::size_t window) const {

@@ -21,11 +21,24 @@
 // The decision fp32 or 8-bit is per unit (a flat buffer of parameters, the
 // "tensor" of bitsandbytes' min_8bit_size): units with fewer than
 // min_8bit_size logical elements keep fp32 states, whatever the world size.
+//
+// [Note: packed states]
+// Muon keeps one state (its momentum, in exp_avg) on its matrices and
+// AdamW's two on the other parameters. So with Muon the fp32 states from
+// `PackedStates::first_state` on (exp_avg_sq) are packed: each window's
+// array holds only the elements of that window's kept runs (the AdamW
+// parameters' elements), in order; window w's part starts after the kept
+// elements of windows 0..w-1 (stage 0), and element x of window w is at
+// index(w, x). Checkpoints store packed arrays expanded to the window (0 at
+// the other elements), so the file format and resharding are unchanged.
 #pragma once
 
 #include <cstddef>
 #include <cstdint>
+#include <memory>
 #include <string_view>
+#include <utility>
+#include <vector>
 
 #include "core/dtype.h"
 
@@ -63,12 +76,38 @@ struct StateFormat {
   }
 };
 
+/// The runs of each window of a unit that keep the states from
+/// first_state on ([Note: packed states]). Plain value.
+struct PackedStates {
+  int first_state = 1;
+  /// Per window: sorted, disjoint [begin, end) element ranges, window-relative.
+  std::vector<std::vector<std::pair<std::size_t, std::size_t>>> runs;
+  /// Kept elements of window w.
+  std::size_t count(std::size_t w) const;
+  /// Kept elements of window w before window element x (its packed index).
+  std::size_t index(std::size_t w, std::size_t x) const;
+};
+
 /// The states of one unit as stored: format and block size (8-bit only),
 /// and how many optimizer states (optimizer_state_count). Plain value type.
 struct UnitStates {
   StateDtype dtype = StateDtype::fp32;
   std::size_t block = 0;  ///< 8-bit: elements per block; 0 otherwise
   int count = 0;          ///< optimizer states (exp_avg, exp_avg_sq, ...)
+  /// fp32 only: the states packed to some runs of each window (Muon), or null.
+  std::shared_ptr<const PackedStates> packed;
+
+  /// Array k is packed ([Note: packed states]).
+  bool packs(int k) const { return packed != nullptr && k >= packed->first_state; }
+  /// Elements of array k that hold window w of `window` elements.
+  std::size_t window_numel(int k, std::size_t w, std::size_t window) const;
+  /// Elements of array k before window w's part, when the array holds
+  /// windows 0, 1, ... end to end (stage 0).
+  std::size_t window_offset(int k, std::size_t w, std::size_t window) const;
+  /// Elements [first, last) of array k's window-w part that hold window
+  /// elements [begin, end): array_range, or the packed indices.
+  void window_range(int k, std::size_t w, std::size_t begin, std::size_t end, std::size_t& first,
+                    std::size_t& last) const;
 
   /// Arrays per range: count (fp32, bf16) or 2 * count (8-bit).
   int arrays() const { return dtype == StateDtype::q8 ? 2 * count : count; }

@@ -258,7 +258,8 @@ EngineParts::EngineParts(EngineState& s, const SwapSharers& sharers)
               const ArrayPlanOptions plan = engine_array_plan_options(s.config, s.rank());
               return ArrayStoreOptions{.stage = plan.stage, .rank = plan.rank, .dtype = plan.dtype,
                                        .grad_accum_dtype = plan.grad_accum_dtype, .state_count = plan.state_count, .states = plan.states,
-                                       .offload = plan.offload, .swap_sharers = sharers, .source = plan.source};
+                                       .muon = plan.muon, .muon_params = plan.muon_params, .offload = plan.offload,
+                                       .swap_sharers = sharers, .source = plan.source};
             }()),
       link(store, s.comms.host(), s.progress, s.config.gradient_accumulation_steps),
       // The options the memory estimator replays a step with (runtime/plan/memory_estimate.h).

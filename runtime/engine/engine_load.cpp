@@ -434,7 +434,7 @@ json Engine::load_checkpoint(const std::string& mesh_save_dir, const std::string
               values.emplace_back(info.shard, 0.0f);
               reader.read(u, k, lo, lo + info.shard, values.back().data());
             }
-            arrays = s.optimizer.state_arrays_from_f32(s.store(), static_cast<UnitId>(u), values);
+            arrays = s.optimizer.state_arrays_from_f32(s.store(), static_cast<UnitId>(u), w, values);
           }
           for (std::size_t k = 0; k < arrays.size(); ++k) {
             lu.states[k].insert(lu.states[k].end(), arrays[k].begin(), arrays[k].end());

@@ -13,6 +13,8 @@ ArrayPlanOptions engine_array_plan_options(const EngineConfig& config, int rank)
                           .grad_accum_dtype = config.accumulation_dtype(),
                           .state_count = optimizer_state_count(config.optimizer),
                           .states = config.optimizer.states,
+                          .muon = config.optimizer.kind == OptimizerKind::muon,
+                          .muon_params = config.optimizer.muon.params,
                           .offload = config.offload,
                           .source = config.source};
 }

@@ -13,6 +13,7 @@
 #include "offload/host_pool.h"
 #include "offload/swap_pipeline.h"
 #include "optimizer/optimizer.h"
+#include "optimizer/muon_params.h"
 #include "runtime/update/muon_matrices.h"
 #include "runtime/sharding/buffer_pool.h"
 #include "runtime/sharding/grad_reducer.h"
@@ -205,7 +206,7 @@ void replay_optimizer(const FlatLayout& layout, const EngineConfig& config, cons
     const UnitTiers& t = plan.units[static_cast<std::size_t>(u)];
     const SubGroup& sg = t.subgroups[g];
     std::vector<std::uint64_t> bytes;
-    for (ArrayRef a : arrays[static_cast<std::size_t>(u)]) bytes.push_back(t.subgroup_bytes(o.dtypes(), a, sg));
+    for (ArrayRef a : arrays[static_cast<std::size_t>(u)]) bytes.push_back(t.subgroup_bytes(o.dtypes(), a, static_cast<std::size_t>(o.rank), sg));
     return bytes;
   });
 }
@@ -216,7 +217,7 @@ void replay_optimizer(const FlatLayout& layout, const EngineConfig& config, cons
 // its whole-array reads and writes stage through the pool as well, which
 // this replay does not model (runtime/plan/memory_estimate.h says so).
 void replay_muon(const FlatLayout& layout, const EngineConfig& config, int rank, HostPoolSizes& host) {
-  const std::vector<MuonParam> matrices = muon_matrices(layout, config.optimizer, -1, config.source);
+  const std::vector<MuonParam> matrices = muon_matrices(layout, config.optimizer, kMuonGroup, config.source);
   for (UnitId u = 0; u < static_cast<UnitId>(layout.units().size()); ++u) {
     const std::size_t n = muon_unit_buffer_elements(layout, matrices, config.zero.stage, rank, u);
     if (n == 0) continue;

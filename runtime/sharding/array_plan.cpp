@@ -6,6 +6,7 @@
 #include <fmt/format.h>
 
 #include "core/error.h"
+#include "optimizer/muon_params.h"
 
 namespace zeroshard {
 
@@ -20,15 +21,44 @@ MemTier tier_of(OffloadDevice d) {
   return MemTier::device;
 }
 
+// Muon's packed states of unit i ([Note: packed states]): per window, the
+// runs of the parameters that are not Muon's (AdamW's), merged.
+PackedStates packed_states(const FlatLayout& layout, std::size_t i, const std::vector<std::string>& muon_params) {
+  const UnitInfo& info = layout.units()[i];
+  const std::size_t W = info.shard;
+  PackedStates p;
+  p.runs.resize(static_cast<std::size_t>(layout.world_size()));
+  for (ParamId id : info.params) {
+    const ParamInfo& q = layout.param(id);
+    if (q.numel == 0 || is_muon_parameter(muon_params, q.name, q.group)) continue;
+    for (std::size_t w = 0; w < p.runs.size() && W > 0; ++w) {
+      const std::size_t lo = std::max(q.offset, w * W), hi = std::min(q.offset + q.numel, (w + 1) * W);
+      if (lo >= hi) continue;
+      auto& runs = p.runs[w];
+      if (!runs.empty() && runs.back().second == lo - w * W) {
+        runs.back().second = hi - w * W;
+      } else {
+        runs.emplace_back(lo - w * W, hi - w * W);
+      }
+    }
+  }
+  return p;
+}
+
 }  // namespace
 
-std::size_t array_numel(int stage, const UnitInfo& unit, const UnitStates& states, ArrayRef a) {
+std::size_t array_numel(int stage, int rank, const UnitInfo& unit, const UnitStates& states, ArrayRef a) {
   switch (a.kind) {
     case ArrayKind::params: return stage < 3 ? unit.padded : unit.shard;
     case ArrayKind::grad: return stage < 2 ? unit.padded : unit.shard;
     case ArrayKind::micro_grad: return unit.padded;
     case ArrayKind::master: return stage == 0 ? unit.padded : unit.shard;
-    case ArrayKind::state: return states.array_numel(a.state, stage == 0 ? unit.padded : unit.shard, unit.shard);
+    case ArrayKind::state:
+      if (states.packs(a.state)) {
+        return stage == 0 ? states.window_offset(a.state, states.packed->runs.size(), unit.shard)
+                          : states.window_numel(a.state, static_cast<std::size_t>(rank), unit.shard);
+      }
+      return states.array_numel(a.state, stage == 0 ? unit.padded : unit.shard, unit.shard);
   }
   return 0;
 }
@@ -44,16 +74,17 @@ DType array_dtype(ArrayDtypes dtypes, const UnitStates& states, ArrayRef a) {
   return DType::f32;
 }
 
-void array_range(const UnitStates& states, ArrayRef a, std::size_t begin, std::size_t end, std::size_t& first,
-                 std::size_t& last) {
-  if (a.kind == ArrayKind::state) return states.array_range(a.state, begin, end, first, last);
+void array_range(const UnitStates& states, ArrayRef a, std::size_t window, std::size_t begin, std::size_t end,
+                 std::size_t& first, std::size_t& last) {
+  if (a.kind == ArrayKind::state) return states.window_range(a.state, window, begin, end, first, last);
   first = begin;
   last = end;
 }
 
-std::uint64_t UnitTiers::subgroup_bytes(ArrayDtypes dtypes, ArrayRef a, const SubGroup& sg) const {
+std::uint64_t UnitTiers::subgroup_bytes(ArrayDtypes dtypes, ArrayRef a, std::size_t window,
+                                        const SubGroup& sg) const {
   std::size_t first = 0, last = 0;
-  array_range(states, a, sg.begin, sg.end, first, last);
+  array_range(states, a, window, sg.begin, sg.end, first, last);
   return static_cast<std::uint64_t>(last - first) * dtype_size(array_dtype(dtypes, states, a));
 }
 
@@ -102,6 +133,9 @@ ArrayPlan plan_arrays(const FlatLayout& layout, const ArrayPlanOptions& o) {
     const UnitInfo& info = layout.units()[i];
     const std::size_t shard = info.shard;
     us.states = unit_states(o.states, o.state_count, info.numel);
+    if (o.muon && us.states.dtype == StateDtype::fp32 && us.states.count > 1) {
+      us.states.packed = std::make_shared<const PackedStates>(packed_states(layout, i, o.muon_params));
+    }
     // sg is a multiple of 4096, so of every block size (kQuantBlockMax).
     ZS_CHECK(us.states.block == 0 || sg % us.states.block == 0, "sub-group size {} is not a multiple of block {}",
              sg, us.states.block);
@@ -156,12 +190,13 @@ ArrayPlan plan_arrays(const FlatLayout& layout, const ArrayPlanOptions& o) {
       x.category = array_category(o.dtypes(), a);
       x.tier = plan.units[i].tier(o.stage, a);
       x.dtype = array_dtype(o.dtypes(), st, a);
-      x.numel = array_numel(o.stage, info, st, a);
+      x.numel = array_numel(o.stage, o.rank, info, st, a);
       const bool full = a.kind == ArrayKind::params       ? o.stage < 3
                         : a.kind == ArrayKind::micro_grad ? true
                         : a.kind == ArrayKind::grad       ? o.stage < 2
                                                           : o.stage == 0;
       std::uint64_t pad = full ? full_pad : shard_pad;
+      if (a.kind == ArrayKind::state && st.packs(a.state)) pad = 0;  // only kept elements
       if (a.kind == ArrayKind::state && st.is_absmax(a.state)) {
         // Absmax entries of blocks that hold no logical element.
         std::uint64_t logical_blocks = 0;

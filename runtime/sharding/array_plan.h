@@ -60,6 +60,11 @@ struct ArrayPlanOptions {
   DType grad_accum_dtype = DType::f32;
   int state_count = 0;            ///< optimizer states per element (optimizer_state_count)
   StateFormat states;             ///< how they are stored (fp32, 8-bit per unit, bf16)
+  /// optimizer.type Muon: states from 1 on are packed to the AdamW
+  /// parameters' elements ([Note: packed states]); `muon_params` names
+  /// Muon's default-group matrices (is_muon_parameter).
+  bool muon = false;
+  std::vector<std::string> muon_params;
   OffloadConfig offload;          ///< tiers, sub_group_size, offload_param.max_in_cpu / buffer_size
   std::string source = "config";  ///< the configuration's name, for messages
   bool mixed() const { return dtype != DType::f32; }
@@ -75,18 +80,19 @@ struct ArrayPlanOptions {
 /// stages 0/1, shard at 2/3 (micro_grad: full, stages 0/1 only); master
 /// weights and states full at stage 0,
 /// shard at 1-3 (a state array as `states` sizes it: 8-bit absmax one
-/// float per block of each shard window).
-std::size_t array_numel(int stage, const UnitInfo& unit, const UnitStates& states, ArrayRef a);
+/// float per block of each shard window; a packed one the kept elements of
+/// every window at stage 0, of window `rank` at 1-3).
+std::size_t array_numel(int stage, int rank, const UnitInfo& unit, const UnitStates& states, ArrayRef a);
 /// Element type of array a: the compute dtype for parameters and the
 /// micro-batch gradient, the accumulation dtype for the gradient, fp32 for
 /// master weights, the unit's state arrays' own (UnitStates::array_dtype)
 /// for optimizer states.
 DType array_dtype(ArrayDtypes dtypes, const UnitStates& states, ArrayRef a);
-/// Elements [first, last) of array a that hold update elements [begin,
-/// end) of one shard window (a sub-group; begin a multiple of the 8-bit
-/// block for absmax). Pure.
-void array_range(const UnitStates& states, ArrayRef a, std::size_t begin, std::size_t end, std::size_t& first,
-                 std::size_t& last);
+/// Elements [first, last) of array a's part for shard window `window` that
+/// hold update elements [begin, end) of that window (a sub-group; begin a
+/// multiple of the 8-bit block for absmax). Pure.
+void array_range(const UnitStates& states, ArrayRef a, std::size_t window, std::size_t begin, std::size_t end,
+                 std::size_t& first, std::size_t& last);
 /// The ledger category array a is accounted under: the gradient is
 /// MemCategory::grad_accumulator when it is wider than the compute dtype,
 /// else (and micro_grad) MemCategory::gradients.
@@ -107,8 +113,9 @@ struct UnitTiers {
 
   /// array_tier() of this unit.
   MemTier tier(int stage, ArrayRef a) const { return array_tier(stage, param_tier, optimizer_tier, a); }
-  /// Bytes of array a that sub-group sg covers (array_range x dtype size).
-  std::uint64_t subgroup_bytes(ArrayDtypes dtypes, ArrayRef a, const SubGroup& sg) const;
+  /// Bytes of array a that sub-group sg of shard window `window` covers
+  /// (array_range x dtype size).
+  std::uint64_t subgroup_bytes(ArrayDtypes dtypes, ArrayRef a, std::size_t window, const SubGroup& sg) const;
 };
 
 /// The arrays of a unit in the store's order: params, grad, micro_grad

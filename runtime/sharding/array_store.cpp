@@ -160,7 +160,7 @@ MemTier ArrayStore::tier(UnitId u, ArrayRef a) const {
 }
 
 std::size_t ArrayStore::numel(UnitId u, ArrayRef a) const {
-  return array_numel(o_.stage, layout_.unit(u), unit(u).state_arrays, a);
+  return array_numel(o_.stage, o_.rank, layout_.unit(u), unit(u).state_arrays, a);
 }
 
 DType ArrayStore::dtype(UnitId u, ArrayRef a) const {
@@ -173,7 +173,8 @@ std::uint64_t ArrayStore::subgroup_bytes(UnitId u, std::size_t g, ArrayRef a) co
   const UnitArrays& us = unit(u);
   ZS_CHECK(g < us.subgroups.size(), "unit {}: sub-group {} of {}", u, g, us.subgroups.size());
   std::size_t first = 0, last = 0;
-  array_range(us.state_arrays, a, us.subgroups[g].begin, us.subgroups[g].end, first, last);
+  array_range(us.state_arrays, a, static_cast<std::size_t>(o_.rank), us.subgroups[g].begin, us.subgroups[g].end, first,
+              last);
   return static_cast<std::uint64_t>(last - first) * dtype_size(dtype(u, a));
 }
 
@@ -227,7 +228,7 @@ std::vector<SwapItem> ArrayStore::items(UnitId u, ArrayRef a, std::byte* buf, bo
   for (std::size_t g = 0; g < us.subgroups.size(); ++g) {
     const SubGroup& sg = us.subgroups[g];
     std::size_t first = 0, last = 0;
-    array_range(us.state_arrays, a, sg.begin, sg.end, first, last);
+    array_range(us.state_arrays, a, static_cast<std::size_t>(o_.rank), sg.begin, sg.end, first, last);
     const std::uint64_t bytes = (last - first) * e;
     std::byte* at = buf + first * e;
     if (reading && dir.find(keys[g]) == nullptr) {

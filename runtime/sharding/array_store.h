@@ -64,6 +64,8 @@ struct ArrayStoreOptions {
   DType grad_accum_dtype = DType::f32;  ///< the gradient accumulator's: f32 or `dtype` (ArrayPlanOptions)
   int state_count = 0;            ///< optimizer states per element (optimizer_state_count)
   StateFormat states;             ///< their storage (optimizer/state_format.h)
+  bool muon = false;              ///< Muon: packed states (ArrayPlanOptions::muon)
+  std::vector<std::string> muon_params;  ///< Muon's name patterns (ArrayPlanOptions::muon_params)
   OffloadConfig offload;          ///< tiers, sub_group_size, swap paths, aio settings
   SwapSharers swap_sharers;       ///< ranks sharing each swap file system (free-space check)
   std::string source = "config";  ///< the configuration's name, for messages
@@ -71,7 +73,8 @@ struct ArrayStoreOptions {
   /// The part of these options the array sizes depend on.
   ArrayPlanOptions plan_options() const {
     return ArrayPlanOptions{.stage = stage, .rank = rank, .dtype = dtype, .grad_accum_dtype = grad_accum_dtype,
-                            .state_count = state_count, .states = states, .offload = offload, .source = source};
+                            .state_count = state_count, .states = states, .muon = muon, .muon_params = muon_params,
+                            .offload = offload, .source = source};
   }
 };
 

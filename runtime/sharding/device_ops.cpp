@@ -189,7 +189,8 @@ class SimulatedDeviceOps final : public CpuOps {
     if (u.copy != nullptr) check_device(u.copy, n * dtype_size(u.copy_dtype), "update copy");
     const UnitStates st{.dtype = u.states.dtype, .block = u.states.block,
                         .count = u.states.dtype == StateDtype::q8 ? static_cast<int>(u.states.arrays.size() / 2)
-                                                                  : static_cast<int>(u.states.arrays.size())};
+                                                                  : static_cast<int>(u.states.arrays.size()),
+                        .packed = nullptr};
     if (st.dtype == StateDtype::q8) kernels::check_quant_block(st.block, "simulated device update");
     for (int k = 0; k < st.arrays(); ++k) {
       const std::size_t numel = st.array_numel(k, n, n);

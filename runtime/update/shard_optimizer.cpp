@@ -49,12 +49,13 @@ namespace {
 
 // Element of state array k (UnitStates) that holds update index x: the
 // update index space is the full flat buffer at stage 0 (`flat`: window
-// x / W, then x % W inside it), else the shard of W elements.
-std::size_t state_index(const UnitStates& st, int k, std::size_t x, std::size_t W, bool flat) {
-  const std::size_t w = flat ? x / W : 0, in = flat ? x % W : x;
+// x / W, then x % W inside it), else the shard of W elements (window
+// `rank`).
+std::size_t state_index(const UnitStates& st, int k, std::size_t x, std::size_t W, bool flat, int rank) {
+  const std::size_t w = flat ? x / W : static_cast<std::size_t>(rank), in = flat ? x % W : x;
   std::size_t first = 0, last = 0;
-  st.array_range(k, in, in, first, last);
-  return w * st.array_numel(k, W, W) + first;
+  st.window_range(k, w, in, in, first, last);
+  return (flat ? st.window_offset(k, w, W) : 0) + first;
 }
 
 // The quantization map of optimizer state i (Adam: exp_avg signed,
@@ -156,20 +157,40 @@ void ShardOptimizer::update_view(const ArrayStore& store, DeviceOps& ops, UnitId
     if (runs.empty()) continue;
     const std::size_t r = lo - v.begin;
     for (int k = 0; k < st.arrays(); ++k) {
-      const std::size_t at = state_index(st, k, lo, W, flat) - state_index(st, k, v.begin, W, flat);
+      const std::size_t at = state_index(st, k, lo, W, flat, o_.rank) - state_index(st, k, v.begin, W, flat, o_.rank);
       arrays[static_cast<std::size_t>(k)] = v.states[static_cast<std::size_t>(k)] + at * dtype_size(st.array_dtype(k));
     }
-    RangeUpdate up{.grads = v.grads + r * ge, .grad_dtype = gt,
-                   .states = {.dtype = st.dtype, .arrays = arrays, .block = st.block, .first_index = base + lo},
-                   .runs = runs, .n = hi - lo};
-    if (mixed()) {
-      up.weights = v.master + r;
-      up.copy = v.params + r * e;
-      up.copy_dtype = dt;
-    } else {
-      up.weights = reinterpret_cast<float*>(v.params) + r;
+    // One update of elements [lo + b, lo + b + n) with `states` for them.
+    auto update = [&](std::size_t b, std::size_t n, std::span<void* const> states, std::span<const UpdateRun> rs) {
+      RangeUpdate up{.grads = v.grads + (r + b) * ge, .grad_dtype = gt,
+                     .states = {.dtype = st.dtype, .arrays = states, .block = st.block, .first_index = base + lo + b},
+                     .runs = rs, .n = n};
+      if (mixed()) {
+        up.weights = v.master + r + b;
+        up.copy = v.params + (r + b) * e;
+        up.copy_dtype = dt;
+      } else {
+        up.weights = reinterpret_cast<float*>(v.params) + r + b;
+      }
+      ops.update(update_hyper_, step, grad_scale, up);
+    };
+    if (st.packed == nullptr) {
+      update(0, hi - lo, arrays, runs);
+      continue;
     }
-    ops.update(update_hyper_, step, grad_scale, up);
+    // [Note: packed states]: run by run, each packed array at the run's
+    // packed index (runs are whole kept ranges, so contiguous there).
+    const std::size_t w = flat ? lo / W : static_cast<std::size_t>(o_.rank), in = lo - wlo;
+    std::vector<void*> run_arrays(arrays.size());
+    for (const UpdateRun& run : runs) {
+      for (int k = 0; k < st.arrays(); ++k) {
+        const std::size_t at = st.packs(k) ? st.packed->index(w, in + run.begin) - st.packed->index(w, in) : run.begin;
+        run_arrays[static_cast<std::size_t>(k)] =
+            static_cast<std::byte*>(arrays[static_cast<std::size_t>(k)]) + at * dtype_size(st.array_dtype(k));
+      }
+      const UpdateRun one{.begin = 0, .end = run.end - run.begin, .lr = run.lr, .weight_decay = run.weight_decay};
+      update(run.begin, run.end - run.begin, run_arrays, std::span<const UpdateRun>(&one, 1));
+    }
   }
 }
 
@@ -189,11 +210,12 @@ ShardOptimizer::UpdateView ShardOptimizer::resident_view(ArrayStore& store, Unit
       // shard: element `begin` of the window it falls in, as array_range
       // maps it (absmax: its block's entry).
       const std::size_t W = info.shard;
-      const std::size_t w = full_states && W > 0 ? begin / W : 0, in = full_states && W > 0 ? begin % W : begin;
+      const std::size_t w = full_states && W > 0 ? begin / W : static_cast<std::size_t>(o_.rank);
+      const std::size_t in = full_states && W > 0 ? begin % W : begin;
       std::size_t first = 0, last = 0;
-      array_range(store.states(u), a, in, in, first, last);
-      const std::size_t per_window = W > 0 ? store.states(u).array_numel(a.state, W, W) : 0;
-      return store.resident(u, a) + (w * per_window + first) * sz;
+      array_range(store.states(u), a, w, in, in, first, last);
+      const std::size_t offset = full_states && W > 0 ? store.states(u).window_offset(a.state, w, W) : 0;
+      return store.resident(u, a) + (offset + first) * sz;
     }
     const std::size_t first = store.numel(u, a) == info.padded ? base : 0;
     return store.resident(u, a) + (first + begin) * sz;
@@ -344,12 +366,24 @@ std::vector<std::byte> ShardOptimizer::state_array_window(ArrayStore& store, Uni
   ZS_CHECK(k >= 0 && k < st.arrays(), "unit {}: state array {} of {}", u, k, st.arrays());
   ZS_CHECK(o_.stage == 0 || w == o_.rank, "state window {} is not on rank {} at stage {}", w, o_.rank, o_.stage);
   const std::size_t W = layout_.unit(u).shard;
-  const std::size_t per = st.array_numel(k, W, W), bytes = per * dtype_size(st.array_dtype(k));
+  const auto wi = static_cast<std::size_t>(w);
+  const std::size_t e = dtype_size(st.array_dtype(k));
+  const std::size_t bytes = st.window_numel(k, wi, W) * e;
+  const std::size_t offset = o_.stage == 0 ? st.window_offset(k, wi, W) * e : 0;
   HostBuffer holder;
   const auto* p = static_cast<const std::byte*>(store.read(u, {ArrayKind::state, k}, holder));
-  const std::size_t idx = o_.stage == 0 ? static_cast<std::size_t>(w) : 0;
-  if (bytes == 0) return {};
-  return std::vector<std::byte>(p + idx * bytes, p + (idx + 1) * bytes);
+  if (!st.packs(k)) {
+    if (bytes == 0) return {};
+    return std::vector<std::byte>(p + offset, p + offset + bytes);
+  }
+  // [Note: packed states]: expanded to the window, 0 at the other elements.
+  std::vector<std::byte> out(W * e);
+  std::size_t at = offset;
+  for (const auto& [b, end] : st.packed->runs.at(wi)) {
+    std::memcpy(out.data() + b * e, p + at, (end - b) * e);
+    at += (end - b) * e;
+  }
+  return out;
 }
 
 std::vector<float> ShardOptimizer::state_window_f32(ArrayStore& store, UnitId u, int state, int w) const {
@@ -387,7 +421,7 @@ std::vector<float> ShardOptimizer::state_window_f32(ArrayStore& store, UnitId u,
 }
 
 std::vector<std::vector<std::byte>> ShardOptimizer::state_arrays_from_f32(
-    const ArrayStore& store, UnitId u, const std::vector<std::vector<float>>& values) const {
+    const ArrayStore& store, UnitId u, int w, const std::vector<std::vector<float>>& values) const {
   const UnitStates& st = store.states(u);
   ZS_CHECK(values.size() == static_cast<std::size_t>(st.count), "unit {}: {} state value arrays for {} states", u,
            values.size(), st.count);
@@ -398,6 +432,14 @@ std::vector<std::vector<std::byte>> ShardOptimizer::state_arrays_from_f32(
     ZS_CHECK(v.size() == W, "unit {}: state {} has {} values for a window of {}", u, i, v.size(), W);
     switch (st.dtype) {
       case StateDtype::fp32: {
+        if (st.packs(i)) {  // [Note: packed states]: the kept runs only
+          out.emplace_back();
+          for (const auto& [b, e] : st.packed->runs.at(static_cast<std::size_t>(w))) {
+            const auto* from = reinterpret_cast<const std::byte*>(v.data() + b);
+            out.back().insert(out.back().end(), from, from + (e - b) * sizeof(float));
+          }
+          break;
+        }
         out.emplace_back(W * sizeof(float));
         if (W > 0) std::memcpy(out.back().data(), v.data(), W * sizeof(float));
         break;

@@ -33,6 +33,7 @@
 
 #include "core/tracer.h"
 #include "optimizer/lr_schedule.h"
+#include "optimizer/muon_params.h"
 #include "optimizer/optimizer.h"
 #include "runtime/config/offload_config.h"
 #include "runtime/update/param_group.h"
@@ -76,7 +77,7 @@ class ShardOptimizer {
   GroupId add_group(std::string name, ParamGroupOptions options);
   const std::vector<ParamGroup>& groups() const { return groups_; }
   /// The "muon" group's id (optimizer.type "Muon"), else -1.
-  GroupId muon_group() const { return o_.hyper.kind == OptimizerKind::muon ? 1 : -1; }
+  GroupId muon_group() const { return o_.hyper.kind == OptimizerKind::muon ? kMuonGroup : -1; }
   /// Group g (InvariantError when unknown).
   const ParamGroup& group(GroupId g) const;
   /// Learning rate of group g at applied step k (0-based): the schedule's
@@ -101,7 +102,9 @@ class ShardOptimizer {
   void step(ArrayStore& store, std::int64_t step, float grad_scale);
 
   /// The bytes of state array k of unit u (UnitStates: fp32 / bf16 values,
-  /// 8-bit codes or absmax) that hold window w, a rank's shard: every
+  /// 8-bit codes or absmax) that hold window w, a rank's shard, as a
+  /// checkpoint stores them (a packed array expanded to the window, 0 at
+  /// the elements it does not keep: [Note: packed states]): every
   /// window is on this rank at stage 0, only its own (w = rank) at stages
   /// 1-3 (InvariantError otherwise). Read from nvme when swapped.
   std::vector<std::byte> state_array_window(ArrayStore& store, UnitId u, int k, int w) const;
@@ -110,12 +113,12 @@ class ShardOptimizer {
   /// widened, 8-bit dequantized (dequantize_blockwise with their absmax:
   /// signed map for exp_avg, unsigned for exp_avg_sq). Windows as above.
   std::vector<float> state_window_f32(ArrayStore& store, UnitId u, int state, int w) const;
-  /// The state arrays of one window of unit u holding `values` (shard-many
-  /// fp32 values of each optimizer state, in state order): fp32 as given,
-  /// bf16 rounded to nearest even, 8-bit quantized blockwise from the
-  /// window's start: one byte buffer per state array, sized as
-  /// state_array_window's.
-  std::vector<std::vector<std::byte>> state_arrays_from_f32(const ArrayStore& store, UnitId u,
+  /// The state arrays of window w of unit u holding `values` (shard-many
+  /// fp32 values of each optimizer state, in state order), as stored: fp32
+  /// as given (a packed array: window w's kept elements only), bf16
+  /// rounded to nearest even, 8-bit quantized blockwise from the window's
+  /// start: one byte buffer per state array.
+  std::vector<std::vector<std::byte>> state_arrays_from_f32(const ArrayStore& store, UnitId u, int w,
                                                             const std::vector<std::vector<float>>& values) const;
 
  private:

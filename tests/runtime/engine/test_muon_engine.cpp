@@ -9,6 +9,7 @@
 // of odd shapes (7x13, 13x7, 100x37, 64x64, 73x137 = 10001 elements, 1x1,
 // 1x57, 0x5) crossing shard windows, beside 1-D AdamW parameters in the
 // same units.
+#include <algorithm>
 #include <cmath>
 #include <filesystem>
 #include <string>
@@ -329,4 +330,40 @@ TEST_CASE("Muon: muon_params moves default-group matrices only; other groups kee
   OptimizerHyper adamw;
   Engine g(config(1, DType::f32, OffloadDevice::none, adamw), world());
   CHECK(g.muon_group() == -1);
+}
+
+TEST_CASE("Muon: exp_avg_sq is kept for AdamW's elements only: the ledger's state bytes") {
+  // [Note: packed states]: 4 bytes of momentum / exp_avg per element of the
+  // rank's windows, 4 more per AdamW element in them.
+  for (int stage = 0; stage <= 3; ++stage) {
+    for (OffloadDevice d : {OffloadDevice::none, OffloadDevice::cpu, OffloadDevice::nvme}) {
+      if (stage == 0 && d != OffloadDevice::none) continue;
+      INFO("stage " << stage << " offload " << static_cast<int>(d));
+      MuonModel m(config(stage, DType::f32, d), world());
+      const FlatLayout& l = m.e.layout();
+      const int rank = m.e.rank(), world_size = l.world_size();
+      std::uint64_t want = 0, adamw_bytes = 0;
+      for (const UnitInfo& u : l.units()) {
+        for (int w = 0; w < world_size; ++w) {
+          if (stage > 0 && w != rank) continue;
+          const std::size_t lo = static_cast<std::size_t>(w) * u.shard, hi = lo + u.shard;
+          want += 4 * u.shard;
+          adamw_bytes += 8 * u.shard;
+          for (ParamId id : u.params) {
+            const ParamInfo& p = l.param(id);
+            if (is_muon(p.name)) continue;
+            const std::size_t a = std::clamp(p.offset, lo, hi), b = std::clamp(p.offset + p.numel, lo, hi);
+            want += 4 * (b - a);
+          }
+        }
+      }
+      const MemoryLedger& ledger = m.e.ledger();
+      std::uint64_t got = 0;
+      for (int t = 0; t < static_cast<int>(MemTier::count); ++t) {
+        got += ledger.current(MemCategory::optimizer_states, static_cast<MemTier>(t));
+      }
+      CHECK(got == want);
+      CHECK(got < adamw_bytes);
+    }
+  }
 }

@@ -248,7 +248,7 @@ void run_case(std::size_t n, int stage, DType dtype, StateDtype format) {
         }
         CHECK(values.back() == want);
       }
-      const std::vector<std::vector<std::byte>> back = opt.state_arrays_from_f32(store, u, values);
+      const std::vector<std::vector<std::byte>> back = opt.state_arrays_from_f32(store, u, win, values);
       REQUIRE(back.size() == static_cast<std::size_t>(st.arrays()));
       for (int k = 0; k < st.arrays(); ++k) {
         if (st.dtype == StateDtype::q8) {
