@@ -4,6 +4,7 @@
 
 #include <fmt/format.h>
 
+#include "core/error.h"
 #include "runtime/plan/memory_estimate.h"
 
 namespace zeroshard::examples {
@@ -32,7 +33,12 @@ std::string predicted_beside_measured(const Engine& engine, const MachineRates& 
   const auto& m = rows.at(static_cast<std::size_t>(engine.rank()));
   const double wall = m.at("wall"), loop = m.at("compute").get<double>() + m.at("other").get<double>();
   const double micro = static_cast<double>(std::max<std::int64_t>(1, engine.config().gradient_accumulation_steps));
-  const StepCost c = predict_step(engine.layout(), engine.config(), engine.rank(), rates, loop / micro / 1e3);
+  StepCost c;
+  try {
+    c = predict_step(engine.layout(), engine.config(), engine.rank(), rates, loop / micro / 1e3);
+  } catch (const ConfigError& e) {
+    return fmt::format("predicted step time: {}\n", e.what());
+  }
   const double predicted = c.step() * 1e3;
   return fmt::format(
       "step time, rank {} (mean of {} steps, ms): measured {:.2f}, predicted {:.2f} ({:+.0f}%); loop {:.2f} "

@@ -290,6 +290,14 @@ nlohmann::json StepCost::to_json() const {
 
 StepCost predict_step(const FlatLayout& layout, const EngineConfig& config, int rank, const MachineRates& rates,
                       double loop_seconds) {
+  if (config.optimizer.kind == OptimizerKind::muon) {
+    // Neither Newton-Schulz's GEMM rate nor the owners' gather and scatter
+    // is calibrated: no number rather than one that leaves them out.
+    throw ConfigError(fmt::format(
+        "{}: the step cost model does not cover optimizer.type Muon (its Newton-Schulz iterations and the "
+        "gather to and scatter from each matrix's owner are not calibrated); the memory estimate does",
+        config.source));
+  }
   const int n = layout.world_size();
   const int stage = config.zero.stage;
   const double micro = static_cast<double>(std::max<std::int64_t>(1, config.gradient_accumulation_steps));

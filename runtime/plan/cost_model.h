@@ -201,7 +201,8 @@ std::uint64_t cross_host_gather_bytes(const FlatLayout& layout, const EngineConf
 /// `layout` finalized for the data-parallel world, with `loop_seconds` the
 /// loop's compute per micro-batch. Throws ConfigError when the
 /// configuration needs a rate `rates` lacks (collectives at world > 1
-/// measured at world 1; nvme offload without disk rates), naming it.
+/// measured at world 1; nvme offload without disk rates; optimizer.type
+/// Muon, whose Newton-Schulz and exchange are not modelled), naming it.
 /// Pure; thread safe.
 StepCost predict_step(const FlatLayout& layout, const EngineConfig& config, int rank, const MachineRates& rates,
                       double loop_seconds);

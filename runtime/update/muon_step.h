@@ -71,8 +71,9 @@ class MuonStep {
   std::vector<int> owners() const;
 
   /// The Muon update of every matrix at 1-based `step` with gradients
-  /// multiplied by grad_scale, over `comm` (the data-parallel group; point-
-  /// to-point messages, so every rank must call it in the same step).
+  /// multiplied by grad_scale, over `comm` (a host communicator over the
+  /// data-parallel group's ranks in its order: the messages are in host
+  /// memory; point-to-point, so every rank must call it in the same step).
   /// `storage_phase(f)` runs each unit's local reads and writes (steps 1
   /// and 5 of the note): the engine's run_storage_phase. Throws what
   /// ArrayStore and the communicator throw.

@@ -8,7 +8,9 @@
 // exp_avg_sq 0 at Muon elements; owners balanced; config errors. Matrices
 // of odd shapes (7x13, 13x7, 100x37, 64x64, 73x137 = 10001 elements, 1x1,
 // 1x57, 0x5) crossing shard windows, beside 1-D AdamW parameters in the
-// same units.
+// same units; exp_avg_sq packed to AdamW's elements (the ledger's bytes);
+// the simulated device (memory the host cannot address) bitwise the cpu
+// engine.
 #include <algorithm>
 #include <cmath>
 #include <filesystem>
@@ -23,6 +25,8 @@
 #include "kernels/cpu/cast.h"
 #include "kernels/cpu/muon/newton_schulz.h"
 #include "optimizer/muon_owners.h"
+#include "runtime/sharding/device_ops.h"
+#include "tests/support/queue_ordered_comm.h"
 #include "tests/support/state_format_model.h"
 #include "tests/support/test_world.h"
 #include "tests/support/thrown.h"
@@ -103,6 +107,16 @@ struct MuonModel {
   bool same;
 
   MuonModel(const EngineConfig& c, Communicator& comm, bool same_on_ranks = false) : e(c, comm), same(same_on_ranks) {
+    declare();
+  }
+  // On the compute device `ops` (the simulated device in tests).
+  MuonModel(const EngineConfig& c, Communicator& device, Communicator& host, std::unique_ptr<DeviceOps> ops)
+      : e(c, device, host, std::move(ops)), same(false) {
+    declare();
+  }
+
+  // Declares the model, finalizes the engine and sets the parameters.
+  void declare() {
     for (std::size_t u = 0; u < kUnits.size(); ++u) {
       units.push_back(e.add_unit(fmt::format("unit{}", u)));
       params.emplace_back();
@@ -364,6 +378,22 @@ TEST_CASE("Muon: exp_avg_sq is kept for AdamW's elements only: the ledger's stat
       }
       CHECK(got == want);
       CHECK(got < adamw_bytes);
+    }
+  }
+}
+
+TEST_CASE("Muon on a device the host cannot address (the simulated device): bitwise the cpu engine") {
+  // The arrays live in device memory: MuonStep reads and writes them
+  // through the ArrayStore's staging, AdamW runs as the device's update.
+  for (int stage = 0; stage <= 3; ++stage) {
+    for (DType dt : {DType::f32, DType::bf16}) {
+      INFO("stage " << stage << " dtype " << dtype_name(dt));
+      const std::vector<float> want = train(config(stage, dt));
+      std::unique_ptr<DeviceOps> ops = make_simulated_device_ops();
+      QueueOrderedComm device_comm(world(), *ops);
+      MuonModel m(config(stage, dt), device_comm, world(), std::move(ops));
+      for (int s = 1; s <= 3; ++s) m.step(s);
+      CHECK(m.state() == want);
     }
   }
 }

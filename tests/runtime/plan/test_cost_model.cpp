@@ -178,6 +178,12 @@ TEST_CASE("predicted steps equal the closed forms") {
     CHECK_THROWS_WITH_AS(predict_step(layout, make_config(0), 0, linear_rates(1), 0.0),
                          doctest::Contains("2 or more ranks"), ConfigError);
   }
+  SUBCASE("Muon's Newton-Schulz and exchange are not modelled: an error, not a number without them") {
+    EngineConfig c = make_config(1);
+    c.optimizer.kind = OptimizerKind::muon;
+    CHECK_THROWS_WITH_AS(predict_step(layout, c, 0, rates, 0.0), doctest::Contains("does not cover optimizer.type Muon"),
+                         ConfigError);
+  }
 }
 
 TEST_CASE("cross_host_traffic: a steady step's bytes between hosts, per ZeRO++ option, in closed form") {
