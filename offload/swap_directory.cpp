@@ -156,7 +156,7 @@ SwapBatch SwapDirectory::write(std::span<const SwapItem> items) {
   try {
     for (const SwapItem& it : items) {
       const std::uint64_t padded = padded_size(it.bytes);
-      std::memset(it.buffer.data() + it.bytes, 0, padded - it.bytes);
+      if (padded > it.bytes) std::memset(it.buffer.data() + it.bytes, 0, padded - it.bytes);  // none for 0 bytes
       SwapBatch::PendingWrite w;
       w.key = std::string(it.key);
       w.final_path = path_for(it.key);

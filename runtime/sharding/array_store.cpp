@@ -232,7 +232,7 @@ std::vector<SwapItem> ArrayStore::items(UnitId u, ArrayRef a, std::byte* buf, bo
     const std::uint64_t bytes = (last - first) * e;
     std::byte* at = buf + first * e;
     if (reading && dir.find(keys[g]) == nullptr) {
-      std::memset(at, 0, bytes);
+      if (bytes > 0) std::memset(at, 0, bytes);  // a packed sub-group may keep nothing
       continue;
     }
     const bool aligned = (first * e) % 4096 == 0 && (g + 1 == us.subgroups.size() || bytes % 4096 == 0);
