@@ -533,6 +533,10 @@ void collect_range_problems(const EngineConfig& c, ConfigDiagnostics& d) {
     if (m.ns_steps < 0 || m.ns_steps > 100) {
       bad("optimizer.params.ns_steps", std::to_string(m.ns_steps), "must be in [0, 100] (Newton-Schulz iterations)");
     }
+    if (h.states.dtype != StateDtype::fp32) {
+      d.problem(fmt::format("optimizer.type \"Muon\" keeps fp32 states, not {} ones ([Note: packed states])",
+                            state_dtype_name(h.states.dtype)));
+    }
   }
   if (h.kind == OptimizerKind::adagrad) {
     // torch.optim.Adagrad's own checks.

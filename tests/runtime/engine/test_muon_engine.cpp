@@ -301,6 +301,11 @@ TEST_CASE("Muon: config errors name the parameter or the key") {
   CHECK(contains(config_error(R"({"train_batch_size": 8, "optimizer": {"type": "Muon", "params": {
       "muon_params": ["x"], "adamw": {"betas": [0.9, 1.5]}}}})"),
                  "optimizer.params.adamw.betas"));
+  // States other than fp32 (a configuration built in code).
+  OptimizerHyper q8 = muon_hyper();
+  q8.states.dtype = StateDtype::q8;
+  CHECK(contains(error_message<ConfigError>([&] { Engine e(config(1, DType::f32, OffloadDevice::none, q8), world()); }),
+                 "keeps fp32 states, not 8bit ones"));
   // The keys land where they belong.
   const EngineConfig c = parse_config(R"({"train_batch_size": 8, "optimizer": {"type": "muon", "params": {
       "lr": 0.02, "weight_decay": 0.05, "momentum": 0.9, "nesterov": false, "ns_steps": 4,
