@@ -22,13 +22,15 @@ std::string first_match(const std::vector<std::string>& patterns, const std::str
 
 }  // namespace
 
-std::string muon_pattern(const OptimizerHyper& h, std::string_view name) {
-  if (h.kind != OptimizerKind::muon) return {};
-  return first_match(h.muon.params, std::string(name));
+std::string muon_reason(const std::vector<std::string>& patterns, const std::string& name, int group) {
+  if (group == kMuonGroup) return "it was declared in the \"muon\" parameter group";
+  if (group != 0) return {};
+  const std::string pattern = first_match(patterns, name);
+  return pattern.empty() ? std::string() : fmt::format("it matches optimizer.params.muon_params pattern \"{}\"", pattern);
 }
 
 bool is_muon_parameter(const std::vector<std::string>& patterns, const std::string& name, int group) {
-  return group == kMuonGroup || (group == 0 && !first_match(patterns, name).empty());
+  return !muon_reason(patterns, name, group).empty();
 }
 
 void check_muon_shape(const std::string& source, const std::string& name, const std::vector<std::int64_t>& shape,

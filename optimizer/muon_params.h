@@ -14,21 +14,19 @@
 
 namespace zeroshard {
 
-/// The first of h.muon.params that `name` matches (the Engine asks for the
-/// parameters declared in the default group only: other groups, frozen
-/// ones included, keep theirs) (fnmatch(3) with no
-/// flags: "*" also crosses dots, "h.*.attn.c_attn.weight"), or "" when
-/// none does or h is not Muon. Pure.
-std::string muon_pattern(const OptimizerHyper& h, std::string_view name);
-
 /// The id of the engine's "muon" parameter group (ShardOptimizer adds it
 /// right after the default group when the optimizer is Muon).
 inline constexpr int kMuonGroup = 1;
 
-/// True when parameter `name` of parameter group `group` is one of Muon's
-/// matrices: in group kMuonGroup, or in the default group (0) and named by
-/// one of `patterns` (muon_params). Only meaningful when the optimizer is
-/// Muon. Pure.
+/// Why parameter `name` of parameter group `group` is one of Muon's
+/// matrices: it was declared in group kMuonGroup, or it is in the default
+/// group (0) and matches one of `patterns` (muon_params; fnmatch(3) with no
+/// flags: "*" also crosses dots, "h.*.attn.c_attn.weight"); other groups,
+/// frozen ones included, keep theirs. "" when it is not. Only meaningful
+/// when the optimizer is Muon. Pure.
+std::string muon_reason(const std::vector<std::string>& patterns, const std::string& name, int group);
+
+/// muon_reason is not "". Pure.
 bool is_muon_parameter(const std::vector<std::string>& patterns, const std::string& name, int group);
 
 /// Checks that parameter `name` of `shape`, given to Muon by `why` (the

@@ -183,15 +183,13 @@ ParamId Engine::add_parameter(UnitId unit, std::string name, std::vector<std::in
                               GroupId group) {
   ZS_CHECK(group >= 0 && static_cast<std::size_t>(group) < s_->optimizer.groups().size(),
            "parameter \"{}\": unknown parameter group id {}", name, group);
-  // [Note: Muon on shards]: the muon_params patterns choose Muon's matrices
-  // among the default group's parameters (others, frozen ones included, keep their group).
-  if (const std::string pattern = group == 0 ? muon_pattern(s_->config.optimizer, name) : std::string();
-      !pattern.empty()) {
-    check_muon_shape(s_->config.source, name, shape,
-                     fmt::format("it matches optimizer.params.muon_params pattern \"{}\"", pattern));
-    group = s_->optimizer.muon_group();
-  } else if (group == s_->optimizer.muon_group()) {
-    check_muon_shape(s_->config.source, name, shape, "it was declared in the \"muon\" parameter group");
+  // [Note: Muon on shards]: the muon_params patterns move default-group
+  // matrices to Muon's group (others, frozen ones included, keep theirs).
+  if (const OptimizerHyper& h = s_->config.optimizer; h.kind == OptimizerKind::muon) {
+    if (const std::string why = muon_reason(h.muon.params, name, group); !why.empty()) {
+      check_muon_shape(s_->config.source, name, shape, why);
+      group = kMuonGroup;
+    }
   }
   return s_->layout.add_param(unit, std::move(name), std::move(shape), group);
 }
@@ -269,7 +267,7 @@ EngineParts::EngineParts(EngineState& s, const SwapSharers& sharers)
                 s.comms.hpz()),
       muon(s.layout, s.optimizer,
            MuonStepOptions{.stage = s.stage(), .rank = s.rank(), .world_size = s.world(), .dtype = s.dtype(),
-                           .hyper = s.config.optimizer.muon, .source = s.config.source}) {}
+                           .hyper = s.config.optimizer, .source = s.config.source}) {}
 
 void Engine::finalize() {
   EngineState& s = *s_;

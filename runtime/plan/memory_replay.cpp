@@ -13,7 +13,6 @@
 #include "offload/host_pool.h"
 #include "offload/swap_pipeline.h"
 #include "optimizer/optimizer.h"
-#include "optimizer/muon_params.h"
 #include "runtime/update/muon_matrices.h"
 #include "runtime/sharding/buffer_pool.h"
 #include "runtime/sharding/grad_reducer.h"
@@ -217,7 +216,7 @@ void replay_optimizer(const FlatLayout& layout, const EngineConfig& config, cons
 // its whole-array reads and writes stage through the pool as well, which
 // this replay does not model (runtime/plan/memory_estimate.h says so).
 void replay_muon(const FlatLayout& layout, const EngineConfig& config, int rank, HostPoolSizes& host) {
-  const std::vector<MuonParam> matrices = muon_matrices(layout, config.optimizer, kMuonGroup, config.source);
+  const std::vector<MuonParam> matrices = muon_matrices(layout, config.optimizer, config.source);
   for (UnitId u = 0; u < static_cast<UnitId>(layout.units().size()); ++u) {
     const std::size_t n = muon_unit_buffer_elements(layout, matrices, config.zero.stage, rank, u);
     if (n == 0) continue;

@@ -3,18 +3,10 @@
 
 #include <algorithm>
 
-#include <fmt/format.h>
-
 #include "optimizer/muon_owners.h"
 #include "optimizer/muon_params.h"
 
 namespace zeroshard {
-
-namespace {
-
-std::size_t numel_of(const MuonParam& p) { return p.rows * p.cols; }
-
-}  // namespace
 
 std::pair<std::size_t, std::size_t> muon_updated_range(const UnitInfo& info, int stage, int rank) {
   const std::size_t lo = stage == 0 ? 0 : static_cast<std::size_t>(rank) * info.shard;
@@ -22,22 +14,19 @@ std::pair<std::size_t, std::size_t> muon_updated_range(const UnitInfo& info, int
 }
 
 std::size_t muon_held_elements(const MuonParam& p, int stage, int rank, std::size_t lo, std::size_t hi) {
-  if (stage == 0 || p.owner == rank) return numel_of(p);
-  return std::clamp(p.offset + numel_of(p), lo, hi) - std::clamp(p.offset, lo, hi);
+  if (stage == 0 || p.owner == rank) return p.numel();
+  return std::clamp(p.offset + p.numel(), lo, hi) - std::clamp(p.offset, lo, hi);
 }
 
-std::vector<MuonParam> muon_matrices(const FlatLayout& layout, const OptimizerHyper& h, GroupId muon_group,
-                                     const std::string& source) {
+std::vector<MuonParam> muon_matrices(const FlatLayout& layout, const OptimizerHyper& h, const std::string& source) {
   std::vector<MuonParam> out;
   if (h.kind != OptimizerKind::muon) return out;
   std::vector<MuonMatrix> shapes;
   for (ParamId id = 0; id < static_cast<ParamId>(layout.params().size()); ++id) {
     const ParamInfo& p = layout.param(id);
-    const std::string pattern = p.group == 0 ? muon_pattern(h, p.name) : std::string();
-    if (p.group != muon_group && pattern.empty()) continue;
-    check_muon_shape(source, p.name, p.shape,
-                     pattern.empty() ? "it is in the \"muon\" parameter group"
-                                     : fmt::format("it matches optimizer.params.muon_params pattern \"{}\"", pattern));
+    const std::string why = muon_reason(h.muon.params, p.name, p.group);
+    if (why.empty()) continue;
+    check_muon_shape(source, p.name, p.shape, why);
     if (p.numel == 0) continue;
     out.push_back(MuonParam{.param = id, .unit = p.unit, .offset = p.offset,
                             .rows = static_cast<std::size_t>(p.shape[0]), .cols = static_cast<std::size_t>(p.shape[1])});

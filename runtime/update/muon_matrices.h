@@ -22,17 +22,16 @@ struct MuonParam {
   std::size_t rows = 0;    ///< shape[0]
   std::size_t cols = 0;    ///< shape[1]
   int owner = 0;           ///< data-parallel rank that orthogonalizes it
+  std::size_t numel() const { return rows * cols; }
 };
 
 /// The Muon matrices of `layout` (finalized) under optimizer `h`, in
 /// layout order, with their owners for the layout's world size: the
-/// nonempty parameters of group `muon_group`, and of the default group
-/// those whose name h.muon.params matches (the estimator's layouts keep
-/// every parameter in the default group). None unless h is Muon. Throws
-/// ConfigError (check_muon_shape) for a matched parameter that is not
-/// 2-D, naming `source`.
-std::vector<MuonParam> muon_matrices(const FlatLayout& layout, const OptimizerHyper& h, GroupId muon_group,
-                                     const std::string& source);
+/// nonempty parameters muon_reason names (the engine's layouts hold them in
+/// kMuonGroup, the estimator's in the default group). None unless h is
+/// Muon. Throws ConfigError (check_muon_shape) for one that is not 2-D,
+/// naming `source`.
+std::vector<MuonParam> muon_matrices(const FlatLayout& layout, const OptimizerHyper& h, const std::string& source);
 
 /// fp32 elements of the one host-pool buffer MuonStep::step holds for
 /// unit u on `rank` at ZeRO `stage`: each matrix whole where this rank

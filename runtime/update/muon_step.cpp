@@ -8,6 +8,7 @@
 #include "kernels/cpu/cast.h"
 #include "kernels/cpu/muon/muon_update.h"
 #include "kernels/cpu/muon/newton_schulz.h"
+#include "optimizer/muon_params.h"
 
 namespace zeroshard {
 
@@ -27,19 +28,10 @@ struct MuonStep::UnitWork {
   std::vector<Matrix> matrices;
 };
 
-namespace {
-
-std::size_t numel_of(const MuonParam& p) { return p.rows * p.cols; }
-
-}  // namespace
-
 MuonStep::MuonStep(const FlatLayout& layout, const ShardOptimizer& optimizer, MuonStepOptions options)
     : layout_(layout), optimizer_(optimizer), o_(std::move(options)) {
   by_unit_.assign(layout.units().size(), {});
-  OptimizerHyper h;
-  h.kind = OptimizerKind::muon;
-  h.muon = o_.hyper;
-  params_ = muon_matrices(layout, h, optimizer.muon_group(), o_.source);
+  params_ = muon_matrices(layout, o_.hyper, o_.source);
   for (std::size_t i = 0; i < params_.size(); ++i) by_unit_[static_cast<std::size_t>(params_[i].unit)].push_back(i);
 }
 
@@ -66,7 +58,7 @@ void MuonStep::step(ArrayStore& store, Communicator& comm, std::int64_t step, fl
       UnitWork::Matrix m;
       m.param = &p;
       m.a = std::clamp(p.offset, w.lo, w.hi);
-      m.b = std::clamp(p.offset + numel_of(p), w.lo, w.hi);
+      m.b = std::clamp(p.offset + p.numel(), w.lo, w.hi);
       m.whole = o_.stage == 0 || p.owner == o_.rank;
       const std::size_t held = muon_held_elements(p, o_.stage, o_.rank, w.lo, w.hi);
       if (held > 0) m.held = w.buffer.as<float>() + at;
@@ -106,7 +98,7 @@ void MuonStep::momentum_part(ArrayStore& store, UnitWork& w, float grad_scale) c
     kernels::cast(u, DType::f32, g + local_index(store, info, w.unit, grad, o_.rank, x.a) * ge,
                   store.dtype(w.unit, grad), n, grad_scale);
     kernels::muon_momentum(m + local_index(store, info, w.unit, momentum, o_.rank, x.a), u, u, n,
-                           static_cast<float>(o_.hyper.momentum), o_.hyper.nesterov);
+                           static_cast<float>(o_.hyper.muon.momentum), o_.hyper.muon.nesterov);
   }
   store.store(w.unit, momentum, m);
 }
@@ -120,7 +112,7 @@ void MuonStep::exchange(Communicator& comm, UnitWork& w, bool to_owner) const {
     if (p.owner == o_.rank) {
       for (int r = 0; r < o_.world_size; ++r) {
         const std::size_t a = std::clamp(p.offset, r * W, (r + 1) * W);
-        const std::size_t b = std::clamp(p.offset + numel_of(p), r * W, (r + 1) * W);
+        const std::size_t b = std::clamp(p.offset + p.numel(), r * W, (r + 1) * W);
         if (r == o_.rank || a >= b) continue;
         float* at = x.held + (a - p.offset);
         pending.push_back(to_owner ? comm.irecv(at, b - a, DType::f32, r) : comm.isend(at, b - a, DType::f32, r));
@@ -138,13 +130,13 @@ void MuonStep::orthogonalize(UnitWork& w) const {
   for (UnitWork::Matrix& x : w.matrices) {
     if (!x.whole) continue;
     const MuonParam& p = *x.param;
-    kernels::newton_schulz(x.held, x.held, p.rows, p.cols, o_.hyper.ns_steps, o_.hyper.precision);
+    kernels::newton_schulz(x.held, x.held, p.rows, p.cols, o_.hyper.muon.ns_steps, o_.hyper.muon.precision);
   }
 }
 
 void MuonStep::apply_part(ArrayStore& store, UnitWork& w, std::int64_t step) const {
   const UnitInfo& info = layout_.unit(w.unit);
-  const GroupId muon = optimizer_.muon_group();
+  const GroupId muon = kMuonGroup;
   const auto lr = static_cast<float>(optimizer_.lr_at(muon, step - 1));
   const auto wd = static_cast<float>(optimizer_.group(muon).weight_decay);
   const bool mixed = o_.dtype != DType::f32;
@@ -156,7 +148,7 @@ void MuonStep::apply_part(ArrayStore& store, UnitWork& w, std::int64_t step) con
   for (const UnitWork::Matrix& x : w.matrices) {
     const std::size_t n = x.b - x.a;
     if (n == 0) continue;
-    const float scale = kernels::muon_scale(o_.hyper.scale, x.param->rows, x.param->cols);
+    const float scale = kernels::muon_scale(o_.hyper.muon.scale, x.param->rows, x.param->cols);
     float* at = weights + local_index(store, info, w.unit, weight_array, o_.rank, x.a);
     kernels::muon_apply(at, x.values(), n, lr, wd, scale);
     if (mixed) {

@@ -53,15 +53,15 @@ struct MuonStepOptions {
   int rank = 0;                        ///< this rank in the data-parallel group
   int world_size = 1;                  ///< data-parallel ranks
   DType dtype = DType::f32;            ///< compute dtype (not f32: fp32 master weights)
-  MuonHyper hyper;                     ///< momentum, nesterov, ns_steps, scale, precision
+  OptimizerHyper hyper;                ///< the optimizer: Muon's when its kind is Muon (muon: momentum, nesterov, ...)
   std::string source = "config";       ///< the configuration's name, for messages
 };
 
 /// See the file comment. Thread safety: one thread (the engine's).
 class MuonStep {
  public:
-  /// The Muon matrices of `layout` (finalized; muon_matrices with the
-  /// optimizer's Muon group) with their owners. `layout` and `optimizer`
+  /// The Muon matrices of `layout` (finalized; muon_matrices: none unless
+  /// options.hyper is Muon) with their owners. `layout` and `optimizer`
   /// (its group lr and schedule) must outlive this object.
   MuonStep(const FlatLayout& layout, const ShardOptimizer& optimizer, MuonStepOptions options);
 
