@@ -23,6 +23,7 @@ enum class MemCategory : int {
   persistent,        ///< full buffers of stage 3's persistent units (stage3_param_persistence_threshold), kept gathered
   secondary,         ///< ZeRO++ hpZ's secondary parameter shards (zero_hpz_partition_size)
   residual,          ///< ZeRO++ qgZ's error-feedback residuals (zeroshard.zeropp.error_feedback)
+  checkpoint_staging,  ///< async checkpoints' snapshot in host memory (Engine::save_checkpoint_async)
   count
 };
 

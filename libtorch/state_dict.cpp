@@ -41,7 +41,8 @@ void write_safetensors(const ::torch::OrderedDict<std::string, at::Tensor>& dict
   }
   const SafetensorsPlan plan = plan_safetensors({{"format", "pt"}}, std::move(entries));
   DurableFileWriter out(path);
-  write_safetensors_header(out, plan);
+  const std::string prefix = safetensors_prefix(plan);
+  out.write(prefix.data(), prefix.size());
   for (const auto& item : dict) out.write(item.value().data_ptr(), item.value().nbytes());
   out.finish();
 }

@@ -247,6 +247,7 @@ int run(const Options& o) {
       if (!table.empty() && table.back() != '\n') fmt::print("\n");
       fmt::print("{}", predicted);
       fmt::print("{}", CrossHostMeter::line(outcome.result.cross_host));
+      fmt::print("{}", CheckpointSaves::line(outcome.result.checkpoint_figures));
       // Optimizer states per rank (8-bit: codes + one fp32 absmax per block).
       std::vector<std::uint64_t> states;
       for (const LedgerFigures& f : all) states.push_back(f.now(MemCategory::optimizer_states));

@@ -223,6 +223,7 @@ nlohmann::json to_json(const TrainResult& result) {
           {"final_accuracy", result.final_accuracy},
           {"median_step_seconds", median_step_seconds(result, 1)},
           {"cross_host_bytes", result.cross_host},
+          {"checkpoint_saves", result.checkpoint_figures},
           {"wall_seconds", result.wall_seconds}};
 }
 

@@ -81,15 +81,16 @@ EvalCounts Trainer::evaluate_test() {
 }
 
 void Trainer::save(const DataPosition& p, TrainResult& result) {
-  const auto t0 = Clock::now();
-  const std::string tag = engine_.save_checkpoint(
-      options_.save_dir,
-      to_client_state(p, options_.seed, sampler_.global_batch(), comm_.world_size()),
-      options_.keep_last, fmt::format("step-{:08d}", p.global_step));
+  // checkpoint.async: the training stops only for the snapshot; the write
+  // commits at a later step (or at the end of run()).
+  const std::string tag =
+      saves_.save(engine_, options_.save_dir, to_client_state(p, options_.seed, sampler_.global_batch(), comm_.world_size()),
+                  options_.keep_last, fmt::format("step-{:08d}", p.global_step));
   result.checkpoints.push_back(tag);
   if (comm_.rank() == 0) {
-    fmt::print("  saved checkpoint {}/{} at step {} ({:.2f} s)\n", options_.save_dir, tag,
-               p.global_step, seconds_since(t0));
+    const bool async = engine_.config().checkpoint.async;
+    fmt::print("  {} checkpoint {}/{} at step {} ({:.3f} s{})\n", async ? "snapshotted" : "saved", options_.save_dir,
+               tag, p.global_step, saves_.last_stall(), async ? " of training stopped; written in the background" : "");
     std::fflush(stdout);
   }
 }
@@ -158,6 +159,7 @@ TrainResult Trainer::run() {
       double step_loss = 0.0;
       StepResult sr;
       meter_.before_step();
+      const bool writing = engine_.checkpoint_in_flight();  // an async save's write runs beside this step
       const auto step_start = Clock::now();
       for (std::size_t k = 0; k < accumulation; ++k) {
         gather_samples(train_, sampler_.micro_batch(step, k), x, y);
@@ -168,6 +170,7 @@ TrainResult Trainer::run() {
         ++micro_count;
       }
       result.step_seconds.push_back(seconds_since(step_start));
+      saves_.step(writing, result.step_seconds.back());
       meter_.after_step();
       if (engine_.config().observe.records()) result.step_figures.push_back(engine_.last_step_figures());
       ZS_CHECK(sr.boundary,
@@ -243,6 +246,8 @@ TrainResult Trainer::run() {
     }
   }
   if (saving && pos.global_step != last_saved) save(settled(pos), result);
+  saves_.finish(engine_);  // an async save still in flight commits here
+  result.checkpoint_figures = saves_.figures();
   std::array<double, 2> last{last_step_loss_local, double(accumulation)};
   sum_over_ranks(comm_, last);
   result.last_step_loss = last[0] / last[1];

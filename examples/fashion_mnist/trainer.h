@@ -13,6 +13,7 @@
 #include <nlohmann/json.hpp>
 
 #include "comm/communicator.h"
+#include "examples/report/checkpoint_saves.h"
 #include "examples/report/cross_host_meter.h"
 #include "examples/fashion_mnist/classifier.h"
 #include "examples/fashion_mnist/compute_device.h"
@@ -73,6 +74,9 @@ struct TrainResult {
   /// (examples/report/cross_host_meter.h; "measured_per_step" -1 without
   /// comms_logger).
   nlohmann::json cross_host;
+  /// The saves' stalls, background writes and the steps beside them
+  /// (examples/report/checkpoint_saves.h).
+  nlohmann::json checkpoint_figures;
 };
 
 /// Drives one Engine + Classifier over a training and a test set. The references
@@ -88,9 +92,10 @@ class Trainer {
   /// optimizer step max_steps; both count from the start of training, not
   /// of this run), evaluating after each epoch. With options.save_dir, saves
   /// a checkpoint (tag "step-%08d" of the global step, client_state from
-  /// to_client_state) every save_every steps and after the last step.
-  /// Collective: every rank must call it. Throws what
-  /// Engine::save_checkpoint throws.
+  /// to_client_state) every save_every steps and after the last step:
+  /// with checkpoint.async by Engine::save_checkpoint_async, all committed
+  /// before it returns. Collective: every rank must call it. Throws what
+  /// Engine::save_checkpoint(_async) and step() throw.
   TrainResult run();
 
   /// Test-set loss and accuracy: each rank evaluates its rank_slice of the
@@ -110,6 +115,7 @@ class Trainer {
   TrainOptions options_;
   DataParallelSampler sampler_;
   CrossHostMeter meter_;
+  CheckpointSaves saves_;  ///< synchronous, or async with checkpoint.async
   std::vector<float> batch_x_;
   std::vector<std::uint8_t> batch_y_;
 };

@@ -38,6 +38,7 @@
 #include "examples/gpt/text_corpus.h"
 #include "examples/job_config.h"
 #include "examples/end_job.h"
+#include "examples/report/checkpoint_saves.h"
 #include "examples/report/cross_host_meter.h"
 #include "examples/report/progress_line.h"
 #include "examples/report/plan_lines.h"
@@ -268,8 +269,10 @@ int run(const Options& options) {
   if (rank == 0) progress.emplace("train", o.steps - start_step, stderr);
   CrossHostMeter meter(engine, mesh.dp_group());  // the bytes a step sends between hosts
   std::vector<double> step_seconds;
+  CheckpointSaves saves;  // --save-every: synchronous, or async with checkpoint.async
   for (std::int64_t step = start_step; step < o.steps; ++step) {
     meter.before_step();
+    const bool writing = engine.checkpoint_in_flight();  // an async save's write runs beside this step
     const auto t0 = std::chrono::steady_clock::now();
     std::vector<std::vector<std::int32_t>> batches;
     for (int j = 0; j < m; ++j) batches.push_back(next_micro_batch());
@@ -279,6 +282,7 @@ int run(const Options& options) {
     const double step_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     compute_s += step_s;
     step_seconds.push_back(step_s);
+    saves.step(writing, step_s);
     meter.after_step();
     tokens_done += global_batch * o.seq;
     bubble_sum += gpt.last_timeline().idle_fraction();
@@ -304,11 +308,12 @@ int run(const Options& options) {
       train_n = 0;
     }
     if (!o.save_dir.empty() && ((o.save_every > 0 && (step + 1) % o.save_every == 0) || last)) {
-      engine.save_checkpoint(o.save_dir, {{"step", step + 1},
-                              {"data_seed", data_seed},
-                              {"global_batch_sequences", global_batch}}, o.keep_last);
+      const nlohmann::json client = {{"step", step + 1}, {"data_seed", data_seed},
+                                     {"global_batch_sequences", global_batch}};
+      saves.save(engine, o.save_dir, client, o.keep_last);
     }
   }
+  saves.finish(engine);  // an async save still in flight commits here
   if (progress) progress->finish();
   const nlohmann::json cross_host = meter.figures(*world);
   // The median step after the first (which records the unshard order).
@@ -347,6 +352,7 @@ int run(const Options& options) {
     fmt::print("{}", predicted);
     fmt::print("{}", CrossHostMeter::line(cross_host));
     if (median_step > 0) fmt::print("median step {:.4f} s (steps 2-{})\n", median_step, step_seconds.size());
+    fmt::print("{}", CheckpointSaves::line(saves.figures()));
     std::fflush(stdout);
   }
   std::string text;
@@ -389,6 +395,7 @@ int run(const Options& options) {
     report["observe"] = observe;
     report["cross_host_bytes"] = cross_host;
     report["median_step_seconds"] = median_step;
+    report["checkpoints"] = saves.figures();
     write_json_file(o.report_path, report);
     const std::string what = fmt::format("gpt, dp {} x tp {} x pp {}, stage {}", dp, tp, pp, engine.stage());
     write_text_atomically(chart_path(o.report_path, "memory"),

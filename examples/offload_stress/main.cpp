@@ -34,6 +34,7 @@
 #include "core/error.h"
 #include "core/splitmix64.h"
 #include "examples/end_job.h"
+#include "examples/report/checkpoint_saves.h"
 #include "examples/report/plan_lines.h"
 #include "examples/report/progress_line.h"
 #include "optimizer/optimizer.h"
@@ -124,6 +125,9 @@ struct Options {
   int buffer_count = 4;
   bool verify = true;
   std::string calibration_path;  ///< --calibration FILE: predicted vs measured step time
+  std::string save_dir;          ///< --save-dir: checkpoints ("": none)
+  int save_every = 1;            ///< --save-every: optimizer steps between checkpoints
+  bool async_save = false;       ///< --async-save: checkpoint.async (Engine::save_checkpoint_async)
 };
 
 int run(const Options& o) {
@@ -142,6 +146,7 @@ int run(const Options& o) {
   off.param.nvme_path = o.nvme_path;
   off.param.max_in_cpu = 0;
   off.sub_group_size = static_cast<std::int64_t>(o.sub_group_size);
+  cfg.checkpoint.async = o.async_save;
   cfg.source = "zs_offload_stress options";
   std::optional<MachineRates> rates;
   if (!o.calibration_path.empty()) {
@@ -232,8 +237,10 @@ int run(const Options& o) {
   // Rank 0's progress over every unit's backward of every step (stderr).
   std::optional<examples::ProgressLine> progress;
   if (rank == 0) progress.emplace("stress", static_cast<std::int64_t>(o.steps) * o.units, stderr);
+  examples::CheckpointSaves saves;  // --save-dir: the stall of each save, the steps beside async writes
   for (int s = 1; s <= o.steps; ++s) {
     const OffloadStats before = e.offload_stats();
+    const bool writing = e.checkpoint_in_flight();
     const auto ts = Clock::now();
     double verify_s = 0;
     int bad = 0;
@@ -249,6 +256,7 @@ int run(const Options& o) {
     }
     e.step();
     const double step_s = since(ts) - verify_s;
+    saves.step(writing, step_s);
     const OffloadStats after = e.offload_stats();
     const double rd = static_cast<double>(after.bytes_read - before.bytes_read) / 1e9;
     const double wr = static_cast<double>(after.bytes_written - before.bytes_written) / 1e9;
@@ -260,7 +268,16 @@ int run(const Options& o) {
                  peak_rss_gib(), o.verify ? (bad == 0 ? "ok" : "FAILED") : "off");
       std::fflush(stdout);
     }
+    if (!o.save_dir.empty() && s % o.save_every == 0) {
+      saves.save(e, o.save_dir, {{"step", s}}, 2);
+      if (rank == 0) {
+        fmt::print("     {} checkpoint at step {}: {:.2f} s of training stopped\n", o.async_save ? "async" : "sync", s,
+                   saves.last_stall());
+        std::fflush(stdout);
+      }
+    }
   }
+  saves.finish(e);
   double verify_s = 0;
   int bad = 0;
   check_units(o.steps, verify_s, bad);
@@ -270,6 +287,7 @@ int run(const Options& o) {
   const std::string predicted = rates ? examples::predicted_beside_measured(e, *rates) : "";
   if (rank == 0) {
     fmt::print("{}", predicted);
+    fmt::print("{}", examples::CheckpointSaves::line(saves.figures()));
     fmt::print("final parameters after {} steps: {} ({:.1f} s to verify); peak RSS rank 0: {:.2f} GiB\n", o.steps,
                all == 0 ? std::string("every checksum matches") : fmt::format("{} checksum mismatches", all), verify_s,
                peak_rss_gib());
@@ -292,6 +310,11 @@ int main(int argc, char** argv) {
   app.add_option("--sub-group-size", o.sub_group_size, "elements per optimizer sub-group")->check(CLI::Range(1.0, 1e12));
   app.add_option("--buffer-count", o.buffer_count, "staging buffer sets of the swap pipeline")->check(CLI::Range(1, 64));
   app.add_flag("!--no-verify", o.verify, "skip the checksums (timing runs)");
+  app.add_option("--save-dir", o.save_dir, "save checkpoints to DIR (keep the newest 2)");
+  app.add_option("--save-every", o.save_every, "optimizer steps between checkpoints")->check(CLI::Range(1, 1000));
+  app.add_flag("--async-save", o.async_save,
+               "save with Engine::save_checkpoint_async (checkpoint.async): a snapshot in host memory, written in "
+               "the background");
   app.add_option("--calibration", o.calibration_path,
                  "rates from zs_plan --calibrate: print the predicted step time beside the measured one")
       ->check(CLI::ExistingFile);

@@ -113,6 +113,24 @@ std::uint64_t Manifest::file_offset(std::size_t u, std::size_t t) const {
   return off;
 }
 
+std::vector<ManifestUnit> layout_manifest_units(const FlatLayout& layout,
+                                                const std::function<StateDtype(UnitId)>& state_format,
+                                                const std::function<int(ParamId)>& split_dim) {
+  std::vector<ManifestUnit> units;
+  for (UnitId id = 0; id < static_cast<UnitId>(layout.units().size()); ++id) {
+    const UnitInfo& u = layout.unit(id);
+    ManifestUnit mu{.name = u.name, .numel = u.numel, .padded = u.padded, .shard = u.shard, .params = {},
+                    .state_format = std::string(state_dtype_name(state_format(id)))};
+    for (ParamId p : u.params) {
+      const ParamInfo& info = layout.param(p);
+      mu.params.push_back(ManifestParam{.name = info.name, .shape = info.shape, .numel = info.numel,
+                                        .offset = info.offset, .group = info.group, .tp_split_dim = split_dim(p)});
+    }
+    units.push_back(std::move(mu));
+  }
+  return units;
+}
+
 std::uint64_t Manifest::file_bytes() const { return file_offset(units.size(), 0); }
 
 }  // namespace zeroshard

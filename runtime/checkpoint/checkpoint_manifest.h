@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -10,6 +11,8 @@
 
 #include "optimizer/optimizer.h"
 #include "optimizer/loss_scaler.h"
+#include "optimizer/state_format.h"
+#include "runtime/sharding/flat_layout.h"
 
 namespace zeroshard {
 
@@ -171,6 +174,14 @@ std::vector<std::string> checkpoint_tensor_names(const OptimizerHyper& hyper);
 /// and the data-parallel sharding are not part of it (a load converts
 /// them).
 std::string model_fingerprint(const std::vector<ManifestUnit>& units, const nlohmann::json& config, int tp);
+
+/// The units and parameters of `layout` (finalized) as a manifest records
+/// them: names, sizes, shapes, groups, each unit's state format
+/// `state_format(u)` and each parameter's tensor-parallel split dimension
+/// `split_dim(p)` (-1: replicated). Pure.
+std::vector<ManifestUnit> layout_manifest_units(const FlatLayout& layout,
+                                                const std::function<StateDtype(UnitId)>& state_format,
+                                                const std::function<int(ParamId)>& split_dim);
 
 /// Name of rank r's file ("rank-00003.bin").
 std::string rank_file_name(int r);

@@ -10,7 +10,6 @@
 #include <nlohmann/json.hpp>
 
 #include "core/error.h"
-#include "core/durable_file.h"
 #include "runtime/checkpoint/checkpoint_manifest.h"
 
 namespace zeroshard {
@@ -76,12 +75,16 @@ SafetensorsPlan plan_checkpoint_safetensors(const Manifest& m, DType t, const Sa
   return plan_safetensors(metadata, std::move(tensors));
 }
 
-void write_safetensors_header(DurableFileWriter& out, const SafetensorsPlan& plan) {
-  unsigned char length[8];
+SafetensorsMetadata mesh_safetensors_metadata(const Manifest& m) {
+  if (!m.mesh.recorded) return {};
+  return {{"tp_size", std::to_string(m.mesh.tp)}, {"tp_rank", std::to_string(m.mesh.tp_rank)}};
+}
+
+std::string safetensors_prefix(const SafetensorsPlan& plan) {
+  std::string out(8, '\0');
   const auto n = static_cast<std::uint64_t>(plan.header.size());
-  for (int i = 0; i < 8; ++i) length[i] = static_cast<unsigned char>(n >> (8 * i));
-  out.write(length, sizeof length);
-  out.write(plan.header.data(), plan.header.size());
+  for (int i = 0; i < 8; ++i) out[static_cast<std::size_t>(i)] = static_cast<char>(n >> (8 * i));
+  return out + plan.header;
 }
 
 }  // namespace zeroshard

@@ -26,7 +26,6 @@
 
 namespace zeroshard {
 
-class DurableFileWriter;
 struct Manifest;
 
 /// safetensors' name of a dtype: "F32", "F64", "BF16" or "F16".
@@ -69,9 +68,14 @@ SafetensorsPlan plan_safetensors(const SafetensorsMetadata& metadata, std::vecto
 /// plan_safetensors.
 SafetensorsPlan plan_checkpoint_safetensors(const Manifest& m, DType t, const SafetensorsMetadata& extra = {});
 
-/// Writes the first bytes of the file of `plan` to `out`: the header length
-/// (8 bytes, little-endian) and the padded header. The tensors' bytes are
-/// the caller's to append, in plan order. Throws IoError (write failure).
-void write_safetensors_header(DurableFileWriter& out, const SafetensorsPlan& plan);
+/// The metadata a save adds to the consolidated weights of checkpoint
+/// manifest `m`: tp_size and tp_rank when `m` was saved on a mesh, none
+/// otherwise. Pure.
+SafetensorsMetadata mesh_safetensors_metadata(const Manifest& m);
+
+/// The first bytes of the file of `plan`: the header length (8 bytes,
+/// little-endian) and the padded header. The tensors' bytes follow, in
+/// plan order. Pure.
+std::string safetensors_prefix(const SafetensorsPlan& plan);
 
 }  // namespace zeroshard

@@ -507,6 +507,9 @@ void collect_range_problems(const EngineConfig& c, ConfigDiagnostics& d) {
     bad("zeroshard.max_consecutive_skipped_steps", std::to_string(c.max_consecutive_skipped_steps),
         "must be >= 0 (0: no limit)");
   }
+  if (c.checkpoint.staging_memory < 0) {
+    bad("checkpoint.staging_memory", std::to_string(c.checkpoint.staging_memory), "must be >= 0 bytes (0: no limit)");
+  }
   // Muon's AdamW values are in optimizer.params.adamw.
   const bool muon = h.kind == OptimizerKind::muon;
   const std::string adamw = muon ? "optimizer.params.adamw." : "optimizer.params.";
@@ -606,6 +609,11 @@ EngineConfig EngineConfig::from_json(const json& j, const std::string& source, c
     r.get("zeroshard.max_consecutive_skipped_steps", c.max_consecutive_skipped_steps);
     read_scheduler(r, bad, c, d);
     read_observe(r, c.observe, d);
+    r.get("checkpoint.async", c.checkpoint.async);
+    r.get("checkpoint.staging_memory", c.checkpoint.staging_memory);
+    read_choice<AsyncInFlight>(r, "checkpoint.async_in_flight",
+                               {{"wait", AsyncInFlight::wait}, {"refuse", AsyncInFlight::refuse}},
+                               "is invalid: use \"wait\" or \"refuse\"", c.checkpoint.in_flight, d);
     collect_range_problems(c, d);
     if (options.world_size && d.ok()) {
       try {

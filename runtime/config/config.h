@@ -125,6 +125,26 @@ BatchSizes resolve_batch_sizes(std::optional<std::int64_t> train_batch_size,
                                std::optional<std::int64_t> accumulation, int world_size,
                                const std::string& source);
 
+/// What a second Engine::save_checkpoint_async does while one is in flight.
+enum class AsyncInFlight { wait, refuse };
+
+/// The "checkpoint" section ([Note: async checkpoint] in
+/// runtime/engine/engine_save_async.cpp). Plain value type.
+struct CheckpointConfig {
+  /// checkpoint.async: the example programs' --save-every saves with
+  /// Engine::save_checkpoint_async, and finalize() reserves the staging
+  /// area (host memory, counted by the ledger and the memory estimate).
+  bool async = false;
+  /// checkpoint.staging_memory: the most bytes of host memory one rank's
+  /// snapshot may stage (its rank file, and on rank 0 the consolidated
+  /// weights); a larger snapshot is refused with a ConfigError naming both
+  /// sizes. 0: no limit.
+  std::int64_t staging_memory = 0;
+  /// checkpoint.async_in_flight: "wait" (the default) finishes the save in
+  /// flight first; "refuse" throws an Error naming its tag.
+  AsyncInFlight in_flight = AsyncInFlight::wait;
+};
+
 /// Whole engine configuration. Plain value type; validate() checks ranges.
 struct EngineConfig {
   std::optional<std::int64_t> train_batch_size;  ///< checked against the world size
@@ -159,6 +179,7 @@ struct EngineConfig {
   /// wall_clock_breakdown, comms_logger, zeroshard.trace and
   /// zeroshard.collective_timeout_s (runtime/config/observe_config.h).
   ObserveConfig observe;
+  CheckpointConfig checkpoint;  ///< the "checkpoint" section
   std::string source = "configuration";  ///< file it came from, named in error messages
   /// Lines the reader warns with ("ds.json: ..."): keys accepted without
   /// effect, legacy spellings and what they became. The examples print them.

@@ -354,7 +354,24 @@ std::vector<ConfigKey> make_table() {
            "kinds logged when prof_all is false: all_reduce, reduce_scatter, all_gather, all_to_all, broadcast, barrier"),
       impl("comms_logger.debug", T::boolean, "false", "verbose lines name the unit of each collective"),
       quiet("autotuning", T::object, "DeepSpeed's launcher-side tuner"),
-      quiet("checkpoint", T::object, "DeepSpeed's checkpoint options; zeroshard has its own format"),
+      impl("checkpoint", T::section, "", "checkpoint saving (runtime/engine/engine_save_async.cpp)"),
+      impl("checkpoint.async", T::boolean, "false",
+           "the example programs save with Engine::save_checkpoint_async (a snapshot in host memory, written by a "
+           "background thread, committed at a later step); finalize() reserves the staging memory"),
+      impl("checkpoint.staging_memory", T::int64, "0",
+           "most bytes of host memory one rank's async snapshot may stage (its rank file; on rank 0 also the "
+           "consolidated weights); a larger snapshot is a ConfigError; 0 = no limit"),
+      impl("checkpoint.async_in_flight", T::string, "\"wait\"",
+           "a save_checkpoint_async while one is in flight: \"wait\" finishes that one first, \"refuse\" throws"),
+      quiet("checkpoint.tag_validation", T::string, "DeepSpeed's check that ranks save the same tag: zeroshard's "
+            "saves agree on the tag always"),
+      quiet("checkpoint.load_universal", T::boolean, "DeepSpeed's universal checkpoints: zeroshard's checkpoints "
+            "reshard to any world size as they are"),
+      quiet("checkpoint.use_node_local_storage", T::boolean, "DeepSpeed's per-node saves: each rank writes its own "
+            "file here"),
+      quiet("checkpoint.parallel_write", T::object, "DeepSpeed's pipeline-stage write pipelining"),
+      quiet("checkpoint.writer", T::object, "DeepSpeed's checkpoint writer choice (fast, decoupled): zeroshard "
+            "writes in the background with checkpoint.async"),
       quiet("zero_allow_untested_optimizer", T::boolean, "zeroshard uses its own optimizers"),
       quiet("dataloader_drop_last", T::boolean,
             "DeepSpeed's own data loader (deepspeed.initialize(training_data=...)); the program owns its data here"),

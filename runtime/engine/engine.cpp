@@ -12,6 +12,7 @@
 #include "core/error.h"
 #include "kernels/cpu/cast.h"
 #include "optimizer/muon_params.h"
+#include "runtime/engine/checkpoint_save.h"
 #include "runtime/engine/engine_state.h"
 #include "runtime/engine/engine_options.h"
 #include "runtime/engine/model_fingerprint.h"
@@ -49,6 +50,8 @@ EngineState::EngineState(const EngineConfig& c, Communicator& device, Communicat
       pool(ledger, *ops),
       norm(layout, *ops, pool, comms.tp(), comms.norm(), grad_norm_options(c, device.rank(), comms)),
       optimizer(layout, *ops, shard_optimizer_options(c, device.rank())) {}
+
+EngineState::~EngineState() = default;
 
 namespace {
 
@@ -287,6 +290,8 @@ void Engine::finalize() {
   // [Note: engine on a mesh]: tied copies laid out alike, agreed over the world.
   if (s.comms.on_mesh()) s.norm.check_ties();
   s.parts = std::move(parts);
+  // checkpoint.async: the staging area, so that the ledger counts it from here.
+  run_agreed(host, [&] { reserve_checkpoint_staging(s); });
   if (s.rank() == 0) {
     for (const std::string& line : {zeropp_line, s.reducer().note()}) {
       if (!line.empty()) fmt::print("zeroshard: {}\n", line);

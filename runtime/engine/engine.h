@@ -20,6 +20,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <exception>
 #include <memory>
 #include <optional>
 #include <span>
@@ -200,6 +201,46 @@ struct TensorParallel {
   static TensorParallel replicated() { return TensorParallel{-1}; }
   bool is_replicated() const { return split_dim < 0; }
   friend bool operator==(const TensorParallel&, const TensorParallel&) = default;
+};
+
+/// The outcome of one Engine::save_checkpoint_async, shared by its
+/// handle's copies. Written by the engine's thread at the commit; read by
+/// the handle on that thread.
+struct AsyncSaveStatus {
+  std::string tag;         ///< the checkpoint's tag
+  bool committed = false;  ///< the save is complete: `latest` names it
+  std::string error;       ///< the agreed error of a failed save ("" = none)
+  std::exception_ptr failure;  ///< that error, for CheckpointHandle::wait to rethrow
+  double write_seconds = 0;    ///< this rank's background write, start to fsync (set at the commit)
+};
+
+class Engine;
+
+/// What Engine::save_checkpoint_async returns: a view of that save
+/// ([Note: async checkpoint]). Copyable; it must not outlive its engine.
+/// Thread safety: the engine's thread only.
+class CheckpointHandle {
+ public:
+  /// The checkpoint's tag (a folder name in the save directory).
+  const std::string& tag() const { return status_->tag; }
+  /// True once the save committed or failed (seen at a step(), wait() or
+  /// another save or load); never blocks, no collectives: the ranks see it
+  /// at the same call.
+  bool done() const { return status_->committed || !status_->error.empty(); }
+  /// Seconds this rank's background write took (0 until done()).
+  double write_seconds() const { return status_->write_seconds; }
+  /// Finishes the save: waits for this rank's background write, agrees on
+  /// the outcome over the ranks and commits (Engine::wait_for_checkpoints).
+  /// Throws the save's AgreedIoError (naming the file) if it failed, now or
+  /// earlier. Collective while the save is in flight; a no-op after.
+  void wait();
+
+ private:
+  friend class Engine;
+  CheckpointHandle(Engine* engine, std::shared_ptr<const AsyncSaveStatus> status)
+      : engine_(engine), status_(std::move(status)) {}
+  Engine* engine_;
+  std::shared_ptr<const AsyncSaveStatus> status_;
 };
 
 class EngineState;  // implementation
@@ -468,6 +509,36 @@ class Engine {
   /// docs/checkpoint-format.md, "Checkpoints on a mesh"). Returns the tag.
   std::string save_checkpoint(const std::string& save_dir, const nlohmann::json& client_state,
                               int keep_last = 0, const std::string& tag = "");
+  /// save_checkpoint without the stall ([Note: async checkpoint],
+  /// runtime/engine/engine_save_async.cpp): checks and snapshots this
+  /// rank's state (the bytes save_checkpoint writes: master weights and
+  /// optimizer states of every tier, with the manifest's step, loss scaler
+  /// and `client_state` as they are now; on rank 0 the consolidated weights
+  /// when configured, all-gathered at stage 3) into a staging area in host
+  /// memory reused between saves, starts a background thread writing it to
+  /// <save_dir>/.tmp-<tag>, and returns. Training goes on; the next
+  /// boundary step() (at its start), CheckpointHandle::wait(),
+  /// wait_for_checkpoints(), save_checkpoint(_async) or load_checkpoint
+  /// agree over the ranks once every rank's write is done, then commit as
+  /// save_checkpoint does (manifest, rename, `latest`, keep_last; the mesh
+  /// commit on a mesh). The saved state is the state at this call, bit for
+  /// bit. A save while one is in flight waits for it, or throws Error with
+  /// checkpoint.async_in_flight "refuse". Errors: those of save_checkpoint's
+  /// checks (agreed, nothing saved); a snapshot larger than
+  /// checkpoint.staging_memory is an AgreedConfigError; a failed background
+  /// write is an AgreedIoError naming the file, thrown by the call that
+  /// agrees on it (step() throws it before doing anything, and can be
+  /// called again), with the save's folder removed and the previous
+  /// checkpoint still the latest. Collective.
+  CheckpointHandle save_checkpoint_async(const std::string& save_dir, const nlohmann::json& client_state,
+                                         int keep_last = 0, const std::string& tag = "");
+  /// Finishes the async save in flight, if any: see CheckpointHandle::wait.
+  /// Call it before the engine is destroyed: a save still in flight then is
+  /// left uncommitted (the previous checkpoint stays the latest) and said
+  /// on stderr. Collective.
+  void wait_for_checkpoints();
+  /// True while an async save has not been committed or failed. Local.
+  bool checkpoint_in_flight() const;
   /// Loads <save_dir>/<tag> (tag "" = the one `latest` names) at this
   /// engine's world size and stage, whatever they were at save time:
   /// logical tensors are re-sharded; master weights and moments come back

@@ -17,6 +17,7 @@
 #include "runtime/checkpoint/mesh_folders.h"
 #include "runtime/checkpoint/state_checks.h"
 #include "runtime/engine/engine.h"
+#include "runtime/engine/checkpoint_save.h"
 #include "runtime/engine/engine_state.h"
 #include "runtime/engine/storage_phase.h"
 
@@ -331,6 +332,7 @@ std::string newest_common_tag(EngineState& s, const std::string& mesh_save_dir) 
 
 json Engine::load_checkpoint(const std::string& mesh_save_dir, const std::string& tag_in) {
   EngineState& s = *s_;
+  finish_async_checkpoint(s);  // a save in flight commits first: the load may be of it
   std::string chosen = tag_in;
   if (tag_in.empty() && mesh_checkpoint_root(s.comms.mesh_position(), mesh_save_dir) != mesh_save_dir) {
     // A mesh of folders: first the layout (another tp or pp size is named

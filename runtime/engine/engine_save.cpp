@@ -4,13 +4,8 @@
 // layout] in runtime/checkpoint/safetensors_writer.h). Layout and protocol:
 // docs/checkpoint-format.md; loading: engine_load.cpp.
 #include <algorithm>
-#include <chrono>
-#include <cstdlib>
 #include <filesystem>
 #include <optional>
-#include <csignal>
-#include <string_view>
-#include <thread>
 
 #include "core/error.h"
 #include "comm/collective_error.h"
@@ -21,11 +16,12 @@
 #include "runtime/checkpoint/mesh_folders.h"
 #include "runtime/checkpoint/safetensors_writer.h"
 #include "runtime/checkpoint/save_folder.h"
+#include "runtime/checkpoint/save_hooks.h"
 #include "runtime/checkpoint/state_checks.h"
+#include "runtime/engine/checkpoint_save.h"
 #include "runtime/engine/engine.h"
 #include "runtime/engine/engine_state.h"
 #include "runtime/engine/storage_phase.h"
-#include "zs_config.h"
 
 namespace zeroshard {
 
@@ -43,22 +39,6 @@ const float* master_data(EngineState& s, UnitId u, std::size_t& first, HostBuffe
   return static_cast<const float*>(s.store().read(u, {s.mixed() ? ArrayKind::master : ArrayKind::params}, holder));
 }
 
-// Test hook: ZS_CHECKPOINT_PAUSE_RANK=r makes rank r stop in the middle of
-// writing its file (after the first unit), leave a marker file and sleep,
-// so a test can kill it there.
-void maybe_pause(const std::string& dir, int rank) {
-#if ZS_TEST_HOOKS
-  const char* env = std::getenv("ZS_CHECKPOINT_PAUSE_RANK");
-  if (env != nullptr && std::atoi(env) == rank) {
-    write_file_atomic(dir + "/paused", "paused\n");
-    std::this_thread::sleep_for(std::chrono::minutes(10));
-  }
-#else
-  (void)dir;
-  (void)rank;
-#endif
-}
-
 // [Note: crash points of a save]
 // A save is crash-atomic (docs/checkpoint-format.md, "The atomic save
 // protocol"): whenever a process dies, `latest` names a complete checkpoint.
@@ -74,42 +54,23 @@ void maybe_pause(const std::string& dir, int rank) {
 //             without RENAME_EXCHANGE), before `latest` is switched (step 4);
 //   latest    `latest` names <tag> (written atomically), before the old
 //             checkpoint and those beyond keep_last are removed (5 and 6).
+// An async save ([Note: async checkpoint]) adds two before `files`:
+//   snapshot  the snapshot is staged and .tmp-<tag> exists, before the
+//             background write starts;
+//   writing   rank 0's writer thread has written the first piece of its
+//             file (a partial file in .tmp-<tag>);
+// and reaches `files` when its commit begins (in a later step or wait).
 // A kill up to `manifest` leaves the old checkpoint in place and loadable, a
 // kill from `renamed` on the new one; what is left (.tmp-<tag> holding the
 // unfinished save or the exchanged old checkpoint, .old-<tag>) is removed by
 // the next save's sweep_leftovers (runtime/checkpoint/save_folder.h).
 // tests/runtime/checkpoint/checkpoint_reshard.sh re-saves an existing tag
-// with each point and checks all three. The kill between the fallback's two
+// with each point, synchronously and asynchronously, and checks all three. The kill between the fallback's two
 // renames has no hook (on a file system with RENAME_EXCHANGE that path does
 // not run): it leaves <tag> missing, and restore_interrupted_save() renames
 // .old-<tag> back, in the next save's sweep and in a load of <tag>
 // (tests/runtime/engine/test_agreed_errors.cpp leaves those folders and
 // loads).
-
-// Test hooks of the crash-atomic save ([Note: crash points of a save]):
-// ZS_CHECKPOINT_CRASH_AT=<point> makes rank 0 kill itself (SIGKILL) when it
-// reaches that point; ZS_CHECKPOINT_FAIL_RANK=r makes rank r's file write
-// fail (IoError) after its first unit.
-void maybe_crash(const char* point, int rank) {
-#if ZS_TEST_HOOKS
-  const char* env = std::getenv("ZS_CHECKPOINT_CRASH_AT");
-  if (rank == 0 && env != nullptr && std::string_view(env) == point) ::raise(SIGKILL);
-#else
-  (void)point;
-  (void)rank;
-#endif
-}
-
-void maybe_fail(int rank) {
-#if ZS_TEST_HOOKS
-  const char* env = std::getenv("ZS_CHECKPOINT_FAIL_RANK");
-  if (env != nullptr && std::atoi(env) == rank) {
-    throw IoError(fmt::format("injected failure of rank {}'s checkpoint file (ZS_CHECKPOINT_FAIL_RANK)", rank));
-  }
-#else
-  (void)rank;
-#endif
-}
 
 // Rank 0: puts the complete checkpoint in tmp_dir in place as final_dir
 // (replacing a checkpoint of the same tag) and, with `point_latest`, points
@@ -120,17 +81,17 @@ void publish(const std::string& save_dir, const std::string& tmp_dir, const std:
   auto latest = [&] {
     if (!point_latest) return;
     write_file_atomic(save_dir + "/latest", tag + "\n");
-    maybe_crash("latest", 0);
+    checkpoint_crash_point("latest", 0);
   };
   if (!fs::exists(final_dir)) {
     rename_durable(tmp_dir, final_dir, save_dir);
-    maybe_crash("renamed", 0);
+    checkpoint_crash_point("renamed", 0);
     latest();
     return;
   }
   if (exchange_durable(tmp_dir, final_dir, save_dir)) {
     // final_dir is the new checkpoint, tmp_dir the old one.
-    maybe_crash("renamed", 0);
+    checkpoint_crash_point("renamed", 0);
     latest();
     fs::remove_all(tmp_dir);
     return;
@@ -141,7 +102,7 @@ void publish(const std::string& save_dir, const std::string& tmp_dir, const std:
   fs::remove_all(old);
   rename_durable(final_dir, old, save_dir);
   rename_durable(tmp_dir, final_dir, save_dir);
-  maybe_crash("renamed", 0);
+  checkpoint_crash_point("renamed", 0);
   latest();
   fs::remove_all(old);
 }
@@ -149,22 +110,10 @@ void publish(const std::string& save_dir, const std::string& tmp_dir, const std:
 }  // namespace
 
 std::vector<ManifestUnit> manifest_units(const EngineState& s) {
-  std::vector<ManifestUnit> units;
-  for (const UnitInfo& u : s.layout.units()) {
-    ManifestUnit mu{.name = u.name, .numel = u.numel, .padded = u.padded, .shard = u.shard, .params = {},
-                    .state_format = std::string(state_dtype_name(
-                        s.store().states(static_cast<UnitId>(&u - s.layout.units().data())).dtype))};
-    for (ParamId id : u.params) {
-      const ParamInfo& p = s.layout.param(id);
-      mu.params.push_back(ManifestParam{.name = p.name, .shape = p.shape, .numel = p.numel, .offset = p.offset,
-                                        .group = p.group, .tp_split_dim = s.norm.parallel(id).split_dim});
-    }
-    units.push_back(std::move(mu));
-  }
-  return units;
+  return layout_manifest_units(
+      s.layout, [&s](UnitId u) { return s.store().states(u).dtype; },
+      [&s](ParamId p) { return s.norm.parallel(p).split_dim; });
 }
-
-namespace {
 
 Manifest make_manifest(const EngineState& s, const std::string& tag, const json& client_state) {
   Manifest m;
@@ -217,6 +166,8 @@ Manifest make_manifest(const EngineState& s, const std::string& tag, const json&
   }
   return m;
 }
+
+namespace {
 
 // Removes complete checkpoints beyond the newest keep_last (by optimizer
 // step in their manifests). Only directories with a readable manifest count.
@@ -279,34 +230,54 @@ void check_state_window(const EngineState& s, const Manifest& m, UnitId u, int k
   }
 }
 
-// save_checkpoint's consolidated weights: writes <dir>/model.safetensors on
-// rank 0, every parameter of manifest `m` (this engine's, made by the save)
-// in the compute dtype, in model order, with metadata from `m` (and tp_size
-// / tp_rank on a mesh). Stages 0-2: rank 0 writes its full compute copy
-// unit by unit; stage 3: each unit's shards, read from their tier, are
-// all-gathered over the host communicator (padded elements of the compute
-// dtype on every rank, one unit at a time) and appended by rank 0. Every
-// phase is agreed: a failure on any rank (a swap read, the write) throws
-// the same AgreedIoError on every rank. Returns the file's entry (size,
-// CRC-32) on rank 0, recorded = false elsewhere. Collective.
-ManifestWeights write_checkpoint_weights(EngineState& s, const std::string& dir, const Manifest& m) {
+}  // namespace
+
+void produce_rank_file(EngineState& s, const Manifest& m, const std::string& file, const ByteSink& sink,
+                       const std::function<void(UnitId)>& after_unit) {
+  const int r = s.rank();
+  for (UnitId u = 0; u < s.units(); ++u) {
+    const std::size_t shard = s.info(u).shard;
+    {
+      std::size_t first = 0;
+      HostBuffer holder;
+      const float* data = master_data(s, u, first, holder);
+      const std::size_t begin = static_cast<std::size_t>(r) * shard - first;
+      check_before_save(data + begin, shard,
+                        StateSource{.file = file, .m = &m, .unit = static_cast<std::size_t>(u), .tensor = "master",
+                                    .first = static_cast<std::uint64_t>(r) * shard, .stride = 1});
+      sink(data + begin, shard * sizeof(float));
+    }
+    // The states as stored: fp32 values, or 8-bit codes then absmax
+    // (docs/checkpoint-format.md), this rank's window.
+    for (int k = 0; k < s.store().states(u).arrays(); ++k) {
+      const std::vector<std::byte> bytes = s.optimizer.state_array_window(s.store(), u, k, r);
+      check_state_window(s, m, u, k, bytes, file);
+      if (!bytes.empty()) sink(bytes.data(), bytes.size());
+    }
+    after_unit(u);
+  }
+}
+
+// The consolidated weights: rank 0 writes its full compute copy unit by
+// unit at stages 0-2; at stage 3 each unit's shards, read from their tier,
+// are all-gathered over the host communicator (padded elements of the
+// compute dtype on every rank, one unit at a time) and appended by rank 0.
+// A unit's parameters tile flat elements [0, numel) in declaration order,
+// as its tensors follow each other in the file: one write per unit.
+void produce_checkpoint_weights(EngineState& s, const Manifest& m, const std::function<void()>& open,
+                                const ByteSink& sink) {
   const int r = s.rank();
   const DType t = s.dtype();
-  SafetensorsMetadata extra;
-  if (m.mesh.recorded) extra = {{"tp_size", std::to_string(m.mesh.tp)}, {"tp_rank", std::to_string(m.mesh.tp_rank)}};
-  std::optional<DurableFileWriter> out;  // rank 0's file
   run_agreed(s.comms.host(), [&] {
-    const SafetensorsPlan plan = plan_checkpoint_safetensors(m, t, extra);  // the same on every rank
+    const SafetensorsPlan plan = plan_checkpoint_safetensors(m, t, mesh_safetensors_metadata(m));  // the same on every rank
     if (r != 0) return;
-    out.emplace(dir + "/" + kWeightsFileName);
-    write_safetensors_header(*out, plan);
+    open();
+    const std::string prefix = safetensors_prefix(plan);
+    sink(prefix.data(), prefix.size());
   });
-  // A unit's parameters tile flat elements [0, numel) in declaration order,
-  // as its tensors follow each other in the file: one write per unit.
-  auto append = [&](UnitId u, const void* full) { out->write(full, s.info(u).numel * dtype_size(t)); };
+  auto append = [&](UnitId u, const void* full) { sink(full, s.info(u).numel * dtype_size(t)); };
   const UnitId units = s.units();
   if (s.stage() < 3) {
-    // Every rank holds the full compute copy: rank 0 writes its own.
     run_agreed(s.comms.host(), [&] {
       if (r != 0) return;
       for (UnitId u = 0; u < units; ++u) {
@@ -314,80 +285,24 @@ ManifestWeights write_checkpoint_weights(EngineState& s, const std::string& dir,
         append(u, s.store().read(u, {ArrayKind::params}, holder));
       }
     });
-  } else {
-    // Stage 3: one unit at a time, every rank's shard (wherever its tier
-    // keeps it: swap files on nvme) all-gathered, then appended by rank 0.
-    for (UnitId u = 0; u < units; ++u) {
-      HostBuffer holder;
-      const void* shard = nullptr;
-      run_agreed(s.comms.host(), [&] { shard = s.store().read(u, {ArrayKind::params}, holder); });
-      const std::vector<std::byte> full = gather_host(s, u, shard, t);
-      run_agreed(s.comms.host(), [&] {
-        if (r == 0) append(u, full.data());
-      });
-    }
+    return;
   }
-  ManifestWeights w;
-  run_agreed(s.comms.host(), [&] {
-    if (r != 0) return;
-    out->finish();
-    w = ManifestWeights{.recorded = true, .name = kWeightsFileName, .dtype = std::string(dtype_name(t)),
-                        .bytes = out->size(), .crc32 = out->crc32()};
-  });
-  return w;
+  for (UnitId u = 0; u < units; ++u) {
+    HostBuffer holder;
+    const void* shard = nullptr;
+    run_agreed(s.comms.host(), [&] { shard = s.store().read(u, {ArrayKind::params}, holder); });
+    const std::vector<std::byte> full = gather_host(s, u, shard, t);
+    run_agreed(s.comms.host(), [&] {
+      if (r == 0) append(u, full.data());
+    });
+  }
 }
 
-// Phases 2, 3 (with the consolidated weights when configured) and 4 of the
-// save protocol (docs/checkpoint-format.md), each agreed. In a mesh folder
-// (`mesh_folder`) the folder's `latest` and the pruning wait for the mesh's
-// commit ([Note: mesh checkpoint commit]).
-void write_checkpoint(EngineState& s, const std::string& save_dir, const std::string& tmp_dir,
-                      const std::string& final_dir, const std::string& tag, const json& client_state,
-                      int keep_last, bool mesh_folder) {
+void commit_save(EngineState& s, const SaveTarget& t, Manifest& m, std::uint32_t file_crc32, std::uint64_t file_bytes,
+                 int keep_last) {
   const int r = s.rank();
-
-  Manifest m = make_manifest(s, tag, client_state);
-  double file_info[2] = {0, 0};  // crc32, bytes of this rank's file
-  TraceScope files_span(s.tracer(), "checkpoint_save_files", TraceThread::engine, tag);
-  run_agreed(s.comms.host(), [&] {
-    const std::string file = final_dir + "/" + rank_file_name(r);  // as named once published
-    DurableFileWriter w(tmp_dir + "/" + rank_file_name(r));
-    for (UnitId u = 0; u < s.units(); ++u) {
-      const std::size_t shard = s.info(u).shard;
-      {
-        std::size_t first = 0;
-        HostBuffer holder;
-        const float* data = master_data(s, u, first, holder);
-        const std::size_t begin = static_cast<std::size_t>(r) * shard - first;
-        check_before_save(data + begin, shard,
-                          StateSource{.file = file, .m = &m, .unit = static_cast<std::size_t>(u), .tensor = "master",
-                                      .first = static_cast<std::uint64_t>(r) * shard, .stride = 1});
-        w.write(data + begin, shard * sizeof(float));
-      }
-      // The states as stored: fp32 values, or 8-bit codes then absmax
-      // (docs/checkpoint-format.md), this rank's window.
-      for (int k = 0; k < s.store().states(u).arrays(); ++k) {
-        const std::vector<std::byte> bytes = s.optimizer.state_array_window(s.store(), u, k, r);
-        check_state_window(s, m, u, k, bytes, file);
-        if (!bytes.empty()) w.write(bytes.data(), bytes.size());
-      }
-      if (u == 0) {
-        maybe_pause(tmp_dir, r);
-        maybe_fail(r);
-      }
-    }
-    w.finish();
-    maybe_crash("files", r);
-    file_info[0] = w.crc32();
-    file_info[1] = static_cast<double>(w.size());
-  });
-
-  files_span.end();
-  if (s.config.zero.gather_16bit_weights_on_model_save) {
-    const TraceScope weights_span(s.tracer(), "checkpoint_save_weights", TraceThread::engine, tag);
-    m.weights = write_checkpoint_weights(s, tmp_dir, m);
-  }
-  const TraceScope publish_span(s.tracer(), "checkpoint_save_manifest", TraceThread::engine, tag);
+  const TraceScope publish_span(s.tracer(), "checkpoint_save_manifest", TraceThread::engine, t.tag);
+  double file_info[2] = {static_cast<double>(file_crc32), static_cast<double>(file_bytes)};
   std::vector<double> all_info(2 * static_cast<std::size_t>(s.world()));
   s.comms.host().all_gather(file_info, all_info.data(), 2, DType::f64);
   run_agreed(s.comms.host(), [&] {
@@ -398,14 +313,56 @@ void write_checkpoint(EngineState& s, const std::string& save_dir, const std::st
                                      .crc32 = static_cast<std::uint32_t>(all_info[2 * q])});
     }
     const std::string text = m.to_text();
-    DurableFileWriter w(tmp_dir + "/manifest.json");
+    DurableFileWriter w(t.tmp_dir + "/manifest.json");
     w.write(text.data(), text.size());
     w.finish();
-    fsync_directory(tmp_dir);
-    maybe_crash("manifest", r);
-    publish(save_dir, tmp_dir, final_dir, tag, !mesh_folder);
-    if (keep_last > 0 && !mesh_folder) prune(save_dir, keep_last, tag);
+    fsync_directory(t.tmp_dir);
+    checkpoint_crash_point("manifest", r);
+    publish(t.save_dir, t.tmp_dir, t.final_dir, t.tag, !t.mesh_folders);
+    if (keep_last > 0 && !t.mesh_folders) prune(t.save_dir, keep_last, t.tag);
   });
+}
+
+namespace {
+
+// Phases 2, 3 (with the consolidated weights when configured) and 4 of the
+// save protocol (docs/checkpoint-format.md), each agreed, written straight
+// to the files.
+void write_checkpoint(EngineState& s, const SaveTarget& t, const json& client_state, int keep_last) {
+  const int r = s.rank();
+  Manifest m = make_manifest(s, t.tag, client_state);
+  std::uint32_t crc = 0;
+  std::uint64_t bytes = 0;
+  TraceScope files_span(s.tracer(), "checkpoint_save_files", TraceThread::engine, t.tag);
+  run_agreed(s.comms.host(), [&] {
+    const std::string file = t.final_dir + "/" + rank_file_name(r);  // as named once published
+    const std::string path = t.tmp_dir + "/" + rank_file_name(r);
+    DurableFileWriter w(path);
+    produce_rank_file(s, m, file, [&w](const void* data, std::size_t n) { w.write(data, n); }, [&](UnitId u) {
+      if (u != 0) return;
+      checkpoint_pause_point(t.tmp_dir, r);
+      checkpoint_fail_point(path, r);
+    });
+    w.finish();
+    checkpoint_crash_point("files", r);
+    crc = w.crc32();
+    bytes = w.size();
+  });
+  files_span.end();
+  if (s.config.zero.gather_16bit_weights_on_model_save) {
+    const TraceScope weights_span(s.tracer(), "checkpoint_save_weights", TraceThread::engine, t.tag);
+    std::optional<DurableFileWriter> out;  // rank 0's file
+    produce_checkpoint_weights(
+        s, m, [&] { out.emplace(t.tmp_dir + "/" + kWeightsFileName); },
+        [&](const void* data, std::size_t n) { out->write(data, n); });
+    run_agreed(s.comms.host(), [&] {
+      if (r != 0) return;
+      out->finish();
+      m.weights = ManifestWeights{.recorded = true, .name = kWeightsFileName, .dtype = std::string(dtype_name(s.dtype())),
+                                  .bytes = out->size(), .crc32 = out->crc32()};
+    });
+  }
+  commit_save(s, t, m, crc, bytes, keep_last);
 }
 
 // [Note: mesh checkpoint commit]
@@ -476,58 +433,70 @@ void after_mesh_commit(EngineState& s, const std::string& save_dir, const std::s
 
 }  // namespace
 
-std::string Engine::save_checkpoint(const std::string& mesh_save_dir, const json& client_state, int keep_last,
-                                    const std::string& tag_in) {
-  EngineState& s = *s_;
-  const MeshPosition at = s.comms.mesh_position();
+SaveTarget begin_save(EngineState& s, const char* call, const std::string& mesh_save_dir, const std::string& tag) {
+  ZS_CHECK(s.finalized(), "{} before finalize()", call);
+  check_usable(s, call);
+  SaveTarget t;
+  t.mesh_save_dir = mesh_save_dir;
   // On a mesh each (pipeline stage, tp rank)'s group saves into its own folder ([Note: engine on a mesh]).
-  const std::string save_dir = mesh_checkpoint_root(at, mesh_save_dir);
-  const bool mesh_folders = save_dir != mesh_save_dir;
-  // A failure in one (pipeline stage, tp rank)'s group ends every rank of the mesh together.
-  const std::string tag = s.comms.agreed_over_world([&]() -> std::string {
-    ZS_CHECK(s.finalized(), "save_checkpoint() before finalize()");
-    check_usable(s, "save_checkpoint()");
-    const std::int64_t gas = s.config.gradient_accumulation_steps;
-    const std::int64_t micro = s.progress.micro_steps;
-    if (micro % gas != 0) {
-      throw Error(fmt::format("save_checkpoint(\"{}\"): called after micro-batch {} of {} of a gradient accumulation "
-                              "cycle; save after the step that ends the cycle (gradients are not saved)",
-                              save_dir, micro % gas, gas));
-    }
-    const std::string tag = tag_in.empty() ? fmt::format("step-{:08d}", s.progress.optimizer_steps) : tag_in;
-    const std::string final_dir = save_dir + "/" + tag, tmp_dir = save_dir + "/.tmp-" + tag;
-    const int r = s.rank();
-
-    run_agreed(s.comms.host(), [&] {
-      if (r != 0) return;
-      fs::create_directories(save_dir);
-      sweep_leftovers(save_dir);  // left by saves that were killed or failed
-      fs::create_directory(tmp_dir);
-    });
-    try {
-      write_checkpoint(s, save_dir, tmp_dir, final_dir, tag, client_state, keep_last, mesh_folders);
-    } catch (const AgreedError&) {
-      // Every rank failed this save: nothing of it is left behind (a disk that
-      // filled up is freed again).
-      if (r == 0) {
-        std::error_code ec;
-        fs::remove_all(tmp_dir, ec);
-      }
-      throw;
-    }
-    return tag;
+  t.save_dir = mesh_checkpoint_root(s.comms.mesh_position(), mesh_save_dir);
+  t.mesh_folders = t.save_dir != mesh_save_dir;
+  const std::int64_t gas = s.config.gradient_accumulation_steps;
+  const std::int64_t micro = s.progress.micro_steps;
+  if (micro % gas != 0) {
+    throw Error(fmt::format("{} on \"{}\": called after micro-batch {} of {} of a gradient accumulation cycle; save "
+                            "after the step that ends the cycle (gradients are not saved)",
+                            call, t.save_dir, micro % gas, gas));
+  }
+  t.tag = tag.empty() ? fmt::format("step-{:08d}", s.progress.optimizer_steps) : tag;
+  t.final_dir = t.save_dir + "/" + t.tag;
+  t.tmp_dir = t.save_dir + "/.tmp-" + t.tag;
+  run_agreed(s.comms.host(), [&] {
+    if (s.rank() != 0) return;
+    fs::create_directories(t.save_dir);
+    sweep_leftovers(t.save_dir);  // left by saves that were killed or failed
+    fs::create_directory(t.tmp_dir);
   });
-  if (!mesh_folders) return tag;
+  return t;
+}
+
+void discard_save(const EngineState& s, const SaveTarget& t) {
+  if (s.rank() != 0) return;
+  std::error_code ec;
+  fs::remove_all(t.tmp_dir, ec);
+}
+
+void commit_mesh_save(EngineState& s, const SaveTarget& t, int keep_last) {
   // Every folder holds <tag>: the commit ([Note: mesh checkpoint commit]).
   s.comms.agreed_over_world([&] {
     if (s.comms.world()->rank() == 0) {
-      write_file_atomic(mesh_save_dir + "/latest", tag + "\n");
-      maybe_crash("committed", 0);
+      write_file_atomic(t.mesh_save_dir + "/latest", t.tag + "\n");
+      checkpoint_crash_point("committed", 0);
     }
     return 0;
   });
-  after_mesh_commit(s, save_dir, tag, keep_last);
-  return tag;
+  after_mesh_commit(s, t.save_dir, t.tag, keep_last);
+}
+
+std::string Engine::save_checkpoint(const std::string& mesh_save_dir, const json& client_state, int keep_last,
+                                    const std::string& tag_in) {
+  EngineState& s = *s_;
+  finish_async_checkpoint(s);  // a save in flight commits first
+  // A failure in one (pipeline stage, tp rank)'s group ends every rank of the mesh together.
+  const SaveTarget t = s.comms.agreed_over_world([&] {
+    const SaveTarget target = begin_save(s, "save_checkpoint()", mesh_save_dir, tag_in);
+    try {
+      write_checkpoint(s, target, client_state, keep_last);
+    } catch (const AgreedError&) {
+      // Every rank failed this save: nothing of it is left behind (a disk that
+      // filled up is freed again).
+      discard_save(s, target);
+      throw;
+    }
+    return target;
+  });
+  if (t.mesh_folders) commit_mesh_save(s, t, keep_last);
+  return t.tag;
 }
 
 std::vector<float> Engine::gather_optimizer_state(ParamId p, int index) {

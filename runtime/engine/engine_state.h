@@ -85,6 +85,7 @@ class StoreLink final : public GradTarget, public ShardSource, public GradSource
 };
 
 class EngineState;
+struct AsyncCheckpoint;  // runtime/engine/checkpoint_save.h
 
 /// What finalize() makes for the finalized layout, in construction order
 /// (the store outlives the reducer and unsharder whose link uses it).
@@ -108,6 +109,7 @@ class EngineState {
   /// is wrapped by EngineComms.
   EngineState(const EngineConfig& c, Communicator& device, Communicator& host, std::unique_ptr<DeviceOps> ops,
               const Mesh* mesh);
+  ~EngineState();  // engine.cpp: AsyncCheckpoint is complete there
 
   EngineConfig config;
   /// Step breakdown, straggler view, spans ([Note: step breakdown]); its
@@ -123,6 +125,10 @@ class EngineState {
   GradNorm norm;             ///< tp declarations, ties, the global norm ([Note: engine on a mesh])
   ShardOptimizer optimizer;  ///< parameter groups and the update
   std::unique_ptr<EngineParts> parts;  ///< null until finalize() succeeds
+  /// Async saves' staging area and the save in flight (null until the
+  /// first async save, or finalize() with checkpoint.async); after `parts`:
+  /// its staging lease goes back to the store's pool first.
+  std::unique_ptr<AsyncCheckpoint> async_checkpoint;
   StepProgress progress;
   /// The loop's model configuration (Engine::set_model_config; null: none
   /// given), recorded in and checked against checkpoints.

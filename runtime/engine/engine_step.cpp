@@ -13,6 +13,7 @@
 #include "core/error.h"
 #include "comm/collective_error.h"
 #include "runtime/engine/engine.h"
+#include "runtime/engine/checkpoint_save.h"
 #include "runtime/engine/engine_state.h"
 #include "runtime/engine/storage_phase.h"
 
@@ -203,6 +204,9 @@ TraceScope Engine::trace(const char* name, std::string_view unit) {
 }
 
 StepResult Engine::step() {
+  // An async save whose writes all finished commits here, before the step
+  // changes anything ([Note: async checkpoint]).
+  if (s_->finalized() && s_->boundary()) poll_async_checkpoint(*s_);
   StepResult result = step_body();
   if (result.boundary) {
     EngineState& s = *s_;

@@ -5,12 +5,35 @@
 
 #include "core/error.h"
 #include "optimizer/optimizer.h"
+#include "runtime/checkpoint/background_writer.h"
+#include "runtime/checkpoint/checkpoint_manifest.h"
 #include "runtime/engine/engine_options.h"
+#include "offload/host_pool.h"
 #include "runtime/plan/memory_replay.h"
 #include "runtime/sharding/grad_reducer.h"
 #include "runtime/sharding/unsharder.h"
 
 namespace zeroshard {
+
+std::uint64_t async_checkpoint_staging_bytes(const FlatLayout& layout, const EngineConfig& config,
+                                             const ArrayPlan& plan, int rank) {
+  if (!config.checkpoint.async) return 0;
+  // The manifest of a save at step 0 (its tag is in the weights' header).
+  Manifest m;
+  m.tag = "step-00000000";
+  m.world_size = layout.world_size();
+  m.stage = config.zero.stage;
+  m.compute_dtype = std::string(dtype_name(config.compute_dtype));
+  m.tensors = checkpoint_tensor_names(config.optimizer);
+  m.states.block_size = config.optimizer.states.block_size;
+  m.units = layout_manifest_units(
+      layout, [&plan](UnitId u) { return plan.units[static_cast<std::size_t>(u)].states.dtype; },
+      [](ParamId) { return -1; });
+  const std::uint64_t bytes =
+      async_staging_bytes(m, config.zero.gather_16bit_weights_on_model_save, config.compute_dtype, rank);
+  const std::int64_t limit = config.checkpoint.staging_memory;
+  return limit > 0 && bytes > static_cast<std::uint64_t>(limit) ? 0 : bytes;
+}
 
 MemoryEstimate estimate_memory(const FlatLayout& layout, const EngineConfig& config, int rank, int ranks_per_node) {
   ZS_CHECK(layout.world_size() > 0, "estimate_memory: the layout is not finalized");
@@ -23,6 +46,10 @@ MemoryEstimate estimate_memory(const FlatLayout& layout, const EngineConfig& con
   e.plan = plan_arrays(layout, engine_array_plan_options(config, rank));
   // The adds ArrayStore::allocate makes, in its order.
   for (const ArrayAllocation& x : e.plan.arrays) e.after_finalize.add(x.category, x.tier, x.bytes, x.padding);
+  // checkpoint.async: finalize() leases the staging area of async saves
+  // (runtime/engine/engine_save_async.cpp) from the host pool.
+  const std::uint64_t staging = async_checkpoint_staging_bytes(layout, config, e.plan, rank);
+  if (staging > 0) HostPoolSizes(e.after_finalize).acquire(staging, MemCategory::checkpoint_staging);
   // One step, replayed by the engine's components over sizes (their
   // constructors lease what they keep, as in finalize()).
   e.after_step = e.after_finalize;

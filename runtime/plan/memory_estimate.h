@@ -63,6 +63,14 @@ struct MemoryEstimate {
   std::uint64_t largest_unit = 0;      ///< padded elements of the largest unit (stage 3 gathers it whole)
 };
 
+/// Host bytes that finalize() leases for async checkpoints on `rank` with
+/// checkpoint.async (MemCategory::checkpoint_staging; async_staging_bytes
+/// of a save at step 0, without a mesh): 0 without checkpoint.async or
+/// when the snapshot is over checkpoint.staging_memory. `plan` is
+/// plan_arrays' for that rank (each unit's state format). Pure.
+std::uint64_t async_checkpoint_staging_bytes(const FlatLayout& layout, const EngineConfig& config,
+                                             const ArrayPlan& plan, int rank);
+
 /// The estimate for rank `rank` of a layout finalized for its world size.
 /// Throws ConfigError as EngineConfig::validate_for_world and
 /// plan_arrays (nvme shard above offload_param.buffer_size);
@@ -73,7 +81,9 @@ struct MemoryEstimate {
 /// (error_feedback_bytes) are resident from finalize() on; qgZ's transient
 /// buffers depend on the nodes, `ranks_per_node` where the configuration
 /// leaves them to the host names (0: one node; qgz_ranks_per_node in
-/// runtime/plan/memory_replay.h). Pure; thread safe.
+/// runtime/plan/memory_replay.h). With checkpoint.async the staging area
+/// of async saves is resident from finalize() on
+/// (async_checkpoint_staging_bytes). Pure; thread safe.
 MemoryEstimate estimate_memory(const FlatLayout& layout, const EngineConfig& config, int rank,
                                int ranks_per_node = 0);
 

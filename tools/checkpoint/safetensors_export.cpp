@@ -100,7 +100,8 @@ ExportResult write_safetensors(const ExportPlan& plan, const Manifest& m, const 
   const std::string tmp = out_path + ".tmp";
   TempFileGuard guard(tmp);
   DurableFileWriter out(tmp);
-  write_safetensors_header(out, plan.layout);
+  const std::string prefix = safetensors_prefix(plan.layout);
+  out.write(prefix.data(), prefix.size());
 
   std::vector<float> buffer(plan.layout.largest_bytes / sizeof(float));
   std::optional<ProgressLine> progress;

@@ -12,6 +12,9 @@
 //   checkpoint_driver resave DIR STEPS   train STEPS steps, save as tag "fixed"; one more
 //                                        step, save "fixed" again with the crash hook
 //                                        (ZS_CHECKPOINT_CRASH_AT) set by the caller
+//   checkpoint_driver async-resave DIR STEPS  as resave, the second save with
+//                                        save_checkpoint_async, one more step during
+//                                        its write, then wait_for_checkpoints()
 //   checkpoint_driver latest DIR STEPS   `latest` loads and has STEPS optimizer steps
 // ZS_CKPT_OPTIMIZER=Lion, Adagrad or Muon trains with that optimizer instead of AdamW;
 // AdamW8bit with 8-bit states (block 64, every unit 8-bit). A load whose
@@ -196,7 +199,7 @@ int run(const std::string& mode, const std::string& dir, int arg) {
     e.save_checkpoint(dir, {});  // the hooked rank stops in here; the test kills the job
     return 0;
   }
-  if (mode == "resave") {
+  if (mode == "resave" || mode == "async-resave") {
     Engine e(config(3), comm);
     CkptModel m(e);
     for (int s = 1; s <= arg; ++s) m.train_step(e, s);
@@ -206,7 +209,15 @@ int run(const std::string& mode, const std::string& dir, int arg) {
     e.save_checkpoint(dir, {}, 0, "fixed");
     if (!point.empty()) setenv("ZS_CHECKPOINT_CRASH_AT", point.c_str(), 1);
     m.train_step(e, arg + 1);
-    e.save_checkpoint(dir, {}, 0, "fixed");  // rank 0 kills itself in here when hooked
+    if (mode == "resave") {
+      e.save_checkpoint(dir, {}, 0, "fixed");  // rank 0 kills itself in here when hooked
+      return 0;
+    }
+    // Rank 0 kills itself in the snapshot, its writer thread, or the commit
+    // (in the next step or in wait_for_checkpoints).
+    e.save_checkpoint_async(dir, {}, 0, "fixed");
+    m.train_step(e, arg + 2);
+    e.wait_for_checkpoints();
     return 0;
   }
   if (mode == "latest") {
@@ -227,7 +238,7 @@ int run(const std::string& mode, const std::string& dir, int arg) {
 
 int main(int argc, char** argv) {
   if (argc != 4) {
-    std::fprintf(stderr, "usage: %s save|load|pause|resave|latest DIR N\n", argv[0]);
+    std::fprintf(stderr, "usage: %s save|load|pause|resave|async-resave|latest DIR N\n", argv[0]);
     return 2;
   }
   try {

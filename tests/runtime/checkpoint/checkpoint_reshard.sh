@@ -84,4 +84,20 @@ for spec in files:2 manifest:2 renamed:3 latest:3; do
   if ls -d "$dir"/.tmp-* "$dir"/.old-* >/dev/null 2>&1; then echo "crash at $point: leftovers not swept"; ls -a "$dir"; exit 1; fi
   timeout 300 "$mpirun" -np 1 "$driver" latest "$dir" 5
 done
+# The same for an async re-save ([Note: async checkpoint]): killed after its
+# snapshot, in the middle of the background write, and in its commit (in the
+# next step or in wait_for_checkpoints) before and after the rename (the
+# commit's other points run the code of the synchronous save's, above).
+for spec in snapshot:2 writing:2 manifest:2 latest:3; do
+  point="${spec%%:*}"; steps="${spec##*:}"
+  dir="$work/async-crash-$point"
+  if ZS_CHECKPOINT_CRASH_AT="$point" timeout 300 "$mpirun" -np 2 "$driver" async-resave "$dir" 2 >/dev/null 2>&1; then
+    echo "the async re-save did not crash at $point"; exit 1
+  fi
+  grep -qx "fixed" "$dir/latest" || { echo "async crash at $point: latest does not name fixed"; exit 1; }
+  timeout 300 "$mpirun" -np 3 "$driver" latest "$dir" "$steps" || { echo "async crash at $point: wrong checkpoint"; exit 1; }
+  timeout 300 "$mpirun" -np 2 "$driver" async-resave "$dir" 4
+  if ls -d "$dir"/.tmp-* "$dir"/.old-* >/dev/null 2>&1; then echo "async crash at $point: leftovers not swept"; ls -a "$dir"; exit 1; fi
+  timeout 300 "$mpirun" -np 1 "$driver" latest "$dir" 5
+done
 echo "checkpoint re-sharding, kill and crash-point tests passed"

@@ -353,6 +353,48 @@ TEST_CASE("with Muon the estimate equals the ledger after a step: its per-unit b
   CHECK(checked == 16);
 }
 
+TEST_CASE("with checkpoint.async the estimate holds the staging area of async saves, byte for byte") {
+  // The rank file (master and states: fp32, or 8-bit codes and absmax), on
+  // rank 0 also the consolidated weights; none over staging_memory.
+  Communicator& comm = world();
+  int checked = 0, shown = 0;
+  for (int stage = 0; stage <= 3; ++stage) {
+    for (DType dt : {DType::f32, DType::bf16}) {
+      for (bool q8 : {false, true}) {
+        for (bool weights : {false, true}) {
+          EngineConfig c = make_config(stage);
+          c.compute_dtype = dt;
+          c.checkpoint.async = true;
+          c.zero.gather_16bit_weights_on_model_save = weights;
+          if (q8) {
+            c.optimizer.states.dtype = StateDtype::q8;
+            c.optimizer.states.block_size = 64;
+            c.optimizer.states.min_8bit_size = 4096;  // the small units stay fp32
+          }
+          CAPTURE(stage);
+          CAPTURE(dtype_name(dt));
+          CAPTURE(q8);
+          CAPTURE(weights);
+          const MemoryEstimate est = estimate_memory(layered_model(), c, comm.world_size(), comm.rank());
+          CHECK(est.after_finalize.current(MemCategory::checkpoint_staging, MemTier::host) > 0);
+          const Matches m = compare_with_engine(layered_model(), c, comm, shown);
+          CHECK(m.finalize);
+          CHECK(m.step);
+          ++checked;
+        }
+      }
+    }
+  }
+  CHECK(checked == 32);
+  EngineConfig c = make_config(2);
+  c.checkpoint.async = true;
+  c.checkpoint.staging_memory = 100;
+  CHECK(estimate_memory(layered_model(), c, comm.world_size(), comm.rank())
+            .after_finalize.current(MemCategory::checkpoint_staging) == 0);
+  const Matches m = compare_with_engine(layered_model(), c, comm, shown);
+  CHECK(m.finalize);
+}
+
 TEST_CASE("the estimate equals the ledger after a step over overlap, reduction and stage 3 knobs") {
   // overlap_comm on and off at stages 1-3, the backend's reductions, a
   // communication dtype other than the compute dtype, and at stage 3

@@ -1,0 +1,246 @@
+// Engine::save_checkpoint_async: checkpoints that do not stop training.
+
+// [Note: async checkpoint]
+// A synchronous save stops every rank while its shard goes to disk. The
+// async save splits the same protocol (runtime/engine/checkpoint_save.h)
+// in two:
+//   snapshot  (the stall) in save_checkpoint_async, agreed over the world:
+//             the checks and the tag, the manifest of the state as it is
+//             (step, loss scaler, client_state), and the exact bytes of this
+//             rank's file copied into a staging area in host memory: the
+//             fp32 master weights and every optimizer state array, read from
+//             their tier (nvme arrays are read back: the copy runs at the
+//             disk's speed), each checked finite. With
+//             stage3_gather_16bit_weights_on_model_save rank 0 also stages
+//             model.safetensors (all-gathered at stage 3). Then a
+//             BackgroundWriter thread starts writing .tmp-<tag>/ and the call
+//             returns;
+//   commit    at the first of: the start of a boundary step(), wait(),
+//             wait_for_checkpoints(), another save, a load. step() asks the
+//             world whether every rank's writer has finished (one all-reduce
+//             of a flag while a save is in flight; no wait); the others wait
+//             for this rank's writer first. When all have, the ranks agree
+//             on the writers' outcome (a failure is the same AgreedIoError,
+//             naming the file, on every rank) and run the synchronous save's
+//             phases 2-4: sizes and CRC-32s gathered, the manifest, the
+//             rename into place, `latest`, keep_last, and on a mesh the
+//             world's commit.
+// The snapshot owns its bytes: the steps that run during the write change
+// the engine's arrays, never the staging area, so the checkpoint holds the
+// state at the call bit for bit (PyTorch #144657 wrote values from after the
+// next step because staging CPU tensors was a no-op; the manifest and the
+// files here come from the same instant, unlike NVIDIA resiliency-ext #376's
+// torn step-2/step-1 checkpoints). The staging area is one HostPool lease
+// (MemCategory::checkpoint_staging) kept between saves and grown when a
+// snapshot needs more; with checkpoint.async finalize() leases it, so that
+// the ledger and the memory estimate count it from the start. Crash safety
+// is the synchronous save's: nothing is renamed before every file is
+// complete and fsynced, so a kill at any point leaves `latest` on a complete
+// checkpoint ([Note: crash points of a save]; the async save adds the points
+// "snapshot", after the staging, and "writing", in the middle of rank 0's
+// background write). One save is in flight at a time
+// (checkpoint.async_in_flight). The writer thread touches only the staging
+// area and its files: no collectives, no engine state.
+#include <cstring>
+#include <filesystem>
+
+#include <fmt/format.h>
+
+#include "comm/collective_error.h"
+#include "core/error.h"
+#include "runtime/checkpoint/mesh_folders.h"
+#include "runtime/checkpoint/background_writer.h"
+#include "runtime/checkpoint/safetensors_writer.h"
+#include "runtime/checkpoint/save_hooks.h"
+#include "runtime/engine/checkpoint_save.h"
+#include "runtime/engine/engine.h"
+#include "runtime/engine/engine_state.h"
+
+namespace zeroshard {
+
+using nlohmann::json;
+
+AsyncCheckpoint::~AsyncCheckpoint() {
+  if (!in_flight) return;
+  writer.join();
+  if (rank == 0) {
+    fmt::print(stderr,
+               "zeroshard: the engine was destroyed with checkpoint {} still in flight: it was not committed (the "
+               "previous checkpoint stays the latest); call wait_for_checkpoints() before the engine goes\n",
+               target.tag);
+  }
+}
+
+namespace {
+
+// True when v holds on every rank of the world (the mesh's, else the
+// data-parallel group's). Collective.
+bool on_every_rank(EngineState& s, bool v) {
+  if (s.comms.on_mesh()) return s.comms.world_min(v ? 1.0 : 0.0) > 0;
+  double x = v ? 1.0 : 0.0;
+  s.comms.host().all_reduce(&x, 1, DType::f64, ReduceOp::min);
+  return x > 0;
+}
+
+// The engine's async state, made on first use.
+AsyncCheckpoint& async_state(EngineState& s) {
+  if (!s.async_checkpoint) {
+    s.async_checkpoint = std::make_unique<AsyncCheckpoint>();
+    s.async_checkpoint->rank = s.rank();
+  }
+  return *s.async_checkpoint;
+}
+
+// Phases 2-4 of the save in flight, after every rank's writer finished.
+void commit_in_flight(EngineState& s, AsyncCheckpoint& a) {
+  a.writer.join();
+  a.in_flight = false;
+  a.status->write_seconds = a.writer.seconds();
+  const TraceScope span(s.tracer(), "checkpoint_async_commit", TraceThread::engine, a.target.tag);
+  try {
+    s.comms.agreed_over_world([&] {
+      try {
+        std::vector<WrittenFile> files;
+        run_agreed(s.comms.host(), [&] { files = a.writer.results(); });
+        checkpoint_crash_point("files", s.rank());
+        if (files.size() > 1) {
+          a.manifest.weights = ManifestWeights{.recorded = true, .name = kWeightsFileName,
+                                               .dtype = std::string(dtype_name(s.dtype())), .bytes = files[1].bytes,
+                                               .crc32 = files[1].crc32};
+        }
+        commit_save(s, a.target, a.manifest, files[0].crc32, files[0].bytes, a.keep_last);
+      } catch (const AgreedError&) {
+        discard_save(s, a.target);
+        throw;
+      }
+      return 0;
+    });
+    if (a.target.mesh_folders) commit_mesh_save(s, a.target, a.keep_last);
+  } catch (const std::exception& e) {
+    a.status->error = e.what();
+    a.status->failure = std::current_exception();
+    throw;
+  }
+  a.status->committed = true;
+}
+
+// Leases (or keeps) a staging area of at least `bytes` bytes.
+void reserve_staging(EngineState& s, AsyncCheckpoint& a, std::size_t bytes) {
+  if (bytes == 0 || (a.staging.valid() && a.staging.capacity() >= bytes)) return;
+  a.staging.release();
+  a.staging = s.store().host_pool().acquire(bytes, MemCategory::checkpoint_staging);
+}
+
+}  // namespace
+
+void finish_async_checkpoint(EngineState& s) {
+  if (!s.async_checkpoint || !s.async_checkpoint->in_flight) return;
+  commit_in_flight(s, *s.async_checkpoint);
+}
+
+void poll_async_checkpoint(EngineState& s) {
+  if (!s.async_checkpoint || !s.async_checkpoint->in_flight) return;
+  AsyncCheckpoint& a = *s.async_checkpoint;
+  if (!on_every_rank(s, a.writer.finished())) return;
+  commit_in_flight(s, a);
+}
+
+void reserve_checkpoint_staging(EngineState& s) {
+  if (!s.config.checkpoint.async) return;
+  const std::size_t bytes = checkpoint_staging_bytes(s);
+  const std::int64_t limit = s.config.checkpoint.staging_memory;
+  if (limit > 0 && bytes > static_cast<std::size_t>(limit)) return;  // refused at the save, naming both sizes
+  reserve_staging(s, async_state(s), bytes);
+}
+
+std::size_t checkpoint_staging_bytes(const EngineState& s) {
+  // The tag a save at this step takes by default (the weights' header holds it).
+  const Manifest m = make_manifest(s, fmt::format("step-{:08d}", s.progress.optimizer_steps), json::object());
+  return async_staging_bytes(m, s.config.zero.gather_16bit_weights_on_model_save, s.dtype(), s.rank());
+}
+
+CheckpointHandle Engine::save_checkpoint_async(const std::string& mesh_save_dir, const json& client_state,
+                                               int keep_last, const std::string& tag_in) {
+  EngineState& s = *s_;
+  AsyncCheckpoint& a = async_state(s);
+  if (a.in_flight) {
+    if (s.config.checkpoint.in_flight == AsyncInFlight::refuse) {
+      throw Error(fmt::format("save_checkpoint_async(\"{}\"): the save of {} is still in flight and "
+                              "checkpoint.async_in_flight is \"refuse\"; call wait() on its handle or "
+                              "wait_for_checkpoints() first",
+                              mesh_save_dir, a.target.tag));
+    }
+    finish_async_checkpoint(s);
+  }
+  const TraceScope span(s.tracer(), "checkpoint_snapshot", TraceThread::engine, tag_in);
+  const int r = s.rank();
+  SaveTarget started;  // the save whose writer runs, once it does
+  try {
+  a.target = s.comms.agreed_over_world([&] {
+    SaveTarget t = begin_save(s, "save_checkpoint_async()", mesh_save_dir, tag_in);
+    try {
+      a.manifest = make_manifest(s, t.tag, client_state);
+      const std::size_t file_bytes = a.manifest.file_bytes();
+      const std::size_t weights_bytes =
+          async_staging_bytes(a.manifest, s.config.zero.gather_16bit_weights_on_model_save, s.dtype(), r) - file_bytes;
+      run_agreed(s.comms.host(), [&] {
+        const std::int64_t limit = s.config.checkpoint.staging_memory;
+        if (limit > 0 && file_bytes + weights_bytes > static_cast<std::size_t>(limit)) {
+          throw ConfigError(fmt::format(
+              "save_checkpoint_async(\"{}\"): rank {}'s snapshot needs {} bytes of staging memory, over "
+              "checkpoint.staging_memory = {}; raise the limit or save with save_checkpoint",
+              mesh_save_dir, r, file_bytes + weights_bytes, limit));
+        }
+        reserve_staging(s, a, file_bytes + weights_bytes);
+      });
+      auto* staging = static_cast<std::byte*>(a.staging.data());
+      std::size_t at = 0;
+      auto copy = [&](std::size_t end) {
+        return [&, end](const void* data, std::size_t n) {
+          ZS_CHECK(at + n <= end, "checkpoint snapshot: {} bytes past the staging area's {}", at + n, end);
+          std::memcpy(staging + at, data, n);
+          at += n;
+        };
+      };
+      run_agreed(s.comms.host(), [&] {
+        produce_rank_file(s, a.manifest, t.final_dir + "/" + rank_file_name(r), copy(file_bytes), [](UnitId) {});
+      });
+      if (s.config.zero.gather_16bit_weights_on_model_save) {
+        produce_checkpoint_weights(s, a.manifest, [] {}, copy(file_bytes + weights_bytes));
+      }
+      checkpoint_crash_point("snapshot", r);
+      std::vector<StagedFile> files{{t.tmp_dir + "/" + rank_file_name(r), staging, file_bytes}};
+      if (weights_bytes > 0) files.push_back({t.tmp_dir + "/" + kWeightsFileName, staging + file_bytes, weights_bytes});
+      started = t;
+      a.writer.start(std::move(files), r);
+    } catch (const AgreedError&) {
+      discard_save(s, t);
+      throw;
+    }
+    return t;
+  });
+  } catch (const AgreedError&) {
+    // Another folder of the mesh failed after this one's writer started.
+    if (a.writer.running()) {
+      a.writer.join();
+      discard_save(s, started);
+    }
+    throw;
+  }
+  a.in_flight = true;
+  a.keep_last = keep_last;
+  a.status = std::make_shared<AsyncSaveStatus>();
+  a.status->tag = a.target.tag;
+  return CheckpointHandle(this, a.status);
+}
+
+void Engine::wait_for_checkpoints() { finish_async_checkpoint(*s_); }
+
+bool Engine::checkpoint_in_flight() const { return s_->async_checkpoint && s_->async_checkpoint->in_flight; }
+
+void CheckpointHandle::wait() {
+  if (!done()) engine_->wait_for_checkpoints();
+  if (status_->failure) std::rethrow_exception(status_->failure);
+}
+
+}  // namespace zeroshard
