@@ -20,6 +20,7 @@ const char* to_string(TimeCategory category) {
     case TimeCategory::comm_wait: return "comm_wait";
     case TimeCategory::optimizer: return "optimizer";
     case TimeCategory::io_wait: return "io_wait";
+    case TimeCategory::checkpoint: return "checkpoint";
     case TimeCategory::other: return "other";
   }
   return "?";

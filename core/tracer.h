@@ -52,10 +52,12 @@ enum class TimeCategory : std::uint8_t {
   comm_wait,  ///< blocked waiting for a collective (exposed communication)
   optimizer,  ///< the optimizer update (its own I/O waits excluded)
   io_wait,    ///< blocked waiting for swap reads or writes
+  checkpoint, ///< held by checkpoint saves: a synchronous save, an async save's snapshot and commit
   other,      ///< everything else: the engine's bookkeeping, data loading, ...
 };
-inline constexpr std::size_t kTimeCategories = 5;
-/// Lower-case name ("compute", "comm_wait", "optimizer", "io_wait", "other").
+inline constexpr std::size_t kTimeCategories = 6;
+/// Lower-case name ("compute", "comm_wait", "optimizer", "io_wait",
+/// "checkpoint", "other").
 const char* to_string(TimeCategory category);
 
 /// One recorded span. Times in steady-clock nanoseconds of this process.

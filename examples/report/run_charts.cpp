@@ -23,7 +23,7 @@ BarChart memory_chart(const std::string& title, const std::vector<MemoryByCatego
 }
 
 BarChart step_chart(const std::string& title, const nlohmann::json& observe_report) {
-  BarChart chart{title, "ms", {"compute", "comm_wait", "optimizer", "io_wait", "other"}, {}};
+  BarChart chart{title, "ms", {"compute", "comm_wait", "optimizer", "io_wait", "checkpoint", "other"}, {}};
   const nlohmann::json* ranks =
       observe_report.contains("per_rank_mean_ms") ? &observe_report["per_rank_mean_ms"] : nullptr;
   if (ranks == nullptr || !ranks->is_array()) return chart;

@@ -28,7 +28,7 @@ using MemoryByCategory = std::array<std::uint64_t, static_cast<std::size_t>(MemC
 BarChart memory_chart(const std::string& title, const std::vector<MemoryByCategory>& ranks);
 
 /// A chart of the mean step time per rank (ms) stacked by compute,
-/// comm_wait, optimizer, io_wait and other, from Engine::observe_report()'s
+/// comm_wait, optimizer, io_wait, checkpoint and other, from Engine::observe_report()'s
 /// "per_rank_mean_ms"; no bars when the report has none.
 BarChart step_chart(const std::string& title, const nlohmann::json& observe_report);
 

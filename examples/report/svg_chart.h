@@ -2,7 +2,7 @@
 // itself so that a run's memory and step-time pictures need no Python:
 // e.g. memory per rank by category (parameters / gradients / optimizer
 // states), or the step-time breakdown per rank (compute / comm_wait /
-// optimizer / io_wait / other).
+// optimizer / io_wait / checkpoint / other).
 //
 // Every bar is one `<g class="series" data-label="...">` group holding one
 // `<rect class="segment" data-category="...">` per non-zero value (stacked

@@ -2,10 +2,10 @@
 #include "runtime/checkpoint/background_writer.h"
 
 #include <algorithm>
-#include <chrono>
 
 #include "core/durable_file.h"
 #include "core/error.h"
+#include "core/tracer.h"
 #include "runtime/checkpoint/checkpoint_manifest.h"
 #include "runtime/checkpoint/safetensors_writer.h"
 #include "runtime/checkpoint/save_hooks.h"
@@ -27,10 +27,10 @@ void BackgroundWriter::start(std::vector<StagedFile> files, int rank) {
   finished_.store(false, std::memory_order_release);
   results_.clear();
   error_ = nullptr;
-  const auto t0 = std::chrono::steady_clock::now();
-  thread_ = std::thread([this, files = std::move(files), rank, t0]() mutable {
+  begin_ns_ = Tracer::now_ns();
+  thread_ = std::thread([this, files = std::move(files), rank]() mutable {
     run(std::move(files), rank);
-    seconds_ = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    end_ns_ = Tracer::now_ns();
     finished_.store(true, std::memory_order_release);
   });
 }
@@ -47,7 +47,7 @@ const std::vector<WrittenFile>& BackgroundWriter::results() const {
 
 double BackgroundWriter::seconds() const {
   ZS_CHECK(!running(), "BackgroundWriter::seconds before join()");
-  return seconds_;
+  return static_cast<double>(end_ns_ - begin_ns_) / 1e9;
 }
 
 std::string BackgroundWriter::error() const {

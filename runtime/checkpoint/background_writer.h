@@ -75,6 +75,10 @@ class BackgroundWriter {
   /// After join(): seconds from start() to the end of the last file's
   /// fsync (or the failure).
   double seconds() const;
+  /// After join(): the write's start and end on Tracer::now_ns()'s clock
+  /// (for its trace span).
+  std::int64_t begin_ns() const { return begin_ns_; }
+  std::int64_t end_ns() const { return end_ns_; }
 
  private:
   void run(std::vector<StagedFile> files, int rank);
@@ -83,7 +87,7 @@ class BackgroundWriter {
   std::atomic<bool> finished_{false};
   std::vector<WrittenFile> results_;
   std::exception_ptr error_;
-  double seconds_ = 0;
+  std::int64_t begin_ns_ = 0, end_ns_ = 0;
 };
 
 }  // namespace zeroshard

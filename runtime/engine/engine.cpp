@@ -12,7 +12,7 @@
 #include "core/error.h"
 #include "kernels/cpu/cast.h"
 #include "optimizer/muon_params.h"
-#include "runtime/engine/checkpoint_save.h"
+#include "runtime/engine/save_phases.h"
 #include "runtime/engine/engine_state.h"
 #include "runtime/engine/engine_options.h"
 #include "runtime/engine/model_fingerprint.h"

@@ -452,7 +452,8 @@ class Engine {
   /// wall_clock_breakdown or zeroshard.trace is on).
   const StepFigures& last_step_figures() const;
   /// The run so far: {"steps", "per_rank_mean_ms" (every rank's mean
-  /// compute, comm_wait, optimizer, io_wait, other, wall and hidden_comm),
+  /// compute, comm_wait, optimizer, io_wait, checkpoint, other, wall and
+  /// hidden_comm),
   /// "overlap_fraction", "slowest_rank", "straggler" {late_ms, last_count,
   /// straggler_steps, text}, "clock" {offset_ns, bound_ns}, "comms" (the
   /// comms_logger rows: kind, message_bytes, count, total_bytes, total_ms,

@@ -17,7 +17,7 @@
 #include "runtime/checkpoint/mesh_folders.h"
 #include "runtime/checkpoint/state_checks.h"
 #include "runtime/engine/engine.h"
-#include "runtime/engine/checkpoint_save.h"
+#include "runtime/engine/save_phases.h"
 #include "runtime/engine/engine_state.h"
 #include "runtime/engine/storage_phase.h"
 

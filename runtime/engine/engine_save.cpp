@@ -18,7 +18,7 @@
 #include "runtime/checkpoint/save_folder.h"
 #include "runtime/checkpoint/save_hooks.h"
 #include "runtime/checkpoint/state_checks.h"
-#include "runtime/engine/checkpoint_save.h"
+#include "runtime/engine/save_phases.h"
 #include "runtime/engine/engine.h"
 #include "runtime/engine/engine_state.h"
 #include "runtime/engine/storage_phase.h"
@@ -481,6 +481,7 @@ void commit_mesh_save(EngineState& s, const SaveTarget& t, int keep_last) {
 std::string Engine::save_checkpoint(const std::string& mesh_save_dir, const json& client_state, int keep_last,
                                     const std::string& tag_in) {
   EngineState& s = *s_;
+  const TraceScope span(s.tracer(), "checkpoint_save", TraceThread::engine, TimeCategory::checkpoint, tag_in);
   finish_async_checkpoint(s);  // a save in flight commits first
   // A failure in one (pipeline stage, tp rank)'s group ends every rank of the mesh together.
   const SaveTarget t = s.comms.agreed_over_world([&] {

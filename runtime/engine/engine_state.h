@@ -85,7 +85,7 @@ class StoreLink final : public GradTarget, public ShardSource, public GradSource
 };
 
 class EngineState;
-struct AsyncCheckpoint;  // runtime/engine/checkpoint_save.h
+struct AsyncCheckpoint;  // runtime/engine/save_phases.h
 
 /// What finalize() makes for the finalized layout, in construction order
 /// (the store outlives the reducer and unsharder whose link uses it).

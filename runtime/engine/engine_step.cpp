@@ -13,7 +13,7 @@
 #include "core/error.h"
 #include "comm/collective_error.h"
 #include "runtime/engine/engine.h"
-#include "runtime/engine/checkpoint_save.h"
+#include "runtime/engine/save_phases.h"
 #include "runtime/engine/engine_state.h"
 #include "runtime/engine/storage_phase.h"
 

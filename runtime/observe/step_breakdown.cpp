@@ -11,16 +11,16 @@ namespace zeroshard {
 
 const std::array<const char*, StepFigures::kFields>& StepFigures::names() {
   static const std::array<const char*, kFields> n = {"compute", "comm_wait", "optimizer", "io_wait",
-                                                     "other",   "wall",      "hidden_comm"};
+                                                     "checkpoint", "other", "wall", "hidden_comm"};
   return n;
 }
 
 std::array<double, StepFigures::kFields> StepFigures::as_array() const {
-  return {compute, comm_wait, optimizer, io_wait, other, wall, hidden_comm};
+  return {compute, comm_wait, optimizer, io_wait, checkpoint, other, wall, hidden_comm};
 }
 
 StepFigures StepFigures::from_array(const std::array<double, kFields>& a) {
-  return StepFigures{a[0], a[1], a[2], a[3], a[4], a[5], a[6]};
+  return StepFigures{a[0], a[1], a[2], a[3], a[4], a[5], a[6], a[7]};
 }
 
 double StepFigures::overlap_fraction() const {

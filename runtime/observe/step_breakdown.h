@@ -9,6 +9,10 @@
 //   comm_wait  blocked in a collective: exposed communication,
 //   optimizer  the update (its swap waits excluded),
 //   io_wait    blocked on swap reads/writes,
+//   checkpoint held by checkpoint saves between the steps: a synchronous
+//              save whole, an async save's snapshot and its commit (the
+//              background write runs on its own thread: a span
+//              "checkpoint_write" on the io row of the trace),
 //   other      the rest (engine bookkeeping, data loading, ...),
 // which add up to the wall time exactly. Hidden communication is the time
 // during which a collective of the step was in flight (issue to observed
@@ -38,11 +42,11 @@ namespace zeroshard {
 /// One rank's figures for one optimizer step, in milliseconds (see
 /// [Note: step breakdown]). Plain value type.
 struct StepFigures {
-  static constexpr std::size_t kFields = 7;
+  static constexpr std::size_t kFields = 8;
   /// Field names, in as_array() order.
   static const std::array<const char*, kFields>& names();
 
-  double compute = 0, comm_wait = 0, optimizer = 0, io_wait = 0, other = 0, wall = 0, hidden_comm = 0;
+  double compute = 0, comm_wait = 0, optimizer = 0, io_wait = 0, checkpoint = 0, other = 0, wall = 0, hidden_comm = 0;
 
   std::array<double, kFields> as_array() const;
   static StepFigures from_array(const std::array<double, kFields>& a);

@@ -30,6 +30,7 @@ void StepObserver::end_step(std::int64_t step, const std::vector<Interval>& coll
   f.comm_wait = ms(t[TimeCategory::comm_wait]);
   f.optimizer = ms(t[TimeCategory::optimizer]);
   f.io_wait = ms(t[TimeCategory::io_wait]);
+  f.checkpoint = ms(t[TimeCategory::checkpoint]);
   f.other = ms(t[TimeCategory::other]);
   f.wall = ms(t.wall_ns);
   f.hidden_comm = ms(overlap_ns(collectives, t.compute_intervals));

@@ -165,6 +165,30 @@ TEST_CASE("a boundary step commits a finished async save; keep_last prunes then"
   e.wait_for_checkpoints();  // nothing in flight: a no-op
 }
 
+TEST_CASE("the step breakdown charges saves to \"checkpoint\": the whole sync save, the async snapshot") {
+  const std::string dir = fresh_dir("breakdown");
+  EngineConfig c = config_for(3, States::fp32, DType::f32, OffloadDevice::none);
+  c.observe.wall_clock_breakdown = true;
+  c.steps_per_print = 1000;  // no breakdown lines
+  Engine e(c, world());
+  CkptModel m(e);
+  m.train_step(e, 1);
+  m.train_step(e, 2);
+  CHECK(e.last_step_figures().checkpoint == 0.0);
+  e.save_checkpoint(dir, {});
+  m.train_step(e, 3);  // its figures hold the time since the last step: the save
+  const StepFigures sync = e.last_step_figures();
+  CHECK(sync.checkpoint > 0.0);
+  CHECK(sync.checkpoint <= sync.wall);
+  CheckpointHandle h = e.save_checkpoint_async(dir, {});
+  m.train_step(e, 4);
+  CHECK(e.last_step_figures().checkpoint > 0.0);  // the snapshot (and the commit, if it ran in this step)
+  h.wait();
+  m.train_step(e, 5);
+  m.train_step(e, 6);
+  CHECK(e.last_step_figures().checkpoint == 0.0);
+}
+
 TEST_CASE("a second async save is refused with async_in_flight \"refuse\"; a load waits for the save") {
   const std::string dir = fresh_dir("refuse");
   EngineConfig c = config_for(3, States::fp32, DType::f32, OffloadDevice::none);

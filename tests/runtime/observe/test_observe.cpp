@@ -225,7 +225,7 @@ TEST_CASE("breakdown: the parts add up to the step; hidden communication with an
       last = now;
     }
     const StepFigures& f = e.last_step_figures();
-    const double sum = f.compute + f.comm_wait + f.optimizer + f.io_wait + f.other;
+    const double sum = f.compute + f.comm_wait + f.optimizer + f.io_wait + f.checkpoint + f.other;
     CHECK(sum == doctest::Approx(f.wall).epsilon(1e-9));
     // The breakdown's step runs from one boundary's accounting to the next,
     // the loop's from one step() return to the next; they differ by how long

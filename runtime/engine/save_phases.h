@@ -95,6 +95,7 @@ struct AsyncCheckpoint {
   SaveTarget target;       ///< that save's folders
   Manifest manifest;       ///< its manifest (files and weights filled in at the commit)
   int keep_last = 0;
+  std::uint64_t staging_bytes = 0;  ///< bytes it staged (and writes)
   std::shared_ptr<AsyncSaveStatus> status;  ///< shared with its handles
 };
 
