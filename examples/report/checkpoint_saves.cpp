@@ -24,8 +24,8 @@ double median(std::vector<double> v) {
 
 }  // namespace
 
-std::string CheckpointSaves::save(Engine& engine, const std::string& dir, const nlohmann::json& client,
-                                  int keep_last, const std::string& tag_in) {
+std::string CheckpointSaves::save(Engine& engine, const std::string& dir, const nlohmann::json& client, int keep_last,
+                                  const std::string& tag_in) {
   async_ = engine.config().checkpoint.async;
   const auto t0 = std::chrono::steady_clock::now();
   std::string tag;
@@ -74,8 +74,8 @@ nlohmann::json CheckpointSaves::figures() const {
 std::string CheckpointSaves::line(const nlohmann::json& f) {
   if (!f.is_object() || !f.contains("saves") || f.at("saves").get<std::size_t>() == 0) return "";
   const double other = f.at("median_step_s_other").get<double>();
-  std::string out = fmt::format("checkpoints: {} {} saves of {} bytes, median stall {:.4f} s", f.at("saves").get<std::size_t>(),
-                                f.at("async").get<bool>() ? "async" : "synchronous",
+  std::string out = fmt::format("checkpoints: {} {} saves of {} bytes, median stall {:.4f} s",
+                                f.at("saves").get<std::size_t>(), f.at("async").get<bool>() ? "async" : "synchronous",
                                 f.at("checkpoint_bytes").get<std::uint64_t>(), f.at("median_stall_s").get<double>());
   if (f.at("async").get<bool>()) {
     out += fmt::format(" (snapshot), background write {:.4f} s (rank 0)", f.at("median_write_s").get<double>());

@@ -1,6 +1,9 @@
 // BackgroundWriter: see runtime/checkpoint/background_writer.h.
 #include "runtime/checkpoint/background_writer.h"
 
+#include <sys/resource.h>
+#include <unistd.h>
+
 #include <algorithm>
 
 #include "core/durable_file.h"
@@ -61,6 +64,10 @@ std::string BackgroundWriter::error() const {
 }
 
 void BackgroundWriter::run(std::vector<StagedFile> files, int rank) {
+  // Below the training threads: on cores the ranks share, the write (its
+  // CRC-32 and copies into the page cache) yields to the steps. Best effort:
+  // a failure leaves the thread at the process's priority.
+  (void)::setpriority(PRIO_PROCESS, static_cast<id_t>(::gettid()), kNice);
   try {
     for (const StagedFile& f : files) {
       DurableFileWriter out(f.path);

@@ -50,6 +50,9 @@ class BackgroundWriter {
   /// Size of one write(2) of the writer (bytes): the granularity of the
   /// test hooks' delays and injected errors (runtime/checkpoint/save_hooks.h).
   static constexpr std::size_t kPieceBytes = std::size_t{8} << 20;
+  /// The writer thread's nice value (Linux: per thread), above the
+  /// training threads' 0 so that a write on shared cores yields to them.
+  static constexpr int kNice = 10;
 
   BackgroundWriter() = default;
   /// Joins a write still running (its files stay as far as they got).

@@ -48,13 +48,13 @@
 
 #include "comm/collective_error.h"
 #include "core/error.h"
-#include "runtime/checkpoint/mesh_folders.h"
 #include "runtime/checkpoint/background_writer.h"
+#include "runtime/checkpoint/mesh_folders.h"
 #include "runtime/checkpoint/safetensors_writer.h"
 #include "runtime/checkpoint/save_hooks.h"
-#include "runtime/engine/save_phases.h"
 #include "runtime/engine/engine.h"
 #include "runtime/engine/engine_state.h"
+#include "runtime/engine/save_phases.h"
 
 namespace zeroshard {
 
@@ -97,8 +97,11 @@ void commit_in_flight(EngineState& s, AsyncCheckpoint& a) {
   a.in_flight = false;
   a.status->write_seconds = a.writer.seconds();
   // The write on its own row of the trace; the commit holds the loop ([Note: step breakdown]).
-  s.tracer()->add_span(TraceSpan{.name = "checkpoint_write", .thread = TraceThread::io, .unit = a.target.tag,
-                                 .bytes = a.staging_bytes, .begin_ns = a.writer.begin_ns(),
+  s.tracer()->add_span(TraceSpan{.name = "checkpoint_write",
+                                 .thread = TraceThread::io,
+                                 .unit = a.target.tag,
+                                 .bytes = a.staging_bytes,
+                                 .begin_ns = a.writer.begin_ns(),
                                  .end_ns = a.writer.end_ns()});
   const TraceScope span(s.tracer(), "checkpoint_async_commit", TraceThread::engine, TimeCategory::checkpoint,
                         a.target.tag);
@@ -109,8 +112,10 @@ void commit_in_flight(EngineState& s, AsyncCheckpoint& a) {
         run_agreed(s.comms.host(), [&] { files = a.writer.results(); });
         checkpoint_crash_point("files", s.rank());
         if (files.size() > 1) {
-          a.manifest.weights = ManifestWeights{.recorded = true, .name = kWeightsFileName,
-                                               .dtype = std::string(dtype_name(s.dtype())), .bytes = files[1].bytes,
+          a.manifest.weights = ManifestWeights{.recorded = true,
+                                               .name = kWeightsFileName,
+                                               .dtype = std::string(dtype_name(s.dtype())),
+                                               .bytes = files[1].bytes,
                                                .crc32 = files[1].crc32};
         }
         commit_save(s, a.target, a.manifest, files[0].crc32, files[0].bytes, a.keep_last);
@@ -170,10 +175,11 @@ CheckpointHandle Engine::save_checkpoint_async(const std::string& mesh_save_dir,
   AsyncCheckpoint& a = async_state(s);
   if (a.in_flight) {
     if (s.config.checkpoint.in_flight == AsyncInFlight::refuse) {
-      throw Error(fmt::format("save_checkpoint_async(\"{}\"): the save of {} is still in flight and "
-                              "checkpoint.async_in_flight is \"refuse\"; call wait() on its handle or "
-                              "wait_for_checkpoints() first",
-                              mesh_save_dir, a.target.tag));
+      throw Error(
+          fmt::format("save_checkpoint_async(\"{}\"): the save of {} is still in flight and "
+                      "checkpoint.async_in_flight is \"refuse\"; call wait() on its handle or "
+                      "wait_for_checkpoints() first",
+                      mesh_save_dir, a.target.tag));
     }
     finish_async_checkpoint(s);
   }
@@ -181,50 +187,53 @@ CheckpointHandle Engine::save_checkpoint_async(const std::string& mesh_save_dir,
   const int r = s.rank();
   SaveTarget started;  // the save whose writer runs, once it does
   try {
-  a.target = s.comms.agreed_over_world([&] {
-    SaveTarget t = begin_save(s, "save_checkpoint_async()", mesh_save_dir, tag_in);
-    try {
-      a.manifest = make_manifest(s, t.tag, client_state);
-      const std::size_t file_bytes = a.manifest.file_bytes();
-      const std::size_t weights_bytes =
-          async_staging_bytes(a.manifest, s.config.zero.gather_16bit_weights_on_model_save, s.dtype(), r) - file_bytes;
-      run_agreed(s.comms.host(), [&] {
-        const std::int64_t limit = s.config.checkpoint.staging_memory;
-        if (limit > 0 && file_bytes + weights_bytes > static_cast<std::size_t>(limit)) {
-          throw ConfigError(fmt::format(
-              "save_checkpoint_async(\"{}\"): rank {}'s snapshot needs {} bytes of staging memory, over "
-              "checkpoint.staging_memory = {}; raise the limit or save with save_checkpoint",
-              mesh_save_dir, r, file_bytes + weights_bytes, limit));
-        }
-        reserve_staging(s, a, file_bytes + weights_bytes);
-      });
-      auto* staging = static_cast<std::byte*>(a.staging.data());
-      std::size_t at = 0;
-      auto copy = [&](std::size_t end) {
-        return [&, end](const void* data, std::size_t n) {
-          ZS_CHECK(at + n <= end, "checkpoint snapshot: {} bytes past the staging area's {}", at + n, end);
-          std::memcpy(staging + at, data, n);
-          at += n;
+    a.target = s.comms.agreed_over_world([&] {
+      SaveTarget t = begin_save(s, "save_checkpoint_async()", mesh_save_dir, tag_in);
+      try {
+        a.manifest = make_manifest(s, t.tag, client_state);
+        const std::size_t file_bytes = a.manifest.file_bytes();
+        const std::size_t weights_bytes =
+            async_staging_bytes(a.manifest, s.config.zero.gather_16bit_weights_on_model_save, s.dtype(), r) -
+            file_bytes;
+        std::byte* staging = nullptr;
+        std::size_t at = 0;
+        auto copy = [&](std::size_t end) {
+          return [&, end](const void* data, std::size_t n) {
+            ZS_CHECK(at + n <= end, "checkpoint snapshot: {} bytes past the staging area's {}", at + n, end);
+            std::memcpy(staging + at, data, n);
+            at += n;
+          };
         };
-      };
-      run_agreed(s.comms.host(), [&] {
-        produce_rank_file(s, a.manifest, t.final_dir + "/" + rank_file_name(r), copy(file_bytes), [](UnitId) {});
-      });
-      if (s.config.zero.gather_16bit_weights_on_model_save) {
-        produce_checkpoint_weights(s, a.manifest, [] {}, copy(file_bytes + weights_bytes));
+        run_agreed(s.comms.host(), [&] {
+          const std::int64_t limit = s.config.checkpoint.staging_memory;
+          if (limit > 0 && file_bytes + weights_bytes > static_cast<std::size_t>(limit)) {
+            throw ConfigError(
+                fmt::format("save_checkpoint_async(\"{}\"): rank {}'s snapshot needs {} bytes of staging memory, over "
+                            "checkpoint.staging_memory = {}; raise the limit or save with save_checkpoint",
+                            mesh_save_dir, r, file_bytes + weights_bytes, limit));
+          }
+          reserve_staging(s, a, file_bytes + weights_bytes);
+          staging = static_cast<std::byte*>(a.staging.data());
+          // One agreement for the lease and the copy (each costs a collective).
+          produce_rank_file(s, a.manifest, t.final_dir + "/" + rank_file_name(r), copy(file_bytes), [](UnitId) {});
+        });
+        if (s.config.zero.gather_16bit_weights_on_model_save) {
+          produce_checkpoint_weights(
+              s, a.manifest, [] {}, copy(file_bytes + weights_bytes));
+        }
+        checkpoint_crash_point("snapshot", r);
+        std::vector<StagedFile> files{{t.tmp_dir + "/" + rank_file_name(r), staging, file_bytes}};
+        if (weights_bytes > 0)
+          files.push_back({t.tmp_dir + "/" + kWeightsFileName, staging + file_bytes, weights_bytes});
+        started = t;
+        a.staging_bytes = file_bytes + weights_bytes;
+        a.writer.start(std::move(files), r);
+      } catch (const AgreedError&) {
+        discard_save(s, t);
+        throw;
       }
-      checkpoint_crash_point("snapshot", r);
-      std::vector<StagedFile> files{{t.tmp_dir + "/" + rank_file_name(r), staging, file_bytes}};
-      if (weights_bytes > 0) files.push_back({t.tmp_dir + "/" + kWeightsFileName, staging + file_bytes, weights_bytes});
-      started = t;
-      a.staging_bytes = file_bytes + weights_bytes;
-      a.writer.start(std::move(files), r);
-    } catch (const AgreedError&) {
-      discard_save(s, t);
-      throw;
-    }
-    return t;
-  });
+      return t;
+    });
   } catch (const AgreedError&) {
     // Another folder of the mesh failed after this one's writer started.
     if (a.writer.running()) {
