@@ -507,7 +507,9 @@ class Engine {
   /// when every folder has written its step, world rank 0 writes
   /// <save_dir>/latest; older checkpoints are pruned only then, never the
   /// newest step every folder holds ([Note: mesh checkpoint commit],
-  /// docs/checkpoint-format.md, "Checkpoints on a mesh"). Returns the tag.
+  /// docs/checkpoint-format.md, "Checkpoints on a mesh"). An async save
+  /// still in flight is committed first (its error thrown here). Returns
+  /// the tag.
   std::string save_checkpoint(const std::string& save_dir, const nlohmann::json& client_state,
                               int keep_last = 0, const std::string& tag = "");
   /// save_checkpoint without the stall ([Note: async checkpoint],
@@ -558,7 +560,9 @@ class Engine {
   /// (naming the tensor and the file). Every error is an AgreedError, the
   /// same on every rank of the world; a failure while
   /// writing the loaded state (swap files on nvme) leaves the engine
-  /// unusable until a load succeeds ([Note: storage phases]).
+  /// unusable until a load succeeds ([Note: storage phases]). An async save
+  /// still in flight is committed first (its error thrown here), so that a
+  /// load right after a save finds it.
   nlohmann::json load_checkpoint(const std::string& save_dir, const std::string& tag = "");
   /// Full values of optimizer state `index` of parameter p. Collective at
   /// stages 1-3.

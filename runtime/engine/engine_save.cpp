@@ -65,12 +65,12 @@ const float* master_data(EngineState& s, UnitId u, std::size_t& first, HostBuffe
 // unfinished save or the exchanged old checkpoint, .old-<tag>) is removed by
 // the next save's sweep_leftovers (runtime/checkpoint/save_folder.h).
 // tests/runtime/checkpoint/checkpoint_reshard.sh re-saves an existing tag
-// with each point, synchronously and asynchronously, and checks all three. The kill between the fallback's two
-// renames has no hook (on a file system with RENAME_EXCHANGE that path does
-// not run): it leaves <tag> missing, and restore_interrupted_save() renames
-// .old-<tag> back, in the next save's sweep and in a load of <tag>
-// (tests/runtime/engine/test_agreed_errors.cpp leaves those folders and
-// loads).
+// with each point, synchronously and asynchronously, and checks all three.
+// The kill between the fallback's two renames has no hook (on a file system
+// with RENAME_EXCHANGE that path does not run): it leaves <tag> missing, and
+// restore_interrupted_save() renames .old-<tag> back, in the next save's
+// sweep and in a load of <tag> (tests/runtime/engine/test_agreed_errors.cpp
+// leaves those folders and loads).
 
 // Rank 0: puts the complete checkpoint in tmp_dir in place as final_dir
 // (replacing a checkpoint of the same tag) and, with `point_latest`, points
