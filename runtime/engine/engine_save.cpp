@@ -358,8 +358,7 @@ void write_checkpoint(EngineState& s, const SaveTarget& t, const json& client_st
     run_agreed(s.comms.host(), [&] {
       if (r != 0) return;
       out->finish();
-      m.weights = ManifestWeights{.recorded = true, .name = kWeightsFileName, .dtype = std::string(dtype_name(s.dtype())),
-                                  .bytes = out->size(), .crc32 = out->crc32()};
+      m.weights = checkpoint_weights_entry(s, out->size(), out->crc32());
     });
   }
   commit_save(s, t, m, crc, bytes, keep_last);
@@ -458,6 +457,11 @@ SaveTarget begin_save(EngineState& s, const char* call, const std::string& mesh_
     fs::create_directory(t.tmp_dir);
   });
   return t;
+}
+
+ManifestWeights checkpoint_weights_entry(const EngineState& s, std::uint64_t bytes, std::uint32_t crc32) {
+  return ManifestWeights{.recorded = true, .name = kWeightsFileName, .dtype = std::string(dtype_name(s.dtype())),
+                         .bytes = bytes, .crc32 = crc32};
 }
 
 void discard_save(const EngineState& s, const SaveTarget& t) {

@@ -112,11 +112,7 @@ void commit_in_flight(EngineState& s, AsyncCheckpoint& a) {
         run_agreed(s.comms.host(), [&] { files = a.writer.results(); });
         checkpoint_crash_point("files", s.rank());
         if (files.size() > 1) {
-          a.manifest.weights = ManifestWeights{.recorded = true,
-                                               .name = kWeightsFileName,
-                                               .dtype = std::string(dtype_name(s.dtype())),
-                                               .bytes = files[1].bytes,
-                                               .crc32 = files[1].crc32};
+          a.manifest.weights = checkpoint_weights_entry(s, files[1].bytes, files[1].crc32);
         }
         commit_save(s, a.target, a.manifest, files[0].crc32, files[0].bytes, a.keep_last);
       } catch (const AgreedError&) {

@@ -72,6 +72,10 @@ void commit_save(EngineState& s, const SaveTarget& t, Manifest& m, std::uint32_t
 /// Collective over the world.
 void commit_mesh_save(EngineState& s, const SaveTarget& t, int keep_last);
 
+/// The manifest's entry of the consolidated weights written as a file of
+/// `bytes` bytes with CRC-32 `crc32` (kWeightsFileName, compute dtype).
+ManifestWeights checkpoint_weights_entry(const EngineState& s, std::uint64_t bytes, std::uint32_t crc32);
+
 /// Removes `t.tmp_dir` on rank 0 after a failed save (errors ignored: the
 /// next save's sweep removes what is left).
 void discard_save(const EngineState& s, const SaveTarget& t);
