@@ -5,6 +5,9 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <system_error>
+
+#include <fmt/format.h>
 
 #include "core/durable_file.h"
 #include "core/error.h"
@@ -31,11 +34,18 @@ void BackgroundWriter::start(std::vector<StagedFile> files, int rank) {
   results_.clear();
   error_ = nullptr;
   begin_ns_ = Tracer::now_ns();
-  thread_ = std::thread([this, files = std::move(files), rank]() mutable {
-    run(std::move(files), rank);
+  try {
+    thread_ = std::thread([this, files = std::move(files), rank]() mutable {
+      run(std::move(files), rank);
+      end_ns_ = Tracer::now_ns();
+      finished_.store(true, std::memory_order_release);
+    });
+  } catch (const std::system_error& e) {
+    error_ = std::make_exception_ptr(
+        IoError(fmt::format("checkpoint writer: cannot start its thread: {}; nothing was written", e.what())));
     end_ns_ = Tracer::now_ns();
     finished_.store(true, std::memory_order_release);
-  });
+  }
 }
 
 void BackgroundWriter::join() {

@@ -61,7 +61,8 @@ class BackgroundWriter {
   BackgroundWriter& operator=(const BackgroundWriter&) = delete;
 
   /// Starts writing `files` in order on a new thread; `rank` is for the
-  /// test hooks. InvariantError while a write is running (not joined).
+  /// test hooks. InvariantError while a write is running (not joined). A
+  /// thread that cannot start is the write's error (finished() at once).
   void start(std::vector<StagedFile> files, int rank);
   /// True while a started write has not been joined.
   bool running() const { return thread_.joinable(); }

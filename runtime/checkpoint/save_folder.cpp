@@ -1,5 +1,8 @@
 #include "runtime/checkpoint/save_folder.h"
 
+#include <sys/resource.h>
+#include <unistd.h>
+
 #include <filesystem>
 #include <string_view>
 
@@ -7,6 +10,7 @@
 
 #include "core/durable_file.h"
 #include "core/error.h"
+#include "runtime/checkpoint/background_writer.h"
 
 namespace zeroshard {
 
@@ -16,6 +20,8 @@ namespace {
 
 // Where the fallback of a re-save keeps the committed checkpoint between its two renames.
 constexpr std::string_view kOld = ".old-";
+// Where mark_pruned puts a checkpoint that keep_last removes in the background.
+constexpr std::string_view kPruned = ".pruned-";
 
 }  // namespace
 
@@ -49,12 +55,37 @@ bool restore_interrupted_save(const std::string& save_dir, const std::string& ta
 void sweep_leftovers(const std::string& save_dir) {
   for (const auto& entry : fs::directory_iterator(save_dir)) {
     const std::string name = entry.path().filename().string();
-    if (name.starts_with(".tmp-")) {
+    if (name.starts_with(".tmp-") || name.starts_with(kPruned)) {
       fs::remove_all(entry.path());
     } else if (name.starts_with(kOld) && !restore_interrupted_save(save_dir, name.substr(kOld.size()))) {
       fs::remove_all(entry.path());
     }
   }
+}
+
+std::string mark_pruned(const std::string& save_dir, const std::string& tag) {
+  const fs::path to = fs::path(save_dir) / (std::string(kPruned) + tag);
+  fs::remove_all(to);
+  fs::rename(fs::path(save_dir) / tag, to);
+  return to.string();
+}
+
+FolderRemover::~FolderRemover() { join(); }
+
+void FolderRemover::start(std::vector<std::string> dirs) {
+  join();
+  if (dirs.empty()) return;
+  thread_ = std::thread([dirs = std::move(dirs)] {
+    (void)::setpriority(PRIO_PROCESS, static_cast<id_t>(::gettid()), BackgroundWriter::kNice);
+    for (const std::string& d : dirs) {
+      std::error_code ec;
+      fs::remove_all(d, ec);
+    }
+  });
+}
+
+void FolderRemover::join() {
+  if (thread_.joinable()) thread_.join();
 }
 
 }  // namespace zeroshard

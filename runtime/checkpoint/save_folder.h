@@ -5,6 +5,8 @@
 #pragma once
 
 #include <string>
+#include <thread>
+#include <vector>
 
 namespace zeroshard {
 
@@ -24,9 +26,40 @@ std::string read_latest_tag(const std::string& save_dir);
 bool restore_interrupted_save(const std::string& save_dir, const std::string& tag);
 
 /// Before a save: removes what killed or failed saves left in save_dir
-/// (.tmp-* directories, and .old-<tag> ones whose <tag> exists), after
+/// (.tmp-* and .pruned-* directories, and .old-<tag> ones whose <tag>
+/// exists), after
 /// restore_interrupted_save() of every .old-<tag> whose <tag> is missing.
 /// Throws IoError or std::filesystem::filesystem_error.
 void sweep_leftovers(const std::string& save_dir);
+
+/// keep_last's pruning without waiting for the file system: renames the
+/// checkpoint folder <save_dir>/<tag> to .pruned-<tag> (atomic; not
+/// fsynced: a crash that undoes it leaves a complete older checkpoint,
+/// which the next pruning removes) and returns the new path, for a
+/// FolderRemover. A .pruned-<tag> already there is removed first. Throws
+/// std::filesystem::filesystem_error.
+std::string mark_pruned(const std::string& save_dir, const std::string& tag);
+
+/// Removes folders (recursively) on a thread of its own, below the
+/// training threads' priority (BackgroundWriter::kNice): the pruning of an
+/// async save ([Note: async checkpoint]). Errors are ignored: what is left
+/// is a .pruned-* folder, which sweep_leftovers removes at the next save.
+/// Thread safety: one owner thread calls start, join and the destructor.
+class FolderRemover {
+ public:
+  FolderRemover() = default;
+  FolderRemover(const FolderRemover&) = delete;
+  FolderRemover& operator=(const FolderRemover&) = delete;
+  /// Joins the removal still running.
+  ~FolderRemover();
+  /// Starts removing `dirs`, after joining a previous removal. No-op for
+  /// none.
+  void start(std::vector<std::string> dirs);
+  /// Waits for the removal. No-op when none runs.
+  void join();
+
+ private:
+  std::thread thread_;
+};
 
 }  // namespace zeroshard

@@ -1,7 +1,9 @@
 // Finite checks of checkpointed state; see runtime/checkpoint/state_checks.h.
 #include "runtime/checkpoint/state_checks.h"
 
+#include <algorithm>
 #include <cmath>
+#include <cstring>
 
 #include <fmt/format.h>
 
@@ -25,9 +27,30 @@ std::string where(const StateSource& s, std::uint64_t e) {
   return fmt::format("the padding of unit \"{}\" (element {} of its flat buffer)", u.name, e);
 }
 
+// True when every one of the n fp32 values is finite: an exponent field
+// that is not all ones. Branch-free over blocks, so that the compiler
+// vectorizes it (a save checks every byte it snapshots: the stall of an
+// async save, [Note: async checkpoint]).
+bool all_finite(const float* values, std::size_t n) {
+  constexpr std::uint32_t kExponent = 0x7f800000u;
+  constexpr std::size_t kBlock = 4096;
+  for (std::size_t b = 0; b < n; b += kBlock) {
+    const std::size_t e = std::min(n, b + kBlock);
+    std::uint32_t bad = 0;
+    for (std::size_t i = b; i < e; ++i) {
+      std::uint32_t bits;
+      std::memcpy(&bits, values + i, sizeof bits);
+      bad |= static_cast<std::uint32_t>((bits & kExponent) == kExponent);
+    }
+    if (bad != 0) return false;
+  }
+  return true;
+}
+
 }  // namespace
 
 void check_finite_state(const float* values, std::size_t n, const StateSource& source, bool scale) {
+  if (!scale && all_finite(values, n)) return;
   for (std::size_t i = 0; i < n; ++i) {
     const float v = values[i];
     if (std::isfinite(v) && !(scale && v < 0.0f)) continue;

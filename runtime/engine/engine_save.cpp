@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <filesystem>
 #include <optional>
+#include <span>
 
 #include "core/error.h"
 #include "comm/collective_error.h"
@@ -171,7 +172,10 @@ namespace {
 
 // Removes complete checkpoints beyond the newest keep_last (by optimizer
 // step in their manifests). Only directories with a readable manifest count.
-void prune(const std::string& save_dir, int keep_last, const std::string& keep_tag) {
+// With `deferred`, renames them (mark_pruned) and appends the new paths
+// there instead, for a FolderRemover.
+void prune(const std::string& save_dir, int keep_last, const std::string& keep_tag,
+           std::vector<std::string>* deferred) {
   std::vector<std::pair<std::int64_t, fs::path>> found;
   for (const auto& entry : fs::directory_iterator(save_dir)) {
     if (!entry.is_directory() || entry.path().filename().string().starts_with(".")) continue;
@@ -183,7 +187,11 @@ void prune(const std::string& save_dir, int keep_last, const std::string& keep_t
   }
   std::sort(found.begin(), found.end(), [](const auto& a, const auto& b) { return a.first > b.first; });
   for (std::size_t i = static_cast<std::size_t>(std::max(0, keep_last - 1)); i < found.size(); ++i) {
-    fs::remove_all(found[i].second);
+    if (deferred != nullptr) {
+      deferred->push_back(mark_pruned(save_dir, found[i].second.filename().string()));
+    } else {
+      fs::remove_all(found[i].second);
+    }
   }
 }
 
@@ -206,27 +214,48 @@ void check_before_save(const float* values, std::size_t n, const StateSource& so
   }
 }
 
-// Checks state array k of unit u as state_array_window returns it (fp32
-// values, bf16 values, or 8-bit codes or absmax: codes are always finite)
-// before a save writes it.
-void check_state_window(const EngineState& s, const Manifest& m, UnitId u, int k, const std::vector<std::byte>& bytes,
-                        const std::string& file) {
+// Checks the n fp32 values (check_before_save; element i is logical
+// element source.first + i * source.stride) and hands them to `sink`, a
+// piece at a time: the sink's copy then reads them from the cache, one
+// pass over memory instead of two (the async save's stall). A value that
+// fails leaves part of the file written: the save is discarded.
+void check_and_sink(const float* values, std::size_t n, StateSource source, const ByteSink& sink, bool scale = false) {
+  constexpr std::size_t kPiece = std::size_t{1} << 16;  // elements (256 KiB)
+  const std::uint64_t first = source.first;
+  for (std::size_t at = 0; at < n; at += kPiece) {
+    const std::size_t k = std::min(kPiece, n - at);
+    source.first = first + at * source.stride;
+    check_before_save(values + at, k, source, scale);
+    sink(values + at, k * sizeof(float));
+  }
+}
+
+// Checks state array k of unit u, `bytes` as with_state_array_window gives
+// them (fp32 values, bf16 values, or 8-bit codes or absmax: codes are
+// always finite), and hands them to `sink`.
+void sink_state_window(const EngineState& s, const Manifest& m, UnitId u, int k, std::span<const std::byte> bytes,
+                       const std::string& file, const ByteSink& sink) {
   const UnitStates& st = s.store().states(u);
   const std::uint64_t first = static_cast<std::uint64_t>(s.rank()) * s.info(u).shard;
   const std::string name(optimizer_state_name(s.config.optimizer, st.state_of(k)));
   StateSource source{.file = file, .m = &m, .unit = static_cast<std::size_t>(u), .tensor = name, .first = first, .stride = 1};
+  if (bytes.empty()) return;
   if (st.dtype == StateDtype::q8) {
-    if (!st.is_absmax(k)) return;
+    if (!st.is_absmax(k)) {
+      sink(bytes.data(), bytes.size());
+      return;
+    }
     source.tensor += " absmax";
     source.stride = st.block;
-    check_before_save(reinterpret_cast<const float*>(bytes.data()), bytes.size() / sizeof(float), source, true);
+    check_and_sink(reinterpret_cast<const float*>(bytes.data()), bytes.size() / sizeof(float), source, sink, true);
   } else if (st.dtype == StateDtype::bf16) {
     std::vector<float> wide(bytes.size() / sizeof(std::uint16_t));
     const auto* bits = reinterpret_cast<const std::uint16_t*>(bytes.data());
     for (std::size_t i = 0; i < wide.size(); ++i) wide[i] = bf16_to_float(bits[i]);
     check_before_save(wide.data(), wide.size(), source);
+    sink(bytes.data(), bytes.size());
   } else {
-    check_before_save(reinterpret_cast<const float*>(bytes.data()), bytes.size() / sizeof(float), source);
+    check_and_sink(reinterpret_cast<const float*>(bytes.data()), bytes.size() / sizeof(float), source, sink);
   }
 }
 
@@ -242,17 +271,17 @@ void produce_rank_file(EngineState& s, const Manifest& m, const std::string& fil
       HostBuffer holder;
       const float* data = master_data(s, u, first, holder);
       const std::size_t begin = static_cast<std::size_t>(r) * shard - first;
-      check_before_save(data + begin, shard,
-                        StateSource{.file = file, .m = &m, .unit = static_cast<std::size_t>(u), .tensor = "master",
-                                    .first = static_cast<std::uint64_t>(r) * shard, .stride = 1});
-      sink(data + begin, shard * sizeof(float));
+      check_and_sink(data + begin, shard,
+                     StateSource{.file = file, .m = &m, .unit = static_cast<std::size_t>(u), .tensor = "master",
+                                 .first = static_cast<std::uint64_t>(r) * shard, .stride = 1},
+                     sink);
     }
     // The states as stored: fp32 values, or 8-bit codes then absmax
     // (docs/checkpoint-format.md), this rank's window.
     for (int k = 0; k < s.store().states(u).arrays(); ++k) {
-      const std::vector<std::byte> bytes = s.optimizer.state_array_window(s.store(), u, k, r);
-      check_state_window(s, m, u, k, bytes, file);
-      if (!bytes.empty()) sink(bytes.data(), bytes.size());
+      s.optimizer.with_state_array_window(s.store(), u, k, r, [&](std::span<const std::byte> bytes) {
+        sink_state_window(s, m, u, k, bytes, file, sink);
+      });
     }
     after_unit(u);
   }
@@ -299,7 +328,7 @@ void produce_checkpoint_weights(EngineState& s, const Manifest& m, const std::fu
 }
 
 void commit_save(EngineState& s, const SaveTarget& t, Manifest& m, std::uint32_t file_crc32, std::uint64_t file_bytes,
-                 int keep_last) {
+                 int keep_last, std::vector<std::string>* pruned) {
   const int r = s.rank();
   const TraceScope publish_span(s.tracer(), "checkpoint_save_manifest", TraceThread::engine, t.tag);
   double file_info[2] = {static_cast<double>(file_crc32), static_cast<double>(file_bytes)};
@@ -319,7 +348,7 @@ void commit_save(EngineState& s, const SaveTarget& t, Manifest& m, std::uint32_t
     fsync_directory(t.tmp_dir);
     checkpoint_crash_point("manifest", r);
     publish(t.save_dir, t.tmp_dir, t.final_dir, t.tag, !t.mesh_folders);
-    if (keep_last > 0 && !t.mesh_folders) prune(t.save_dir, keep_last, t.tag);
+    if (keep_last > 0 && !t.mesh_folders) prune(t.save_dir, keep_last, t.tag, pruned);
   });
 }
 
@@ -432,7 +461,8 @@ void after_mesh_commit(EngineState& s, const std::string& save_dir, const std::s
 
 }  // namespace
 
-SaveTarget begin_save(EngineState& s, const char* call, const std::string& mesh_save_dir, const std::string& tag) {
+SaveTarget save_target(const EngineState& s, const char* call, const std::string& mesh_save_dir,
+                       const std::string& tag) {
   ZS_CHECK(s.finalized(), "{} before finalize()", call);
   check_usable(s, call);
   SaveTarget t;
@@ -450,12 +480,19 @@ SaveTarget begin_save(EngineState& s, const char* call, const std::string& mesh_
   t.tag = tag.empty() ? fmt::format("step-{:08d}", s.progress.optimizer_steps) : tag;
   t.final_dir = t.save_dir + "/" + t.tag;
   t.tmp_dir = t.save_dir + "/.tmp-" + t.tag;
-  run_agreed(s.comms.host(), [&] {
-    if (s.rank() != 0) return;
-    fs::create_directories(t.save_dir);
-    sweep_leftovers(t.save_dir);  // left by saves that were killed or failed
-    fs::create_directory(t.tmp_dir);
-  });
+  return t;
+}
+
+void prepare_save_folder(const EngineState& s, const SaveTarget& t) {
+  if (s.rank() != 0) return;
+  fs::create_directories(t.save_dir);
+  sweep_leftovers(t.save_dir);  // left by saves that were killed or failed
+  fs::create_directory(t.tmp_dir);
+}
+
+SaveTarget begin_save(EngineState& s, const char* call, const std::string& mesh_save_dir, const std::string& tag) {
+  SaveTarget t = save_target(s, call, mesh_save_dir, tag);
+  run_agreed(s.comms.host(), [&] { prepare_save_folder(s, t); });
   return t;
 }
 

@@ -10,11 +10,13 @@
 #include <cstdint>
 #include <functional>
 #include <string>
+#include <vector>
 
 #include <nlohmann/json.hpp>
 
 #include "runtime/checkpoint/background_writer.h"
 #include "runtime/checkpoint/checkpoint_manifest.h"
+#include "runtime/checkpoint/save_folder.h"
 #include "runtime/engine/engine_state.h"
 #include "runtime/sharding/array_store.h"
 
@@ -33,11 +35,21 @@ struct SaveTarget {
   bool mesh_folders = false;  ///< a mesh with one folder per (pipeline stage, tp rank)
 };
 
-/// Phase 1 on every rank, inside an agreed_over_world: the checks (after
-/// finalize(), usable, at the end of an accumulation cycle: Error naming
-/// `call` otherwise), the tag, and on rank 0 the save folder swept of
-/// leftovers and .tmp-<tag> created. Throws what those throw.
+/// Phase 1 on every rank, inside an agreed_over_world: save_target, then
+/// prepare_save_folder agreed over the host communicator. Throws what those
+/// throw.
 SaveTarget begin_save(EngineState& s, const char* call, const std::string& mesh_save_dir, const std::string& tag);
+
+/// Phase 1's checks (after finalize(), usable, at the end of an
+/// accumulation cycle: Error naming `call` otherwise; the same outcome on
+/// every rank) and the folders of the save. Local.
+SaveTarget save_target(const EngineState& s, const char* call, const std::string& mesh_save_dir,
+                       const std::string& tag);
+
+/// On rank 0: the save folder created, swept of leftovers
+/// (sweep_leftovers), and .tmp-<tag> created. Nothing on the others.
+/// Throws IoError or std::filesystem::filesystem_error; the caller agrees.
+void prepare_save_folder(const EngineState& s, const SaveTarget& t);
 
 /// The manifest of the state as it is now, without files (and weights).
 Manifest make_manifest(const EngineState& s, const std::string& tag, const nlohmann::json& client_state);
@@ -62,9 +74,11 @@ void produce_checkpoint_weights(EngineState& s, const Manifest& m, const std::fu
 /// manifest (with `m.weights` as set) written to tmp_dir, the checkpoint
 /// renamed into place and, outside a mesh folder, `latest` switched and
 /// keep_last applied. Each step agreed over the host communicator.
-/// `file_crc32` and `file_bytes` are this rank's file's. Collective.
+/// `file_crc32` and `file_bytes` are this rank's file's. With `pruned`,
+/// keep_last's checkpoints are renamed (mark_pruned) and their new paths
+/// appended there, for the caller to remove; else removed. Collective.
 void commit_save(EngineState& s, const SaveTarget& t, Manifest& m, std::uint32_t file_crc32, std::uint64_t file_bytes,
-                 int keep_last);
+                 int keep_last, std::vector<std::string>* pruned = nullptr);
 
 /// On a mesh with one folder per (pipeline stage, tp rank), after every
 /// folder's commit_save: world rank 0 writes <mesh_save_dir>/latest, then
@@ -95,6 +109,7 @@ struct AsyncCheckpoint {
   int rank = 0;            ///< this rank in the data-parallel group
   HostBuffer staging;      ///< the snapshot's bytes (MemCategory::checkpoint_staging), kept between saves
   BackgroundWriter writer;  ///< declared after `staging`: joined before it is freed
+  FolderRemover pruning;    ///< rank 0: removes what keep_last pruned at the last commit
   bool in_flight = false;  ///< a save snapshotted and not yet committed or failed
   SaveTarget target;       ///< that save's folders
   Manifest manifest;       ///< its manifest (files and weights filled in at the commit)

@@ -361,7 +361,8 @@ void ShardOptimizer::step_swapped(ArrayStore& store, std::int64_t step, float gr
   store.io_total() += store.last_step();
 }
 
-std::vector<std::byte> ShardOptimizer::state_array_window(ArrayStore& store, UnitId u, int k, int w) const {
+void ShardOptimizer::with_state_array_window(ArrayStore& store, UnitId u, int k, int w,
+                                            const std::function<void(std::span<const std::byte>)>& use) const {
   const UnitStates& st = store.states(u);
   ZS_CHECK(k >= 0 && k < st.arrays(), "unit {}: state array {} of {}", u, k, st.arrays());
   ZS_CHECK(o_.stage == 0 || w == o_.rank, "state window {} is not on rank {} at stage {}", w, o_.rank, o_.stage);
@@ -373,8 +374,8 @@ std::vector<std::byte> ShardOptimizer::state_array_window(ArrayStore& store, Uni
   HostBuffer holder;
   const auto* p = static_cast<const std::byte*>(store.read(u, {ArrayKind::state, k}, holder));
   if (!st.packs(k)) {
-    if (bytes == 0) return {};
-    return std::vector<std::byte>(p + offset, p + offset + bytes);
+    use(std::span<const std::byte>(bytes == 0 ? nullptr : p + offset, bytes));
+    return;
   }
   // [Note: packed states]: expanded to the window, 0 at the other elements.
   std::vector<std::byte> out(W * e);
@@ -383,6 +384,12 @@ std::vector<std::byte> ShardOptimizer::state_array_window(ArrayStore& store, Uni
     std::memcpy(out.data() + b * e, p + at, (end - b) * e);
     at += (end - b) * e;
   }
+  use(out);
+}
+
+std::vector<std::byte> ShardOptimizer::state_array_window(ArrayStore& store, UnitId u, int k, int w) const {
+  std::vector<std::byte> out;
+  with_state_array_window(store, u, k, w, [&out](std::span<const std::byte> b) { out.assign(b.begin(), b.end()); });
   return out;
 }
 

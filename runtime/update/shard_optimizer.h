@@ -28,6 +28,8 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -108,6 +110,11 @@ class ShardOptimizer {
   /// window is on this rank at stage 0, only its own (w = rank) at stages
   /// 1-3 (InvariantError otherwise). Read from nvme when swapped.
   std::vector<std::byte> state_array_window(ArrayStore& store, UnitId u, int k, int w) const;
+  /// state_array_window without the copy: `use` receives the window's
+  /// bytes, valid during the call (the stored array itself where it is not
+  /// packed; host memory or a swap buffer read from nvme).
+  void with_state_array_window(ArrayStore& store, UnitId u, int k, int w,
+                               const std::function<void(std::span<const std::byte>)>& use) const;
   /// Optimizer state `state` (optimizer_state_name's index) of unit u over
   /// window w as shard-many fp32 values: fp32 states as stored, bf16
   /// widened, 8-bit dequantized (dequantize_blockwise with their absmax:

@@ -13,6 +13,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <limits>
 #include <optional>
 #include <sstream>
 #include <thread>
@@ -160,9 +161,61 @@ TEST_CASE("a boundary step commits a finished async save; keep_last prunes then"
   CHECK_FALSE(e.checkpoint_in_flight());
   world().barrier();
   CHECK(read_latest_tag(dir) == "step-00000003");
-  CHECK_FALSE(fs::exists(dir + "/step-00000001"));  // keep_last 2
+  CHECK_FALSE(fs::exists(dir + "/step-00000001"));  // keep_last 2: renamed at the commit
   CHECK(fs::exists(dir + "/step-00000002"));
-  e.wait_for_checkpoints();  // nothing in flight: a no-op
+  e.wait_for_checkpoints();  // nothing in flight: joins rank 0's removal of what keep_last pruned
+  world().barrier();
+  CHECK_FALSE(fs::exists(dir + "/.pruned-step-00000001"));
+  // A .pruned-* folder that a kill left is swept by the next save.
+  if (world().rank() == 0) {
+    fs::create_directories(dir + "/.pruned-step-00000000");
+    std::ofstream(dir + "/.pruned-step-00000000/rank-00000.bin") << "partly removed";
+  }
+  world().barrier();
+  e.save_checkpoint_async(dir, {}, 2).wait();
+  world().barrier();
+  CHECK_FALSE(fs::exists(dir + "/.pruned-step-00000000"));
+  CHECK_FALSE(fs::exists(dir + "/.pruned-step-00000002"));
+  CHECK(fs::exists(dir + "/step-00000003"));
+}
+
+TEST_CASE("a non-finite master weight past the first pieces of a large shard: the snapshot refused, naming it") {
+  // The snapshot checks each array piece by piece as it copies it
+  // (check_and_sink, 65536 elements a piece; all_finite, blocks of 4096):
+  // an Inf in the last rank's shard at element 65536 + 4099 of it, an odd
+  // parameter of 300001 elements.
+  const std::string dir = fresh_dir("large-inf");
+  Engine e(config_for(3, States::fp32, DType::f32, OffloadDevice::none), world());
+  const UnitId u = e.add_unit("big");
+  const ParamId p = e.add_parameter(u, "big.weight", {300001});
+  e.finalize();
+  const std::size_t shard = e.layout().unit(u).shard;
+  const std::size_t bad = static_cast<std::size_t>(world().world_size() - 1) * shard + 65536 + 4099;
+  REQUIRE(bad < 300001);
+  std::vector<float> v(300001, 0.25f);
+  v[bad] = std::numeric_limits<float>::infinity();
+  e.set_parameter(p, v);
+  for (bool async : {true, false}) {
+    CAPTURE(async);
+    std::string what;
+    try {
+      if (async) {
+        e.save_checkpoint_async(dir, {}, 0, "bad").wait();
+      } else {
+        e.save_checkpoint(dir, {}, 0, "bad");
+      }
+    } catch (const std::exception& err) {
+      what = is_agreed(err) ? err.what() : "not agreed";
+    }
+    CHECK(what.find(fmt::format("master holds inf at parameter \"big.weight\" (unit \"big\"), element {} of the "
+                                "parameter",
+                                bad)) != std::string::npos);
+    CHECK(what.find("nothing was saved") != std::string::npos);
+    CHECK_FALSE(e.checkpoint_in_flight());
+    world().barrier();
+    CHECK_FALSE(fs::exists(dir + "/bad"));
+    CHECK_FALSE(fs::exists(dir + "/.tmp-bad"));
+  }
 }
 
 TEST_CASE("the step breakdown charges saves to \"checkpoint\": the whole sync save, the async snapshot") {
