@@ -30,6 +30,7 @@ std::string CheckpointSaves::save(Engine& engine, const std::string& dir, const 
   const auto t0 = std::chrono::steady_clock::now();
   std::string tag;
   if (async_) {
+    if (engine.checkpoint_in_flight()) ++waited_;
     handles_.push_back(engine.save_checkpoint_async(dir, client, keep_last, tag_in));
     tag = handles_.back().tag();
   } else {
@@ -41,6 +42,7 @@ std::string CheckpointSaves::save(Engine& engine, const std::string& dir, const 
 }
 
 void CheckpointSaves::step(bool writing, double seconds) {
+  if (steps_seen_++ == 0) return;  // the first step: warm-up (allocations, page faults)
   (writing ? steps_writing_ : steps_other_).push_back(seconds);
 }
 
@@ -62,6 +64,7 @@ nlohmann::json CheckpointSaves::figures() const {
   return {{"async", async_},
           {"saves", stalls_.size()},
           {"stall_s", stalls_},
+          {"saves_waiting", waited_},
           {"median_stall_s", median(stalls_)},
           {"median_write_s", median(writes_)},
           {"final_wait_s", final_wait_},
@@ -79,6 +82,9 @@ std::string CheckpointSaves::line(const nlohmann::json& f) {
                                 f.at("checkpoint_bytes").get<std::uint64_t>(), f.at("median_stall_s").get<double>());
   if (f.at("async").get<bool>()) {
     out += fmt::format(" (snapshot), background write {:.4f} s (rank 0)", f.at("median_write_s").get<double>());
+    if (const auto waited = f.value("saves_waiting", std::size_t{0}); waited > 0) {
+      out += fmt::format("; {} of the saves waited for the previous one's write", waited);
+    }
     if (f.at("steps_writing").get<std::size_t>() > 0 && other > 0) {
       out += fmt::format("; steps during writes {:.4f} s (median of {}), {:.2f}x the others' {:.4f} s",
                          f.at("median_step_s_writing").get<double>(), f.at("steps_writing").get<std::size_t>(),

@@ -28,12 +28,15 @@ class CheckpointSaves {
   /// The stall of the last save (seconds).
   double last_stall() const { return stalls_.empty() ? 0.0 : stalls_.back(); }
   /// Records a step of `seconds` whose start saw `writing`
-  /// (engine.checkpoint_in_flight() before the step's work).
+  /// (engine.checkpoint_in_flight() before the step's work). The first
+  /// step recorded is left out (warm-up).
   void step(bool writing, double seconds);
   /// Commits a save still in flight (Engine::wait_for_checkpoints), timing
   /// it, and collects the async saves' write times. Collective.
   void finish(Engine& engine);
-  /// {"async", "saves", "stall_s" (per save), "median_stall_s",
+  /// {"async", "saves", "stall_s" (per save), "saves_waiting" (async saves
+  /// called while the previous one was in flight: their stall includes the
+  /// rest of its write), "median_stall_s",
   /// "median_write_s" (async: this rank's background writes), "final_wait_s",
   /// "checkpoint_bytes" (the last checkpoint's files; 0 without one),
   /// "median_step_s_writing", "steps_writing", "median_step_s_other"}.
@@ -46,6 +49,7 @@ class CheckpointSaves {
   bool async_ = false;
   std::vector<double> stalls_, writes_, steps_writing_, steps_other_;
   std::vector<CheckpointHandle> handles_;
+  std::size_t waited_ = 0, steps_seen_ = 0;
   double final_wait_ = 0;
   std::uint64_t bytes_ = 0;
   std::string last_dir_;
