@@ -229,6 +229,17 @@ const SwapFile* SwapDirectory::find(std::string_view key) const {
   return it == files_.end() ? nullptr : &it->second;
 }
 
+bool SwapDirectory::link_current(std::string_view key, const std::filesystem::path& to) const {
+  const SwapFile* f = find(key);
+  ZS_CHECK(f != nullptr, "swap link of \"{}\": no such key was written to {}", key, dir_.string());
+  ZS_CHECK(!writing_.contains(key), "swap key \"{}\" cannot be linked while it is being written", key);
+  if (::link(f->path.c_str(), to.c_str()) == 0) return true;
+  const int err = errno;
+  if (err == EXDEV || err == EPERM || err == EMLINK || err == EOPNOTSUPP) return false;
+  throw IoError(fmt::format("hard-linking swap file {} to {} failed: {}", f->path.string(), to.string(),
+                            std::strerror(err)));
+}
+
 void SwapDirectory::remove(std::string_view key) {
   ZS_CHECK(!writing_.contains(key), "swap key \"{}\" cannot be removed while it is being written", key);
   const auto it = files_.find(key);

@@ -145,6 +145,15 @@ class SwapDirectory {
 
   /// The record of `key`, or nullptr if it was never written.
   const SwapFile* find(std::string_view key) const;
+  /// Hard-links the current file of `key` to `to` (on the same file
+  /// system): a snapshot of its content, which no later write changes (a
+  /// write renames a new file over the name; see the Note). The link holds
+  /// the key's padded_size bytes, its logical_size first. Returns false,
+  /// making nothing, when the file system does not do hard links (EXDEV,
+  /// EPERM, EMLINK, EOPNOTSUPP): the caller copies instead. Throws
+  /// InvariantError for an unknown key or one being written, IoError naming
+  /// both paths for another failure.
+  bool link_current(std::string_view key, const std::filesystem::path& to) const;
   /// Deletes the file of `key` (no-op for an unknown key). Throws
   /// InvariantError while a write of it is in flight, IoError if unlink
   /// fails.

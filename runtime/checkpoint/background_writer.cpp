@@ -1,10 +1,15 @@
 // BackgroundWriter: see runtime/checkpoint/background_writer.h.
 #include "runtime/checkpoint/background_writer.h"
 
-#include <sys/resource.h>
+#include <sched.h>
 #include <unistd.h>
 
+#include <fcntl.h>
+
 #include <algorithm>
+#include <cstring>
+#include <filesystem>
+#include <set>
 #include <system_error>
 
 #include <fmt/format.h>
@@ -26,6 +31,37 @@ std::uint64_t async_staging_bytes(const Manifest& m, bool weights, DType dtype, 
   return bytes;
 }
 
+void remove_snapshot_links(const std::vector<StagedPiece>& pieces) noexcept {
+  std::set<std::string> folders;
+  for (const StagedPiece& p : pieces) {
+    for (const FileExtent& x : p.extents) {
+      if (x.path.empty()) continue;
+      ::unlink(x.path.c_str());
+      folders.insert(std::filesystem::path(x.path).parent_path().string());
+    }
+  }
+  for (const std::string& d : folders) ::rmdir(d.c_str());
+}
+
+std::uint64_t linked_snapshot_bytes(UnitId units, int stage, bool mixed, int rank,
+                                    const std::function<MemTier(UnitId, ArrayRef)>& tier,
+                                    const std::function<const UnitStates&(UnitId)>& states,
+                                    const std::function<std::size_t(UnitId)>& shard) {
+  if (stage == 0) return 0;
+  std::uint64_t bytes = 0;
+  for (UnitId u = 0; u < units; ++u) {
+    if (tier(u, ArrayRef{mixed ? ArrayKind::master : ArrayKind::params}) == MemTier::nvme) {
+      bytes += shard(u) * sizeof(float);
+    }
+    const UnitStates& st = states(u);
+    for (int k = 0; k < st.arrays(); ++k) {
+      if (st.packs(k) || tier(u, ArrayRef{ArrayKind::state, k}) != MemTier::nvme) continue;
+      bytes += st.window_numel(k, static_cast<std::size_t>(rank), shard(u)) * dtype_size(st.array_dtype(k));
+    }
+  }
+  return bytes;
+}
+
 BackgroundWriter::~BackgroundWriter() { join(); }
 
 void BackgroundWriter::start(std::vector<StagedFile> files, int rank) {
@@ -36,7 +72,16 @@ void BackgroundWriter::start(std::vector<StagedFile> files, int rank) {
   begin_ns_ = Tracer::now_ns();
   try {
     thread_ = std::thread([this, files = std::move(files), rank]() mutable {
+      {
+        const std::lock_guard lock(tid_mutex_);
+        tid_ = static_cast<int>(::gettid());
+      }
+      run_below_training();
       run(std::move(files), rank);
+      {
+        const std::lock_guard lock(tid_mutex_);
+        tid_ = 0;
+      }
       end_ns_ = Tracer::now_ns();
       finished_.store(true, std::memory_order_release);
     });
@@ -48,8 +93,21 @@ void BackgroundWriter::start(std::vector<StagedFile> files, int rank) {
   }
 }
 
+void run_below_training() {
+  sched_param none{};
+  (void)::sched_setscheduler(0, SCHED_IDLE, &none);
+}
+
 void BackgroundWriter::join() {
-  if (thread_.joinable()) thread_.join();
+  if (!thread_.joinable()) return;
+  {
+    const std::lock_guard lock(tid_mutex_);
+    if (tid_ != 0) {
+      sched_param none{};
+      (void)::sched_setscheduler(tid_, SCHED_OTHER, &none);
+    }
+  }
+  thread_.join();
 }
 
 const std::vector<WrittenFile>& BackgroundWriter::results() const {
@@ -73,24 +131,78 @@ std::string BackgroundWriter::error() const {
   }
 }
 
+namespace {
+
+// Reads `bytes` bytes at `offset` of `path` into `out` (buffered I/O: the
+// swap file was written with O_DIRECT or buffered alike). Throws IoError
+// naming the file.
+void read_extent(const std::string& path, std::uint64_t offset, std::byte* out, std::size_t bytes) {
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) throw IoError(fmt::format("checkpoint writer: cannot open {}: {}", path, std::strerror(errno)));
+  std::size_t done = 0;
+  while (done < bytes) {
+    const ssize_t n = ::pread(fd, out + done, bytes - done, static_cast<off_t>(offset + done));
+    if (n <= 0) {
+      const int err = n < 0 ? errno : 0;
+      ::close(fd);
+      throw IoError(fmt::format("checkpoint writer: reading {} at offset {} ({} bytes): {}", path, offset + done,
+                                bytes - done, err != 0 ? std::strerror(err) : "the file ends there"));
+    }
+    done += static_cast<std::size_t>(n);
+  }
+  ::close(fd);
+}
+
+}  // namespace
+
 void BackgroundWriter::run(std::vector<StagedFile> files, int rank) {
-  // Below the training threads: on cores the ranks share, the write (its
-  // CRC-32 and copies into the page cache) yields to the steps. Best effort:
-  // a failure leaves the thread at the process's priority.
-  (void)::setpriority(PRIO_PROCESS, static_cast<id_t>(::gettid()), kNice);
   try {
+    std::vector<std::byte> buffer;  // for pieces read from hard links
     for (const StagedFile& f : files) {
       DurableFileWriter out(f.path);
-      const auto* bytes = static_cast<const std::byte*>(f.data);
-      for (std::size_t at = 0; at < f.bytes;) {
-        const std::size_t n = std::min(kPieceBytes, f.bytes - at);
-        checkpoint_write_delay();
-        out.write(bytes + at, n);
-        at += n;
-        if (at == n) {  // after the first piece: the file exists, part written
-          checkpoint_write_error_point(f.path, at, std::min(kPieceBytes, f.bytes - at));
-          checkpoint_fail_point(f.path, rank);
-          checkpoint_crash_point("writing", rank);
+      std::uint64_t written = 0, next_delay = 0;
+      // Writes n bytes at p (the test hook's delay once per kPieceBytes);
+      // after the file's first write (the file exists, part written) the
+      // test hooks' points.
+      auto put = [&](const std::byte* p, std::size_t n) {
+        if (written >= next_delay) {
+          checkpoint_write_delay();
+          next_delay = written + kPieceBytes;
+        }
+        out.write(p, n);
+        const bool first = written == 0;
+        written += n;
+        if (!first) return;
+        checkpoint_write_error_point(f.path, n, kPieceBytes);
+        checkpoint_fail_point(f.path, rank);
+        checkpoint_crash_point("writing", rank);
+      };
+      for (const StagedPiece& piece : f.pieces) {
+        if (piece.data != nullptr) {
+          const auto* bytes = static_cast<const std::byte*>(piece.data);
+          for (std::size_t at = 0; at < piece.bytes;) {
+            const std::size_t n = std::min<std::size_t>(kPieceBytes, piece.bytes - at);
+            put(bytes + at, n);
+            at += n;
+          }
+          continue;
+        }
+        const std::size_t value = checked_value_bytes(piece.check);
+        std::uint64_t done = 0;  // bytes of the piece so far
+        for (const FileExtent& x : piece.extents) {
+          for (std::uint64_t at = 0; at < x.bytes;) {
+            const std::size_t n = static_cast<std::size_t>(std::min<std::uint64_t>(kPieceBytes, x.bytes - at));
+            if (buffer.size() < n) buffer.resize(kPieceBytes);
+            if (x.path.empty()) {
+              std::memset(buffer.data(), 0, n);
+            } else {
+              read_extent(x.path, x.offset + at, buffer.data(), n);
+            }
+            check_before_save(buffer.data(), n, piece.check, piece.source, done / value);
+            put(buffer.data(), n);
+            at += n;
+            done += n;
+          }
         }
       }
       out.finish();
@@ -99,6 +211,7 @@ void BackgroundWriter::run(std::vector<StagedFile> files, int rank) {
   } catch (...) {
     error_ = std::current_exception();
   }
+  for (const StagedFile& f : files) remove_snapshot_links(f.pieces);
 }
 
 }  // namespace zeroshard

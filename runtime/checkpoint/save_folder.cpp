@@ -1,8 +1,5 @@
 #include "runtime/checkpoint/save_folder.h"
 
-#include <sys/resource.h>
-#include <unistd.h>
-
 #include <filesystem>
 #include <string_view>
 
@@ -76,7 +73,7 @@ void FolderRemover::start(std::vector<std::string> dirs) {
   join();
   if (dirs.empty()) return;
   thread_ = std::thread([dirs = std::move(dirs)] {
-    (void)::setpriority(PRIO_PROCESS, static_cast<id_t>(::gettid()), BackgroundWriter::kNice);
+    run_below_training();
     for (const std::string& d : dirs) {
       std::error_code ec;
       fs::remove_all(d, ec);

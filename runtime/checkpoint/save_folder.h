@@ -41,7 +41,7 @@ void sweep_leftovers(const std::string& save_dir);
 std::string mark_pruned(const std::string& save_dir, const std::string& tag);
 
 /// Removes folders (recursively) on a thread of its own, below the
-/// training threads' priority (BackgroundWriter::kNice): the pruning of an
+/// training threads (run_below_training): the pruning of an
 /// async save ([Note: async checkpoint]). Errors are ignored: what is left
 /// is a .pruned-* folder, which sweep_leftovers removes at the next save.
 /// Thread safety: one owner thread calls start, join and the destructor.

@@ -64,4 +64,9 @@ void checkpoint_write_delay() {
   if (env != nullptr) std::this_thread::sleep_for(std::chrono::milliseconds(std::atoi(env)));
 }
 
+bool checkpoint_hard_links_refused() {
+  const char* env = hook("ZS_CHECKPOINT_NO_HARD_LINKS");
+  return env != nullptr && std::string(env) == "1";
+}
+
 }  // namespace zeroshard

@@ -11,7 +11,9 @@
 //       (28 ENOSPC, 5 EIO): an IoError naming the file and offset;
 //   ZS_CHECKPOINT_WRITE_DELAY_MS=t  (background writes) each piece of a
 //       file waits t ms before it is written, so that training steps run
-//       during the write.
+//       during the write;
+//   ZS_CHECKPOINT_NO_HARD_LINKS=1   (async snapshots) nvme arrays are read
+//       into the staging area as on a file system without hard links.
 #pragma once
 
 #include <cstdint>
@@ -30,5 +32,7 @@ void checkpoint_fail_point(const std::string& file, int rank);
 void checkpoint_write_error_point(const std::string& file, std::uint64_t offset, std::size_t bytes);
 /// ZS_CHECKPOINT_WRITE_DELAY_MS: sleeps that long (0 without the hook).
 void checkpoint_write_delay();
+/// ZS_CHECKPOINT_NO_HARD_LINKS: true when set (false without the hook).
+bool checkpoint_hard_links_refused();
 
 }  // namespace zeroshard

@@ -4,10 +4,12 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <vector>
 
 #include <fmt/format.h>
 
 #include "core/error.h"
+#include "core/dtype.h"
 #include "runtime/checkpoint/checkpoint_manifest.h"
 
 namespace zeroshard {
@@ -63,6 +65,39 @@ void check_finite_state(const float* values, std::size_t n, const StateSource& s
     throw IoError(fmt::format("{}: {} holds {} at {}: a checkpoint's master weights and optimizer states must be "
                               "finite",
                               source.file, source.tensor, v, where(source, e)));
+  }
+}
+
+std::size_t checked_value_bytes(FiniteCheck check) {
+  switch (check) {
+    case FiniteCheck::f32:
+    case FiniteCheck::absmax: return sizeof(float);
+    case FiniteCheck::bf16: return sizeof(std::uint16_t);
+    case FiniteCheck::none: break;
+  }
+  return 1;
+}
+
+void check_before_save(const std::byte* data, std::size_t bytes, FiniteCheck check, const StateSource& source,
+                       std::uint64_t value_offset) {
+  if (check == FiniteCheck::none || bytes == 0) return;
+  StateSource at = source;
+  at.first += value_offset * source.stride;
+  try {
+    if (check == FiniteCheck::bf16) {
+      std::vector<float> wide(bytes / sizeof(std::uint16_t));
+      for (std::size_t i = 0; i < wide.size(); ++i) {
+        std::uint16_t h;
+        std::memcpy(&h, data + 2 * i, 2);
+        wide[i] = bf16_to_float(h);
+      }
+      check_finite_state(wide.data(), wide.size(), at);
+    } else {
+      check_finite_state(reinterpret_cast<const float*>(data), bytes / sizeof(float), at,
+                         check == FiniteCheck::absmax);
+    }
+  } catch (const IoError& e) {
+    throw IoError(fmt::format("save_checkpoint refused: {}; nothing was saved", e.what()));
   }
 }
 

@@ -36,4 +36,20 @@ struct StateSource {
 /// all-zero block has absmax 0 (kernels/cpu/adam/quant_map.h), which is valid.
 void check_finite_state(const float* values, std::size_t n, const StateSource& source, bool scale = false);
 
+/// How a range of a checkpoint file is checked before it is saved: fp32
+/// values, bf16 values (widened), 8-bit absmax scales (fp32, finite and not
+/// negative), or not at all (8-bit codes).
+enum class FiniteCheck { none, f32, bf16, absmax };
+
+/// Bytes of one value that `check` checks (4 or 2; 1 for none).
+std::size_t checked_value_bytes(FiniteCheck check);
+
+/// Checks `bytes` bytes at `data` (whole values) as `check` says, the
+/// first of them value `value_offset` of `source`'s range (logical element
+/// source.first + (value_offset + i) * source.stride). Throws IoError
+/// "save_checkpoint refused: <check_finite_state's message>; nothing was
+/// saved".
+void check_before_save(const std::byte* data, std::size_t bytes, FiniteCheck check, const StateSource& source,
+                       std::uint64_t value_offset = 0);
+
 }  // namespace zeroshard

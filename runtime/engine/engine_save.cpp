@@ -204,83 +204,74 @@ void prune_except(const std::string& save_dir, const std::vector<FolderCheckpoin
   }
 }
 
-// Throws IoError for a non-finite value of the n fp32 values that a save is
-// about to write (state_checks.h), saying that nothing is saved.
-void check_before_save(const float* values, std::size_t n, const StateSource& source, bool scale = false) {
-  try {
-    check_finite_state(values, n, source, scale);
-  } catch (const IoError& e) {
-    throw IoError(fmt::format("save_checkpoint refused: {}; nothing was saved", e.what()));
-  }
+// How state array k of a unit with states `st` is checked before a save.
+FiniteCheck state_check(const UnitStates& st, int k) {
+  if (st.dtype == StateDtype::q8) return st.is_absmax(k) ? FiniteCheck::absmax : FiniteCheck::none;
+  return st.dtype == StateDtype::bf16 ? FiniteCheck::bf16 : FiniteCheck::f32;
 }
 
-// Checks the n fp32 values (check_before_save; element i is logical
-// element source.first + i * source.stride) and hands them to `sink`, a
-// piece at a time: the sink's copy then reads them from the cache, one
-// pass over memory instead of two (the async save's stall). A value that
-// fails leaves part of the file written: the save is discarded.
-void check_and_sink(const float* values, std::size_t n, StateSource source, const ByteSink& sink, bool scale = false) {
-  constexpr std::size_t kPiece = std::size_t{1} << 16;  // elements (256 KiB)
-  const std::uint64_t first = source.first;
-  for (std::size_t at = 0; at < n; at += kPiece) {
-    const std::size_t k = std::min(kPiece, n - at);
-    source.first = first + at * source.stride;
-    check_before_save(values + at, k, source, scale);
-    sink(values + at, k * sizeof(float));
-  }
-}
-
-// Checks state array k of unit u, `bytes` as with_state_array_window gives
-// them (fp32 values, bf16 values, or 8-bit codes or absmax: codes are
-// always finite), and hands them to `sink`.
-void sink_state_window(const EngineState& s, const Manifest& m, UnitId u, int k, std::span<const std::byte> bytes,
-                       const std::string& file, const ByteSink& sink) {
+// Where state array k of unit u's window on this rank lies, for messages.
+StateSource state_source(const EngineState& s, const Manifest& m, UnitId u, int k, const std::string& file) {
   const UnitStates& st = s.store().states(u);
-  const std::uint64_t first = static_cast<std::uint64_t>(s.rank()) * s.info(u).shard;
-  const std::string name(optimizer_state_name(s.config.optimizer, st.state_of(k)));
-  StateSource source{.file = file, .m = &m, .unit = static_cast<std::size_t>(u), .tensor = name, .first = first, .stride = 1};
-  if (bytes.empty()) return;
-  if (st.dtype == StateDtype::q8) {
-    if (!st.is_absmax(k)) {
-      sink(bytes.data(), bytes.size());
-      return;
-    }
+  StateSource source{.file = file, .m = &m, .unit = static_cast<std::size_t>(u),
+                     .tensor = std::string(optimizer_state_name(s.config.optimizer, st.state_of(k))),
+                     .first = static_cast<std::uint64_t>(s.rank()) * s.info(u).shard, .stride = 1};
+  if (st.dtype == StateDtype::q8 && st.is_absmax(k)) {
     source.tensor += " absmax";
     source.stride = st.block;
-    check_and_sink(reinterpret_cast<const float*>(bytes.data()), bytes.size() / sizeof(float), source, sink, true);
-  } else if (st.dtype == StateDtype::bf16) {
-    std::vector<float> wide(bytes.size() / sizeof(std::uint16_t));
-    const auto* bits = reinterpret_cast<const std::uint16_t*>(bytes.data());
-    for (std::size_t i = 0; i < wide.size(); ++i) wide[i] = bf16_to_float(bits[i]);
-    check_before_save(wide.data(), wide.size(), source);
-    sink(bytes.data(), bytes.size());
-  } else {
-    check_and_sink(reinterpret_cast<const float*>(bytes.data()), bytes.size() / sizeof(float), source, sink);
+  }
+  return source;
+}
+
+// Checks `bytes` bytes at `data` (check_before_save) and hands them to
+// `sink`, a piece at a time: the sink's copy then reads them from the
+// cache, one pass over memory instead of two (the async save's stall). A
+// value that fails leaves part of the file written: the save is discarded.
+void check_and_sink(const std::byte* data, std::size_t bytes, FiniteCheck check, const StateSource& source,
+                    const ByteSink& sink) {
+  constexpr std::size_t kPiece = std::size_t{256} << 10;  // bytes: a whole number of 4- and 2-byte values
+  const std::size_t value = checked_value_bytes(check);
+  for (std::size_t at = 0; at < bytes; at += kPiece) {
+    const std::size_t n = std::min(kPiece, bytes - at);
+    check_before_save(data + at, n, check, source, at / value);
+    sink(data + at, n);
   }
 }
 
 }  // namespace
 
 void produce_rank_file(EngineState& s, const Manifest& m, const std::string& file, const ByteSink& sink,
-                       const std::function<void(UnitId)>& after_unit) {
+                       const std::function<void(UnitId)>& after_unit, const LinkHook& link) {
   const int r = s.rank();
   for (UnitId u = 0; u < s.units(); ++u) {
     const std::size_t shard = s.info(u).shard;
     {
-      std::size_t first = 0;
-      HostBuffer holder;
-      const float* data = master_data(s, u, first, holder);
-      const std::size_t begin = static_cast<std::size_t>(r) * shard - first;
-      check_and_sink(data + begin, shard,
-                     StateSource{.file = file, .m = &m, .unit = static_cast<std::size_t>(u), .tensor = "master",
-                                 .first = static_cast<std::uint64_t>(r) * shard, .stride = 1},
-                     sink);
+      const StateSource source{.file = file, .m = &m, .unit = static_cast<std::size_t>(u), .tensor = "master",
+                               .first = static_cast<std::uint64_t>(r) * shard, .stride = 1};
+      const ArrayRef master{s.mixed() ? ArrayKind::master : ArrayKind::params};
+      const bool full = s.mixed() ? s.stage() == 0 : s.stage() < 3;  // the array holds every rank's window
+      const std::uint64_t begin = full ? source.first * sizeof(float) : 0;
+      if (!link || !link(u, master, begin, shard * sizeof(float), FiniteCheck::f32, source)) {
+        std::size_t first = 0;
+        HostBuffer holder;
+        const float* data = master_data(s, u, first, holder);
+        const std::size_t at = static_cast<std::size_t>(r) * shard - first;
+        check_and_sink(reinterpret_cast<const std::byte*>(data + at), shard * sizeof(float), FiniteCheck::f32, source,
+                       sink);
+      }
     }
     // The states as stored: fp32 values, or 8-bit codes then absmax
     // (docs/checkpoint-format.md), this rank's window.
-    for (int k = 0; k < s.store().states(u).arrays(); ++k) {
+    const UnitStates& st = s.store().states(u);
+    for (int k = 0; k < st.arrays(); ++k) {
+      const FiniteCheck check = state_check(st, k);
+      const StateSource source = state_source(s, m, u, k, file);
+      if (link && !st.packs(k)) {
+        const auto [offset, bytes] = s.optimizer.state_window_range(s.store(), u, k, r);
+        if (bytes == 0 || link(u, ArrayRef{ArrayKind::state, k}, offset, bytes, check, source)) continue;
+      }
       s.optimizer.with_state_array_window(s.store(), u, k, r, [&](std::span<const std::byte> bytes) {
-        sink_state_window(s, m, u, k, bytes, file, sink);
+        check_and_sink(bytes.data(), bytes.size(), check, source, sink);
       });
     }
     after_unit(u);

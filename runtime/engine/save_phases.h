@@ -17,6 +17,7 @@
 #include "runtime/checkpoint/background_writer.h"
 #include "runtime/checkpoint/checkpoint_manifest.h"
 #include "runtime/checkpoint/save_folder.h"
+#include "runtime/checkpoint/state_checks.h"
 #include "runtime/engine/engine_state.h"
 #include "runtime/sharding/array_store.h"
 
@@ -54,13 +55,23 @@ void prepare_save_folder(const EngineState& s, const SaveTarget& t);
 /// The manifest of the state as it is now, without files (and weights).
 Manifest make_manifest(const EngineState& s, const std::string& tag, const nlohmann::json& client_state);
 
+/// The async save's way with arrays on the nvme tier: offered the bytes
+/// [begin, begin + bytes) of array `a` of unit u that come next in the
+/// rank file, and how they are checked (`check`, `source`); returns true
+/// when it took them as hard links of the swap files
+/// (ArrayStore::link_range), which its writer then reads and checks, or
+/// false to have them read and sunk as usual.
+using LinkHook = std::function<bool(UnitId u, ArrayRef a, std::uint64_t begin, std::uint64_t bytes,
+                                    FiniteCheck check, const StateSource& source)>;
+
 /// This rank's rank-NNNNN.bin (docs/checkpoint-format.md): per unit, the
 /// fp32 master window then each state array's window as stored, each
-/// checked finite first (IoError naming the tensor, `file` and the element:
-/// "nothing was saved"). `after_unit(u)` runs after unit u's bytes. Reads
-/// nvme arrays. Local.
+/// checked finite as it is sunk (IoError naming the tensor, `file` and the
+/// element: "nothing was saved"; the sink may have had part of the file).
+/// `after_unit(u)` runs after unit u's bytes. Reads nvme arrays, unless
+/// `link` takes them (not for packed state arrays). Local.
 void produce_rank_file(EngineState& s, const Manifest& m, const std::string& file, const ByteSink& sink,
-                       const std::function<void(UnitId)>& after_unit);
+                       const std::function<void(UnitId)>& after_unit, const LinkHook& link = {});
 
 /// The consolidated weights of `m` (zero_optimization.
 /// stage3_gather_16bit_weights_on_model_save): rank 0's `open()` then
@@ -111,6 +122,8 @@ struct AsyncCheckpoint {
   BackgroundWriter writer;  ///< declared after `staging`: joined before it is freed
   FolderRemover pruning;    ///< rank 0: removes what keep_last pruned at the last commit
   bool in_flight = false;  ///< a save snapshotted and not yet committed or failed
+  double poll_flag = 0;    ///< this rank's writer finished (1) at the last poll; the poll's buffer
+  CommWork poll;           ///< that poll's all-reduce (min over the world), declared after its buffer
   SaveTarget target;       ///< that save's folders
   Manifest manifest;       ///< its manifest (files and weights filled in at the commit)
   int keep_last = 0;
@@ -127,10 +140,12 @@ std::size_t checkpoint_staging_bytes(const EngineState& s);
 /// which the save then refuses). Local.
 void reserve_checkpoint_staging(EngineState& s);
 
-/// At the start of a boundary step(): when an async save is in flight and
-/// every rank's writer has finished, its commit (throwing its agreed error
-/// if it failed). One all-reduce of a flag while a save is in flight.
-/// Collective over the world.
+/// At the start of a boundary step() while an async save is in flight:
+/// completes the poll that the previous boundary step started (a
+/// non-blocking all-reduce of "this rank's writer has finished"; done by
+/// now, so the step does not wait on the other ranks) and, when every
+/// writer had finished, commits (throwing its agreed error if it failed);
+/// else starts the next poll. Collective over the world.
 void poll_async_checkpoint(EngineState& s);
 
 /// Before wait_for_checkpoints, a save or a load: waits for this rank's

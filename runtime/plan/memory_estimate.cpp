@@ -29,8 +29,15 @@ std::uint64_t async_checkpoint_staging_bytes(const FlatLayout& layout, const Eng
   m.units = layout_manifest_units(
       layout, [&plan](UnitId u) { return plan.units[static_cast<std::size_t>(u)].states.dtype; },
       [](ParamId) { return -1; });
+  // Less what the snapshot hard-links (nvme arrays; ArrayStore::link_range).
+  const int stage = config.zero.stage;
+  const std::uint64_t linked = linked_snapshot_bytes(
+      static_cast<UnitId>(layout.units().size()), stage, config.compute_dtype != DType::f32, rank,
+      [&](UnitId u, ArrayRef a) { return plan.units[static_cast<std::size_t>(u)].tier(stage, a); },
+      [&](UnitId u) -> const UnitStates& { return plan.units[static_cast<std::size_t>(u)].states; },
+      [&](UnitId u) { return layout.unit(u).shard; });
   const std::uint64_t bytes =
-      async_staging_bytes(m, config.zero.gather_16bit_weights_on_model_save, config.compute_dtype, rank);
+      async_staging_bytes(m, config.zero.gather_16bit_weights_on_model_save, config.compute_dtype, rank) - linked;
   const std::int64_t limit = config.checkpoint.staging_memory;
   return limit > 0 && bytes > static_cast<std::uint64_t>(limit) ? 0 : bytes;
 }

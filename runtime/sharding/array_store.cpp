@@ -8,6 +8,8 @@
 #include <cstring>
 #include <filesystem>
 
+#include <unistd.h>
+
 #include "core/error.h"
 #include "offload/io/free_space.h"
 #include "offload/pinned_host_allocator.h"
@@ -288,6 +290,55 @@ void* ArrayStore::read(UnitId u, ArrayRef a, HostBuffer& holder) {
   unbounce(bounce);
   total_.bytes_read += item_bytes(list);
   return holder.data();
+}
+
+std::optional<std::vector<FileExtent>> ArrayStore::link_range(UnitId u, ArrayRef a, std::uint64_t begin,
+                                                              std::uint64_t bytes) {
+  if (tier(u, a) != MemTier::nvme) return std::nullopt;
+  const UnitArrays& us = unit(u);
+  const std::size_t e = dtype_size(dtype(u, a));
+  SwapDirectory& dir = swap_dir(a);
+  const std::filesystem::path links = dir.path() / "checkpoint-snapshot";
+  std::filesystem::create_directories(links);
+  std::vector<FileExtent> out;
+  auto drop = [&out] {
+    for (const FileExtent& x : out) {
+      if (!x.path.empty()) ::unlink(x.path.c_str());
+    }
+  };
+  const std::uint64_t end = begin + bytes;
+  std::uint64_t at = begin;  // the next byte of the range to cover
+  try {
+    for (std::size_t g = 0; g < us.subgroups.size() && at < end; ++g) {
+      const SubGroup& sg = us.subgroups[g];
+      std::size_t first = 0, last = 0;
+      array_range(us.state_arrays, a, static_cast<std::size_t>(o_.rank), sg.begin, sg.end, first, last);
+      const std::uint64_t lo = std::max<std::uint64_t>(first * e, at), hi = std::min<std::uint64_t>(last * e, end);
+      if (hi <= lo) continue;
+      if (lo > at) break;  // a gap between sub-groups: not a plain array (read it instead)
+      const std::string key = swap_key(u, g, a);
+      FileExtent x{.path = "", .offset = lo - first * e, .bytes = hi - lo};
+      if (dir.find(key) != nullptr) {
+        const std::filesystem::path to = links / dir.path_for(key).filename();
+        ::unlink(to.c_str());  // left by a killed save
+        if (!dir.link_current(key, to)) {
+          drop();
+          return std::nullopt;
+        }
+        x.path = to.string();
+      }
+      out.push_back(std::move(x));
+      at = hi;
+    }
+  } catch (...) {
+    drop();
+    throw;
+  }
+  if (at < end) {
+    drop();
+    return std::nullopt;
+  }
+  return out;
 }
 
 void ArrayStore::store(UnitId u, ArrayRef a, const void* src) {

@@ -56,6 +56,14 @@
 
 namespace zeroshard {
 
+/// A byte range of a file: `bytes` bytes at `offset` of `path`, or as many
+/// zeros when `path` is empty. Plain value.
+struct FileExtent {
+  std::string path;
+  std::uint64_t offset = 0;
+  std::uint64_t bytes = 0;
+};
+
 /// What the ArrayStore needs to know besides the layout.
 struct ArrayStoreOptions {
   int stage = 0;                  ///< ZeRO stage 0-3
@@ -155,6 +163,16 @@ class ArrayStore {
   /// resident buffer, or `holder` filled from device memory or the swap
   /// files (sub-groups never written read as zeros). Throws IoError.
   void* read(UnitId u, ArrayRef a, HostBuffer& holder);
+  /// Bytes [begin, begin + bytes) of array a of unit u, on the nvme tier,
+  /// as hard links of its swap files (SwapDirectory::link_current) in
+  /// "checkpoint-snapshot/" beside them: a snapshot that reads nothing and
+  /// that later writes do not change ([Note: async checkpoint]). The
+  /// extents follow the array's bytes in order (zeros for a sub-group never
+  /// written). The caller removes the links. nullopt, linking nothing, when
+  /// the array is not on nvme or the file system does not do hard links.
+  /// Throws IoError or InvariantError as link_current (links already made
+  /// are removed first).
+  std::optional<std::vector<FileExtent>> link_range(UnitId u, ArrayRef a, std::uint64_t begin, std::uint64_t bytes);
   /// Stores `src` (host memory, numel(u, a) elements) as array a: copied
   /// into the resident buffer (no-op if src is that buffer) or written to
   /// the swap files and waited for. Throws IoError (the previous files stay).

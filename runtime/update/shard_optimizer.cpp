@@ -361,16 +361,24 @@ void ShardOptimizer::step_swapped(ArrayStore& store, std::int64_t step, float gr
   store.io_total() += store.last_step();
 }
 
-void ShardOptimizer::with_state_array_window(ArrayStore& store, UnitId u, int k, int w,
-                                            const std::function<void(std::span<const std::byte>)>& use) const {
+std::pair<std::size_t, std::size_t> ShardOptimizer::state_window_range(const ArrayStore& store, UnitId u, int k,
+                                                                       int w) const {
   const UnitStates& st = store.states(u);
   ZS_CHECK(k >= 0 && k < st.arrays(), "unit {}: state array {} of {}", u, k, st.arrays());
   ZS_CHECK(o_.stage == 0 || w == o_.rank, "state window {} is not on rank {} at stage {}", w, o_.rank, o_.stage);
   const std::size_t W = layout_.unit(u).shard;
   const auto wi = static_cast<std::size_t>(w);
   const std::size_t e = dtype_size(st.array_dtype(k));
-  const std::size_t bytes = st.window_numel(k, wi, W) * e;
-  const std::size_t offset = o_.stage == 0 ? st.window_offset(k, wi, W) * e : 0;
+  return {o_.stage == 0 ? st.window_offset(k, wi, W) * e : 0, st.window_numel(k, wi, W) * e};
+}
+
+void ShardOptimizer::with_state_array_window(ArrayStore& store, UnitId u, int k, int w,
+                                            const std::function<void(std::span<const std::byte>)>& use) const {
+  const UnitStates& st = store.states(u);
+  const auto [offset, bytes] = state_window_range(store, u, k, w);
+  const std::size_t W = layout_.unit(u).shard;
+  const auto wi = static_cast<std::size_t>(w);
+  const std::size_t e = dtype_size(st.array_dtype(k));
   HostBuffer holder;
   const auto* p = static_cast<const std::byte*>(store.read(u, {ArrayKind::state, k}, holder));
   if (!st.packs(k)) {

@@ -31,6 +31,7 @@
 #include <functional>
 #include <span>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "core/tracer.h"
@@ -110,6 +111,10 @@ class ShardOptimizer {
   /// window is on this rank at stage 0, only its own (w = rank) at stages
   /// 1-3 (InvariantError otherwise). Read from nvme when swapped.
   std::vector<std::byte> state_array_window(ArrayStore& store, UnitId u, int k, int w) const;
+  /// Where window w of state array k of unit u lies in the stored array:
+  /// {offset, size} in bytes (the packed layout aside: a packed array's
+  /// window is expanded, see state_array_window). Windows as there.
+  std::pair<std::size_t, std::size_t> state_window_range(const ArrayStore& store, UnitId u, int k, int w) const;
   /// state_array_window without the copy: `use` receives the window's
   /// bytes, valid during the call (the stored array itself where it is not
   /// packed; host memory or a swap buffer read from nvme).

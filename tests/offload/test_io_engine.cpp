@@ -6,6 +6,8 @@
 
 #include <algorithm>
 #include <cstring>
+#include <filesystem>
+#include <fstream>
 #include <string>
 #include <vector>
 
@@ -308,4 +310,38 @@ TEST_CASE("a 10,000-character unit name keeps every path component under 255 byt
   CHECK(swap_file_name("layers.0.attn") == "layers.0.attn.zs");
   CHECK(swap_file_name("a/b") != swap_file_name("a_b"));
   CHECK(swap_file_name("").size() > 3);
+}
+
+TEST_CASE("link_current: a hard link keeps a key's content while later writes replace it") {
+  TempDir tmp;
+  auto engine = make_io_engine(AioConfig{});
+  SwapDirectory dir(*engine, tmp.path() / "d");
+  AlignedBuffer<std::byte> buf(8192);
+  std::fill(buf.span().begin(), buf.span().end(), std::byte{7});
+  dir.write("k", buf.span(), 5001).wait();  // odd size: padded to 8192 on disk
+  const std::filesystem::path link = tmp.path() / "snapshot-k";
+  CHECK(dir.link_current("k", link));
+  std::fill(buf.span().begin(), buf.span().end(), std::byte{9});
+  dir.write("k", buf.span(), 5001).wait();  // a new generation: renamed over the name
+  std::ifstream in(link, std::ios::binary);
+  std::vector<char> kept(8192);
+  in.read(kept.data(), static_cast<std::streamsize>(kept.size()));
+  CHECK(in.gcount() == 8192);
+  CHECK(std::all_of(kept.begin(), kept.begin() + 5001, [](char c) { return c == 7; }));
+  CHECK(std::all_of(kept.begin() + 5001, kept.end(), [](char c) { return c == 0; }));  // the zeroed pad
+  AlignedBuffer<std::byte> now(8192);
+  dir.read("k", now.span()).wait();
+  CHECK(now[0] == std::byte{9});
+  CHECK_THROWS_AS(dir.link_current("never-written", tmp.path() / "x"), InvariantError);
+  {
+    SwapBatch pending = dir.write("k", buf.span(), 10);
+    CHECK_THROWS_AS(dir.link_current("k", tmp.path() / "y"), InvariantError);
+  }
+  // An existing target is an IoError naming both paths (EEXIST is not "no hard links here").
+  try {
+    dir.link_current("k", link);
+    FAIL("linking over an existing file did not throw");
+  } catch (const IoError& e) {
+    CHECK(std::string(e.what()).find(link.string()) != std::string::npos);
+  }
 }

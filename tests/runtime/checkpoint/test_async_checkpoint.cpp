@@ -7,7 +7,11 @@
 // state intact and the previous checkpoint still the latest; a second save
 // waits or is refused; a save after an overflow-skipped step; a load right
 // after a save; the staging area in the ledger and under
-// checkpoint.staging_memory.
+// checkpoint.staging_memory; the writer at SCHED_IDLE; keep_last's pruning
+// in the background; a non-finite value deep in a large shard.
+#include <sched.h>
+
+#include <algorithm>
 #include <cerrno>
 #include <chrono>
 #include <cstdlib>
@@ -96,6 +100,23 @@ void check_same_checkpoint(const std::string& a, const std::string& b) {
   CHECK(slurp(a + "/manifest.json") == slurp(b + "/manifest.json"));
 }
 
+// The threads of this process with scheduling policy SCHED_IDLE, polled
+// for up to a second until there are `expect` (a thread sets its own
+// policy once it runs).
+int idle_policy_threads(int expect) {
+  int n = 0;
+  for (int tries = 0; tries < 100; ++tries) {
+    n = 0;
+    for (const auto& task : fs::directory_iterator("/proc/self/task")) {
+      const int policy = sched_getscheduler(std::stoi(task.path().filename().string()));
+      if (policy == SCHED_IDLE) ++n;
+    }
+    if (n == expect) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  return n;
+}
+
 }  // namespace
 
 TEST_CASE("an async save holds its step's state bit for bit while later steps run during the write") {
@@ -121,11 +142,15 @@ TEST_CASE("an async save holds its step's state bit for bit while later steps ru
         CHECK(h.tag() == "t");
         CHECK(e.checkpoint_in_flight());
         CHECK_FALSE(h.done());  // committed at a later call, never inside this one
+#if ZS_TEST_HOOKS
+        CHECK(idle_policy_threads(1) == 1);  // the writer, below the training threads (run_below_training)
+#endif
         for (int s = 3; s <= 5; ++s) m.train_step(e, s);
         CHECK(m.state(e) != saved);  // the steps did change the state
         h.wait();
         CHECK(h.done());
         CHECK_FALSE(e.checkpoint_in_flight());
+        CHECK(idle_policy_threads(0) == 0);
         world().barrier();
         check_same_checkpoint(dir + "/sync/t", dir + "/async/t");
         CHECK(read_latest_tag(dir + "/async") == "t");
@@ -215,6 +240,7 @@ TEST_CASE("a non-finite master weight past the first pieces of a large shard: th
     world().barrier();
     CHECK_FALSE(fs::exists(dir + "/bad"));
     CHECK_FALSE(fs::exists(dir + "/.tmp-bad"));
+    world().barrier();  // before the next save makes .tmp-bad again
   }
 }
 
@@ -397,3 +423,89 @@ TEST_CASE("ENOSPC, EIO and one failing rank in the background write: agreed at t
   }
 }
 #endif
+
+namespace {
+
+// Files under the checkpoint-snapshot/ folders of this rank's swap files
+// (the hard links of a snapshot in flight).
+int snapshot_links() {
+  int n = 0;
+  std::error_code ec;
+  for (const auto& f : fs::recursive_directory_iterator(swap_root(), ec)) {
+    if (f.path().parent_path().filename() == "checkpoint-snapshot") ++n;
+  }
+  return n;
+}
+
+}  // namespace
+
+TEST_CASE("nvme arrays snapshot as hard links of their swap files: no staging memory, the same bytes") {
+  // Stage 3, bf16 compute: the parameters, the fp32 master weights and the
+  // states all on nvme, so the whole rank file comes from hard links
+  // (ArrayStore::link_range) and the staging area holds nothing; the
+  // writer reads and checks them. ZS_CHECKPOINT_NO_HARD_LINKS stages them
+  // in memory instead, as on a file system without hard links.
+  EngineConfig c = config_for(3, States::fp32, DType::bf16, OffloadDevice::nvme);
+  c.checkpoint.async = true;
+  const std::string dir = fresh_dir("links");
+  Engine e(c, world());
+  CkptModel m(e);
+  CHECK(e.ledger().current(MemCategory::checkpoint_staging) == 0);
+  for (int s = 1; s <= 2; ++s) m.train_step(e, s);
+  e.save_checkpoint(dir + "/sync", {}, 0, "t");
+  {
+#if ZS_TEST_HOOKS
+    const ScopedEnv slow("ZS_CHECKPOINT_WRITE_DELAY_MS", "100");
+#endif
+    CheckpointHandle h = e.save_checkpoint_async(dir + "/linked", {}, 0, "t");
+#if ZS_TEST_HOOKS
+    // The files of this rank's non-empty nvme arrays, linked until the write ends.
+    const bool has_shard = std::any_of(e.layout().units().begin(), e.layout().units().end(),
+                                       [](const UnitInfo& u) { return u.shard > 0; });
+    CHECK((snapshot_links() > 0) == has_shard);
+#endif
+    m.train_step(e, 3);  // rewrites every swap file: the links keep step 2's
+    h.wait();
+  }
+  CHECK(e.ledger().current(MemCategory::checkpoint_staging) == 0);
+  CHECK(snapshot_links() == 0);
+  world().barrier();
+  check_same_checkpoint(dir + "/sync/t", dir + "/linked/t");
+#if ZS_TEST_HOOKS
+  {
+    // Without hard links the same bytes go through the staging area.
+    Engine f(c, world());
+    CkptModel mf(f);
+    f.load_checkpoint(dir + "/sync");
+    const ScopedEnv no_links("ZS_CHECKPOINT_NO_HARD_LINKS", "1");
+    f.save_checkpoint_async(dir + "/copied", {}, 0, "t").wait();
+    std::uint64_t file_bytes = 0;
+    for (const UnitInfo& u : f.layout().units()) file_bytes += 3 * u.shard * sizeof(float);
+    CHECK(f.ledger().current(MemCategory::checkpoint_staging) >= file_bytes);
+    world().barrier();
+    // The rank files (the manifests differ in the bf16 loss scaler's
+    // clean_steps, which a load restores only for fp16).
+    const std::string file = rank_file_name(world().rank());
+    CHECK(slurp(dir + "/sync/t/" + file) == slurp(dir + "/copied/t/" + file));
+  }
+#endif
+  // A NaN master weight on nvme: the snapshot did not read it, so the
+  // writer refuses it and the commit agrees, naming it; nothing is saved.
+  std::vector<float> bad(e.layout().param(m.params[3]).numel, 0.5f);
+  bad[0] = std::numeric_limits<float>::quiet_NaN();
+  e.set_parameter(m.params[3], bad);
+  std::string what;
+  try {
+    e.save_checkpoint_async(dir + "/linked", {}, 0, "bad").wait();
+  } catch (const std::exception& err) {
+    what = is_agreed(err) ? err.what() : "not agreed";
+  }
+  CHECK(what.find("master holds nan at parameter \"b.extra\" (unit \"b\"), element 0 of the parameter") !=
+        std::string::npos);
+  CHECK(what.find("nothing was saved") != std::string::npos);
+  CHECK(snapshot_links() == 0);
+  world().barrier();
+  CHECK_FALSE(fs::exists(dir + "/linked/bad"));
+  CHECK_FALSE(fs::exists(dir + "/linked/.tmp-bad"));
+  CHECK(read_latest_tag(dir + "/linked") == "t");
+}

@@ -386,6 +386,25 @@ TEST_CASE("with checkpoint.async the estimate holds the staging area of async sa
     }
   }
   CHECK(checked == 32);
+  // With nvme state the snapshot hard-links those arrays instead of staging
+  // them (ArrayStore::link_range): the estimate leaves them out as the
+  // engine does. Stage 3, params and optimizer on nvme, fp32 and bf16
+  // (master on nvme), one unit's parameters on the host (max_in_cpu).
+  for (DType dt : {DType::f32, DType::bf16}) {
+    for (std::int64_t in_cpu : {std::int64_t{0}, std::int64_t{1} << 20}) {
+      EngineConfig c = make_config(3);
+      c.compute_dtype = dt;
+      c.checkpoint.async = true;
+      c.offload.optimizer.device = c.offload.param.device = OffloadDevice::nvme;
+      c.offload.optimizer.nvme_path = c.offload.param.nvme_path = swap_root().string();
+      c.offload.param.max_in_cpu = in_cpu;
+      CAPTURE(dtype_name(dt));
+      CAPTURE(in_cpu);
+      const Matches m = compare_with_engine(layered_model(), c, comm, shown);
+      CHECK(m.finalize);
+      CHECK(m.step);
+    }
+  }
   EngineConfig c = make_config(2);
   c.checkpoint.async = true;
   c.checkpoint.staging_memory = 100;
