@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <cstring>
 #include <filesystem>
+#include <optional>
 #include <set>
 #include <system_error>
 
@@ -133,37 +134,45 @@ std::string BackgroundWriter::error() const {
 
 namespace {
 
-// Reads `bytes` bytes at `offset` of `path` into `out` (buffered I/O: the
-// swap file was written with O_DIRECT or buffered alike). Throws IoError
-// naming the file.
-void read_extent(const std::string& path, std::uint64_t offset, std::byte* out, std::size_t bytes) {
-  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) throw IoError(fmt::format("checkpoint writer: cannot open {}: {}", path, std::strerror(errno)));
-  std::size_t done = 0;
-  while (done < bytes) {
-    const ssize_t n = ::pread(fd, out + done, bytes - done, static_cast<off_t>(offset + done));
-    if (n <= 0) {
-      const int err = n < 0 ? errno : 0;
-      ::close(fd);
-      throw IoError(fmt::format("checkpoint writer: reading {} at offset {} ({} bytes): {}", path, offset + done,
-                                bytes - done, err != 0 ? std::strerror(err) : "the file ends there"));
-    }
-    done += static_cast<std::size_t>(n);
+// A linked swap file opened for reading (buffered I/O: written with
+// O_DIRECT or buffered alike); closed with the object.
+class ExtentReader {
+ public:
+  explicit ExtentReader(const std::string& path) : path_(path), fd_(::open(path.c_str(), O_RDONLY | O_CLOEXEC)) {
+    if (fd_ < 0) throw IoError(fmt::format("checkpoint writer: cannot open {}: {}", path, std::strerror(errno)));
   }
-  ::close(fd);
-}
+  ExtentReader(const ExtentReader&) = delete;
+  ExtentReader& operator=(const ExtentReader&) = delete;
+  ~ExtentReader() { ::close(fd_); }
+  // Reads `bytes` bytes at `offset` into `out`. Throws IoError naming the
+  // file.
+  void read(std::uint64_t offset, std::byte* out, std::size_t bytes) const {
+    for (std::size_t done = 0; done < bytes;) {
+      const ssize_t n = ::pread(fd_, out + done, bytes - done, static_cast<off_t>(offset + done));
+      if (n <= 0) {
+        throw IoError(fmt::format("checkpoint writer: reading {} at offset {} ({} bytes): {}", path_, offset + done,
+                                  bytes - done, n < 0 ? std::strerror(errno) : "the file ends there"));
+      }
+      done += static_cast<std::size_t>(n);
+    }
+  }
+
+ private:
+  std::string path_;
+  int fd_;
+};
 
 }  // namespace
 
 void BackgroundWriter::run(std::vector<StagedFile> files, int rank) {
   try {
-    std::vector<std::byte> buffer;  // for pieces read from hard links
+    std::vector<std::byte> buffer;  // a slice read from a hard link
     for (const StagedFile& f : files) {
       DurableFileWriter out(f.path);
       std::uint64_t written = 0, next_delay = 0;
-      // Writes n bytes at p (the test hook's delay once per kPieceBytes);
-      // after the file's first write (the file exists, part written) the
-      // test hooks' points.
+      // Writes n <= kSliceBytes bytes at p, then yields the core (the test
+      // hook's delay once per kPieceBytes); after the file's first write
+      // (the file exists, part written) the test hooks' points.
       auto put = [&](const std::byte* p, std::size_t n) {
         if (written >= next_delay) {
           checkpoint_write_delay();
@@ -172,16 +181,18 @@ void BackgroundWriter::run(std::vector<StagedFile> files, int rank) {
         out.write(p, n);
         const bool first = written == 0;
         written += n;
-        if (!first) return;
-        checkpoint_write_error_point(f.path, n, kPieceBytes);
-        checkpoint_fail_point(f.path, rank);
-        checkpoint_crash_point("writing", rank);
+        if (first) {
+          checkpoint_write_error_point(f.path, n, kPieceBytes);
+          checkpoint_fail_point(f.path, rank);
+          checkpoint_crash_point("writing", rank);
+        }
+        ::sched_yield();
       };
       for (const StagedPiece& piece : f.pieces) {
         if (piece.data != nullptr) {
           const auto* bytes = static_cast<const std::byte*>(piece.data);
           for (std::size_t at = 0; at < piece.bytes;) {
-            const std::size_t n = std::min<std::size_t>(kPieceBytes, piece.bytes - at);
+            const std::size_t n = std::min<std::size_t>(kSliceBytes, piece.bytes - at);
             put(bytes + at, n);
             at += n;
           }
@@ -189,14 +200,16 @@ void BackgroundWriter::run(std::vector<StagedFile> files, int rank) {
         }
         const std::size_t value = checked_value_bytes(piece.check);
         std::uint64_t done = 0;  // bytes of the piece so far
+        buffer.resize(kSliceBytes);
         for (const FileExtent& x : piece.extents) {
+          std::optional<ExtentReader> in;
+          if (!x.path.empty()) in.emplace(x.path);
           for (std::uint64_t at = 0; at < x.bytes;) {
-            const std::size_t n = static_cast<std::size_t>(std::min<std::uint64_t>(kPieceBytes, x.bytes - at));
-            if (buffer.size() < n) buffer.resize(kPieceBytes);
-            if (x.path.empty()) {
-              std::memset(buffer.data(), 0, n);
+            const std::size_t n = static_cast<std::size_t>(std::min<std::uint64_t>(kSliceBytes, x.bytes - at));
+            if (in) {
+              in->read(x.offset + at, buffer.data(), n);
             } else {
-              read_extent(x.path, x.offset + at, buffer.data(), n);
+              std::memset(buffer.data(), 0, n);
             }
             check_before_save(buffer.data(), n, piece.check, piece.source, done / value);
             put(buffer.data(), n);

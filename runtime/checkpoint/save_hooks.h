@@ -7,9 +7,9 @@
 //       ten minutes in the middle of its file, so a test can kill it there;
 //   ZS_CHECKPOINT_FAIL_RANK=r       rank r's file write fails (IoError);
 //   ZS_CHECKPOINT_WRITE_ERRNO=e     (background writes) every rank's write
-//       fails after its first piece as a write(2) returning errno e would
+//       fails after its first slice as a write(2) returning errno e would
 //       (28 ENOSPC, 5 EIO): an IoError naming the file and offset;
-//   ZS_CHECKPOINT_WRITE_DELAY_MS=t  (background writes) each piece of a
+//   ZS_CHECKPOINT_WRITE_DELAY_MS=t  (background writes) each 8 MiB of a
 //       file waits t ms before it is written, so that training steps run
 //       during the write;
 //   ZS_CHECKPOINT_NO_HARD_LINKS=1   (async snapshots) nvme arrays are read

@@ -58,7 +58,7 @@ const float* master_data(EngineState& s, UnitId u, std::size_t& first, HostBuffe
 // An async save ([Note: async checkpoint]) adds two before `files`:
 //   snapshot  the snapshot is staged and .tmp-<tag> exists, before the
 //             background write starts;
-//   writing   rank 0's writer thread has written the first piece of its
+//   writing   rank 0's writer thread has written the first slice of its
 //             file (a partial file in .tmp-<tag>);
 // and reaches `files` when its commit begins (in a later step or wait).
 // A kill up to `manifest` leaves the old checkpoint in place and loadable, a

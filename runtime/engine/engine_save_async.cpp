@@ -60,11 +60,14 @@
 // background write). One save is in flight at a time
 // (checkpoint.async_in_flight). The writer thread touches only the staging
 // area and its files: no collectives, no engine state. It runs at
-// SCHED_IDLE (run_below_training): on cores the ranks share it takes only
-// what they leave idle, and a call that waits for it (wait(), another
-// save, a load) raises it to the loop's priority first, where the system
-// permits (root, CAP_SYS_NICE, or RLIMIT_NICE of 20; otherwise that wait
-// runs at idle priority).
+// SCHED_IDLE (run_below_training) and yields the core after every
+// BackgroundWriter::kSliceBytes: on cores the ranks share it takes only
+// what they leave idle, and a rank that waits in a collective by yielding
+// gets its core back within about 0.1 ms (with 8 MiB slices the GPT's
+// steps beside a write ran 1.14-1.46x slower at 4 ranks on 2 cores). A
+// call that waits for it (wait(), another save, a load) raises it to the
+// loop's priority first, where the system permits (root, CAP_SYS_NICE, or
+// RLIMIT_NICE of 20; otherwise that wait runs at idle priority).
 #include <cstring>
 #include <filesystem>
 #include <optional>
