@@ -298,8 +298,7 @@ std::optional<std::vector<FileExtent>> ArrayStore::link_range(UnitId u, ArrayRef
   const UnitArrays& us = unit(u);
   const std::size_t e = dtype_size(dtype(u, a));
   SwapDirectory& dir = swap_dir(a);
-  const std::filesystem::path links = dir.path() / "checkpoint-snapshot";
-  std::filesystem::create_directories(links);
+  const std::filesystem::path links = dir.path() / "checkpoint-snapshot";  // made with the first link
   std::vector<FileExtent> out;
   auto drop = [&out] {
     for (const FileExtent& x : out) {
@@ -320,6 +319,7 @@ std::optional<std::vector<FileExtent>> ArrayStore::link_range(UnitId u, ArrayRef
       FileExtent x{.path = "", .offset = lo - first * e, .bytes = hi - lo};
       if (dir.find(key) != nullptr) {
         const std::filesystem::path to = links / dir.path_for(key).filename();
+        std::filesystem::create_directories(links);
         ::unlink(to.c_str());  // left by a killed save
         if (!dir.link_current(key, to)) {
           drop();
