@@ -4,8 +4,6 @@
 #include <sched.h>
 #include <unistd.h>
 
-#include <fcntl.h>
-
 #include <algorithm>
 #include <cstring>
 #include <filesystem>
@@ -132,38 +130,6 @@ std::string BackgroundWriter::error() const {
   }
 }
 
-namespace {
-
-// A linked swap file opened for reading (buffered I/O: written with
-// O_DIRECT or buffered alike); closed with the object.
-class ExtentReader {
- public:
-  explicit ExtentReader(const std::string& path) : path_(path), fd_(::open(path.c_str(), O_RDONLY | O_CLOEXEC)) {
-    if (fd_ < 0) throw IoError(fmt::format("checkpoint writer: cannot open {}: {}", path, std::strerror(errno)));
-  }
-  ExtentReader(const ExtentReader&) = delete;
-  ExtentReader& operator=(const ExtentReader&) = delete;
-  ~ExtentReader() { ::close(fd_); }
-  // Reads `bytes` bytes at `offset` into `out`. Throws IoError naming the
-  // file.
-  void read(std::uint64_t offset, std::byte* out, std::size_t bytes) const {
-    for (std::size_t done = 0; done < bytes;) {
-      const ssize_t n = ::pread(fd_, out + done, bytes - done, static_cast<off_t>(offset + done));
-      if (n <= 0) {
-        throw IoError(fmt::format("checkpoint writer: reading {} at offset {} ({} bytes): {}", path_, offset + done,
-                                  bytes - done, n < 0 ? std::strerror(errno) : "the file ends there"));
-      }
-      done += static_cast<std::size_t>(n);
-    }
-  }
-
- private:
-  std::string path_;
-  int fd_;
-};
-
-}  // namespace
-
 void BackgroundWriter::run(std::vector<StagedFile> files, int rank) {
   try {
     std::vector<std::byte> buffer;  // a slice read from a hard link
@@ -202,7 +168,7 @@ void BackgroundWriter::run(std::vector<StagedFile> files, int rank) {
         std::uint64_t done = 0;  // bytes of the piece so far
         buffer.resize(kSliceBytes);
         for (const FileExtent& x : piece.extents) {
-          std::optional<ExtentReader> in;
+          std::optional<FileReader> in;  // buffered: the swap file was written with O_DIRECT or not
           if (!x.path.empty()) in.emplace(x.path);
           for (std::uint64_t at = 0; at < x.bytes;) {
             const std::size_t n = static_cast<std::size_t>(std::min<std::uint64_t>(kSliceBytes, x.bytes - at));

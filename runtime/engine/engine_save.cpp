@@ -31,13 +31,22 @@ using nlohmann::json;
 
 namespace {
 
-// Where the master values of unit u live on this rank, and the flat-buffer
-// index of their element 0 (0 when the rank holds the full buffer, r*S for
-// a shard). Arrays on nvme are read into `holder` (runtime/sharding/array_store.h).
-const float* master_data(EngineState& s, UnitId u, std::size_t& first, HostBuffer& holder) {
+// The array that holds the fp32 master values: the master weights with
+// mixed precision, else the parameters.
+ArrayRef master_array(const EngineState& s) { return {s.mixed() ? ArrayKind::master : ArrayKind::params}; }
+
+// The flat-buffer index of element 0 of unit u's master array on this rank:
+// 0 when the rank holds the full buffer, r*S for a shard.
+std::size_t master_first(const EngineState& s, UnitId u) {
   const bool full = s.mixed() ? s.stage() == 0 : s.stage() < 3;
-  first = full ? 0 : static_cast<std::size_t>(s.rank()) * s.info(u).shard;
-  return static_cast<const float*>(s.store().read(u, {s.mixed() ? ArrayKind::master : ArrayKind::params}, holder));
+  return full ? 0 : static_cast<std::size_t>(s.rank()) * s.info(u).shard;
+}
+
+// Where the master values of unit u live on this rank, and master_first.
+// Arrays on nvme are read into `holder` (runtime/sharding/array_store.h).
+const float* master_data(EngineState& s, UnitId u, std::size_t& first, HostBuffer& holder) {
+  first = master_first(s, u);
+  return static_cast<const float*>(s.store().read(u, master_array(s), holder));
 }
 
 // [Note: crash points of a save]
@@ -248,10 +257,8 @@ void produce_rank_file(EngineState& s, const Manifest& m, const std::string& fil
     {
       const StateSource source{.file = file, .m = &m, .unit = static_cast<std::size_t>(u), .tensor = "master",
                                .first = static_cast<std::uint64_t>(r) * shard, .stride = 1};
-      const ArrayRef master{s.mixed() ? ArrayKind::master : ArrayKind::params};
-      const bool full = s.mixed() ? s.stage() == 0 : s.stage() < 3;  // the array holds every rank's window
-      const std::uint64_t begin = full ? source.first * sizeof(float) : 0;
-      if (!link || !link(u, master, begin, shard * sizeof(float), FiniteCheck::f32, source)) {
+      const std::uint64_t begin = (source.first - master_first(s, u)) * sizeof(float);  // the window in the array
+      if (!link || !link(u, master_array(s), begin, shard * sizeof(float), FiniteCheck::f32, source)) {
         std::size_t first = 0;
         HostBuffer holder;
         const float* data = master_data(s, u, first, holder);
