@@ -126,14 +126,6 @@ const EngineConfig& checked_for_mesh(const EngineConfig& config, const Mesh& mes
         "use \"cpu\" or \"none\", or tp = 1",
         config.source, mesh.tp_size(), mesh.dp_size(), mesh.tp_size()));
   }
-  if (mesh.tp_size() > 1 && config.optimizer.kind == OptimizerKind::muon) {
-    // Orthogonalizing each tp slice alone is another optimizer than Muon
-    // on the whole matrix; gathering the slices is not built.
-    throw ConfigError(fmt::format(
-        "{}: optimizer.type Muon with tensor-parallel size {} (mesh dp={} x tp={}): Muon orthogonalizes whole "
-        "matrices, and a tp rank holds a slice; use tp = 1 (data and pipeline parallelism work)",
-        config.source, mesh.tp_size(), mesh.dp_size(), mesh.tp_size()));
-  }
   return config;
 }
 
@@ -250,6 +242,16 @@ std::unique_ptr<EngineParts> allocate_state(EngineState& s, const SwapSharers& s
   return parts;
 }
 
+// The tp group's size and each parameter's split dimension, for Muon's
+// whole-matrix gather ([Note: Muon on a tensor-parallel mesh]).
+MuonTensorParallel muon_tensor_parallel(const EngineState& s) {
+  MuonTensorParallel tp{.size = s.comms.tp_size(), .split_dims = {}};
+  for (std::size_t p = 0; p < s.layout.params().size(); ++p) {
+    tp.split_dims.push_back(s.norm.parallel(static_cast<ParamId>(p)).split_dim);
+  }
+  return tp;
+}
+
 }  // namespace
 
 EngineParts::EngineParts(EngineState& s, const SwapSharers& sharers)
@@ -269,8 +271,9 @@ EngineParts::EngineParts(EngineState& s, const SwapSharers& sharers)
       unsharder(s.comms.dp(), s.layout, *s.ops, s.pool, engine_unsharder_options(s.config), link,
                 s.comms.hpz()),
       muon(s.layout, s.optimizer,
-           MuonStepOptions{.stage = s.stage(), .rank = s.rank(), .world_size = s.world(), .dtype = s.dtype(),
-                           .hyper = s.config.optimizer, .source = s.config.source}) {}
+           MuonStepOptions{.stage = s.stage(), .rank = s.rank(), .world_size = s.world(), .tp_rank = s.comms.tp_rank(),
+                           .tp = muon_tensor_parallel(s), .dtype = s.dtype(), .hyper = s.config.optimizer,
+                           .source = s.config.source}) {}
 
 void Engine::finalize() {
   EngineState& s = *s_;

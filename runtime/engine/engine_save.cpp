@@ -158,6 +158,7 @@ Manifest make_manifest(const EngineState& s, const std::string& tag, const json&
         {"adjust_lr_fn", mu.scale == kernels::MuonScale::shape ? "original" : "match_rms_adamw"},
         {"ns_dtype", mu.precision == kernels::NewtonSchulzPrecision::f32 ? "fp32" : "bf16"},
         {"muon_params", mu.params}, {"owners", s.muon().owners()}};
+    if (s.comms.tp_size() > 1) m.optimizer["muon"]["tp_owners"] = s.muon().tp_owners();
   }
   if (h.kind == OptimizerKind::adagrad) {
     m.optimizer["lr_decay"] = h.lr_decay;

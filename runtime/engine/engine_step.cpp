@@ -280,11 +280,11 @@ StepResult Engine::step_body() {
   if (const TraceScope span(s.tracer(), "optimizer", TraceThread::engine, TimeCategory::optimizer);
       s.store().offloaded()) {
     // A failed sub-group leaves some shards updated and others not.
-    s.muon().step(s.store(), s.comms.host(), step, grad_scale,
+    s.muon().step(s.store(), s.comms.host(), s.comms.tp(), step, grad_scale,
                   [&](const std::function<void()>& f) { run_storage_phase(s, "step()", f, true); });
     run_storage_phase(s, "step()", [&] { s.optimizer.step(s.store(), step, grad_scale); }, true);
   } else {
-    s.muon().step(s.store(), s.comms.host(), step, grad_scale, [](const std::function<void()>& f) { f(); });
+    s.muon().step(s.store(), s.comms.host(), s.comms.tp(), step, grad_scale, [](const std::function<void()>& f) { f(); });
     s.optimizer.step(s.store(), step, grad_scale);
   }
 

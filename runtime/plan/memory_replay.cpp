@@ -218,7 +218,7 @@ void replay_optimizer(const FlatLayout& layout, const EngineConfig& config, cons
 void replay_muon(const FlatLayout& layout, const EngineConfig& config, int rank, HostPoolSizes& host) {
   const std::vector<MuonParam> matrices = muon_matrices(layout, config.optimizer, config.source);
   for (UnitId u = 0; u < static_cast<UnitId>(layout.units().size()); ++u) {
-    const std::size_t n = muon_unit_buffer_elements(layout, matrices, config.zero.stage, rank, u);
+    const std::size_t n = muon_unit_buffer_elements(layout, matrices, config.zero.stage, rank, 0, u);
     if (n == 0) continue;
     HostLeaseSize lease = host.acquire(n * sizeof(float), MemCategory::unsharded);
     host.release(lease);
