@@ -17,8 +17,8 @@
 //    transient buffers of the step included (stage 3 gathered units and
 //    their swap-ins, gradient buckets and micro-batch gradients, the
 //    stage 1/2 parameter all-gather, nvme gradient sub-groups, Muon's
-//    per-unit buffer and the optimizer's swap pipeline; not yet the
-//    whole-array staging of Muon's reads and writes of nvme arrays). It replays the step with the engine's own
+//    per-unit buffer and its staging of nvme arrays, the optimizer's swap
+//    pipeline). It replays the step with the engine's own
 //    Unsharder, GradReducer and BufferPool over sizes and the HostPool's
 //    reuse rule ([Note: step replay], runtime/plan/memory_replay.h, which
 //    states the loop: forward 0..U-1, backward U-1..0, one micro-batch,

@@ -211,17 +211,50 @@ void replay_optimizer(const FlatLayout& layout, const EngineConfig& config, cons
 }
 
 // Muon's step before the optimizer's (MuonStep::step in
-// runtime/update/muon_step.cpp): one host-pool buffer per unit with Muon
-// matrices, held over the unit. Arrays in memory only: with an nvme tier
-// its whole-array reads and writes stage through the pool as well, which
-// this replay does not model (runtime/plan/memory_estimate.h says so).
-void replay_muon(const FlatLayout& layout, const EngineConfig& config, int rank, HostPoolSizes& host) {
+// runtime/update/muon_step.cpp): for each unit with Muon matrices, one
+// host-pool buffer held over the unit, and inside it the whole-array reads
+// and writes of ArrayStore::read / store, which stage an nvme array through
+// the pool: the gradient and the momentum (state 0) read and the momentum
+// stored (momentum_part), then the parameters and, in mixed precision, the
+// master weights read and both stored (apply_part); holders released in
+// reverse order of their reads.
+void replay_muon(const FlatLayout& layout, const EngineConfig& config, const ArrayPlan& plan,
+                 const ArrayPlanOptions& o, HostPoolSizes& host) {
   const std::vector<MuonParam> matrices = muon_matrices(layout, config.optimizer, config.source);
   for (UnitId u = 0; u < static_cast<UnitId>(layout.units().size()); ++u) {
-    const std::size_t n = muon_unit_buffer_elements(layout, matrices, config.zero.stage, rank, 0, u);
-    if (n == 0) continue;
-    HostLeaseSize lease = host.acquire(n * sizeof(float), MemCategory::unsharded);
-    host.release(lease);
+    if (std::none_of(matrices.begin(), matrices.end(), [&](const MuonParam& p) { return p.unit == u; })) continue;
+    const UnitTiers& t = plan.units[static_cast<std::size_t>(u)];
+    const auto staged = [&](ArrayRef a) -> std::size_t {
+      if (t.tier(o.stage, a) != MemTier::nvme) return 0;
+      return array_numel(o.stage, o.rank, layout.unit(u), t.states, a) * dtype_size(array_dtype(o.dtypes(), t.states, a));
+    };
+    const auto read = [&](ArrayRef a) {
+      const std::size_t bytes = staged(a);
+      return bytes == 0 ? HostLeaseSize{} : host.acquire(bytes, MemCategory::unsharded);
+    };
+    const auto store = [&](ArrayRef a) {
+      if (const std::size_t bytes = staged(a); bytes > 0) {
+        HostLeaseSize l = host.acquire(bytes, MemCategory::unsharded);
+        host.release(l);
+      }
+    };
+    const std::size_t n = muon_unit_buffer_elements(layout, matrices, o.stage, o.rank, 0, u);
+    HostLeaseSize buffer = n == 0 ? HostLeaseSize{} : host.acquire(n * sizeof(float), MemCategory::unsharded);
+    const ArrayRef grad{ArrayKind::grad}, momentum{ArrayKind::state, 0}, params{ArrayKind::params},
+        master{ArrayKind::master};
+    {
+      HostLeaseSize g = read(grad), m = read(momentum);
+      store(momentum);
+      host.release(m);
+      host.release(g);
+    }
+    const bool mixed = o.dtype != DType::f32;
+    HostLeaseSize p = read(params), w = mixed ? read(master) : HostLeaseSize{};
+    if (mixed) store(master);
+    store(params);
+    host.release(w);
+    host.release(p);
+    host.release(buffer);
   }
 }
 
@@ -290,7 +323,7 @@ void replay_step(const FlatLayout& layout, const EngineConfig& config, int rank,
     reducer.complete();
     unsharder.end_micro_batch();
     store.finish_grad_writes();
-    replay_muon(layout, config, rank, host);
+    replay_muon(layout, config, plan, o, host);
     replay_optimizer(layout, config, plan, o, host);
     if (o.stage == 1 || o.stage == 2) {
       reducer.all_gather_shards([&](UnitId u) { return store.params(u); });

@@ -325,21 +325,24 @@ TEST_CASE("after a stage 1 step with nvme optimizer state the swap pipeline's st
 
 TEST_CASE("with Muon the estimate equals the ledger after a step: its per-unit buffer, owner or not") {
   // layers.*.w (64 x 130) are Muon's: at 2-3 ranks each is whole on its
-  // owner and a part (or nothing) elsewhere; in memory (the replay does not
-  // model Muon's staging of nvme arrays).
+  // owner and a part (or nothing) elsewhere; every tier (nvme arrays are
+  // staged through the host pool by Muon's whole-array reads and writes).
   Communicator& comm = world();
   int checked = 0, shown = 0;
   for (int stage = 0; stage <= 3; ++stage) {
     for (DType dt : {DType::f32, DType::bf16}) {
       for (const OffloadCase& oc : offload_cases(stage)) {
-        if (oc.optimizer == OffloadDevice::nvme) continue;
         EngineConfig c = make_config(stage);
         c.compute_dtype = dt;
         c.optimizer.kind = OptimizerKind::muon;
         c.optimizer.muon.params = {"layers.*.w"};
         c.offload.optimizer.device = oc.optimizer;
         c.offload.param.device = oc.param;
+        c.offload.param.max_in_cpu = oc.max_in_cpu;
+        if (oc.optimizer == OffloadDevice::nvme) c.offload.optimizer.nvme_path = swap_root().string();
+        if (oc.param == OffloadDevice::nvme) c.offload.param.nvme_path = swap_root().string();
         CAPTURE(stage);
+        CAPTURE(oc.max_in_cpu);
         CAPTURE(dtype_name(dt));
         CAPTURE(offload_device_name(oc.optimizer));
         CAPTURE(offload_device_name(oc.param));
@@ -350,7 +353,7 @@ TEST_CASE("with Muon the estimate equals the ledger after a step: its per-unit b
       }
     }
   }
-  CHECK(checked == 16);
+  CHECK(checked == 2 * (1 + 3 + 3 + 7));
 }
 
 TEST_CASE("with checkpoint.async the estimate holds the staging area of async saves, byte for byte") {
