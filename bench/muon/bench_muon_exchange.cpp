@@ -1,15 +1,20 @@
-// bench_muon_exchange: the two ways to bring a Muon matrix's gradient to its
+// bench_muon_exchange: the ways to bring a Muon matrix's gradient to its
 // owner rank, measured side by side in one run (bench/muon/README.md):
 //   gather: what MuonStep does ([Note: Muon on shards]): the unit's
 //     gradient is reduce-scattered as at any ZeRO stage (MPI_Reduce_scatter_
-//     block over the unit's flat buffer), then each matrix's parts go to its
-//     owner (point-to-point), and the update comes back the same way;
-//   reduce: each matrix's gradient is reduced straight to its owner
-//     (MPI_Reduce, root = owner), and the update goes back the same way.
+//     block over the unit's flat buffer), the momentum is updated on each
+//     shard, each matrix's parts go to its owner (point-to-point), and the
+//     update comes back the same way;
+//   reduce, momentum sharded: each matrix's gradient is reduced straight to
+//     its owner (MPI_Reduce, root = owner); the momentum, kept in the
+//     sharded optimizer state as ZeRO keeps it, goes to the owner and back
+//     with the update;
+//   reduce, momentum on the owner: the reduce, and the update back; the
+//     owner holds the whole matrix's momentum (state not sharded 1/N).
 // The matrices are the GPT example's (--layers, --dim: c_attn 3D x D,
 // c_proj D x D, c_fc 4D x D, mlp c_proj D x 4D per layer, one unit per
-// layer), owners by assign_muon_owners. Each iteration runs both after an
-// MPI_Barrier, their order alternating; a time is the maximum over ranks,
+// layer), owners by assign_muon_owners. Each iteration runs all three after
+// an MPI_Barrier, their order rotating; a time is the maximum over ranks,
 // the row the median over --iters. Bytes are those this rank sends, the
 // reduce's as Rabenseifner's reduce-scatter + gather moves them ((N - 1) /
 // N of each matrix), the MPI library's choice aside. Inputs are small
@@ -81,7 +86,7 @@ int run(int layers, int dim, int iters, int warmup) {
   }
   const auto N = static_cast<std::size_t>(n), me = static_cast<std::size_t>(rank);
   // Bytes this rank sends per step, both ways (gradient in, update out).
-  double gather_bytes = 0, reduce_bytes = 0;
+  double gather_bytes = 0, reduce_bytes = 0, sharded_bytes = 0;
   for (const Unit& u : units) {
     gather_bytes += 4.0 * static_cast<double>(u.shard * (N - 1));  // reduce-scatter
     for (const Matrix& m : u.matrices) {
@@ -89,11 +94,14 @@ int run(int layers, int dim, int iters, int warmup) {
       const std::size_t hi = std::clamp(m.offset + m.numel(), me * u.shard, (me + 1) * u.shard);
       const double mine = 4.0 * static_cast<double>(hi - lo), all = 4.0 * static_cast<double>(m.numel());
       const double out = m.owner == rank ? all - mine : mine;  // the owner sends the others' parts back
-      gather_bytes += mine * (m.owner == rank ? 0 : 1) + out;
+      const double in = mine * (m.owner == rank ? 0 : 1);
+      gather_bytes += in + out;
       reduce_bytes += all * static_cast<double>(N - 1) / static_cast<double>(N) + out;
+      sharded_bytes += all * static_cast<double>(N - 1) / static_cast<double>(N) + in + 2 * out;
     }
   }
   std::vector<std::vector<float>> grads(units.size()), full(units.size()), shards(units.size());
+  std::vector<std::vector<float>> momentum(units.size()), momentum_full(units.size());
   long wrong = 0;
   auto fill = [&] {
     for (std::size_t u = 0; u < units.size(); ++u) {
@@ -101,6 +109,8 @@ int run(int layers, int dim, int iters, int warmup) {
       for (std::size_t i = 0; i < units[u].numel; ++i) grads[u][i] = input(rank, u, i);
       full[u].assign(units[u].numel, 0.0f);
       shards[u].assign(units[u].shard, 0.0f);
+      momentum[u].assign(units[u].shard, 1.0f);
+      momentum_full[u].assign(units[u].numel, 0.0f);
     }
   };
   // The owner's matrices equal the sum over ranks.
@@ -116,8 +126,11 @@ int run(int layers, int dim, int iters, int warmup) {
     }
   };
   // Each matrix part between `rank` and the owner; to_owner: in, else out.
-  auto exchange = [&](std::size_t u, bool to_owner, bool parts_in_shard) {
+  // `whole` is the owner's matrix buffer (the unit's flat layout), `part`
+  // this rank's shard window, or null: its parts are in `whole` too.
+  auto exchange = [&](std::size_t u, bool to_owner, float* whole, float* part) {
     const Unit& unit = units[u];
+    const bool parts_in_shard = part != nullptr;
     std::vector<MPI_Request> reqs;
     for (const Matrix& m : unit.matrices) {
       for (std::size_t r = 0; r < N; ++r) {
@@ -127,14 +140,14 @@ int run(int layers, int dim, int iters, int warmup) {
         const int count = static_cast<int>(hi - lo);
         MPI_Request q;
         if (m.owner == rank) {
-          float* at = full[u].data() + lo;
+          float* at = whole + lo;
           if (to_owner) {
             MPI_Irecv(at, count, MPI_FLOAT, static_cast<int>(r), 0, MPI_COMM_WORLD, &q);
           } else {
             MPI_Isend(at, count, MPI_FLOAT, static_cast<int>(r), 0, MPI_COMM_WORLD, &q);
           }
         } else if (r == me) {
-          float* at = parts_in_shard ? shards[u].data() + (lo - me * unit.shard) : full[u].data() + lo;
+          float* at = parts_in_shard ? part + (lo - me * unit.shard) : whole + lo;
           if (to_owner) {
             MPI_Isend(at, count, MPI_FLOAT, m.owner, 0, MPI_COMM_WORLD, &q);
           } else {
@@ -148,8 +161,7 @@ int run(int layers, int dim, int iters, int warmup) {
       if (m.owner == rank && to_owner && parts_in_shard) {  // its own part
         const std::size_t lo = std::clamp(m.offset, me * unit.shard, (me + 1) * unit.shard);
         const std::size_t hi = std::clamp(m.offset + m.numel(), me * unit.shard, (me + 1) * unit.shard);
-        std::copy(shards[u].begin() + static_cast<std::ptrdiff_t>(lo - me * unit.shard),
-                  shards[u].begin() + static_cast<std::ptrdiff_t>(hi - me * unit.shard), full[u].begin() + static_cast<std::ptrdiff_t>(lo));
+        std::copy(part + (lo - me * unit.shard), part + (hi - me * unit.shard), whole + lo);
       }
     }
     MPI_Waitall(static_cast<int>(reqs.size()), reqs.data(), MPI_STATUSES_IGNORE);
@@ -158,11 +170,11 @@ int run(int layers, int dim, int iters, int warmup) {
     for (std::size_t u = 0; u < units.size(); ++u) {
       MPI_Reduce_scatter_block(grads[u].data(), shards[u].data(), static_cast<int>(units[u].shard), MPI_FLOAT, MPI_SUM,
                                MPI_COMM_WORLD);
-      exchange(u, true, true);
-      exchange(u, false, true);
+      exchange(u, true, full[u].data(), shards[u].data());
+      exchange(u, false, full[u].data(), shards[u].data());
     }
   };
-  auto reduce_path = [&] {
+  auto reduce_path = [&](bool momentum_sharded) {
     for (std::size_t u = 0; u < units.size(); ++u) {
       for (const Matrix& m : units[u].matrices) {
         float* send = grads[u].data() + m.offset;
@@ -170,14 +182,16 @@ int run(int layers, int dim, int iters, int warmup) {
         MPI_Reduce(m.owner == rank ? MPI_IN_PLACE : send, m.owner == rank ? recv : nullptr,
                    static_cast<int>(m.numel()), MPI_FLOAT, MPI_SUM, m.owner, MPI_COMM_WORLD);
       }
-      exchange(u, false, false);
+      if (momentum_sharded) exchange(u, true, momentum_full[u].data(), momentum[u].data());
+      exchange(u, false, full[u].data(), nullptr);
+      if (momentum_sharded) exchange(u, false, momentum_full[u].data(), momentum[u].data());
     }
   };
-  std::vector<double> tg, tr;
+  std::vector<double> tg, tr, ts;
   for (int it = 0; it < warmup + iters; ++it) {
-    for (int pass = 0; pass < 2; ++pass) {
-      const bool gather_first = it % 2 == 0;
-      const bool gather = (pass == 0) == gather_first;
+    for (int pass = 0; pass < 3; ++pass) {
+      const int path = (pass + it) % 3;  // 0 gather, 1 reduce (momentum on the owner), 2 reduce (momentum sharded)
+      const bool gather = path == 0;
       fill();
       if (!gather) {  // MPI_IN_PLACE: the owner's contribution starts in recv
         for (std::size_t u = 0; u < units.size(); ++u) {
@@ -193,26 +207,33 @@ int run(int layers, int dim, int iters, int warmup) {
       if (gather) {
         gather_path();
       } else {
-        reduce_path();
+        reduce_path(path == 2);
       }
       const double t = max_over_ranks(now() - t0);
       if (it == warmup) check();
-      if (it >= warmup) (gather ? tg : tr).push_back(t);
+      if (it >= warmup) (path == 0 ? tg : path == 1 ? tr : ts).push_back(t);
     }
   }
   long wrong_all = 0;
   MPI_Reduce(&wrong, &wrong_all, 1, MPI_LONG, MPI_SUM, 0, MPI_COMM_WORLD);
-  double gb = 0, rb = 0;
+  double gb = 0, rb = 0, sb = 0;
   MPI_Reduce(&gather_bytes, &gb, 1, MPI_DOUBLE, MPI_MAX, 0, MPI_COMM_WORLD);
   MPI_Reduce(&reduce_bytes, &rb, 1, MPI_DOUBLE, MPI_MAX, 0, MPI_COMM_WORLD);
+  MPI_Reduce(&sharded_bytes, &sb, 1, MPI_DOUBLE, MPI_MAX, 0, MPI_COMM_WORLD);
   if (rank == 0) {
     fmt::print("bench_muon_exchange: {} ranks, {}; GPT {} layers x dim {}: {} matrices\n", n,
                bench::mpi_library_name(), layers, dim, shapes.size());
-    fmt::print("{:<34} {:>12} {:>14}\n", "path", "median ms", "MiB sent/rank");
-    fmt::print("{:<34} {:>12.3f} {:>14.3f}\n", "reduce-scatter + gather + scatter", median(tg) * 1e3, gb / (1 << 20));
-    fmt::print("{:<34} {:>12.3f} {:>14.3f}\n", "reduce to owner + scatter", median(tr) * 1e3, rb / (1 << 20));
-    fmt::print("ratio gather/reduce: time {:.3f}, bytes {:.3f}; #wrong {}\n", median(tg) / median(tr), gb / rb,
-               wrong_all);
+    fmt::print("{:<52} {:>10} {:>14}\n", "path", "median ms", "MiB sent/rank");
+    fmt::print("{:<52} {:>10.3f} {:>14.3f}\n", "gather: reduce-scatter + gather + scatter", median(tg) * 1e3,
+               gb / (1 << 20));
+    fmt::print("{:<52} {:>10.3f} {:>14.3f}\n", "reduce, momentum sharded: + momentum in and out", median(ts) * 1e3,
+               sb / (1 << 20));
+    fmt::print("{:<52} {:>10.3f} {:>14.3f}\n", "reduce, momentum on the owner: reduce + scatter", median(tr) * 1e3,
+               rb / (1 << 20));
+    fmt::print("momentum sharded (ZeRO's layout): gather / reduce time {:.3f}, bytes {:.3f}\n", median(tg) / median(ts),
+               gb / sb);
+    fmt::print("momentum on the owner: gather / reduce time {:.3f}, bytes {:.3f}; #wrong {}\n", median(tg) / median(tr),
+               gb / rb, wrong_all);
   }
   return wrong_all == 0 ? 0 : 1;
 }
@@ -221,7 +242,7 @@ int run(int layers, int dim, int iters, int warmup) {
 
 int main(int argc, char** argv) {
   int layers = 4, dim = 128, iters = 20, warmup = 3;
-  CLI::App app{"bench_muon_exchange: gather to the owner after the reduce-scatter vs reduce straight to it"};
+  CLI::App app{"bench_muon_exchange: gather to the owner after the reduce-scatter vs reduce straight to it (momentum sharded or on the owner)"};
   app.add_option("--layers", layers, "GPT layers (one unit each)")->check(CLI::PositiveNumber);
   app.add_option("--dim", dim, "GPT width")->check(CLI::PositiveNumber);
   app.add_option("--iters", iters, "timed iterations")->check(CLI::PositiveNumber);

@@ -24,7 +24,8 @@
 // gather moves (N - 1) / N of each matrix to its owner and the scatter as
 // much back: per step, 2 (N - 1) / N x 4 bytes per Muon element over the
 // data-parallel group, the volume of one all-gather and one
-// reduce-scatter. Steps 1 and 5 read and write whole arrays through
+// reduce-scatter; a reduce straight to the owner would also move the
+// sharded momentum there and back, 1.33x the bytes (bench/muon). Steps 1 and 5 read and write whole arrays through
 // ArrayStore::read / store, so every tier works, and run inside the
 // engine's storage phase (agreed errors with nvme); steps 2-4 move only
 // memory. Temporaries (the window's updates in fp32, the owner's full
