@@ -77,7 +77,9 @@ void check_device_config(const EngineConfig& config, Communicator& nccl, Communi
 // The CUDA kernels (kernels/cuda) implement Adam, AdamW and SGD; Lion and
 // Adagrad have CPU kernels only, so they run on a cuda engine only where the
 // update runs on the host: with offload_optimizer cpu or nvme. The same
-// holds for 8-bit optimizer states (kernels/cpu/adam/adam8bit.h).
+// holds for 8-bit optimizer states (kernels/cpu/adam/adam8bit.h). Muon's
+// matrices run on the host at any tier (MuonStep stages device arrays
+// through ArrayStore::read / store); its AdamW on the device's kernels.
 void check_cuda_optimizer(const EngineConfig& config) {
   const OptimizerKind k = config.optimizer.kind;
   if (config.optimizer.states.dtype != StateDtype::fp32 && config.offload.optimizer.device == OffloadDevice::none) {
@@ -86,12 +88,6 @@ void check_cuda_optimizer(const EngineConfig& config) {
         "set zero_optimization.offload_optimizer.device to \"cpu\" or \"nvme\" (the update then runs on the "
         "host's CPU kernels), or use fp32 states",
         config.source, optimizer_type_name(config.optimizer), state_dtype_name(config.optimizer.states.dtype)));
-  }
-  if (k == OptimizerKind::muon) {
-    throw ConfigError(fmt::format(
-        "{}: optimizer.type Muon on the cuda compute device: not available in this build (Muon's Newton-Schulz "
-        "runs on the host's OpenBLAS, kernels/cpu/muon); use the cpu engine",
-        config.source));
   }
   if ((k == OptimizerKind::lion || k == OptimizerKind::adagrad) &&
       config.offload.optimizer.device == OffloadDevice::none) {

@@ -31,7 +31,8 @@ struct ShardOptimizer::UpdateView {
 // device memory (the gradients at stage 1, the parameters unless
 // offload_param moved them) are staged through host buffers (page-locked
 // with pin_memory): gradients, and fp32 parameters (which the update
-// changes in place), are downloaded first; the updated parameters are
+// changes in place; in mixed precision those of units with Muon matrices,
+// which this update skips), are downloaded first; the updated parameters are
 // uploaded after. In memory, every unit's downloads are enqueued before the
 // first update, and each upload right after its unit's update, so the copies
 // run while the CPU updates other units. The staging holds the gradient and
@@ -108,18 +109,27 @@ void ShardOptimizer::finalize() {
   // A per-group list in the schedule must match the groups: fail now, not at step 1.
   for (GroupId g = 0; g < static_cast<GroupId>(groups_.size()); ++g) lr_at(g, 0);
   segments_.assign(layout_.units().size(), {});
+  leaves_muon_.assign(layout_.units().size(), false);
   for (std::size_t i = 0; i < segments_.size(); ++i) {
     std::vector<ShardSegment>& segs = segments_[i];
     if (o_.stage == 0) {
       for (ParamId id : layout_.units()[i].params) {
         const ParamInfo& p = layout_.param(id);
-        if (p.numel == 0 || group(p.group).muon) continue;
+        if (p.numel == 0) continue;
+        if (group(p.group).muon) {
+          leaves_muon_[i] = true;
+          continue;
+        }
         segs.push_back(ShardSegment{.shard_offset = p.offset, .flat_offset = p.offset, .length = p.numel,
                                     .param = id, .group = p.group});
       }
     } else {
       for (const ShardSegment& seg : layout_.segments(static_cast<UnitId>(i), o_.rank)) {
-        if (!group(seg.group).muon) segs.push_back(seg);
+        if (group(seg.group).muon) {
+          leaves_muon_[i] = true;
+        } else {
+          segs.push_back(seg);
+        }
       }
     }
   }
@@ -245,9 +255,13 @@ ShardOptimizer::StagingView ShardOptimizer::start_staging(ArrayStore& store, Uni
     st.params = pool.acquire(n * e, MemCategory::unsharded);
     st.device_params = v.params;
     st.param_bytes = n * e;
-    if (mixed()) {
-      std::memset(st.params.data(), 0, n * e);  // padding between segments goes back as the zeros it was
+    if (mixed() && !leaves_muon_[static_cast<std::size_t>(u)]) {
+      // Every element but the padding is written by the update; the
+      // padding between segments goes back as the zeros it was.
+      std::memset(st.params.data(), 0, n * e);
     } else {
+      // fp32: updated in place. Muon's elements (MuonStep wrote them
+      // before) must go back as they are.
       ops_.download_async(st.params.data(), v.params, n * e);
     }
     st.view.params = st.params.data();

@@ -152,6 +152,7 @@ class ShardOptimizer {
   OptimizerHyper update_hyper_;  // what DeviceOps::update runs: element_wise_hyper(o_.hyper)
   std::vector<ParamGroup> groups_;
   std::vector<std::vector<ShardSegment>> segments_;  // per unit, made by finalize()
+  std::vector<bool> leaves_muon_;  // per unit: some of its segments are Muon's (MuonStep updates them)
   Tracer* tracer_ = nullptr;
 };
 

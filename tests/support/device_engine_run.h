@@ -127,7 +127,7 @@ struct DeviceCase {
 };
 
 /// Stages 0-3 x {fp32 AdamW, bf16 AdamW, fp16 Adam, fp32 SGD with
-/// momentum} x accumulation {1, 2} x {small buckets with overlap, one
+/// momentum, bf16 Muon (on the 3 x 5 matrix)} x accumulation {1, 2} x {small buckets with overlap, one
 /// bucket without}, plus offload at stages 1-3: offload_optimizer cpu and
 /// nvme, and at stage 3 with offload_param cpu and nvme (nvme files under
 /// `swap_root`); `pin_memory` sets offload_*.pin_memory in those (page-locked
@@ -139,7 +139,8 @@ inline std::vector<DeviceCase> device_cases(const std::filesystem::path& swap_ro
   };
   std::vector<DeviceCase> out;
   for (const Precision prec : {Precision{DType::f32, OptimizerKind::adamw}, Precision{DType::bf16, OptimizerKind::adamw},
-                               Precision{DType::f16, OptimizerKind::adam}, Precision{DType::f32, OptimizerKind::sgd}}) {
+                               Precision{DType::f16, OptimizerKind::adam}, Precision{DType::f32, OptimizerKind::sgd},
+                               Precision{DType::bf16, OptimizerKind::muon}}) {
     EngineConfig base;
     base.compute_dtype = prec.dtype;
     base.loss_scale.initial_scale_power = 8;  // no fp16 overflow: every step applies
@@ -147,6 +148,7 @@ inline std::vector<DeviceCase> device_cases(const std::filesystem::path& swap_ro
     base.optimizer.lr = 0.05f;
     base.optimizer.weight_decay = 0.01f;
     base.optimizer.momentum = prec.kind == OptimizerKind::sgd ? 0.9f : 0.0f;
+    base.optimizer.muon.params = {"p5"};  // the 3 x 5 matrix; the rest AdamW (Muon's staging through the host)
     const std::string p = fmt::format("{} {}", dtype_name(prec.dtype), optimizer_name(prec.kind));
     for (int stage = 0; stage <= 3; ++stage) {
       for (const int accumulation : {1, 2}) {
