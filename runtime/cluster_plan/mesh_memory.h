@@ -1,0 +1,56 @@
+// The memory one accelerator of a mesh plan (runtime/cluster_plan/
+// mesh_plan.h) needs, and its node's host memory.
+//
+// [Note: mesh memory]
+// Model states come from the byte-exact estimator (runtime/plan/
+// memory_estimate.h): for each pipeline stage, the ModelDescription one rank
+// of the tp x pp mesh holds (TransformerShape::rank_model) laid out over
+// the dp ranks with the plan's ZeRO stage, offload tiers, bf16 compute,
+// fp32 master weights and AdamW states, estimated for the first and the
+// last dp rank (the last ones hold the padding); the device tier's peak
+// during a training step (resident arrays plus gathered units, buckets and
+// staging). At tp = pp = 1 this is the estimator's figure exactly. Then
+// activations (TransformerShape::layer_activation_bytes, sequence
+// parallelism with tp > 1): 1F1B keeps min(p - r, m) micro-batches in
+// flight on stage r, each for its L / p layers; the first stage also keeps
+// the embedding's output (2 s b h / tp per micro-batch), the last the fp32
+// logits of one micro-batch. The stage with the most device bytes is the
+// plan's. Host memory per node is the host tier's peak times the node's
+// accelerators. PlanConstants::device_overhead_bytes is added on the
+// device. The estimator models the cpu engine's buffers; a GPU engine's
+// NCCL buckets and pinned staging may differ by a bucket.
+#pragma once
+
+#include <string>
+
+#include "runtime/cluster_plan/cluster_description.h"
+#include "runtime/cluster_plan/mesh_plan.h"
+#include "runtime/cluster_plan/transformer_shape.h"
+#include "runtime/config/config.h"
+
+namespace zeroshard {
+
+/// The bytes of one plan. Plain value.
+struct MeshMemory {
+  double model_states = 0;   ///< device bytes of model states at the step's peak, on the plan's worst stage
+  double activations = 0;    ///< device bytes of activations on that stage
+  double overhead = 0;       ///< PlanConstants::device_overhead_bytes
+  double host_per_node = 0;  ///< host tier bytes of a node's accelerators at the step's peak
+  int worst_stage = 0;       ///< the pipeline stage these are of
+  /// Device bytes in all.
+  double device() const { return model_states + activations + overhead; }
+};
+
+/// The EngineConfig a rank of `plan` runs with (the estimator's input):
+/// ZeRO stage, compute dtype, AdamW, offload tiers (nvme paths are
+/// placeholders; nothing is written), micro-batch and accumulation, and
+/// offload_param.buffer_size large enough for `largest_unit` elements.
+EngineConfig mesh_engine_config(const MeshPlan& plan, std::int64_t largest_unit);
+
+/// See [Note: mesh memory]. Throws ConfigError (naming `source`) where
+/// the model does not divide over the plan's tp or pp, and what
+/// estimate_memory throws for a configuration EngineConfig refuses.
+MeshMemory mesh_memory(const TransformerShape& model, const MeshPlan& plan, const ClusterDescription& cluster,
+                       const PlanConstants& constants, const std::string& source);
+
+}  // namespace zeroshard
