@@ -1,7 +1,13 @@
 // The predicted time of one optimizer step of a mesh plan (runtime/
 // cluster_plan/mesh_plan.h) on a described cluster, and what it gives:
 // tokens per second and model FLOPs utilization.
-//
+
+#pragma once
+
+#include "runtime/cluster_plan/cluster_description.h"
+#include "runtime/cluster_plan/mesh_plan.h"
+#include "runtime/cluster_plan/transformer_shape.h"
+
 // [Note: mesh step time]
 // Ranks are ordered tp fastest, then dp, then pp (Megatron-LM's order), tp
 // inside a node: a dp group has gcd(dp, accelerators_per_node / tp) ranks
@@ -36,11 +42,6 @@
 //     parameters cross the host link (or NVMe) twice a micro-batch.
 // Link times use collective_time.h at PlanConstants::link_efficiency of
 // the described bandwidth.
-#pragma once
-
-#include "runtime/cluster_plan/cluster_description.h"
-#include "runtime/cluster_plan/mesh_plan.h"
-#include "runtime/cluster_plan/transformer_shape.h"
 
 namespace zeroshard {
 
