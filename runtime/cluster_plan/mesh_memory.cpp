@@ -32,7 +32,7 @@ EngineConfig mesh_engine_config(const MeshPlan& plan, std::int64_t largest_unit)
 }
 
 MeshMemory mesh_memory(const TransformerShape& model, const MeshPlan& plan, const ClusterDescription& cluster,
-                       const PlanConstants& constants, const std::string& source) {
+                       const PlanConstants& constants, const std::string& source, MeshMemoryCache* cache) {
   const TransformerShape t = model.resolved();
   const int p = plan.pp;
   // Stages of different shape: the first, one in the middle (the most
@@ -46,24 +46,34 @@ MeshMemory mesh_memory(const TransformerShape& model, const MeshPlan& plan, cons
                                                 plan.flash_attention);
   const double per_stage_layers = static_cast<double>(t.layers / p);
   for (int r : stages) {
-    const ModelDescription rank = t.rank_model(plan.tp, p, r, source);
-    std::int64_t largest = 0;
-    for (const UnitDescription& u : rank.units) {
-      std::int64_t n = 0;
-      for (const ParamDescription& q : u.params) {
-        std::int64_t e = 1;
-        for (std::int64_t d : q.shape) e *= d;
-        n += e;
+    const auto estimate = [&] {
+      const ModelDescription rank = t.rank_model(plan.tp, p, r, source);
+      std::int64_t largest = 0;
+      for (const UnitDescription& u : rank.units) {
+        std::int64_t n = 0;
+        for (const ParamDescription& q : u.params) {
+          std::int64_t e = 1;
+          for (std::int64_t d : q.shape) e *= d;
+          n += e;
+        }
+        largest = std::max(largest, n);
       }
-      largest = std::max(largest, n);
-    }
-    const EngineConfig config = mesh_engine_config(plan, largest);
-    double device = 0, host = 0;
-    for (int dp_rank : {0, plan.dp - 1}) {
-      const MemoryEstimate e = estimate_memory(rank, config, plan.dp, dp_rank);
-      device = std::max(device, static_cast<double>(e.after_step.peak_total(MemTier::device)));
-      host = std::max(host, static_cast<double>(e.after_step.peak_total(MemTier::host)));
-    }
+      const EngineConfig config = mesh_engine_config(plan, largest);
+      StageModelStates out;
+      for (int dp_rank : {0, plan.dp - 1}) {
+        const MemoryEstimate e = estimate_memory(rank, config, plan.dp, dp_rank);
+        out.device = std::max(out.device, static_cast<double>(e.after_step.peak_total(MemTier::device)));
+        out.host = std::max(out.host, static_cast<double>(e.after_step.peak_total(MemTier::host)));
+      }
+      return out;
+    };
+    // Middle stages have the same shape (their units differ in names only).
+    const std::string key = fmt::format("{} {} {} {} {} {} {} {} {} {}", plan.tp, p, r == 0, r == p - 1, plan.dp,
+                                        plan.stage, static_cast<int>(plan.offload_optimizer),
+                                        static_cast<int>(plan.offload_param), plan.micro_batches > 1,
+                                        static_cast<int>(plan.dtype));
+    const StageModelStates states = cache != nullptr ? cache->get(key, estimate) : estimate();
+    const double device = states.device, host = states.host;
     const double in_flight = p == 1 ? 1.0 : static_cast<double>(std::min<std::int64_t>(p - r, plan.micro_batches));
     const double sbh = static_cast<double>(t.seq) * static_cast<double>(plan.micro_batch) * static_cast<double>(t.hidden);
     double activations = in_flight * per_stage_layers * layer;

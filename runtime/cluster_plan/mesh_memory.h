@@ -21,6 +21,7 @@
 // NCCL buckets and pinned staging may differ by a bucket.
 #pragma once
 
+#include <map>
 #include <string>
 
 #include "runtime/cluster_plan/cluster_description.h"
@@ -47,10 +48,36 @@ struct MeshMemory {
 /// offload_param.buffer_size large enough for `largest_unit` elements.
 EngineConfig mesh_engine_config(const MeshPlan& plan, std::int64_t largest_unit);
 
-/// See [Note: mesh memory]. Throws ConfigError (naming `source`) where
-/// the model does not divide over the plan's tp or pp, and what
-/// estimate_memory throws for a configuration EngineConfig refuses.
+/// The estimator's figures for one pipeline stage's rank: device and host
+/// tier peaks during a step, bytes. Plain value.
+struct StageModelStates {
+  double device = 0;
+  double host = 0;
+};
+
+/// Memoizes model states by (tp, pp, stage shape, ZeRO stage, offload
+/// tiers, accumulation or not): they do not depend on the micro-batch or
+/// the recomputation. Not thread safe.
+class MeshMemoryCache {
+ public:
+  /// The cached figures for `key`, computed by `compute` the first time.
+  template <class F>
+  const StageModelStates& get(const std::string& key, F&& compute) {
+    auto it = entries_.find(key);
+    if (it == entries_.end()) it = entries_.emplace(key, compute()).first;
+    return it->second;
+  }
+
+ private:
+  std::map<std::string, StageModelStates> entries_;
+};
+
+/// See [Note: mesh memory]. `cache` (may be null) memoizes the
+/// estimator's figures across calls with the same model and cluster.
+/// Throws ConfigError (naming `source`) where the model does not divide
+/// over the plan's tp or pp, and what estimate_memory throws for a
+/// configuration EngineConfig refuses.
 MeshMemory mesh_memory(const TransformerShape& model, const MeshPlan& plan, const ClusterDescription& cluster,
-                       const PlanConstants& constants, const std::string& source);
+                       const PlanConstants& constants, const std::string& source, MeshMemoryCache* cache = nullptr);
 
 }  // namespace zeroshard

@@ -4,7 +4,12 @@
 # do not fit (device 72 MiB, no host memory), ranked with that
 # calibration, whose written ds_config has the chosen stage and keeps the
 # base config's keys; a budget nothing fits (exit 2, naming the smallest
-# footprint); a size with an unknown unit (an error naming the option).
+# footprint); a size with an unknown unit (an error naming the option);
+# the cluster plan: Llama-3-8B on 64 H100 (a ranked table, why the first
+# wins, the time to train), a model whose layer no plan fits on 16 PCIe
+# A100s (exit 2,
+# the closest rejected with the tier), a misspelt transformer key and a
+# missing global batch (errors naming them).
 # Usage: zs_plan_cli.sh ZS_PLAN CONFIG_DIR
 set -euo pipefail
 zs_plan="$1" configs="$2"
@@ -44,4 +49,32 @@ echo "zs_plan_cli: ok: $(tail -n 1 "$work/none.out" | cut -c1-120)"
 rc=0
 "${plan[@]}" --budget-device 12XB >"$work/bad.out" 2>&1 || rc=$?
 [ "$rc" != 0 ] && grep -q "budget-device" "$work/bad.out" || fail "a bad size: exit status $rc, $(cat "$work/bad.out")"
+
+clusters="$configs/../clusters"
+llama=kind=llama,layers=32,hidden=4096,heads=32,kv_heads=8,seq=8192,vocab=128256,ffn=14336
+"$zs_plan" --cluster "$clusters/h100x64.json" --transformer "$llama" --global-batch 512 --tokens 1e12 \
+  >"$work/cluster.out" 2>&1 || { cat "$work/cluster.out" >&2; fail "cluster plan"; }
+grep -q "8.030B parameters" "$work/cluster.out" || fail "cluster plan: no parameter count: $(head -n 2 "$work/cluster.out")"
+grep -qE "^ +[0-9]+ plans fit|^[0-9]+ plans fit" "$work/cluster.out" || fail "cluster plan: no count of fits"
+grep -qE "^ +1 +[0-9]+ +[0-9]+ +[0-9]+ " "$work/cluster.out" || fail "cluster plan: no first row: $(cat "$work/cluster.out")"
+grep -q "^why #1: its step of" "$work/cluster.out" || fail "cluster plan: no why"
+grep -q "to train" "$work/cluster.out" || fail "cluster plan: no time to train"
+echo "zs_plan_cli: ok: $(grep -m1 -E '^ +1 ' "$work/cluster.out" | cut -c1-120)"
+
+rc=0
+"$zs_plan" --cluster "$clusters/a100-pcie-x16.json" --global-batch 64 \
+  --transformer layers=2,hidden=262144,heads=256,seq=2048,vocab=51200 >"$work/toobig.out" 2>&1 || rc=$?
+[ "$rc" = 2 ] || fail "cluster plan, nothing fits: exit status $rc (want 2): $(cat "$work/toobig.out")"
+grep -q "^nothing fits" "$work/toobig.out" && grep -q "device needs" "$work/toobig.out" ||
+  fail "cluster plan, nothing fits: $(cat "$work/toobig.out")"
+
+rc=0
+"$zs_plan" --cluster "$clusters/h100x64.json" --global-batch 8 --transformer layers=2,hiden=3 >"$work/badkey.out" 2>&1 ||
+  rc=$?
+[ "$rc" = 1 ] && grep -q 'unknown transformer key "hiden"' "$work/badkey.out" ||
+  fail "a misspelt transformer key: exit status $rc, $(cat "$work/badkey.out")"
+rc=0
+"$zs_plan" --cluster "$clusters/h100x64.json" --transformer "$llama" >"$work/nobatch.out" 2>&1 || rc=$?
+[ "$rc" = 1 ] && grep -q "needs --global-batch" "$work/nobatch.out" ||
+  fail "no global batch: exit status $rc, $(cat "$work/nobatch.out")"
 echo "zs_plan_cli: all passed"

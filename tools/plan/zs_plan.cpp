@@ -1,4 +1,4 @@
-// zs_plan: will it fit, and how fast? Three modes.
+// zs_plan: will it fit, and how fast? Four modes.
 //
 // The estimate (default): prints, for one rank, the bytes the Engine's
 // memory ledger holds after finalize() per category and tier (the estimate
@@ -31,6 +31,17 @@
 // In the estimate mode --ranks-per-node adds the bytes a step moves
 // between hosts.
 //
+// The cluster plan (--cluster given): a transformer laid over a GPU cluster
+// described in JSON (runtime/cluster_plan/cluster_description.h;
+// tools/plan/clusters has real ones), every dp x tp x pp mesh, ZeRO stage,
+// offload, micro-batch and recomputation ([Note: mesh search] in
+// runtime/cluster_plan/mesh_search.h), the ones that fit ranked by tokens a
+// second, with the time (and, with a price, the cost) to train --tokens:
+//   zs_plan --cluster tools/plan/clusters/h100x64.json
+//       --transformer kind=llama,layers=32,hidden=4096,heads=32,kv_heads=8,seq=8192,vocab=128256,ffn=14336
+//       --global-batch 512 --tokens 1e12
+// --transformer takes key=value pairs or a JSON file of the same keys.
+//
 // --model reads a JSON description or a safetensors header
 // (runtime/plan/model_description.h); --params/--units generates P parameter
 // elements in U equal units. Without --config: the default EngineConfig
@@ -55,6 +66,7 @@
 #include "runtime/config/config_diagnostics.h"
 #include "runtime/plan/model_description.h"
 #include "runtime/plan/planner.h"
+#include "tools/plan/cluster_report.h"
 
 namespace {
 
@@ -79,10 +91,28 @@ int calibrate_mode(const std::string& out_path, const std::string& nvme_path) {
   return 0;
 }
 
+int cluster_mode(const std::string& cluster_path, const std::string& transformer,
+                 std::optional<std::int64_t> global_batch, const std::vector<std::int64_t>& micro_batches,
+                 std::optional<double> tokens, int top) {
+  MeshSearchRequest r;
+  r.cluster = ClusterDescription::from_file(cluster_path);
+  r.model = transformer.find('=') == std::string::npos
+                ? TransformerShape::from_json(read_text_file(transformer), transformer)
+                : TransformerShape::parse(transformer, "--transformer");
+  if (!global_batch) throw ConfigError("--cluster needs --global-batch (sequences per optimizer step)");
+  r.global_batch = *global_batch;
+  if (!micro_batches.empty()) r.micro_batches = micro_batches;
+  r.source = cluster_path;
+  const MeshSearchResult res = search_mesh_plans(r);
+  fmt::print("{}", tools::cluster_plan_text(r, res, tokens, top));
+  return res.fits.empty() ? 2 : 0;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
-  CLI::App app{"zs_plan: the memory an Engine's ledger holds per rank, a plan for a budget, a calibration"};
+  CLI::App app{"zs_plan: the memory an Engine's ledger holds per rank, a plan for a budget, a calibration, a plan "
+               "for a GPU cluster"};
   std::string model_path, config_path, calibrate_path, calibration_path, nvme_path, write_path;
   double params = 0, loop_ms = 0;
   int units = 0, world = 1;
@@ -91,7 +121,9 @@ int main(int argc, char** argv) {
   std::vector<std::int64_t> micro_batches;
   std::optional<std::int64_t> global_batch;
   int ranks_per_node = 0;
-  std::string link_rate;
+  std::string link_rate, cluster_path, transformer;
+  std::optional<double> tokens;
+  int top = 10;
   auto* model_opt = app.add_option("--model", model_path, "model description: JSON or .safetensors")
                         ->check(CLI::ExistingFile);
   auto* params_opt = app.add_option("--params", params, "generated model: parameter elements (e.g. 1.5e9)")
@@ -128,9 +160,21 @@ int main(int argc, char** argv) {
                  "plan: each host's link, as tc writes rates (100mbit, 1gbit, 10gbit): the time of the bytes "
                  "between hosts (needs --calibration and --ranks-per-node)");
   calibrate_opt->excludes(dev_opt)->excludes(host_opt)->excludes(nvme_opt);
+  auto* cluster_opt = app.add_option("--cluster", cluster_path, "cluster plan: a GPU cluster description (JSON)")
+                          ->check(CLI::ExistingFile);
+  auto* transformer_opt =
+      app.add_option("--transformer", transformer, "cluster plan: the model, key=value,... or a JSON file");
+  auto* tokens_opt = app.add_option("--tokens", tokens, "cluster plan: tokens to train (time and cost to train)")
+                         ->check(CLI::PositiveNumber);
+  auto* top_opt = app.add_option("--top", top, "cluster plan: plans to list (default 10)")->check(CLI::PositiveNumber);
+  cluster_opt->needs(transformer_opt)->excludes(model_opt)->excludes(params_opt)->excludes(calibrate_opt);
+  transformer_opt->needs(cluster_opt);
+  tokens_opt->needs(cluster_opt);
+  top_opt->needs(cluster_opt);
   CLI11_PARSE(app, argc, argv);
   try {
     if (!calibrate_path.empty()) return calibrate_mode(calibrate_path, nvme_path);
+    if (!cluster_path.empty()) return cluster_mode(cluster_path, transformer, global_batch, micro_batches, tokens, top);
     if (model_path.empty() && params_opt->count() == 0) {
       throw ConfigError("give --model FILE or --params P --units U");
     }
