@@ -42,4 +42,29 @@ void check_muon_shape(const std::string& source, const std::string& name, const 
       source, name, fmt::join(shape, ", "), why));
 }
 
+std::vector<std::string> unmatched_muon_patterns(const std::vector<std::string>& patterns,
+                                                 const std::vector<std::string>& muon_names,
+                                                 const std::vector<std::pair<std::string, std::string>>& others) {
+  std::vector<std::string> out;
+  for (const std::string& p : patterns) {
+    bool matched = false;
+    for (const std::string& n : muon_names) matched = matched || fnmatch(p.c_str(), n.c_str(), 0) == 0;
+    if (matched) continue;
+    std::vector<std::string> elsewhere;
+    std::size_t count = 0;
+    for (const auto& [name, group] : others) {
+      if (fnmatch(p.c_str(), name.c_str(), 0) != 0) continue;
+      if (++count <= 3) elsewhere.push_back(fmt::format("\"{}\" of group \"{}\"", name, group));
+    }
+    std::string line = fmt::format("pattern \"{}\" matches no parameter of the default group", p);
+    if (count > 0) {
+      line += fmt::format(" (it matches {}{}, which keep their group: only default-group parameters, or those "
+                          "declared in group \"muon\", go to Muon)",
+                          fmt::join(elsewhere, ", "), count > 3 ? fmt::format(" and {} more", count - 3) : "");
+    }
+    out.push_back(line);
+  }
+  return out;
+}
+
 }  // namespace zeroshard

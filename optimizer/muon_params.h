@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "optimizer/optimizer.h"
@@ -35,5 +36,14 @@ bool is_muon_parameter(const std::vector<std::string>& patterns, const std::stri
 /// `why`, from `source` (the configuration's name), otherwise.
 void check_muon_shape(const std::string& source, const std::string& name, const std::vector<std::int64_t>& shape,
                       const std::string& why);
+
+/// One line for each of `patterns` that matches none of `muon_names` (the
+/// parameters Muon updates), naming the pattern and up to 3 of `others`
+/// (parameters of other groups: name and group name) it matches, which keep
+/// their group. Empty when every pattern matches a Muon parameter: a typo in
+/// muon_params would otherwise train with AdamW and say nothing. Pure.
+std::vector<std::string> unmatched_muon_patterns(const std::vector<std::string>& patterns,
+                                                 const std::vector<std::string>& muon_names,
+                                                 const std::vector<std::pair<std::string, std::string>>& others);
 
 }  // namespace zeroshard

@@ -104,8 +104,9 @@ std::vector<ConfigKey> make_table() {
            "Muon: the Newton-Schulz iteration's dtype, fp32 or bf16 (fp32 accumulation, as the reference)", false,
            "Muon"),
       impl("optimizer.params.muon_params", T::any, "(required)",
-           "Muon: list of fnmatch patterns of the parameter names Muon updates (2-D matrices); the others train "
-           "with AdamW", false, "Muon"),
+           "Muon: list of fnmatch patterns of the parameter names Muon updates (2-D matrices of the default "
+           "parameter group; other groups keep theirs); the others train with AdamW; a pattern that names no "
+           "such parameter is an error", false, "Muon"),
       impl("optimizer.params.adamw", T::section, "(required)",
            "Muon: the AdamW of the parameters muon_params does not name (embeddings, LM head, biases, norms)", false,
            "Muon"),

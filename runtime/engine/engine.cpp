@@ -238,6 +238,26 @@ std::unique_ptr<EngineParts> allocate_state(EngineState& s, const SwapSharers& s
   return parts;
 }
 
+// optimizer.type Muon: every muon_params pattern names a parameter Muon
+// updates (optimizer/muon_params.h); throws ConfigError otherwise.
+void check_muon_patterns(const EngineState& s) {
+  const OptimizerHyper& h = s.config.optimizer;
+  if (h.kind != OptimizerKind::muon) return;
+  std::vector<std::string> muon;
+  std::vector<std::pair<std::string, std::string>> others;
+  for (const ParamInfo& p : s.layout.params()) {
+    if (p.group == s.optimizer.muon_group()) {
+      muon.push_back(p.name);
+    } else if (p.group != 0) {
+      others.emplace_back(p.name, s.optimizer.group(p.group).name);
+    }
+  }
+  const std::vector<std::string> lines = unmatched_muon_patterns(h.muon.params, muon, others);
+  if (!lines.empty()) {
+    throw ConfigError(fmt::format("{}: optimizer.params.muon_params: {}", s.config.source, fmt::join(lines, "; ")));
+  }
+}
+
 // The tp group's size and each parameter's split dimension, for Muon's
 // whole-matrix gather ([Note: Muon on a tensor-parallel mesh]).
 MuonTensorParallel muon_tensor_parallel(const EngineState& s) {
@@ -278,6 +298,7 @@ void Engine::finalize() {
   // Every rank must have built the same model and configuration ([Note: model fingerprint]) and
   // allocated its state (free space, memory): agreed, so that no rank is left in a collective.
   check_same_model(host, s.config, s.layout, s.optimizer.groups().size());
+  check_muon_patterns(s);  // the same model on every rank (checked above): the same outcome
   s.norm.check_declarations();  // [Note: engine on a mesh]: declared and equal over the tp group
   start_observer(s);            // clock offsets, when the breakdown or the trace is on
   open_monitor(s);              // csv_monitor's files, when it is on

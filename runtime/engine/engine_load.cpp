@@ -123,6 +123,37 @@ std::vector<std::string> model_differences(const Manifest& m, const EngineState&
   return diffs;
 }
 
+// The parameters whose optimizer role differs between the checkpoint and
+// this engine, one line each (at most 4, then a count): a Muon matrix's
+// exp_avg holds Muon's momentum and its exp_avg_sq 0 ([Note: Muon on
+// shards]), so AdamW taking it over would restart from a second moment of
+// 0, and Muon would take AdamW's exp_avg for its momentum. Both manifests'
+// parameters are in the same order (model_differences agreed).
+std::vector<std::string> muon_role_differences(const Manifest& m, const EngineState& s) {
+  const bool saved_muon = m.optimizer.is_object() && m.optimizer.value("type", std::string()) == "Muon";
+  const GroupId mine = s.optimizer.muon_group();  // -1 unless this engine runs Muon
+  std::vector<std::string> out;
+  std::size_t count = 0;
+  for (std::size_t u = 0; u < m.units.size() && u < s.layout.units().size(); ++u) {
+    const std::vector<ParamId>& ids = s.layout.units()[u].params;
+    for (std::size_t k = 0; k < m.units[u].params.size() && k < ids.size(); ++k) {
+      const ManifestParam& p = m.units[u].params[k];
+      const auto g = static_cast<std::size_t>(p.group);
+      const bool was = saved_muon && m.param_groups.is_array() && g < m.param_groups.size() &&
+                       m.param_groups[g].value("name", std::string()) == "muon";
+      const bool is = mine >= 0 && s.layout.param(ids[k]).group == mine;
+      if (was == is) continue;
+      if (++count <= 4) {
+        out.push_back(fmt::format("parameter \"{}\": updated by {} in the checkpoint, by {} here", p.name,
+                                  was ? "Muon" : "AdamW",
+                                  is ? "Muon" : mine >= 0 ? "AdamW" : optimizer_name(s.config.optimizer.kind)));
+      }
+    }
+  }
+  if (count > 4) out.push_back(fmt::format("and {} more", count - 4));
+  return out;
+}
+
 // Reads logical elements [lo, hi) of tensor t of unit u from the old rank
 // files into dst (dst[0] = element lo) as fp32, dequantizing 8-bit states
 // (each old window's codes with its absmax) and widening bf16 states
@@ -396,6 +427,15 @@ json Engine::load_checkpoint(const std::string& mesh_save_dir, const std::string
       throw AgreedConfigError(
           fmt::format("{}/manifest.json holds tensors [{}] but this optimizer ({}) needs [{}]", dir,
                       fmt::join(m.tensors, ", "), optimizer_name(s.config.optimizer.kind), fmt::join(names, ", ")),
+          r);
+    }
+
+    if (const std::vector<std::string> roles = muon_role_differences(m, s); !roles.empty()) {
+      throw AgreedConfigError(
+          fmt::format("{}/manifest.json: optimizer roles differ (a Muon matrix's exp_avg is Muon's momentum and its "
+                      "exp_avg_sq 0; AdamW would restart from a second moment of 0):\n  {}\nload with the "
+                      "checkpoint's optimizer.type and muon_params (its manifest's \"optimizer\" section)",
+                      dir, fmt::join(roles, "\n  ")),
           r);
     }
 

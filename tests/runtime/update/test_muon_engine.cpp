@@ -27,6 +27,7 @@
 #include "optimizer/muon_owners.h"
 #include "runtime/sharding/device_ops.h"
 #include "tests/support/queue_ordered_comm.h"
+#include "tests/support/scratch_files.h"
 #include "tests/support/state_format_model.h"
 #include "tests/support/test_world.h"
 #include "tests/support/thrown.h"
@@ -349,6 +350,56 @@ TEST_CASE("Muon: muon_params moves default-group matrices only; other groups kee
   OptimizerHyper adamw;
   Engine g(config(1, DType::f32, OffloadDevice::none, adamw), world());
   CHECK(g.muon_group() == -1);
+  // A pattern that names nothing Muon updates is an error at finalize(),
+  // with what it matches in other groups (a typo would train with AdamW).
+  OptimizerHyper typo = muon_hyper();
+  typo.muon.params = {"h.*.mat.*", "nothing.*", "h.*.ln"};
+  Engine t(config(1, DType::f32, OffloadDevice::none, typo), world());
+  const GroupId no_decay = t.add_param_group("no_decay", {.lr = 1e-3, .weight_decay = 0.0});
+  const UnitId w = t.add_unit("w");
+  t.add_parameter(w, "h.0.mat.a", {3, 4});
+  t.add_parameter(w, "h.0.ln", {4}, no_decay);
+  const std::string msg = error_message<ConfigError>([&] { t.finalize(); });
+  CHECK(contains(msg, "optimizer.params.muon_params"));
+  CHECK(contains(msg, "pattern \"nothing.*\" matches no parameter of the default group"));
+  CHECK(contains(msg, "pattern \"h.*.ln\" matches no parameter of the default group (it matches \"h.0.ln\" of "
+                      "group \"no_decay\""));
+  CHECK(!contains(msg, "pattern \"h.*.mat.*\""));
+}
+
+TEST_CASE("Muon: a checkpoint loads only where the same parameters are Muon's") {
+  // A Muon matrix's exp_avg_sq is 0 in the checkpoint: AdamW taking it over
+  // would restart from a second moment of 0. Refused on every rank, naming
+  // the parameters, both ways; the same roles load.
+  const fs::path dir = fs::temp_directory_path() / fmt::format("zs-test-muon-roles-{}", world().world_size());
+  remove_dir_on_rank0(world(), dir);
+  {
+    MuonModel m(config(1), world());
+    m.step(1);
+    m.e.save_checkpoint(dir.string(), {});
+  }
+  OptimizerHyper adamw = muon_hyper();
+  adamw.kind = OptimizerKind::adamw;
+  {
+    MuonModel a(config(1, DType::f32, OffloadDevice::none, adamw), world());
+    const std::string msg = error_message<ConfigError>([&] { a.e.load_checkpoint(dir.string()); });
+    CHECK(contains(msg, "optimizer roles differ"));
+    CHECK(contains(msg, "parameter \"h.0.mat.a\": updated by Muon in the checkpoint, by AdamW here"));
+    CHECK(contains(msg, "more"));
+  }
+  {
+    OptimizerHyper narrower = muon_hyper();
+    narrower.muon.params = {"h.1.mat.*"};
+    MuonModel n(config(1, DType::f32, OffloadDevice::none, narrower), world());
+    CHECK(contains(error_message<ConfigError>([&] { n.e.load_checkpoint(dir.string()); }),
+                   "parameter \"h.0.mat.a\": updated by Muon in the checkpoint, by AdamW here"));
+  }
+  {
+    MuonModel same(config(3), world());
+    same.e.load_checkpoint(dir.string());
+    CHECK(same.e.optimizer_steps() == 1);
+  }
+  remove_dir_on_rank0(world(), dir);
 }
 
 TEST_CASE("Muon: exp_avg_sq is kept for AdamW's elements only: the ledger's state bytes") {
