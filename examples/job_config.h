@@ -170,4 +170,23 @@ inline void print_config_notes(const char* program, const EngineConfig& c) {
   std::fflush(stdout);
 }
 
+/// What a program's header line says of the optimizer: "AdamW lr 0.001",
+/// and for Muon "Muon lr 0.02, AdamW lr 0.002 on the other parameters".
+inline std::string optimizer_summary(const EngineConfig& c) {
+  const OptimizerHyper& h = c.optimizer;
+  if (h.kind == OptimizerKind::muon) {
+    return fmt::format("Muon lr {:g}, AdamW lr {:g} on the other parameters", h.muon.lr, h.lr);
+  }
+  return fmt::format("{} lr {:g}", optimizer_type_name(h), h.lr);
+}
+
+/// What a program's header line says of offload: "offload none", or the
+/// tiers of the optimizer and the parameters, "offload optimizer nvme,
+/// param cpu".
+inline std::string offload_summary(const EngineConfig& c) {
+  const OffloadDevice o = c.offload.optimizer.device, p = c.offload.param.device;
+  if (o == OffloadDevice::none && p == OffloadDevice::none) return "offload none";
+  return fmt::format("offload optimizer {}, param {}", offload_device_name(o), offload_device_name(p));
+}
+
 }  // namespace zeroshard::examples

@@ -195,11 +195,10 @@ int run(const Options& o) {
 
   if (rank == 0) {
     fmt::print(
-        "fashion_mnist: {} train / {} test images, layers {}, world size {} ({}), {} {} "
-        "lr {:g}, micro-batch {} x accumulation {} x {} ranks = global batch {}, device {}{}\n",
+        "fashion_mnist: {} train / {} test images, layers {}, world size {} ({}), {} {}, "
+        "micro-batch {} x accumulation {} x {} ranks = global batch {}, device {}{}\n",
         train.size(), test.size(), fmt::join(spec.layer_sizes, "-"), world, comm->backend(),
-        o.compare ? "stages 0-3" : fmt::format("stage {}", config.zero.stage),
-        optimizer_type_name(config.optimizer), config.optimizer.lr,
+        o.compare ? "stages 0-3" : fmt::format("stage {}", config.zero.stage), examples::optimizer_summary(config),
         config.train_micro_batch_size_per_gpu, config.gradient_accumulation_steps, world,
         config.train_micro_batch_size_per_gpu * config.gradient_accumulation_steps * world,
         device_text, world > 1 && device == ComputeDevice::cuda ? " on rank 0" : "");

@@ -222,11 +222,11 @@ int run(const Options& options) {
     fmt::print(
         "gpt: {} files, {} train / {} validation bytes, unigram entropy {:.4f} bits/byte\n"
         "gpt: {} layers, {} heads, width {}, context {}, {} parameters; mesh dp {} x tp {} x pp {} ({} ranks), "
-        "stage {}, {}, offload {}, {} micro-batch(es) of {} x {} tokens per dp rank and step, lr {:g}\n",
+        "stage {}, {}, {}, {} micro-batch(es) of {} x {} tokens per dp rank and step, {}\n",
         corpus.files, corpus.train.size(), corpus.valid.size(), corpus.unigram_bits, o.shape.layers, o.shape.heads,
         o.shape.dim, o.shape.context, gpt.full_parameter_count(), dp, tp, pp, world->world_size(),
-        config.zero.stage, dtype_name(config.compute_dtype), o.offload, m, o.micro_batch, o.seq,
-        config.optimizer.lr);
+        config.zero.stage, dtype_name(config.compute_dtype), examples::offload_summary(config), m, o.micro_batch, o.seq,
+        examples::optimizer_summary(config));
     if (pp > 1) {
       fmt::print("gpt: {} pipeline stages, schedule {}, {} micro-batches: bubble (p - 1) / (m + p - 1) = {:.3f}\n",
                  pp, to_string(schedule), m, static_cast<double>(pp - 1) / (m + pp - 1));
