@@ -106,7 +106,7 @@ ClusterDescription ClusterDescription::from_json(std::string_view text, const st
   const json doc = parse_config_text(std::string(text), source);  // duplicate keys refused
   const ObjectReader top(doc, "", source,
                          {"name", "source", "notes", "nodes", "accelerators_per_node", "accelerator", "intra_node", "inter_node",
-                          "host", "price_per_accelerator_hour"});
+                          "host", "price_per_accelerator_hour", "compute_efficiency"});
   ClusterDescription c;
   c.name = top.text("name");
   if (top.has("notes")) c.notes = top.text("notes");
@@ -143,6 +143,13 @@ ClusterDescription ClusterDescription::from_json(std::string_view text, const st
                                   source));
   }
   if (top.has("price_per_accelerator_hour")) c.price_per_accelerator_hour = top.number("price_per_accelerator_hour", 1.0, false);
+  if (top.has("compute_efficiency")) {
+    c.compute_efficiency = top.number("compute_efficiency", 1.0);
+    if (*c.compute_efficiency > 1) {
+      throw ConfigError(fmt::format("{}: \"compute_efficiency\" must be in (0, 1], got {}", source,
+                                    *c.compute_efficiency));
+    }
+  }
   return c;
 }
 

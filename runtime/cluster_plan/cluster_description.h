@@ -16,11 +16,12 @@
 //    "inter_node": {"kind": "InfiniBand NDR", "bandwidth_GBps": 50, "latency_us": 5},
 //    "host": {"memory_GiB": 2048, "device_bandwidth_GBps": 55,
 //             "nvme_read_GBps": 25, "nvme_write_GBps": 12},
-//    "price_per_accelerator_hour": 2.5}
+//    "price_per_accelerator_hour": 2.5, "compute_efficiency": 0.565}
 // Link bandwidths are per accelerator and direction (what one GPU can send
 // while every GPU sends: a DGX H100's eight 400 Gb/s NICs give each GPU
 // 50 GB/s between nodes); NVMe bandwidths are per node; "price_per_
-// accelerator_hour" (any currency) is optional.
+// accelerator_hour" (any currency) and "compute_efficiency" (the planner's
+// fitted fraction of peak for this accelerator, in (0, 1]) are optional.
 #pragma once
 
 #include <optional>
@@ -61,6 +62,9 @@ struct ClusterDescription {
   double nvme_read_bandwidth = 0;      ///< bytes per second, per node (0: no NVMe)
   double nvme_write_bandwidth = 0;     ///< bytes per second, per node
   std::optional<double> price_per_accelerator_hour;
+  /// The planner's fitted compute efficiency for this accelerator
+  /// (PlanConstants::compute_efficiency; bench/plan/bench_published), if known.
+  std::optional<double> compute_efficiency;
 
   /// Accelerators in the cluster.
   int accelerators() const { return nodes * accelerators_per_node; }
@@ -75,7 +79,8 @@ struct ClusterDescription {
   /// JSON (with its position), a key given twice, an unknown key, a
   /// missing required key, a value of the wrong type, a count < 1, a
   /// bandwidth, memory or fp32 FLOP/s <= 0, a bf16 / fp16 FLOP/s, latency
-  /// or price < 0, only one of the NVMe bandwidths 0.
+  /// or price < 0, only one of the NVMe bandwidths 0, a compute efficiency
+  /// outside (0, 1].
   static ClusterDescription from_json(std::string_view text, const std::string& source);
   /// Reads and parses `path`. Throws IoError (unreadable) and ConfigError.
   static ClusterDescription from_file(const std::string& path);

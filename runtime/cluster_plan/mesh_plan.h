@@ -37,20 +37,32 @@ struct MeshPlan {
 };
 
 /// The constants of the planner's models that no description states.
-/// Plain value; the defaults are the planner's fitted values
-/// (bench/plan/README.md says on which published runs).
+/// Plain value. The defaults are fitted by bench/plan/bench_published on
+/// the published runs marked "fit" in bench/plan/published.json
+/// (Megatron-LM, Narayanan et al. 2021, DeepSpeed, torchtitan, llm.c; the
+/// figures in bench/plan/README.md); a cluster description may carry its
+/// accelerator's fitted compute efficiency (ClusterDescription).
 struct PlanConstants {
   /// Achieved over peak FLOP/s of the accelerator in the layers' matrix
-  /// products (the MFU a plan without communication or bubble would reach).
+  /// products (the MFU a plan without communication or bubble would
+  /// reach). Fitted per part: 0.565 H100 SXM 80GB, 0.465 A100 SXM 80GB,
+  /// 0.46 V100, 0.36 H100 96GB at 500 W; 0.5 where the cluster gives none.
   double compute_efficiency = 0.5;
-  /// Achieved over described bandwidth of a link in a collective.
-  double link_efficiency = 0.8;
+  /// Achieved over described bandwidth of a link in a collective (fitted: 1.0).
+  double link_efficiency = 1.0;
+  /// The tensor-parallel collectives hide behind up to this fraction of
+  /// the compute time (Megatron-Core's --tp-comm-overlap runs them beside
+  /// the GEMMs; 0: none, as zeroshard's parallel/ layers do). Fitted.
+  double tp_comm_overlap = 0.3;
   /// Device bytes beyond model states and activations: the CUDA context,
   /// NCCL's buffers and the allocator's fragmentation.
   double device_overhead_bytes = 2.0 * 1024 * 1024 * 1024;
-  /// Parameters a second the host's CPU AdamW updates for each
-  /// accelerator of its node (ZeRO-Offload's optimizer step).
-  double host_optimizer_params_per_s = 1e9;
+  /// Parameters a second a node's CPUs update with AdamW (ZeRO-Offload's
+  /// optimizer step), shared by the node's accelerators: AdamW reads and
+  /// writes about 28 bytes per parameter (fp32 weight, gradient, two
+  /// states), so a two-socket node's ~200 GB/s of memory bandwidth gives
+  /// about 7e9.
+  double host_optimizer_params_per_s = 7e9;
 };
 
 }  // namespace zeroshard

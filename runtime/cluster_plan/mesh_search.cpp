@@ -93,6 +93,7 @@ MeshSearchResult search_mesh_plans(const MeshSearchRequest& r) {
   }
   const auto faster = [](const MeshCandidate& a, const MeshCandidate& b) {
     if (a.tokens_per_s != b.tokens_per_s) return a.tokens_per_s > b.tokens_per_s;
+    if (a.plan.tp * a.plan.pp != b.plan.tp * b.plan.pp) return a.plan.tp * a.plan.pp < b.plan.tp * b.plan.pp;
     return a.memory.device() < b.memory.device();
   };
   std::stable_sort(out.fits.begin(), out.fits.end(), faster);

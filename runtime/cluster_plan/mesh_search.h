@@ -14,7 +14,8 @@
 // micro-batches a step; a pipeline needs m >= p); recompute none,
 // selective and full. A candidate fits when its device bytes are within
 // the accelerator's memory and its node's host bytes within the node's.
-// Fits rank by tokens a second, then by fewer device bytes; the rejected
+// Fits rank by tokens a second, then by the simpler mesh (fewer tp x pp
+// ranks), then by fewer device bytes; the rejected
 // ones keep their prediction, so the report can say which faster plans did
 // not fit and by how much. Model states are estimated once per (tp, pp,
 // stage, offload, accumulation) and pipeline stage shape (MeshMemoryCache).

@@ -33,7 +33,8 @@ MeshStepTime mesh_step_time(const TransformerShape& model, const MeshPlan& plan,
   const double layers = static_cast<double>(t.layers / plan.pp);
   if (plan.tp > 1) {
     const double per_layer = plan.recompute == Recompute::full ? 6.0 : 4.0;
-    out.tp_comm = m * layers * per_layer * all_reduce_seconds(act, {plan.tp, plan.tp}, cluster) / bw;
+    const double all = m * layers * per_layer * all_reduce_seconds(act, {plan.tp, plan.tp}, cluster) / bw;
+    out.tp_comm = std::max(0.0, all - k.tp_comm_overlap * out.compute);  // hidden only behind GEMMs that long
   }
   if (plan.pp > 1) {
     const bool across = plan.tp * plan.dp >= per_node;
@@ -72,7 +73,7 @@ MeshStepTime mesh_step_time(const TransformerShape& model, const MeshPlan& plan,
 
   const double shard = n / plan.dp;  // elements of the rank's optimizer shard
   if (plan.offload_optimizer != OffloadDevice::none) {
-    out.offload += (4.0 + 2.0) * shard / cluster.host_device_bandwidth + shard / k.host_optimizer_params_per_s;
+    out.offload += (4.0 + 2.0) * shard / cluster.host_device_bandwidth + shard * per_node / k.host_optimizer_params_per_s;
     if (plan.offload_optimizer == OffloadDevice::nvme) {
       out.offload += 12.0 * shard * per_node * (1.0 / cluster.nvme_read_bandwidth + 1.0 / cluster.nvme_write_bandwidth);
     }

@@ -21,7 +21,9 @@
 //   tensor parallelism: per layer and micro-batch, sequence parallelism's
 //     all-gathers and reduce-scatters of the 2 s b h-byte activations, two
 //     of each in the forward and in the backward (the volume of four
-//     all-reduces), two more with full recompute; not overlapped;
+//     all-reduces), two more with full recompute; exposed beyond
+//     PlanConstants::tp_comm_overlap x the compute (the GEMMs it can hide
+//     behind);
 //   pipeline: an activation forward and a gradient back, 2 s b h / tp
 //     bytes each, for each of the m + p - 1 slots;
 //   ZeRO over dp (N the rank's parameters; gradients 4 bytes (fp32
@@ -36,7 +38,8 @@
 //     optimizer is exposed;
 //   offload: the gradient shard (4 bytes per element) to the host and the
 //     parameters (2) back over the host-device link, the CPU AdamW at
-//     PlanConstants::host_optimizer_params_per_s, and with nvme the master
+//     PlanConstants::host_optimizer_params_per_s shared by the node's
+//     accelerators, and with nvme the master
 //     weights and states (12 bytes per element) read and written at the
 //     node's NVMe bandwidth shared by its accelerators; offloaded stage 3
 //     parameters cross the host link (or NVMe) twice a micro-batch.

@@ -60,7 +60,7 @@ std::string cluster_plan_text(const MeshSearchRequest& r, const MeshSearchResult
                      c.name, c.nodes, c.accelerators_per_node, c.accelerator, c.memory_bytes / kGiB,
                      c.peak_flops_bf16 / 1e12, c.intra_node.kind, c.intra_node.bandwidth_bytes_per_s / 1e9,
                      c.inter_node.kind, c.inter_node.bandwidth_bytes_per_s / 1e9);
-  out += fmt::format("global batch {} sequences ({} tokens); constants: compute efficiency {:.2f}, link efficiency "
+  out += fmt::format("global batch {} sequences ({} tokens); constants: compute efficiency {:.3f}, link efficiency "
                      "{:.2f}, device overhead {:.1f} GiB\n",
                      r.global_batch, r.global_batch * t.seq, r.constants.compute_efficiency,
                      r.constants.link_efficiency, r.constants.device_overhead_bytes / kGiB);

@@ -103,6 +103,7 @@ int cluster_mode(const std::string& cluster_path, const std::string& transformer
   r.global_batch = *global_batch;
   if (!micro_batches.empty()) r.micro_batches = micro_batches;
   r.source = cluster_path;
+  if (r.cluster.compute_efficiency) r.constants.compute_efficiency = *r.cluster.compute_efficiency;
   const MeshSearchResult res = search_mesh_plans(r);
   fmt::print("{}", tools::cluster_plan_text(r, res, tokens, top));
   return res.fits.empty() ? 2 : 0;

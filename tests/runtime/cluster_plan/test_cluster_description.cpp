@@ -62,6 +62,7 @@ TEST_CASE("the shipped descriptions read, in SI units") {
   CHECK(h.inter_node.latency_s == doctest::Approx(5e-6));
   CHECK(h.nvme_write_bandwidth == 16e9);
   CHECK(!h.price_per_accelerator_hour.has_value());
+  CHECK(h.compute_efficiency == 0.565);
   const ClusterDescription v = shipped("v100x400.json");
   CHECK(v.accelerators() == 400);
   CHECK(v.peak_flops(DType::f16) == 125e12);
@@ -70,7 +71,11 @@ TEST_CASE("the shipped descriptions read, in SI units") {
   CHECK(shipped("a100-pcie-x16.json").inter_node.bandwidth_bytes_per_s == 1.5625e9);
 }
 
-TEST_CASE("a price is optional") {
+TEST_CASE("a price and a compute efficiency are optional") {
+  CHECK(!ClusterDescription::from_json(h100_with(nlohmann::json::object()), "c.json").compute_efficiency.has_value());
+  CHECK(*ClusterDescription::from_json(h100_with({{"compute_efficiency", 0.5}}), "c.json").compute_efficiency == 0.5);
+  CHECK(error_of({{"compute_efficiency", 1.5}}).find("\"compute_efficiency\" must be in (0, 1]") != std::string::npos);
+  CHECK(error_of({{"compute_efficiency", 0}}).find("\"compute_efficiency\" must be a number > 0") != std::string::npos);
   const ClusterDescription c =
       ClusterDescription::from_json(h100_with({{"price_per_accelerator_hour", 2.5}}), "c.json");
   REQUIRE(c.price_per_accelerator_hour.has_value());

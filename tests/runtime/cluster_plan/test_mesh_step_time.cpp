@@ -59,7 +59,7 @@ TEST_CASE("one accelerator: the compute at the stated efficiency, MFU equal to i
 }
 
 TEST_CASE("the pipeline bubble and its transfers") {
-  const PlanConstants k;
+  const PlanConstants k{.link_efficiency = 0.8};
   const MeshPlan plan{.pp = 4, .micro_batch = 1, .micro_batches = 8};
   const MeshStepTime t = mesh_step_time(model(), plan, cluster(), k, "t");
   CHECK(t.bubble == doctest::Approx(t.compute * 3 / 8).epsilon(1e-12));
@@ -69,7 +69,7 @@ TEST_CASE("the pipeline bubble and its transfers") {
 }
 
 TEST_CASE("ZeRO's collectives by stage, hidden behind compute where it covers them") {
-  const PlanConstants k;
+  const PlanConstants k{.link_efficiency = 0.8};
   const ClusterDescription c = cluster();
   const double n = static_cast<double>(model().parameter_count());
   const GroupPlacement dp{16, 8};  // 16 ranks over the 2 nodes
@@ -90,17 +90,22 @@ TEST_CASE("ZeRO's collectives by stage, hidden behind compute where it covers th
 }
 
 TEST_CASE("tensor parallelism: four all-reduce volumes per layer and micro-batch, six with full recompute") {
-  const PlanConstants k;
+  const PlanConstants k{.link_efficiency = 0.8, .tp_comm_overlap = 0.0};
   const MeshPlan plan{.tp = 8, .micro_batch = 2, .micro_batches = 3};
   const double ar = all_reduce_seconds(2.0 * 2048 * 2 * 2048, {8, 8}, cluster()) / 0.8;
   CHECK(mesh_step_time(model(), plan, cluster(), k, "t").tp_comm == doctest::Approx(3 * 24 * 4 * ar).epsilon(1e-12));
   MeshPlan full = plan;
   full.recompute = Recompute::full;
   CHECK(mesh_step_time(model(), full, cluster(), k, "t").tp_comm == doctest::Approx(3 * 24 * 6 * ar).epsilon(1e-12));
+  // Hidden behind up to a quarter of the compute.
+  const PlanConstants overlap{.link_efficiency = 0.8, .tp_comm_overlap = 0.25};
+  const MeshStepTime o = mesh_step_time(model(), plan, cluster(), overlap, "t");
+  CHECK(o.tp_comm == doctest::Approx(std::max(0.0, 3 * 24 * 4 * ar - 0.25 * o.compute)).epsilon(1e-12));
+  CHECK(o.tp_comm < 3 * 24 * 4 * ar);
 }
 
 TEST_CASE("offload: the shard's transfers, the CPU optimizer, NVMe shared by the node") {
-  const PlanConstants k{.host_optimizer_params_per_s = 2e9};
+  const PlanConstants k{.host_optimizer_params_per_s = 16e9};  // per node of 8: 2e9 for each accelerator
   const double shard = static_cast<double>(model().parameter_count()) / 8;
   MeshPlan cpu{.dp = 8, .stage = 2, .offload_optimizer = OffloadDevice::cpu};
   CHECK(mesh_step_time(model(), cpu, cluster(), k, "t").offload ==
