@@ -6,6 +6,7 @@
 #include <doctest/doctest.h>
 
 #include "core/error.h"
+#include "tests/runtime/cluster_plan/test_cluster.h"
 #include "runtime/cluster_plan/collective_time.h"
 
 using namespace zeroshard;
@@ -13,15 +14,7 @@ using namespace zeroshard;
 namespace {
 
 // 2 nodes x 8: inside 100 GB/s and 2 us, between 10 GB/s and 10 us.
-ClusterDescription cluster() {
-  ClusterDescription c;
-  c.name = "test";
-  c.nodes = 2;
-  c.accelerators_per_node = 8;
-  c.intra_node = LinkDescription{.kind = "in", .bandwidth_bytes_per_s = 100e9, .latency_s = 2e-6};
-  c.inter_node = LinkDescription{.kind = "out", .bandwidth_bytes_per_s = 10e9, .latency_s = 10e-6};
-  return c;
-}
+ClusterDescription cluster() { return testing::test_cluster(2, 8); }
 
 }  // namespace
 

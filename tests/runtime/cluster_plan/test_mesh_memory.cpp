@@ -5,6 +5,7 @@
 // state moves to the node's host memory.
 #include <doctest/doctest.h>
 
+#include "tests/runtime/cluster_plan/test_cluster.h"
 #include "runtime/cluster_plan/mesh_memory.h"
 #include "runtime/plan/memory_estimate.h"
 
@@ -12,14 +13,7 @@ using namespace zeroshard;
 
 namespace {
 
-ClusterDescription node8() {
-  ClusterDescription c;
-  c.name = "test";
-  c.nodes = 1;
-  c.accelerators_per_node = 8;
-  c.memory_bytes = 80e9;
-  return c;
-}
+ClusterDescription node8() { return testing::test_cluster(1, 8); }
 
 const TransformerShape& gpt2() {
   static const TransformerShape t = TransformerShape::parse("layers=12,hidden=768,heads=12,seq=1024,vocab=50304", "t");

@@ -7,6 +7,7 @@
 #include <doctest/doctest.h>
 
 #include "core/error.h"
+#include "tests/runtime/cluster_plan/test_cluster.h"
 #include "runtime/cluster_plan/collective_time.h"
 #include "runtime/cluster_plan/mesh_step_time.h"
 
@@ -14,20 +15,7 @@ using namespace zeroshard;
 
 namespace {
 
-ClusterDescription cluster() {
-  ClusterDescription c;
-  c.name = "test";
-  c.accelerator = "test-gpu";
-  c.nodes = 2;
-  c.accelerators_per_node = 8;
-  c.peak_flops_bf16 = 1e15;
-  c.intra_node = LinkDescription{.kind = "in", .bandwidth_bytes_per_s = 100e9, .latency_s = 1e-6};
-  c.inter_node = LinkDescription{.kind = "out", .bandwidth_bytes_per_s = 10e9, .latency_s = 5e-6};
-  c.host_device_bandwidth = 20e9;
-  c.nvme_read_bandwidth = 8e9;
-  c.nvme_write_bandwidth = 4e9;
-  return c;
-}
+ClusterDescription cluster() { return testing::test_cluster(2, 8); }
 
 const TransformerShape& model() {
   static const TransformerShape t = TransformerShape::parse("layers=24,hidden=2048,heads=16,seq=2048,vocab=51200", "t");
