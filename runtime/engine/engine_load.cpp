@@ -130,7 +130,8 @@ std::vector<std::string> model_differences(const Manifest& m, const EngineState&
 // 0, and Muon would take AdamW's exp_avg for its momentum. Both manifests'
 // parameters are in the same order (model_differences agreed).
 std::vector<std::string> muon_role_differences(const Manifest& m, const EngineState& s) {
-  const bool saved_muon = m.optimizer.is_object() && m.optimizer.value("type", std::string()) == "Muon";
+  const std::string saved = m.optimizer.is_object() ? m.optimizer.value("type", std::string("?")) : "?";
+  const bool saved_muon = saved == "Muon";
   const GroupId mine = s.optimizer.muon_group();  // -1 unless this engine runs Muon
   std::vector<std::string> out;
   std::size_t count = 0;
@@ -145,7 +146,7 @@ std::vector<std::string> muon_role_differences(const Manifest& m, const EngineSt
       if (was == is) continue;
       if (++count <= 4) {
         out.push_back(fmt::format("parameter \"{}\": updated by {} in the checkpoint, by {} here", p.name,
-                                  was ? "Muon" : "AdamW",
+                                  was ? "Muon" : saved_muon ? "AdamW" : saved,
                                   is ? "Muon" : mine >= 0 ? "AdamW" : optimizer_name(s.config.optimizer.kind)));
       }
     }
