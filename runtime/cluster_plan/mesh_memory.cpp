@@ -25,7 +25,7 @@ EngineConfig mesh_engine_config(const MeshPlan& plan, std::int64_t largest_unit)
   c.gradient_accumulation_steps = plan.micro_batches;
   c.offload.optimizer.device = plan.offload_optimizer;
   c.offload.param.device = plan.offload_param;
-  // Placeholders: the estimate names no file and checks no free space.
+  // EngineConfig requires a path with nvme; the estimate opens no file and checks no free space.
   c.offload.optimizer.nvme_path = c.offload.param.nvme_path = "/nvme";
   c.offload.param.buffer_size = std::max<std::int64_t>(c.offload.param.buffer_size, largest_unit);
   return c;

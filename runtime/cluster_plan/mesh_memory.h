@@ -43,8 +43,9 @@ struct MeshMemory {
 };
 
 /// The EngineConfig a rank of `plan` runs with (the estimator's input):
-/// ZeRO stage, compute dtype, AdamW, offload tiers (nvme paths are
-/// placeholders; nothing is written), micro-batch and accumulation, and
+/// ZeRO stage, compute dtype, AdamW, offload tiers (nvme_path "/nvme",
+/// which EngineConfig requires and the estimator never opens), micro-batch
+/// and accumulation, and
 /// offload_param.buffer_size large enough for `largest_unit` elements.
 EngineConfig mesh_engine_config(const MeshPlan& plan, std::int64_t largest_unit);
 
