@@ -101,7 +101,10 @@ std::optional<Run> read_run(const json& r, const std::string& clusters, std::str
   if (gb % (plan.dp * plan.micro_batch) != 0) return why = "global batch does not divide", std::nullopt;
   plan.micro_batches = gb / (plan.dp * plan.micro_batch);
   const json& ac = s.at("activation_checkpointing");
-  plan.recompute = ac == "full" ? Recompute::full : ac == "selective" ? Recompute::selective : Recompute::none;
+  plan.recompute = ac == "full"        ? Recompute::full
+                  : ac == "selective" ? Recompute::selective
+                  : ac == "op"        ? Recompute::op
+                                      : Recompute::none;
   plan.flash_attention = s.at("flash_attention").get<bool>();
   plan.dtype = s.at("precision") == "fp16" ? DType::f16 : DType::bf16;
   if (!p.at("tokens_per_s_per_gpu").is_null()) {

@@ -78,7 +78,7 @@ MeshMemory mesh_memory(const TransformerShape& model, const MeshPlan& plan, cons
     const double sbh = static_cast<double>(t.seq) * static_cast<double>(plan.micro_batch) * static_cast<double>(t.hidden);
     double activations = in_flight * per_stage_layers * layer;
     if (r == 0) activations += in_flight * 2.0 * sbh / plan.tp;
-    if (r == p - 1) activations += t.logits_bytes(plan.micro_batch, plan.tp);
+    if (r == p - 1) activations += t.logits(plan.micro_batch, plan.tp) * constants.loss_bytes_per_logit;
     MeshMemory m{.model_states = device, .activations = activations, .overhead = constants.device_overhead_bytes,
                  .host_per_node = host * cluster.accelerators_per_node, .worst_stage = r};
     if (first || m.device() > worst.device()) worst = m;

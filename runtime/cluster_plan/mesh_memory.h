@@ -13,8 +13,9 @@
 // activations (TransformerShape::layer_activation_bytes, sequence
 // parallelism with tp > 1): 1F1B keeps min(p - r, m) micro-batches in
 // flight on stage r, each for its L / p layers; the first stage also keeps
-// the embedding's output (2 s b h / tp per micro-batch), the last the fp32
-// logits of one micro-batch. The stage with the most device bytes is the
+// the embedding's output (2 s b h / tp per micro-batch), the last the
+// loss's bytes of one micro-batch at its backward (its logits x
+// PlanConstants::loss_bytes_per_logit). The stage with the most device bytes is the
 // plan's. Host memory per node is the host tier's peak times the node's
 // accelerators. PlanConstants::device_overhead_bytes is added on the
 // device. The estimator models the cpu engine's buffers; a GPU engine's

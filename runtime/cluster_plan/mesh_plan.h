@@ -54,6 +54,14 @@ struct PlanConstants {
   /// the compute time (Megatron-Core's --tp-comm-overlap runs them beside
   /// the GEMMs; 0: none, as zeroshard's parallel/ layers do). Fitted.
   double tp_comm_overlap = 0.3;
+  /// Device bytes a logit of the last micro-batch holds at the loss's
+  /// backward, when every layer's activations are still kept (the step's
+  /// peak): 12, PyTorch's cross_entropy on logits upcast to fp32 (the
+  /// log-softmax output it keeps, its gradient, and the gradient of its
+  /// input, 4 bytes each; the 16-bit logits themselves are freed before
+  /// the backward, as torchtitan's train step does). A fused
+  /// vocabulary-parallel cross-entropy (Megatron-LM) holds less.
+  double loss_bytes_per_logit = 12.0;
   /// Device bytes beyond model states and activations: the CUDA context,
   /// NCCL's buffers and the allocator's fragmentation.
   double device_overhead_bytes = 2.0 * 1024 * 1024 * 1024;

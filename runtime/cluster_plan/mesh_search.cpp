@@ -74,7 +74,7 @@ MeshSearchResult search_mesh_plans(const MeshSearchRequest& r) {
             if (r.global_batch % (static_cast<std::int64_t>(dp) * mb) != 0) continue;
             const std::int64_t m = r.global_batch / (dp * mb);
             if (m < pp) continue;  // 1F1B fills its pipeline with m >= p micro-batches
-            for (Recompute rc : {Recompute::none, Recompute::selective, Recompute::full}) {
+            for (Recompute rc : {Recompute::none, Recompute::selective, Recompute::op, Recompute::full}) {
               MeshCandidate cand;
               cand.plan = MeshPlan{.dp = dp, .tp = tp, .pp = pp, .stage = stage, .offload_optimizer = o.optimizer,
                                    .offload_param = o.param, .micro_batch = mb, .micro_batches = m, .recompute = rc,

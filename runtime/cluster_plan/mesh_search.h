@@ -12,7 +12,7 @@
 // where the cluster has NVMe; each micro-batch of the request that
 // divides the global batch over dp (m = global batch / (dp x micro-batch)
 // micro-batches a step; a pipeline needs m >= p); recompute none,
-// selective and full. A candidate fits when its device bytes are within
+// selective, op and full. A candidate fits when its device bytes are within
 // the accelerator's memory and its node's host bytes within the node's.
 // Fits rank by tokens a second, then by the simpler mesh (fewer tp x pp
 // ranks), then by fewer device bytes; the rejected

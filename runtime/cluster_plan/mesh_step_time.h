@@ -21,7 +21,8 @@
 //   tensor parallelism: per layer and micro-batch, sequence parallelism's
 //     all-gathers and reduce-scatters of the 2 s b h-byte activations, two
 //     of each in the forward and in the backward (the volume of four
-//     all-reduces), two more with full recompute; exposed beyond
+//     all-reduces), two more with full recompute (op's
+//     recomputed products are not counted); exposed beyond
 //     PlanConstants::tp_comm_overlap x the compute (the GEMMs it can hide
 //     behind);
 //   pipeline: an activation forward and a gradient back, 2 s b h / tp

@@ -1,9 +1,11 @@
 // TransformerShape: see runtime/cluster_plan/transformer_shape.h.
 #include "runtime/cluster_plan/transformer_shape.h"
 
+#include <algorithm>
 #include <charconv>
 #include <map>
 #include <set>
+#include <utility>
 #include <vector>
 
 #include <fmt/format.h>
@@ -36,12 +38,38 @@ namespace {
 
 std::uint64_t u(std::int64_t v) { return static_cast<std::uint64_t>(v); }
 
+// One matrix product of a layer, in the order the forward runs them: its
+// input and output widths.
+struct LayerProduct {
+  double in, out;
+};
+
+// gpt: c_attn, c_proj, c_fc, mlp c_proj; llama: wq, wk, wv, wo, w1, w3,
+// w2 (torchtitan's Llama computes w2(silu(w1(x)) * w3(x))).
+std::vector<LayerProduct> layer_products(const TransformerShape& t) {
+  const auto h = static_cast<double>(t.hidden), f = static_cast<double>(t.ffn),
+             g = static_cast<double>(t.kv_heads) * (h / static_cast<double>(t.heads));
+  if (t.kind == TransformerKind::gpt) return {{h, h + 2 * g}, {h, h}, {h, f}, {f, h}};
+  return {{h, h}, {h, g}, {h, g}, {h, h}, {h, f}, {h, f}, {f, h}};
+}
+
+// Per-operator checkpointing keeps the outputs of the products whose
+// running count is odd; the count runs on over the steps, so a layer with
+// an odd number of products keeps the other set on the next step. Returns
+// the widths kept {on the step that keeps the first product, on the next}.
+std::pair<double, double> op_kept_widths(const std::vector<LayerProduct>& products) {
+  double odd = 0, even = 0;
+  for (std::size_t i = 0; i < products.size(); ++i) (i % 2 == 0 ? odd : even) += products[i].out;
+  return products.size() % 2 ? std::make_pair(odd, even) : std::make_pair(odd, odd);
+}
+
 }  // namespace
 
 const char* recompute_name(Recompute r) {
   switch (r) {
     case Recompute::none: return "none";
     case Recompute::selective: return "selective";
+    case Recompute::op: return "op";
     case Recompute::full: return "full";
   }
   return "?";
@@ -117,6 +145,14 @@ double TransformerShape::hardware_flops_per_token(Recompute r) const {
   switch (r) {
     case Recompute::none: return model_flops_per_token();
     case Recompute::selective: return model_flops_per_token() + 4.0 * L * s * h;
+    case Recompute::op: {
+      // Recomputed: the products not kept, on alternate steps the two sets.
+      const std::vector<LayerProduct> products = layer_products(resolved());
+      double odd = 0, even = 0;
+      for (std::size_t i = 0; i < products.size(); ++i) (i % 2 == 0 ? odd : even) += products[i].in * products[i].out;
+      const double recomputed = products.size() % 2 ? (odd + even) / 2 : even;
+      return model_flops_per_token() + 2.0 * L * recomputed;
+    }
     case Recompute::full: return model_flops_per_token() + 2.0 * layer_weights + 4.0 * L * s * h;
   }
   return model_flops_per_token();
@@ -144,6 +180,17 @@ double TransformerShape::hardware_flops_per_token(Recompute r) const {
 // dropout (no masks; the scores term keeps the softmax output only, 2). A
 // fused (flash) attention keeps no scores, only the fp32 log-sum-exp per
 // head and token (4 a s b, split over t).
+// Per-operator checkpointing (Recompute::op, torchtitan's "selective" mode
+// with option "op", torchtitan/models/llama/parallelize_llama.py at the
+// commits of its 2024 benchmarks): the layer's input is kept (2 s b h, / t
+// with sequence parallelism), and in the layer only the outputs of the
+// fused attention and of every other matrix product (a count that runs on
+// across layers' calls: the 1st, 3rd, ... product, torch.mm in its save
+// list) are kept; the norms, activations and the other products are
+// recomputed. For llama the products are wq, wk, wv, wo, w1, w3, w2: 7, so
+// the kept set alternates between steps ({wq, wv, w1, w2}: 2h + g + f,
+// and {wk, wo, w3}: g + h + f); the larger is the peak. gpt keeps c_attn
+// and c_fc (h + 2g + f) every step. All kept outputs are split over t.
 
 double TransformerShape::layer_activation_bytes(std::int64_t micro_batch, int tp, bool sequence_parallel,
                                                 Recompute r, bool flash_attention) const {
@@ -153,6 +200,14 @@ double TransformerShape::layer_activation_bytes(std::int64_t micro_batch, int tp
   const double g = static_cast<double>(t.kv_heads) * (h / a);
   const double sbh = s * b * h;
   if (r == Recompute::full) return 2.0 * sbh / (sequence_parallel ? T : 1.0);
+  if (r == Recompute::op) {
+    // The layer's input (2 bytes a value, split with sequence parallelism),
+    // the attention's output and the kept products' outputs (split), the
+    // larger of the two alternating sets; the fused attention's log-sum-exp.
+    const auto [first, next] = op_kept_widths(layer_products(t));
+    const double kept = 2.0 * s * b * (h + std::max(first, next)) / T;
+    return 2.0 * sbh / (sequence_parallel ? T : 1.0) + kept + (flash_attention ? 4.0 * a * s * b / T : 0.0);
+  }
   const bool gpt = t.kind == TransformerKind::gpt;
   const double replicated = gpt ? 10.0 : 8.0;
   const double split = 4.0 + 4.0 * g / h + (gpt ? 4.0 : 8.0) * f / h;
@@ -165,8 +220,8 @@ double TransformerShape::layer_activation_bytes(std::int64_t micro_batch, int tp
   return sbh * ((sequence_parallel ? replicated / T : replicated) + split / T) + scores;
 }
 
-double TransformerShape::logits_bytes(std::int64_t micro_batch, int tp) const {
-  return 4.0 * static_cast<double>(seq) * static_cast<double>(micro_batch) * static_cast<double>(vocab) /
+double TransformerShape::logits(std::int64_t micro_batch, int tp) const {
+  return static_cast<double>(seq) * static_cast<double>(micro_batch) * static_cast<double>(vocab) /
          static_cast<double>(tp);
 }
 

@@ -29,10 +29,13 @@ enum class TransformerKind { gpt, llama };
 /// Activation checkpointing as Korthikanti et al. 2022 name it: none
 /// (every activation kept), selective (the attention's softmax and
 /// dropout recomputed), full (each layer's input kept, the layer
-/// recomputed in the backward pass).
-enum class Recompute { none, selective, full };
+/// recomputed in the backward pass); and op, torchtitan's per-operator
+/// selective checkpointing (activation_checkpoint mode "selective",
+/// option "op": the fused attention's output and every other matrix
+/// product's output kept, the rest recomputed; [Note: activation memory]).
+enum class Recompute { none, selective, op, full };
 
-/// "none", "selective" or "full".
+/// "none", "selective", "op" or "full".
 const char* recompute_name(Recompute r);
 
 /// A decoder-only transformer's shape. Plain value; validate() before use.
@@ -73,8 +76,10 @@ struct TransformerShape {
   double model_flops_per_token() const;
   /// FLOPs the hardware runs per token with recomputation `r`: the model
   /// FLOPs plus one more forward of every layer under full recompute
-  /// (2 x the layers' matmul weights + 4 L s h), or of the attention core
-  /// under selective (4 L s h).
+  /// (2 x the layers' matmul weights + 4 L s h), of the attention core
+  /// under selective (4 L s h), of the matrix products whose outputs op
+  /// does not keep (2 x their weights, the mean of the two alternating
+  /// sets where a layer has an odd number of products).
   double hardware_flops_per_token(Recompute r) const;
 
   /// Bytes of activations one transformer layer keeps for the backward
@@ -85,10 +90,10 @@ struct TransformerShape {
   /// Korthikanti et al. 2022, section 4 ([Note: activation memory]).
   double layer_activation_bytes(std::int64_t micro_batch, int tp, bool sequence_parallel, Recompute r,
                                 bool flash_attention) const;
-  /// Bytes the output layer keeps per micro-batch on the last pipeline
-  /// stage: the fp32 logits of s x b x V / tp entries (the vocabulary
-  /// split over tp) for the cross-entropy's backward.
-  double logits_bytes(std::int64_t micro_batch, int tp) const;
+  /// Logits of one micro-batch on one of `tp` ranks: s x b x V / tp (the
+  /// vocabulary split over tp); the loss's bytes are this times
+  /// PlanConstants::loss_bytes_per_logit.
+  double logits(std::int64_t micro_batch, int tp) const;
 
   /// The parameters one rank of a tp x pp mesh holds, as the units an
   /// Engine on pipeline stage `pp_rank` of `pp` and tp rank 0 declares:

@@ -55,22 +55,24 @@ TEST_CASE("activations: one micro-batch in flight without a pipeline, min(p - r,
   const MeshPlan flat{.dp = 1, .micro_batch = 2, .micro_batches = 8, .recompute = Recompute::selective};
   const MeshMemory m = mesh_memory(t, flat, node8(), k, "t");
   const double layer = t.layer_activation_bytes(2, 1, false, Recompute::selective, true);
-  CHECK(m.activations == doctest::Approx(12 * layer + 2 * sbh + t.logits_bytes(2, 1)).epsilon(1e-12));
+  CHECK(m.activations == doctest::Approx(12 * layer + 2 * sbh + 12 * t.logits(2, 1)).epsilon(1e-12));
+  CHECK(t.logits(2, 2) == 1024.0 * 2 * 50304 / 2);
   CHECK(m.overhead == k.device_overhead_bytes);
   CHECK(m.device() == m.model_states + m.activations + m.overhead);
   // 4 stages of 3 layers, 8 micro-batches, tp 2 with sequence parallelism:
-  // stage 0 keeps 4 in flight, stage 3 one and the logits.
+  // stage 0 keeps 4 in flight, stage 3 one and the loss (12 bytes a logit:
+  // PlanConstants::loss_bytes_per_logit, 1024 x 2 x 50304 / 2 logits).
   const MeshPlan piped{.dp = 1, .tp = 2, .pp = 4, .micro_batch = 2, .micro_batches = 8};
   const MeshMemory p = mesh_memory(t, piped, node8(), k, "t");
   const double layer2 = t.layer_activation_bytes(2, 2, true, Recompute::none, true);
-  const double first = 4 * 3 * layer2 + 4 * 2 * sbh / 2, last = 3 * layer2 + t.logits_bytes(2, 2);
+  const double first = 4 * 3 * layer2 + 4 * 2 * sbh / 2, last = 3 * layer2 + 12 * t.logits(2, 2);
   if (p.worst_stage == 0) CHECK(p.activations == doctest::Approx(first).epsilon(1e-12));
   if (p.worst_stage == 3) CHECK(p.activations == doctest::Approx(last).epsilon(1e-12));
   CHECK((p.worst_stage == 0 || p.worst_stage == 3));
   // Full recompute keeps each layer's input only.
   const MeshPlan full{.dp = 1, .micro_batch = 2, .micro_batches = 8, .recompute = Recompute::full};
   CHECK(mesh_memory(t, full, node8(), k, "t").activations ==
-        doctest::Approx(12 * 2 * sbh + 2 * sbh + t.logits_bytes(2, 1)).epsilon(1e-12));
+        doctest::Approx(12 * 2 * sbh + 2 * sbh + 12 * t.logits(2, 1)).epsilon(1e-12));
 }
 
 TEST_CASE("offload_optimizer cpu moves the master weights and AdamW states to the host") {

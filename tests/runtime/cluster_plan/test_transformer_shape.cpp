@@ -77,7 +77,7 @@ TEST_CASE("activation bytes of a layer: Korthikanti et al. 2022 for GPT") {
   // Linear in the micro-batch.
   CHECK(near(t.layer_activation_bytes(4, 2, true, Recompute::none, false),
              4 * t.layer_activation_bytes(1, 2, true, Recompute::none, false)));
-  CHECK(near(t.logits_bytes(2, 8), 4.0 * 2048 * 2 * 51200 / 8));
+  CHECK(near(t.logits(2, 8), 2048.0 * 2 * 51200 / 8));
 }
 
 TEST_CASE("activation bytes of a Llama layer: grouped-query attention, SwiGLU, no dropout") {
@@ -87,6 +87,32 @@ TEST_CASE("activation bytes of a Llama layer: grouped-query attention, SwiGLU, n
   CHECK(near(t.layer_activation_bytes(1, 1, false, Recompute::none, false), 41 * sbh + 2 * a * s * s));
   CHECK(near(t.layer_activation_bytes(1, 4, false, Recompute::none, false), (8 + 33.0 / 4) * sbh + 2 * a * s * s / 4));
   CHECK(near(t.layer_activation_bytes(1, 4, true, Recompute::none, true), 41.0 / 4 * sbh + 4 * a * s / 4));
+}
+
+TEST_CASE("per-operator checkpointing (torchtitan's op policy): every other product's output kept") {
+  // Llama: wq h, wk g, wv g, wo h, w1 f, w3 f, w2 h; 7 products, so the
+  // kept set alternates: {wq, wv, w1, w2} = 2h + g + f, {wk, wo, w3} = g + h + f.
+  const TransformerShape l = shape(kLlama3_8b);
+  const double s = 8192, h = 4096, g = 1024, f = 14336, a = 32, L = 32;
+  for (int tp : {1, 4}) {
+    CAPTURE(tp);
+    const double T = tp;
+    // The input, then the attention's output and the larger kept set, 2 bytes a value; the log-sum-exp.
+    CHECK(near(l.layer_activation_bytes(2, tp, false, Recompute::op, true),
+               2 * s * 2 * h + 2 * s * 2 * (h + 2 * h + g + f) / T + 4 * a * s * 2 / T));
+    CHECK(near(l.layer_activation_bytes(2, tp, true, Recompute::op, false), 2 * s * 2 * (h + h + 2 * h + g + f) / T));
+  }
+  // 8B, micro-batch 1: (4h + g + f) x 2 bytes = 63,488 bytes a token and layer, 38% of selective's 41 h x 2.
+  CHECK(near(l.layer_activation_bytes(1, 1, false, Recompute::op, false), 63488 * s));
+  // FLOPs: the products not kept run again; over two steps every product once.
+  const double all = h * h + 2 * h * g + h * h + 3 * h * f;
+  CHECK(near(l.hardware_flops_per_token(Recompute::op), l.model_flops_per_token() + 2 * L * all / 2));
+  // GPT: c_attn, c_proj, c_fc, c_proj: 4 products, c_attn (3h) and c_fc (4h) kept every step.
+  const TransformerShape t = shape(kGpt3);
+  const double gs = 2048, gh = 12288, ga = 96;
+  CHECK(near(t.layer_activation_bytes(1, 1, false, Recompute::op, true),
+             2 * gs * gh + 2 * gs * (gh + 3 * gh + 4 * gh) + 4 * ga * gs));
+  CHECK(near(t.hardware_flops_per_token(Recompute::op), t.model_flops_per_token() + 2 * 96 * (gh * gh + 4 * gh * gh)));
 }
 
 TEST_CASE("the model one rank holds on a tp x pp mesh") {
