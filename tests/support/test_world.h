@@ -4,6 +4,7 @@
 
 #include <cmath>
 #include <cstdint>
+#include <cstdlib>
 #include <memory>
 #include <string>
 #include <vector>
@@ -21,6 +22,14 @@ namespace zeroshard::testing {
 inline Communicator& world() {
   static std::unique_ptr<Communicator> comm = make_world_communicator();
   return *comm;
+}
+
+/// Whether the test runs under scripts/sanitize (ZS_SANITIZE set and not
+/// empty), where the slowest matrices leave out cases that take the same
+/// code paths as others they keep (the sanitizers slow every run 2-5x).
+inline bool under_sanitizer() {
+  const char* v = std::getenv("ZS_SANITIZE");
+  return v != nullptr && *v != '\0';
 }
 
 /// A config for `stage` with the given optimizer (defaults elsewhere).

@@ -184,8 +184,10 @@ TEST_CASE("bucketed reductions are bitwise one collective per unit: stages 0-3, 
       for (std::int64_t bucket : {std::int64_t{1}, std::int64_t{7}, std::int64_t{1000}, P, std::int64_t{500000000}}) {
         // Buckets of one element (a collective per element and rank) are the
         // slowest case by far (minutes under the sanitizers): run in fp32 only,
-        // bf16 splits at 7 elements already.
+        // bf16 splits at 7 elements already. A bucket beyond the padded size
+        // packs every unit into one, as P does: not under the sanitizers.
         if (bucket == 1 && prec != Precision::f32) continue;
+        if (bucket == 500000000 && under_sanitizer()) continue;
         for (bool overlap : {true, false}) {
           CAPTURE(bucket);
           CAPTURE(overlap);
@@ -224,8 +226,10 @@ TEST_CASE("rank order: stages 0-3, bucket sizes, overlap and cpu offload give bi
       for (std::int64_t bucket : {std::int64_t{1}, std::int64_t{7}, std::int64_t{1000}, P, std::int64_t{500000000}}) {
         // Buckets of one element (a collective per element and rank) are the
         // slowest case by far (minutes under the sanitizers): run in fp32 only,
-        // bf16 splits at 7 elements already.
-        if (bucket == 1 && prec != Precision::f32) continue;
+        // bf16 splits at 7 elements already. Under the sanitizers the first
+        // test case runs them; here 7 elements split the units as finely.
+        if (bucket == 1 && (prec != Precision::f32 || under_sanitizer())) continue;
+        if (bucket == 500000000 && under_sanitizer()) continue;
         for (bool overlap : {true, false}) {
           for (OffloadDevice tier : {OffloadDevice::none, OffloadDevice::cpu}) {
             if (tier == OffloadDevice::cpu && (stage == 0 || bucket == 7)) continue;  // no offload at stage 0
