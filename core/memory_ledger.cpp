@@ -18,6 +18,7 @@ std::string_view mem_category_name(MemCategory c) {
     case MemCategory::secondary: return "hpZ secondary";
     case MemCategory::residual: return "qgZ residuals";
     case MemCategory::checkpoint_staging: return "checkpoint staging";
+    case MemCategory::activations: return "activation checkpoints";
     case MemCategory::count: break;
   }
   return "?";

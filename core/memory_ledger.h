@@ -24,6 +24,7 @@ enum class MemCategory : int {
   secondary,         ///< ZeRO++ hpZ's secondary parameter shards (zero_hpz_partition_size)
   residual,          ///< ZeRO++ qgZ's error-feedback residuals (zeroshard.zeropp.error_feedback)
   checkpoint_staging,  ///< async checkpoints' snapshot in host memory (Engine::save_checkpoint_async)
+  activations,       ///< the loop's checkpointed activations (Engine::activations(), runtime/activation/)
   count
 };
 

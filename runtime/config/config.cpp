@@ -609,6 +609,7 @@ EngineConfig EngineConfig::from_json(const json& j, const std::string& source, c
     r.get("zeroshard.max_consecutive_skipped_steps", c.max_consecutive_skipped_steps);
     read_scheduler(r, bad, c, d);
     read_observe(r, c.observe, d);
+    r.get("activation_checkpointing.partition_activations", c.activation_checkpointing.partition_activations);
     r.get("checkpoint.async", c.checkpoint.async);
     r.get("checkpoint.staging_memory", c.checkpoint.staging_memory);
     read_choice<AsyncInFlight>(r, "checkpoint.async_in_flight",

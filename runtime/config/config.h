@@ -128,6 +128,15 @@ BatchSizes resolve_batch_sizes(std::optional<std::int64_t> train_batch_size,
 /// What a second Engine::save_checkpoint_async does while one is in flight.
 enum class AsyncInFlight { wait, refuse };
 
+/// The "activation_checkpointing" section: how the store of the loop's
+/// checkpointed activations holds them (runtime/activation/
+/// activation_store.h). Plain value type.
+struct ActivationCheckpointingConfig {
+  /// partition_activations: each checkpoint split over the tensor-parallel
+  /// group (1/tp kept per rank), all-gathered when restored.
+  bool partition_activations = false;
+};
+
 /// The "checkpoint" section ([Note: async checkpoint] in
 /// runtime/engine/engine_save_async.cpp). Plain value type.
 struct CheckpointConfig {
@@ -180,6 +189,7 @@ struct EngineConfig {
   /// zeroshard.collective_timeout_s (runtime/config/observe_config.h).
   ObserveConfig observe;
   CheckpointConfig checkpoint;  ///< the "checkpoint" section
+  ActivationCheckpointingConfig activation_checkpointing;  ///< the "activation_checkpointing" section
   std::string source = "configuration";  ///< file it came from, named in error messages
   /// Lines the reader warns with ("ds.json: ..."): keys accepted without
   /// effect, legacy spellings and what they became. The examples print them.

@@ -320,7 +320,25 @@ std::vector<ConfigKey> make_table() {
            "line (runtime/config/observe_config.h)"),
       quiet("memory_breakdown", T::boolean, "DeepSpeed's memory log; see the engine's ledger"),
       quiet("dump_state", T::boolean, "DeepSpeed prints its config at start"),
-      quiet("activation_checkpointing", T::object, "recomputation is the program's model's business; same values"),
+      impl("activation_checkpointing", T::section, "",
+           "how the checkpoints a loop keeps through Engine::activations() are held (runtime/activation/"
+           "activation_store.h); what to recompute is the loop's choice (examples/gpt: --activation-checkpointing)"),
+      impl("activation_checkpointing.partition_activations", T::boolean, "false",
+           "each checkpoint (the same values on every tensor-parallel rank) is split over the tensor-parallel "
+           "group, 1/tp kept per rank, and all-gathered when the backward restores it (ZeRO-R's Pa)"),
+      quiet("activation_checkpointing.cpu_checkpointing", T::boolean,
+            "DeepSpeed moves partitioned checkpoints to host memory: the cpu engine's checkpoints are in host "
+            "memory already (memory, not values)"),
+      quiet("activation_checkpointing.contiguous_memory_optimization", T::boolean,
+            "DeepSpeed copies checkpoints into one preallocated buffer against fragmentation; each is its own "
+            "buffer here (memory, not values)"),
+      quiet("activation_checkpointing.number_checkpoints", T::any,
+            "the size of contiguous_memory_optimization's buffer"),
+      quiet("activation_checkpointing.synchronize_checkpoint_boundary", T::boolean,
+            "a CUDA synchronize at each checkpoint: timing only"),
+      quiet("activation_checkpointing.profile", T::boolean,
+            "DeepSpeed logs the checkpoint functions' times; the engine's trace (zeroshard.trace) shows the "
+            "loop's recompute spans"),
       quiet("flops_profiler", T::object,
             "DeepSpeed's FLOPs profiler prints a per-module profile; zeroshard has none (wall_clock_breakdown prints "
             "its step breakdown)"),

@@ -443,6 +443,13 @@ const EngineConfig& Engine::config() const { return s_->config; }
 const FlatLayout& Engine::layout() const { return s_->layout; }
 const MemoryLedger& Engine::ledger() const { return s_->ledger; }
 
+ActivationStore& Engine::activations() {
+  if (s_->activations == nullptr) {
+    s_->activations = std::make_unique<ActivationStore>(s_->config.activation_checkpointing, s_->comms.tp(), s_->ledger);
+  }
+  return *s_->activations;
+}
+
 OffloadStats Engine::offload_stats() const {
   if (!s_->finalized() || !s_->store().offloaded()) return {};
   const SwapPipelineStats& t = s_->store().io_total();

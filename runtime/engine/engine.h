@@ -245,6 +245,7 @@ class CheckpointHandle {
 
 class EngineState;  // implementation
 class Mesh;         // comm/mesh.h
+class ActivationStore;  // runtime/activation/activation_store.h
 class DeviceOps;    // runtime/sharding/device_ops.h
 
 /// ZeRO engine over one data-parallel communicator.
@@ -608,6 +609,13 @@ class Engine {
   const EngineConfig& config() const;
   const FlatLayout& layout() const;
   const MemoryLedger& ledger() const;
+  /// The store of the loop's checkpointed activations (runtime/activation/
+  /// activation_store.h), made on first use with the config's
+  /// activation_checkpointing section; on a mesh it partitions over the
+  /// tensor-parallel communicator (traced as "tp"). Its bytes are in the
+  /// ledger (MemCategory::activations). Any time, before or after
+  /// finalize(). Thread safety: as the engine.
+  ActivationStore& activations();
   /// Swap traffic so far (runtime/sharding/array_store.h).
   OffloadStats offload_stats() const;
   std::int64_t micro_steps() const;

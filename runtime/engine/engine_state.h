@@ -20,6 +20,7 @@
 #include "core/error.h"
 #include "core/memory_ledger.h"
 #include "optimizer/loss_scaler.h"
+#include "runtime/activation/activation_store.h"
 #include "runtime/checkpoint/checkpoint_manifest.h"
 #include "runtime/engine/engine.h"
 #include "runtime/engine/engine_comms.h"
@@ -119,6 +120,9 @@ class EngineState {
   std::unique_ptr<CsvMonitor> monitor;
   EngineComms comms;
   MemoryLedger ledger;
+  /// Engine::activations()'s store (null until first used); after the
+  /// ledger, which it records into.
+  std::unique_ptr<ActivationStore> activations;
   std::unique_ptr<DeviceOps> ops;  ///< the compute device's memory and kernels
   BufferPool pool;
   FlatLayout layout;
