@@ -9,13 +9,26 @@
 #include <vector>
 
 #include "examples/gpt/gpt_model.h"
+#include "runtime/activation/activation_store.h"
 
 namespace zeroshard::examples {
 
-// One forward's activations of a block (tokens T = batch x seq).
+// One forward's activations of a block (tokens T = batch x seq). With
+// activation checkpointing only `checkpoint` (its input x, in the engine's
+// ActivationStore) is kept between the forward and the backward, which
+// recomputes the rest.
 struct Gpt::Block {
   std::vector<float> x, h1, mean1, rstd1, x2, h2, mean2, rstd2, f, g;
   parallel::AttentionSaved attn;
+  ActivationHandle checkpoint;       // valid: x is in the store, the rest empty
+  std::size_t checkpoint_bytes = 0;  // what the store holds of it on this rank
+
+  // Bytes of the vectors (the checkpoint aside).
+  std::size_t bytes() const {
+    auto v = [](const auto& a) { return a.size() * sizeof(a[0]); };
+    return v(x) + v(h1) + v(mean1) + v(rstd1) + v(x2) + v(h2) + v(mean2) + v(rstd2) + v(f) + v(g) + v(attn.qkv) +
+           v(attn.probs) + v(attn.context);
+  }
 };
 
 // One micro-batch's forward state on this stage, kept for its backward.
@@ -46,10 +59,7 @@ struct Gpt::MicroBatch {
   std::size_t bytes() const {
     auto v = [](const auto& a) { return a.size() * sizeof(a[0]); };
     std::size_t n = v(x) + v(hf) + v(meanf) + v(rstdf) + v(logits);
-    for (const Block& k : blocks) {
-      n += v(k.x) + v(k.h1) + v(k.mean1) + v(k.rstd1) + v(k.x2) + v(k.h2) + v(k.mean2) + v(k.rstd2) + v(k.f) +
-           v(k.g) + v(k.attn.qkv) + v(k.attn.probs) + v(k.attn.context);
-    }
+    for (const Block& k : blocks) n += k.bytes() + k.checkpoint_bytes;
     return n;
   }
 };

@@ -250,7 +250,7 @@ class ParamAccess {
 }  // namespace
 
 void Gpt::forward(MicroBatch& mb, const float* input, float* output, bool backward_follows) {
-  const std::size_t D = z(shape_.dim), T = z(mb.batch) * z(mb.seq), Fl = fc_.local_out(), Vl = head_.local_out();
+  const std::size_t D = z(shape_.dim), T = z(mb.batch) * z(mb.seq), Vl = head_.local_out();
   ParamAccess pa(engine_);
   std::vector<float> x(T * D);
   if (first_pipeline_stage()) {
@@ -271,24 +271,18 @@ void Gpt::forward(MicroBatch& mb, const float* input, float* output, bool backwa
   mb.blocks.assign(block_units_.size(), Block{});
   std::vector<float> tmp(T * D);
   for (std::size_t i = 0; i < block_units_.size(); ++i) {
-    const Ids& id = ids_[i];
     Block& k = mb.blocks[i];
     engine_.unshard(block_units_[i]);
     const auto span = engine_.trace("forward", engine_.layout().unit(block_units_[i]).name);
     k.x = x;
-    k.h1.resize(T * D), k.mean1.resize(T), k.rstd1.resize(T);
-    norm_.forward(k.x, T, pa.P(id.ln1_w), pa.P(id.ln1_b), k.h1, k.mean1, k.rstd1);
-    attn_.forward(k.h1, z(mb.batch), z(mb.seq), {pa.P(id.qkv_w), pa.P(id.qkv_b), pa.P(id.proj_w), pa.P(id.proj_b)},
-                  tmp, k.attn);
-    k.x2.resize(T * D);
-    for (std::size_t j = 0; j < T * D; ++j) k.x2[j] = k.x[j] + tmp[j];
-    k.h2.resize(T * D), k.mean2.resize(T), k.rstd2.resize(T);
-    norm_.forward(k.x2, T, pa.P(id.ln2_w), pa.P(id.ln2_b), k.h2, k.mean2, k.rstd2);
-    k.f.resize(T * Fl), k.g.resize(T * Fl);
-    fc_.forward(k.h2, T, pa.P(id.fc_w), pa.P(id.fc_b), k.f);
-    parallel::gelu_forward(k.f, k.g);
-    mlp_proj_.forward(k.g, T, pa.P(id.mproj_w), pa.P(id.mproj_b), tmp);
-    for (std::size_t j = 0; j < T * D; ++j) x[j] = k.x2[j] + tmp[j];
+    block_forward(i, mb.batch, mb.seq, k, x, tmp);
+    if (checkpointing_ && backward_follows) {
+      // Keep the input only; the backward recomputes the rest from it.
+      const ActivationHandle h = engine_.activations().save(k.x);
+      k = Block{};
+      k.checkpoint = h;
+      k.checkpoint_bytes = engine_.activations().held_bytes(h);
+    }
     engine_.reshard(block_units_[i]);
   }
   if (last_pipeline_stage()) {
@@ -315,6 +309,26 @@ void Gpt::forward(MicroBatch& mb, const float* input, float* output, bool backwa
   }
 }
 
+void Gpt::block_forward(std::size_t i, int batch, int seq, Block& k, std::vector<float>& out,
+                        std::vector<float>& tmp) {
+  const std::size_t D = z(shape_.dim), T = z(batch) * z(seq), Fl = fc_.local_out();
+  ParamAccess pa(engine_);
+  const Ids& id = ids_[i];
+  k.h1.resize(T * D), k.mean1.resize(T), k.rstd1.resize(T);
+  norm_.forward(k.x, T, pa.P(id.ln1_w), pa.P(id.ln1_b), k.h1, k.mean1, k.rstd1);
+  attn_.forward(k.h1, z(batch), z(seq), {pa.P(id.qkv_w), pa.P(id.qkv_b), pa.P(id.proj_w), pa.P(id.proj_b)}, tmp,
+                k.attn);
+  k.x2.resize(T * D);
+  for (std::size_t j = 0; j < T * D; ++j) k.x2[j] = k.x[j] + tmp[j];
+  k.h2.resize(T * D), k.mean2.resize(T), k.rstd2.resize(T);
+  norm_.forward(k.x2, T, pa.P(id.ln2_w), pa.P(id.ln2_b), k.h2, k.mean2, k.rstd2);
+  k.f.resize(T * Fl), k.g.resize(T * Fl);
+  fc_.forward(k.h2, T, pa.P(id.fc_w), pa.P(id.fc_b), k.f);
+  parallel::gelu_forward(k.f, k.g);
+  mlp_proj_.forward(k.g, T, pa.P(id.mproj_w), pa.P(id.mproj_b), tmp);
+  for (std::size_t j = 0; j < T * D; ++j) out[j] = k.x2[j] + tmp[j];
+}
+
 void Gpt::backward(MicroBatch& mb, const float* grad_output, float* grad_input) {
   const std::size_t D = z(shape_.dim), T = z(mb.batch) * z(mb.seq), Fl = fc_.local_out();
   ParamAccess pa(engine_);
@@ -338,6 +352,22 @@ void Gpt::backward(MicroBatch& mb, const float* grad_output, float* grad_input) 
     const Ids& id = ids_[i];
     Block& k = mb.blocks[i];
     engine_.unshard(block_units_[i]);
+    std::size_t recomputed = 0;  // bytes of the block's activations recomputed here
+    if (k.checkpoint.valid()) {
+      auto recompute = engine_.trace("recompute", engine_.layout().unit(block_units_[i]).name);
+      ActivationStore& store = engine_.activations();
+      k.x.resize(T * D);
+      store.restore(k.checkpoint, k.x);
+      store.release(k.checkpoint);
+      k.checkpoint = {};
+      track_saved(-static_cast<std::ptrdiff_t>(k.checkpoint_bytes));
+      mb.saved_bytes -= k.checkpoint_bytes;
+      k.checkpoint_bytes = 0;
+      std::vector<float> out(T * D);
+      block_forward(i, mb.batch, mb.seq, k, out, dpre);
+      recomputed = k.bytes();
+      track_saved(static_cast<std::ptrdiff_t>(recomputed));
+    }
     auto span = engine_.trace("backward", engine_.layout().unit(block_units_[i]).name);
     // x3 = x2 + mlp(ln2(x2)): dx is dL/dx3.
     dg.assign(T * Fl, 0.0f);
@@ -354,6 +384,7 @@ void Gpt::backward(MicroBatch& mb, const float* grad_output, float* grad_input) 
     span.end();
     pa.finish_unit(block_units_[i]);
     k = Block{};
+    track_saved(-static_cast<std::ptrdiff_t>(recomputed));
   }
   if (first_pipeline_stage()) {
     // With pp > 1 the embeddings were resharded after the forward.

@@ -104,6 +104,15 @@ class Gpt {
   /// Throws InvariantError for a wrong number of micro-batches or tokens.
   double train_batch(std::span<const std::vector<std::int32_t>> micro_batches, int batch, int seq,
                      PipelineScheduleKind kind, double loss_scale);
+  /// Activation checkpointing (off by default): the forward of a
+  /// micro-batch that a backward follows keeps only each block's input, in
+  /// the engine's ActivationStore (Engine::activations(): partitioned over
+  /// the tensor-parallel group with activation_checkpointing.
+  /// partition_activations), and the backward recomputes the block from
+  /// it before its gradients, under a "recompute" span. The same
+  /// operations on the same values: gradients are bitwise those without.
+  void set_activation_checkpointing(bool on) { checkpointing_ = on; }
+  bool activation_checkpointing() const { return checkpointing_; }
   /// The last train_batch's timeline on this stage (parallel/pipeline_executor.h).
   const PipelineTimeline& last_timeline() const { return timeline_; }
   /// Most bytes of forward state (activations kept for the backward) this
@@ -160,6 +169,10 @@ class Gpt {
   /// the embeddings) unsharded for backward(); otherwise every unit is
   /// resharded and nothing is kept.
   void forward(MicroBatch& mb, const float* input, float* output, bool backward_follows);
+  /// Block i's forward (its unit unsharded) from k.x over batch x seq
+  /// tokens: fills k's other activations and writes the block's output to
+  /// `out`; `tmp` is scratch of the same size (T x dim).
+  void block_forward(std::size_t i, int batch, int seq, Block& k, std::vector<float>& out, std::vector<float>& tmp);
   /// This stage's backward of `mb`: from mb's loss (last stage) or the
   /// gradient of the output `grad_output`; writes the gradient of the input
   /// to `grad_input` (not on the first stage); reduces every unit's
@@ -192,6 +205,7 @@ class Gpt {
     ParamId ln1_w, ln1_b, qkv_w, qkv_b, proj_w, proj_b, ln2_w, ln2_b, fc_w, fc_b, mproj_w, mproj_b;
   };
   std::vector<Ids> ids_;  ///< this stage's blocks
+  bool checkpointing_ = false;  ///< set_activation_checkpointing
   ParamId wte_ = -1, wpe_ = -1, lnf_w_ = -1, lnf_b_ = -1;  ///< wte: the embedding's or the head's copy
   std::vector<std::unique_ptr<MicroBatch>> micro_batches_;  ///< train_batch's, by index
   std::vector<double> losses_;                              ///< their losses (last stage)

@@ -65,6 +65,7 @@ struct Options {
   std::string trace_dir;   ///< --trace DIR: Chrome traces
   std::string calibration_path;  ///< --calibration FILE: predicted vs measured step time
   bool bf16 = false;
+  bool activation_checkpointing = false;  ///< --activation-checkpointing: keep block inputs, recompute the rest
   std::string offload = "none";  ///< offload_optimizer device: none or cpu
   std::int64_t warmup_steps = 0;  ///< --warmup-steps: fills "auto" warmup_num_steps
   GptShape shape;
@@ -199,6 +200,7 @@ int run(const Options& options) {
   if (!o.calibration_path.empty()) rates = MachineRates::from_file(o.calibration_path);
   Engine engine(config, mesh);
   Gpt gpt(engine, mesh, o.shape);
+  gpt.set_activation_checkpointing(o.activation_checkpointing);
   engine.finalize();
   const std::string estimate = estimate_beside_ledger(engine);
   gpt.initialize(o.seed);
@@ -376,6 +378,7 @@ int run(const Options& options) {
                              {"config", to_json(config)},
                              {"mesh", {{"dp", dp}, {"tp", tp}, {"pp", pp}}},
                              {"skipped_steps", engine.skipped_steps()},
+                             {"activation_checkpointing", o.activation_checkpointing},
                              {"pipeline", {{"schedule", to_string(schedule)}, {"micro_batches", m},
                                            {"idle_fraction_per_rank", idle},
                                            {"peak_activation_bytes_per_rank", activations}}},
@@ -435,6 +438,9 @@ int main(int argc, char** argv) {
   app.add_option("--trace", o.trace_dir,
                  "write Chrome traces (trace-rank<r>.json and the merged trace.json) to this directory");
   app.add_flag("--bf16", o.bf16, "bf16 parameters and gradients, fp32 master weights");
+  app.add_flag("--activation-checkpointing", o.activation_checkpointing,
+               "keep only each block's input for the backward, which recomputes the block (the config's "
+               "activation_checkpointing section says how the inputs are held)");
   app.add_option("--warmup-steps", o.warmup_steps,
                  "value of an \"auto\" scheduler.params.warmup_num_steps in --config (default 0)")
       ->check(CLI::NonNegativeNumber);
