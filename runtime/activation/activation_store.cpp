@@ -54,10 +54,11 @@ ActivationHandle ActivationStore::save(std::span<const float> values) {
     const Saved probe{n, {}};
     const std::string bad = disagreeing_ranks(n, &probe);
     if (!bad.empty()) {
-      throw ConfigError(fmt::format("activation checkpoint: the tensor-parallel ranks save different sizes: {}", bad));
+      throw InvariantError(
+          fmt::format("activation checkpoint: the tensor-parallel ranks save different sizes: {}", bad));
     }
-    const std::size_t c = chunk_of(n, group_->world_size()), begin = std::min(n, c * static_cast<std::size_t>(group_->rank()));
-    const std::size_t end = std::min(n, begin + c);
+    const std::size_t c = chunk_of(n, group_->world_size());
+    const std::size_t begin = std::min(n, c * static_cast<std::size_t>(group_->rank())), end = std::min(n, begin + c);
     s.values.assign(c, 0.0f);
     std::copy(values.begin() + static_cast<std::ptrdiff_t>(begin), values.begin() + static_cast<std::ptrdiff_t>(end),
               s.values.begin());
@@ -84,7 +85,10 @@ void ActivationStore::restore(ActivationHandle h, std::span<float> out) {
     return;
   }
   const std::string bad = disagreeing_ranks(out.size(), known ? &it->second : nullptr);
-  if (!bad.empty()) throw InvariantError(fmt::format("activation checkpoint {}: the tensor-parallel ranks cannot restore it: {}", h.id, bad));
+  if (!bad.empty()) {
+    throw InvariantError(
+        fmt::format("activation checkpoint {}: the tensor-parallel ranks cannot restore it: {}", h.id, bad));
+  }
   const int t = group_->world_size();
   const std::size_t n = out.size(), c = chunk_of(n, t);
   if (n == 0) return;
@@ -95,7 +99,9 @@ void ActivationStore::restore(ActivationHandle h, std::span<float> out) {
 
 void ActivationStore::release(ActivationHandle h) {
   const auto it = saved_.find(h.id);
-  if (it == saved_.end()) throw InvariantError(fmt::format("activation checkpoint {}: released twice or never saved", h.id));
+  if (it == saved_.end()) {
+    throw InvariantError(fmt::format("activation checkpoint {}: released twice or never saved", h.id));
+  }
   const std::size_t b = it->second.values.size() * sizeof(float);
   ledger_.remove(MemCategory::activations, MemTier::device, b);
   bytes_ -= b;

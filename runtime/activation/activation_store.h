@@ -5,7 +5,8 @@
 // transformer, each block's input), restores it before recomputing the
 // block, and releases it. Engine::activations() gives the engine's store,
 // configured by the config's "activation_checkpointing" section and
-// counted in its ledger ("activations").
+// counted in its ledger (MemCategory::activations, "activation
+// checkpoints").
 //
 // [Note: partitioned activations]
 // With partition_activations and a tensor-parallel group of t ranks (ZeRO-R's
@@ -56,8 +57,8 @@ class ActivationStore {
   /// Keeps `values` (n fp32 elements; partitioned: this rank's chunk of
   /// them, [Note: partitioned activations]) and returns its handle.
   /// Partitioned, collective over the group: every rank passes the same n
-  /// (and the same values, which are not compared); ConfigError naming the
-  /// ranks and their sizes otherwise, on every rank.
+  /// (and the same values, which are not compared); InvariantError naming
+  /// the ranks and their sizes otherwise, on every rank.
   ActivationHandle save(std::span<const float> values);
   /// Writes checkpoint `h`'s n elements into `out` (out.size() == n). It
   /// stays saved. Partitioned, collective over the group: InvariantError

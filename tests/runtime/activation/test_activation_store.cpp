@@ -14,6 +14,7 @@
 #include "core/error.h"
 #include "core/memory_ledger.h"
 #include "runtime/activation/activation_store.h"
+#include "tests/support/same_bits.h"
 #include "tests/support/test_world.h"
 #include "tests/support/thrown.h"
 
@@ -22,6 +23,7 @@ namespace {
 
 using testing::contains;
 using testing::error_message;
+using testing::same_bits;
 using testing::world;
 
 const std::size_t kSizes[] = {0, 1, 7, 57, 10001};
@@ -31,14 +33,6 @@ std::vector<float> values(std::size_t n, int salt) {
   std::vector<float> v(n);
   for (std::size_t i = 0; i < n; ++i) v[i] = std::sin(0.37f * static_cast<float>(i) + static_cast<float>(salt)) * 3.0f;
   return v;
-}
-
-bool same_bits(const std::vector<float>& a, const std::vector<float>& b) {
-  if (a.size() != b.size()) return false;
-  for (std::size_t i = 0; i < a.size(); ++i) {
-    if (std::signbit(a[i]) != std::signbit(b[i]) || !(a[i] == b[i])) return false;
-  }
-  return true;
 }
 
 ActivationCheckpointingConfig partitioned(bool on) { return ActivationCheckpointingConfig{.partition_activations = on}; }
@@ -122,9 +116,9 @@ TEST_CASE("ranks that disagree are named on every rank instead of waiting") {
   if (t < 2) return;
   MemoryLedger ledger;
   ActivationStore store(partitioned(true), &world(), ledger);
-  // The last rank saves one element more: every rank throws the same ConfigError.
+  // The last rank saves one element more: every rank throws the same InvariantError.
   const std::size_t n = r == t - 1 ? 8 : 7;
-  const std::string e = error_message<ConfigError>([&] { store.save(values(n, 0)); });
+  const std::string e = error_message<InvariantError>([&] { store.save(values(n, 0)); });
   CHECK(contains(e, "save different sizes"));
   CHECK(contains(e, fmt::format("tensor-parallel rank {} (8 elements)", t - 1)));
   CHECK(store.count() == 0);
