@@ -21,11 +21,13 @@
 #include "runtime/activation/activation_store.h"
 #include "runtime/engine/engine.h"
 #include "tests/examples/gpt_test_support.h"
+#include "tests/support/same_bits.h"
 
 namespace zeroshard::examples {
 namespace {
 
 using namespace gpt_testing;  // world, GptEngine, my_rows
+using zeroshard::testing::same_bits;
 
 constexpr int kBatch = 12, kSeq = 8, kSteps = 3, kMicro = 4;
 const GptShape kShape{.layers = 2, .heads = 4, .dim = 16, .context = 8, .vocab = 256};
@@ -74,14 +76,6 @@ Run train(const Mesh& mesh, int stage, bool checkpointing, bool partition) {
   for (const std::string& name : g.gpt.parameter_names()) run.params.push_back(g.gpt.full_parameter(name));
   run.peak_kept = g.gpt.peak_activation_bytes();
   return run;
-}
-
-bool same_bits(const std::vector<float>& a, const std::vector<float>& b) {
-  if (a.size() != b.size()) return false;
-  for (std::size_t i = 0; i < a.size(); ++i) {
-    if (std::signbit(a[i]) != std::signbit(b[i]) || !(a[i] == b[i])) return false;
-  }
-  return true;
 }
 
 void check_same(const Run& got, const Run& ref) {

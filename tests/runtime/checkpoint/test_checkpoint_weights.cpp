@@ -26,6 +26,7 @@
 #include "runtime/engine/engine.h"
 #include "tests/support/ckpt_model.h"
 #include "tests/support/safetensors_reader.h"
+#include "tests/support/same_bits.h"
 #include "tests/support/scratch_files.h"
 #include "tests/support/test_world.h"
 
@@ -95,11 +96,6 @@ std::vector<float> rounded(const std::vector<float>& values, DType t) {
   std::vector<float> out(values.size());
   kernels::cast(out.data(), DType::f32, narrow.data(), t, values.size());
   return out;
-}
-
-bool same_bits(const std::vector<float>& a, const std::vector<float>& b) {
-  // memcmp of two empty vectors would be passed null pointers (UB).
-  return a.size() == b.size() && (a.empty() || std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0);
 }
 
 // Checks <cdir>/model.safetensors against engine e's compute copy (gathered;

@@ -24,6 +24,7 @@
 #include "core/error.h"
 #include "runtime/engine/engine.h"
 #include "tests/support/test_world.h"
+#include "tests/support/same_bits.h"
 
 using namespace zeroshard;
 using namespace zeroshard::testing;
@@ -139,15 +140,6 @@ RunResult train(const EngineConfig& cfg) {
 
 RunResult train(const EngineConfig& cfg) {
   return cfg.compute_dtype == DType::f32 ? train<float>(cfg) : train<bf16>(cfg);
-}
-
-// Bitwise equality of float arrays (distinguishes -0 and +0; the data has no NaN).
-bool same_bits(const std::vector<float>& a, const std::vector<float>& b) {
-  if (a.size() != b.size()) return false;
-  for (std::size_t i = 0; i < a.size(); ++i) {
-    if (float_bits(a[i]) != float_bits(b[i])) return false;
-  }
-  return true;
 }
 
 std::int64_t expected_padded(int world) {
