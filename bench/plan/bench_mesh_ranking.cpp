@@ -164,8 +164,10 @@ int describe(const std::string& out, const TransformerShape& shape, std::int64_t
                 {"nvme_read_GBps", 0}, {"nvme_write_GBps", 0}}}};
   if (comm->rank() == 0) {
     write_file_atomic(out, j.dump(2) + "\n");
-    fmt::print("{} ranks ({}): matrix products {:.2f} GFLOP/s a rank; link latency {:.1f} us, {:.2f} GB/s; wrote {}\n",
-               n, kernels::simd_target_name(), flops / 1e9, alpha * 1e6, bandwidth / 1e9, out);
+    const std::string link_line = n > 1 ? fmt::format("link latency {:.1f} us, {:.2f} GB/s", alpha * 1e6, bandwidth / 1e9)
+                                        : "no link (one rank: the description's link is the AdamW kernel's bandwidth)";
+    fmt::print("{} ranks ({}): matrix products {:.2f} GFLOP/s a rank; {}; wrote {}\n", n, kernels::simd_target_name(),
+               flops / 1e9, link_line, out);
   }
   return 0;
 }
@@ -178,10 +180,22 @@ struct Measured {
   double tokens_per_s = 0;  // global batch x seq / the median step
 };
 
+Measured read_report_json(const std::string& path, const json& j);
+
+/// A report of examples/gpt --report; IoError when unreadable, ConfigError
+/// naming the file for anything else (not JSON, a field missing or of
+/// another type).
 Measured read_report(const std::string& path) {
   std::ifstream in(path);
-  if (!in) throw IoError(fmt::format("{}: cannot read", path));
-  const json j = json::parse(in);
+  if (!in) throw IoError(fmt::format("{}: cannot read the report", path));
+  try {
+    return read_report_json(path, json::parse(in));
+  } catch (const json::exception& e) {
+    throw ConfigError(fmt::format("{}: not a report of examples/gpt --report: {}", path, e.what()));
+  }
+}
+
+Measured read_report_json(const std::string& path, const json& j) {
   Measured m;
   m.file = path;
   const json& model = j.at("model");
@@ -213,6 +227,10 @@ Measured read_report(const std::string& path) {
 
 std::string mesh_name(const MeshPlan& p) { return fmt::format("dp {} tp {} pp {} stage {}", p.dp, p.tp, p.pp, p.stage); }
 
+std::string shape_of(const TransformerShape& t) {
+  return fmt::format("layers {} hidden {} heads {} seq {} vocab {}", t.layers, t.hidden, t.heads, t.seq, t.vocab);
+}
+
 double median(std::vector<double> v) {
   std::sort(v.begin(), v.end());
   const std::size_t n = v.size();
@@ -220,12 +238,17 @@ double median(std::vector<double> v) {
 }
 
 /// The reports grouped by mesh and stage, each with the median of its
-/// rounds' tokens a second, in the order first seen.
+/// rounds' tokens a second, in the order first seen. ConfigError naming
+/// the file when a report trains another model than the first.
 std::vector<Measured> median_runs(const std::vector<std::string>& files) {
   std::vector<Measured> runs;
   std::vector<std::vector<double>> rates;
   for (const std::string& f : files) {
     Measured m = read_report(f);
+    if (!runs.empty() && shape_of(m.shape) != shape_of(runs.front().shape)) {
+      throw ConfigError(fmt::format("{}: trains another model ({}) than {} ({})", f, shape_of(m.shape),
+                                    runs.front().file, shape_of(runs.front().shape)));
+    }
     std::size_t i = 0;
     while (i < runs.size() && mesh_name(runs[i].plan) != mesh_name(m.plan)) ++i;
     if (i == runs.size()) {
@@ -248,13 +271,15 @@ int rank_runs(const std::string& cluster_path, const std::string& one_path, cons
     throw ConfigError(fmt::format("{}: the reference runs must be one mesh of one rank", reference.front()));
   }
   const Measured& ref = refs.front();
+  if (one.accelerators() != 1) {
+    throw ConfigError(fmt::format("--one {}: describes {} ranks; the compute efficiency needs the one-rank "
+                                  "description (bench_mesh_ranking --describe at -np 1)", one_path, one.accelerators()));
+  }
   PlanConstants k;
   k.tp_comm_overlap = 0;
-  k.compute_efficiency = ref.tokens_per_s * ref.shape.hardware_flops_per_token(Recompute::none) / one.peak_flops_fp32;
-  fmt::print("compute efficiency {:.3f}: the one-rank run's {:.0f} tokens/s x {:.3g} FLOP/token over {:.2f} GFLOP/s\n",
-             k.compute_efficiency, ref.tokens_per_s, ref.shape.hardware_flops_per_token(Recompute::none),
-             one.peak_flops_fp32 / 1e9);
-  k.compute_efficiency = std::min(1.0, k.compute_efficiency);
+  const double efficiency =
+      ref.tokens_per_s * ref.shape.hardware_flops_per_token(Recompute::none) / one.peak_flops_fp32;
+  k.compute_efficiency = std::min(1.0, efficiency);
 
   struct Row {
     Measured m;
@@ -263,6 +288,10 @@ int rank_runs(const std::string& cluster_path, const std::string& one_path, cons
   };
   std::vector<Row> rows;
   for (const Measured& m : median_runs(files)) {
+    if (shape_of(m.shape) != shape_of(ref.shape)) {
+      throw ConfigError(fmt::format("{}: trains another model ({}) than the reference ({})", m.file, shape_of(m.shape),
+                                    shape_of(ref.shape)));
+    }
     Row r{m, {}, 0};
     if (r.m.plan.accelerators() != cluster.accelerators()) {
       throw ConfigError(fmt::format("{}: {} ranks, the cluster {}", r.m.file, r.m.plan.accelerators(), cluster.accelerators()));
@@ -271,6 +300,9 @@ int rank_runs(const std::string& cluster_path, const std::string& one_path, cons
     r.predicted = mesh_tokens_per_second(r.m.shape, r.m.plan, r.t);
     rows.push_back(std::move(r));
   }
+  fmt::print("compute efficiency {:.3f}: the one-rank run's {:.0f} tokens/s x {:.3g} FLOP/token over {:.2f} GFLOP/s\n",
+             efficiency, ref.tokens_per_s, ref.shape.hardware_flops_per_token(Recompute::none),
+             one.peak_flops_fp32 / 1e9);
   auto order = [&](auto key) {
     std::vector<std::size_t> idx(rows.size());
     for (std::size_t i = 0; i < idx.size(); ++i) idx[i] = i;
