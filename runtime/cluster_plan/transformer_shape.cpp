@@ -56,10 +56,12 @@ std::vector<LayerProduct> layer_products(const TransformerShape& t) {
 // Per-operator checkpointing keeps the outputs of the products whose
 // running count is odd; the count runs on over the steps, so a layer with
 // an odd number of products keeps the other set on the next step. Returns
-// the widths kept {on the step that keeps the first product, on the next}.
-std::pair<double, double> op_kept_widths(const std::vector<LayerProduct>& products) {
+// value(p) summed over the products kept {on the step that keeps the
+// first product, on the next}.
+template <class Value>
+std::pair<double, double> op_kept_sums(const std::vector<LayerProduct>& products, Value value) {
   double odd = 0, even = 0;
-  for (std::size_t i = 0; i < products.size(); ++i) (i % 2 == 0 ? odd : even) += products[i].out;
+  for (std::size_t i = 0; i < products.size(); ++i) (i % 2 == 0 ? odd : even) += value(products[i]);
   return products.size() % 2 ? std::make_pair(odd, even) : std::make_pair(odd, odd);
 }
 
@@ -146,12 +148,12 @@ double TransformerShape::hardware_flops_per_token(Recompute r) const {
     case Recompute::none: return model_flops_per_token();
     case Recompute::selective: return model_flops_per_token() + 4.0 * L * s * h;
     case Recompute::op: {
-      // Recomputed: the products not kept, on alternate steps the two sets.
+      // Recomputed: the products not kept, the mean over the two steps.
       const std::vector<LayerProduct> products = layer_products(resolved());
-      double odd = 0, even = 0;
-      for (std::size_t i = 0; i < products.size(); ++i) (i % 2 == 0 ? odd : even) += products[i].in * products[i].out;
-      const double recomputed = products.size() % 2 ? (odd + even) / 2 : even;
-      return model_flops_per_token() + 2.0 * L * recomputed;
+      double all = 0;
+      for (const LayerProduct& p : products) all += p.in * p.out;
+      const auto [first, next] = op_kept_sums(products, [](const LayerProduct& p) { return p.in * p.out; });
+      return model_flops_per_token() + 2.0 * L * (all - (first + next) / 2);
     }
     case Recompute::full: return model_flops_per_token() + 2.0 * layer_weights + 4.0 * L * s * h;
   }
@@ -204,7 +206,7 @@ double TransformerShape::layer_activation_bytes(std::int64_t micro_batch, int tp
     // The layer's input (2 bytes a value, split with sequence parallelism),
     // the attention's output and the kept products' outputs (split), the
     // larger of the two alternating sets; the fused attention's log-sum-exp.
-    const auto [first, next] = op_kept_widths(layer_products(t));
+    const auto [first, next] = op_kept_sums(layer_products(t), [](const LayerProduct& p) { return p.out; });
     const double kept = 2.0 * s * b * (h + std::max(first, next)) / T;
     return 2.0 * sbh / (sequence_parallel ? T : 1.0) + kept + (flash_attention ? 4.0 * a * s * b / T : 0.0);
   }
