@@ -28,6 +28,7 @@
 #include <fmt/format.h>
 
 #include "bench/adam/limit_pass.h"
+#include "bench/median.h"
 #include "core/aligned_buffer.h"
 #include "kernels/cpu/adam/adam.h"
 #include "kernels/cpu/adam/adam8bit.h"
@@ -39,6 +40,7 @@
 namespace {
 
 using namespace zeroshard;
+using bench::median;
 
 // One row of the table: a kernel over the first n elements of the buffers.
 struct Kernel {
@@ -71,12 +73,6 @@ double seconds_of(const std::function<void(std::size_t)>& f, std::size_t n) {
   const auto t0 = std::chrono::steady_clock::now();
   f(n);
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-}
-
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  const std::size_t k = v.size() / 2;
-  return v.size() % 2 == 1 ? v[k] : 0.5 * (v[k - 1] + v[k]);
 }
 
 // Deterministic values without a sequential generator (filled in parallel):

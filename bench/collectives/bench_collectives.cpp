@@ -42,6 +42,7 @@
 #include <CLI/CLI.hpp>
 #include <fmt/format.h>
 
+#include "bench/median.h"
 #include "bench/mpi_main.h"
 #include "comm/communicator.h"
 #include "comm/ordered_reduce.h"
@@ -53,6 +54,7 @@
 namespace {
 
 using namespace zeroshard;
+using bench::median;
 
 constexpr std::size_t kMiB = std::size_t{1} << 20;
 
@@ -93,12 +95,6 @@ inline float summed_value(int n, std::size_t i) {
   double s = 0;
   for (int r = 0; r < n; ++r) s += input_value(r, i);
   return static_cast<float>(s);
-}
-
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  const std::size_t k = v.size() / 2;
-  return v.size() % 2 == 1 ? v[k] : 0.5 * (v[k - 1] + v[k]);
 }
 
 // One size of one collective: `total` elements in the full buffer (a

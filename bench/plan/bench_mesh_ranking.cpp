@@ -40,6 +40,7 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
+#include "bench/median.h"
 #include "bench/mpi_main.h"
 #include "comm/communicator.h"
 #include "core/durable_file.h"
@@ -56,6 +57,7 @@
 namespace {
 
 using namespace zeroshard;
+using bench::median;
 using json = nlohmann::json;
 
 // One matrix product of the model: [tokens, k] x [k, n].
@@ -231,12 +233,6 @@ std::string shape_of(const TransformerShape& t) {
   return fmt::format("layers {} hidden {} heads {} seq {} vocab {}", t.layers, t.hidden, t.heads, t.seq, t.vocab);
 }
 
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  const std::size_t n = v.size();
-  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
-}
-
 /// The reports grouped by mesh and stage, each with the median of its
 /// rounds' tokens a second, in the order first seen. ConfigError naming
 /// the file when a report trains another model than the first.
@@ -286,12 +282,14 @@ int rank_runs(const std::string& cluster_path, const std::string& one_path, cons
     MeshStepTime t;
     double predicted = 0;
   };
+  // median_runs checks that the runs train one model; it must be the reference's.
+  const std::vector<Measured> runs = median_runs(files);
+  if (shape_of(runs.front().shape) != shape_of(ref.shape)) {
+    throw ConfigError(fmt::format("{}: trains another model ({}) than the reference ({})", runs.front().file,
+                                  shape_of(runs.front().shape), shape_of(ref.shape)));
+  }
   std::vector<Row> rows;
-  for (const Measured& m : median_runs(files)) {
-    if (shape_of(m.shape) != shape_of(ref.shape)) {
-      throw ConfigError(fmt::format("{}: trains another model ({}) than the reference ({})", m.file, shape_of(m.shape),
-                                    shape_of(ref.shape)));
-    }
+  for (const Measured& m : runs) {
     Row r{m, {}, 0};
     if (r.m.plan.accelerators() != cluster.accelerators()) {
       throw ConfigError(fmt::format("{}: {} ranks, the cluster {}", r.m.file, r.m.plan.accelerators(), cluster.accelerators()));

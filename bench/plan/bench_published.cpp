@@ -26,12 +26,14 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
+#include "bench/median.h"
 #include "runtime/cluster_plan/mesh_memory.h"
 #include "runtime/cluster_plan/mesh_step_time.h"
 
 namespace {
 
 using namespace zeroshard;
+using bench::median;
 using json = nlohmann::json;
 
 struct Run {
@@ -47,13 +49,6 @@ double mean(const std::vector<double>& v) {
   double sum = 0;
   for (double x : v) sum += x;
   return v.empty() ? NAN : sum / static_cast<double>(v.size());
-}
-
-double median(std::vector<double> v) {
-  if (v.empty()) return NAN;
-  std::sort(v.begin(), v.end());
-  const std::size_t n = v.size();
-  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
 }
 
 OffloadDevice device_of(const json& v) {
