@@ -153,7 +153,18 @@ std::uint64_t Gpt::full_parameter_count() const {
 
 void Gpt::initialize(std::uint64_t seed) {
   const double proj_std = 0.02 / std::sqrt(2.0 * shape_.layers);
+  // A unit's parameters are set together: one write of its swap files.
+  std::vector<ParamId> ids;
+  std::vector<std::vector<float>> values;
+  UnitId unit = -1;  // of ids
+  auto flush = [&] {
+    std::vector<std::span<const float>> spans(values.begin(), values.end());
+    engine_.set_parameters(ids, spans);
+    ids.clear(), values.clear();
+  };
   for (const Param& p : params_) {
+    if (!ids.empty() && unit != p.unit) flush();
+    unit = p.unit;
     std::size_t rows = z(static_cast<int>(p.full_shape[0]));
     std::size_t cols = p.full_shape.size() > 1 ? z(static_cast<int>(p.full_shape[1])) : 1;
     std::vector<float> full(rows * cols, 0.0f);
@@ -174,8 +185,10 @@ void Gpt::initialize(std::uint64_t seed) {
     } else {
       mine = parallel::take_cols(full, rows, cols, p.slice);
     }
-    engine_.set_parameter(p.id, mine);
+    ids.push_back(p.id);
+    values.push_back(std::move(mine));
   }
+  flush();
 }
 
 std::vector<float> Gpt::full_parameter(const std::string& name) {
@@ -229,17 +242,23 @@ class ParamAccess {
     return g;
   }
   // Adds unit u's buffers into the engine's gradients, reduces them and
-  // reshards u.
+  // reshards u; its buffers are freed.
   void finish_unit(UnitId u) {
     const DType dt = engine_.compute_dtype();
     for (ParamId id : engine_.layout().unit(u).params) {
       auto& g = grads_[z(id)];
       if (g.empty()) continue;
       add_into(engine_.grad_data(id, dt), dt, g.data(), g.size());
-      g.clear();
+      std::vector<float>().swap(g);
     }
     engine_.reduce_gradients(u);
+    reshard(u);
+  }
+  // Reshards unit u and frees its widened copies: a pass holds at most the
+  // units it has unsharded, never the whole model in fp32.
+  void reshard(UnitId u) {
     engine_.reshard(u);
+    for (ParamId id : engine_.layout().unit(u).params) std::vector<float>().swap(wide_[z(id)]);
   }
 
  private:
@@ -263,7 +282,7 @@ void Gpt::forward(MicroBatch& mb, const float* input, float* output, bool backwa
     }
     // At pp = 1 the head uses wte: the embeddings stay unsharded.
     if (!last_pipeline_stage()) {
-      for (UnitId u : embed_units_) engine_.reshard(u);
+      for (UnitId u : embed_units_) pa.reshard(u);
     }
   } else {
     std::copy_n(input, T * D, x.begin());
@@ -283,7 +302,7 @@ void Gpt::forward(MicroBatch& mb, const float* input, float* output, bool backwa
       k.checkpoint = h;
       k.checkpoint_bytes = engine_.activations().held_bytes(h);
     }
-    engine_.reshard(block_units_[i]);
+    pa.reshard(block_units_[i]);
   }
   if (last_pipeline_stage()) {
     for (UnitId u : final_units_) engine_.unshard(u);
@@ -295,9 +314,9 @@ void Gpt::forward(MicroBatch& mb, const float* input, float* output, bool backwa
     mb.loss = mb.ce.loss;
     mb.x = std::move(x);
     if (!backward_follows) {
-      for (UnitId u : final_units_) engine_.reshard(u);
+      for (UnitId u : final_units_) pa.reshard(u);
       if (first_pipeline_stage()) {
-        for (UnitId u : embed_units_) engine_.reshard(u);
+        for (UnitId u : embed_units_) pa.reshard(u);
       }
     }
   } else {

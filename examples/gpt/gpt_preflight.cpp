@@ -22,13 +22,20 @@ namespace zeroshard::examples {
 //  - model states: those parameters times the ZeRO paper's bytes per
 //    parameter at the stage and dp (runtime/plan/zero_formulas.h; K = 12 in
 //    mixed precision, 8 in fp32), plus the fp32 gradient accumulator of
-//    mixed precision (4 bytes, sharded over dp at stages 2 and 3);
+//    mixed precision (4 bytes, sharded over dp at stages 2 and 3); only the
+//    parts in memory count: offload_param on nvme takes the parameters
+//    out, offload_optimizer on nvme the optimizer states, the accumulator
+//    and (stages 2 and 3) the gradients, which then live in swap files;
 //  - activations: per kept micro-batch and block, 4 D + 4 + 12 D / tp + (H /
 //    tp) seq floats per token (x, the two LayerNorms' outputs, means and
 //    reciprocal deviations, the MLP's two hidden activations, q/k/v, the
 //    attention context and probabilities: Gpt::MicroBatch::bytes()), plus
 //    2 D + 2 + 256 / tp per token for ln_f and the logits; 1F1B keeps
-//    min(pp, m) micro-batches, GPipe m;
+//    min(pp, m) micro-batches, GPipe m; with activation checkpointing a
+//    block keeps only its input, D floats per token, until the backward
+//    recomputes it: the peak, at the last block's recompute, is L - 1
+//    inputs and one block's full set (the partitioned inputs of
+//    partition_activations are not divided by tp: an upper bound);
 //  - token buffers: the step's m micro-batches of micro-batch x (seq + 1)
 //    int32 tokens, and the dp-wide window they are drawn from.
 // Transient buffers (gathered units, gradients of activations) are left
@@ -47,12 +54,19 @@ GptMemoryEstimate gpt_memory_estimate(const GptRunSizes& s) {
   e.parameters = blocks * ((12 * d * d + 7 * d) / tp + 6 * d) + static_cast<double>(s.shape.vocab) * d / tp +
                  static_cast<double>(s.shape.context) * d + 2 * d;
   const bool mixed = s.element_bytes < 4;
-  double per_parameter = zero_paper_bytes(s.stage, s.dp, s.element_bytes, mixed ? 12.0 : 8.0).total();
-  if (mixed) per_parameter += s.stage >= 2 ? 4.0 / s.dp : 4.0;
-  e.model_states = e.parameters * per_parameter;
+  const ZeroPaperBytes z = zero_paper_bytes(s.stage, s.dp, s.element_bytes, mixed ? 12.0 : 8.0);
+  double optimizer_side = z.optimizer + (mixed ? (s.stage >= 2 ? 4.0 / s.dp : 4.0) : 0.0);
+  double gradients = z.gradients;
+  if (s.optimizer_nvme) {
+    optimizer_side = 0;
+    if (s.stage >= 2) gradients = 0;
+  }
+  const double parameters = s.param_nvme && s.stage == 3 ? 0.0 : z.parameters;
+  e.model_states = e.parameters * (parameters + gradients + optimizer_side);
   const double tokens = static_cast<double>(s.micro_batch) * seq;
   const double per_block = 4 * d + 4 + 12 * d / tp + heads / tp * seq;
-  const double per_micro_batch = tokens * (blocks * per_block + 2 * d + 2 + s.shape.vocab / tp) * 4.0;
+  const double kept_blocks = s.activation_checkpointing ? (blocks - 1) * d + per_block : blocks * per_block;
+  const double per_micro_batch = tokens * (kept_blocks + 2 * d + 2 + s.shape.vocab / tp) * 4.0;
   const double kept = s.schedule == PipelineScheduleKind::gpipe ? s.accumulation
                                                                   : std::min(s.pp, s.accumulation);
   e.activations = kept * per_micro_batch;

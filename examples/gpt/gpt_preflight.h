@@ -23,13 +23,16 @@ struct GptRunSizes {
   PipelineScheduleKind schedule = PipelineScheduleKind::one_f_one_b;
   int stage = 0;
   double element_bytes = 4;
+  bool param_nvme = false;      ///< offload_param.device nvme: the parameters live in swap files
+  bool optimizer_nvme = false;  ///< offload_optimizer.device nvme: master weights, states and gradients do
+  bool activation_checkpointing = false;  ///< --activation-checkpointing: block inputs kept, one block recomputed
 };
 
 /// One rank's bytes for a GPT run, each part an estimate in bytes (doubles:
 /// sizes near 2^31 per flag do not wrap around).
 struct GptMemoryEstimate {
   double parameters = 0;     ///< elements of the largest pipeline stage's slice on one tp rank
-  double model_states = 0;   ///< parameters x the ZeRO paper's bytes per parameter at the stage and dp
+  double model_states = 0;   ///< parameters x the ZeRO paper's bytes per parameter at the stage and dp, in RAM
   double activations = 0;    ///< forward state of the micro-batches a stage keeps for backward
   double token_buffers = 0;  ///< one step's micro-batches of int32 tokens
   double total() const { return model_states + activations + token_buffers; }

@@ -189,6 +189,9 @@ int run(const Options& options) {
     sizes.schedule = schedule;
     sizes.stage = config.zero.stage;
     sizes.element_bytes = static_cast<double>(dtype_size(config.compute_dtype));
+    sizes.param_nvme = config.offload.param.device == OffloadDevice::nvme;
+    sizes.optimizer_nvme = config.offload.optimizer.device == OffloadDevice::nvme;
+    sizes.activation_checkpointing = o.activation_checkpointing;
     check_gpt_fits(sizes, physical_memory_bytes() / static_cast<std::uint64_t>(nodes.local_size));
   });
   const TextCorpus corpus = load_text_corpus(o.data_dir, 0.05);

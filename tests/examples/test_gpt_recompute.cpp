@@ -16,6 +16,7 @@
 
 #include "comm/mesh.h"
 #include "examples/gpt/gpt_model.h"
+#include "examples/gpt/gpt_preflight.h"
 #include "examples/gpt/text_corpus.h"
 #include "parallel/pipeline_schedule.h"
 #include "runtime/activation/activation_store.h"
@@ -112,6 +113,17 @@ TEST_CASE("activation checkpointing gives bitwise the same training: dp x tp mes
         // 2 x 4 x dim, the attention's); checkpointed, only the inputs stay
         // between forward and backward, plus one recomputed block.
         CHECK(got.peak_kept < ref.peak_kept);
+        // The preflight's estimate is these bytes exactly (whole inputs).
+        GptRunSizes sizes;
+        sizes.shape = kShape, sizes.micro_batch = kBatch / mesh.dp_size(), sizes.seq = kSeq;
+        sizes.dp = mesh.dp_size(), sizes.tp = tp, sizes.stage = stage;
+        CHECK(gpt_memory_estimate(sizes).activations == static_cast<double>(ref.peak_kept));
+        sizes.activation_checkpointing = true;
+        if (!partition || tp == 1) {
+          CHECK(gpt_memory_estimate(sizes).activations == static_cast<double>(got.peak_kept));
+        } else {
+          CHECK(gpt_memory_estimate(sizes).activations > static_cast<double>(got.peak_kept));
+        }
       }
     }
   }

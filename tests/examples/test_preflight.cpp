@@ -75,6 +75,16 @@ TEST_CASE("gpt: model states, activations and token buffers in closed form; the 
   CHECK(gpt_memory_estimate(s).model_states == 20 * p);  // 2 + 2 + 12, fp32 accumulator 4
   s.stage = 3, s.dp = 4;
   CHECK(gpt_memory_estimate(s).model_states == 5 * p);
+  // Only what stays in memory counts: parameters on nvme leave 4.5 bytes
+  // (gradients 0.5, optimizer 3, accumulator 1); optimizer on nvme takes
+  // gradients, optimizer and accumulator (0.5 left), both take everything.
+  s.param_nvme = true;
+  CHECK(gpt_memory_estimate(s).model_states == 4.5 * p);
+  s.optimizer_nvme = true;
+  CHECK(gpt_memory_estimate(s).model_states == 0);
+  s.param_nvme = false;
+  CHECK(gpt_memory_estimate(s).model_states == 0.5 * p);
+  s.optimizer_nvme = false;
   // Tokens: one step's micro-batches plus the dp-wide window, int32.
   s.accumulation = 3;
   CHECK(gpt_memory_estimate(s).token_buffers == (3 + 4) * 8 * 65 * 4.0);
