@@ -335,20 +335,26 @@ void copy_window(DeviceOps& ops, void* dst, DType dst_type, std::size_t begin, s
   ops.upload(static_cast<std::byte*>(dst) + (lo - begin) * dtype_size(dst_type), host.data(), host.size());
 }
 
-// Writes parameter p's part of array a of unit u, whose element 0 is flat
-// index `begin` (n elements): a window upload into memory, read-modify-write
-// of the swap files on nvme.
-void set_array_window(EngineState& s, UnitId u, ArrayRef a, std::size_t begin, std::size_t n, const ParamInfo& p,
-                      std::span<const float> values) {
+// One parameter's full values (fp32) to write.
+struct ParamValues {
+  const ParamInfo* info;
+  std::span<const float> values;
+};
+
+// Writes the parameters' parts of array a of unit u (all of them u's),
+// whose element 0 is flat index `begin` (n elements): window uploads into
+// memory, one read-modify-write of the swap files on nvme for all of them.
+void set_array_window(EngineState& s, UnitId u, ArrayRef a, std::size_t begin, std::size_t n,
+                      std::span<const ParamValues> params) {
   ArrayStore& store = s.store();
   const DType t = store.dtype(u, a);
   if (store.tier(u, a) != MemTier::nvme) {
-    copy_window(store.ops(u, a), store.resident(u, a), t, begin, n, p, values);
+    for (const ParamValues& p : params) copy_window(store.ops(u, a), store.resident(u, a), t, begin, n, *p.info, p.values);
     return;
   }
   HostBuffer holder;
   void* data = store.read(u, a, holder);
-  copy_window(store.host_ops(), data, t, begin, n, p, values);
+  for (const ParamValues& p : params) copy_window(store.host_ops(), data, t, begin, n, *p.info, p.values);
   store.store(u, a, data);
 }
 
@@ -367,6 +373,27 @@ std::vector<float> widen(EngineState& s, const void* full, DType t, const ParamI
   return widen_host(host.data(), t, at0);
 }
 
+// set_parameters' writes into unit u (compute copy, gathered copy, master
+// weights), on this rank alone.
+void write_parameters(EngineState& s, UnitId unit, std::span<const ParamValues> params) {
+  const UnitInfo& u = s.info(unit);
+  const std::size_t shard_begin = static_cast<std::size_t>(s.rank()) * u.shard;
+  if (s.stage() < 3) {
+    set_array_window(s, unit, {ArrayKind::params}, 0, u.padded, params);
+  } else {
+    void* gathered = s.unsharder().full(unit);  // nullptr when not gathered
+    s.store().release_param_staging(unit);      // a swapped-in copy would be stale
+    set_array_window(s, unit, {ArrayKind::params}, shard_begin, u.shard, params);
+    if (gathered != nullptr) {
+      for (const ParamValues& p : params) copy_window(*s.ops, gathered, s.dtype(), 0, u.padded, *p.info, p.values);
+    }
+  }
+  if (s.mixed()) {
+    const bool full = s.stage() == 0;
+    set_array_window(s, unit, {ArrayKind::master}, full ? 0 : shard_begin, full ? u.padded : u.shard, params);
+  }
+}
+
 }  // namespace
 
 std::vector<std::byte> gather_host(EngineState& s, UnitId u, const void* shard, DType t) {
@@ -376,36 +403,30 @@ std::vector<std::byte> gather_host(EngineState& s, UnitId u, const void* shard, 
   return full;
 }
 
-namespace {
-
-// set_parameter's writes, on this rank alone.
-void write_parameter(EngineState& s, const ParamInfo& info, std::span<const float> values) {
-  const UnitInfo& u = s.info(info.unit);
-  const std::size_t shard_begin = static_cast<std::size_t>(s.rank()) * u.shard;
-  if (s.stage() < 3) {
-    set_array_window(s, info.unit, {ArrayKind::params}, 0, u.padded, info, values);
-  } else {
-    void* gathered = s.unsharder().full(info.unit);  // nullptr when not gathered
-    s.store().release_param_staging(info.unit);  // a swapped-in copy would be stale
-    set_array_window(s, info.unit, {ArrayKind::params}, shard_begin, u.shard, info, values);
-    if (gathered != nullptr) copy_window(*s.ops, gathered, s.dtype(), 0, u.padded, info, values);
-  }
-  if (s.mixed()) {
-    const bool full = s.stage() == 0;
-    set_array_window(s, info.unit, {ArrayKind::master}, full ? 0 : shard_begin, full ? u.padded : u.shard, info,
-                     values);
-  }
+void Engine::set_parameter(ParamId p, std::span<const float> values) {
+  const std::span<const float> one[] = {values};
+  set_parameters(std::span<const ParamId>(&p, 1), one);
 }
 
-}  // namespace
-
-void Engine::set_parameter(ParamId p, std::span<const float> values) {
+void Engine::set_parameters(std::span<const ParamId> params, std::span<const std::span<const float>> values) {
   EngineState& s = *s_;
-  ZS_CHECK(s.finalized(), "set_parameter() before finalize()");
-  const ParamInfo& info = s.layout.param(p);
-  ZS_CHECK(values.size() == info.numel, "set_parameter(\"{}\"): got {} values, parameter has {}",
-           info.name, values.size(), info.numel);
-  run_storage_phase(s, fmt::format("set_parameter(\"{}\")", info.name), [&] { write_parameter(s, info, values); });
+  ZS_CHECK(s.finalized(), "set_parameters() before finalize()");
+  ZS_CHECK(params.size() == values.size(), "set_parameters(): {} parameters but {} value arrays", params.size(),
+           values.size());
+  if (params.empty()) return;
+  std::vector<ParamValues> list;
+  const UnitId unit = s.layout.param(params[0]).unit;
+  for (std::size_t i = 0; i < params.size(); ++i) {
+    const ParamInfo& info = s.layout.param(params[i]);
+    ZS_CHECK(values[i].size() == info.numel, "set_parameter(\"{}\"): got {} values, parameter has {}", info.name,
+             values[i].size(), info.numel);
+    ZS_CHECK(info.unit == unit, "set_parameters(): \"{}\" is in unit \"{}\", \"{}\" in unit \"{}\"",
+             s.layout.param(params[0]).name, s.layout.unit(unit).name, info.name, s.layout.unit(info.unit).name);
+    list.push_back({&info, values[i]});
+  }
+  const std::string what = params.size() == 1 ? fmt::format("set_parameter(\"{}\")", list[0].info->name)
+                                              : fmt::format("set_parameters(unit \"{}\")", s.layout.unit(unit).name);
+  run_storage_phase(s, what, [&] { write_parameters(s, unit, list); });
 }
 
 std::vector<float> Engine::gather_parameter(ParamId p) {

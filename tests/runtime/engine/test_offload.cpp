@@ -282,6 +282,50 @@ TEST_CASE("checkpoints of nvme-offloaded state load back bit for bit, into any t
   if (world().rank() == 0) fs::remove_all(dir);
 }
 
+TEST_CASE("set_parameters: a unit's parameters in one read and write of its swap files, the same bits") {
+  OffloadConfig o = nvme_params(0);
+  const EngineConfig c = config(3, DType::bf16, 1, o, OptimizerKind::adamw);
+  {  // the engines remove their swap folders before the root goes
+    // New values over init_value's: `one` takes them by set_parameter, one
+    // parameter at a time, `all` by set_parameters, a unit at a time.
+    Model one(c), all(c);
+    const OffloadStats before = all.e.offload_stats();
+    for (const auto& list : all.params) {
+      std::vector<std::vector<float>> values;
+      for (ParamId id : list) {
+        values.emplace_back(all.e.layout().param(id).numel);
+        for (std::size_t i = 0; i < values.back().size(); ++i) values.back()[i] = init_value(id + 7, i);
+        one.e.set_parameter(id, values.back());
+      }
+      std::vector<std::span<const float>> spans(values.begin(), values.end());
+      all.e.set_parameters(list, spans);
+    }
+    const OffloadStats after = all.e.offload_stats();
+    // Per unit, the bf16 parameter shard and the fp32 master shard, read and
+    // written once each: 6 bytes per shard element.
+    std::uint64_t shard_elements = 0;
+    for (UnitId u : all.units) shard_elements += all.e.layout().unit(u).shard;
+    CHECK(after.bytes_read - before.bytes_read == 6 * shard_elements);
+    CHECK(after.bytes_written - before.bytes_written == 6 * shard_elements);
+    check_bitwise(all.result(), one.result());
+    for (const auto& list : all.params) {
+      for (ParamId id : list) {
+        const std::vector<float> got = all.e.gather_parameter(id);
+        CHECK(got == one.e.gather_parameter(id));
+        if (!got.empty()) CHECK(got[0] == bf16_to_float(float_to_bf16(init_value(id + 7, 0))));
+      }
+    }
+    // Parameters of two units, or values of the wrong size, are refused.
+    const std::vector<float> a(7), b(10001), wrong(8);
+    const std::span<const float> two[] = {a, b}, bad[] = {wrong};
+    const ParamId across[] = {all.params[0][0], all.params[1][0]};
+    CHECK_THROWS_AS(all.e.set_parameters(across, two), InvariantError);
+    CHECK_THROWS_AS(all.e.set_parameters(std::span<const ParamId>(across, 1), bad), InvariantError);
+  }
+  world().barrier();
+  if (world().rank() == 0) fs::remove_all(swap_root());
+}
+
 TEST_CASE("nvme swap files: short names for 10,000 long-named parameters, removed at the end") {
   OffloadConfig o = nvme();
   o.optimizer.nvme_path = (swap_root() / "names").string();
