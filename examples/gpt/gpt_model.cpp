@@ -295,7 +295,9 @@ void Gpt::forward(MicroBatch& mb, const float* input, float* output, bool backwa
     const auto span = engine_.trace("forward", engine_.layout().unit(block_units_[i]).name);
     k.x = x;
     block_forward(i, mb.batch, mb.seq, k, x, tmp);
-    if (checkpointing_ && backward_follows) {
+    if (!backward_follows) {
+      k = Block{};  // a forward-only pass keeps nothing
+    } else if (checkpointing_) {
       // Keep the input only; the backward recomputes the rest from it.
       const ActivationHandle h = engine_.activations().save(k.x);
       k = Block{};
