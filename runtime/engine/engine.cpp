@@ -477,6 +477,9 @@ OffloadStats Engine::offload_stats() const {
   return OffloadStats{.bytes_read = t.bytes_read, .bytes_written = t.bytes_written, .read_wait_s = t.read_wait_s,
                       .write_wait_s = t.write_wait_s, .update_s = t.update_s};
 }
+std::uint64_t Engine::host_pool_bytes() const {
+  return s_->finalized() ? s_->store().host_pool().reserved_bytes() : 0;
+}
 std::int64_t Engine::micro_steps() const { return s_->progress.micro_steps; }
 std::int64_t Engine::optimizer_steps() const { return s_->progress.optimizer_steps; }
 

@@ -625,6 +625,10 @@ class Engine {
   ActivationStore& activations();
   /// Swap traffic so far (runtime/sharding/array_store.h).
   OffloadStats offload_stats() const;
+  /// Bytes of host memory the engine's host pool (offload/host_pool.h)
+  /// owns now: the buffers leased (in the ledger) and those cached for
+  /// reuse (not in the ledger, but resident). 0 before finalize().
+  std::uint64_t host_pool_bytes() const;
   std::int64_t micro_steps() const;
   std::int64_t optimizer_steps() const;
   /// Configured learning rate of a group (after any override; the base the
