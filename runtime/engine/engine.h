@@ -555,7 +555,9 @@ class Engine {
   /// logical tensors are re-sharded; master weights and moments come back
   /// bit for bit. Checks format version, model (names and shapes; the error
   /// lists differences), file sizes and CRC-32s before changing anything:
-  /// on error nothing is loaded. Returns the saved client_state. Collective.
+  /// on error nothing is loaded. State on nvme is read unit by unit, twice
+  /// (checked, then stored), so no rank holds more than one unit of it
+  /// ([Note: bounded-memory load]). Returns the saved client_state. Collective.
   /// On a mesh, any data-parallel size loads; another tensor-parallel size
   /// is refused with a ConfigError naming both sizes (an AgreedConfigError
   /// over the data-parallel group). On a mesh with tp > 1 or pp > 1, tag ""

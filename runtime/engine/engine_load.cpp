@@ -263,26 +263,112 @@ struct LoadedUnit {
   std::vector<std::vector<std::byte>> states;  ///< the unit's state arrays (UnitStates), whole
 };
 
-// Replaces the engine's state with `loaded`, on this rank alone.
-void commit_loaded(EngineState& s, std::vector<LoadedUnit>& loaded) {
+// [Note: bounded-memory load]
+// A load reads every unit's state before it changes anything, so that a
+// bad checkpoint (a file too short, a CRC-32 that does not match, a value
+// that is not finite) leaves the engine as it was. Units whose arrays live
+// in memory are kept from that read phase to the commit; they fit, since
+// the engine holds them anyway. A unit with an array on nvme is not kept:
+// its state may be larger than RAM (the reason it is on nvme). The read
+// phase reads and checks it and drops it; the commit reads it again and
+// stores it into its swap files, one unit at a time. No rank then holds
+// more than one unit's loaded state beyond its working set, for twice the
+// reads of those units; the checks all ran before the commit, which can
+// fail only as a swap write can (an I/O error: an agreed error that leaves
+// the engine unusable, [Note: storage phases]).
+
+// Whether any array of unit u lives in swap files.
+bool has_nvme_array(EngineState& s, UnitId u) {
+  const ArrayStore& store = s.store();
+  if (store.tier(u, {ArrayKind::params}) == MemTier::nvme) return true;
+  if (s.mixed() && store.tier(u, {ArrayKind::master}) == MemTier::nvme) return true;
+  for (int k = 0; k < store.states(u).arrays(); ++k) {
+    if (store.tier(u, {ArrayKind::state, k}) == MemTier::nvme) return true;
+  }
+  return false;
+}
+
+// Unit u's state as this rank stores it, read from the checkpoint (the
+// files verified on first use, every value checked finite).
+LoadedUnit read_unit(EngineState& s, const Manifest& m, const std::vector<std::string>& names, TensorReader& reader,
+                     std::size_t u) {
+  const int stage = s.stage(), r = s.rank();
+  const UnitInfo& info = s.info(static_cast<UnitId>(u));
+  const std::uint64_t shard_lo = static_cast<std::uint64_t>(r) * info.shard;
+  LoadedUnit lu;
+  // Optimizer states: every window at stage 0, else this rank's
+  // ([Note: state arrays]); the saved codes and absmax as they are when
+  // the blocks are the same (8-bit, the same block size, world size and
+  // so shard: window w is old rank w's),
+  // else fp32 values (8-bit dequantized, bf16 widened), quantized anew
+  // for 8-bit and rounded to bf16 for bf16 (exact for bf16 values).
+  const std::uint64_t sn = stage == 0 ? info.padded : info.shard;  // master weights
+  const UnitStates& target = s.store().states(static_cast<UnitId>(u));
+  const bool exact = target.dtype == StateDtype::q8 && m.units[u].state_format == "8bit" &&
+                     m.states.block_size == target.block && m.world_size == s.world() &&
+                     m.units[u].shard == info.shard;
+  lu.states.assign(static_cast<std::size_t>(target.arrays()), {});
+  for (int w = stage == 0 ? 0 : r; w < (stage == 0 ? s.world() : r + 1); ++w) {
+    std::vector<std::vector<std::byte>> arrays;
+    if (exact) {
+      for (std::size_t k = 1; k < names.size(); ++k) {
+        std::vector<std::byte> b = reader.raw(u, k, w);
+        arrays.emplace_back(b.begin(), b.begin() + static_cast<std::ptrdiff_t>(info.shard));
+        arrays.emplace_back(b.begin() + static_cast<std::ptrdiff_t>(info.shard), b.end());
+      }
+    } else {
+      std::vector<std::vector<float>> values;
+      const std::uint64_t lo = static_cast<std::uint64_t>(w) * info.shard;
+      for (std::size_t k = 1; k < names.size(); ++k) {
+        values.emplace_back(info.shard, 0.0f);
+        reader.read(u, k, lo, lo + info.shard, values.back().data());
+      }
+      arrays = s.optimizer.state_arrays_from_f32(s.store(), static_cast<UnitId>(u), w, values);
+    }
+    for (std::size_t k = 0; k < arrays.size(); ++k) {
+      lu.states[k].insert(lu.states[k].end(), arrays[k].begin(), arrays[k].end());
+    }
+  }
+  // Parameters (compute dtype): full at stages 0-2, else the shard; from the masters.
+  const std::uint64_t plo = stage < 3 ? 0 : shard_lo, pn = stage < 3 ? info.padded : info.shard;
+  lu.params = TypedBuffer(pn, s.dtype());
+  if (!s.mixed()) {
+    reader.read(u, 0, plo, plo + pn, lu.params.as<float>());
+    return lu;
+  }
+  AlignedBuffer<float> wide(pn);
+  reader.read(u, 0, plo, plo + pn, wide.data());
+  kernels::cast(lu.params.data(), s.dtype(), wide.data(), DType::f32, pn);
+  lu.master = AlignedBuffer<float>(sn);
+  if (stage == 0) {
+    std::copy(wide.data(), wide.data() + sn, lu.master.data());
+  } else {
+    reader.read(u, 0, shard_lo, shard_lo + sn, lu.master.data());
+  }
+  return lu;
+}
+
+// The commit's first part, on this rank alone: what a load replaces or
+// starts over (gradients, gathered units, ZeRO++'s residuals, the order).
+void begin_commit(EngineState& s) {
   s.reducer().discard();
   s.reducer().reset_residuals();  // ZeRO++ qgZ's error feedback is not saved: it starts over
   s.unsharder().reset();  // also ends swap-ins (ShardSource::release)
-  ArrayStore& store = s.store();
-  store.clear_nvme_grads();
+  s.store().clear_nvme_grads();
   std::vector<bool>& reduced = s.progress.reduced;
   reduced.assign(reduced.size(), false);
   s.progress.order.clear();
-  for (std::size_t u = 0; u < loaded.size(); ++u) {
-    const UnitId id = static_cast<UnitId>(u);
-    store.zero_grads(id);
-    // Into the resident buffers (on the compute device) or the swap files.
-    LoadedUnit& lu = loaded[u];
-    store.store(id, {ArrayKind::params}, lu.params.data());
-    if (s.mixed()) store.store(id, {ArrayKind::master}, lu.master.data());
-    for (std::size_t k = 0; k < lu.states.size(); ++k) {
-      store.store(id, {ArrayKind::state, static_cast<int>(k)}, lu.states[k].data());
-    }
+}
+
+// Stores unit u's loaded state into its resident buffers (on the compute
+// device) or its swap files, on this rank alone.
+void commit_unit(EngineState& s, UnitId u, LoadedUnit& lu) {
+  ArrayStore& store = s.store();
+  store.zero_grads(u);
+  store.store(u, {ArrayKind::params}, lu.params.data());
+  if (s.mixed()) store.store(u, {ArrayKind::master}, lu.master.data());
+  for (std::size_t k = 0; k < lu.states.size(); ++k) {
+    store.store(u, {ArrayKind::state, static_cast<int>(k)}, lu.states[k].data());
   }
 }
 
@@ -441,64 +527,17 @@ json Engine::load_checkpoint(const std::string& mesh_save_dir, const std::string
     }
 
     manifest_span.end();
-    const int stage = s.stage();
+    // [Note: bounded-memory load]: units with an array on nvme are read
+    // twice, one at a time: checked in the read phase, stored in the commit.
     std::vector<LoadedUnit> loaded(s.layout.units().size());
+    std::vector<bool> streamed(loaded.size());
+    for (std::size_t u = 0; u < loaded.size(); ++u) streamed[u] = has_nvme_array(s, static_cast<UnitId>(u));
     TraceScope read_span(s.tracer(), "checkpoint_load_read", TraceThread::engine, tag);
+    TensorReader reader(m, dir);
     run_agreed(s.comms.host(), [&] {
-      TensorReader reader(m, dir);
       for (std::size_t u = 0; u < loaded.size(); ++u) {
-        const UnitInfo& info = s.info(static_cast<UnitId>(u));
-        const std::uint64_t shard_lo = static_cast<std::uint64_t>(r) * info.shard;
-        LoadedUnit& lu = loaded[u];
-        // Optimizer states: every window at stage 0, else this rank's
-        // ([Note: state arrays]); the saved codes and absmax as they are when
-        // the blocks are the same (8-bit, the same block size, world size and
-        // so shard: window w is old rank w's),
-        // else fp32 values (8-bit dequantized, bf16 widened), quantized anew
-        // for 8-bit and rounded to bf16 for bf16 (exact for bf16 values).
-        const std::uint64_t sn = stage == 0 ? info.padded : info.shard;  // master weights
-        const UnitStates& target = s.store().states(static_cast<UnitId>(u));
-        const bool exact = target.dtype == StateDtype::q8 && m.units[u].state_format == "8bit" &&
-                           m.states.block_size == target.block && m.world_size == s.world() &&
-                           m.units[u].shard == info.shard;
-        lu.states.assign(static_cast<std::size_t>(target.arrays()), {});
-        for (int w = stage == 0 ? 0 : r; w < (stage == 0 ? s.world() : r + 1); ++w) {
-          std::vector<std::vector<std::byte>> arrays;
-          if (exact) {
-            for (std::size_t k = 1; k < names.size(); ++k) {
-              std::vector<std::byte> b = reader.raw(u, k, w);
-              arrays.emplace_back(b.begin(), b.begin() + static_cast<std::ptrdiff_t>(info.shard));
-              arrays.emplace_back(b.begin() + static_cast<std::ptrdiff_t>(info.shard), b.end());
-            }
-          } else {
-            std::vector<std::vector<float>> values;
-            const std::uint64_t lo = static_cast<std::uint64_t>(w) * info.shard;
-            for (std::size_t k = 1; k < names.size(); ++k) {
-              values.emplace_back(info.shard, 0.0f);
-              reader.read(u, k, lo, lo + info.shard, values.back().data());
-            }
-            arrays = s.optimizer.state_arrays_from_f32(s.store(), static_cast<UnitId>(u), w, values);
-          }
-          for (std::size_t k = 0; k < arrays.size(); ++k) {
-            lu.states[k].insert(lu.states[k].end(), arrays[k].begin(), arrays[k].end());
-          }
-        }
-        // Parameters (compute dtype): full at stages 0-2, else the shard; from the masters.
-        const std::uint64_t plo = stage < 3 ? 0 : shard_lo, pn = stage < 3 ? info.padded : info.shard;
-        lu.params = TypedBuffer(pn, s.dtype());
-        if (!s.mixed()) {
-          reader.read(u, 0, plo, plo + pn, lu.params.as<float>());
-          continue;
-        }
-        AlignedBuffer<float> wide(pn);
-        reader.read(u, 0, plo, plo + pn, wide.data());
-        kernels::cast(lu.params.data(), s.dtype(), wide.data(), DType::f32, pn);
-        lu.master = AlignedBuffer<float>(sn);
-        if (stage == 0) {
-          std::copy(wide.data(), wide.data() + sn, lu.master.data());
-        } else {
-          reader.read(u, 0, shard_lo, shard_lo + sn, lu.master.data());
-        }
+        LoadedUnit lu = read_unit(s, m, names, reader, u);
+        if (!streamed[u]) loaded[u] = std::move(lu);
       }
     });
 
@@ -506,7 +545,17 @@ json Engine::load_checkpoint(const std::string& mesh_save_dir, const std::string
     // nvme) are agreed: [Note: storage phases] in runtime/engine/storage_phase.h.
     read_span.end();
     const TraceScope commit_span(s.tracer(), "checkpoint_load_commit", TraceThread::engine, tag);
-    run_storage_phase(s, fmt::format("load_checkpoint(\"{}\")", dir), [&] { commit_loaded(s, loaded); }, true);
+    run_storage_phase(
+        s, fmt::format("load_checkpoint(\"{}\")", dir),
+        [&] {
+          begin_commit(s);
+          for (std::size_t u = 0; u < loaded.size(); ++u) {
+            if (streamed[u]) loaded[u] = read_unit(s, m, names, reader, u);
+            commit_unit(s, static_cast<UnitId>(u), loaded[u]);
+            loaded[u] = LoadedUnit{};
+          }
+        },
+        true);
     s.unusable.clear();
     s.progress.optimizer_steps = m.optimizer_steps;
     s.progress.micro_steps = m.optimizer_steps * s.config.gradient_accumulation_steps;

@@ -383,6 +383,19 @@ TEST_CASE("non-finite master weights and absmax with consistent CRCs: refused on
                       "of the parameter: a checkpoint's master weights and optimizer states must be finite") !=
             std::string::npos);
     }
+    if (stage == 3) {
+      // State on nvme is loaded a unit at a time ([Note: bounded-memory
+      // load]), yet every unit is checked before any is stored: unit a,
+      // before b, stays as it was too (agreed_load_error checks it all).
+      EngineConfig nvme = cfg;
+      const std::string swap = fresh_dir("finite-swap");
+      nvme.offload.optimizer.device = OffloadDevice::nvme;
+      nvme.offload.optimizer.nvme_path = swap;
+      nvme.offload.param.device = OffloadDevice::nvme;
+      nvme.offload.param.nvme_path = swap;
+      nvme.offload.param.max_in_cpu = 0;
+      CHECK(agreed_load_error(nvme, dir).find("master holds nan at parameter \"b.weight\"") != std::string::npos);
+    }
     write_float_with_crc(cdir, saved.file_offset(1, 0), 0.5f);
     CHECK(agreed_load_error(cfg, dir).empty());
     // +Inf in the first absmax of exp_avg (after the shard's codes).
