@@ -47,7 +47,7 @@ void ParallelSelfAttention::forward(std::span<const float> x, std::size_t batch,
   qkv_.forward(x, tokens, w.qkv_weight, w.qkv_bias, saved.qkv);
 
   const double scale = 1.0 / std::sqrt(static_cast<double>(hd_));
-  std::vector<double> scores(seq);
+  std::vector<double> scores(seq), acc(hd_);
   for (std::size_t b = 0; b < batch; ++b) {
     for (std::size_t h = 0; h < lh; ++h) {
       float* probs = saved.probs.data() + (b * lh + h) * seq * seq;
@@ -66,18 +66,17 @@ void ParallelSelfAttention::forward(std::span<const float> x, std::size_t batch,
           scores[j] = std::exp(scores[j] - m);
           sum += scores[j];
         }
+        // context_i = sum_j P[i][j] v_j, j outer so that v_j is read along
+        // its row (each element's sum still in increasing j: the same bits).
         float* c = saved.context.data() + (b * seq + i) * wc + h * hd_;
-        for (std::size_t d = 0; d < hd_; ++d) {
-          double acc = 0.0;
-          for (std::size_t j = 0; j <= i; ++j) {
-            const float* v = saved.qkv.data() + (b * seq + j) * w3 + h * 3 * hd_ + 2 * hd_;
-            acc += scores[j] / sum * v[d];
-          }
-          c[d] = static_cast<float>(acc);
-        }
+        std::fill(acc.begin(), acc.end(), 0.0);
         for (std::size_t j = 0; j <= i; ++j) {
-          probs[i * seq + j] = static_cast<float>(scores[j] / sum);
+          const double pj = scores[j] / sum;
+          const float* v = saved.qkv.data() + (b * seq + j) * w3 + h * 3 * hd_ + 2 * hd_;
+          for (std::size_t d = 0; d < hd_; ++d) acc[d] += pj * v[d];
+          probs[i * seq + j] = static_cast<float>(pj);
         }
+        for (std::size_t d = 0; d < hd_; ++d) c[d] = static_cast<float>(acc[d]);
       }
     }
   }
