@@ -225,44 +225,79 @@ namespace {
 // gradients unit by unit.
 class ParamAccess {
  public:
-  explicit ParamAccess(Engine& engine)
-      : engine_(engine), wide_(engine.layout().params().size()), grads_(engine.layout().params().size()) {}
+  /// `spare`: the Gpt's buffers kept between passes (Gpt::spare_).
+  ParamAccess(Engine& engine, std::vector<std::vector<float>>& spare)
+      : engine_(engine), spare_(spare), wide_(engine.layout().params().size()),
+        grads_(engine.layout().params().size()) {}
+  ~ParamAccess() {
+    for (auto& w : wide_) give(w);
+    for (auto& g : grads_) give(g);
+  }
+  ParamAccess(const ParamAccess&) = delete;
+  ParamAccess& operator=(const ParamAccess&) = delete;
+
   std::span<const float> P(ParamId id) {
     const DType dt = engine_.compute_dtype();
     if (dt == DType::f32) return engine_.param(id);
     auto& w = wide_[z(id)];
-    w.resize(engine_.layout().param(id).numel);
+    if (w.empty()) w = take(engine_.layout().param(id).numel);
     kernels::cast(w.data(), DType::f32, engine_.param_data(id, dt), dt, w.size());
     return w;
   }
   // A zeroed gradient buffer for id.
   std::span<float> G(ParamId id) {
     auto& g = grads_[z(id)];
-    g.assign(engine_.layout().param(id).numel, 0.0f);
+    if (g.empty()) g = take(engine_.layout().param(id).numel);
+    std::fill(g.begin(), g.end(), 0.0f);
     return g;
   }
   // Adds unit u's buffers into the engine's gradients, reduces them and
-  // reshards u; its buffers are freed.
+  // reshards u; its buffers go back to the spares.
   void finish_unit(UnitId u) {
     const DType dt = engine_.compute_dtype();
     for (ParamId id : engine_.layout().unit(u).params) {
       auto& g = grads_[z(id)];
       if (g.empty()) continue;
       add_into(engine_.grad_data(id, dt), dt, g.data(), g.size());
-      std::vector<float>().swap(g);
+      give(g);
     }
     engine_.reduce_gradients(u);
     reshard(u);
   }
-  // Reshards unit u and frees its widened copies: a pass holds at most the
-  // units it has unsharded, never the whole model in fp32.
+  // Reshards unit u and gives back its widened copies: a pass holds at
+  // most the units it has unsharded, never the whole model in fp32.
   void reshard(UnitId u) {
     engine_.reshard(u);
-    for (ParamId id : engine_.layout().unit(u).params) std::vector<float>().swap(wide_[z(id)]);
+    for (ParamId id : engine_.layout().unit(u).params) give(wide_[z(id)]);
   }
 
  private:
+  // A buffer of n elements (contents unspecified): a spare of the
+  // smallest capacity that holds n, else a new one. Reusing them keeps the
+  // allocator from returning ~100 MB buffers to the kernel and faulting
+  // them in, zeroed, again for the next unit (a third of a step's time at
+  // width 1600).
+  std::vector<float> take(std::size_t n) {
+    auto best = spare_.end();
+    for (auto it = spare_.begin(); it != spare_.end(); ++it) {
+      if (it->capacity() >= n && (best == spare_.end() || it->capacity() < best->capacity())) best = it;
+    }
+    std::vector<float> v;
+    if (best != spare_.end()) {
+      v = std::move(*best);
+      spare_.erase(best);
+    }
+    v.resize(n);
+    return v;
+  }
+  void give(std::vector<float>& v) {
+    if (v.capacity() > 0 && spare_.size() < kMaxSpares) spare_.push_back(std::move(v));
+    v = std::vector<float>();
+  }
+  static constexpr std::size_t kMaxSpares = 32;  // more than one unit's widened copies and gradients
+
   Engine& engine_;
+  std::vector<std::vector<float>>& spare_;
   std::vector<std::vector<float>> wide_, grads_;
 };
 
@@ -270,7 +305,7 @@ class ParamAccess {
 
 void Gpt::forward(MicroBatch& mb, const float* input, float* output, bool backward_follows) {
   const std::size_t D = z(shape_.dim), T = z(mb.batch) * z(mb.seq), Vl = head_.local_out();
-  ParamAccess pa(engine_);
+  ParamAccess pa(engine_, spare_);
   std::vector<float> x(T * D);
   if (first_pipeline_stage()) {
     for (UnitId u : embed_units_) engine_.unshard(u);
@@ -333,7 +368,7 @@ void Gpt::forward(MicroBatch& mb, const float* input, float* output, bool backwa
 void Gpt::block_forward(std::size_t i, int batch, int seq, Block& k, std::vector<float>& out,
                         std::vector<float>& tmp) {
   const std::size_t D = z(shape_.dim), T = z(batch) * z(seq), Fl = fc_.local_out();
-  ParamAccess pa(engine_);
+  ParamAccess pa(engine_, spare_);
   const Ids& id = ids_[i];
   k.h1.resize(T * D), k.mean1.resize(T), k.rstd1.resize(T);
   norm_.forward(k.x, T, pa.P(id.ln1_w), pa.P(id.ln1_b), k.h1, k.mean1, k.rstd1);
@@ -352,7 +387,7 @@ void Gpt::block_forward(std::size_t i, int batch, int seq, Block& k, std::vector
 
 void Gpt::backward(MicroBatch& mb, const float* grad_output, float* grad_input) {
   const std::size_t D = z(shape_.dim), T = z(mb.batch) * z(mb.seq), Fl = fc_.local_out();
-  ParamAccess pa(engine_);
+  ParamAccess pa(engine_, spare_);
   std::vector<float> dh(T * D), dx(T * D);
   std::span<float> g_wte;
   if (last_pipeline_stage()) {

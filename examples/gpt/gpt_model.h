@@ -213,6 +213,9 @@ class Gpt {
   std::size_t executor_count_ = 0;
   PipelineTimeline timeline_;
   std::size_t saved_bytes_ = 0, peak_saved_bytes_ = 0;
+  /// fp32 buffers of the passes (widened parameters, gradients) kept for
+  /// the next unit and pass instead of freed (gpt_model.cpp, ParamAccess).
+  std::vector<std::vector<float>> spare_;
 };
 
 }  // namespace zeroshard::examples
