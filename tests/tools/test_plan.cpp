@@ -9,6 +9,8 @@
 #include <doctest/doctest.h>
 
 #include "tools/plan/plan_report.h"
+#include "tools/plan/transformer_model.h"
+#include "core/error.h"
 #include "runtime/plan/memory_estimate.h"
 #include "runtime/plan/zero_formulas.h"
 
@@ -162,4 +164,20 @@ TEST_CASE("the report shows the fp32 gradient accumulator of bf16 training") {
   text = tools::plan_report(m, "small", c, 2, 1);
   CHECK(text.find("grad accumulator            0 B") != std::string::npos);
   CHECK(text.find("gradient accumulator of mixed precision") == std::string::npos);
+}
+
+TEST_CASE("--transformer: the model and its activations per sample in closed form") {
+  // s = 16, h = 64, a = 4, L = 2, V = 256. Korthikanti et al. 2022: a layer
+  // keeps s h (34 + 5 a s / h) = 1024 x 39 bytes, 2 s h under full
+  // recomputation; the logits s V, 12 bytes each with the loss.
+  const std::string spec = "kind=gpt,layers=2,hidden=64,heads=4,seq=16,vocab=256";
+  const tools::TransformerModel plain = tools::transformer_model(spec, false);
+  CHECK(plain.model.parameter_count() == plain.shape.parameter_count());
+  CHECK(plain.model.units.size() == 4);  // embeddings, two layers, final norm
+  CHECK(plain.activation_bytes_per_sample == 2 * 39936 + 16 * 256 * 12);
+  const tools::TransformerModel ckpt = tools::transformer_model(spec, true);
+  CHECK(ckpt.activation_bytes_per_sample == 2 * 2048 + 39936 + 16 * 256 * 12);
+  CHECK(ckpt.describe().find("93184 bytes") != std::string::npos);
+  CHECK_THROWS_WITH_AS(tools::transformer_model("kind=gpt,layers=2,hiden=64", false), doctest::Contains("hiden"),
+                       ConfigError);
 }

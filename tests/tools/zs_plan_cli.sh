@@ -9,7 +9,8 @@
 # wins, the time to train), a model whose layer no plan fits on 16 PCIe
 # A100s (exit 2,
 # the closest rejected with the tier), a misspelt transformer key and a
-# missing global batch (errors naming them).
+# missing global batch (errors naming them); a transformer's estimate
+# with its activations per sample, and that figure given twice (refused).
 # Usage: zs_plan_cli.sh ZS_PLAN CONFIG_DIR
 set -euo pipefail
 zs_plan="$1" configs="$2"
@@ -77,4 +78,14 @@ rc=0
 "$zs_plan" --cluster "$clusters/h100x64.json" --transformer "$llama" >"$work/nobatch.out" 2>&1 || rc=$?
 [ "$rc" = 1 ] && grep -q "needs --global-batch" "$work/nobatch.out" ||
   fail "no global batch: exit status $rc, $(cat "$work/nobatch.out")"
+gpt=kind=gpt,layers=2,hidden=64,heads=4,seq=16,vocab=256
+"$zs_plan" --transformer "$gpt" --activation-checkpointing --world 2 >"$work/shape.out" 2>&1 ||
+  fail "estimate of --transformer: $(cat "$work/shape.out")"
+grep -q "activations per sample from --transformer: 93184 bytes" "$work/shape.out" ||
+  fail "estimate of --transformer: no activations line in $(cat "$work/shape.out")"
+rc=0
+"$zs_plan" --transformer "$gpt" --world 2 --budget-device 1GiB --activation-bytes-per-sample 1MiB \
+  >"$work/twice.out" 2>&1 || rc=$?
+[ "$rc" = 1 ] && grep -q "give one" "$work/twice.out" ||
+  fail "activations from the shape and the flag: exit status $rc, $(cat "$work/twice.out")"
 echo "zs_plan_cli: all passed"

@@ -58,6 +58,7 @@
 #include <string>
 
 #include "comm/communicator.h"
+#include "tools/plan/transformer_model.h"
 #include "core/error.h"
 #include "tools/plan/plan_report.h"
 #include "runtime/plan/calibrate.h"
@@ -163,27 +164,37 @@ int main(int argc, char** argv) {
   calibrate_opt->excludes(dev_opt)->excludes(host_opt)->excludes(nvme_opt);
   auto* cluster_opt = app.add_option("--cluster", cluster_path, "cluster plan: a GPU cluster description (JSON)")
                           ->check(CLI::ExistingFile);
-  auto* transformer_opt =
-      app.add_option("--transformer", transformer, "cluster plan: the model, key=value,... or a JSON file");
+  auto* transformer_opt = app.add_option(
+      "--transformer", transformer,
+      "the model as a decoder's shape, key=value,... or a JSON file (the cluster plan's model; elsewhere the "
+      "estimate's and plan's, its activations per sample from the shape)");
+  bool checkpointing = false;
+  auto* checkpointing_opt = app.add_flag(
+      "--activation-checkpointing", checkpointing,
+      "with --transformer: the loop keeps each layer's input and recomputes the layer (the activations per sample)");
   auto* tokens_opt = app.add_option("--tokens", tokens, "cluster plan: tokens to train (time and cost to train)")
                          ->check(CLI::PositiveNumber);
   auto* top_opt = app.add_option("--top", top, "cluster plan: plans to list (default 10)")->check(CLI::PositiveNumber);
   cluster_opt->needs(transformer_opt)->excludes(model_opt)->excludes(params_opt)->excludes(calibrate_opt);
-  transformer_opt->needs(cluster_opt);
+  transformer_opt->excludes(model_opt)->excludes(params_opt);
+  checkpointing_opt->needs(transformer_opt)->excludes(cluster_opt);
   tokens_opt->needs(cluster_opt);
   top_opt->needs(cluster_opt);
   CLI11_PARSE(app, argc, argv);
   try {
     if (!calibrate_path.empty()) return calibrate_mode(calibrate_path, nvme_path);
     if (!cluster_path.empty()) return cluster_mode(cluster_path, transformer, global_batch, micro_batches, tokens, top);
-    if (model_path.empty() && params_opt->count() == 0) {
-      throw ConfigError("give --model FILE or --params P --units U");
+    if (model_path.empty() && params_opt->count() == 0 && transformer.empty()) {
+      throw ConfigError("give --model FILE, --params P --units U or --transformer SHAPE");
     }
-    const ModelDescription model = model_path.empty()
-                                       ? ModelDescription::generated(static_cast<std::uint64_t>(params), units)
-                                       : ModelDescription::from_file(model_path);
+    std::optional<tools::TransformerModel> shaped;
+    if (!transformer.empty()) shaped = tools::transformer_model(transformer, checkpointing);
+    const ModelDescription model = shaped           ? shaped->model
+                                   : model_path.empty() ? ModelDescription::generated(static_cast<std::uint64_t>(params), units)
+                                                        : ModelDescription::from_file(model_path);
     const std::string name =
-        model_path.empty() ? fmt::format("generated ({:g} parameters, {} units)", params, units) : model_path;
+        shaped ? fmt::format("--transformer {}", transformer)
+        : model_path.empty() ? fmt::format("generated ({:g} parameters, {} units)", params, units) : model_path;
     const bool planning = dev_opt->count() + host_opt->count() + nvme_opt->count() > 0;
     if (planning) {
       PlanRequest req;
@@ -193,6 +204,14 @@ int main(int argc, char** argv) {
       req.nvme_path = nvme_path;
       req.budget = {budget_device, budget_host, nvme_free};
       req.activation_bytes_per_sample = activations;
+      if (shaped) {
+        if (activations > 0) {
+          throw ConfigError("--activation-bytes-per-sample and --transformer: give one (the shape gives the "
+                            "activations)");
+        }
+        req.activation_bytes_per_sample = shaped->activation_bytes_per_sample;
+        fmt::print("{}\n", shaped->describe());
+      }
       req.micro_batches = micro_batches;
       req.global_batch = global_batch;
       if (!calibration_path.empty()) req.rates = MachineRates::from_file(calibration_path);
@@ -221,6 +240,11 @@ int main(int argc, char** argv) {
     const int r = rank.value_or(tools::largest_rank(model, config, world));
     if (r < 0 || r >= world) throw ConfigError(fmt::format("--rank {} outside a world of {}", r, world));
     fmt::print("{}", tools::plan_report(model, name, config, world, r, ranks_per_node));
+    if (shaped) {
+      const auto micro = static_cast<std::uint64_t>(config.train_micro_batch_size_per_gpu);
+      fmt::print("{}\nactivations of a micro-batch of {} (train_micro_batch_size_per_gpu): {}\n", shaped->describe(),
+                 micro, format_bytes(shaped->activation_bytes_per_sample * micro));
+    }
   } catch (const std::exception& e) {
     fmt::print(stderr, "zs_plan: {}\n", e.what());
     return 1;
