@@ -1,9 +1,11 @@
-// What the GPT example's tests (test_gpt_mesh.cpp, test_gpt_pipeline.cpp)
-// share: the world communicator, the AdamW configuration they train with,
-// an engine with its model, a dp rank's rows of a batch, the gathered
-// states a checkpoint is compared with, the per-step loss and norm checks
-// and the per-tensor closeness check against a single-rank reference, and
-// the error a checkpoint load throws.
+// What the GPT example's tests (test_gpt_mesh.cpp, test_gpt_pipeline.cpp,
+// test_gpt_recompute.cpp, test_gpt_nvme.cpp) share: the world
+// communicator, the AdamW configuration they train with, an engine with
+// its model, a dp rank's rows of a batch, the gathered states a checkpoint
+// is compared with, the per-step loss and norm checks (within a tolerance,
+// or bit for bit with the final parameters) and the per-tensor closeness
+// check against a single-rank reference, and the error a checkpoint load
+// throws.
 #pragma once
 
 #include <doctest/doctest.h>
@@ -21,6 +23,7 @@
 #include "examples/gpt/gpt_model.h"
 #include "runtime/config/config.h"
 #include "runtime/engine/engine.h"
+#include "tests/support/same_bits.h"
 
 namespace zeroshard::examples::gpt_testing {
 
@@ -99,6 +102,24 @@ inline void check_steps(const std::vector<double>& losses, const std::vector<dou
   }
 }
 
+/// Checks that a run matches a reference bit for bit: each step's loss and
+/// global norm, and every parameter's final values.
+inline void check_same_run(const std::vector<double>& losses, const std::vector<double>& norms,
+                           const std::vector<std::vector<float>>& params, const std::vector<double>& ref_losses,
+                           const std::vector<double>& ref_norms, const std::vector<std::vector<float>>& ref_params) {
+  REQUIRE(losses.size() == ref_losses.size());
+  REQUIRE(norms.size() == ref_norms.size());
+  for (std::size_t s = 0; s < ref_losses.size(); ++s) {
+    CAPTURE(s);
+    CHECK(losses[s] == ref_losses[s]);
+    CHECK(norms[s] == ref_norms[s]);
+  }
+  REQUIRE(params.size() == ref_params.size());
+  for (std::size_t p = 0; p < ref_params.size(); ++p) {
+    CAPTURE(p);
+    CHECK(zeroshard::testing::same_bits(params[p], ref_params[p]));
+  }
+}
 /// max |a - b| <= tol x max |b| over the tensor (false for different
 /// sizes); prints the two when not.
 inline bool close(const std::vector<float>& a, const std::vector<float>& b, double tol) {

@@ -22,13 +22,11 @@
 #include "runtime/activation/activation_store.h"
 #include "runtime/engine/engine.h"
 #include "tests/examples/gpt_test_support.h"
-#include "tests/support/same_bits.h"
 
 namespace zeroshard::examples {
 namespace {
 
-using namespace gpt_testing;  // world, GptEngine, my_rows
-using zeroshard::testing::same_bits;
+using namespace gpt_testing;  // world, GptEngine, my_rows, check_same_run
 
 constexpr int kBatch = 12, kSeq = 8, kSteps = 3, kMicro = 4;
 const GptShape kShape{.layers = 2, .heads = 4, .dim = 16, .context = 8, .vocab = 256};
@@ -80,17 +78,7 @@ Run train(const Mesh& mesh, int stage, bool checkpointing, bool partition) {
 }
 
 void check_same(const Run& got, const Run& ref) {
-  REQUIRE(got.losses.size() == ref.losses.size());
-  for (std::size_t s = 0; s < ref.losses.size(); ++s) {
-    CAPTURE(s);
-    CHECK(got.losses[s] == ref.losses[s]);
-    CHECK(got.norms[s] == ref.norms[s]);
-  }
-  REQUIRE(got.params.size() == ref.params.size());
-  for (std::size_t p = 0; p < ref.params.size(); ++p) {
-    CAPTURE(p);
-    CHECK(same_bits(got.params[p], ref.params[p]));
-  }
+  check_same_run(got.losses, got.norms, got.params, ref.losses, ref.norms, ref.params);
 }
 
 }  // namespace
