@@ -43,8 +43,8 @@
 #include <string>
 #include <vector>
 
-#include <CLI/CLI.hpp>
 #include <fmt/format.h>
+#include <CLI/CLI.hpp>
 
 #include "bench/gemm_rate.h"
 #include "bench/median.h"
@@ -114,7 +114,8 @@ std::vector<double> gather(Communicator& comm, double v) {
 
 std::string per_rank(const std::vector<double>& v, double scale, const char* fmt_spec) {
   std::string out;
-  for (std::size_t r = 0; r < v.size(); ++r) out += fmt::format(fmt::runtime(" r{}=" + std::string(fmt_spec)), r, v[r] * scale);
+  for (std::size_t r = 0; r < v.size(); ++r)
+    out += fmt::format(fmt::runtime(" r{}=" + std::string(fmt_spec)), r, v[r] * scale);
   return out;
 }
 
@@ -131,9 +132,10 @@ int run(const Options& o) {
   EngineConfig config = EngineConfig::from_file(o.config_path, co);
   if (config.offload.param.device != OffloadDevice::nvme || config.offload.optimizer.device != OffloadDevice::nvme ||
       config.zero.stage != 3) {
-    throw ConfigError(fmt::format("{}: bench_infinity wants zero_optimization.stage 3 with offload_param and "
-                                  "offload_optimizer on nvme",
-                                  o.config_path));
+    throw ConfigError(
+        fmt::format("{}: bench_infinity wants zero_optimization.stage 3 with offload_param and "
+                    "offload_optimizer on nvme",
+                    o.config_path));
   }
   if (config.gradient_accumulation_steps != 1) {
     throw ConfigError(fmt::format("{}: gradient_accumulation_steps must be 1 here", o.config_path));
@@ -185,8 +187,9 @@ int run(const Options& o) {
   std::vector<double> step_s, losses, read_b, written_b;
   for (int s = 0; s < o.warmup + o.steps; ++s) {
     const auto global = examples::sample_windows(corpus.train, micro_batch * n, o.seq, gen);
-    const std::vector<std::int32_t> mine(global.begin() + static_cast<std::ptrdiff_t>(row * static_cast<std::size_t>(rank)),
-                                         global.begin() + static_cast<std::ptrdiff_t>(row * static_cast<std::size_t>(rank + 1)));
+    const std::vector<std::int32_t> mine(
+        global.begin() + static_cast<std::ptrdiff_t>(row * static_cast<std::size_t>(rank)),
+        global.begin() + static_cast<std::ptrdiff_t>(row * static_cast<std::size_t>(rank + 1)));
     const OffloadStats before = engine.offload_stats();
     world->barrier();
     t0 = std::chrono::steady_clock::now();
@@ -199,10 +202,11 @@ int run(const Options& o) {
     losses.push_back(loss / n);
     if (rank == 0) {
       const StepFigures& f = engine.last_step_figures();
-      fmt::print("step {:3d}  loss {:.4f}  {:.2f} s  (rank 0: compute {:.1f} s, comm wait {:.1f} s, optimizer {:.1f} s, "
-                 "I/O wait {:.1f} s, other {:.1f} s){}\n",
-                 s + 1, losses.back(), sec, f.compute / 1e3, f.comm_wait / 1e3, f.optimizer / 1e3, f.io_wait / 1e3,
-                 f.other / 1e3, s < o.warmup ? " (warm-up)" : "");
+      fmt::print(
+          "step {:3d}  loss {:.4f}  {:.2f} s  (rank 0: compute {:.1f} s, comm wait {:.1f} s, optimizer {:.1f} s, "
+          "I/O wait {:.1f} s, other {:.1f} s){}\n",
+          s + 1, losses.back(), sec, f.compute / 1e3, f.comm_wait / 1e3, f.optimizer / 1e3, f.io_wait / 1e3,
+          f.other / 1e3, s < o.warmup ? " (warm-up)" : "");
     }
     std::fflush(stdout);
     if (s < o.warmup) continue;
@@ -229,7 +233,8 @@ int run(const Options& o) {
     unit_elements = std::max(unit_elements, e);
   }
   const double loop = static_cast<double>(gpt.peak_activation_bytes()) -
-                      static_cast<double>(ledger.peak(MemCategory::activations)) + 8.0 * static_cast<double>(unit_elements);
+                      static_cast<double>(ledger.peak(MemCategory::activations)) +
+                      8.0 * static_cast<double>(unit_elements);
   const double explained = baseline_rss + std::max(ledger_host, pool) + ledger_device + loop;
 
   // Save and load.
@@ -252,17 +257,18 @@ int run(const Options& o) {
 
   const auto all_rss = gather(*world, peak_rss), all_explained = gather(*world, explained),
              all_host = gather(*world, ledger_host), all_device = gather(*world, ledger_device),
-             all_base = gather(*world, baseline_rss), all_pool = gather(*world, pool),
-             all_loop = gather(*world, loop), all_save = gather(*world, save_rss),
-             all_load = gather(*world, load_rss), all_before_save = gather(*world, before_save_rss);
+             all_base = gather(*world, baseline_rss), all_pool = gather(*world, pool), all_loop = gather(*world, loop),
+             all_save = gather(*world, save_rss), all_load = gather(*world, load_rss),
+             all_before_save = gather(*world, before_save_rss);
   const double nvme = static_cast<double>(ledger.current_total(MemTier::nvme));
   double nvme_all = nvme;
   world->all_reduce(&nvme_all, 1, DType::f64, ReduceOp::sum);
   if (rank != 0) return 0;
-  fmt::print("\nbench_infinity: {} ranks, {} ({} kernel threads), GPT {} layers x width {} x {} heads, {} parameters, "
-             "micro-batch {} x {} tokens per rank, stage 3, {} parameters, params and optimizer state on nvme\n",
-             n, kernels::simd_target_name(), rates.threads, o.shape.layers, o.shape.dim, o.shape.heads,
-             gpt.full_parameter_count(), micro_batch, o.seq, dtype_name(config.compute_dtype));
+  fmt::print(
+      "\nbench_infinity: {} ranks, {} ({} kernel threads), GPT {} layers x width {} x {} heads, {} parameters, "
+      "micro-batch {} x {} tokens per rank, stage 3, {} parameters, params and optimizer state on nvme\n",
+      n, kernels::simd_target_name(), rates.threads, o.shape.layers, o.shape.dim, o.shape.heads,
+      gpt.full_parameter_count(), micro_batch, o.seq, dtype_name(config.compute_dtype));
   fmt::print("nvme: {:.2f} GiB of swap files in all ({:.2f} GiB a rank); initialize {:.1f} s\n", gib(nvme_all),
              gib(nvme), init_s);
   fmt::print("disk (a {} MiB swap file, every rank at once): read {:.0f} MB/s, write {:.0f} MB/s a rank\n",
@@ -270,22 +276,24 @@ int run(const Options& o) {
   fmt::print("cores: the loop's GEMMs at {:.1f} GFLOP/s a rank (fp32, {} tokens)\n", gemm / 1e9, tokens);
   fmt::print("loss:");
   for (double l : losses) fmt::print(" {:.4f}", l);
-  fmt::print("\nstep (median of {}): {:.2f} s; reads {:.2f} GB, writes {:.2f} GB, {:.3g} FLOPs a rank\n",
-             step_s.size(), step, reads / 1e9, writes / 1e9, step_flops);
+  fmt::print("\nstep (median of {}): {:.2f} s; reads {:.2f} GB, writes {:.2f} GB, {:.3g} FLOPs a rank\n", step_s.size(),
+             step, reads / 1e9, writes / 1e9, step_flops);
   fmt::print("I/O-bound {:.2f} s, compute-bound {:.2f} s, both in turn {:.2f} s\n", io_s, compute_s, io_s + compute_s);
   fmt::print("step / max(I/O, compute) = {:.2f} (goal <= 1.5)\n", step / std::max(io_s, compute_s));
   auto in_gib = [](const std::vector<double>& v) { return per_rank(v, 1.0 / 1073741824.0, "{:.3f}"); };
   std::vector<double> ratio;
   for (std::size_t i = 0; i < all_rss.size(); ++i) ratio.push_back(all_explained[i] / all_rss[i]);
-  fmt::print("\nmemory a rank (GiB):\n  peak RSS            {}\n  before the engine   {}\n  ledger host peak    {}\n"
-             "  ledger device peak  {}\n  host pool (all)     {}\n  loop working set    {}\n  explained           {}\n"
-             "  explained / RSS     {}\n",
-             in_gib(all_rss), in_gib(all_base), in_gib(all_host), in_gib(all_device), in_gib(all_pool),
-             in_gib(all_loop), in_gib(all_explained), per_rank(ratio, 1.0, "{:.3f}"));
+  fmt::print(
+      "\nmemory a rank (GiB):\n  peak RSS            {}\n  before the engine   {}\n  ledger host peak    {}\n"
+      "  ledger device peak  {}\n  host pool (all)     {}\n  loop working set    {}\n  explained           {}\n"
+      "  explained / RSS     {}\n",
+      in_gib(all_rss), in_gib(all_base), in_gib(all_host), in_gib(all_device), in_gib(all_pool), in_gib(all_loop),
+      in_gib(all_explained), per_rank(ratio, 1.0, "{:.3f}"));
   if (!o.save_dir.empty()) {
-    fmt::print("\ncheckpoint: save {:.1f} s, load {:.1f} s; RSS (GiB) before the save {}\n  peak during the save {}\n"
-               "  peak during the load {}\n",
-               save_s, load_s, in_gib(all_before_save), in_gib(all_save), in_gib(all_load));
+    fmt::print(
+        "\ncheckpoint: save {:.1f} s, load {:.1f} s; RSS (GiB) before the save {}\n  peak during the save {}\n"
+        "  peak during the load {}\n",
+        save_s, load_s, in_gib(all_before_save), in_gib(all_save), in_gib(all_load));
   }
   return 0;
 }

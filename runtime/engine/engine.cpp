@@ -349,7 +349,8 @@ void set_array_window(EngineState& s, UnitId u, ArrayRef a, std::size_t begin, s
   ArrayStore& store = s.store();
   const DType t = store.dtype(u, a);
   if (store.tier(u, a) != MemTier::nvme) {
-    for (const ParamValues& p : params) copy_window(store.ops(u, a), store.resident(u, a), t, begin, n, *p.info, p.values);
+    for (const ParamValues& p : params)
+      copy_window(store.ops(u, a), store.resident(u, a), t, begin, n, *p.info, p.values);
     return;
   }
   HostBuffer holder;
@@ -477,9 +478,7 @@ OffloadStats Engine::offload_stats() const {
   return OffloadStats{.bytes_read = t.bytes_read, .bytes_written = t.bytes_written, .read_wait_s = t.read_wait_s,
                       .write_wait_s = t.write_wait_s, .update_s = t.update_s};
 }
-std::uint64_t Engine::host_pool_bytes() const {
-  return s_->finalized() ? s_->store().host_pool().reserved_bytes() : 0;
-}
+std::uint64_t Engine::host_pool_bytes() const { return s_->finalized() ? s_->store().host_pool().reserved_bytes() : 0; }
 std::int64_t Engine::micro_steps() const { return s_->progress.micro_steps; }
 std::int64_t Engine::optimizer_steps() const { return s_->progress.optimizer_steps; }
 

@@ -58,16 +58,16 @@
 #include <string>
 
 #include "comm/communicator.h"
-#include "tools/plan/transformer_model.h"
-#include "core/error.h"
-#include "tools/plan/plan_report.h"
-#include "runtime/plan/calibrate.h"
 #include "core/durable_file.h"
+#include "core/error.h"
 #include "runtime/config/config.h"
 #include "runtime/config/config_diagnostics.h"
+#include "runtime/plan/calibrate.h"
 #include "runtime/plan/model_description.h"
 #include "runtime/plan/planner.h"
 #include "tools/plan/cluster_report.h"
+#include "tools/plan/plan_report.h"
+#include "tools/plan/transformer_model.h"
 
 namespace {
 
@@ -189,12 +189,13 @@ int main(int argc, char** argv) {
     }
     std::optional<tools::TransformerModel> shaped;
     if (!transformer.empty()) shaped = tools::transformer_model(transformer, checkpointing);
-    const ModelDescription model = shaped           ? shaped->model
-                                   : model_path.empty() ? ModelDescription::generated(static_cast<std::uint64_t>(params), units)
-                                                        : ModelDescription::from_file(model_path);
-    const std::string name =
-        shaped ? fmt::format("--transformer {}", transformer)
-        : model_path.empty() ? fmt::format("generated ({:g} parameters, {} units)", params, units) : model_path;
+    const ModelDescription model = shaped ? shaped->model
+                                   : model_path.empty()
+                                       ? ModelDescription::generated(static_cast<std::uint64_t>(params), units)
+                                       : ModelDescription::from_file(model_path);
+    const std::string name = shaped               ? fmt::format("--transformer {}", transformer)
+                             : model_path.empty() ? fmt::format("generated ({:g} parameters, {} units)", params, units)
+                                                  : model_path;
     const bool planning = dev_opt->count() + host_opt->count() + nvme_opt->count() > 0;
     if (planning) {
       PlanRequest req;
@@ -206,8 +207,9 @@ int main(int argc, char** argv) {
       req.activation_bytes_per_sample = activations;
       if (shaped) {
         if (activations > 0) {
-          throw ConfigError("--activation-bytes-per-sample and --transformer: give one (the shape gives the "
-                            "activations)");
+          throw ConfigError(
+              "--activation-bytes-per-sample and --transformer: give one (the shape gives the "
+              "activations)");
         }
         req.activation_bytes_per_sample = shaped->activation_bytes_per_sample;
         fmt::print("{}\n", shaped->describe());
