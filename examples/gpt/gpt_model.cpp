@@ -36,19 +36,6 @@ void check_pipeline_stages(const GptShape& s, int pp) {
 
 std::size_t z(int v) { return static_cast<std::size_t>(v); }
 
-// Adds n fp32 values into engine storage of dtype t.
-void add_into(void* dst, DType t, const float* src, std::size_t n) {
-  if (t == DType::f32) {
-    float* d = static_cast<float*>(dst);
-    for (std::size_t i = 0; i < n; ++i) d[i] += src[i];
-    return;
-  }
-  std::vector<float> tmp(n);
-  kernels::cast(tmp.data(), DType::f32, dst, t, n);
-  for (std::size_t i = 0; i < n; ++i) tmp[i] += src[i];
-  kernels::cast(dst, t, tmp.data(), DType::f32, n);
-}
-
 }  // namespace
 
 Gpt::~Gpt() = default;
@@ -258,7 +245,8 @@ class ParamAccess {
     for (ParamId id : engine_.layout().unit(u).params) {
       auto& g = grads_[z(id)];
       if (g.empty()) continue;
-      add_into(engine_.grad_data(id, dt), dt, g.data(), g.size());
+      // In fp32, rounded once to the engine's dtype (SIMD, no temporary).
+      kernels::accumulate_cast(engine_.grad_data(id, dt), dt, g.data(), DType::f32, g.size());
       give(g);
     }
     engine_.reduce_gradients(u);
