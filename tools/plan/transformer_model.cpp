@@ -9,12 +9,14 @@
 
 namespace zeroshard::tools {
 
+TransformerShape read_transformer(const std::string& spec) {
+  return spec.find('=') == std::string::npos ? TransformerShape::from_json(read_text_file(spec), spec)
+                                             : TransformerShape::parse(spec, "--transformer");
+}
+
 TransformerModel transformer_model(const std::string& spec, bool activation_checkpointing) {
   TransformerModel t;
-  const TransformerShape given = spec.find('=') == std::string::npos
-                                     ? TransformerShape::from_json(read_text_file(spec), spec)
-                                     : TransformerShape::parse(spec, "--transformer");
-  t.shape = given.resolved();
+  t.shape = read_transformer(spec).resolved();
   t.model = t.shape.rank_model(1, 1, 0, "--transformer");
   t.activation_checkpointing = activation_checkpointing;
   const double full = t.shape.layer_activation_bytes(1, 1, false, Recompute::none, false);

@@ -32,10 +32,15 @@ struct TransformerModel {
   std::string describe() const;
 };
 
-/// Reads `spec` (key=value pairs, or a JSON file's path: as --cluster's
-/// --transformer) and builds the model and its activations. Throws
-/// ConfigError naming --transformer and the key, as TransformerShape::parse
-/// and from_json do.
+/// zs_plan's --transformer `spec`: key=value pairs (a '=' in it), else the
+/// path of a JSON file of the same keys; as given (not resolved). Throws
+/// ConfigError naming --transformer (or the file) and the key, as
+/// TransformerShape::parse and from_json do, and IoError for a file that
+/// cannot be read.
+TransformerShape read_transformer(const std::string& spec);
+
+/// Reads `spec` (read_transformer) and builds the model and its
+/// activations. Throws as read_transformer.
 TransformerModel transformer_model(const std::string& spec, bool activation_checkpointing);
 
 }  // namespace zeroshard::tools

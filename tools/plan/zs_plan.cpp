@@ -97,9 +97,7 @@ int cluster_mode(const std::string& cluster_path, const std::string& transformer
                  std::optional<double> tokens, int top) {
   MeshSearchRequest r;
   r.cluster = ClusterDescription::from_file(cluster_path);
-  r.model = transformer.find('=') == std::string::npos
-                ? TransformerShape::from_json(read_text_file(transformer), transformer)
-                : TransformerShape::parse(transformer, "--transformer");
+  r.model = tools::read_transformer(transformer);
   if (!global_batch) throw ConfigError("--cluster needs --global-batch (sequences per optimizer step)");
   r.global_batch = *global_batch;
   if (!micro_batches.empty()) r.micro_batches = micro_batches;
