@@ -37,8 +37,6 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
-#include <cstring>
-#include <fstream>
 #include <random>
 #include <string>
 #include <vector>
@@ -54,6 +52,7 @@
 #include "core/error.h"
 #include "examples/gpt/gpt_model.h"
 #include "examples/gpt/text_corpus.h"
+#include "examples/report/process_memory.h"
 #include "kernels/cpu/simd_targets.h"
 #include "runtime/config/config.h"
 #include "runtime/engine/engine.h"
@@ -68,6 +67,8 @@ namespace {
 using namespace zeroshard;
 using examples::Gpt;
 using examples::GptShape;
+using examples::process_status_bytes;
+using examples::reset_peak_rss;
 
 struct Options {
   std::string config_path;
@@ -78,26 +79,6 @@ struct Options {
   std::uint64_t seed = 1234;
   std::string save_dir;
 };
-
-/// A field of /proc/self/status in bytes (VmRSS, VmHWM: given in kB).
-double status_bytes(const char* field) {
-  std::ifstream f("/proc/self/status");
-  std::string line;
-  const std::size_t n = std::strlen(field);
-  while (std::getline(f, line)) {
-    if (line.compare(0, n, field) == 0 && line.size() > n && line[n] == ':') {
-      return std::stod(line.substr(n + 1)) * 1024.0;
-    }
-  }
-  throw InvariantError(fmt::format("/proc/self/status has no {} line", field));
-}
-
-/// Resets VmHWM to the current RSS (proc(5), clear_refs "5").
-void reset_peak_rss() {
-  std::ofstream f("/proc/self/clear_refs");
-  f << "5";
-  if (!f) throw InvariantError("cannot write /proc/self/clear_refs to reset the peak RSS");
-}
 
 double seconds_since(std::chrono::steady_clock::time_point t0) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
@@ -144,7 +125,7 @@ int run(const Options& o) {
   const int micro_batch = static_cast<int>(config.train_micro_batch_size_per_gpu);
   if (o.seq > o.shape.context) throw ConfigError(fmt::format("--seq {} exceeds --context {}", o.seq, o.shape.context));
   const examples::TextCorpus corpus = examples::load_text_corpus(o.data_dir, 0.05);
-  const double baseline_rss = status_bytes("VmRSS");
+  const double baseline_rss = process_status_bytes("VmRSS");
 
   // 1. The disk, at the swap files' size: one sub-group's fp32 array.
   CalibrateOptions probe;
@@ -220,7 +201,7 @@ int run(const Options& o) {
 
   // Memory.
   const MemoryLedger& ledger = engine.ledger();
-  const double peak_rss = status_bytes("VmHWM");
+  const double peak_rss = process_status_bytes("VmHWM");
   const double ledger_host = static_cast<double>(ledger.peak_total(MemTier::host));
   const double ledger_device = static_cast<double>(ledger.peak_total(MemTier::device));
   // The host pool's buffers (leased at the host peak, cached since) are
@@ -240,19 +221,19 @@ int run(const Options& o) {
   // Save and load.
   double save_s = 0, load_s = 0, save_rss = 0, load_rss = 0, before_save_rss = 0;
   if (!o.save_dir.empty()) {
-    before_save_rss = status_bytes("VmRSS");
+    before_save_rss = process_status_bytes("VmRSS");
     reset_peak_rss();
     world->barrier();
     t0 = std::chrono::steady_clock::now();
     engine.save_checkpoint(o.save_dir, {{"bench", "bench_infinity"}}, 1, "bench");
     save_s = seconds_since(t0);
-    save_rss = status_bytes("VmHWM");
+    save_rss = process_status_bytes("VmHWM");
     reset_peak_rss();
     world->barrier();
     t0 = std::chrono::steady_clock::now();
     engine.load_checkpoint(o.save_dir, "bench");
     load_s = seconds_since(t0);
-    load_rss = status_bytes("VmHWM");
+    load_rss = process_status_bytes("VmHWM");
   }
 
   const auto all_rss = gather(*world, peak_rss), all_explained = gather(*world, explained),

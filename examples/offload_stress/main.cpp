@@ -22,7 +22,6 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdint>
-#include <fstream>
 #include <optional>
 #include <string>
 #include <vector>
@@ -36,6 +35,7 @@
 #include "examples/end_job.h"
 #include "examples/report/checkpoint_saves.h"
 #include "examples/report/plan_lines.h"
+#include "examples/report/process_memory.h"
 #include "examples/report/progress_line.h"
 #include "optimizer/optimizer.h"
 #include "runtime/engine/engine.h"
@@ -99,14 +99,7 @@ std::uint32_t expected_crc(const EngineConfig& cfg, int world, int u, std::size_
   return c;
 }
 
-double peak_rss_gib() {
-  std::ifstream f("/proc/self/status");
-  std::string line;
-  while (std::getline(f, line)) {
-    if (line.rfind("VmHWM:", 0) == 0) return std::stod(line.substr(6)) / (1024.0 * 1024.0);
-  }
-  return 0;
-}
+double peak_rss_gib() { return examples::process_status_bytes("VmHWM") / (1024.0 * 1024.0 * 1024.0); }
 
 OffloadDevice device(const std::string& s) {
   if (s == "none") return OffloadDevice::none;
