@@ -136,8 +136,8 @@ TEST_CASE("GELU (tanh form) matches torch's formula and passes a finite-differen
   for (std::size_t i = 0; i < x.size(); ++i) {
     const double v = x[i];
     const double want = 0.5 * v * (1.0 + std::tanh(c * (v + 0.044715 * v * v * v)));
-    // fp64 evaluation rounded once to fp32.
-    bad += !(std::fabs(y[i] - want) <= std::ldexp(1.0, -24) * std::fabs(want) + 1e-30);
+    // The fp32 kernel: within 64 half-ulps for |x| <= 4 ([Note: GELU in fp32]).
+    bad += !(std::fabs(y[i] - want) <= std::ldexp(1.0, -18) * std::fabs(want) + 1e-30);
   }
   CHECK(bad == 0);
   CHECK(y[57] == 0.0f);
