@@ -20,7 +20,16 @@ enum class Trans { no, yes };
 /// overwrites C without reading it. m == 0 or n == 0 does nothing; k == 0
 /// gives C = beta * C. Throws InvariantError when a size exceeds the BLAS
 /// integer range. Thread safety: as cblas_sgemm (reentrant).
-void sgemm(Trans ta, Trans tb, std::size_t m, std::size_t n, std::size_t k, float alpha,
-           const float* a, const float* b, float beta, float* c);
+void sgemm(Trans ta, Trans tb, std::size_t m, std::size_t n, std::size_t k, float alpha, const float* a, const float* b,
+           float beta, float* c);
+
+/// As sgemm above with each matrix's leading dimension given (the stride, in
+/// elements, between consecutive stored rows: at least the stored row
+/// length), for operands that are column blocks of wider row-major arrays
+/// (an attention head's q, k or v inside the fused qkv rows). The result's
+/// bits do not depend on the strides. Throws InvariantError when a size or
+/// stride exceeds the BLAS integer range or a stride is below its row length.
+void sgemm(Trans ta, Trans tb, std::size_t m, std::size_t n, std::size_t k, float alpha, const float* a,
+           std::size_t lda, const float* b, std::size_t ldb, float beta, float* c, std::size_t ldc);
 
 }  // namespace zeroshard::parallel

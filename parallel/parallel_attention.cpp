@@ -6,6 +6,7 @@
 
 #include "core/error.h"
 #include "parallel/check_size.h"
+#include "parallel/gemm.h"
 
 namespace zeroshard::parallel {
 
@@ -15,26 +16,48 @@ constexpr const char* kName = "ParallelSelfAttention";
 
 std::size_t checked_head_dim(std::size_t dim, std::size_t heads) {
   if (dim == 0 || heads == 0 || dim % heads != 0) {
-    throw ConfigError(fmt::format("{}: dim={} must be a positive multiple of heads={}", kName, dim,
-                                  heads));
+    throw ConfigError(fmt::format("{}: dim={} must be a positive multiple of heads={}", kName, dim, heads));
   }
   return dim / heads;
 }
 
+// Row i of a head's scores in place -> its causal softmax: entries j <= i
+// normalised (exp in fp32, the sum in fp64, each entry rounded once to
+// fp32 from e_j / sum: the row sums to 1 within 2^-24), entries j > i 0.
+void causal_softmax_row(float* row, std::size_t i, std::size_t seq) {
+  float m = row[0];
+  for (std::size_t j = 1; j <= i; ++j) m = std::max(m, row[j]);
+  double sum = 0.0;
+  for (std::size_t j = 0; j <= i; ++j) {
+    row[j] = std::exp(row[j] - m);
+    sum += row[j];
+  }
+  const double inv = 1.0 / sum;
+  for (std::size_t j = 0; j <= i; ++j) row[j] = static_cast<float>(row[j] * inv);
+  std::fill(row + i + 1, row + seq, 0.0f);
+}
+
+// Row i of dP (the gradient of the probabilities) in place -> dS = scale *
+// P (dP - sum_k P dP) (the gradient of the scores); P is 0 above the
+// diagonal, so dS is too.
+void softmax_backward_row(const float* p, float* dp, std::size_t i, std::size_t seq, float scale) {
+  double dot = 0.0;
+  for (std::size_t j = 0; j <= i; ++j) dot += static_cast<double>(p[j]) * dp[j];
+  const auto d = static_cast<float>(dot);
+  for (std::size_t j = 0; j <= i; ++j) dp[j] = p[j] * (dp[j] - d) * scale;
+  std::fill(dp + i + 1, dp + seq, 0.0f);
+}
+
 }  // namespace
 
-ParallelSelfAttention::ParallelSelfAttention(Communicator& tp_group, std::size_t dim,
-                                             std::size_t heads)
-    : dim_(dim),
-      heads_(heads),
-      hd_(checked_head_dim(dim, heads)),
+ParallelSelfAttention::ParallelSelfAttention(Communicator& tp_group, std::size_t dim, std::size_t heads)
+    : dim_(dim), heads_(heads), hd_(checked_head_dim(dim, heads)),
       heads_slice_(split_slice(heads, tp_group.world_size(), tp_group.rank())),
       qkv_(tp_group, dim, 3 * dim, /*bias=*/true, /*granule=*/3 * hd_),
       proj_(tp_group, dim, dim, /*bias=*/true, /*granule=*/hd_) {}
 
 void ParallelSelfAttention::forward(std::span<const float> x, std::size_t batch, std::size_t seq,
-                                    const AttentionWeights& w, std::span<float> y,
-                                    AttentionSaved& saved) const {
+                                    const AttentionWeights& w, std::span<float> y, AttentionSaved& saved) const {
   const std::size_t tokens = batch * seq;
   const std::size_t lh = heads_slice_.size;
   const std::size_t w3 = 3 * hd_ * lh;  // row length of the local qkv
@@ -46,46 +69,26 @@ void ParallelSelfAttention::forward(std::span<const float> x, std::size_t batch,
   saved.context.assign(tokens * wc, 0.0f);
   qkv_.forward(x, tokens, w.qkv_weight, w.qkv_bias, saved.qkv);
 
-  const double scale = 1.0 / std::sqrt(static_cast<double>(hd_));
-  std::vector<double> scores(seq), acc(hd_);
+  // Per (sequence, head), with P the head's seq x seq probabilities in
+  // saved.probs: S = scale Q K^T into P, the causal softmax of each row in
+  // place (above the diagonal exactly 0), context = P V ([Note: attention
+  // by matrix products]).
+  const float scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(hd_)));
   for (std::size_t b = 0; b < batch; ++b) {
     for (std::size_t h = 0; h < lh; ++h) {
       float* probs = saved.probs.data() + (b * lh + h) * seq * seq;
-      for (std::size_t i = 0; i < seq; ++i) {
-        const float* q = saved.qkv.data() + (b * seq + i) * w3 + h * 3 * hd_;
-        double m = -std::numeric_limits<double>::infinity();
-        for (std::size_t j = 0; j <= i; ++j) {
-          const float* k = saved.qkv.data() + (b * seq + j) * w3 + h * 3 * hd_ + hd_;
-          double s = 0.0;
-          for (std::size_t d = 0; d < hd_; ++d) s += static_cast<double>(q[d]) * k[d];
-          scores[j] = s * scale;
-          m = std::max(m, scores[j]);
-        }
-        double sum = 0.0;
-        for (std::size_t j = 0; j <= i; ++j) {
-          scores[j] = std::exp(scores[j] - m);
-          sum += scores[j];
-        }
-        // context_i = sum_j P[i][j] v_j, j outer so that v_j is read along
-        // its row (each element's sum still in increasing j: the same bits).
-        float* c = saved.context.data() + (b * seq + i) * wc + h * hd_;
-        std::fill(acc.begin(), acc.end(), 0.0);
-        for (std::size_t j = 0; j <= i; ++j) {
-          const double pj = scores[j] / sum;
-          const float* v = saved.qkv.data() + (b * seq + j) * w3 + h * 3 * hd_ + 2 * hd_;
-          for (std::size_t d = 0; d < hd_; ++d) acc[d] += pj * v[d];
-          probs[i * seq + j] = static_cast<float>(pj);
-        }
-        for (std::size_t d = 0; d < hd_; ++d) c[d] = static_cast<float>(acc[d]);
-      }
+      const float* q = saved.qkv.data() + b * seq * w3 + h * 3 * hd_;
+      sgemm(Trans::no, Trans::yes, seq, seq, hd_, scale, q, w3, q + hd_, w3, 0.0f, probs, seq);
+      for (std::size_t i = 0; i < seq; ++i) causal_softmax_row(probs + i * seq, i, seq);
+      sgemm(Trans::no, Trans::no, seq, hd_, seq, 1.0f, probs, seq, q + 2 * hd_, w3, 0.0f,
+            saved.context.data() + b * seq * wc + h * hd_, wc);
     }
   }
   proj_.forward(saved.context, tokens, w.proj_weight, w.proj_bias, y);
 }
 
-void ParallelSelfAttention::backward(std::span<const float> x, std::span<const float> dy,
-                                     std::size_t batch, std::size_t seq,
-                                     const AttentionWeights& w, const AttentionSaved& saved,
+void ParallelSelfAttention::backward(std::span<const float> x, std::span<const float> dy, std::size_t batch,
+                                     std::size_t seq, const AttentionWeights& w, const AttentionSaved& saved,
                                      std::span<float> dx, const AttentionGrads& g) const {
   const std::size_t tokens = batch * seq;
   const std::size_t lh = heads_slice_.size;
@@ -103,51 +106,25 @@ void ParallelSelfAttention::backward(std::span<const float> x, std::span<const f
   std::vector<float> dcontext(tokens * wc);
   proj_.backward(saved.context, dy, tokens, w.proj_weight, dcontext, g.proj_weight, g.proj_bias);
 
-  const double scale = 1.0 / std::sqrt(static_cast<double>(hd_));
-  std::vector<float> dqkv(tokens * w3, 0.0f);
-  std::vector<double> dp(seq), dk(seq * hd_), dv(seq * hd_), dq_acc(hd_);
+  // Per (sequence, head): dP = dC V^T, dV = P^T dC, dS = P (dP - rowsum(P dP))
+  // (scaled), dQ = dS K, dK = dS^T Q, each written into its column block of
+  // dqkv ([Note: attention by matrix products]).
+  const float scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(hd_)));
+  std::vector<float> dqkv(tokens * w3);
+  std::vector<float> ds(seq * seq);
   for (std::size_t b = 0; b < batch; ++b) {
     for (std::size_t h = 0; h < lh; ++h) {
       const float* probs = saved.probs.data() + (b * lh + h) * seq * seq;
-      std::fill(dk.begin(), dk.end(), 0.0);
-      std::fill(dv.begin(), dv.end(), 0.0);
+      const float* q = saved.qkv.data() + b * seq * w3 + h * 3 * hd_;
+      const float* dc = dcontext.data() + b * seq * wc + h * hd_;
+      float* dq = dqkv.data() + b * seq * w3 + h * 3 * hd_;
+      sgemm(Trans::no, Trans::yes, seq, seq, hd_, 1.0f, dc, wc, q + 2 * hd_, w3, 0.0f, ds.data(), seq);
+      sgemm(Trans::yes, Trans::no, seq, hd_, seq, 1.0f, probs, seq, dc, wc, 0.0f, dq + 2 * hd_, w3);
       for (std::size_t i = 0; i < seq; ++i) {
-        const float* dc = dcontext.data() + (b * seq + i) * wc + h * hd_;
-        const float* q = saved.qkv.data() + (b * seq + i) * w3 + h * 3 * hd_;
-        const float* p = probs + i * seq;
-        // dP[i][j] = dc_i . v_j; dV[j] += P[i][j] dc_i
-        double dot = 0.0;
-        for (std::size_t j = 0; j <= i; ++j) {
-          const float* v = saved.qkv.data() + (b * seq + j) * w3 + h * 3 * hd_ + 2 * hd_;
-          double s = 0.0;
-          for (std::size_t d = 0; d < hd_; ++d) {
-            s += static_cast<double>(dc[d]) * v[d];
-            dv[j * hd_ + d] += static_cast<double>(p[j]) * dc[d];
-          }
-          dp[j] = s;
-          dot += static_cast<double>(p[j]) * s;
-        }
-        // dS[i][j] = P[i][j] (dP[i][j] - sum_k P[i][k] dP[i][k]), then
-        // dQ_i = scale sum_j dS K_j and dK_j += scale dS Q_i.
-        float* dq = dqkv.data() + (b * seq + i) * w3 + h * 3 * hd_;
-        std::fill(dq_acc.begin(), dq_acc.end(), 0.0);
-        for (std::size_t j = 0; j <= i; ++j) {
-          const double ds = static_cast<double>(p[j]) * (dp[j] - dot) * scale;
-          const float* k = saved.qkv.data() + (b * seq + j) * w3 + h * 3 * hd_ + hd_;
-          for (std::size_t d = 0; d < hd_; ++d) {
-            dq_acc[d] += ds * k[d];
-            dk[j * hd_ + d] += ds * q[d];
-          }
-        }
-        for (std::size_t d = 0; d < hd_; ++d) dq[d] = static_cast<float>(dq_acc[d]);
+        softmax_backward_row(probs + i * seq, ds.data() + i * seq, i, seq, scale);
       }
-      for (std::size_t j = 0; j < seq; ++j) {
-        float* row = dqkv.data() + (b * seq + j) * w3 + h * 3 * hd_;
-        for (std::size_t d = 0; d < hd_; ++d) {
-          row[hd_ + d] = static_cast<float>(dk[j * hd_ + d]);
-          row[2 * hd_ + d] = static_cast<float>(dv[j * hd_ + d]);
-        }
-      }
+      sgemm(Trans::no, Trans::no, seq, hd_, seq, 1.0f, ds.data(), seq, q + hd_, w3, 0.0f, dq, w3);
+      sgemm(Trans::yes, Trans::no, seq, hd_, seq, 1.0f, ds.data(), seq, q, w3, 0.0f, dq + hd_, w3);
     }
   }
   // Column-parallel QKV projection: dX all-reduced over the group.

@@ -21,9 +21,9 @@
 //
 // Communication: forward one all-reduce of Y (tokens x dim fp32); backward
 // one all-reduce of dX (tokens x dim fp32); both over the tensor-parallel
-// group. Projections are fp32 cblas_sgemm; the per-head scores, softmax and
-// their gradients are accumulated in fp64 and stored as fp32. See [Note:
-// tensor-parallel layer conventions] in column_parallel_linear.h.
+// group. Projections are fp32 cblas_sgemm, and so is each head's core
+// ([Note: attention by matrix products]). See [Note: tensor-parallel layer
+// conventions] in column_parallel_linear.h.
 #pragma once
 
 #include <cstddef>
@@ -34,6 +34,21 @@
 #include "parallel/column_parallel_linear.h"
 #include "parallel/partition.h"
 #include "parallel/row_parallel_linear.h"
+
+// [Note: attention by matrix products]
+// Per sequence and head, with Q, K, V the head's [seq, hd] column blocks of
+// the fused qkv rows (read in place through the GEMM's leading dimension):
+// forward S = Q K^T / sqrt(hd) into the saved probabilities P, each row's
+// causal softmax in place (exp in fp32, the row's sum in fp64, entries
+// above the diagonal exactly 0), C = P V; backward dP = dC V^T, dV = P^T dC,
+// dS = P (dP - rowsum(P dP)) / sqrt(hd) (the rowsum in fp64), dQ = dS K,
+// dK = dS^T Q. The masked entries cost the full square's products (twice
+// the causal half's) and still win: two sgemm calls forward and four
+// backward in place of scalar loops in fp64. A head's numbers depend only
+// on its own q, k, v and the sizes, not on its position in the rows or the
+// number of heads a rank holds (tests/parallel/test_gemm.cpp: strides do
+// not change sgemm's bits), so every tensor-parallel split gives the same
+// bits per head.
 
 namespace zeroshard::parallel {
 
