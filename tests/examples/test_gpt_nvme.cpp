@@ -35,13 +35,16 @@ struct Run {
 Run train(const Mesh& mesh, const std::filesystem::path* swap) {
   EngineConfig c = gpt_test_adamw(3, 1);
   c.compute_dtype = DType::bf16;
+  // A block's 3.1M elements in several sub-groups, in both runs: every tier
+  // sums the gradient norm sub-group by sub-group, so the two runs' norms
+  // add the same partial sums only with the same sub-group size.
+  c.offload.sub_group_size = 1'000'000;
   if (swap != nullptr) {
     c.offload.optimizer.device = OffloadDevice::nvme;
     c.offload.optimizer.nvme_path = swap->string();
     c.offload.param.device = OffloadDevice::nvme;
     c.offload.param.nvme_path = swap->string();
     c.offload.param.max_in_cpu = 0;
-    c.offload.sub_group_size = 1'000'000;  // a block's 3.1M elements in several sub-groups
   }
   GptEngine g(c, mesh, kShape);
   g.gpt.set_activation_checkpointing(swap != nullptr);
