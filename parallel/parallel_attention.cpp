@@ -64,9 +64,11 @@ void ParallelSelfAttention::forward(std::span<const float> x, std::size_t batch,
   const std::size_t wc = hd_ * lh;      // row length of the local context
   check_size(kName, "forward x", x.size(), tokens * dim_);
   check_size(kName, "forward y", y.size(), tokens * dim_);
-  saved.qkv.assign(tokens * w3, 0.0f);
-  saved.probs.assign(batch * lh * seq * seq, 0.0f);
-  saved.context.assign(tokens * wc, 0.0f);
+  // Sized only: every element is written below (a reused AttentionSaved
+  // keeps its buffers).
+  saved.qkv.resize(tokens * w3);
+  saved.probs.resize(batch * lh * seq * seq);
+  saved.context.resize(tokens * wc);
   qkv_.forward(x, tokens, w.qkv_weight, w.qkv_bias, saved.qkv);
 
   // Per (sequence, head), with P the head's seq x seq probabilities in

@@ -310,20 +310,21 @@ void Gpt::forward(MicroBatch& mb, const float* input, float* output, bool backwa
   } else {
     std::copy_n(input, T * D, x.begin());
   }
-  mb.blocks.assign(block_units_.size(), Block{});
+  mb.blocks.resize(block_units_.size());
   std::vector<float> tmp(T * D);
   for (std::size_t i = 0; i < block_units_.size(); ++i) {
     Block& k = mb.blocks[i];
+    k = take_block();
     engine_.unshard(block_units_[i]);
     const auto span = engine_.trace("forward", engine_.layout().unit(block_units_[i]).name);
     k.x = x;
     block_forward(i, mb.batch, mb.seq, k, x, tmp);
     if (!backward_follows) {
-      k = Block{};  // a forward-only pass keeps nothing
+      give_block(k);  // a forward-only pass keeps nothing
     } else if (checkpointing_) {
       // Keep the input only; the backward recomputes the rest from it.
       const ActivationHandle h = engine_.activations().save(k.x);
-      k = Block{};
+      give_block(k);
       k.checkpoint = h;
       k.checkpoint_bytes = engine_.activations().held_bytes(h);
     }
@@ -351,6 +352,20 @@ void Gpt::forward(MicroBatch& mb, const float* input, float* output, bool backwa
     mb.saved_bytes = mb.bytes();
     track_saved(static_cast<std::ptrdiff_t>(mb.saved_bytes));
   }
+}
+
+Gpt::Block Gpt::take_block() {
+  if (spare_blocks_.empty()) return Block{};
+  Block k = std::move(spare_blocks_.back());
+  spare_blocks_.pop_back();
+  return k;
+}
+
+void Gpt::give_block(Block& k) {
+  ZS_CHECK(!k.checkpoint.valid(), "gpt: a block's buffers given back with its checkpoint held");
+  // A pass holds at most every block of this stage at once, so do the spares.
+  if (spare_blocks_.size() < block_units_.size()) spare_blocks_.push_back(std::move(k));
+  k = Block{};
 }
 
 void Gpt::block_forward(std::size_t i, int batch, int seq, Block& k, std::vector<float>& out,
@@ -407,6 +422,9 @@ void Gpt::backward(MicroBatch& mb, const float* grad_output, float* grad_input) 
       track_saved(-static_cast<std::ptrdiff_t>(k.checkpoint_bytes));
       mb.saved_bytes -= k.checkpoint_bytes;
       k.checkpoint_bytes = 0;
+      std::vector<float> x = std::move(k.x);
+      k = take_block();
+      k.x = std::move(x);
       std::vector<float> out(T * D);
       block_forward(i, mb.batch, mb.seq, k, out, dpre);
       recomputed = k.bytes();
@@ -427,7 +445,7 @@ void Gpt::backward(MicroBatch& mb, const float* grad_output, float* grad_input) 
     for (std::size_t j = 0; j < T * D; ++j) dx[j] += dpre[j];  // dL/dx
     span.end();
     pa.finish_unit(block_units_[i]);
-    k = Block{};
+    give_block(k);
     track_saved(-static_cast<std::ptrdiff_t>(recomputed));
   }
   if (first_pipeline_stage()) {

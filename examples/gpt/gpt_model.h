@@ -216,6 +216,16 @@ class Gpt {
   /// fp32 buffers of the passes (widened parameters, gradients) kept for
   /// the next unit and pass instead of freed (gpt_model.cpp, ParamAccess).
   std::vector<std::vector<float>> spare_;
+  /// Blocks' activation buffers freed by a pass, kept for the next block
+  /// instead of freed (take_block / give_block); at most as many as a pass
+  /// held at once.
+  std::vector<Block> spare_blocks_;
+  /// A block's buffers for a forward: a spare (sizes and contents of its
+  /// last use, which block_forward overwrites whole), else empty ones.
+  Block take_block();
+  /// Gives k's buffers to the spares (its checkpoint must be released) and
+  /// leaves k empty.
+  void give_block(Block& k);
 };
 
 }  // namespace zeroshard::examples
