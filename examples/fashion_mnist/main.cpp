@@ -36,6 +36,8 @@
 #include "examples/report/error_message.h"
 #include "examples/job_config.h"
 #include "examples/end_job.h"
+#include "examples/rank_threads.h"
+#include "comm/node_groups.h"
 #include "examples/fashion_mnist/compare_stages.h"
 #include "examples/fashion_mnist/compute_device.h"
 #include "examples/fashion_mnist/idx_dataset.h"
@@ -151,6 +153,7 @@ int run(const Options& o) {
   // Ranks share the cores: one BLAS thread each avoids oversubscription.
   if (world > 1) openblas_set_num_threads(1);
 #endif
+  share_cores_among_ranks(split_by_node(*comm).local_size);
   // Every rank reads the same flags and file: one agreed error, printed once.
   EngineConfig config;
   run_agreed(*comm, [&] { config = make_config(o, world); });

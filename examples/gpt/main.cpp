@@ -37,6 +37,7 @@
 #include "examples/gpt/gpt_preflight.h"
 #include "examples/gpt/text_corpus.h"
 #include "examples/job_config.h"
+#include "examples/rank_threads.h"
 #include "examples/end_job.h"
 #include "examples/report/checkpoint_saves.h"
 #include "examples/report/cross_host_meter.h"
@@ -160,6 +161,7 @@ int run(const Options& options) {
   const PipelineScheduleKind schedule = parse_pipeline_schedule(o.schedule);
   // [Note: tensor-parallel placement]: said before anything else runs.
   const NodeGroups nodes = split_by_node(*world);
+  share_cores_among_ranks(nodes.local_size);
   const TpPlacement placement = tp_placement(mesh, nodes);
   // Every rank reads the same flags and file: one agreed error, printed once.
   EngineConfig config;
