@@ -9,8 +9,9 @@
 // In a Megatron transformer the LayerNorms are replicated: every rank of a
 // tensor-parallel group holds the whole gamma and beta and normalises the
 // same (all-reduced) activations, so it computes the same gradients; no
-// communication. Per-token sums are accumulated in fp64, results stored as
-// fp32. Thread safety: none needed (no state besides the shape).
+// communication. Per-token sums are accumulated in fp64 over vectors
+// (kernels/cpu/activation/layer_norm.h, [Note: vector LayerNorm]), results
+// stored as fp32. Thread safety: none needed (no state besides the shape).
 #pragma once
 
 #include <cstddef>
