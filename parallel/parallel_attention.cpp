@@ -5,6 +5,7 @@
 #include <limits>
 
 #include "core/error.h"
+#include "kernels/cpu/activation/softmax.h"
 #include "parallel/check_size.h"
 #include "parallel/gemm.h"
 
@@ -19,33 +20,6 @@ std::size_t checked_head_dim(std::size_t dim, std::size_t heads) {
     throw ConfigError(fmt::format("{}: dim={} must be a positive multiple of heads={}", kName, dim, heads));
   }
   return dim / heads;
-}
-
-// Row i of a head's scores in place -> its causal softmax: entries j <= i
-// normalised (exp in fp32, the sum in fp64, each entry rounded once to
-// fp32 from e_j / sum: the row sums to 1 within 2^-24), entries j > i 0.
-void causal_softmax_row(float* row, std::size_t i, std::size_t seq) {
-  float m = row[0];
-  for (std::size_t j = 1; j <= i; ++j) m = std::max(m, row[j]);
-  double sum = 0.0;
-  for (std::size_t j = 0; j <= i; ++j) {
-    row[j] = std::exp(row[j] - m);
-    sum += row[j];
-  }
-  const double inv = 1.0 / sum;
-  for (std::size_t j = 0; j <= i; ++j) row[j] = static_cast<float>(row[j] * inv);
-  std::fill(row + i + 1, row + seq, 0.0f);
-}
-
-// Row i of dP (the gradient of the probabilities) in place -> dS = scale *
-// P (dP - sum_k P dP) (the gradient of the scores); P is 0 above the
-// diagonal, so dS is too.
-void softmax_backward_row(const float* p, float* dp, std::size_t i, std::size_t seq, float scale) {
-  double dot = 0.0;
-  for (std::size_t j = 0; j <= i; ++j) dot += static_cast<double>(p[j]) * dp[j];
-  const auto d = static_cast<float>(dot);
-  for (std::size_t j = 0; j <= i; ++j) dp[j] = p[j] * (dp[j] - d) * scale;
-  std::fill(dp + i + 1, dp + seq, 0.0f);
 }
 
 }  // namespace
@@ -81,7 +55,7 @@ void ParallelSelfAttention::forward(std::span<const float> x, std::size_t batch,
       float* probs = saved.probs.data() + (b * lh + h) * seq * seq;
       const float* q = saved.qkv.data() + b * seq * w3 + h * 3 * hd_;
       sgemm(Trans::no, Trans::yes, seq, seq, hd_, scale, q, w3, q + hd_, w3, 0.0f, probs, seq);
-      for (std::size_t i = 0; i < seq; ++i) causal_softmax_row(probs + i * seq, i, seq);
+      for (std::size_t i = 0; i < seq; ++i) kernels::causal_softmax_row(probs + i * seq, i + 1, seq);
       sgemm(Trans::no, Trans::no, seq, hd_, seq, 1.0f, probs, seq, q + 2 * hd_, w3, 0.0f,
             saved.context.data() + b * seq * wc + h * hd_, wc);
     }
@@ -123,7 +97,7 @@ void ParallelSelfAttention::backward(std::span<const float> x, std::span<const f
       sgemm(Trans::no, Trans::yes, seq, seq, hd_, 1.0f, dc, wc, q + 2 * hd_, w3, 0.0f, ds.data(), seq);
       sgemm(Trans::yes, Trans::no, seq, hd_, seq, 1.0f, probs, seq, dc, wc, 0.0f, dq + 2 * hd_, w3);
       for (std::size_t i = 0; i < seq; ++i) {
-        softmax_backward_row(probs + i * seq, ds.data() + i * seq, i, seq, scale);
+        kernels::softmax_backward_row(probs + i * seq, ds.data() + i * seq, i + 1, seq, scale);
       }
       sgemm(Trans::no, Trans::no, seq, hd_, seq, 1.0f, ds.data(), seq, q + hd_, w3, 0.0f, dq, w3);
       sgemm(Trans::yes, Trans::no, seq, hd_, seq, 1.0f, ds.data(), seq, q, w3, 0.0f, dq + hd_, w3);

@@ -30,19 +30,18 @@ TEST_CASE("LayerNorm rows: position-free bits, in place, fp64 statistics") {
       const std::vector<float> gamma = test_floats(dim, dim + 1, 1.0f, 0);
       const std::vector<float> beta = test_floats(dim, dim + 2, 1.0f, 0);
       const std::vector<float> dy = test_floats(rows * dim, dim + 3, 1.0f, 0);
-      std::vector<float> y(rows * dim), mean(rows), rstd(rows), dx(rows * dim), dg(dim, 0.5f),
-          db(dim, -0.5f);
-      kernels::layer_norm_forward(x.data(), rows, dim, gamma.data(), beta.data(), 1e-5f, y.data(),
-                                  mean.data(), rstd.data());
-      kernels::layer_norm_backward(x.data(), dy.data(), rows, dim, gamma.data(), mean.data(),
-                                   rstd.data(), dx.data(), dg.data(), db.data());
+      std::vector<float> y(rows * dim), mean(rows), rstd(rows), dx(rows * dim), dg(dim, 0.5f), db(dim, -0.5f);
+      kernels::layer_norm_forward(x.data(), rows, dim, gamma.data(), beta.data(), 1e-5f, y.data(), mean.data(),
+                                  rstd.data());
+      kernels::layer_norm_backward(x.data(), dy.data(), rows, dim, gamma.data(), mean.data(), rstd.data(), dx.data(),
+                                   dg.data(), db.data());
       for (std::size_t t = 0; t < rows; ++t) {
         // Row t alone gives the same bits as inside the block of rows.
         std::vector<float> y1(dim), m1(1), r1(1), dx1(dim), dg1(dim, 0.0f), db1(dim, 0.0f);
-        kernels::layer_norm_forward(x.data() + t * dim, 1, dim, gamma.data(), beta.data(), 1e-5f,
-                                    y1.data(), m1.data(), r1.data());
-        kernels::layer_norm_backward(x.data() + t * dim, dy.data() + t * dim, 1, dim, gamma.data(),
-                                     m1.data(), r1.data(), dx1.data(), dg1.data(), db1.data());
+        kernels::layer_norm_forward(x.data() + t * dim, 1, dim, gamma.data(), beta.data(), 1e-5f, y1.data(), m1.data(),
+                                    r1.data());
+        kernels::layer_norm_backward(x.data() + t * dim, dy.data() + t * dim, 1, dim, gamma.data(), m1.data(),
+                                     r1.data(), dx1.data(), dg1.data(), db1.data());
         CHECK(std::memcmp(y1.data(), y.data() + t * dim, dim * 4) == 0);
         CHECK(std::memcmp(dx1.data(), dx.data() + t * dim, dim * 4) == 0);
         CHECK(m1[0] == mean[t]);
@@ -63,12 +62,12 @@ TEST_CASE("LayerNorm rows: position-free bits, in place, fp64 statistics") {
       // In place.
       std::vector<float> xi = x;
       std::vector<float> mi(rows), ri(rows);
-      kernels::layer_norm_forward(xi.data(), rows, dim, gamma.data(), beta.data(), 1e-5f, xi.data(),
-                                  mi.data(), ri.data());
+      kernels::layer_norm_forward(xi.data(), rows, dim, gamma.data(), beta.data(), 1e-5f, xi.data(), mi.data(),
+                                  ri.data());
       CHECK(xi == y);
       std::vector<float> di = dy, dg2(dim, 0.5f), db2(dim, -0.5f);
-      kernels::layer_norm_backward(x.data(), di.data(), rows, dim, gamma.data(), mean.data(),
-                                   rstd.data(), di.data(), dg2.data(), db2.data());
+      kernels::layer_norm_backward(x.data(), di.data(), rows, dim, gamma.data(), mean.data(), rstd.data(), di.data(),
+                                   dg2.data(), db2.data());
       CHECK(di == dx);
       CHECK(dg2 == dg);
       CHECK(db2 == db);

@@ -22,9 +22,7 @@ using DD = hn::ScalableTag<double>;
 using DFH = hn::Rebind<float, DD>;  // as many floats as DD has doubles
 
 // Lanes(DD) floats at p, widened.
-HWY_INLINE hn::Vec<DD> LoadWide(const float* HWY_RESTRICT p) {
-  return hn::PromoteTo(DD(), hn::LoadU(DFH(), p));
-}
+HWY_INLINE hn::Vec<DD> LoadWide(const float* HWY_RESTRICT p) { return hn::PromoteTo(DD(), hn::LoadU(DFH(), p)); }
 
 // Sum over d < dim of f(d) (a double vector for d in the vector part, a
 // double for the rest), in the note's fixed order.
@@ -45,18 +43,18 @@ HWY_INLINE double RowSum(std::size_t dim, const FV& fv, const FS& fs) {
 
 }  // namespace
 
-void LayerNormForward(const float* x, std::size_t tokens, std::size_t dim, const float* gamma,
-                      const float* beta, float eps, float* y, float* mean, float* rstd) {
+void LayerNormForward(const float* x, std::size_t tokens, std::size_t dim, const float* gamma, const float* beta,
+                      float eps, float* y, float* mean, float* rstd) {
   const DD dd;
   const DFH dh;
   const std::size_t L = hn::Lanes(dd);
   const std::size_t vec_end = dim / (2 * L) * (2 * L);
   for (std::size_t t = 0; t < tokens; ++t) {
     const float* xr = x + t * dim;
-    const double mu =
-        RowSum(dim, [&](std::size_t d) { return LoadWide(xr + d); },
-               [&](std::size_t d) { return static_cast<double>(xr[d]); }) /
-        static_cast<double>(dim);
+    const double mu = RowSum(
+                          dim, [&](std::size_t d) { return LoadWide(xr + d); },
+                          [&](std::size_t d) { return static_cast<double>(xr[d]); }) /
+                      static_cast<double>(dim);
     const auto vmu = hn::Set(dd, mu);
     const double var = RowSum(
         dim,
@@ -80,9 +78,8 @@ void LayerNormForward(const float* x, std::size_t tokens, std::size_t dim, const
   }
 }
 
-void LayerNormBackward(const float* x, const float* dy, std::size_t tokens, std::size_t dim,
-                       const float* gamma, const float* mean, const float* rstd, float* dx,
-                       float* dgamma, float* dbeta) {
+void LayerNormBackward(const float* x, const float* dy, std::size_t tokens, std::size_t dim, const float* gamma,
+                       const float* mean, const float* rstd, float* dx, float* dgamma, float* dbeta) {
   const DD dd;
   const DFH dh;
   const std::size_t L = hn::Lanes(dd);
@@ -96,9 +93,8 @@ void LayerNormBackward(const float* x, const float* dy, std::size_t tokens, std:
     const auto vr = hn::Set(dd, r);
     const auto xhat = [&](std::size_t d) { return hn::Mul(hn::Sub(LoadWide(xr + d), vmu), vr); };
     const auto g = [&](std::size_t d) { return hn::Mul(LoadWide(dyr + d), LoadWide(gamma + d)); };
-    const double mean_g =
-        RowSum(dim, g, [&](std::size_t d) { return static_cast<double>(dyr[d]) * gamma[d]; }) /
-        static_cast<double>(dim);
+    const double mean_g = RowSum(dim, g, [&](std::size_t d) { return static_cast<double>(dyr[d]) * gamma[d]; }) /
+                          static_cast<double>(dim);
     const double mean_gx =
         RowSum(
             dim, [&](std::size_t d) { return hn::Mul(g(d), xhat(d)); },
@@ -140,14 +136,13 @@ namespace zeroshard::kernels {
 HWY_EXPORT(LayerNormForward);
 HWY_EXPORT(LayerNormBackward);
 
-void layer_norm_forward(const float* x, std::size_t tokens, std::size_t dim, const float* gamma,
-                        const float* beta, float eps, float* y, float* mean, float* rstd) {
+void layer_norm_forward(const float* x, std::size_t tokens, std::size_t dim, const float* gamma, const float* beta,
+                        float eps, float* y, float* mean, float* rstd) {
   HWY_DYNAMIC_DISPATCH(LayerNormForward)(x, tokens, dim, gamma, beta, eps, y, mean, rstd);
 }
 
-void layer_norm_backward(const float* x, const float* dy, std::size_t tokens, std::size_t dim,
-                         const float* gamma, const float* mean, const float* rstd, float* dx,
-                         float* dgamma, float* dbeta) {
+void layer_norm_backward(const float* x, const float* dy, std::size_t tokens, std::size_t dim, const float* gamma,
+                         const float* mean, const float* rstd, float* dx, float* dgamma, float* dbeta) {
   HWY_DYNAMIC_DISPATCH(LayerNormBackward)(x, dy, tokens, dim, gamma, mean, rstd, dx, dgamma, dbeta);
 }
 
