@@ -40,11 +40,12 @@ struct AdamVecScalars {
   bool lerp_small;
 };
 
-/// One Adam (kDecoupled: AdamW) update of Lanes(df) elements held in
-/// registers: graw the widened gradient, p/m/v updated in place.
+/// The first part of AdamVec: from the widened gradient graw, p decayed
+/// (AdamW) or the weight decay added to the gradient (Adam), and m, v
+/// updated in place.
 template <bool kDecoupled, class DF>
-HWY_INLINE void AdamVec(DF df, const AdamVecScalars<DF>& c, hn::Vec<DF> graw, hn::Vec<DF>& p,
-                        hn::Vec<DF>& m, hn::Vec<DF>& v) {
+HWY_INLINE void AdamMomentsVec(DF df, const AdamVecScalars<DF>& c, hn::Vec<DF> graw,
+                               hn::Vec<DF>& p, hn::Vec<DF>& m, hn::Vec<DF>& v) {
   auto g = hn::Mul(graw, c.grad_scale);
   if constexpr (kDecoupled) {
     p = hn::Mul(p, c.decay);
@@ -53,8 +54,26 @@ HWY_INLINE void AdamVec(DF df, const AdamVecScalars<DF>& c, hn::Vec<DF> graw, hn
   }
   m = FusedMulAdd(df, c.lerp_coeff, hn::Sub(g, m), c.lerp_small ? m : g);
   v = FusedMulAdd(df, hn::Mul(c.one_minus_beta2, g), g, hn::Mul(v, c.beta2));
+}
+
+/// The second part of AdamVec: p += (neg_step_size * m) / (sqrt(v) /
+/// bc2_sqrt + eps), with p, m, v from AdamMomentsVec. A kernel may put
+/// other work between the two parts (adam8bit_simd.cpp does).
+template <class DF>
+HWY_INLINE void AdamParamVec(DF df, const AdamVecScalars<DF>& c, hn::Vec<DF>& p, hn::Vec<DF> m,
+                             hn::Vec<DF> v) {
+  (void)df;
   const auto denom = hn::Add(hn::Div(hn::Sqrt(v), c.bc2_sqrt), c.eps);
   p = hn::Add(p, hn::Div(hn::Mul(c.neg_step_size, m), denom));
+}
+
+/// One Adam (kDecoupled: AdamW) update of Lanes(df) elements held in
+/// registers: graw the widened gradient, p/m/v updated in place.
+template <bool kDecoupled, class DF>
+HWY_INLINE void AdamVec(DF df, const AdamVecScalars<DF>& c, hn::Vec<DF> graw, hn::Vec<DF>& p,
+                        hn::Vec<DF>& m, hn::Vec<DF>& v) {
+  AdamMomentsVec<kDecoupled>(df, c, graw, p, m, v);
+  AdamParamVec(df, c, p, m, v);
 }
 
 }  // namespace zeroshard::kernels::HWY_NAMESPACE

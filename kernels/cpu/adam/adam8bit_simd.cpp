@@ -1,10 +1,11 @@
 // Vector kernel of the 8-bit-state Adam / AdamW update (adam8bit.h):
 // Highway, compiled per target and chosen at run time; the public entry
-// point splits the blocks over kernel_pool() threads. Per block: pass 1
-// decodes both states, runs the Adam arithmetic (adam-inl.h, the fp32
-// kernel's operations), writes param (and its copy), keeps the updated states in
-// a stack buffer and their absmax; pass 2 encodes them, interleaved with
-// the next group of blocks' pass 1 ([Note: 8-bit kernel groups]).
+// point splits the blocks over kernel_pool() threads. Per group of blocks:
+// pass 1 decodes both states, runs the Adam arithmetic (adam-inl.h, the
+// fp32 kernel's operations), writes param (and its copy), keeps the
+// updated states in a stack buffer and their absmax; pass 2 encodes them,
+// interleaved with the next group's pass 1 ([Note: 8-bit kernel groups]),
+// which prefetches ahead ([Note: 8-bit kernel prefetch]).
 #include "kernels/cpu/fp_strict.h"
 #include "kernels/cpu/simd_targets.h"  // before Highway: sets HWY_DISABLED_TARGETS
 
@@ -12,6 +13,7 @@
 #define HWY_TARGET_INCLUDE "kernels/cpu/adam/adam8bit_simd.cpp"
 #include <hwy/foreach_target.h>  // IWYU pragma: keep
 
+#include <hwy/cache_control.h>
 #include <hwy/highway.h>
 
 #include <algorithm>
@@ -29,52 +31,83 @@ HWY_BEFORE_NAMESPACE();
 namespace zeroshard::kernels::HWY_NAMESPACE {
 namespace {
 
-// Pass 1 over Lanes elements (every pointer at the first of them): decode,
-// update, store param (and its copy) and the fp32 states to tm / tv.
-template <Fmt kGrad, Fmt kCopy, bool kDecoupled, class DF>
-HWY_INLINE void Adam8Step(DF df, const AdamVecScalars<DF>& c, const DecodeTables<DF>& ts,
-                          const DecodeTables<DF>& tu, hn::Vec<DF> am, hn::Vec<DF> av,
-                          float* HWY_RESTRICT p, const void* HWY_RESTRICT g,
-                          const std::uint8_t* HWY_RESTRICT cm, const std::uint8_t* HWY_RESTRICT cv,
-                          void* HWY_RESTRICT copy, float* HWY_RESTRICT tm, float* HWY_RESTRICT tv,
-                          AbsMaxAcc<DF>& acc_m, AbsMaxAcc<DF>& acc_v) {
-  auto m = DecodeCodes<true>(df, ts, LoadCodes(df, cm), am);
-  auto v = DecodeCodes<false>(df, tu, LoadCodes(df, cv), av);
-  auto pv = hn::LoadU(df, p);
-  AdamVec<kDecoupled>(df, c, LoadAsF32<kGrad>(df, g, 0), pv, m, v);
-  hn::StoreU(pv, df, p);
-  StoreFromF32<kCopy>(df, pv, copy, 0);
-  hn::Store(m, df, tm);
-  hn::Store(v, df, tv);
-  acc_m.add(df, m);
-  acc_v.add(df, v);
+// Pass 1 over Lanes elements, in two parts so that a kernel can put other
+// work between them ([Note: 8-bit kernel groups]). The first decodes both
+// states, updates them (AdamMomentsVec) and the decayed param, stores the
+// states to tm / tv and adds them to the block's absmax; the second
+// (Adam8Param) updates param and stores it (and its copy). Every pointer
+// at the first of the Lanes elements.
+template <class DF>
+struct Adam8Lanes {
+  hn::Vec<DF> p, m, v;
+};
+
+template <Fmt kGrad, bool kDecoupled, class DF>
+HWY_INLINE Adam8Lanes<DF> Adam8Moments(DF df, const AdamVecScalars<DF>& c,
+                                       const DecodeTables<DF>& ts, const DecodeTables<DF>& tu,
+                                       hn::Vec<DF> am, hn::Vec<DF> av, const float* HWY_RESTRICT p,
+                                       const void* HWY_RESTRICT g,
+                                       const std::uint8_t* HWY_RESTRICT cm,
+                                       const std::uint8_t* HWY_RESTRICT cv, float* HWY_RESTRICT tm,
+                                       float* HWY_RESTRICT tv, AbsMaxAcc<DF>& acc_m,
+                                       AbsMaxAcc<DF>& acc_v) {
+  Adam8Lanes<DF> r{hn::LoadU(df, p), DecodeCodes<true>(df, ts, LoadCodes<true>(df, cm), am),
+                   DecodeCodes<false>(df, tu, LoadCodes<false>(df, cv), av)};
+  AdamMomentsVec<kDecoupled>(df, c, LoadAsF32<kGrad>(df, g, 0), r.p, r.m, r.v);
+  hn::Store(r.m, df, tm);
+  hn::Store(r.v, df, tv);
+  acc_m.add(df, r.m);
+  acc_v.add(df, r.v);
+  return r;
+}
+
+template <Fmt kCopy, class DF>
+HWY_INLINE void Adam8Param(DF df, const AdamVecScalars<DF>& c, Adam8Lanes<DF> r,
+                           float* HWY_RESTRICT p, void* HWY_RESTRICT copy) {
+  AdamParamVec(df, c, r.p, r.m, r.v);
+  hn::StoreU(r.p, df, p);
+  StoreFromF32<kCopy>(df, r.p, copy, 0);
 }
 
 // [Note: 8-bit kernel groups]
 // Pass 1 runs over a group of whole blocks, kGroupElements elements or one
 // block if larger, keeping each block's absmax; pass 2 encodes the group,
-// interleaved with the next group's pass 1 so that the encoder's arithmetic
-// overlaps the update's square root and division. Per block instead of per
+// interleaved with the next group's pass 1 so that the encoder's
+// arithmetic overlaps the update's square roots and divisions: one unit
+// of pass 2 (kUnitVectors vectors, whose codes StoreCodes4 packs and
+// stores at once) per kUnitVectors vectors of pass 1, in this order: the
+// first part of pass 1 (decoding and the moments) for the unit's vectors,
+// the encoder, then the second part (the divisions and param). In cache
+// (AVX-512, 32K elements, a loop of this shape alone) that order ran at
+// 0.66 ns per element, against 0.75 for each vector's pass 1 followed by
+// its share of the encoder and 0.71 for the encoder after both parts: the
+// square roots and divisions of the unit start together and the encoder's
+// independent operations fill the wait for them. Per block instead of per
 // group, blocks of 64-1024 elements ran at about half the speed of blocks
 // of 2048 out of cache with the param on 2 MiB pages (100M parameters, 1
 // thread, AVX-512: 2.2-2.7 ns per parameter at block 256 against 1.2 at
 // 2048; 1.4 with the param on 4 KiB pages), the short alternation of the
 // two passes being the difference. Grouping changes no result: blocks are
-// still scaled and encoded one by one.
+// still scaled and encoded one by one (a unit never spans two blocks, as
+// blocks are multiples of 64 elements).
 constexpr std::size_t kGroupElements = 2048;
 // Most blocks in a group: kGroupElements / kQuantBlockMin.
 constexpr std::size_t kGroupBlocksMax = kGroupElements / kQuantBlockMin;
+// Vectors per unit of pass 2 (at most 64 elements on every target: one
+// block or less).
+constexpr std::size_t kUnitVectors = 4;
 static_assert(kGroupElements <= kQuantBlockMax && kGroupElements % kQuantBlockMin == 0);
+static_assert(kUnitVectors * HWY_MAX_BYTES / 4 <= kQuantBlockMin);
 
 // A group updated by pass 1 whose states wait in a buffer for pass 2.
 struct PendingGroup {
-  const float* m = nullptr;  // updated exp_avg, zero-padded to whole vectors
+  const float* m = nullptr;  // updated exp_avg, zero-padded to whole units
   const float* v = nullptr;  // updated exp_avg_sq
   std::uint8_t* cm = nullptr;
   std::uint8_t* cv = nullptr;
-  std::size_t len = 0;   // elements
-  std::size_t nvec = 0;  // vectors, the last one partial when len % Lanes != 0
-  int block_shift = 0;   // log2(block)
+  std::size_t len = 0;     // elements
+  std::size_t nunits = 0;  // units of pass 2, the last one partial when len % unit != 0
+  int block_shift = 0;     // log2(block)
   // Per block of the group: the inverse scales (0 for a block left to the
   // scalar encoder), and the blocks the scalar encoder does.
   float inv_m[kGroupBlocksMax] = {};
@@ -83,24 +116,66 @@ struct PendingGroup {
   std::size_t num_scalar = 0;
 };
 
-// Pass 2 for vector k of a pending group: its codes with its block's
-// inverse scales.
+// Pass 2 for unit k of a pending group: the codes of its kUnitVectors
+// vectors with their block's inverse scales.
 template <class DF>
-HWY_INLINE void EncodeVector(DF df, const EncodeTables<DF>& es, const EncodeTables<DF>& eu,
-                             const PendingGroup& pg, std::size_t k) {
-  const std::size_t lanes = hn::Lanes(df), i = k * lanes, j = i >> pg.block_shift;
-  const auto code_m = EncodeValues<true>(df, es, hn::Load(df, pg.m + i), hn::Set(df, pg.inv_m[j]));
-  const auto code_v = EncodeValues<false>(df, eu, hn::Load(df, pg.v + i), hn::Set(df, pg.inv_v[j]));
-  if (i + lanes <= pg.len) {
-    StoreCodes(df, code_m, pg.cm + i);
-    StoreCodes(df, code_v, pg.cv + i);
+HWY_INLINE void EncodeUnit(DF df, const EncodeTables<DF>& es, const EncodeTables<DF>& eu,
+                           const PendingGroup& pg, std::size_t k) {
+  const std::size_t lanes = hn::Lanes(df), unit = kUnitVectors * lanes, i = k * unit;
+  const std::size_t j = i >> pg.block_shift;
+  const auto inv_m = hn::Set(df, pg.inv_m[j]);
+  const auto inv_v = hn::Set(df, pg.inv_v[j]);
+  const float* HWY_RESTRICT m = pg.m + i;
+  const float* HWY_RESTRICT v = pg.v + i;
+  const auto m0 = EncodeValues<true>(df, es, hn::Load(df, m), inv_m);
+  const auto v0 = EncodeValues<false>(df, eu, hn::Load(df, v), inv_v);
+  const auto m1 = EncodeValues<true>(df, es, hn::Load(df, m + lanes), inv_m);
+  const auto v1 = EncodeValues<false>(df, eu, hn::Load(df, v + lanes), inv_v);
+  const auto m2 = EncodeValues<true>(df, es, hn::Load(df, m + 2 * lanes), inv_m);
+  const auto v2 = EncodeValues<false>(df, eu, hn::Load(df, v + 2 * lanes), inv_v);
+  const auto m3 = EncodeValues<true>(df, es, hn::Load(df, m + 3 * lanes), inv_m);
+  const auto v3 = EncodeValues<false>(df, eu, hn::Load(df, v + 3 * lanes), inv_v);
+  if (i + unit <= pg.len) {
+    StoreCodes4(df, m0, m1, m2, m3, pg.cm + i);
+    StoreCodes4(df, v0, v1, v2, v3, pg.cv + i);
   } else {
-    HWY_ALIGN std::uint8_t om[HWY_MAX_BYTES / 4];
-    HWY_ALIGN std::uint8_t ov[HWY_MAX_BYTES / 4];
-    StoreCodes(df, code_m, om);
-    StoreCodes(df, code_v, ov);
+    HWY_ALIGN std::uint8_t om[kUnitVectors * HWY_MAX_BYTES / 4];
+    HWY_ALIGN std::uint8_t ov[kUnitVectors * HWY_MAX_BYTES / 4];
+    StoreCodes4(df, m0, m1, m2, m3, om);
+    StoreCodes4(df, v0, v1, v2, v3, ov);
     std::memcpy(pg.cm + i, om, pg.len - i);
     std::memcpy(pg.cv + i, ov, pg.len - i);
+  }
+}
+
+// [Note: 8-bit kernel prefetch]
+// Out of cache the 8-bit step also waited on memory, though it moves only
+// 16 B per element (the fp32 step 28): the hardware prefetchers did not
+// keep far enough ahead of a loop with this much arithmetic per byte.
+// Prefetching param, gradient and both codes kPrefetchElements ahead, one
+// unit per unit of pass 1, took 100M parameters (AVX-512, block 256, Intel
+// Xeon) from 110 to 90 ms at 1 thread and from 57 to 46 ms at 2 threads
+// when it was added (before the order of [Note: 8-bit kernel groups]);
+// 256-1024 elements ahead did about equally well, 2048 and more worse (the
+// group buffers and the lines in flight crowd the L1); leaving the codes
+// out of it made no difference.
+constexpr std::size_t kPrefetchElements = 1024;
+
+// Prefetches `unit` elements of param, gradient and both codes (p, cm, cv
+// at the first of them, the gradient at element gi of g).
+template <Fmt kGrad>
+HWY_INLINE void PrefetchUnit(const float* p, const void* g, std::size_t gi, const std::uint8_t* cm,
+                             const std::uint8_t* cv, std::size_t unit) {
+  constexpr std::size_t gs = fmt_size(kGrad);
+  for (std::size_t b = 0; b < unit * 4; b += 64) {
+    hwy::Prefetch(reinterpret_cast<const char*>(p) + b);
+  }
+  for (std::size_t b = 0; b < unit * gs; b += 64) {
+    hwy::Prefetch(static_cast<const char*>(g) + gi * gs + b);
+  }
+  for (std::size_t b = 0; b < unit; b += 64) {
+    hwy::Prefetch(cm + b);
+    hwy::Prefetch(cv + b);
   }
 }
 
@@ -123,13 +198,14 @@ template <Fmt kGrad, Fmt kCopy, bool kDecoupled>
 void Adam8Blocks(float* p, const void* g, const Adam8bitState& st, void* copy, std::size_t n,
                  std::size_t block, const AdamScalars& s) {
   using DF = hn::ScalableTag<float>;
+  using DI = hn::RebindToSigned<DF>;
   const DF df;
   const AdamVecScalars<DF> c(df, s);
   const DecodeTables<DF> ts(df, detail::quant_tables(QuantMap::signed_dynamic));
   const DecodeTables<DF> tu(df, detail::quant_tables(QuantMap::unsigned_dynamic));
   const EncodeTables<DF> es(df, detail::quant_tables(QuantMap::signed_dynamic));
   const EncodeTables<DF> eu(df, detail::quant_tables(QuantMap::unsigned_dynamic));
-  const std::size_t lanes = hn::Lanes(df);
+  const std::size_t lanes = hn::Lanes(df), unit = kUnitVectors * lanes;
   constexpr std::size_t gs = fmt_size(kGrad), cs = fmt_size(kCopy);
   const std::size_t group = std::max(block, kGroupElements);
   int block_shift = 0;
@@ -140,7 +216,7 @@ void Adam8Blocks(float* p, const void* g, const Adam8bitState& st, void* copy, s
   HWY_ALIGN float bv[2][kQuantBlockMax];
   PendingGroup pend[2];
   for (std::size_t glo = 0, q = 0; glo < n; glo += group, ++q) {
-    PendingGroup& prev = pend[(q + 1) % 2];  // empty (nvec 0) for q = 0
+    PendingGroup& prev = pend[(q + 1) % 2];  // empty (nunits 0) for q = 0
     PendingGroup& cur = pend[q % 2];
     const std::size_t glen = std::min(group, n - glo);
     float* tm = bm[q % 2];
@@ -150,38 +226,86 @@ void Adam8Blocks(float* p, const void* g, const Adam8bitState& st, void* copy, s
     cur.cm = st.exp_avg_code + glo;
     cur.cv = st.exp_avg_sq_code + glo;
     cur.len = glen;
-    cur.nvec = (glen + lanes - 1) / lanes;
+    cur.nunits = (glen + unit - 1) / unit;
     cur.block_shift = block_shift;
     cur.num_scalar = 0;
-    std::size_t k = 0;  // vectors of the previous group encoded
+    std::size_t k = 0;  // units of the previous group encoded
     for (std::size_t lo = 0, j = 0; lo < glen; lo += block, ++j) {
       const std::size_t b = (glo + lo) >> block_shift;  // block index in the state
       const std::size_t len = std::min(block, glen - lo), full = len - len % lanes;
+      const std::size_t full_units = len - len % unit;
       float* pb = p + glo + lo;
       const void* gb = Advance(g, glo + lo, gs);
       void* copyb = Advance(copy, glo + lo, cs);
       const std::uint8_t* cm = cur.cm + lo;
       const std::uint8_t* cv = cur.cv + lo;
+      float* tmb = tm + lo;
+      float* tvb = tv + lo;
       const auto am = hn::Set(df, st.exp_avg_absmax[b]);
       const auto av = hn::Set(df, st.exp_avg_sq_absmax[b]);
       AbsMaxAcc<DF> acc_m(df), acc_v(df);
-      for (std::size_t i = 0; i < full; i += lanes) {
-        Adam8Step<kGrad, kCopy, kDecoupled>(df, c, ts, tu, am, av, pb + i, Advance(gb, i, gs),
-                                            cm + i, cv + i, Advance(copyb, i, cs), tm + lo + i,
-                                            tv + lo + i, acc_m, acc_v);
-        if (k < prev.nvec) EncodeVector(df, es, eu, prev, k++);
+      std::size_t i = 0;
+      // Units with a unit of the previous group to encode. That unit is in
+      // a whole group (only the last group can be partial, and it is
+      // encoded after the loop) and in one block.
+      for (; i < full_units && k < prev.nunits; i += unit, ++k) {
+        if (glo + lo + i + kPrefetchElements + unit <= n) {
+          const std::size_t f = i + kPrefetchElements;
+          PrefetchUnit<kGrad>(pb + f, gb, f, cm + f, cv + f, unit);
+        }
+        Adam8Lanes<DF> r[kUnitVectors];
+        for (std::size_t u = 0; u < kUnitVectors; ++u) {
+          const std::size_t e = i + u * lanes;
+          r[u] = Adam8Moments<kGrad, kDecoupled>(df, c, ts, tu, am, av, pb + e, Advance(gb, e, gs),
+                                                 cm + e, cv + e, tmb + e, tvb + e, acc_m, acc_v);
+        }
+        const std::size_t pi = k * unit;
+        const auto inv_m = hn::Set(df, prev.inv_m[pi >> block_shift]);
+        const auto inv_v = hn::Set(df, prev.inv_v[pi >> block_shift]);
+        const float* HWY_RESTRICT pm = prev.m + pi;
+        const float* HWY_RESTRICT pv = prev.v + pi;
+        hn::Vec<DI> em[kUnitVectors], ev[kUnitVectors];
+        for (std::size_t u = 0; u < kUnitVectors; ++u) {
+          em[u] = EncodeValues<true>(df, es, hn::Load(df, pm + u * lanes), inv_m);
+          ev[u] = EncodeValues<false>(df, eu, hn::Load(df, pv + u * lanes), inv_v);
+        }
+        StoreCodes4(df, em[0], em[1], em[2], em[3], prev.cm + pi);
+        StoreCodes4(df, ev[0], ev[1], ev[2], ev[3], prev.cv + pi);
+        for (std::size_t u = 0; u < kUnitVectors; ++u) {
+          const std::size_t e = i + u * lanes;
+          Adam8Param<kCopy>(df, c, r[u], pb + e, Advance(copyb, e, cs));
+        }
+      }
+      for (; i < full_units; i += unit) {  // the first group's
+        Adam8Lanes<DF> r[kUnitVectors];
+        for (std::size_t u = 0; u < kUnitVectors; ++u) {
+          const std::size_t e = i + u * lanes;
+          r[u] = Adam8Moments<kGrad, kDecoupled>(df, c, ts, tu, am, av, pb + e, Advance(gb, e, gs),
+                                                 cm + e, cv + e, tmb + e, tvb + e, acc_m, acc_v);
+        }
+        for (std::size_t u = 0; u < kUnitVectors; ++u) {
+          const std::size_t e = i + u * lanes;
+          Adam8Param<kCopy>(df, c, r[u], pb + e, Advance(copyb, e, cs));
+        }
+      }
+      for (; i < full; i += lanes) {  // the array's last block only
+        const auto r = Adam8Moments<kGrad, kDecoupled>(df, c, ts, tu, am, av, pb + i,
+                                                       Advance(gb, i, gs), cm + i, cv + i, tmb + i,
+                                                       tvb + i, acc_m, acc_v);
+        Adam8Param<kCopy>(df, c, r, pb + i, Advance(copyb, i, cs));
       }
       if (full < len) {
         // The tail through zero-padded buffers: padding lanes update to
         // p = m = v = 0, which leaves the absmax as it is.
         const std::size_t r = len - full;
         TailBuffer tp, tg, tc, tcm, tcv;
-        Adam8Step<kGrad, kCopy, kDecoupled>(
-            df, c, ts, tu, am, av, static_cast<float*>(tp.load(pb + full, r, 4)),
-            tg.load(Advance(gb, full, gs), r, gs),
+        float* tpb = static_cast<float*>(tp.load(pb + full, r, 4));
+        const auto rt = Adam8Moments<kGrad, kDecoupled>(
+            df, c, ts, tu, am, av, tpb, tg.load(Advance(gb, full, gs), r, gs),
             static_cast<const std::uint8_t*>(tcm.load(cm + full, r, 1)),
-            static_cast<const std::uint8_t*>(tcv.load(cv + full, r, 1)),
-            kCopy == Fmt::none ? nullptr : tc.bytes, tm + lo + full, tv + lo + full, acc_m, acc_v);
+            static_cast<const std::uint8_t*>(tcv.load(cv + full, r, 1)), tmb + full, tvb + full,
+            acc_m, acc_v);
+        Adam8Param<kCopy>(df, c, rt, tpb, kCopy == Fmt::none ? nullptr : tc.bytes);
         tp.store(pb + full, r, 4);
         if constexpr (kCopy != Fmt::none) tc.store(Advance(copyb, full, cs), r, cs);
       }
@@ -195,13 +319,18 @@ void Adam8Blocks(float* p, const void* g, const Adam8bitState& st, void* copy, s
       // the scalar reference after the vector encoder.
       if (!(VectorEncodable(inv_m) && VectorEncodable(inv_v))) cur.scalar_blocks[cur.num_scalar++] = j;
     }
-    for (; k < prev.nvec; ++k) EncodeVector(df, es, eu, prev, k);
+    // Zeros after the group's last vector, up to a whole unit (the array's
+    // last group only), so pass 2 reads defined values there.
+    const std::size_t written = (glen + lanes - 1) / lanes * lanes;
+    std::fill(tm + written, tm + cur.nunits * unit, 0.0f);
+    std::fill(tv + written, tv + cur.nunits * unit, 0.0f);
+    for (; k < prev.nunits; ++k) EncodeUnit(df, es, eu, prev, k);
     EncodeScalarBlocks(prev);
-    prev.nvec = 0;
+    prev.nunits = 0;
     prev.num_scalar = 0;
   }
   PendingGroup& last = pend[(quant_block_count(n, group) + 1) % 2];
-  for (std::size_t k = 0; k < last.nvec; ++k) EncodeVector(df, es, eu, last, k);
+  for (std::size_t k = 0; k < last.nunits; ++k) EncodeUnit(df, es, eu, last, k);
   EncodeScalarBlocks(last);
 }
 

@@ -76,28 +76,108 @@ struct RegTable {
   hn::Vec<D> piece[kPieces];
 };
 
-/// The decode constants of a map in registers (detail::QuantTables). With
-/// 16 lanes the 16-entry tables are one register each; with fewer, the
-/// first 8 entries only (index 7 then also stands for u = 0, whose value
-/// the decoder zeroes instead: one lookup per table instead of two).
+// [Note: 8-bit vector encoder]
+// The encoders of quantize_value's codes per target, all of them the
+// steps of detail::quantize_magnitude_arith (QuantTables: the base region
+// of a's binade, one compare with the bound above it, the region's line,
+// a truncation) with three liberties that change no code:
+// - a = |x * inv| is clamped to [2^-31, inf) instead of [0, 1]: below
+//   2^-31 every code is 0 (as in all of binade 96), and above 1 there is
+//   no need, as x * inv <= 1 + 2^-21 for x in the block whose absmax gave
+//   inv (inv = 1 / absmax rounded, to a subnormal at worst), binade 127 is
+//   in the top region, and its line truncates to the top code for every
+//   a < 1.003. So the binade e(a) is 96..127, 5 bits.
+// - AVX-512 reads the binade's bound and base region from one 32-entry
+//   table (enc_bound_base, one two-table permute): the bound's low 4 bits
+//   are replaced by the base (plus 8 for the unsigned map, whose region
+//   lines sit at 8..15 of the 16-entry line tables shared by both maps), so
+//   a compare and a masked add give the region as the low 4 bits of an
+//   integer, which is all a 16-lane permute reads.
+// - AVX2 and the portable targets, with 8-entry permutes, look up groups of
+//   four binades (enc_group_lo / enc_group_hi): each holds at most two
+//   bounds, the lower one carrying the group's base region in its low 3
+//   bits, and region = base + (a >= lo) + (a >= hi).
+// Moving a bound by up to 15 ulp changes the region only for a within 15
+// ulp of the bound B = value(2^L - 1), a code value where both regions'
+// lines are at 2^L - 0.5 and move by at most 2^(L-1) / 0.9 / B per unit of
+// a (the steeper, lower one), so within 71 * 15 * 2^-23 < 2e-4 of it: both
+// truncate to 2^L - 1. Both table schemes were checked against
+// quantize_magnitude_arith for every float a in [0, 1.0035], and the tests
+// check the encoders on every target for every float within 64 ulp of a
+// threshold or a region bound.
+// Per 16 values on AVX-512: a multiply, a range op (max(|y|, 2^-31)), a
+// shift (the binade), a two-table permute, a compare, a masked add, two
+// 16-entry permutes, a fused multiply-add and a conversion; the signed
+// map's sign bit adds a compare and a masked or. AVX2 (8 values) takes an
+// and and a max for a, a shift, two permutes and two compares with
+// subtractions for the region, then the same last four. Decoding
+// (value(u) * absmax) is the formula of QuantTables with 16- or 8-entry
+// permutes indexed by the exponent of 2u + 1 (x86 permutes read only the
+// index's low bits, so no mask); signed codes are sign-extended, which
+// puts the code's sign bit in the float's. Codes are written four vectors
+// at a time by two saturating packs and one permute (StoreCodes4) instead
+// of a narrowing store each.
+
+/// The lanes of a vector type (compile time; the kernels use full vectors).
+template <class DF>
+inline constexpr std::size_t kQuantLanes = hn::MaxLanes(DF());
+
+/// Whether a target has the AVX-512 (16 lanes) or AVX2 (8 lanes) paths of
+/// the encoder and decoder; other targets (EMU128, SCALAR) take the
+/// portable Highway path, the same arithmetic.
+template <class DF>
+inline constexpr bool kQuantAvx512 =
+    (HWY_TARGET == HWY_AVX3 || HWY_TARGET == HWY_AVX3_DL) && kQuantLanes<DF> == 16;
+template <class DF>
+inline constexpr bool kQuantAvx2 = HWY_TARGET == HWY_AVX2 && kQuantLanes<DF> == 8;
+
+/// table[idx] per lane for a table of Lanes(df) entries on x86 (a permute
+/// that reads only the index's low log2(Lanes) bits).
+template <class DF>
+HWY_INLINE hn::Vec<DF> PermuteLow(DF df, hn::Vec<DF> table, hn::Vec<hn::RebindToSigned<DF>> idx) {
+  (void)df;
+#if HWY_TARGET == HWY_AVX3 || HWY_TARGET == HWY_AVX3_DL
+  if constexpr (kQuantLanes<DF> == 16) return hn::Vec<DF>{_mm512_permutexvar_ps(idx.raw, table.raw)};
+#elif HWY_TARGET == HWY_AVX2
+  if constexpr (kQuantLanes<DF> == 8) {
+    return hn::Vec<DF>{_mm256_permutevar8x32_ps(table.raw, idx.raw)};
+  }
+#endif
+  static_assert(kQuantAvx512<DF> || kQuantAvx2<DF>, "x86 16- and 8-lane vectors only");
+  (void)idx;
+  return table;
+}
+
+/// The decode constants of a map (detail::QuantTables): the 16-entry
+/// tables with 16 lanes, else their first 8 entries (see DecodeMagnitude).
 template <class DF>
 struct DecodeTables {
-  static constexpr std::size_t kEntries = hn::MaxLanes(DF()) >= 16 ? 16 : 8;
+  static constexpr std::size_t kEntries = kQuantLanes<DF> >= 16 ? 16 : 8;
   DecodeTables(DF df, const detail::QuantTables& t) : r(df, t.dec_r), c(df, t.dec_c) {}
   RegTable<kEntries, DF> r, c;
 };
 
-/// The encode constants of a map in registers (detail::QuantTables).
+/// The encode constants of a map (detail::QuantTables): on AVX-512 the
+/// bound/base table of 32 binades (two registers) and the 16-entry region
+/// lines of both maps; elsewhere the two bounds of each group of four
+/// binades and this map's region lines (8 entries each).
 template <class DF>
 struct EncodeTables {
-  using DI = hn::RebindToSigned<DF>;
   EncodeTables(DF df, const detail::QuantTables& t)
-      : base(DI(), t.enc_base), bound(df, t.enc_bound), next(df, t.enc_next),
-        scale(df, t.enc_scale), offset(df, t.enc_offset), lmax(t.lmax) {}
-  RegTable<32, DI> base;
-  RegTable<32, DF> bound;
-  RegTable<8, DF> next, scale, offset;
-  int lmax;
+#if HWY_TARGET == HWY_AVX3 || HWY_TARGET == HWY_AVX3_DL
+      : bound_base(df, t.enc_bound_base), scale_both(df, t.enc_scale_both),
+        offset_both(df, t.enc_offset_both),
+#else
+      :
+#endif
+        group_lo(df, t.enc_group_lo), group_hi(df, t.enc_group_hi), scale(df, t.enc_scale),
+        offset(df, t.enc_offset) {
+  }
+#if HWY_TARGET == HWY_AVX3 || HWY_TARGET == HWY_AVX3_DL
+  RegTable<32, DF> bound_base;
+  RegTable<16, DF> scale_both, offset_both;
+#endif
+  RegTable<8, DF> group_lo, group_hi, scale, offset;
 };
 
 /// trunc(x) per lane for x in [0, 2^31) (what the encoder converts): the
@@ -107,105 +187,187 @@ template <class DF>
 HWY_INLINE hn::Vec<hn::RebindToSigned<DF>> TruncInRange(DF df, hn::Vec<DF> x) {
   const hn::RebindToSigned<DF> di;
 #if HWY_TARGET == HWY_AVX3 || HWY_TARGET == HWY_AVX3_DL
-  if constexpr (hn::MaxLanes(DF()) == 16) return hn::Vec<decltype(di)>{_mm512_cvttps_epi32(x.raw)};
+  if constexpr (kQuantLanes<DF> == 16) return hn::Vec<decltype(di)>{_mm512_cvttps_epi32(x.raw)};
 #elif HWY_TARGET == HWY_AVX2
-  if constexpr (hn::MaxLanes(DF()) == 8) return hn::Vec<decltype(di)>{_mm256_cvttps_epi32(x.raw)};
+  if constexpr (kQuantLanes<DF> == 8) return hn::Vec<decltype(di)>{_mm256_cvttps_epi32(x.raw)};
 #endif
   (void)df;
   return hn::ConvertTo(di, x);
 }
 
 /// Magnitudes u (int32 lanes, 0..255) -> map values (detail::QuantTables:
-/// fma(u, 9, dec_c[i]) * dec_r[i], i from the exponent of 2u + 1).
-template <class DF>
+/// fma(u, 9, dec_c[i]) * dec_r[i], i from the exponent of 2u + 1). With 8
+/// entries, index 7 stands for both u = 0 and level 7: the signed map has
+/// no level 7 (entry 7 is 0, and so is value(0)); the unsigned map's u = 0
+/// lanes are zeroed.
+template <bool kSigned, class DF>
 HWY_INLINE hn::Vec<DF> DecodeMagnitude(DF df, const DecodeTables<DF>& t,
                                        hn::Vec<hn::RebindToSigned<DF>> u) {
   const hn::RebindToSigned<DF> di;
-  constexpr int kMask = static_cast<int>(DecodeTables<DF>::kEntries) - 1;
+  constexpr bool kZeroFix = !kSigned && DecodeTables<DF>::kEntries == 8;
   const auto fu = hn::ConvertTo(df, u);                                   // exact
   const auto t2 = hn::MulAdd(fu, hn::Set(df, 2.0f), hn::Set(df, 1.0f));  // exact
-  const auto idx = hn::And(hn::ShiftRight<23>(hn::BitCast(di, t2)), hn::Set(di, kMask));
-  const auto nu = hn::MulAdd(fu, hn::Set(df, 9.0f), t.c(df, idx));  // N_u, exact
-  const auto value = hn::Mul(nu, t.r(df, idx));
-  if constexpr (kMask == 15) {
-    return value;  // u = 0: entry 15, value 0
+  auto idx = hn::ShiftRight<23>(hn::BitCast(di, t2));  // 127 + L, or 127 for u = 0
+  hn::Vec<DF> value;
+  if constexpr (kQuantAvx512<DF> || kQuantAvx2<DF>) {
+    const auto nu = hn::MulAdd(fu, hn::Set(df, 9.0f), PermuteLow(df, t.c.piece[0], idx));  // exact
+    value = hn::Mul(nu, PermuteLow(df, t.r.piece[0], idx));
   } else {
+    idx = hn::And(idx, hn::Set(di, static_cast<int>(DecodeTables<DF>::kEntries) - 1));
+    const auto nu = hn::MulAdd(fu, hn::Set(df, 9.0f), t.c(df, idx));  // N_u, exact
+    value = hn::Mul(nu, t.r(df, idx));
+  }
+  if constexpr (kZeroFix) {
     return hn::IfThenZeroElse(hn::RebindMask(df, hn::Eq(u, hn::Zero(di))), value);
+  } else {
+    return value;  // u = 0: entry 15 (16 entries) or 7 (8, signed map), value 0
   }
 }
 
-/// Codes (int32 lanes holding 0..255) of a block with scale absmax -> fp32,
-/// as dequantize_value.
+/// Codes of a block with scale absmax -> fp32, as dequantize_value. code:
+/// int32 lanes from LoadCodes<kSigned> (signed map: sign-extended, so the
+/// lane's sign bit is the code's).
 template <bool kSigned, class DF>
 HWY_INLINE hn::Vec<DF> DecodeCodes(DF df, const DecodeTables<DF>& t,
                                    hn::Vec<hn::RebindToSigned<DF>> code, hn::Vec<DF> absmax) {
   const hn::RebindToSigned<DF> di;
   if constexpr (!kSigned) {
-    return hn::Mul(DecodeMagnitude(df, t, code), absmax);
+    return hn::Mul(DecodeMagnitude<false>(df, t, code), absmax);
   } else {
-    const auto v = hn::Mul(DecodeMagnitude(df, t, hn::And(code, hn::Set(di, 0x7f))), absmax);
-    const auto sign = hn::ShiftLeft<24>(code);  // bit 7 -> the sign bit
-    return hn::BitCast(df, hn::OrAnd(hn::BitCast(di, v), sign, hn::Set(di, INT32_MIN)));
+    const auto v =
+        hn::Mul(DecodeMagnitude<true>(df, t, hn::And(code, hn::Set(di, 0x7f))), absmax);
+    return hn::BitCast(df, hn::OrAnd(hn::BitCast(di, v), code, hn::Set(di, INT32_MIN)));
   }
 }
 
 /// fp32 values x with inverse scale inv -> codes (int32 lanes), as
 /// quantize_value, for blocks whose inv is a positive finite number (then
 /// x * inv is finite: no NaN reaches the encoder; other blocks take the
-/// scalar path, see VectorEncodable).
+/// scalar path, see VectorEncodable) and x in the block whose absmax gave
+/// inv = quant_inverse_absmax(absmax), so that |x * inv| <= 1 + 2^-21
+/// (codes are exact up to 1.003). [Note: 8-bit vector encoder].
 template <bool kSigned, class DF>
 HWY_INLINE hn::Vec<hn::RebindToSigned<DF>> EncodeValues(DF df, const EncodeTables<DF>& t,
                                                         hn::Vec<DF> x, hn::Vec<DF> inv) {
   const hn::RebindToSigned<DF> di;
   const auto y = hn::Mul(x, inv);
-  const auto a = hn::Min(hn::Abs(y), hn::Set(df, 1.0f));
-  const auto e = hn::ShiftRight<23>(hn::BitCast(di, a));
-  hn::Vec<decltype(di)> base;
-  hn::Vec<DF> bound;
+  hn::Vec<decltype(di)> u;
 #if HWY_TARGET == HWY_AVX3 || HWY_TARGET == HWY_AVX3_DL
-  // By binade: two 32-entry permutes reading the index's low 5 bits, which
-  // for max(e, 96) are max(e, 96) - 96.
-  const auto bi = hn::Max(e, hn::Set(di, 96));
-  base = t.base(di, bi);
-  bound = t.bound(df, bi);
-#else
-  // By arithmetic (detail::quant_region_base), then the next bound.
-  base = hn::Add(hn::ShiftRight<12>(hn::Mul(hn::Sub(e, hn::Set(di, 127)), hn::Set(di, 1233))),
-                 hn::Set(di, t.lmax + 1));
-  base = hn::Min(hn::Max(base, hn::Zero(di)), hn::Set(di, t.lmax));
-  bound = t.next(df, base);
+  if constexpr (kQuantLanes<DF> == 16) {
+    // max(|y|, 2^-31) in one op (the larger magnitude, sign cleared): its
+    // binade e is 96..127, whose low 5 bits, e - 96, are all the two-table
+    // permute reads. a < 2^-31 has code 0 like all of binade 96, and
+    // binade 127 (a in [1, 1 + 2^-21] here) has the top code.
+    const __m512 a = _mm512_range_ps(y.raw, _mm512_castsi512_ps(_mm512_set1_epi32(0x30000000)), 0x0B);
+    const __m512i e = _mm512_srli_epi32(_mm512_castps_si512(a), 23);
+    const __m512 bb = _mm512_permutex2var_ps(t.bound_base.piece[0].raw, e, t.bound_base.piece[1].raw);
+    const __m512i bbi = _mm512_castps_si512(bb);
+    // Low 4 bits: base region (+ 8 unsigned), plus 1 at or above the bound.
+    const __m512i region = _mm512_mask_add_epi32(bbi, _mm512_cmp_ps_mask(a, bb, _CMP_GE_OQ), bbi,
+                                                 _mm512_set1_epi32(1));
+    const __m512 pos = _mm512_fmadd_ps(a, _mm512_permutexvar_ps(region, t.scale_both.piece[0].raw),
+                                       _mm512_permutexvar_ps(region, t.offset_both.piece[0].raw));
+    __m512i code = _mm512_cvttps_epi32(pos);  // pos >= 0.5: truncation rounds
+    if constexpr (kSigned) {
+      // Bit 7 for y < 0 (not for -0.0, as quantize_value).
+      code = _mm512_mask_or_epi32(code, _mm512_cmp_ps_mask(y.raw, _mm512_setzero_ps(), _CMP_LT_OQ),
+                                  code, _mm512_set1_epi32(0x80));
+    }
+    return hn::Vec<decltype(di)>{code};
+  }
 #endif
-  // region = base + (a >= bound): a true mask is -1 in integer lanes.
-  const auto region = hn::Sub(base, hn::VecFromMask(di, hn::RebindMask(di, hn::Ge(a, bound))));
-  // pos >= 0.5: truncation rounds.
-  auto u = TruncInRange(df, FusedMulAdd(df, a, t.scale(df, region), t.offset(df, region)));
+  // max(|y|, 2^-31), binade 96..127: group (e - 96) / 4, the low 3 bits of
+  // the exponent field's top 6.
+  const auto a = hn::Max(hn::Abs(y), hn::BitCast(df, hn::Set(di, 0x30000000)));
+  auto group = hn::ShiftRight<25>(hn::BitCast(di, a));
+  hn::Vec<DF> lo, hi, scale, offset;
+  if constexpr (kQuantAvx2<DF>) {
+    lo = PermuteLow(df, t.group_lo.piece[0], group);
+    hi = PermuteLow(df, t.group_hi.piece[0], group);
+  } else {
+    group = hn::And(group, hn::Set(di, 7));
+    lo = t.group_lo(df, group);
+    hi = t.group_hi(df, group);
+  }
+  // Low 3 bits: the group's base region (in lo's), plus 1 at or above each
+  // bound (a true mask is -1 in integer lanes).
+  auto region = hn::Sub(hn::BitCast(di, lo), hn::VecFromMask(di, hn::RebindMask(di, hn::Ge(a, lo))));
+  region = hn::Sub(region, hn::VecFromMask(di, hn::RebindMask(di, hn::Ge(a, hi))));
+  if constexpr (kQuantAvx2<DF>) {
+    scale = PermuteLow(df, t.scale.piece[0], region);
+    offset = PermuteLow(df, t.offset.piece[0], region);
+  } else {
+    region = hn::And(region, hn::Set(di, 7));
+    scale = t.scale(df, region);
+    offset = t.offset(df, region);
+  }
+  u = TruncInRange(df, FusedMulAdd(df, a, scale, offset));  // pos >= 0.5: truncation rounds
   if constexpr (kSigned) {
     // Bit 7 for y < 0 (not for -0.0, as quantize_value).
-    const auto neg = hn::RebindMask(di, hn::Lt(y, hn::Zero(df)));
-    u = hn::IfThenElse(neg, hn::Or(u, hn::Set(di, 0x80)), u);
+    const auto neg = hn::VecFromMask(di, hn::RebindMask(di, hn::Lt(y, hn::Zero(df))));
+    u = hn::OrAnd(u, neg, hn::Set(di, 0x80));
   }
   return u;
 }
 
-/// Lanes(df) codes at p -> int32 lanes.
-template <class DF>
+/// Lanes(df) codes at p -> int32 lanes: sign-extended for the signed map
+/// (DecodeCodes<true> takes the sign bit from there), zero-extended else.
+template <bool kSigned, class DF>
 HWY_INLINE hn::Vec<hn::RebindToSigned<DF>> LoadCodes(DF, const std::uint8_t* HWY_RESTRICT p) {
-  const hn::Rebind<std::uint8_t, DF> d8;
   const hn::RebindToSigned<DF> di;
-  return hn::BitCast(di, hn::PromoteTo(hn::RebindToUnsigned<DF>(), hn::LoadU(d8, p)));
+  if constexpr (kSigned) {
+    const hn::Rebind<std::int8_t, DF> d8;
+    return hn::PromoteTo(di, hn::LoadU(d8, reinterpret_cast<const std::int8_t*>(p)));
+  } else {
+    const hn::Rebind<std::uint8_t, DF> d8;
+    return hn::BitCast(di, hn::PromoteTo(hn::RebindToUnsigned<DF>(), hn::LoadU(d8, p)));
+  }
 }
 
 /// int32 lanes holding 0..255 -> Lanes(df) codes at p.
 template <class DF>
 HWY_INLINE void StoreCodes(DF, hn::Vec<hn::RebindToSigned<DF>> c, std::uint8_t* HWY_RESTRICT p) {
 #if HWY_TARGET == HWY_AVX3 || HWY_TARGET == HWY_AVX3_DL
-  if constexpr (hn::MaxLanes(DF()) == 16) {  // one VPMOVDB (Highway 1.0's DemoteTo packs 4 times)
+  if constexpr (kQuantLanes<DF> == 16) {  // one VPMOVDB (Highway 1.0's DemoteTo packs 4 times)
     _mm_storeu_si128(reinterpret_cast<__m128i*>(p), _mm512_cvtepi32_epi8(c.raw));
     return;
   }
 #endif
   const hn::Rebind<std::uint8_t, DF> d8;
   hn::StoreU(hn::DemoteTo(d8, c), d8, p);
+}
+
+/// Four vectors of int32 lanes holding 0..255, elements [0, 4 * Lanes) in
+/// order -> 4 * Lanes codes at p. On x86 two saturating 32->16 packs, one
+/// 16->8 pack and one permute that undoes the packs' per-128-bit-block
+/// interleaving (4 operations instead of four narrowing stores of 2 each).
+template <class DF>
+HWY_INLINE void StoreCodes4(DF df, hn::Vec<hn::RebindToSigned<DF>> c0,
+                            hn::Vec<hn::RebindToSigned<DF>> c1, hn::Vec<hn::RebindToSigned<DF>> c2,
+                            hn::Vec<hn::RebindToSigned<DF>> c3, std::uint8_t* HWY_RESTRICT p) {
+#if HWY_TARGET == HWY_AVX3 || HWY_TARGET == HWY_AVX3_DL
+  if constexpr (kQuantLanes<DF> == 16) {
+    // Block j of the byte pack holds c0..c3's elements 4j..4j+3, 4 bytes each.
+    const __m512i b = _mm512_packus_epi16(_mm512_packus_epi32(c0.raw, c1.raw),
+                                          _mm512_packus_epi32(c2.raw, c3.raw));
+    const __m512i order = _mm512_setr_epi32(0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15);
+    _mm512_storeu_si512(p, _mm512_permutexvar_epi32(order, b));
+    return;
+  }
+#elif HWY_TARGET == HWY_AVX2
+  if constexpr (kQuantLanes<DF> == 8) {
+    const __m256i b = _mm256_packus_epi16(_mm256_packus_epi32(c0.raw, c1.raw),
+                                          _mm256_packus_epi32(c2.raw, c3.raw));
+    const __m256i order = _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7);
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(p), _mm256_permutevar8x32_epi32(b, order));
+    return;
+  }
+#endif
+  const std::size_t lanes = hn::Lanes(df);
+  StoreCodes(df, c0, p);
+  StoreCodes(df, c1, p + lanes);
+  StoreCodes(df, c2, p + 2 * lanes);
+  StoreCodes(df, c3, p + 3 * lanes);
 }
 
 /// Running absmax of a block in the vector kernels, as quant_block_absmax:

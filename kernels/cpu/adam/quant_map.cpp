@@ -21,6 +21,26 @@ double pow10(int k) {
   return r;
 }
 
+// The encoder's line of each region r = 0..lmax (scale[r], offset[r]; see
+// QuantTables step 2). Region 0 covers [0, value(1)) (codes 0, 1); L >= 1
+// covers [value(2^L - 1), value(2^(L+1) - 1)), where value(2^L - 1) and the
+// 2^L values of level L are equally spaced by the level's step, so the
+// nearest code is the rounded position (u - 2^L + 1 steps above the
+// region's start). Position + 0.5, truncated, is that rounding.
+void region_lines(int lmax, float* scale, float* offset) {
+  for (int l = 0; l <= lmax; ++l) {
+    const double denom = std::ldexp(pow10(lmax - l + 1), l);
+    if (l == 0) {
+      scale[0] = static_cast<float>(denom / 10.0);  // a / value(1)
+      offset[0] = 0.5f;
+    } else {
+      // value = (9u + 9 - 8 * 2^L) / denom  =>  u = value * denom / 9 + (8 * 2^L - 9) / 9.
+      scale[l] = static_cast<float>(denom / 9.0);
+      offset[l] = static_cast<float>((std::ldexp(8.0, l) - 9.0) / 9.0 + 0.5);
+    }
+  }
+}
+
 detail::QuantTables build_tables(bool is_signed) {
   detail::QuantTables t{};
   const int lmax = is_signed ? 6 : 7;  // levels L = F = 0..lmax, exponent E = lmax - L
@@ -42,22 +62,10 @@ detail::QuantTables build_tables(bool is_signed) {
     t.dec_r[l] = r[l];
     t.dec_c[l] = static_cast<float>(9 - (8 << l));
   }  // entries lmax + 1 .. 15 stay 0 (entry 15: u = 0)
-  // Regions: 0 covers [0, value(1)) (codes 0, 1); L >= 1 covers
-  // [value(2^L - 1), value(2^(L+1) - 1)), where value(2^L - 1) and the
-  // 2^L values of level L are equally spaced by the level's step, so the
-  // nearest code is the rounded position (u - 2^L + 1 steps above the
-  // region's start). Position + 0.5, truncated, is that rounding.
-  for (int l = 0; l <= lmax; ++l) {
-    const double denom = std::ldexp(pow10(lmax - l + 1), l);
-    if (l == 0) {
-      t.enc_scale[0] = static_cast<float>(denom / 10.0);  // a / value(1)
-      t.enc_offset[0] = 0.5f;
-    } else {
-      // value = (9u + 9 - 8 * 2^L) / denom  =>  u = value * denom / 9 + (8 * 2^L - 9) / 9.
-      t.enc_scale[l] = static_cast<float>(denom / 9.0);
-      t.enc_offset[l] = static_cast<float>((std::ldexp(8.0, l) - 9.0) / 9.0 + 0.5);
-    }
-  }
+  region_lines(lmax, t.enc_scale, t.enc_offset);
+  region_lines(6, t.enc_scale_both, t.enc_offset_both);
+  region_lines(7, t.enc_scale_both + 8, t.enc_offset_both + 8);
+  t.enc_region_offset = is_signed ? 0 : 8;
   // Region bounds value(2^L - 1), L = 1..lmax: enc_next[r] is the bound
   // above region r; by binade (enc_base / enc_bound), the number of bounds
   // at or below the binade's start and the bound inside it. The arithmetic
@@ -84,7 +92,33 @@ detail::QuantTables build_tables(bool is_signed) {
     if (e >= 96 && e < 128) {
       t.enc_base[e - 96] = base;
       t.enc_bound[e - 96] = bound;
+      // The bound moves by at most 15 ulp: near a bound both regions'
+      // lines truncate to the same code ([Note: 8-bit vector encoder]).
+      const std::uint32_t bound_bits = std::isinf(bound) ? 0x7f7ffff0u : float_bits(bound) & ~15u;
+      t.enc_bound_base[e - 96] =
+          bits_float(bound_bits | static_cast<std::uint32_t>(base + t.enc_region_offset));
     }
+  }
+  // By groups of four binades from 96: the bounds inside (at most two: they
+  // are a decade, 3.3 binades, apart) and the base of the first binade.
+  constexpr std::uint32_t kNoBound = 0x7f7ffff8u;  // above every a
+  for (int g = 0; g < 8; ++g) {
+    const int e0 = 96 + 4 * g;
+    const float lo = bits_float(static_cast<std::uint32_t>(e0) << 23);
+    const float hi = bits_float(static_cast<std::uint32_t>(e0 + 4) << 23);
+    std::uint32_t inside[2] = {kNoBound, kNoBound};
+    int count = 0;
+    for (int l = 1; l <= lmax; ++l) {
+      const float b = mag[(1u << l) - 1];
+      if (b > lo && b < hi) {
+        ZS_CHECK(count < 2, "quant_map: three region bounds in binades {}..{}", e0, e0 + 3);
+        inside[count++] = float_bits(b);
+      }
+    }
+    // The lower bound moves by at most 7 ulp ([Note: 8-bit vector encoder]).
+    const auto base = static_cast<std::uint32_t>(detail::quant_region_base(lmax, e0));
+    t.enc_group_lo[g] = bits_float((inside[0] & ~7u) | base);
+    t.enc_group_hi[g] = bits_float(inside[1]);
   }
   for (unsigned c = 0; c < 256; ++c) {
     if (is_signed) {

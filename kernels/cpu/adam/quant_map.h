@@ -181,6 +181,28 @@ struct QuantTables {
   // position within region r (never above the region's top code for a <= 1).
   alignas(64) float enc_scale[16];
   alignas(64) float enc_offset[16];
+  // The same steps as the vector kernels take them ([Note: 8-bit vector
+  // encoder] in quant_map-inl.h): a is max(|x * inv|, 2^-31) there, at most
+  // 1 + 2^-21, so its binade e(a) is 96..127 (a < 2^-31 has code 0 as all of
+  // binade 96; binade 127 is in the top region).
+  // AVX-512: enc_bound_base[e(a) - 96] is enc_bound of that binade
+  // (0x7f7ffff0 for Inf) with its low 4 bits replaced by the base region
+  // plus enc_region_offset, and region + enc_region_offset indexes
+  // enc_scale_both / enc_offset_both, which hold the signed map's
+  // enc_scale / enc_offset at 0..7 and the unsigned map's at 8..15 (the same
+  // arrays in both maps' tables).
+  alignas(64) float enc_bound_base[32];
+  alignas(64) float enc_scale_both[16];
+  alignas(64) float enc_offset_both[16];
+  int enc_region_offset;  // 0 (signed) or 8 (unsigned)
+  // AVX2 and the portable targets, by groups of four binades: group
+  // g = (e(a) - 96) / 4 holds at most two region bounds (they are a decade,
+  // 3.3 binades, apart), enc_group_lo[g] the lower one (0x7f7ffff8 if none)
+  // with its low 3 bits replaced by the base region of the group's first
+  // binade, enc_group_hi[g] the upper one (0x7f7ffff8 if none); region =
+  // base + (a >= lo) + (a >= hi), indexing enc_scale / enc_offset.
+  alignas(32) float enc_group_lo[8];
+  alignas(32) float enc_group_hi[8];
   float values[256];      // by code (quant_map_values)
   float thresholds[256];  // by magnitude (quant_map_thresholds)
   unsigned max_magnitude;  // 127 or 255

@@ -68,13 +68,14 @@ void DequantizeBlocks(const std::uint8_t* codes, const float* absmax, std::size_
     const std::size_t len = std::min(block, n - lo), full = len - len % lanes;
     const auto am = hn::Set(df, absmax[lo / block]);
     for (std::size_t i = 0; i < full; i += lanes) {
-      hn::StoreU(DecodeCodes<kSigned>(df, t, LoadCodes(df, codes + lo + i), am), df, x + lo + i);
+      hn::StoreU(DecodeCodes<kSigned>(df, t, LoadCodes<kSigned>(df, codes + lo + i), am), df,
+                 x + lo + i);
     }
     if (full < len) {
       HWY_ALIGN std::uint8_t in[HWY_MAX_BYTES / 4] = {};
       HWY_ALIGN float out[HWY_MAX_BYTES / 4];
       std::memcpy(in, codes + lo + full, len - full);
-      hn::Store(DecodeCodes<kSigned>(df, t, LoadCodes(df, in), am), df, out);
+      hn::Store(DecodeCodes<kSigned>(df, t, LoadCodes<kSigned>(df, in), am), df, out);
       std::memcpy(x + lo + full, out, (len - full) * 4);
     }
   }
