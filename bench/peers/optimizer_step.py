@@ -59,6 +59,9 @@ import subprocess
 import sys
 import time
 
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+from cpu_info import cpu_model_and_isa  # noqa: E402  (bench/cpu_info.py)
+
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 LR, BETAS, EPS, WEIGHT_DECAY = 1e-3, (0.9, 0.999), 1e-8, 0.01
 PEERS = {  # name: (label in the table, bytes model per parameter)
@@ -137,23 +140,6 @@ def run_worker(a):
 
 
 # --- the driver -------------------------------------------------------------
-
-def cpu_model():
-    """The CPU's model name and its widest x86 vector extension, from /proc/cpuinfo."""
-    model, flags = "unknown CPU", set()
-    try:
-        with open("/proc/cpuinfo") as f:
-            for line in f:
-                key, _, value = line.partition(":")
-                if key.strip() == "model name":
-                    model = value.strip()
-                elif key.strip() == "flags":
-                    flags = set(value.split())
-    except OSError:
-        pass
-    isa = "AVX-512" if "avx512f" in flags else "AVX2" if "avx2" in flags else "no AVX2"
-    return model, isa
-
 
 def load_average():
     try:
@@ -292,7 +278,7 @@ def main():
             "the Python.h of the Python that made the venv); leave DeepSpeed out with "
             "--peers torch-fp32 torch-bf16")["flags"]
 
-    model, isa = cpu_model()
+    model, isa = cpu_model_and_isa()
     load_before = load_average()
     units = [(t, impl) for t in a.threads for impl in a.peers + ["zeroshard"]]
     times = {}  # (threads, impl, row) -> [ms per round]

@@ -67,6 +67,9 @@ import sys
 import tempfile
 import time
 
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+from cpu_info import cpu_model_and_isa  # noqa: E402  (bench/cpu_info.py)
+
 HERE = os.path.dirname(os.path.abspath(__file__))
 
 # (name, implementation, stage or torch mode) of each row, in the first round's order.
@@ -75,19 +78,6 @@ ROWS = [("zeroshard stage 0", "zeroshard", 0), ("zeroshard stage 3", "zeroshard"
 # (numerator row, denominator row) of the printed ratios.
 RATIOS = [("zeroshard stage 3", "torch DDP"), ("zeroshard stage 3", "torch FSDP2"), ("zeroshard stage 0", "torch DDP")]
 GOAL = ("zeroshard stage 3", "torch DDP", 1.5)  # issue 34: stage 3 at >= 1.5x torch DDP
-
-
-def cpu_model():
-    """The CPU's model name, from /proc/cpuinfo ("unknown CPU" without it)."""
-    try:
-        with open("/proc/cpuinfo") as f:
-            for line in f:
-                key, _, value = line.partition(":")
-                if key.strip() == "model name":
-                    return value.strip()
-    except OSError:
-        pass
-    return "unknown CPU"
 
 
 def load_average():
@@ -266,7 +256,7 @@ def main():
     cores = os.cpu_count() or 1
     load = load_average()
     started = datetime.datetime.now().astimezone().isoformat(timespec="seconds")
-    machine = {"cpu": cpu_model(), "cores": cores, "load_average_start": load, "started": started,
+    machine = {"cpu": cpu_model_and_isa()[0], "cores": cores, "load_average_start": load, "started": started,
                "torch": torch_version}
     print(f"training_peers: {machine['cpu']}; {cores} cores; load average {load} at the start ({started}); "
           f"torch {torch_version} (gloo, 1 thread per process) vs zeroshard ({a.build}, mpirun); {a.ranks} ranks, "

@@ -41,6 +41,9 @@ import subprocess
 import sys
 import tempfile
 
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+from cpu_info import cpu_model_and_isa  # noqa: E402  (bench/cpu_info.py)
+
 FIELDS = ["wall", "compute", "comm_wait", "optimizer", "other", "hidden_comm"]
 
 
@@ -90,24 +93,6 @@ def write_config(path, micro_batch, overlap):
     return path
 
 
-def cpu_model():
-    """The CPU's model name and the widest x86 vector extension it has (the
-    kernels' dynamic dispatch picks that target)."""
-    model, flags = "unknown CPU", set()
-    try:
-        with open("/proc/cpuinfo") as f:
-            for line in f:
-                key, _, value = line.partition(":")
-                if key.strip() == "model name":
-                    model = value.strip()
-                elif key.strip() == "flags":
-                    flags = set(value.split())
-    except OSError:
-        pass
-    isa = "AVX-512" if "avx512f" in flags else "AVX2" if "avx2" in flags else "no AVX2"
-    return f"{model} ({isa})"
-
-
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--build", default="build")
@@ -137,7 +122,8 @@ def main():
                  "OPENBLAS_NUM_THREADS": "1"}.items():
         os.environ.setdefault(k, v)
     cores = os.cpu_count() or 1
-    print(f"main_job: {program}; {cpu_model()}; {cores} cores; {a.warmup} warm-up steps, "
+    model, isa = cpu_model_and_isa()
+    print(f"main_job: {program}; {model} ({isa}); {cores} cores; {a.warmup} warm-up steps, "
           f"then {a.steps} steps timed (difference of two runs); micro-batch {a.micro_batch} per rank")
     print("ms per step: rank 0's median over the timed steps; cpu = all ranks' CPU time per step; "
           "limit = cpu / min(ranks, cores); ratio = limit / wall")
