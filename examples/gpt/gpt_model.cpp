@@ -415,16 +415,15 @@ void Gpt::backward(MicroBatch& mb, const float* grad_output, float* grad_input) 
     if (k.checkpoint.valid()) {
       auto recompute = engine_.trace("recompute", engine_.layout().unit(block_units_[i]).name);
       ActivationStore& store = engine_.activations();
-      k.x.resize(T * D);
-      store.restore(k.checkpoint, k.x);
+      // The input goes straight into a spare block's buffer, which then
+      // replaces k (its checkpoint released, nothing else held).
+      Block spare = take_block();
+      spare.x.resize(T * D);
+      store.restore(k.checkpoint, spare.x);
       store.release(k.checkpoint);
-      k.checkpoint = {};
       track_saved(-static_cast<std::ptrdiff_t>(k.checkpoint_bytes));
       mb.saved_bytes -= k.checkpoint_bytes;
-      k.checkpoint_bytes = 0;
-      std::vector<float> x = std::move(k.x);
-      k = take_block();
-      k.x = std::move(x);
+      k = std::move(spare);
       std::vector<float> out(T * D);
       block_forward(i, mb.batch, mb.seq, k, out, dpre);
       recomputed = k.bytes();
