@@ -8,6 +8,8 @@
 
 #include <sys/mman.h>
 
+#include <fmt/format.h>
+
 #include "core/error.h"
 
 namespace zeroshard {
@@ -60,6 +62,14 @@ void PageableHostAllocator::deallocate(void* p, std::size_t bytes) noexcept {
 HostBlock::HostBlock(std::shared_ptr<HostAllocator> allocator, std::size_t bytes)
     : allocator_(std::move(allocator)), bytes_(bytes) {
   data_ = static_cast<std::byte*>(allocator_->allocate(bytes));
+  // The contract O_DIRECT swap I/O relies on; checked here so that an
+  // allocator breaking it is named at the source, not at the first write.
+  if (reinterpret_cast<std::uintptr_t>(data_) % kPage != 0) {
+    const std::uintptr_t at = reinterpret_cast<std::uintptr_t>(data_);
+    allocator_->deallocate(std::exchange(data_, nullptr), bytes);
+    throw InvariantError(fmt::format("host allocator \"{}\" returned {} bytes at {:#x}, not 4096-aligned",
+                                     allocator_->name(), bytes, at));
+  }
 }
 
 HostBlock::HostBlock(HostBlock&& o) noexcept

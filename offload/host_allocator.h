@@ -3,7 +3,8 @@
 //
 // The pool asks an allocator for blocks and never calls malloc itself, so a
 // CUDA build can hand out page-locked (pinned) memory by passing its own
-// allocator (cudaHostAlloc / cudaFreeHost) without touching the pool.
+// allocator (page-aligned memory registered with cudaHostRegister) without
+// touching the pool.
 #pragma once
 
 #include <cstddef>

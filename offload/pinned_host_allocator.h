@@ -14,7 +14,8 @@
 namespace zeroshard {
 
 /// The allocator for the offload tiers' host buffers: pinned memory
-/// (cudaHostAlloc / cudaFreeHost) when `pinned` is true, pageable memory
+/// (PageableHostAllocator memory registered with cudaHostRegister, so 4 KiB
+/// aligned as O_DIRECT needs) when `pinned` is true, pageable memory
 /// (PageableHostAllocator) otherwise. Throws ConfigError naming
 /// `config_key` when pinned memory is asked for in a build without CUDA or
 /// on a machine without a CUDA device.

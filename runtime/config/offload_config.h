@@ -30,7 +30,7 @@
 //                   more the read of i+1, the update of i and the write of
 //                   i-1 overlap; fewer serialise them.
 //   pin_memory      host-tier and staging buffers in page-locked memory
-//                   (cudaHostAlloc; offload/pinned_host_allocator.h), what
+//                   (cudaHostRegister; offload/pinned_host_allocator.h), what
 //                   asynchronous host-device copies need. Needs a CUDA build
 //                   and a visible device: otherwise finalize() throws a
 //                   ConfigError naming the key (default false).
