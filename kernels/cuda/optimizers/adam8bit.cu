@@ -1,10 +1,14 @@
 // The 8-bit-state Adam / AdamW kernel; see kernels/cuda/optimizers/adam8bit.h and
 // [Note: .cu / .cpp split] in kernels/cuda/launchers.h. One thread block
-// per quantization block: each thread decodes, updates and keeps up to
-// kQuantBlockMax / kThreads elements of both states in registers; the
-// block's new absmax is a shared-memory max of |x|'s bits (the order of
-// non-negative floats; a NaN's bits exceed Inf's); then each thread encodes
-// its elements. Decode and encode are the arithmetic of
+// per quantization block, of min(block, kThreads) threads: each thread
+// decodes, updates and keeps kPer = block / threads elements of both states
+// in registers (kPer a template argument, so that a 256-element block does
+// not hold registers for 16); the block's new absmax is a shared-memory max
+// of |x|'s bits (the order of non-negative floats; a NaN's bits exceed
+// Inf's); then each thread encodes its elements. The code tables are copied
+// into shared memory first: read from the kernel's parameters, their
+// per-thread indices serialised a warp's loads (the kernel ran at 0.27 of
+// the copy bandwidth on an H100). Decode and encode are the arithmetic of
 // kernels/cpu/adam/quant_map.h's detail::QuantTables (quantize_magnitude_arith),
 // whose decisions the CPU reference's thresholds are.
 #include <cstdint>
@@ -19,7 +23,6 @@ namespace zeroshard::kernels::gpu::detail {
 namespace {
 
 constexpr int kThreads = 256;
-constexpr int kPerThread = static_cast<int>(kQuantBlockMax) / kThreads;
 
 __device__ __forceinline__ std::uint32_t bits_of(float x) { return __float_as_uint(x); }
 
@@ -67,21 +70,28 @@ __device__ __forceinline__ float absmax_of_bits(unsigned b) {
 
 __device__ __forceinline__ float inverse_absmax(float am) { return am > 0.0f ? div(1.0f, am) : 0.0f; }
 
-template <DType G, bool kCopy, DType L>
+template <DType G, bool kCopy, DType L, int kPer>
 __global__ void __launch_bounds__(kThreads)
-    adam8bit_kernel(Adam8bitTensor t, int block, QuantDeviceTables q, AdamDeviceScalars s) {
+    adam8bit_kernel(Adam8bitTensor t, int block, QuantDeviceTables tables, AdamDeviceScalars s) {
   __shared__ unsigned smax[2];
+  __shared__ QuantDeviceTables q;
+  static_assert(sizeof(QuantDeviceTables) % 4 == 0);
+  const int threads = static_cast<int>(blockDim.x);  // a power of two >= 64 (block >= 64)
+  for (unsigned w = threadIdx.x; w < sizeof(QuantDeviceTables) / 4; w += blockDim.x) {
+    reinterpret_cast<unsigned*>(&q)[w] = reinterpret_cast<const unsigned*>(&tables)[w];
+  }
   const std::int64_t b = blockIdx.x;
   const std::int64_t lo = b * block;
   const int len = static_cast<int>(min(static_cast<std::int64_t>(block), static_cast<std::int64_t>(t.n) - lo));
   const float am = t.state.exp_avg_absmax[b];
   const float av = t.state.exp_avg_sq_absmax[b];
   if (threadIdx.x == 0) smax[0] = smax[1] = 0u;
-  float m[kPerThread], v[kPerThread];
+  __syncthreads();  // the tables are in shared memory
+  float m[kPer], v[kPer];
   unsigned mx_m = 0, mx_v = 0;
 #pragma unroll
-  for (int k = 0; k < kPerThread; ++k) {
-    const int j = static_cast<int>(threadIdx.x) + k * kThreads;
+  for (int k = 0; k < kPer; ++k) {
+    const int j = static_cast<int>(threadIdx.x) + k * threads;
     if (j < len) {
       const std::int64_t i = lo + j;
       float p = t.param[i];
@@ -94,9 +104,15 @@ __global__ void __launch_bounds__(kThreads)
       mx_v = max(mx_v, bits_of(v[k]) & 0x7fffffffu);
     }
   }
-  __syncthreads();  // smax initialised; every thread has read the old absmax
-  atomicMax(&smax[0], mx_m);
-  atomicMax(&smax[1], mx_v);
+  // A warp's max first, then one shared atomic per warp.
+  for (int off = 16; off > 0; off /= 2) {
+    mx_m = max(mx_m, __shfl_xor_sync(0xffffffffu, mx_m, off));
+    mx_v = max(mx_v, __shfl_xor_sync(0xffffffffu, mx_v, off));
+  }
+  if ((threadIdx.x & 31u) == 0) {
+    atomicMax(&smax[0], mx_m);
+    atomicMax(&smax[1], mx_v);
+  }
   __syncthreads();
   const float new_am = absmax_of_bits(smax[0]);
   const float new_av = absmax_of_bits(smax[1]);
@@ -106,8 +122,8 @@ __global__ void __launch_bounds__(kThreads)
   }
   const float inv_m = inverse_absmax(new_am), inv_v = inverse_absmax(new_av);
 #pragma unroll
-  for (int k = 0; k < kPerThread; ++k) {
-    const int j = static_cast<int>(threadIdx.x) + k * kThreads;
+  for (int k = 0; k < kPer; ++k) {
+    const int j = static_cast<int>(threadIdx.x) + k * threads;
     if (j < len) {
       t.state.exp_avg_code[lo + j] = encode<true>(q, m[k], inv_m);
       t.state.exp_avg_sq_code[lo + j] = encode<false>(q, v[k], inv_v);
@@ -118,9 +134,17 @@ __global__ void __launch_bounds__(kThreads)
 template <DType G, bool kCopy, DType L>
 cudaError_t launch_typed(const Adam8bitTensor& t, std::size_t block, const QuantDeviceTables& q,
                          const AdamDeviceScalars& s, cudaStream_t stream) {
-  const std::size_t blocks = quant_block_count(t.n, block);
-  adam8bit_kernel<G, kCopy, L><<<static_cast<unsigned>(blocks), kThreads, 0, stream>>>(
-      t, static_cast<int>(block), q, s);
+  const auto blocks = static_cast<unsigned>(quant_block_count(t.n, block));
+  const int b = static_cast<int>(block);
+  const auto threads = static_cast<unsigned>(b < kThreads ? b : kThreads);
+  static_assert(kQuantBlockMax / kThreads == 16);
+  switch (b <= kThreads ? 1 : b / kThreads) {
+    case 1: adam8bit_kernel<G, kCopy, L, 1><<<blocks, threads, 0, stream>>>(t, b, q, s); break;
+    case 2: adam8bit_kernel<G, kCopy, L, 2><<<blocks, threads, 0, stream>>>(t, b, q, s); break;
+    case 4: adam8bit_kernel<G, kCopy, L, 4><<<blocks, threads, 0, stream>>>(t, b, q, s); break;
+    case 8: adam8bit_kernel<G, kCopy, L, 8><<<blocks, threads, 0, stream>>>(t, b, q, s); break;
+    default: adam8bit_kernel<G, kCopy, L, 16><<<blocks, threads, 0, stream>>>(t, b, q, s); break;
+  }
   return cudaGetLastError();
 }
 
