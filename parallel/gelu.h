@@ -17,6 +17,14 @@ namespace zeroshard::parallel {
 /// InvariantError when the sizes differ.
 void gelu_forward(std::span<const float> x, std::span<float> y);
 
+/// y[i] = gelu(x[i]) and slope[i] = gelu'(x[i]) in one pass, for a
+/// backward that then needs no exp (gelu_backward_slope); the same bits as
+/// gelu_forward and gelu_backward. slope may alias x; y must not. Throws
+/// InvariantError when the sizes differ.
+void gelu_forward(std::span<const float> x, std::span<float> y, std::span<float> slope);
+/// dx[i] = dy[i] * slope[i] from gelu_forward's slope: bitwise gelu_backward's
+/// dx. dx may alias dy. Throws InvariantError when the sizes differ.
+void gelu_backward_slope(std::span<const float> slope, std::span<const float> dy, std::span<float> dx);
 /// dx[i] = dy[i] * gelu'(x[i]) from forward's input x; dx may alias dy.
 /// Throws InvariantError when the sizes differ.
 void gelu_backward(std::span<const float> x, std::span<const float> dy, std::span<float> dx);

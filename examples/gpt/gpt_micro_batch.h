@@ -16,7 +16,8 @@ namespace zeroshard::examples {
 // One forward's activations of a block (tokens T = batch x seq). With
 // activation checkpointing only `checkpoint` (its input x, in the engine's
 // ActivationStore) is kept between the forward and the backward, which
-// recomputes the rest.
+// recomputes the rest. f is the MLP's fc output until the GELU, which
+// replaces it by gelu'(f): all the backward needs of it.
 struct Gpt::Block {
   std::vector<float> x, h1, mean1, rstd1, x2, h2, mean2, rstd2, f, g;
   parallel::AttentionSaved attn;

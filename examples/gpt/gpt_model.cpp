@@ -383,7 +383,7 @@ void Gpt::block_forward(std::size_t i, int batch, int seq, Block& k, std::vector
   norm_.forward(k.x2, T, pa.P(id.ln2_w), pa.P(id.ln2_b), k.h2, k.mean2, k.rstd2);
   k.f.resize(T * Fl), k.g.resize(T * Fl);
   fc_.forward(k.h2, T, pa.P(id.fc_w), pa.P(id.fc_b), k.f);
-  parallel::gelu_forward(k.f, k.g);
+  parallel::gelu_forward(k.f, k.g, k.f);  // k.f becomes gelu'(fc output): backward's only use of it
   mlp_proj_.forward(k.g, T, pa.P(id.mproj_w), pa.P(id.mproj_b), tmp);
   for (std::size_t j = 0; j < T * D; ++j) out[j] = k.x2[j] + tmp[j];
 }
@@ -431,9 +431,9 @@ void Gpt::backward(MicroBatch& mb, const float* grad_output, float* grad_input) 
     }
     auto span = engine_.trace("backward", engine_.layout().unit(block_units_[i]).name);
     // x3 = x2 + mlp(ln2(x2)): dx is dL/dx3.
-    dg.assign(T * Fl, 0.0f);
+    dg.resize(T * Fl);  // written whole by the product (beta 0)
     mlp_proj_.backward(k.g, dx, T, pa.P(id.mproj_w), dg, pa.G(id.mproj_w), pa.G(id.mproj_b));
-    parallel::gelu_backward(k.f, dg, dg);
+    parallel::gelu_backward_slope(k.f, dg, dg);
     fc_.backward(k.h2, dg, T, pa.P(id.fc_w), dh, pa.G(id.fc_w), pa.G(id.fc_b));
     norm_.backward(k.x2, dh, T, pa.P(id.ln2_w), k.mean2, k.rstd2, dpre, pa.G(id.ln2_w), pa.G(id.ln2_b));
     for (std::size_t j = 0; j < T * D; ++j) dx[j] += dpre[j];  // dL/dx2

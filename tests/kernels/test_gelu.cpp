@@ -1,4 +1,5 @@
-// kernels::gelu_tanh_forward / gelu_tanh_backward ([Note: GELU in fp32])
+// kernels::gelu_tanh_forward / gelu_tanh_backward / gelu_tanh_forward_slope
+// ([Note: GELU in fp32])
 // against their fp64 references over a dense grid and random values, the
 // same bits for the same x wherever it sits (sizes 0, 1, 7, 57, 10001 at
 // every offset of a longer array), on every SIMD target with FMA, in place,
@@ -140,4 +141,36 @@ TEST_CASE("GELU kernel: NaN gives NaN, infinities their limits") {
   CHECK(std::isnan(dx[0]));
   CHECK(std::isnan(dx[3]));
   CHECK(std::isfinite(dx[4]));
+}
+
+TEST_CASE("GELU kernel: forward with slope is bitwise forward, and dy * slope bitwise backward") {
+  const std::vector<float> big = zeroshard::testing::test_floats(10001 + 64, 5151, 6.0f, 0);
+  const std::vector<float> dy = zeroshard::testing::test_floats(big.size(), 5252, 1.0f, 0);
+  for (const std::int64_t target : kernels::simd_targets()) {
+    kernels::force_simd_target(target);
+    CAPTURE(std::string(hwy::TargetName(target)));
+    for (const std::size_t n : {0, 1, 7, 57, 10001}) {
+      for (const std::size_t off : {0, 3, 16}) {
+        CAPTURE(n);
+        CAPTURE(off);
+        const float* x = big.data() + off;
+        std::vector<float> want_y(n), want_dx(n), y(n + 1, -1.0f), slope(n + 1, -1.0f);
+        gelu_tanh_forward(x, want_y.data(), n);
+        gelu_tanh_backward(x, dy.data() + off, want_dx.data(), n);
+        gelu_tanh_forward_slope(x, y.data(), slope.data(), n);
+        CHECK(std::memcmp(y.data(), want_y.data(), n * sizeof(float)) == 0);
+        CHECK(y[n] == -1.0f);  // nothing written past n
+        CHECK(slope[n] == -1.0f);
+        std::size_t differ = 0;
+        for (std::size_t i = 0; i < n; ++i) differ += (dy[off + i] * slope[i] != want_dx[i]) ? 1 : 0;
+        CHECK(differ == 0);
+        // In place: the slope over x.
+        std::vector<float> in_place(x, x + n), y2(n);
+        gelu_tanh_forward_slope(in_place.data(), y2.data(), in_place.data(), n);
+        CHECK(std::memcmp(in_place.data(), slope.data(), n * sizeof(float)) == 0);
+        CHECK(std::memcmp(y2.data(), want_y.data(), n * sizeof(float)) == 0);
+      }
+    }
+  }
+  kernels::force_simd_target(0);
 }

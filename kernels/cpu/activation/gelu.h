@@ -42,6 +42,14 @@ void gelu_tanh_forward(const float* x, float* y, std::size_t n);
 /// may alias dy (or x). NaN in x or dy gives NaN.
 void gelu_tanh_backward(const float* x, const float* dy, float* dx, std::size_t n);
 
+/// y[i] = gelu(x[i]) and slope[i] = gelu'(x[i]) for i < n, fp32, in one
+/// pass: the forward of a layer whose backward then needs only dy * slope
+/// (no second exp). y bitwise equals gelu_tanh_forward's, and dy[i] *
+/// slope[i] in fp32 bitwise equals gelu_tanh_backward's dx[i]. slope may
+/// alias x (each element is read before it is written); y must not overlap
+/// x or slope.
+void gelu_tanh_forward_slope(const float* x, float* y, float* slope, std::size_t n);
+
 /// The fp64 references: the note's sigmoid form evaluated in double,
 /// rounded once to fp32 (the tanh form's 1 + tanh(u) cancels in double too,
 /// below x = -6); the kernels are within the note's bounds of them.

@@ -41,14 +41,18 @@ HWY_INLINE hn::Vec<DF> Forward(DF df, hn::Vec<DF> x) {
   return hn::Mul(x, s);
 }
 
-HWY_INLINE hn::Vec<DF> Backward(DF df, hn::Vec<DF> x, hn::Vec<DF> dy) {
-  hn::Vec<DF> s, e;
-  Sigmoid(df, x, s, e);
+// gelu'(x) from x and its sigmoid terms.
+HWY_INLINE hn::Vec<DF> Slope(DF df, hn::Vec<DF> x, hn::Vec<DF> s, hn::Vec<DF> e) {
   const auto x2 = hn::Mul(x, x);
   const auto du = FusedMulAdd(df, x2, hn::Set(df, 3.0f * kCA), hn::Set(df, kC));  // c (1 + 3 a x^2)
   const auto two_x_s = hn::Mul(hn::Mul(x, s), hn::Set(df, 2.0f));
-  const auto d = FusedMulAdd(df, hn::Mul(two_x_s, hn::Mul(e, s)), du, s);
-  return hn::Mul(dy, d);
+  return FusedMulAdd(df, hn::Mul(two_x_s, hn::Mul(e, s)), du, s);
+}
+
+HWY_INLINE hn::Vec<DF> Backward(DF df, hn::Vec<DF> x, hn::Vec<DF> dy) {
+  hn::Vec<DF> s, e;
+  Sigmoid(df, x, s, e);
+  return hn::Mul(dy, Slope(df, x, s, e));
 }
 
 }  // namespace
@@ -64,6 +68,29 @@ void GeluForward(const float* x, float* y, std::size_t n) {
   std::memcpy(buf, x + i, (n - i) * sizeof(float));
   hn::Store(Forward(df, hn::Load(df, buf)), df, buf);
   std::memcpy(y + i, buf, (n - i) * sizeof(float));
+}
+
+void GeluForwardSlope(const float* x, float* y, float* slope, std::size_t n) {
+  const DF df;
+  const std::size_t L = hn::Lanes(df);
+  std::size_t i = 0;
+  hn::Vec<DF> s, e;
+  for (; i + L <= n; i += L) {
+    const auto v = hn::LoadU(df, x + i);
+    Sigmoid(df, v, s, e);
+    hn::StoreU(hn::Mul(v, s), df, y + i);
+    hn::StoreU(Slope(df, v, s, e), df, slope + i);
+  }
+  if (i == n) return;
+  HWY_ALIGN float bx[hn::MaxLanes(df)] = {};
+  std::memcpy(bx, x + i, (n - i) * sizeof(float));
+  const auto v = hn::Load(df, bx);
+  Sigmoid(df, v, s, e);
+  HWY_ALIGN float by[hn::MaxLanes(df)];
+  hn::Store(hn::Mul(v, s), df, by);
+  hn::Store(Slope(df, v, s, e), df, bx);
+  std::memcpy(y + i, by, (n - i) * sizeof(float));
+  std::memcpy(slope + i, bx, (n - i) * sizeof(float));
 }
 
 void GeluBackward(const float* x, const float* dy, float* dx, std::size_t n) {
@@ -90,9 +117,13 @@ namespace zeroshard::kernels {
 
 HWY_EXPORT(GeluForward);
 HWY_EXPORT(GeluBackward);
+HWY_EXPORT(GeluForwardSlope);
 
 void gelu_tanh_forward(const float* x, float* y, std::size_t n) { HWY_DYNAMIC_DISPATCH(GeluForward)(x, y, n); }
 
+void gelu_tanh_forward_slope(const float* x, float* y, float* slope, std::size_t n) {
+  HWY_DYNAMIC_DISPATCH(GeluForwardSlope)(x, y, slope, n);
+}
 void gelu_tanh_backward(const float* x, const float* dy, float* dx, std::size_t n) {
   HWY_DYNAMIC_DISPATCH(GeluBackward)(x, dy, dx, n);
 }
