@@ -44,8 +44,15 @@ library. DeepSpeed compiles its C++ op (cpu_adam) on first use, into
 VENV/torch-extensions unless TORCH_EXTENSIONS_DIR is set: that happens once,
 before anything is timed.
 
+--isa avx2 restricts every implementation to AVX2 on a machine with
+AVX-512: bench_adam --target AVX2, torch with ATEN_CPU_CAPABILITY=avx2, and
+DeepSpeed's cpu_adam compiled a second time, with -march=haswell and
+-D__AVX256__ (its choice on a CPU without AVX-512), into
+VENV/torch-extensions-avx2. The same instructions as on an AVX2 machine, on
+this machine's cores, caches and memory.
+
 Usage (from anywhere, after bench/peers/setup and a build of bench_adam):
-  bench/peers/optimizer_step.py [--params 100000000] [--threads 1 2]
+  bench/peers/optimizer_step.py [--params 100000000] [--threads 1 2] [--isa native|avx2]
                                 [--rounds 3] [--iters 5]
                                 [--peers torch-fp32 torch-bf16 deepspeed-fp32]
                                 [--build BUILD] [--bench-adam PATH]
@@ -94,10 +101,19 @@ def worker_probe():
             "torch_cpu_capability": torch.backends.cpu.get_cpu_capability(), "deepspeed": deepspeed}
 
 
+def deepspeed_builder():
+    """DeepSpeed's CPUAdamBuilder; with ZS_PEERS_ISA=avx2, one that compiles for
+    AVX2 (the flags DeepSpeed picks on a CPU without AVX-512)."""
+    from deepspeed.ops.op_builder import CPUAdamBuilder
+    if os.environ.get("ZS_PEERS_ISA") == "avx2":
+        CPUAdamBuilder.cpu_arch = lambda self: "-march=haswell"
+        CPUAdamBuilder.simd_width = lambda self: "-D__AVX256__"
+    return CPUAdamBuilder
+
+
 def worker_deepspeed_build():
     """Compiles (or finds) DeepSpeed's cpu_adam op; reports the flags it was built with."""
-    from deepspeed.ops.op_builder import CPUAdamBuilder
-    builder = CPUAdamBuilder()
+    builder = deepspeed_builder()()
     builder.load(verbose=False)
     return {"flags": f"{builder.cpu_arch()} {builder.simd_width()}"}
 
@@ -114,6 +130,7 @@ def worker_step(peer, n, threads, iters):
         opt = torch.optim.AdamW([param], lr=LR, betas=BETAS, eps=EPS, weight_decay=WEIGHT_DECAY,
                                 fused=True)
     else:
+        deepspeed_builder()  # the ISA's flags, before the op loads
         from deepspeed.ops.adam import DeepSpeedCPUAdam
         opt = DeepSpeedCPUAdam([param], lr=LR, betas=BETAS, eps=EPS, weight_decay=WEIGHT_DECAY,
                                adamw_mode=True)
@@ -175,20 +192,28 @@ def call_worker(python, name, env, failure, args=()):
     return json.loads(lines[-1][len(RESULT):])
 
 
-def worker_env(threads, probe):
+def worker_env(threads, probe, isa="native"):
     """A peer worker's environment: its thread count, DeepSpeed's CPU accelerator
-    (whatever GPUs the machine has) and its compiled ops kept in the venv."""
+    (whatever GPUs the machine has), its compiled ops kept in the venv (one
+    folder per ISA) and, with isa "avx2", torch and DeepSpeed held to AVX2."""
     env = dict(os.environ)
     env["OMP_NUM_THREADS"] = env["MKL_NUM_THREADS"] = str(threads)
     env["DS_ACCELERATOR"] = "cpu"
+    extensions = "torch-extensions"
+    if isa == "avx2":
+        env["ATEN_CPU_CAPABILITY"] = "avx2"
+        env["ZS_PEERS_ISA"] = "avx2"
+        extensions += "-avx2"
     if probe["venv"]:
-        env.setdefault("TORCH_EXTENSIONS_DIR", os.path.join(probe["prefix"], "torch-extensions"))
+        env.setdefault("TORCH_EXTENSIONS_DIR", os.path.join(probe["prefix"], extensions))
     return env
 
 
-def run_bench_adam(bench_adam, n, threads, iters):
+def run_bench_adam(bench_adam, n, threads, iters, isa="native"):
     """bench_adam's rows at one size and thread count: (SIMD target, [(row, B/param, ms)])."""
     cmd = [bench_adam, "--sizes", str(n), "--threads", str(threads), "--iters", str(iters)]
+    if isa == "avx2":
+        cmd += ["--target", "AVX2"]
     env = dict(os.environ, OMP_NUM_THREADS=str(threads))
     done = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
     if done.returncode != 0:
@@ -235,6 +260,8 @@ def main():
     ap.add_argument("--bench-adam", help="bench_adam's binary (default: BUILD/bench/adam/bench_adam)")
     ap.add_argument("--python", help="the peers' Python (default: $ZEROSHARD_PEERS_VENV/bin/python, "
                     "ZEROSHARD_PEERS_VENV defaulting to ~/.cache/zeroshard/peers-venv)")
+    ap.add_argument("--isa", choices=["native", "avx2"], default="native",
+                    help="native: each implementation's best; avx2: all held to AVX2 (see above)")
     ap.add_argument("--json", help="also write the results to this file")
     ap.add_argument("--worker", help=argparse.SUPPRESS)
     a = ap.parse_args()
@@ -257,7 +284,8 @@ def main():
                  f"Build it from the repository root with: meson setup build -Dbuildtype=release && "
                  f"ninja -C build bench/adam/bench_adam (or give --build / --bench-adam).")
 
-    probe = call_worker(python, "probe", dict(os.environ),
+    probe_env = dict(os.environ, **({"ATEN_CPU_CAPABILITY": "avx2"} if a.isa == "avx2" else {}))
+    probe = call_worker(python, "probe", probe_env,
                         f"torch is not importable by {python}: (re)install it with bench/peers/setup")
     if "deepspeed-fp32" in a.peers and probe["deepspeed"] is None:
         sys.exit(f"optimizer_step: deepspeed is not installed in {probe['prefix']}: run bench/peers/setup, "
@@ -273,7 +301,7 @@ def main():
         print("optimizer_step: compiling or loading DeepSpeed's cpu_adam op (the first time: a minute or two)",
               file=sys.stderr, flush=True)
         ds_flags = call_worker(
-            python, "deepspeed-build", worker_env(1, probe),
+            python, "deepspeed-build", worker_env(1, probe, a.isa),
             "DeepSpeed's cpu_adam op did not build or load (DeepSpeed compiles it with g++ and ninja against "
             "the Python.h of the Python that made the venv); leave DeepSpeed out with "
             "--peers torch-fp32 torch-bf16")["flags"]
@@ -290,14 +318,14 @@ def main():
         for threads, impl in units[shift:] + units[:shift]:
             t0 = time.monotonic()
             if impl == "zeroshard":
-                target, rows = run_bench_adam(bench_adam, a.params, threads, a.iters)
+                target, rows = run_bench_adam(bench_adam, a.params, threads, a.iters, a.isa)
                 for row, bpp, ms in rows:
                     times.setdefault((threads, impl, row), []).append(ms)
                     bytes_model[(impl, row)] = bpp
                 shown = dict((row, ms) for row, _, ms in rows)[ZS_FP32]
                 label = f"zeroshard fp32 (and {len(rows) - 1} other rows)"
             else:
-                rep = call_worker(python, impl, worker_env(threads, probe),
+                rep = call_worker(python, impl, worker_env(threads, probe, a.isa),
                                   f"the {impl} measurement at {threads} thread(s) failed",
                                   ["--params", a.params, "--threads", threads, "--iters", a.iters])
                 if rep["threads"] != threads:
@@ -310,7 +338,8 @@ def main():
     elapsed, load_after = time.monotonic() - t_start, load_average()
 
     date = time.strftime("%Y-%m-%d %H:%M %Z")
-    print(f"optimizer_step: {date}; {model} ({isa}); {os.cpu_count()} hardware threads; "
+    held = "; every implementation held to AVX2 (--isa avx2)" if a.isa == "avx2" else ""
+    print(f"optimizer_step: {date}; {model} ({isa}){held}; {os.cpu_count()} hardware threads; "
           f"load average {load_before} before, {load_after} after; {elapsed:.0f} s")
     print(f"{count_name(a.params)} parameters; {a.rounds} interleaved round(s), each measurement its own process, "
           f"median of {a.iters} steps after 1 warm-up; lr {LR}, betas {BETAS[0]}/{BETAS[1]}, eps {EPS}, "
