@@ -32,12 +32,12 @@ struct RecvCheck {
 // so a failing MPI_Wait is reported as "MPI_Wait on MPI_Iallreduce".
 class MpiWork final : public CommWork::Impl {
  public:
-  // Registers with the progress thread ([Note: MPI progress]) until done;
-  // `bytes`: the collective's largest buffer.
+  // Registers with the progress thread ([Note: MPI progress]) until done,
+  // if it takes collectives of this size; `bytes`: the collective's largest
+  // buffer.
   MpiWork(MPI_Request request, const char* call, int rank, std::size_t bytes, RecvCheck check = {})
-      : request_(request), call_(call), rank_(rank), check_(check) {
-    MpiProgress::instance().begin(bytes);
-  }
+      : request_(request), call_(call), rank_(rank), check_(check),
+        registered_(MpiProgress::instance().begin(bytes)) {}
 
   // A request still pending here was neither waited nor tested to
   // completion (CommWork waits before destroying, so this only happens
@@ -106,7 +106,7 @@ class MpiWork final : public CommWork::Impl {
   int rank_;
   RecvCheck check_;
   MPI_Status status_{};
-  bool registered_ = true;
+  bool registered_;
 };
 
 CommWork make_work(MPI_Request request, const char* call, int rank, std::size_t bytes,

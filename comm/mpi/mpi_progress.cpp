@@ -1,5 +1,6 @@
 #include "comm/mpi/mpi_progress.h"
 
+#include <algorithm>
 #include <chrono>
 #include <cstdlib>
 
@@ -18,6 +19,9 @@ MpiProgress& MpiProgress::instance() {
 
 MpiProgress::MpiProgress() {
   if (const char* env = std::getenv("ZS_MPI_PROGRESS_US")) interval_us_ = std::atoll(env);
+  if (const char* env = std::getenv("ZS_MPI_PROGRESS_MIN_BYTES")) {
+    min_bytes_ = static_cast<std::size_t>(std::max(0LL, std::atoll(env)));
+  }
   enabled_ = interval_us_ > 0 && mpi_thread_level() == MPI_THREAD_MULTIPLE;
   if (enabled_) thread_ = std::thread([this] { run(); });
 }
@@ -31,8 +35,8 @@ MpiProgress::~MpiProgress() {
   if (thread_.joinable()) thread_.join();
 }
 
-void MpiProgress::begin(std::size_t bytes) {
-  if (!enabled_) return;
+bool MpiProgress::begin(std::size_t bytes) {
+  if (!enabled_ || bytes < min_bytes_) return false;
   bool wake = false;
   {
     std::lock_guard<std::mutex> lock(mu_);
@@ -40,6 +44,7 @@ void MpiProgress::begin(std::size_t bytes) {
     if (wake) yield_first_ = bytes >= kYieldMinBytes;
   }
   if (wake) cv_.notify_one();
+  return true;
 }
 
 void MpiProgress::end() {

@@ -2,6 +2,7 @@
 // caller computes without making any MPI call.
 #include <chrono>
 #include <cmath>
+#include <thread>
 #include <vector>
 
 #include <doctest/doctest.h>
@@ -46,4 +47,30 @@ TEST_CASE("iall_reduce of 16 MiB finishes during compute, driven by the progress
   CHECK(progress.polls() > polls_before);
   work.wait();
   for (std::size_t i = 0; i < count; i += 4099) REQUIRE(buf[i] == want);
+}
+
+TEST_CASE("only collectives of at least min_bytes() wake the thread") {
+  Communicator& comm = world();  // MPI initialised, the thread started
+  MpiProgress& progress = MpiProgress::instance();
+  REQUIRE(progress.enabled());
+  CHECK(progress.min_bytes() == (std::size_t{1} << 20));  // the default: tests run without the variable
+  // Small non-blocking collectives left outstanding for 20 ms each complete
+  // in the wait, with no probe made for them: at most one, in flight from
+  // the test before. (Had they woken the thread, it would probe every 50 us.)
+  std::vector<float> small(1000, 1.0f);
+  comm.barrier();
+  const std::uint64_t polls_before = progress.polls();
+  for (int i = 0; i < 5; ++i) {
+    CommWork work = comm.iall_reduce(small.data(), small.size(), DType::f32, ReduceOp::sum);
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    work.wait();
+  }
+  const float n = static_cast<float>(comm.world_size());
+  CHECK(small.front() == n * n * n * n * n);
+  CHECK(small.back() == n * n * n * n * n);
+  CHECK(progress.polls() - polls_before <= 1);
+  CHECK_FALSE(progress.begin(0));
+  CHECK_FALSE(progress.begin(progress.min_bytes() - 1));
+  REQUIRE(progress.begin(progress.min_bytes()));
+  progress.end();
 }
