@@ -56,7 +56,8 @@ class HostBlock {
  public:
   HostBlock() = default;
   /// Allocates `bytes` (a non-zero multiple of 4096) from `allocator`.
-  /// Throws std::bad_alloc.
+  /// Throws std::bad_alloc, or InvariantError naming the allocator (after
+  /// freeing the block) when the block is not 4096-aligned.
   HostBlock(std::shared_ptr<HostAllocator> allocator, std::size_t bytes);
   HostBlock(HostBlock&& o) noexcept;
   HostBlock& operator=(HostBlock&& o) noexcept;

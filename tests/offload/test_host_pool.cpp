@@ -1,6 +1,7 @@
 // HostPool: alignment, pre-faulted reuse by size class, ledger accounting
 // under MemTier::host, reserve/trim, a custom allocator (the hook a CUDA
-// build uses for pinned memory), leases that outlive the pool, and the
+// build uses for pinned memory) and one that breaks the 4 KiB alignment,
+// leases that outlive the pool, and the
 // size-only model (HostPoolSizes) recording the same ledger entries.
 #include <doctest/doctest.h>
 
@@ -8,8 +9,10 @@
 #include <cstdint>
 #include <cstring>
 #include <iterator>
+#include <memory>
 #include <vector>
 
+#include "core/error.h"
 #include "offload/host_pool.h"
 
 using namespace zeroshard;
@@ -35,6 +38,21 @@ class CountingAllocator final : public HostAllocator {
 };
 
 bool aligned(const void* p, std::size_t a) { return reinterpret_cast<std::uintptr_t>(p) % a == 0; }
+
+// Hands out pageable blocks 256 bytes past their start, as cudaHostAlloc
+// does for small blocks; counts what it frees.
+class MisalignedAllocator final : public HostAllocator {
+ public:
+  void* allocate(std::size_t bytes) override { return static_cast<std::byte*>(inner.allocate(bytes + 4096)) + 256; }
+  void deallocate(void* p, std::size_t bytes) noexcept override {
+    ++frees;
+    inner.deallocate(static_cast<std::byte*>(p) - 256, bytes + 4096);
+  }
+  bool pinned() const noexcept override { return true; }
+  std::string_view name() const noexcept override { return "misaligned"; }
+  int frees = 0;
+  PageableHostAllocator inner;
+};
 
 }  // namespace
 
@@ -153,4 +171,11 @@ TEST_CASE("HostPoolSizes records what HostPool records for the same acquire/rele
   CHECK(real_ledger.peak_total() == model_ledger.peak_total());
   CHECK(real_ledger.peak_total() > 0);
   CHECK(pool.reserved_bytes() == model.reserved_bytes());
+}
+
+TEST_CASE("a block not 4 KiB aligned is refused where it is made, naming the allocator, and freed") {
+  auto allocator = std::make_shared<MisalignedAllocator>();
+  CHECK_THROWS_WITH_AS(HostBlock(allocator, 8192), doctest::Contains("host allocator \"misaligned\" returned 8192 bytes"),
+                       InvariantError);
+  CHECK(allocator->frees == 1);
 }
