@@ -36,8 +36,7 @@ class MpiWork final : public CommWork::Impl {
   // if it takes collectives of this size; `bytes`: the collective's largest
   // buffer.
   MpiWork(MPI_Request request, const char* call, int rank, std::size_t bytes, RecvCheck check = {})
-      : request_(request), call_(call), rank_(rank), check_(check),
-        registered_(MpiProgress::instance().begin(bytes)) {}
+      : request_(request), call_(call), rank_(rank), check_(check), registered_(MpiProgress::instance().begin(bytes)) {}
 
   // A request still pending here was neither waited nor tested to
   // completion (CommWork waits before destroying, so this only happens

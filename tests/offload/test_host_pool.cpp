@@ -175,7 +175,7 @@ TEST_CASE("HostPoolSizes records what HostPool records for the same acquire/rele
 
 TEST_CASE("a block not 4 KiB aligned is refused where it is made, naming the allocator, and freed") {
   auto allocator = std::make_shared<MisalignedAllocator>();
-  CHECK_THROWS_WITH_AS(HostBlock(allocator, 8192), doctest::Contains("host allocator \"misaligned\" returned 8192 bytes"),
-                       InvariantError);
+  CHECK_THROWS_WITH_AS(HostBlock(allocator, 8192),
+                       doctest::Contains("host allocator \"misaligned\" returned 8192 bytes"), InvariantError);
   CHECK(allocator->frees == 1);
 }
