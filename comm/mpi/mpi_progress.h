@@ -44,10 +44,11 @@
 // A thread woken for every collective costs a wake-up, a yield and probes
 // on cores that the ranks compute on; for a collective that moves little
 // that is more than the overlap it buys. Measured: the small GPT
-// (examples/gpt, units of 0.8 MB, 4 ranks on 2 cores) stepped in 75.3 ms
-// with every collective waking the thread and in 67.5 ms with the thread
-// off (2 ranks: 36.1 against 34.0 ms), while bench_step's 32 MB units at
-// stage 3 stepped 4-13% faster with it (bench/step/README.md).
+// (examples/gpt, units of 0.8 MB, 4 ranks on 2 cores, stage 3) stepped in
+// 73.6 ms with every collective waking the thread, 67.6 ms with the thread
+// off and 68.0 ms with this threshold (2 ranks: 36.1 ms woken, 34.0 off),
+// while bench_step's 32 MB units at stage 3 stepped 4-13% faster with the
+// thread (bench/step/README.md).
 //
 // ZS_MPI_PROGRESS_US sets the poll interval in microseconds (default 50;
 // 0 turns the thread off). Costs: one probe per interval per rank while
