@@ -148,6 +148,22 @@ HWY_INLINE hn::Vec<DF> PermuteLow(DF df, hn::Vec<DF> table, hn::Vec<hn::RebindTo
   return table;
 }
 
+/// a = ta[idx], b = tb[idx] per lane for two 8-entry tables, idx's low 3
+/// bits (the higher ones are ignored): one permute each on AVX2, a masked
+/// RegTable lookup elsewhere.
+template <class DF>
+HWY_INLINE void LookupLow3(DF df, const RegTable<8, DF>& ta, const RegTable<8, DF>& tb,
+                           hn::Vec<hn::RebindToSigned<DF>> idx, hn::Vec<DF>& a, hn::Vec<DF>& b) {
+  if constexpr (kQuantAvx2<DF>) {
+    a = PermuteLow(df, ta.piece[0], idx);
+    b = PermuteLow(df, tb.piece[0], idx);
+  } else {
+    idx = hn::And(idx, hn::Set(hn::RebindToSigned<DF>(), 7));
+    a = ta(df, idx);
+    b = tb(df, idx);
+  }
+}
+
 /// The decode constants of a map (detail::QuantTables): the 16-entry
 /// tables with 16 lanes, else their first 8 entries (see DecodeMagnitude).
 template <class DF>
@@ -279,28 +295,13 @@ HWY_INLINE hn::Vec<hn::RebindToSigned<DF>> EncodeValues(DF df, const EncodeTable
   // max(|y|, 2^-31), binade 96..127: group (e - 96) / 4, the low 3 bits of
   // the exponent field's top 6.
   const auto a = hn::Max(hn::Abs(y), hn::BitCast(df, hn::Set(di, 0x30000000)));
-  auto group = hn::ShiftRight<25>(hn::BitCast(di, a));
   hn::Vec<DF> lo, hi, scale, offset;
-  if constexpr (kQuantAvx2<DF>) {
-    lo = PermuteLow(df, t.group_lo.piece[0], group);
-    hi = PermuteLow(df, t.group_hi.piece[0], group);
-  } else {
-    group = hn::And(group, hn::Set(di, 7));
-    lo = t.group_lo(df, group);
-    hi = t.group_hi(df, group);
-  }
+  LookupLow3(df, t.group_lo, t.group_hi, hn::ShiftRight<25>(hn::BitCast(di, a)), lo, hi);
   // Low 3 bits: the group's base region (in lo's), plus 1 at or above each
   // bound (a true mask is -1 in integer lanes).
   auto region = hn::Sub(hn::BitCast(di, lo), hn::VecFromMask(di, hn::RebindMask(di, hn::Ge(a, lo))));
   region = hn::Sub(region, hn::VecFromMask(di, hn::RebindMask(di, hn::Ge(a, hi))));
-  if constexpr (kQuantAvx2<DF>) {
-    scale = PermuteLow(df, t.scale.piece[0], region);
-    offset = PermuteLow(df, t.offset.piece[0], region);
-  } else {
-    region = hn::And(region, hn::Set(di, 7));
-    scale = t.scale(df, region);
-    offset = t.offset(df, region);
-  }
+  LookupLow3(df, t.scale, t.offset, region, scale, offset);
   u = TruncInRange(df, FusedMulAdd(df, a, scale, offset));  // pos >= 0.5: truncation rounds
   if constexpr (kSigned) {
     // Bit 7 for y < 0 (not for -0.0, as quantize_value).
