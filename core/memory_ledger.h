@@ -7,6 +7,7 @@
 #include <array>
 #include <cstddef>
 #include <cstdint>
+#include <mutex>
 #include <string>
 #include <string_view>
 
@@ -36,10 +37,16 @@ enum class MemTier : int { device, host, nvme, count };
 std::string_view mem_category_name(MemCategory c);
 std::string_view mem_tier_name(MemTier t);
 
-/// Per-rank byte counts. Not thread safe: the engine updates it from the
-/// thread that drives it.
+/// Per-rank byte counts. Thread safety: every member takes an internal
+/// mutex (the engine's thread and a deferred optimizer step's thread,
+/// runtime/update/deferred_step.h, lease buffers at once); a copy is a
+/// snapshot.
 class MemoryLedger {
  public:
+  MemoryLedger() = default;
+  MemoryLedger(const MemoryLedger& other);
+  MemoryLedger& operator=(const MemoryLedger& other);
+
   /// Records an allocation of `bytes`, of which `padding_bytes` are padding
   /// (already included in `bytes`).
   void add(MemCategory c, MemTier t, std::uint64_t bytes, std::uint64_t padding_bytes = 0);
@@ -63,11 +70,11 @@ class MemoryLedger {
   std::uint64_t peak_total() const;
   /// Highest total of one tier over all categories at any moment (what a
   /// tier must have room for; the planner's budget check).
-  std::uint64_t peak_total(MemTier t) const { return peak_tier_[static_cast<int>(t)]; }
+  std::uint64_t peak_total(MemTier t) const;
   /// Current total over all categories.
   std::uint64_t current_total() const;
   /// Current total of one tier over all categories.
-  std::uint64_t current_total(MemTier t) const { return tier_total_[static_cast<int>(t)]; }
+  std::uint64_t current_total(MemTier t) const;
 
   /// A table: one row per category (current, of which padding, peak) and
   /// per tier.
@@ -76,13 +83,20 @@ class MemoryLedger {
  private:
   static constexpr int kC = static_cast<int>(MemCategory::count);
   static constexpr int kT = static_cast<int>(MemTier::count);
-  std::array<std::array<std::uint64_t, kT>, kC> cur_{};
-  std::array<std::array<std::uint64_t, kT>, kC> pad_{};
-  std::array<std::uint64_t, kC> peak_{};
-  std::uint64_t total_ = 0;
-  std::uint64_t peak_total_ = 0;
-  std::array<std::uint64_t, kT> tier_total_{};
-  std::array<std::uint64_t, kT> peak_tier_{};
+  struct Counts {
+    std::array<std::array<std::uint64_t, kT>, kC> cur{};
+    std::array<std::array<std::uint64_t, kT>, kC> pad{};
+    std::array<std::uint64_t, kC> peak{};
+    std::uint64_t total = 0;
+    std::uint64_t peak_total = 0;
+    std::array<std::uint64_t, kT> tier_total{};
+    std::array<std::uint64_t, kT> peak_tier{};
+    std::uint64_t current(int c) const;
+    std::uint64_t padding(int c) const;
+  };
+  Counts snapshot() const;
+  mutable std::mutex mutex_;
+  Counts n_;  // guarded by mutex_
 };
 
 /// Human-readable byte count ("1.50 MiB").

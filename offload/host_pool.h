@@ -122,9 +122,7 @@ class HostPoolSizes {
 };
 
 /// The caching pool. Thread safety: every member is serialised by an
-/// internal mutex, and the ledger is updated under it; code that updates the
-/// same ledger elsewhere must not run concurrently with the pool (the ledger
-/// itself is not thread safe).
+/// internal mutex (the ledger has its own).
 class HostPool {
  public:
   /// `ledger` must outlive the pool. `allocator` defaults to pageable
