@@ -538,6 +538,21 @@ bool ArrayStore::start_param_fetch(UnitId u, bool required) {
   return true;
 }
 
+bool ArrayStore::param_staged(UnitId u) const { return unit(u).param_staging.valid(); }
+
+void ArrayStore::adopt_param_staging(UnitId u, HostBuffer shard) {
+  UnitArrays& us = unit(u);
+  const ArrayRef a{ArrayKind::params};
+  ZS_CHECK(o_.stage == 3 && us.param_tier == MemTier::nvme, "adopt_param_staging: unit {}'s parameters are not on nvme",
+           u);
+  ZS_CHECK(!us.param_staging.valid(), "adopt_param_staging: unit {} already has a swap-in buffer", u);
+  ZS_CHECK(shard.valid() && shard.size() >= numel(u, a) * dtype_size(o_.dtype),
+           "adopt_param_staging: unit {}: a buffer of {} bytes for a shard of {}", u, shard.size(),
+           numel(u, a) * dtype_size(o_.dtype));
+  us.param_staging = std::move(shard);
+  ++param_staging_count_;
+}
+
 const void* ArrayStore::param_source(UnitId u) {
   UnitArrays& us = unit(u);
   if (o_.stage != 3 || us.param_tier != MemTier::nvme) return us.params.data();

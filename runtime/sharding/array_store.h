@@ -232,8 +232,18 @@ class ArrayStore {
   /// Returns unit u's swap-in buffer (waiting for its read; a failed read is
   /// dropped). Never throws.
   void release_param_staging(UnitId u) noexcept;
+  /// Makes `shard` (host memory: unit u's parameter shard, numel(u,
+  /// params) elements of the compute dtype, as the swap files hold them)
+  /// unit u's swap-in buffer, as if read by start_param_fetch: the updated
+  /// shard a DeferredStep hands over (runtime/update/deferred_step.h). It
+  /// counts against offload_param.buffer_count as a fetch does, not
+  /// enforced (it is already held). InvariantError when u's parameters are
+  /// not on nvme, the buffer is too small, or u already has one.
+  void adopt_param_staging(UnitId u, HostBuffer shard);
   /// Swap-in buffers held now.
   int param_staging_count() const { return param_staging_count_; }
+  /// True while unit u holds a swap-in buffer (fetched or adopted).
+  bool param_staged(UnitId u) const;
 
   // --- Swap files, for the optimizer's pipeline -----------------------------
 

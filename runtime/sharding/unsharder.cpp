@@ -296,8 +296,11 @@ void Unsharder::end_micro_batch() {
   cursor_ = 0;
 }
 
-void Unsharder::refresh() {
-  if (!o_.gather) return;
+void Unsharder::refresh() { regather(drop_stale()); }
+
+std::vector<UnitId> Unsharder::drop_stale() {
+  std::vector<UnitId> again;
+  if (!o_.gather) return again;
   for (UnitId u = 0; u < static_cast<UnitId>(units_.size()); ++u) {
     Unit& x = unit(u);
     if (!x.full.valid()) {
@@ -310,10 +313,15 @@ void Unsharder::refresh() {
     // The shards changed: the secondary copy is stale (after finish, which
     // may have just filled it from a prefetch of the old parameters).
     x.secondary_valid = false;
-    if (x.count > 0 || x.persistent) {
-      start(u);
-      finish(u);
-    }
+    if (x.count > 0 || x.persistent) again.push_back(u);
+  }
+  return again;
+}
+
+void Unsharder::regather(const std::vector<UnitId>& units) {
+  for (const UnitId u : units) {
+    start(u);
+    finish(u);
   }
 }
 

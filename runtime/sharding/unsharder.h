@@ -200,8 +200,18 @@ class Unsharder {
   /// The shards changed (optimizer step, gather on): drops prefetched and
   /// kept full buffers (and the source's prefetches of units without one)
   /// and all-gathers those of units still unsharded, and of gathered
-  /// persistent units, again. Collective.
+  /// persistent units, again. Collective. refresh() is
+  /// regather(drop_stale()).
   void refresh();
+  /// refresh()'s first half: completes every all-gather in flight and drops
+  /// the full buffers and the source's prefetches (stale once the shards
+  /// change); returns the units to gather again (still unsharded, or
+  /// persistent). Local: no collective starts, the source's shards are not
+  /// read.
+  std::vector<UnitId> drop_stale();
+  /// refresh()'s second half: all-gathers `units` (drop_stale's) again.
+  /// Collective.
+  void regather(const std::vector<UnitId>& units);
   /// Waits for collectives in flight, drops every buffer, zeroes every
   /// count and starts recording again (what loading a checkpoint does).
   /// Local; never throws.

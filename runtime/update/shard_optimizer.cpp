@@ -283,9 +283,9 @@ bool ShardOptimizer::needs_staging(const ArrayStore& store, UnitId u) const {
   return !ops_.host_addressable() && store.tier(u, {ArrayKind::master}) != MemTier::device;
 }
 
-void ShardOptimizer::step(ArrayStore& store, std::int64_t step, float grad_scale) {
+void ShardOptimizer::step(ArrayStore& store, std::int64_t step, float grad_scale, const SubGroupUpdated& updated) {
   if (store.uses_nvme()) {
-    step_swapped(store, step, grad_scale);
+    step_swapped(store, step, grad_scale, updated);
   } else {
     step_in_memory(store, step, grad_scale);
   }
@@ -320,7 +320,8 @@ void ShardOptimizer::step_in_memory(ArrayStore& store, std::int64_t step, float 
   ops_.wait(ops_.fence());  // the uploads read the staging buffers
 }
 
-void ShardOptimizer::step_swapped(ArrayStore& store, std::int64_t step, float grad_scale) {
+void ShardOptimizer::step_swapped(ArrayStore& store, std::int64_t step, float grad_scale,
+                                  const SubGroupUpdated& updated) {
   const UnitId n = static_cast<UnitId>(layout_.units().size());
   store.finish_grad_writes();
   // Every sub-group of every unit, in order.
@@ -370,6 +371,7 @@ void ShardOptimizer::step_swapped(ArrayStore& store, std::int64_t step, float gr
       // host tier, or a host_addressable device's).
       update_view(store, store.host_ops(), u, step, grad_scale, v);
     }
+    if (updated) updated(u, g, v.params, sg.begin, sg.end);
   };
   store.last_step() = run_swap_pipeline(store.host_pool(), options, MemCategory::unsharded, work.size(), slots, update);
   store.io_total() += store.last_step();

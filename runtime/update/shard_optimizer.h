@@ -67,7 +67,15 @@ struct ShardOptimizerOptions {
   OffloadOptimizerConfig swap;  ///< buffer_count, pipeline_read / pipeline_write of the swap pipeline
 };
 
-/// See the file comment. Thread safety: one thread (the engine's).
+/// What ShardOptimizer::step reports after a sub-group's update: unit u,
+/// its sub-group g, and the updated parameters (compute dtype) of shard
+/// elements [begin, end), valid during the call (a swap buffer or the
+/// resident array).
+using SubGroupUpdated =
+    std::function<void(UnitId u, std::size_t g, const std::byte* params, std::size_t begin, std::size_t end)>;
+
+/// See the file comment. Thread safety: one thread at a time (the engine's,
+/// or a DeferredStep's while the engine waits for it).
 class ShardOptimizer {
  public:
   /// Group 0 ("default") takes hyper's lr and weight_decay; with Muon
@@ -101,8 +109,11 @@ class ShardOptimizer {
   /// precision the fp32 master weights and writes the rounded compute copy.
   /// Throws what the swap pipeline (IoError) and the update throw; on a
   /// GPU engine no staging buffer goes back to the pool under a copy in
-  /// flight.
-  void step(ArrayStore& store, std::int64_t step, float grad_scale);
+  /// flight. With arrays on nvme, `updated` (when set) is called after each
+  /// sub-group's update, on the calling thread, in the pipeline's order
+  /// (units in order, each unit's sub-groups in order), before the
+  /// sub-group is written back.
+  void step(ArrayStore& store, std::int64_t step, float grad_scale, const SubGroupUpdated& updated = {});
 
   /// The bytes of state array k of unit u (UnitStates: fp32 / bf16 values,
   /// 8-bit codes or absmax) that hold window w, a rank's shard, as a
@@ -144,7 +155,7 @@ class ShardOptimizer {
   void update_with_staging(ArrayStore& store, UnitId u, std::int64_t step, float grad_scale, StagingView& st);
   bool needs_staging(const ArrayStore& store, UnitId u) const;
   void step_in_memory(ArrayStore& store, std::int64_t step, float grad_scale);
-  void step_swapped(ArrayStore& store, std::int64_t step, float grad_scale);
+  void step_swapped(ArrayStore& store, std::int64_t step, float grad_scale, const SubGroupUpdated& updated);
 
   const FlatLayout& layout_;
   DeviceOps& ops_;
