@@ -526,6 +526,14 @@ void collect_range_problems(const EngineConfig& c, ConfigDiagnostics& d) {
   if (adam_like || h.kind == OptimizerKind::adagrad) {
     if (!(h.eps > 0.0)) bad((adamw + "eps").c_str(), fmt::format("{}", h.eps), "must be > 0");
   }
+  if (c.overlap_optimizer_step) {
+    if (c.zero.stage != 3 || c.offload.optimizer.device != OffloadDevice::nvme) {
+      bad("zeroshard.overlap_optimizer_step", "true",
+          "needs zero_optimization.stage 3 with offload_optimizer.device \"nvme\": it overlaps the swapped "
+          "optimizer step with the next forward");
+    }
+    if (muon) bad("zeroshard.overlap_optimizer_step", "true", "is not supported with optimizer.type \"Muon\"");
+  }
   if (muon) {
     const MuonHyper& m = h.muon;
     if (!(m.lr >= 0.0)) bad("optimizer.params.lr", fmt::format("{}", m.lr), "must be >= 0");
@@ -607,6 +615,7 @@ EngineConfig EngineConfig::from_json(const json& j, const std::string& source, c
                                 {{"rank", ReductionOrder::rank}, {"native", ReductionOrder::native}},
                                 "is invalid: use \"rank\" or \"native\"", c.reduction_order, d);
     r.get("zeroshard.max_consecutive_skipped_steps", c.max_consecutive_skipped_steps);
+    r.get("zeroshard.overlap_optimizer_step", c.overlap_optimizer_step);
     read_scheduler(r, bad, c, d);
     read_observe(r, c.observe, d);
     r.get("activation_checkpointing.partition_activations", c.activation_checkpointing.partition_activations);

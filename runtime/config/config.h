@@ -185,6 +185,13 @@ struct EngineConfig {
   /// boundaries in a row skipped for Inf/NaN gradients make step() throw an
   /// agreed error (runtime/engine/engine.h); 0: no limit.
   std::int64_t max_consecutive_skipped_steps = 100;
+  /// "zeroshard": {"overlap_optimizer_step"}: at stage 3 with
+  /// offload_optimizer on nvme, step() starts the optimizer update on a
+  /// background thread and returns; each unit's next unshard waits for its
+  /// own update, everything else that touches state for the whole step.
+  /// The same bits as the synchronous step ([Note: deferred optimizer
+  /// step] in runtime/update/deferred_step.h).
+  bool overlap_optimizer_step = false;
   /// wall_clock_breakdown, comms_logger, zeroshard.trace and
   /// zeroshard.collective_timeout_s (runtime/config/observe_config.h).
   ObserveConfig observe;

@@ -314,6 +314,11 @@ std::vector<ConfigKey> make_table() {
            "precision) end the run with the same error on every rank naming the step and the first non-finite "
            "unit; 0 = no limit. Every skipped step is counted (StepResult::skipped_steps) and the 1st, 2nd, "
            "4th, 8th, ... print one line"),
+      impl("zeroshard.overlap_optimizer_step", T::boolean, "false",
+           "stage 3 with offload_optimizer on nvme: step() starts the swapped optimizer update on a background "
+           "thread and returns; each unit's next unshard waits for its own update (the updated shard handed over "
+           "in memory), every other call that touches state for the whole step. The same bits as the "
+           "synchronous step; the loop's wait shows as optimizer time (runtime/update/deferred_step.h)"),
       impl("wall_clock_breakdown", T::boolean, "false",
            "every steps_per_print steps rank 0 prints the step breakdown (compute, exposed and hidden "
            "communication, optimizer, swap I/O wait, other; min/median/max over ranks) and the straggler "

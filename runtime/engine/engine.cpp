@@ -284,12 +284,26 @@ EngineParts::EngineParts(EngineState& s, const SwapSharers& sharers)
       // The options the memory estimator replays a step with (runtime/plan/memory_estimate.h).
       reducer(s.comms.dp(), s.layout, *s.ops, s.pool, engine_grad_reducer_options(s.config, s.world()), link,
               &s.comms.zeropp_nodes()),
-      unsharder(s.comms.dp(), s.layout, *s.ops, s.pool, engine_unsharder_options(s.config), link,
-                s.comms.hpz()),
+      unsharder(s.comms.dp(), s.layout, *s.ops, s.pool, engine_unsharder_options(s.config), link, s.comms.hpz()),
       muon(s.layout, s.optimizer,
-           MuonStepOptions{.stage = s.stage(), .rank = s.rank(), .world_size = s.world(), .tp_rank = s.comms.tp_rank(),
-                           .tp = muon_tensor_parallel(s), .dtype = s.dtype(), .hyper = s.config.optimizer,
-                           .source = s.config.source}) {}
+           MuonStepOptions{.stage = s.stage(),
+                           .rank = s.rank(),
+                           .world_size = s.world(),
+                           .tp_rank = s.comms.tp_rank(),
+                           .tp = muon_tensor_parallel(s),
+                           .dtype = s.dtype(),
+                           .hyper = s.config.optimizer,
+                           .source = s.config.source}) {
+  if (s.config.overlap_optimizer_step) {
+    // The update runs on the host with host-addressable arrays only (no
+    // device staging: the background thread has no stream of its own).
+    if (!s.ops->host_addressable()) {
+      throw ConfigError(fmt::format("{}: zeroshard.overlap_optimizer_step needs the cpu engine", s.config.source));
+    }
+    deferred = std::make_unique<DeferredStep>(store, s.optimizer, s.tracer());
+    link.set_deferred(deferred.get());
+  }
+}
 
 void Engine::finalize() {
   EngineState& s = *s_;
@@ -412,6 +426,7 @@ void Engine::set_parameter(ParamId p, std::span<const float> values) {
 void Engine::set_parameters(std::span<const ParamId> params, std::span<const std::span<const float>> values) {
   EngineState& s = *s_;
   ZS_CHECK(s.finalized(), "set_parameters() before finalize()");
+  settle_deferred_step(s, "set_parameters()");
   ZS_CHECK(params.size() == values.size(), "set_parameters(): {} parameters but {} value arrays", params.size(),
            values.size());
   if (params.empty()) return;
@@ -433,6 +448,7 @@ void Engine::set_parameters(std::span<const ParamId> params, std::span<const std
 std::vector<float> Engine::gather_parameter(ParamId p) {
   EngineState& s = *s_;
   ZS_CHECK(s.finalized(), "gather_parameter() before finalize()");
+  settle_deferred_step(s, "gather_parameter()");
   const ParamInfo& info = s.layout.param(p);
   if (s.stage() < 3) return widen(s, s.store().resident(info.unit, {ArrayKind::params}), s.dtype(), info);
   if (const void* full = s.unsharder().full(info.unit)) return widen(s, full, s.dtype(), info);
@@ -444,6 +460,7 @@ std::vector<float> Engine::gather_parameter(ParamId p) {
 
 std::vector<float> Engine::gather_master(ParamId p) {
   EngineState& s = *s_;
+  settle_deferred_step(s, "gather_master()");
   if (!s.mixed()) return gather_parameter(p);
   const ParamInfo& info = s.layout.param(p);
   if (s.stage() == 0) return widen(s, s.store().resident(info.unit, {ArrayKind::master}), DType::f32, info);
@@ -474,6 +491,7 @@ ActivationStore& Engine::activations() {
 
 OffloadStats Engine::offload_stats() const {
   if (!s_->finalized() || !s_->store().offloaded()) return {};
+  join_deferred_step(*s_);
   const SwapPipelineStats& t = s_->store().io_total();
   return OffloadStats{.bytes_read = t.bytes_read, .bytes_written = t.bytes_written, .read_wait_s = t.read_wait_s,
                       .write_wait_s = t.write_wait_s, .update_s = t.update_s};
@@ -503,6 +521,7 @@ std::vector<float> Engine::optimizer_state(UnitId u, int index) const {
   EngineState& s = *s_;
   const int states = s.store().options().state_count;
   ZS_CHECK(index >= 0 && index < states, "optimizer state index {} out of range ({} states)", index, states);
+  join_deferred_step(s);
   return s.optimizer.state_window_f32(s.store(), u, index, s.rank());
 }
 
@@ -513,6 +532,7 @@ std::pair<std::int64_t, std::int64_t> Engine::unit_all_gathers(UnitId u) const {
 
 std::vector<float> Engine::param_shard(UnitId u) const {
   EngineState& s = *s_;
+  join_deferred_step(s);
   const UnitInfo& info = s.info(u);
   const std::size_t begin = static_cast<std::size_t>(s.rank()) * info.shard;
   HostBuffer holder;

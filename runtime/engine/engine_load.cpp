@@ -451,6 +451,7 @@ std::string newest_common_tag(EngineState& s, const std::string& mesh_save_dir) 
 json Engine::load_checkpoint(const std::string& mesh_save_dir, const std::string& tag_in) {
   EngineState& s = *s_;
   finish_async_checkpoint(s);  // a save in flight commits first: the load may be of it
+  discard_deferred_step(s);    // the load replaces what it wrote, or failed to
   std::string chosen = tag_in;
   if (tag_in.empty() && mesh_checkpoint_root(s.comms.mesh_position(), mesh_save_dir) != mesh_save_dir) {
     // A mesh of folders: first the layout (another tp or pp size is named

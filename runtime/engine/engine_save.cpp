@@ -525,6 +525,7 @@ std::string Engine::save_checkpoint(const std::string& mesh_save_dir, const json
   finish_async_checkpoint(s);  // a save in flight commits first
   // A failure in one (pipeline stage, tp rank)'s group ends every rank of the mesh together.
   const SaveTarget t = s.comms.agreed_over_world([&] {
+    settle_deferred_step(s, "save_checkpoint()");
     const SaveTarget target = begin_save(s, "save_checkpoint()", mesh_save_dir, tag_in);
     try {
       write_checkpoint(s, target, client_state, keep_last);
@@ -544,6 +545,7 @@ std::vector<float> Engine::gather_optimizer_state(ParamId p, int index) {
   EngineState& s = *s_;
   const ParamInfo& info = s.layout.param(p);
   ZS_CHECK(index >= 0 && index < s.store().options().state_count, "optimizer state index {} out of range", index);
+  settle_deferred_step(s, "gather_optimizer_state()");
   // As fp32 (8-bit states dequantized), window by window.
   std::vector<float> full;
   if (s.stage() == 0) {

@@ -229,6 +229,7 @@ CheckpointHandle Engine::save_checkpoint_async(const std::string& mesh_save_dir,
     }
     finish_async_checkpoint(s);
   }
+  settle_deferred_step(s, "save_checkpoint_async()");
   const TraceScope span(s.tracer(), "checkpoint_snapshot", TraceThread::engine, TimeCategory::checkpoint, tag_in);
   const int r = s.rank();
   SaveTarget staged;  // this folder's save once its snapshot is staged

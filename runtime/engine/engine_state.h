@@ -25,17 +25,18 @@
 #include "runtime/engine/engine.h"
 #include "runtime/engine/engine_comms.h"
 #include "runtime/engine/grad_norm.h"
-#include "runtime/update/muon_step.h"
-#include "runtime/update/shard_optimizer.h"
+#include "runtime/engine/reduce_order.h"
 #include "runtime/observe/csv_monitor.h"
 #include "runtime/observe/step_observer.h"
 #include "runtime/sharding/array_store.h"
 #include "runtime/sharding/buffer_pool.h"
 #include "runtime/sharding/device_ops.h"
 #include "runtime/sharding/grad_reducer.h"
-#include "runtime/engine/reduce_order.h"
 #include "runtime/sharding/swap_sharing.h"
 #include "runtime/sharding/unsharder.h"
+#include "runtime/update/deferred_step.h"
+#include "runtime/update/muon_step.h"
+#include "runtime/update/shard_optimizer.h"
 
 namespace zeroshard {
 
@@ -50,6 +51,9 @@ struct StepProgress {
   std::int64_t consecutive_skipped = 0;  ///< boundaries skipped in a row (not saved in checkpoints)
   std::vector<bool> reduced;        ///< per unit: reduce_gradients() seen in this micro-batch
   ReduceOrder order;                ///< this step's reductions ([Note: reduce order check])
+  /// A deferred optimizer step was started and not yet settled (the same on
+  /// every rank: set by step(), cleared by settle_deferred_step).
+  bool deferred_open = false;
 
   /// True while the current micro-batch ends a cycle of `accumulation`.
   bool boundary(std::int64_t accumulation) const { return (micro_steps + 1) % accumulation == 0; }
@@ -61,7 +65,9 @@ struct StepProgress {
 /// stages 2/3), the Unsharder's ShardSource (each unit's stage 3 parameter
 /// shard wherever its tier keeps it: resident on the compute device, in
 /// host memory, or swapped in from nvme with the read agreed on `host`)
-/// and GradNorm's GradSource.
+/// and GradNorm's GradSource. With a DeferredStep (zeroshard.
+/// overlap_optimizer_step) a unit's shard waits for the unit's update,
+/// agreed on `host` on every tier ([Note: deferred optimizer step]).
 class StoreLink final : public GradTarget, public ShardSource, public GradSource {
  public:
   StoreLink(ArrayStore& store, Communicator& host, const StepProgress& progress, std::int64_t accumulation)
@@ -74,6 +80,8 @@ class StoreLink final : public GradTarget, public ShardSource, public GradSource
   ShardView shard(UnitId u) override;
   void prefetch(UnitId u) noexcept override;
   void release(UnitId u) noexcept override;
+  /// The deferred step the shards wait for (null: none). Not owned.
+  void set_deferred(DeferredStep* deferred) { deferred_ = deferred; }
   // GradSource
   std::byte* grads(UnitId u) override;
   kernels::GradStats shard_stats(UnitId u) override;
@@ -83,6 +91,8 @@ class StoreLink final : public GradTarget, public ShardSource, public GradSource
   Communicator& host_;
   const StepProgress& progress_;
   std::int64_t accumulation_;
+  DeferredStep* deferred_ = nullptr;
+  void wait_for_update(UnitId u);
 };
 
 class EngineState;
@@ -100,6 +110,9 @@ struct EngineParts {
   GradReducer reducer;  ///< gradient reduction buckets ([Note: gradient buckets])
   Unsharder unsharder;  ///< unshard/reshard counting, stage 3 all-gathers and prefetch
   MuonStep muon;        ///< Muon's matrices and owners (none unless optimizer.type is Muon)
+  /// zeroshard.overlap_optimizer_step's background step (else null); last,
+  /// so that its thread ends before the store goes.
+  std::unique_ptr<DeferredStep> deferred;
 };
 
 class EngineState {
@@ -151,6 +164,9 @@ class EngineState {
   GradReducer& reducer() const { return finalized_parts().reducer; }
   Unsharder& unsharder() const { return finalized_parts().unsharder; }
   MuonStep& muon() const { return finalized_parts().muon; }
+  /// The deferred step (null without zeroshard.overlap_optimizer_step or
+  /// before finalize()).
+  DeferredStep* deferred() const { return parts == nullptr ? nullptr : parts->deferred.get(); }
   /// The observer's tracer.
   Tracer* tracer() const { return &observer->tracer(); }
 
@@ -164,6 +180,25 @@ class EngineState {
   const UnitInfo& info(UnitId u) const { return layout.unit(u); }
   UnitId units() const { return static_cast<UnitId>(layout.units().size()); }
 };
+
+/// Ends the deferred optimizer step that step() started, if one is open
+/// ([Note: deferred optimizer step]): joins it, agreed on the host
+/// communicator as a storage phase of `call` (a failure on any rank is the
+/// same AgreedError on every rank and leaves the engine unusable), then
+/// clears the gradients it read. Every call that reads or writes the
+/// engine's arrays or swap files, other than a unit's unshard, runs it
+/// first. Collective while a step is open; no-op otherwise. Defined in
+/// engine_step.cpp.
+void settle_deferred_step(EngineState& s, const char* call);
+/// For calls on one rank that read its arrays (optimizer_state,
+/// param_shard, offload_stats): waits for the deferred step's thread
+/// without closing the step (the next collective call settles it). Throws
+/// its error, if it failed. Defined in engine_step.cpp.
+void join_deferred_step(EngineState& s);
+/// load_checkpoint's start: ends an open deferred step, dropping its error
+/// (the state it wrote, or failed to, is replaced) and the gradients it
+/// read. Local; never throws. Defined in engine_step.cpp.
+void discard_deferred_step(EngineState& s) noexcept;
 
 /// Unit u's full flat buffer (padded elements of t, host memory) gathered
 /// from every rank's `shard` (host memory, shard elements) on the host

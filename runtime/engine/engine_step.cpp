@@ -106,17 +106,50 @@ void StoreLink::accumulate_shard(UnitId u, std::size_t at, const void* src, DTyp
 ShardView StoreLink::shard(UnitId u) {
   const MemTier tier = store_.tier(u, {ArrayKind::params});
   ShardView v{.data = store_.resident(u, {ArrayKind::params}), .host = tier != MemTier::device};
-  // A failed swap-in must stop every rank before the all-gather.
-  if (tier == MemTier::nvme) run_agreed(host_, [&] { v.data = store_.param_source(u); });
+  // A failed swap-in, or a failed deferred update of u, must stop every
+  // rank before the all-gather. With a DeferredStep every tier agrees,
+  // whether or not a step is open on this rank now, so that all ranks
+  // make the same collectives.
+  if (deferred_ != nullptr) {
+    run_agreed(host_, [&] {
+      wait_for_update(u);
+      if (tier == MemTier::nvme) v.data = store_.param_source(u);
+    });
+  } else if (tier == MemTier::nvme) {
+    run_agreed(host_, [&] { v.data = store_.param_source(u); });
+  }
   return v;
+}
+
+// [Note: deferred optimizer step]: u's update done, its updated shard
+// adopted as u's swap-in buffer if handed over; else, with u's shard in a
+// swap file, the whole step ended before param_source reads it.
+void StoreLink::wait_for_update(UnitId u) {
+  HostBuffer updated = deferred_->wait_unit(u);
+  if (updated.valid()) {
+    store_.release_param_staging(u);  // a fetch started before the step read the old shard
+    store_.adopt_param_staging(u, std::move(updated));
+  } else if (store_.tier(u, {ArrayKind::params}) == MemTier::nvme && !store_.param_staged(u)) {
+    deferred_->finish();
+  }
 }
 
 void StoreLink::prefetch(UnitId u) noexcept {
   try {
+    if (deferred_ != nullptr && !store_.param_staged(u)) {
+      HostBuffer updated = deferred_->take_ready(u);
+      if (updated.valid()) {
+        store_.adopt_param_staging(u, std::move(updated));
+        return;
+      }
+      // The swap files are the step's until it ends; the unshard waits.
+      if (!deferred_->ended()) return;
+      deferred_->finish();
+    }
     store_.start_param_fetch(u, false);
   } catch (const std::exception&) {
-    // Dropped (start_param_fetch gave its buffer back): the unshard of u
-    // fetches again and agrees on that read's error.
+    // Dropped (start_param_fetch gave its buffer back), or the deferred
+    // step failed: the unshard of u fetches again and agrees on the error.
   }
 }
 
@@ -130,7 +163,19 @@ void Engine::unshard(UnitId u) {
   EngineState& s = *s_;
   ZS_CHECK(s.finalized(), "unshard() before finalize()");
   check_usable(s, "unshard()");
-  s.unsharder().unshard(u);
+  try {
+    s.unsharder().unshard(u);
+  } catch (const AgreedError&) {
+    // The agreed error of some rank's deferred update ([Note: deferred
+    // optimizer step]): the shards are partly updated.
+    if (s.progress.deferred_open) {
+      s.unusable = fmt::format(
+          "the optimizer step {} (zeroshard.overlap_optimizer_step) failed on some rank and "
+          "left the engine's state partly written",
+          s.progress.optimizer_steps);
+    }
+    throw;
+  }
 }
 
 void Engine::reshard(UnitId u) {
@@ -186,6 +231,7 @@ void Engine::reduce_gradients(UnitId u) {
   EngineState& s = *s_;
   ZS_CHECK(s.finalized(), "reduce_gradients() before finalize()");
   ZS_CHECK(u >= 0 && u < s.units(), "unknown unit id {}", u);
+  settle_deferred_step(s, "reduce_gradients()");
   std::vector<bool>& reduced = s.progress.reduced;
   ZS_CHECK(!reduced[static_cast<std::size_t>(u)], "reduce_gradients(\"{}\") called twice in one micro-batch",
            s.info(u).name);
@@ -204,6 +250,7 @@ TraceScope Engine::trace(const char* name, std::string_view unit) {
 }
 
 StepResult Engine::step() {
+  if (s_->finalized()) settle_deferred_step(*s_, "step()");
   // An async save whose writes all finished commits here, before the step
   // changes anything ([Note: async checkpoint]).
   if (s_->finalized() && s_->boundary()) poll_async_checkpoint(*s_);
@@ -277,6 +324,21 @@ StepResult Engine::step_body() {
   const float grad_scale = static_cast<float>(average * result.clip_coef);
 
   const std::int64_t step = ++s.progress.optimizer_steps;
+  if (DeferredStep* deferred = s.deferred()) {
+    // [Note: deferred optimizer step]: the update runs behind the next
+    // forward; held units are gathered again as their updates finish, the
+    // gradients are cleared when the step is settled.
+    const std::vector<UnitId> again = s.unsharder().drop_stale();
+    run_storage_phase(
+        s, "step()", [&] { deferred->start(step, grad_scale); }, true);
+    s.progress.deferred_open = true;
+    s.progress.scaler.update(false);
+    result.applied = true;
+    result.optimizer_step = step;
+    result.skipped_steps = s.progress.scaler.state().overflows;
+    s.unsharder().regather(again);
+    return result;
+  }
   if (const TraceScope span(s.tracer(), "optimizer", TraceThread::engine, TimeCategory::optimizer);
       s.store().offloaded()) {
     // A failed sub-group leaves some shards updated and others not.
@@ -303,6 +365,32 @@ StepResult Engine::step_body() {
   result.optimizer_step = step;
   result.skipped_steps = s.progress.scaler.state().overflows;
   return result;
+}
+
+void settle_deferred_step(EngineState& s, const char* call) {
+  if (!s.progress.deferred_open) return;
+  s.progress.deferred_open = false;
+  run_storage_phase(
+      s, call, [&] { s.deferred()->finish(); }, true);
+  clear_gradients(s);
+}
+
+void discard_deferred_step(EngineState& s) noexcept {
+  DeferredStep* deferred = s.deferred();
+  if (deferred == nullptr) return;
+  deferred->discard();  // also the error of a step settled before
+  if (!s.progress.deferred_open) return;
+  s.progress.deferred_open = false;
+  try {
+    clear_gradients(s);
+  } catch (...) {
+    // The load resets the state it restores; a gradient file left behind is
+    // overwritten by the next reduction.
+  }
+}
+
+void join_deferred_step(EngineState& s) {
+  if (DeferredStep* deferred = s.deferred(); deferred != nullptr && s.progress.deferred_open) deferred->finish();
 }
 
 }  // namespace zeroshard

@@ -13,11 +13,12 @@
 #include "offload/host_pool.h"
 #include "offload/swap_pipeline.h"
 #include "optimizer/optimizer.h"
-#include "runtime/update/muon_matrices.h"
+#include "runtime/engine/engine_options.h"
 #include "runtime/sharding/buffer_pool.h"
 #include "runtime/sharding/grad_reducer.h"
-#include "runtime/engine/engine_options.h"
 #include "runtime/sharding/unsharder.h"
+#include "runtime/update/deferred_step.h"
+#include "runtime/update/muon_matrices.h"
 
 namespace zeroshard {
 
@@ -200,6 +201,26 @@ void replay_optimizer(const FlatLayout& layout, const EngineConfig& config, cons
   const OffloadOptimizerConfig& oc = config.offload.optimizer;
   const SwapPipelineOptions options{.buffer_count = oc.buffer_count, .pipeline_read = oc.pipeline_read,
                                     .pipeline_write = oc.pipeline_write};
+  // zeroshard.overlap_optimizer_step: beside the pipeline's buffers, at
+  // most DeferredStep's kDeferredStepHandoffs handoffs of updated parameter
+  // shards (runtime/update/deferred_step.h), counted as the largest ones:
+  // how many are held at once depends on how far the update runs ahead of
+  // the forward, so this term is an upper bound, not a replay.
+  std::vector<HostLeaseSize> handoffs;
+  if (config.overlap_optimizer_step && o.stage == 3) {
+    std::vector<std::size_t> shards;
+    for (UnitId u = 0; u < static_cast<UnitId>(layout.units().size()); ++u) {
+      const UnitTiers& t = plan.units[static_cast<std::size_t>(u)];
+      const ArrayRef p{ArrayKind::params};
+      if (t.tier(o.stage, p) != MemTier::nvme) continue;
+      shards.push_back(array_numel(o.stage, o.rank, layout.unit(u), t.states, p) *
+                       dtype_size(array_dtype(o.dtypes(), t.states, p)));
+    }
+    std::sort(shards.rbegin(), shards.rend());
+    for (std::size_t k = 0; k < std::min<std::size_t>(kDeferredStepHandoffs, shards.size()); ++k) {
+      handoffs.push_back(host.acquire(shards[k], MemCategory::unsharded));
+    }
+  }
   replay_swap_pipeline(host, options, MemCategory::unsharded, work.size(), [&](std::size_t i) {
     const auto [u, g] = work[i];
     const UnitTiers& t = plan.units[static_cast<std::size_t>(u)];
@@ -208,6 +229,7 @@ void replay_optimizer(const FlatLayout& layout, const EngineConfig& config, cons
     for (ArrayRef a : arrays[static_cast<std::size_t>(u)]) bytes.push_back(t.subgroup_bytes(o.dtypes(), a, static_cast<std::size_t>(o.rank), sg));
     return bytes;
   });
+  for (HostLeaseSize& h : handoffs) host.release(h);
 }
 
 // Muon's step before the optimizer's (MuonStep::step in
