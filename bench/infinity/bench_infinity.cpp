@@ -165,20 +165,23 @@ int run(const Options& o) {
   const double init_s = seconds_since(t0);
   std::mt19937_64 gen(o.seed * 1000003ULL);
   const std::size_t row = static_cast<std::size_t>(o.seq + 1) * static_cast<std::size_t>(micro_batch);
-  std::vector<double> step_s, losses, read_b, written_b;
+  std::vector<double> step_s, losses;
+  // The timed steps' swap bytes, from the totals before the first and after
+  // the last: reading them waits for a deferred optimizer step
+  // (zeroshard.overlap_optimizer_step), so not between steps.
+  OffloadStats first{};
   for (int s = 0; s < o.warmup + o.steps; ++s) {
+    if (s == o.warmup) first = engine.offload_stats();
     const auto global = examples::sample_windows(corpus.train, micro_batch * n, o.seq, gen);
     const std::vector<std::int32_t> mine(
         global.begin() + static_cast<std::ptrdiff_t>(row * static_cast<std::size_t>(rank)),
         global.begin() + static_cast<std::ptrdiff_t>(row * static_cast<std::size_t>(rank + 1)));
-    const OffloadStats before = engine.offload_stats();
     world->barrier();
     t0 = std::chrono::steady_clock::now();
     double loss = gpt.train_micro_batch(mine, micro_batch, o.seq, engine.loss_scale());
     engine.step();
     world->barrier();
     const double sec = seconds_since(t0);
-    const OffloadStats after = engine.offload_stats();
     world->all_reduce(&loss, 1, DType::f64, ReduceOp::sum);
     losses.push_back(loss / n);
     if (rank == 0) {
@@ -192,10 +195,11 @@ int run(const Options& o) {
     std::fflush(stdout);
     if (s < o.warmup) continue;
     step_s.push_back(sec);
-    read_b.push_back(static_cast<double>(after.bytes_read - before.bytes_read));
-    written_b.push_back(static_cast<double>(after.bytes_written - before.bytes_written));
   }
-  const double step = bench::median(step_s), reads = bench::median(read_b), writes = bench::median(written_b);
+  const OffloadStats last = engine.offload_stats();
+  const double step = bench::median(step_s);
+  const double reads = static_cast<double>(last.bytes_read - first.bytes_read) / o.steps;
+  const double writes = static_cast<double>(last.bytes_written - first.bytes_written) / o.steps;
   const double io_s = reads / rates.disk_read + writes / rates.disk_write;
   const double compute_s = step_flops / gemm;
 
