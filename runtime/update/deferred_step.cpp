@@ -25,6 +25,8 @@ void DeferredStep::start(std::int64_t step, float grad_scale) {
     handoffs_.clear();
     handoffs_.resize(store_.unit_count());
     held_ = 0;
+    closing_ = false;
+    waiting_for_ = -1;
   }
   try {
     thread_ = std::thread([this, step, grad_scale] { run(step, grad_scale); });
@@ -62,12 +64,16 @@ void DeferredStep::on_updated(UnitId u, std::size_t g, const std::byte* params, 
   if (g == 0) {
     bool make = false;
     {
-      const std::lock_guard<std::mutex> lock(mutex_);
+      std::unique_lock<std::mutex> lock(mutex_);
       done_ = u;  // every earlier unit is updated
       changed_.notify_all();
-      if (store_.tier(u, p) == MemTier::nvme && held_ < max_handoffs_) {
-        ++held_;
-        make = true;
+      if (store_.tier(u, p) == MemTier::nvme) {
+        // Room for u's handoff once the engine takes an earlier one; not
+        // if it waits for u or a later unit (it would take none first), or
+        // ends the step.
+        changed_.wait(lock, [&] { return held_ < max_handoffs_ || closing_ || waiting_for_ >= u; });
+        make = !closing_ && (held_ < max_handoffs_ || waiting_for_ == u);
+        if (make) ++held_;
       }
     }
     // Outside the lock: the engine looks at unit u's buffer only once done_ > u.
@@ -89,7 +95,15 @@ void DeferredStep::on_updated(UnitId u, std::size_t g, const std::byte* params, 
 
 HostBuffer DeferredStep::wait_unit(UnitId u) {
   std::unique_lock<std::mutex> lock(mutex_);
-  changed_.wait(lock, [&] { return done_ > u || ended_; });
+  if (!(done_ > u || ended_)) {
+    lock.unlock();
+    const TraceScope span(tracer_, "wait_optimizer_step", TraceThread::engine, TimeCategory::optimizer);
+    lock.lock();
+    waiting_for_ = u;
+    changed_.notify_all();  // the thread may be holding back u's handoff
+    changed_.wait(lock, [&] { return done_ > u || ended_; });
+    waiting_for_ = -1;
+  }
   if (done_ > u) {
     if (static_cast<std::size_t>(u) >= handoffs_.size()) return {};  // finished: the handoffs are dropped
     HostBuffer& h = handoffs_[static_cast<std::size_t>(u)];
@@ -113,7 +127,15 @@ bool DeferredStep::ended() const noexcept {
   return ended_;
 }
 
+// Lets a thread waiting for room for a handoff go on without one.
+void DeferredStep::close() noexcept {
+  const std::lock_guard<std::mutex> lock(mutex_);
+  closing_ = true;
+  changed_.notify_all();
+}
+
 void DeferredStep::finish() {
+  close();
   if (thread_.joinable()) thread_.join();
   std::vector<HostBuffer> drop;
   std::exception_ptr error;
@@ -128,6 +150,7 @@ void DeferredStep::finish() {
 }
 
 void DeferredStep::discard() noexcept {
+  close();
   if (thread_.joinable()) thread_.join();
   std::vector<HostBuffer> drop;
   {

@@ -19,9 +19,12 @@
 //   - one thread drives the swap directories at a time: while a step runs,
 //     the engine's thread reads no swap file. A unit's updated parameter
 //     shard is handed over in memory (a copy into a host buffer of the
-//     shard's size, at most `max_handoffs` of them not yet taken), which
-//     the unshard adopts as the unit's swap-in buffer; a unit without a
-//     handoff is read after finish();
+//     shard's size), which the unshard adopts as the unit's swap-in
+//     buffer. At most `max_handoffs` are held untaken: the thread waits for
+//     the engine to take one before it updates the next unit, unless the
+//     engine waits for that unit (it then gets one more) or a later one, or
+//     is finishing (then none). A unit without a handoff is read after
+//     finish();
 //   - the gradients the update reads stay until finish(): the next
 //     micro-batch's reductions, and every other engine call that touches
 //     state (step, save, load, gather, set_parameter), finish first;
@@ -92,6 +95,7 @@ class DeferredStep {
 
  private:
   void run(std::int64_t step, float grad_scale) noexcept;
+  void close() noexcept;
   void on_updated(UnitId u, std::size_t g, const std::byte* params, std::size_t begin, std::size_t end);
 
   ArrayStore& store_;
@@ -108,6 +112,8 @@ class DeferredStep {
   std::exception_ptr error_;
   std::vector<HostBuffer> handoffs_;  // per unit; filled by the thread, taken by the engine
   int held_ = 0;                      // handoffs made and not yet taken
+  bool closing_ = false;              // finish() or discard() began: no more handoffs
+  UnitId waiting_for_ = -1;           // the unit wait_unit blocks on, else -1
 };
 
 }  // namespace zeroshard
