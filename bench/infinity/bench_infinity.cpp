@@ -15,8 +15,10 @@
 //      projections and the head, forward and backward: bench/gemm_rate.h;
 //      every layer has the same shapes);
 //   3. the steps: the GPT at stage 3, activation checkpointing on, `--warmup`
-//      untimed steps then `--steps` timed ones, each with the swap bytes
-//      read and written (Engine::offload_stats) and its loss.
+//      untimed steps then `--steps` timed ones, with their swap bytes read
+//      and written (Engine::offload_stats, totals over the timed steps) and
+//      each one's loss; `--overlap-optimizer-step` runs each optimizer step
+//      behind the next forward (zeroshard.overlap_optimizer_step).
 // It prints the median step time beside the I/O-bound time (the step's
 // bytes over the disk's read and write rates) and the compute-bound time
 // (the step's FLOPs, TransformerShape::hardware_flops_per_token with full
@@ -78,6 +80,7 @@ struct Options {
   std::string data_dir = "/usr/share/games/fortunes";
   std::uint64_t seed = 1234;
   std::string save_dir;
+  bool overlap = false;  ///< --overlap-optimizer-step
 };
 
 double seconds_since(std::chrono::steady_clock::time_point t0) {
@@ -122,6 +125,7 @@ int run(const Options& o) {
     throw ConfigError(fmt::format("{}: gradient_accumulation_steps must be 1 here", o.config_path));
   }
   config.observe.wall_clock_breakdown = true;  // each step's parts, printed beside it
+  if (o.overlap) config.overlap_optimizer_step = true;
   const int micro_batch = static_cast<int>(config.train_micro_batch_size_per_gpu);
   if (o.seq > o.shape.context) throw ConfigError(fmt::format("--seq {} exceeds --context {}", o.seq, o.shape.context));
   const examples::TextCorpus corpus = examples::load_text_corpus(o.data_dir, 0.05);
@@ -301,6 +305,8 @@ int main(int argc, char** argv) {
   app.add_option("--data-dir", o.data_dir, "folder of fortune text files");
   app.add_option("--seed", o.seed, "seed of the initialisation and the data");
   app.add_option("--save-dir", o.save_dir, "save a checkpoint here after the steps and load it back");
+  app.add_flag("--overlap-optimizer-step", o.overlap,
+               "zeroshard.overlap_optimizer_step on: the optimizer's swap behind the next forward");
   CLI11_PARSE(app, argc, argv);
   return zeroshard::bench::run_or_abort("bench_infinity", [&] { return run(o); });
 }
