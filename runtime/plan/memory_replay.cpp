@@ -201,11 +201,15 @@ void replay_optimizer(const FlatLayout& layout, const EngineConfig& config, cons
   const OffloadOptimizerConfig& oc = config.offload.optimizer;
   const SwapPipelineOptions options{.buffer_count = oc.buffer_count, .pipeline_read = oc.pipeline_read,
                                     .pipeline_write = oc.pipeline_write};
-  // zeroshard.overlap_optimizer_step: beside the pipeline's buffers, at
-  // most DeferredStep's kDeferredStepHandoffs handoffs of updated parameter
-  // shards (runtime/update/deferred_step.h), counted as the largest ones:
-  // how many are held at once depends on how far the update runs ahead of
-  // the forward, so this term is an upper bound, not a replay.
+  // zeroshard.overlap_optimizer_step: beside the pipeline's buffers, the
+  // updated parameter shards of DeferredStep (runtime/update/deferred_step.h):
+  // at most kDeferredStepHandoffs untaken, one more while the engine waits
+  // for its unit, and the two adopted by the units in an all-gather (the
+  // unshard's and the prefetch's, stage3_prefetch_bucket_size's default of
+  // one unit ahead). Counted as that many of the largest shards, each at
+  // twice its size (the pool lends a cached buffer of up to twice the
+  // request, and the two threads' leases interleave in no fixed order):
+  // an estimate of the worst case, not a replay.
   std::vector<HostLeaseSize> handoffs;
   if (config.overlap_optimizer_step && o.stage == 3) {
     std::vector<std::size_t> shards;
@@ -217,8 +221,8 @@ void replay_optimizer(const FlatLayout& layout, const EngineConfig& config, cons
                        dtype_size(array_dtype(o.dtypes(), t.states, p)));
     }
     std::sort(shards.rbegin(), shards.rend());
-    for (std::size_t k = 0; k < std::min<std::size_t>(kDeferredStepHandoffs, shards.size()); ++k) {
-      handoffs.push_back(host.acquire(shards[k], MemCategory::unsharded));
+    for (std::size_t k = 0; k < std::min<std::size_t>(kDeferredStepHandoffs + 3, shards.size()); ++k) {
+      handoffs.push_back(host.acquire(2 * shards[k], MemCategory::unsharded));
     }
   }
   replay_swap_pipeline(host, options, MemCategory::unsharded, work.size(), [&](std::size_t i) {

@@ -18,6 +18,7 @@
 #include "kernels/cpu/cast.h"
 #include "offload/io/fault_injection.h"
 #include "runtime/engine/engine.h"
+#include "runtime/plan/memory_estimate.h"
 #include "tests/support/test_world.h"
 #include "zs_config.h"
 
@@ -204,6 +205,23 @@ TEST_CASE("overlap_optimizer_step: a checkpoint saved right after step() holds t
   CHECK(back.state() == saved);
   world().barrier();
   if (world().rank() == 0) fs::remove_all(dir);
+}
+
+TEST_CASE("overlap_optimizer_step: the memory estimate's host peak bounds the engine's, handoffs included") {
+  for (const DType dt : {DType::f32, DType::bf16}) {
+    CAPTURE(dtype_name(dt));
+    const EngineConfig c = config(dt, 1, true, true);
+    Model m(c);
+    for (int s = 1; s <= 3; ++s) m.step(s);
+    m.state();  // settles the last step
+    const MemoryEstimate est = estimate_memory(m.e.layout(), c, m.e.rank());
+    const MemoryEstimate sync = estimate_memory(m.e.layout(), config(dt, 1, true, false), m.e.rank());
+    const std::uint64_t got = m.e.ledger().peak_total(MemTier::host);
+    CHECK(got <= est.after_step.peak_total(MemTier::host));
+    // The bound is the synchronous step's peak plus at most the handoffs.
+    CHECK(est.after_step.peak_total(MemTier::host) > sync.after_step.peak_total(MemTier::host));
+  }
+  world().barrier();
 }
 
 TEST_CASE("overlap_optimizer_step: configurations it cannot serve name the key") {
