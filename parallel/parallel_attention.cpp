@@ -77,17 +77,21 @@ void ParallelSelfAttention::backward(std::span<const float> x, std::span<const f
   check_size(kName, "backward saved probs", saved.probs.size(), batch * lh * seq * seq);
   check_size(kName, "backward saved context", saved.context.size(), tokens * wc);
 
+  // Scratch of this thread, kept between calls: every element is written
+  // below before it is read (products with beta 0, whole blocks), so
+  // neither a fresh allocation nor zeroing is needed.
+  thread_local std::vector<float> dcontext, dqkv, ds;
+  dcontext.resize(tokens * wc);
+  dqkv.resize(tokens * w3);
+  ds.resize(seq * seq);
   // Row-parallel output projection: no communication; dcontext is this
   // rank's heads' slice.
-  std::vector<float> dcontext(tokens * wc);
   proj_.backward(saved.context, dy, tokens, w.proj_weight, dcontext, g.proj_weight, g.proj_bias);
 
   // Per (sequence, head): dP = dC V^T, dV = P^T dC, dS = P (dP - rowsum(P dP))
   // (scaled), dQ = dS K, dK = dS^T Q, each written into its column block of
   // dqkv ([Note: attention by matrix products]).
   const float scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(hd_)));
-  std::vector<float> dqkv(tokens * w3);
-  std::vector<float> ds(seq * seq);
   for (std::size_t b = 0; b < batch; ++b) {
     for (std::size_t h = 0; h < lh; ++h) {
       const float* probs = saved.probs.data() + (b * lh + h) * seq * seq;

@@ -311,7 +311,8 @@ void Gpt::forward(MicroBatch& mb, const float* input, float* output, bool backwa
     std::copy_n(input, T * D, x.begin());
   }
   mb.blocks.resize(block_units_.size());
-  std::vector<float> tmp(T * D);
+  std::vector<float>& tmp = scratch_.tmp;  // written whole by each block before it is read
+  tmp.resize(T * D);
   for (std::size_t i = 0; i < block_units_.size(); ++i) {
     Block& k = mb.blocks[i];
     k = take_block();
@@ -391,7 +392,14 @@ void Gpt::block_forward(std::size_t i, int batch, int seq, Block& k, std::vector
 void Gpt::backward(MicroBatch& mb, const float* grad_output, float* grad_input) {
   const std::size_t D = z(shape_.dim), T = z(mb.batch) * z(mb.seq), Fl = fc_.local_out();
   ParamAccess pa(engine_, spare_);
-  std::vector<float> dh(T * D), dx(T * D);
+  // The pass's buffers, kept between passes (each is written whole before
+  // it is read, so reused contents do not matter).
+  std::vector<float>& dh = scratch_.dh;
+  std::vector<float>& dx = scratch_.dx;
+  std::vector<float>& dg = scratch_.dg;
+  std::vector<float>& dpre = scratch_.dpre;
+  std::vector<float>& out = scratch_.out;
+  dh.resize(T * D), dx.resize(T * D), dpre.resize(T * D);
   std::span<float> g_wte;
   if (last_pipeline_stage()) {
     auto head_span = engine_.trace("head_and_loss", "final");
@@ -406,7 +414,6 @@ void Gpt::backward(MicroBatch& mb, const float* grad_output, float* grad_input) 
   } else {
     std::copy_n(grad_output, T * D, dx.begin());
   }
-  std::vector<float> dg, dpre(T * D);
   for (std::size_t i = block_units_.size(); i-- > 0;) {
     const Ids& id = ids_[i];
     Block& k = mb.blocks[i];
@@ -424,7 +431,7 @@ void Gpt::backward(MicroBatch& mb, const float* grad_output, float* grad_input) 
       track_saved(-static_cast<std::ptrdiff_t>(k.checkpoint_bytes));
       mb.saved_bytes -= k.checkpoint_bytes;
       k = std::move(spare);
-      std::vector<float> out(T * D);
+      out.resize(T * D);
       block_forward(i, mb.batch, mb.seq, k, out, dpre);
       recomputed = k.bytes();
       track_saved(static_cast<std::ptrdiff_t>(recomputed));

@@ -220,6 +220,12 @@ class Gpt {
   /// instead of freed (take_block / give_block); at most as many as a pass
   /// held at once.
   std::vector<Block> spare_blocks_;
+  /// A pass's activation-sized buffers (tokens x width, the MLP's for dg),
+  /// kept between passes instead of allocated and zeroed each time.
+  struct Scratch {
+    std::vector<float> tmp, dh, dx, dg, dpre, out;
+  };
+  Scratch scratch_;
   /// A block's buffers for a forward: a spare (sizes and contents of its
   /// last use, which block_forward overwrites whole), else empty ones.
   Block take_block();
