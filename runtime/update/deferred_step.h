@@ -7,7 +7,22 @@
 // or swap files (finish). The update is the same call with the same
 // arguments in the same order, so the result is bitwise the synchronous
 // step's.
-//
+
+#pragma once
+
+#include <condition_variable>
+#include <cstddef>
+#include <cstdint>
+#include <exception>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+#include "core/tracer.h"
+#include "offload/host_pool.h"
+#include "runtime/sharding/array_store.h"
+#include "runtime/update/shard_optimizer.h"
+
 // [Note: deferred optimizer step]
 // At stage 3 with state on nvme, step() is compute-free: the loop waits
 // while the swap pipeline reads and writes 16 and 14 bytes per shard
@@ -32,26 +47,15 @@
 //     finish (the engine agrees on it across ranks there, [Note: storage
 //     phases]).
 // The memory ledger (thread safe) counts the handoff buffers as unsharded
-// host bytes while they are held.
-#pragma once
-
-#include <condition_variable>
-#include <cstddef>
-#include <cstdint>
-#include <exception>
-#include <mutex>
-#include <thread>
-#include <vector>
-
-#include "core/tracer.h"
-#include "offload/host_pool.h"
-#include "runtime/sharding/array_store.h"
-#include "runtime/update/shard_optimizer.h"
+// host bytes while they are held. What it buys is the forward's compute
+// hidden under the update's swap I/O, less the update's own CPU work now
+// taken from the cores the loop computes on: on 2 cores, nothing
+// (bench/infinity/README.md).
 
 namespace zeroshard {
 
-/// DeferredStep's default max_handoffs (the memory estimate counts as many,
-/// runtime/plan/memory_replay.cpp).
+/// DeferredStep's default max_handoffs (the memory estimate counts these
+/// and the adopted ones at their worst case, runtime/plan/memory_replay.cpp).
 inline constexpr int kDeferredStepHandoffs = 2;
 
 /// See the file comment. Thread safety: every member is called from the
