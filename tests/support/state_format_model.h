@@ -35,9 +35,7 @@ struct StateParamSpec {
 using StateUnits = std::vector<std::vector<StateParamSpec>>;
 
 /// Parameter p's initial element i.
-inline float state_init_value(int p, std::size_t i) {
-  return 0.5f * std::sin(0.7f * static_cast<float>(i) + static_cast<float>(p));
-}
+inline float state_init_value(int p, std::size_t i) { return sine_init_value(p, i); }
 
 /// Parameter p's gradient element i at step `step` on rank `rank`: rank
 /// dependent, or (same_on_ranks) a multiple of 2^-12 below 2^-2 that every

@@ -56,6 +56,20 @@ inline EngineConfig sgd_config(int stage, double clipping) {
   return c;
 }
 
+/// Parameter p's initial element i, 0.5 sin(0.7 i + p): deterministic,
+/// different for every parameter, in (-0.5, 0.5).
+inline float sine_init_value(int p, std::size_t i) {
+  return 0.5f * std::sin(0.7f * static_cast<float>(i) + static_cast<float>(p));
+}
+
+/// Parameter p's gradient element i at `step`, micro-batch `micro` and
+/// `rank`, 0.01 cos(0.3 i + 1.3 step + 0.7 micro + 0.11 rank + p): different
+/// on every rank, so the reductions sum distinct values.
+inline float cosine_grad_value(int step, int micro, int rank, int p, std::size_t i) {
+  return 0.01f * std::cos(0.3f * static_cast<float>(i) + 1.3f * static_cast<float>(step) +
+                          0.7f * static_cast<float>(micro) + 0.11f * static_cast<float>(rank) + static_cast<float>(p));
+}
+
 /// Sets every parameter of `params` (lists of ids, e.g. per unit) to
 /// init(id, i) for its elements i. Collective only as set_parameter.
 template <class Init>

@@ -53,13 +53,6 @@ OffloadConfig nvme_params(std::int64_t max_in_cpu) {
   return o;
 }
 
-float init_value(int p, std::size_t i) { return 0.5f * std::sin(0.7f * static_cast<float>(i) + static_cast<float>(p)); }
-
-float grad_value(int step, int micro, int rank, int p, std::size_t i) {
-  return 0.01f * std::cos(0.3f * static_cast<float>(i) + 1.3f * static_cast<float>(step) +
-                          0.7f * static_cast<float>(micro) + 0.11f * static_cast<float>(rank) + static_cast<float>(p));
-}
-
 struct Result {
   std::vector<std::vector<float>> master;  ///< per parameter, gathered
   std::vector<std::vector<float>> states;  ///< per parameter and state
@@ -81,7 +74,7 @@ struct Model {
       }
     }
     e.finalize();
-    set_parameters(e, params, init_value);
+    set_parameters(e, params, sine_init_value);
   }
 
   // One optimizer step of `accumulation` micro-batches; `inf_at_rank0`
@@ -99,7 +92,7 @@ struct Model {
         e.unshard(*it);
         for (ParamId id : params[static_cast<std::size_t>(*it)]) {
           std::vector<float> g(e.layout().param(id).numel);
-          for (std::size_t i = 0; i < g.size(); ++i) g[i] = grad_value(s, m, e.rank(), id, i);
+          for (std::size_t i = 0; i < g.size(); ++i) g[i] = cosine_grad_value(s, m, e.rank(), id, i);
           if (inf_at_rank0 && e.rank() == 0 && !g.empty()) g[0] = INFINITY;
           kernels::accumulate_cast(e.grad_data(id, dt), dt, g.data(), DType::f32, g.size());
         }
@@ -286,7 +279,7 @@ TEST_CASE("set_parameters: a unit's parameters in one read and write of its swap
   OffloadConfig o = nvme_params(0);
   const EngineConfig c = config(3, DType::bf16, 1, o, OptimizerKind::adamw);
   {  // the engines remove their swap folders before the root goes
-    // New values over init_value's: `one` takes them by set_parameter, one
+    // New values over sine_init_value's: `one` takes them by set_parameter, one
     // parameter at a time, `all` by set_parameters, a unit at a time.
     Model one(c), all(c);
     const OffloadStats before = all.e.offload_stats();
@@ -294,7 +287,7 @@ TEST_CASE("set_parameters: a unit's parameters in one read and write of its swap
       std::vector<std::vector<float>> values;
       for (ParamId id : list) {
         values.emplace_back(all.e.layout().param(id).numel);
-        for (std::size_t i = 0; i < values.back().size(); ++i) values.back()[i] = init_value(id + 7, i);
+        for (std::size_t i = 0; i < values.back().size(); ++i) values.back()[i] = sine_init_value(id + 7, i);
         one.e.set_parameter(id, values.back());
       }
       std::vector<std::span<const float>> spans(values.begin(), values.end());
@@ -312,7 +305,7 @@ TEST_CASE("set_parameters: a unit's parameters in one read and write of its swap
       for (ParamId id : list) {
         const std::vector<float> got = all.e.gather_parameter(id);
         CHECK(got == one.e.gather_parameter(id));
-        if (!got.empty()) CHECK(got[0] == bf16_to_float(float_to_bf16(init_value(id + 7, 0))));
+        if (!got.empty()) CHECK(got[0] == bf16_to_float(float_to_bf16(sine_init_value(id + 7, 0))));
       }
     }
     // Parameters of two units, or values of the wrong size, are refused.

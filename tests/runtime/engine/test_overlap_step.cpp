@@ -56,13 +56,6 @@ EngineConfig config(DType dt, int accumulation, bool params_nvme, bool overlap) 
   return c;
 }
 
-float init_value(int p, std::size_t i) { return 0.5f * std::sin(0.7f * static_cast<float>(i) + static_cast<float>(p)); }
-
-float grad_value(int step, int micro, int rank, int p, std::size_t i) {
-  return 0.01f * std::cos(0.3f * static_cast<float>(i) + 1.3f * static_cast<float>(step) +
-                          0.7f * static_cast<float>(micro) + 0.11f * static_cast<float>(rank) + static_cast<float>(p));
-}
-
 // How the loop behaves between two steps.
 struct Loop {
   int skip_in_forward = -1;       ///< a unit the forward does not unshard
@@ -85,7 +78,7 @@ struct Model {
       }
     }
     e.finalize();
-    set_parameters(e, params, init_value);
+    set_parameters(e, params, sine_init_value);
   }
 
   // One step; `before_step` runs just before e.step(), `where` names the
@@ -115,7 +108,7 @@ struct Model {
         e.unshard(*it);
         for (ParamId id : params[static_cast<std::size_t>(*it)]) {
           std::vector<float> g(e.layout().param(id).numel);
-          for (std::size_t i = 0; i < g.size(); ++i) g[i] = grad_value(s, m, e.rank(), id, i);
+          for (std::size_t i = 0; i < g.size(); ++i) g[i] = cosine_grad_value(s, m, e.rank(), id, i);
           kernels::accumulate_cast(e.grad_data(id, dt), dt, g.data(), DType::f32, g.size());
         }
         e.reduce_gradients(*it);
