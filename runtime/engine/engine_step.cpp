@@ -94,6 +94,43 @@ void report_skipped_step(EngineState& s, const StepResult& r, const GradTotals& 
   agree_on_error(norm, err, ErrorKind::config);
 }
 
+// The update of `step` now: every rank's shards, then the parameters
+// gathered (stages 1/2) or the stale gathered copies refreshed (stage 3),
+// and the gradients cleared.
+void update_now(EngineState& s, std::int64_t step, float grad_scale) {
+  if (const TraceScope span(s.tracer(), "optimizer", TraceThread::engine, TimeCategory::optimizer);
+      s.store().offloaded()) {
+    // A failed sub-group leaves some shards updated and others not.
+    s.muon().step(s.store(), s.comms.host(), s.comms.tp(), step, grad_scale,
+                  [&](const std::function<void()>& f) { run_storage_phase(s, "step()", f, true); });
+    run_storage_phase(s, "step()", [&] { s.optimizer.step(s.store(), step, grad_scale); }, true);
+  } else {
+    s.muon().step(s.store(), s.comms.host(), s.comms.tp(), step, grad_scale, [](const std::function<void()>& f) { f(); });
+    s.optimizer.step(s.store(), step, grad_scale);
+  }
+  if (s.stage() == 1 || s.stage() == 2) {
+    // Every rank updated its shard of the full buffer: gather, in buckets.
+    const TraceScope span(s.tracer(), "all_gather_shards", TraceThread::engine);
+    s.reducer().all_gather_shards([&](UnitId u) { return s.store().resident(u, {ArrayKind::params}); });
+  } else if (s.stage() == 3) {
+    // Gathered and swapped-in copies are stale now: drop prefetched ones,
+    // refresh held ones.
+    s.unsharder().refresh();
+  }
+  clear_gradients(s);
+}
+
+// [Note: deferred optimizer step]: the update of `step` started behind the
+// next forward; the stale gathered copies dropped first (no swap file is
+// read while the step runs), held units gathered again as their updates
+// finish; the gradients are cleared when the step is settled.
+void start_deferred_update(EngineState& s, DeferredStep& deferred, std::int64_t step, float grad_scale) {
+  const std::vector<UnitId> again = s.unsharder().drop_stale();
+  run_storage_phase(s, "step()", [&] { deferred.start(step, grad_scale); }, true);
+  s.progress.deferred_open = true;
+  s.unsharder().regather(again);
+}
+
 }  // namespace
 
 void* StoreLink::full_grad(UnitId u) { return store_.resident(u, {ArrayKind::grad}); }
@@ -325,41 +362,10 @@ StepResult Engine::step_body() {
 
   const std::int64_t step = ++s.progress.optimizer_steps;
   if (DeferredStep* deferred = s.deferred()) {
-    // [Note: deferred optimizer step]: the update runs behind the next
-    // forward; held units are gathered again as their updates finish, the
-    // gradients are cleared when the step is settled.
-    const std::vector<UnitId> again = s.unsharder().drop_stale();
-    run_storage_phase(
-        s, "step()", [&] { deferred->start(step, grad_scale); }, true);
-    s.progress.deferred_open = true;
-    s.progress.scaler.update(false);
-    result.applied = true;
-    result.optimizer_step = step;
-    result.skipped_steps = s.progress.scaler.state().overflows;
-    s.unsharder().regather(again);
-    return result;
-  }
-  if (const TraceScope span(s.tracer(), "optimizer", TraceThread::engine, TimeCategory::optimizer);
-      s.store().offloaded()) {
-    // A failed sub-group leaves some shards updated and others not.
-    s.muon().step(s.store(), s.comms.host(), s.comms.tp(), step, grad_scale,
-                  [&](const std::function<void()>& f) { run_storage_phase(s, "step()", f, true); });
-    run_storage_phase(s, "step()", [&] { s.optimizer.step(s.store(), step, grad_scale); }, true);
+    start_deferred_update(s, *deferred, step, grad_scale);
   } else {
-    s.muon().step(s.store(), s.comms.host(), s.comms.tp(), step, grad_scale, [](const std::function<void()>& f) { f(); });
-    s.optimizer.step(s.store(), step, grad_scale);
+    update_now(s, step, grad_scale);
   }
-
-  if (s.stage() == 1 || s.stage() == 2) {
-    // Every rank updated its shard of the full buffer: gather, in buckets.
-    const TraceScope span(s.tracer(), "all_gather_shards", TraceThread::engine);
-    s.reducer().all_gather_shards([&](UnitId u) { return s.store().resident(u, {ArrayKind::params}); });
-  } else if (s.stage() == 3) {
-    // Gathered and swapped-in copies are stale now: drop prefetched ones,
-    // refresh held ones.
-    s.unsharder().refresh();
-  }
-  clear_gradients(s);
   s.progress.scaler.update(false);
   result.applied = true;
   result.optimizer_step = step;
