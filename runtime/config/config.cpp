@@ -473,6 +473,8 @@ void collect_range_problems(const EngineConfig& c, ConfigDiagnostics& d) {
   }
   c.offload.collect_problems(c.zero.stage, d);
   c.zero.zeropp.collect_problems(c.zero.stage, c.compute_dtype, c.loss_scale, d);
+  c.parameter_server.collect_problems(c.zero.stage, c.compute_dtype, c.optimizer.kind == OptimizerKind::muon,
+                                      c.overlap_optimizer_step, d);
   if (c.train_micro_batch_size_per_gpu < 1) {
     bad("train_micro_batch_size_per_gpu", std::to_string(c.train_micro_batch_size_per_gpu), "must be >= 1");
   }
@@ -566,6 +568,23 @@ void collect_range_problems(const EngineConfig& c, ConfigDiagnostics& d) {
   }
 }
 
+// The "parameter_server" section (runtime/config/ps_config.h).
+void read_parameter_server(const Reader& r, ParameterServerConfig& ps, ConfigDiagnostics& d) {
+  r.get("parameter_server.servers", ps.servers);
+  r.get("parameter_server.staleness", ps.staleness);
+  const json* hosts = r.at("parameter_server.placement");
+  if (hosts == nullptr) return;
+  bool ok = hosts->is_array();
+  for (const json& h : ok ? *hosts : json::array()) {
+    if (h.is_string()) {
+      ps.placement.push_back(h.get<std::string>());
+    } else {
+      ok = false;
+    }
+  }
+  if (!ok) d.bad_value("parameter_server.placement", *hosts, "must be a list of host names");
+}
+
 // The batch keys the file left "auto" and the arithmetic derived (after
 // resolve_batch), with the division or product that gave each.
 void record_batch_fills(const EngineConfig& c, const std::set<std::string>& batch_auto, std::vector<AutoFill>& fills) {
@@ -619,6 +638,7 @@ EngineConfig EngineConfig::from_json(const json& j, const std::string& source, c
     read_scheduler(r, bad, c, d);
     read_observe(r, c.observe, d);
     r.get("activation_checkpointing.partition_activations", c.activation_checkpointing.partition_activations);
+    read_parameter_server(r, c.parameter_server, d);
     r.get("checkpoint.async", c.checkpoint.async);
     r.get("checkpoint.staging_memory", c.checkpoint.staging_memory);
     read_choice<AsyncInFlight>(r, "checkpoint.async_in_flight",

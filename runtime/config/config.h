@@ -43,12 +43,13 @@
 
 #include "comm/ordered_reduce.h"
 #include "core/dtype.h"
-#include "optimizer/optimizer.h"
 #include "optimizer/loss_scaler.h"
 #include "optimizer/lr_schedule.h"
+#include "optimizer/optimizer.h"
 #include "runtime/config/config_options.h"
 #include "runtime/config/observe_config.h"
 #include "runtime/config/offload_config.h"
+#include "runtime/config/ps_config.h"
 #include "runtime/config/zeropp_config.h"
 
 namespace zeroshard {
@@ -196,6 +197,8 @@ struct EngineConfig {
   /// zeroshard.collective_timeout_s (runtime/config/observe_config.h).
   ObserveConfig observe;
   CheckpointConfig checkpoint;  ///< the "checkpoint" section
+  /// The "parameter_server" section (runtime/config/ps_config.h).
+  ParameterServerConfig parameter_server;
   ActivationCheckpointingConfig activation_checkpointing;  ///< the "activation_checkpointing" section
   std::string source = "configuration";  ///< file it came from, named in error messages
   /// Lines the reader warns with ("ds.json: ..."): keys accepted without

@@ -113,8 +113,35 @@ void check_cuda_zeropp(const EngineConfig& config) {
   }
 }
 
+// parameter_server runs on the cpu engine over one communicator only.
+void refuse_parameter_server(const EngineConfig& config, const char* where) {
+  if (config.parameter_server.enabled()) {
+    throw ConfigError(
+        fmt::format("{}: \"parameter_server.servers\" = {} with {}: the parameter-server layout runs "
+                    "on the cpu engine over one communicator (Engine(config, comm))",
+                    config.source, config.parameter_server.servers, where));
+  }
+}
+
+// The parameter-server roles of `config` over `comm` (null without servers).
+std::unique_ptr<ParameterServerRoles> make_roles(const EngineConfig& config, Communicator& comm) {
+  if (!config.parameter_server.enabled()) return nullptr;
+  config.validate();  // the same problems on every rank, before the split's collectives
+  return std::make_unique<ParameterServerRoles>(comm, config.parameter_server, config.source);
+}
+
+// The configuration a rank's EngineState keeps: a parameter-server worker
+// keeps no optimizer state, so nothing of it is offloaded there.
+EngineConfig role_config(const EngineConfig& config, const ParameterServerRoles* roles) {
+  if (roles == nullptr || roles->is_server()) return config;
+  EngineConfig worker = config;
+  worker.offload.optimizer = OffloadOptimizerConfig{};
+  return worker;
+}
+
 // The mesh constructor's checks before any state exists.
 const EngineConfig& checked_for_mesh(const EngineConfig& config, const Mesh& mesh) {
+  refuse_parameter_server(config, "a device mesh");
   if (mesh.tp_size() > 1 && config.offload.optimizer.device == OffloadDevice::nvme) {
     throw ConfigError(fmt::format(
         "{}: zero_optimization.offload_optimizer.device \"nvme\" with tensor-parallel size {} (mesh dp={} x "
@@ -128,7 +155,10 @@ const EngineConfig& checked_for_mesh(const EngineConfig& config, const Mesh& mes
 }  // namespace
 
 Engine::Engine(const EngineConfig& config, Communicator& comm)
-    : s_(std::make_unique<EngineState>(config, comm, comm, make_cpu_ops(), nullptr)) {
+    : roles_(make_roles(config, comm)),
+      s_(std::make_unique<EngineState>(role_config(config, roles_.get()), roles_ ? roles_->group() : comm,
+                                       roles_ ? roles_->group() : comm, make_cpu_ops(), nullptr)) {
+  s_->roles = roles_.get();
   init();
 }
 
@@ -146,6 +176,7 @@ Engine::Engine(const EngineConfig& config, Communicator& nccl, Communicator& hos
 Engine::Engine(const EngineConfig& config, Communicator& device_comm, Communicator& host_comm,
                std::unique_ptr<DeviceOps> ops) {
   ZS_CHECK(ops != nullptr, "Engine: null DeviceOps");
+  refuse_parameter_server(config, "an engine on a given compute device (cuda or simulated)");
   if (!ops->host_addressable()) check_device_config(config, device_comm, host_comm);
   if (ops->device() == ComputeDevice::cuda) {
     check_cuda_optimizer(config);
@@ -157,7 +188,8 @@ Engine::Engine(const EngineConfig& config, Communicator& device_comm, Communicat
 
 void Engine::init() {
   const EngineConfig& config = s_->config;
-  config.validate_for_world(s_->world());
+  // The batch keys count the ranks that train: a parameter-server job's workers.
+  config.validate_for_world(roles_ ? roles_->workers() : s_->world());
   if (config.compute_dtype == DType::f16) s_->progress.scaler = LossScaler(config.loss_scale);
 }
 
@@ -305,9 +337,11 @@ EngineParts::EngineParts(EngineState& s, const SwapSharers& sharers)
   }
 }
 
-void Engine::finalize() {
-  EngineState& s = *s_;
-  ZS_CHECK(!s.finalized(), "finalize() called twice");
+namespace {
+
+// finalize() of an engine (a worker's, with parameter servers): the model
+// checked, the state allocated, observability started.
+void finalize_engine(EngineState& s) {
   Communicator& host = s.comms.host();
   // Every rank must have built the same model and configuration ([Note: model fingerprint]) and
   // allocated its state (free space, memory): agreed, so that no rank is left in a collective.
@@ -331,6 +365,61 @@ void Engine::finalize() {
       if (!line.empty()) fmt::print("zeroshard: {}\n", line);
     }
   }
+}
+
+// finalize() of a parameter server: the model checked among the servers,
+// the layout finalized for the W workers, and a ParameterServer holding
+// the optimizer shards of the workers it serves.
+void finalize_server(EngineState& s, const ParameterServerRoles& roles) {
+  Communicator& host = s.comms.host();  // the servers' group
+  check_same_model(host, s.config, s.layout, s.optimizer.groups().size());
+  SwapSharers sharers = count_swap_sharers(host, s.config.offload);
+  // Each server keeps one store per worker it serves on the same folders.
+  const int per_server = (roles.workers() + roles.servers() - 1) / roles.servers();
+  sharers.optimizer *= per_server;
+  run_agreed(host, [&] {
+    // The engine's own ShardOptimizer keeps the groups only: each hosted
+    // worker's is finalized for that worker's rank.
+    s.layout.finalize(roles.workers());
+    // The stores and updates of the workers' ranks as the plain engine
+    // would make them (without the worker's parameter_server section).
+    EngineConfig plain = s.config;
+    plain.parameter_server = ParameterServerConfig{};
+    const ArrayPlanOptions plan = engine_array_plan_options(plain, 0);
+    ParameterServerOptions o{.optimizer = shard_optimizer_options(plain, 0),
+                             .store = ArrayStoreOptions{.stage = plan.stage,
+                                                        .rank = 0,
+                                                        .dtype = plan.dtype,
+                                                        .grad_accum_dtype = plan.grad_accum_dtype,
+                                                        .state_count = plan.state_count,
+                                                        .states = plan.states,
+                                                        .muon = plan.muon,
+                                                        .muon_params = plan.muon_params,
+                                                        .offload = plan.offload,
+                                                        .swap_sharers = sharers,
+                                                        .source = plan.source},
+                             .groups = {s.optimizer.groups().begin() + 1, s.optimizer.groups().end()}};
+    s.server = std::make_unique<ParameterServer>(roles, s.layout, *s.ops, s.ledger, o, s.tracer());
+  });
+}
+
+}  // namespace
+
+void Engine::finalize() {
+  EngineState& s = *s_;
+  ZS_CHECK(!s.finalized(), "finalize() called twice");
+  if (roles_ == nullptr) {
+    finalize_engine(s);
+    return;
+  }
+  // [Note: parameter-server layout]: each side agrees within its group,
+  // then the job agrees, so that no rank waits for the other side; the
+  // workers' hellos come after, and the servers answer them in serve().
+  run_agreed(roles_->world(), [&] { roles_->is_server() ? finalize_server(s, *roles_) : finalize_engine(s); });
+  if (roles_->is_server()) return;
+  s.ps_client = std::make_unique<ParameterServerClient>(*roles_, s.layout, s.store(), s.stage(),
+                                                        s.config.parameter_server.staleness, s.tracer());
+  run_agreed(s.comms.host(), [&] { s.ps_client->connect(); });
 }
 
 namespace {
@@ -418,6 +507,24 @@ std::vector<std::byte> gather_host(EngineState& s, UnitId u, const void* shard, 
   return full;
 }
 
+void refuse_with_servers(const EngineState& s, const char* call) {
+  if (s.roles != nullptr) {
+    throw ConfigError(
+        fmt::format("{}: {} with \"parameter_server.servers\" = {}: checkpoints of the "
+                    "parameter-server layout are not available in this build",
+                    s.config.source, call, s.config.parameter_server.servers));
+  }
+}
+
+bool Engine::is_parameter_server() const { return roles_ != nullptr && roles_->is_server(); }
+
+void Engine::serve() {
+  EngineState& s = *s_;
+  ZS_CHECK(is_parameter_server(), "serve() on a rank that is not a parameter server");
+  ZS_CHECK(s.server != nullptr, "serve() before finalize()");
+  s.server->serve();
+}
+
 void Engine::set_parameter(ParamId p, std::span<const float> values) {
   const std::span<const float> one[] = {values};
   set_parameters(std::span<const ParamId>(&p, 1), one);
@@ -427,6 +534,7 @@ void Engine::set_parameters(std::span<const ParamId> params, std::span<const std
   EngineState& s = *s_;
   ZS_CHECK(s.finalized(), "set_parameters() before finalize()");
   settle_deferred_step(s, "set_parameters()");
+  settle_parameter_server(s, "set_parameters()");
   ZS_CHECK(params.size() == values.size(), "set_parameters(): {} parameters but {} value arrays", params.size(),
            values.size());
   if (params.empty()) return;
@@ -443,12 +551,15 @@ void Engine::set_parameters(std::span<const ParamId> params, std::span<const std
   const std::string what = params.size() == 1 ? fmt::format("set_parameter(\"{}\")", list[0].info->name)
                                               : fmt::format("set_parameters(unit \"{}\")", s.layout.unit(unit).name);
   run_storage_phase(s, what, [&] { write_parameters(s, unit, list); });
+  // The servers' copy is replaced at the next push.
+  if (s.ps_client) s.ps_client->mark_params_dirty();
 }
 
 std::vector<float> Engine::gather_parameter(ParamId p) {
   EngineState& s = *s_;
   ZS_CHECK(s.finalized(), "gather_parameter() before finalize()");
   settle_deferred_step(s, "gather_parameter()");
+  settle_parameter_server(s, "gather_parameter()");
   const ParamInfo& info = s.layout.param(p);
   if (s.stage() < 3) return widen(s, s.store().resident(info.unit, {ArrayKind::params}), s.dtype(), info);
   if (const void* full = s.unsharder().full(info.unit)) return widen(s, full, s.dtype(), info);
@@ -461,6 +572,7 @@ std::vector<float> Engine::gather_parameter(ParamId p) {
 std::vector<float> Engine::gather_master(ParamId p) {
   EngineState& s = *s_;
   settle_deferred_step(s, "gather_master()");
+  settle_parameter_server(s, "gather_master()");
   if (!s.mixed()) return gather_parameter(p);
   const ParamInfo& info = s.layout.param(p);
   if (s.stage() == 0) return widen(s, s.store().resident(info.unit, {ArrayKind::master}), DType::f32, info);

@@ -247,6 +247,7 @@ class EngineState;  // implementation
 class Mesh;         // comm/mesh.h
 class ActivationStore;  // runtime/activation/activation_store.h
 class DeviceOps;    // runtime/sharding/device_ops.h
+class ParameterServerRoles;  // runtime/ps/ps_roles.h
 
 /// ZeRO engine over one data-parallel communicator.
 /// Thread safety: one thread drives an Engine. Every method that issues a
@@ -255,7 +256,14 @@ class Engine {
  public:
   /// An engine on the cpu compute device: arrays in host memory, every
   /// collective on `comm`. Validates config (ConfigError) against comm's
-  /// world size. comm must outlive the engine.
+  /// world size. comm must outlive the engine. With
+  /// parameter_server.servers S > 0 ([Note: parameter-server layout] in
+  /// runtime/ps/param_server.h) the constructor splits comm's ranks into S
+  /// servers and W = world - S workers (collective over comm; ConfigError
+  /// as runtime/ps/ps_roles.h says): on a worker the engine is the
+  /// W-rank engine without optimizer state (world_size() is W, the batch
+  /// keys are checked against W); on a server it takes the same model
+  /// declaration, and after finalize() its loop is serve().
   Engine(const EngineConfig& config, Communicator& comm);
   /// An engine on the cuda compute device ([Note: engine on a GPU]):
   /// arrays in the memory of nccl's device, their collectives on `nccl`
@@ -652,9 +660,23 @@ class Engine {
   /// unit. Not a collective.
   std::pair<std::int64_t, std::int64_t> unit_all_gathers(UnitId u) const;
 
+  // ---- parameter-server layout ([Note: parameter-server layout]) ----
+
+  /// True on a server rank of a parameter_server job (whose training-loop
+  /// calls throw InvariantError: it runs serve()).
+  bool is_parameter_server() const;
+  /// A server rank after finalize(): holds its workers' optimizer shards
+  /// and answers their pushes until every one of them has destroyed its
+  /// engine. Throws InvariantError on a worker or before finalize(),
+  /// CommError when a worker's message cannot be received.
+  void serve();
+
  private:
   void init();  // the constructors' common part
   StepResult step_body();  // step() without the observer's end of step
+  /// The parameter-server roles (null without parameter_server); before
+  /// s_, whose communicators it owns.
+  std::unique_ptr<ParameterServerRoles> roles_;
   std::unique_ptr<EngineState> s_;
 };
 

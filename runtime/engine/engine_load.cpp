@@ -450,6 +450,7 @@ std::string newest_common_tag(EngineState& s, const std::string& mesh_save_dir) 
 
 json Engine::load_checkpoint(const std::string& mesh_save_dir, const std::string& tag_in) {
   EngineState& s = *s_;
+  refuse_with_servers(s, "load_checkpoint()");
   finish_async_checkpoint(s);  // a save in flight commits first: the load may be of it
   discard_deferred_step(s);    // the load replaces what it wrote, or failed to
   std::string chosen = tag_in;

@@ -521,6 +521,7 @@ void commit_mesh_save(EngineState& s, const SaveTarget& t, int keep_last) {
 std::string Engine::save_checkpoint(const std::string& mesh_save_dir, const json& client_state, int keep_last,
                                     const std::string& tag_in) {
   EngineState& s = *s_;
+  refuse_with_servers(s, "save_checkpoint()");
   const TraceScope span(s.tracer(), "checkpoint_save", TraceThread::engine, TimeCategory::checkpoint, tag_in);
   finish_async_checkpoint(s);  // a save in flight commits first
   // A failure in one (pipeline stage, tp rank)'s group ends every rank of the mesh together.

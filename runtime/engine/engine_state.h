@@ -28,6 +28,9 @@
 #include "runtime/engine/reduce_order.h"
 #include "runtime/observe/csv_monitor.h"
 #include "runtime/observe/step_observer.h"
+#include "runtime/ps/param_server.h"
+#include "runtime/ps/ps_client.h"
+#include "runtime/ps/ps_roles.h"
 #include "runtime/sharding/array_store.h"
 #include "runtime/sharding/buffer_pool.h"
 #include "runtime/sharding/device_ops.h"
@@ -146,6 +149,13 @@ class EngineState {
   /// first async save, or finalize() with checkpoint.async); after `parts`:
   /// its staging lease goes back to the store's pool first.
   std::unique_ptr<AsyncCheckpoint> async_checkpoint;
+  /// [Note: parameter-server layout]: the roles (the Engine's; null
+  /// without parameter_server), and what finalize() makes: the server on a
+  /// server rank, the client on a worker (after `parts`, whose store it
+  /// pushes from: it says goodbye first).
+  const ParameterServerRoles* roles = nullptr;
+  std::unique_ptr<ParameterServer> server;
+  std::unique_ptr<ParameterServerClient> ps_client;
   StepProgress progress;
   /// The loop's model configuration (Engine::set_model_config; null: none
   /// given), recorded in and checked against checkpoints.
@@ -154,9 +164,13 @@ class EngineState {
   /// partly written ([Note: storage phases], runtime/engine/storage_phase.h).
   std::string unusable;
 
-  bool finalized() const { return parts != nullptr; }
-  /// finalize()'s parts (InvariantError before finalize()).
+  bool finalized() const { return parts != nullptr || server != nullptr; }
+  /// finalize()'s parts (InvariantError before finalize(), and on a
+  /// parameter server, which has none).
   EngineParts& finalized_parts() const {
+    ZS_CHECK(server == nullptr,
+             "this rank is a parameter server (parameter_server.servers): its loop is Engine::serve(), not the "
+             "training calls");
     ZS_CHECK(parts != nullptr, "the engine is not finalized: call finalize() first");
     return *parts;
   }
@@ -190,6 +204,16 @@ class EngineState {
 /// first. Collective while a step is open; no-op otherwise. Defined in
 /// engine_step.cpp.
 void settle_deferred_step(EngineState& s, const char* call);
+/// [Note: parameter-server layout]: on a worker with pulls in flight
+/// (parameter_server.staleness > 0), installs them all, agreed over the
+/// workers as a storage phase of `call`, and gathers the parameters again.
+/// Collective over the workers then (every worker has the same pulls in
+/// flight); no-op otherwise. Defined in engine_step.cpp.
+void settle_parameter_server(EngineState& s, const char* call);
+/// Throws ConfigError naming parameter_server.servers for `call`, which
+/// the parameter-server layout does not offer (checkpoints). Defined in
+/// engine.cpp.
+void refuse_with_servers(const EngineState& s, const char* call);
 /// For calls on one rank that read its arrays (optimizer_state,
 /// param_shard, offload_stats): waits for the deferred step's thread
 /// without closing the step (the next collective call settles it). Throws

@@ -94,10 +94,33 @@ void report_skipped_step(EngineState& s, const StepResult& r, const GradTotals& 
   agree_on_error(norm, err, ErrorKind::config);
 }
 
-// The update of `step` now: every rank's shards, then the parameters
-// gathered (stages 1/2) or the stale gathered copies refreshed (stage 3),
-// and the gradients cleared.
+// After this rank's shards changed: the parameters gathered (stages 1/2)
+// or the stale gathered copies refreshed (stage 3). Collective.
+void regather_parameters(EngineState& s) {
+  if (s.stage() == 1 || s.stage() == 2) {
+    // Every rank updated its shard of the full buffer: gather, in buckets.
+    const TraceScope span(s.tracer(), "all_gather_shards", TraceThread::engine);
+    s.reducer().all_gather_shards([&](UnitId u) { return s.store().resident(u, {ArrayKind::params}); });
+  } else if (s.stage() == 3) {
+    // Gathered and swapped-in copies are stale now: drop prefetched ones,
+    // refresh held ones.
+    s.unsharder().refresh();
+  }
+}
+
+// The update of `step` now: every rank's shards (on a parameter-server
+// worker: pushed, and the pulls due installed), then the parameters
+// gathered, and the gradients cleared.
 void update_now(EngineState& s, std::int64_t step, float grad_scale) {
+  if (ParameterServerClient* client = s.ps_client.get()) {
+    // [Note: parameter-server layout]: a server's error is every worker's.
+    bool changed = false;
+    run_storage_phase(
+        s, "step()", [&] { changed = client->step(step, grad_scale); }, true);
+    if (changed) regather_parameters(s);
+    clear_gradients(s);
+    return;
+  }
   if (const TraceScope span(s.tracer(), "optimizer", TraceThread::engine, TimeCategory::optimizer);
       s.store().offloaded()) {
     // A failed sub-group leaves some shards updated and others not.
@@ -108,15 +131,7 @@ void update_now(EngineState& s, std::int64_t step, float grad_scale) {
     s.muon().step(s.store(), s.comms.host(), s.comms.tp(), step, grad_scale, [](const std::function<void()>& f) { f(); });
     s.optimizer.step(s.store(), step, grad_scale);
   }
-  if (s.stage() == 1 || s.stage() == 2) {
-    // Every rank updated its shard of the full buffer: gather, in buckets.
-    const TraceScope span(s.tracer(), "all_gather_shards", TraceThread::engine);
-    s.reducer().all_gather_shards([&](UnitId u) { return s.store().resident(u, {ArrayKind::params}); });
-  } else if (s.stage() == 3) {
-    // Gathered and swapped-in copies are stale now: drop prefetched ones,
-    // refresh held ones.
-    s.unsharder().refresh();
-  }
+  regather_parameters(s);
   clear_gradients(s);
 }
 
@@ -379,6 +394,14 @@ void settle_deferred_step(EngineState& s, const char* call) {
   run_storage_phase(
       s, call, [&] { s.deferred()->finish(); }, true);
   clear_gradients(s);
+}
+
+void settle_parameter_server(EngineState& s, const char* call) {
+  ParameterServerClient* client = s.ps_client.get();
+  if (client == nullptr || client->in_flight() == 0) return;
+  run_storage_phase(
+      s, call, [&] { client->drain(); }, true);
+  regather_parameters(s);
 }
 
 void discard_deferred_step(EngineState& s) noexcept {

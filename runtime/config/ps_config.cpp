@@ -1,0 +1,41 @@
+// The "parameter_server" section's checks; see runtime/config/ps_config.h.
+#include "runtime/config/ps_config.h"
+
+#include <fmt/format.h>
+
+#include "runtime/config/config_diagnostics.h"
+
+namespace zeroshard {
+
+void ParameterServerConfig::collect_problems(int stage, DType compute_dtype, bool muon, bool overlap_optimizer_step,
+                                             ConfigDiagnostics& d) const {
+  auto bad = [&](const std::string& key, const std::string& value, const std::string& why) {
+    d.problem(fmt::format("\"parameter_server.{}\" = {} {}", key, value, why));
+  };
+  if (servers < 0) bad("servers", std::to_string(servers), "must be >= 0 (0: no parameter servers)");
+  if (staleness < 0) {
+    bad("staleness", std::to_string(staleness), "must be >= 0 (0: synchronous; s: parameters at most s steps old)");
+  }
+  for (const std::string& host : placement) {
+    if (host.empty()) bad("placement", "[..., \"\", ...]", "names an empty host");
+  }
+  if (!placement.empty() && static_cast<std::int64_t>(placement.size()) > servers) {
+    bad("placement", fmt::format("{} hosts", placement.size()),
+        fmt::format("names more hosts than parameter_server.servers ({})", servers));
+  }
+  if (!enabled()) return;
+  const std::string s = std::to_string(servers);
+  if (stage < 1) {
+    bad("servers", s, "needs zero_optimization.stage 1, 2 or 3 (the servers hold the workers' optimizer shards)");
+  }
+  if (compute_dtype != DType::f32) {
+    bad("servers", s,
+        fmt::format("needs fp32 training (bf16.enabled / fp16.enabled: the compute dtype is {}); the servers "
+                    "hold the fp32 parameters the workers train on",
+                    dtype_name(compute_dtype)));
+  }
+  if (muon) bad("servers", s, "is not supported with optimizer.type \"Muon\" (its matrices span shards)");
+  if (overlap_optimizer_step) bad("servers", s, "and zeroshard.overlap_optimizer_step cannot be combined");
+}
+
+}  // namespace zeroshard

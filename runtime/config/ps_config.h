@@ -1,0 +1,40 @@
+// The "parameter_server" section: how many of the job's ranks are
+// parameter servers (holding the fp32 parameters and optimizer states of
+// the workers' shards), how stale the workers' parameters may be, and on
+// which hosts the servers run ([Note: parameter-server layout] in
+// runtime/ps/param_server.h). zeroshard's own section: DeepSpeed has none.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "core/dtype.h"
+
+namespace zeroshard {
+
+class ConfigDiagnostics;
+
+/// The "parameter_server" keys. Plain value type.
+struct ParameterServerConfig {
+  /// parameter_server.servers: server ranks S (0: off, every rank trains).
+  std::int64_t servers = 0;
+  /// parameter_server.staleness: s >= 0. After optimizer step k a worker
+  /// trains on the parameters of step max(0, k - s): 0 is synchronous
+  /// (bitwise the all-reduce engine's result), s > 0 lets the pull of an
+  /// update overlap the next s steps' compute.
+  std::int64_t staleness = 0;
+  /// parameter_server.placement: host names (gethostname) the servers run
+  /// on, in order; empty: the last S ranks are the servers.
+  std::vector<std::string> placement;
+
+  bool enabled() const { return servers > 0; }
+  /// Records each range or combination problem in `d`, naming the keys:
+  /// servers or staleness negative, placement naming no host, and what
+  /// the layout does not carry (a stage below 1, a compute dtype other
+  /// than fp32, Muon, zeroshard.overlap_optimizer_step).
+  void collect_problems(int stage, DType compute_dtype, bool muon, bool overlap_optimizer_step,
+                        ConfigDiagnostics& d) const;
+};
+
+}  // namespace zeroshard

@@ -1,0 +1,214 @@
+// ParameterServer: see runtime/ps/param_server.h.
+#include "runtime/ps/param_server.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cstring>
+#include <string>
+#include <thread>
+
+#include <fmt/format.h>
+
+#include "core/error.h"
+
+namespace zeroshard {
+
+struct ParameterServer::Hosted {
+  int worker = 0;
+  int peer = 0;  // the worker's world rank
+  std::unique_ptr<ArrayStore> store;
+  std::unique_ptr<ShardOptimizer> optimizer;
+  bool said_hello = false;
+  bool done = false;
+  std::string error;  // the first failed update's, answered to every later push
+  PsHello hello;      // receive buffers of the message posted
+  PsPush push;
+  CommWork posted;
+};
+
+namespace {}  // namespace
+
+PsStatus ps_error(std::int64_t step, const std::string& text) {
+  PsStatus s{.ok = 0, .step = step};
+  const std::size_t n = std::min(text.size(), kPsErrorBytes - 1);
+  std::memcpy(s.text, text.data(), n);
+  s.text[n] = '\0';
+  return s;
+}
+
+std::uint64_t ps_layout_hash(const FlatLayout& layout) {
+  std::uint64_t h = 1469598103934665603ull;
+  auto mix = [&](const void* data, std::size_t n) {
+    const auto* b = static_cast<const unsigned char*>(data);
+    for (std::size_t i = 0; i < n; ++i) h = (h ^ b[i]) * 1099511628211ull;
+  };
+  auto mix_int = [&](std::int64_t v) { mix(&v, sizeof v); };
+  mix_int(layout.world_size());
+  for (const UnitInfo& u : layout.units()) {
+    mix(u.name.data(), u.name.size());
+    mix_int(static_cast<std::int64_t>(u.numel));
+    for (ParamId p : u.params) {
+      const ParamInfo& info = layout.param(p);
+      mix(info.name.data(), info.name.size());
+      for (std::int64_t d : info.shape) mix_int(d);
+      mix_int(info.group);
+    }
+  }
+  return h;
+}
+
+ParameterServer::ParameterServer(const ParameterServerRoles& roles, const FlatLayout& layout, DeviceOps& ops,
+                                 MemoryLedger& ledger, const ParameterServerOptions& options, Tracer* tracer)
+    : roles_(roles), layout_(layout), layout_hash_(ps_layout_hash(layout)), tracer_(tracer) {
+  ZS_CHECK(roles.is_server(), "ParameterServer on worker {}", roles.index());
+  for (int w : roles.hosted_workers(roles.index())) {
+    auto h = std::make_unique<Hosted>();
+    h->worker = w;
+    h->peer = roles.worker_rank(w);
+    ArrayStoreOptions so = options.store;
+    so.stage = 3;
+    so.rank = w;
+    // The server's parameter copy stays in its memory; the optimizer tier
+    // holds the rest (master weights are the parameters in fp32 training).
+    so.offload.param = OffloadParamConfig{};
+    h->store = std::make_unique<ArrayStore>(layout, ops, ledger, so);
+    h->store->set_tracer(tracer);
+    ShardOptimizerOptions oo = options.optimizer;
+    oo.stage = 3;
+    oo.rank = w;
+    h->optimizer = std::make_unique<ShardOptimizer>(layout, ops, oo);
+    for (const ParamGroup& g : options.groups) {
+      h->optimizer->add_group(g.name, ParamGroupOptions{.lr = g.lr, .weight_decay = g.weight_decay});
+    }
+    h->optimizer->finalize();
+    h->optimizer->set_tracer(tracer);
+    hosted_.push_back(std::move(h));
+  }
+}
+
+ParameterServer::~ParameterServer() = default;
+
+ArrayStore& ParameterServer::store_of(int w) {
+  for (auto& h : hosted_) {
+    if (h->worker == w) return *h->store;
+  }
+  throw InvariantError(fmt::format("server {} does not hold worker {}'s shards", roles_.index(), w));
+}
+
+void ParameterServer::serve() {
+  Communicator& world = roles_.world();
+  for (auto& h : hosted_) h->posted = world.irecv(&h->hello, sizeof(PsHello), DType::u8, h->peer);
+  std::size_t open = hosted_.size();
+  int idle = 0;
+  while (open > 0) {
+    bool any = false;
+    for (auto& hp : hosted_) {
+      Hosted& h = *hp;
+      if (h.done || !h.posted.test()) continue;
+      any = true;
+      if (!h.said_hello) {
+        answer_hello(h);
+      } else if (h.push.kind == PsKind::goodbye) {
+        h.done = true;
+        --open;
+        continue;
+      } else {
+        answer_push(h, h.push);
+      }
+      h.posted = world.irecv(&h.push, sizeof(PsPush), DType::u8, h.peer);
+    }
+    // Nothing arrived: spin briefly, then yield the core to the workers.
+    if (any) {
+      idle = 0;
+    } else if (++idle > 64) {
+      std::this_thread::sleep_for(std::chrono::microseconds(50));
+    }
+  }
+}
+
+void ParameterServer::answer_hello(Hosted& h) {
+  h.said_hello = true;
+  Communicator& world = roles_.world();
+  if (h.hello.layout_hash != layout_hash_ || h.hello.worker != h.worker) {
+    h.error = fmt::format(
+        "parameter server {} (rank {}): worker {} (rank {}) declared another model than the server's (layout hash "
+        "{:016x}, the server's {:016x}): every rank must declare the same units and parameters",
+        roles_.index(), world.rank(), h.worker, h.peer, h.hello.layout_hash, layout_hash_);
+    const PsStatus status = ps_error(0, h.error);
+    world.send(&status, sizeof status, DType::u8, h.peer);
+    return;
+  }
+  const PsStatus ok{};
+  world.send(&ok, sizeof ok, DType::u8, h.peer);
+}
+
+void ParameterServer::answer_push(Hosted& h, const PsPush& push) {
+  Communicator& world = roles_.world();
+  ArrayStore& store = *h.store;
+  const UnitId units = static_cast<UnitId>(layout_.units().size());
+  std::vector<float> buf;
+  // Receive everything the push carries, whatever happens to the update.
+  std::string error = h.error;
+  auto receive_into = [&](ArrayKind kind) {
+    for (UnitId u = 0; u < units; ++u) {
+      const std::size_t n = layout_.unit(u).shard;
+      if (n == 0) continue;
+      buf.resize(n);
+      world.recv(buf.data(), n, DType::f32, h.peer);
+      stats_.bytes_received += n * sizeof(float);
+      if (!error.empty()) continue;
+      try {
+        store.store(u, {kind}, buf.data());
+      } catch (const std::exception& e) {
+        error = e.what();
+      }
+    }
+  };
+  {
+    const TraceScope span(tracer_, "ps_receive", TraceThread::engine, TimeCategory::comm_wait);
+    if (push.has_params != 0) receive_into(ArrayKind::params);
+    receive_into(ArrayKind::grad);
+  }
+  if (error.empty()) {
+    const TraceScope span(tracer_, "optimizer", TraceThread::engine, TimeCategory::optimizer);
+    try {
+      h.optimizer->step(store, push.step, static_cast<float>(push.grad_scale));
+      ++stats_.pushes;
+    } catch (const std::exception& e) {
+      error = e.what();
+    }
+  }
+  if (!error.empty()) {
+    if (h.error.empty()) {
+      h.error = fmt::format("parameter server {} (rank {}), worker {}'s step {}: {}", roles_.index(), world.rank(),
+                            h.worker, push.step, error);
+    }
+  }
+  const TraceScope span(tracer_, "ps_send", TraceThread::engine, TimeCategory::comm_wait);
+  const PsStatus status = h.error.empty() ? PsStatus{.ok = 1, .step = push.step} : ps_error(push.step, h.error);
+  world.send(&status, sizeof status, DType::u8, h.peer);
+  // The shards follow whatever the status (zeros after an error), so that
+  // the worker could post every receive at its push.
+  for (UnitId u = 0; u < units; ++u) {
+    const std::size_t n = layout_.unit(u).shard;
+    if (n == 0) continue;
+    HostBuffer holder;
+    const void* params = nullptr;
+    if (h.error.empty()) {
+      try {
+        params = store.read(u, {ArrayKind::params}, holder);
+      } catch (const std::exception& e) {
+        h.error = fmt::format("parameter server {} (rank {}), worker {}'s step {}: {}", roles_.index(), world.rank(),
+                              h.worker, push.step, e.what());
+      }
+    }
+    if (params == nullptr) {
+      buf.assign(n, 0.0f);
+      params = buf.data();
+    }
+    world.send(params, n, DType::f32, h.peer);
+    stats_.bytes_sent += n * sizeof(float);
+  }
+}
+
+}  // namespace zeroshard

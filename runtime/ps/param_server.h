@@ -1,0 +1,116 @@
+// ParameterServer: a server rank's side of the parameter-server layout.
+// Details: [Note: parameter-server layout] below.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "core/memory_ledger.h"
+#include "core/tracer.h"
+#include "runtime/ps/ps_messages.h"
+#include "runtime/ps/ps_roles.h"
+#include "runtime/sharding/array_store.h"
+#include "runtime/sharding/device_ops.h"
+#include "runtime/sharding/flat_layout.h"
+#include "runtime/update/shard_optimizer.h"
+
+// [Note: parameter-server layout]
+// A job with parameter_server.servers = S splits its ranks into S servers
+// and W = world - S workers (runtime/ps/ps_roles.h). The workers run the
+// Engine among themselves as they would without servers, at the
+// configured ZeRO stage, except that they hold no optimizer state: their
+// ArrayStore has parameters and gradients only. At a step, after the
+// reduce-scatter (or all-reduce) among the workers and the global norm,
+// worker w pushes the gradient shard it holds (window w of each unit: 1/W
+// of the gradient, so the bytes to the servers fall with W) with the step
+// and the averaging and clip factor to server w % S; the server holds, for
+// each of its workers, what that worker's rank would hold at stage 3: the
+// fp32 parameter shard, the gradient shard and the optimizer states (an
+// ArrayStore for rank w, on offload_optimizer's tier, nvme included), and
+// updates it with the same ShardOptimizer the engine runs. The worker then
+// pulls the updated shard into its parameters and gathers them among the
+// workers as stage 1-3 do after a step. The update reads the same
+// gradient, factor and step as the all-reduce engine's on rank w, and the
+// engine's update of a shard does not depend on the stage (the
+// stage-equivalence tests), so synchronous training (staleness 0) gives
+// bitwise the all-reduce engine's parameters at W ranks.
+//
+// The server holds the parameters: a worker's first push (and the first
+// after Engine::set_parameters or a checkpoint load) carries its
+// parameter shard, which replaces the server's copy.
+//
+// parameter_server.staleness s > 0: step k's pull is installed at step
+// k + s (the worker posts the receive at its push and waits for it s steps
+// later), so after step k a worker trains on the parameters of step
+// max(0, k - s), the server updates with gradients s steps stale
+// (delayed SGD), and the pull's transfer and the server's update overlap
+// the workers' next s steps. Which version is installed when depends on
+// the step count only, so two runs give the same bits. The workers still
+// reduce among themselves every step, so a slow worker delays every
+// worker's step as it does without servers; calls that read or write the
+// parameters as a whole (gathers, saves, set_parameters) first install
+// every pull in flight.
+//
+// A server's error (an I/O error of its nvme tier) is its reply's status:
+// every worker agrees on it at the step that installs that reply (the
+// engine is unusable then), and the server answers every later push with
+// the same error until its workers say goodbye.
+
+namespace zeroshard {
+
+/// What a ParameterServer is built with besides the layout. Plain value.
+struct ParameterServerOptions {
+  /// The update's settings as the workers' engine would use them (stage
+  /// and rank are set per hosted worker).
+  ShardOptimizerOptions optimizer;
+  /// The store's settings (stage 3 and the rank are set per hosted worker;
+  /// offload_optimizer's tier is the server's).
+  ArrayStoreOptions store;
+  /// The parameter groups after group 0, as ShardOptimizer::groups() lists
+  /// them on the workers.
+  std::vector<ParamGroup> groups;
+};
+
+/// What a server did (since construction). Plain value.
+struct ParameterServerStats {
+  std::int64_t pushes = 0;           ///< step pushes applied (all hosted workers)
+  std::uint64_t bytes_received = 0;  ///< gradient and parameter bytes pushed to it
+  std::uint64_t bytes_sent = 0;      ///< parameter bytes pulled from it
+};
+
+/// The server side (see the Note). Thread safety: one thread.
+class ParameterServer {
+ public:
+  /// Allocates an ArrayStore and a ShardOptimizer for each worker that
+  /// `roles` gives this server. `layout` must be finalized for the W
+  /// workers and outlive this object, as must `ops`, `ledger`, `roles`.
+  /// Throws what the store and optimizer throw (ConfigError, IoError,
+  /// allocation errors).
+  ParameterServer(const ParameterServerRoles& roles, const FlatLayout& layout, DeviceOps& ops, MemoryLedger& ledger,
+                  const ParameterServerOptions& options, Tracer* tracer);
+  ~ParameterServer();
+
+  /// Answers the hosted workers' hellos, then their pushes in arrival
+  /// order, until every one said goodbye. Throws CommError when a message
+  /// cannot be received; a failed update is the reply's status instead
+  /// (see the Note). A hello whose layout differs is answered with an error
+  /// naming the worker, and serving goes on.
+  void serve();
+  const ParameterServerStats& stats() const { return stats_; }
+  /// The store of hosted worker w (InvariantError when not hosted here).
+  ArrayStore& store_of(int w);
+
+ private:
+  struct Hosted;
+  void answer_hello(Hosted& h);
+  void answer_push(Hosted& h, const PsPush& push);
+  const ParameterServerRoles& roles_;
+  const FlatLayout& layout_;
+  std::vector<std::unique_ptr<Hosted>> hosted_;
+  std::uint64_t layout_hash_ = 0;
+  ParameterServerStats stats_;
+  Tracer* tracer_ = nullptr;
+};
+
+}  // namespace zeroshard

@@ -1,0 +1,161 @@
+// ParameterServerClient: see runtime/ps/ps_client.h.
+#include "runtime/ps/ps_client.h"
+
+#include <chrono>
+#include <cstring>
+
+#include <fmt/format.h>
+
+#include "core/error.h"
+
+namespace zeroshard {
+
+// One step's reply in flight: its status and shards, with the receives
+// posted at the push.
+struct ParameterServerClient::Pull {
+  std::int64_t step = 0;
+  PsStatus status;
+  std::vector<std::vector<float>> shards;  // per unit (empty: no elements)
+  std::vector<CommWork> works;             // the status's, then each shard's
+};
+
+namespace {
+
+double seconds_since(std::chrono::steady_clock::time_point t0) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+
+}  // namespace
+
+ParameterServerClient::ParameterServerClient(const ParameterServerRoles& roles, const FlatLayout& layout,
+                                             ArrayStore& store, int stage, std::int64_t staleness, Tracer* tracer)
+    : roles_(roles), layout_(layout), store_(store), stage_(stage), staleness_(staleness),
+      peer_(roles.server_rank(roles.server_of(roles.index()))), tracer_(tracer) {
+  ZS_CHECK(!roles.is_server(), "ParameterServerClient on server {}", roles.index());
+  ZS_CHECK(stage >= 1 && stage <= 3, "ParameterServerClient at stage {}", stage);
+  ZS_CHECK(store.device_ops().host_addressable(), "ParameterServerClient needs host-addressable arrays");
+}
+
+ParameterServerClient::~ParameterServerClient() {
+  if (!connected_) return;
+  try {
+    // The server sends every pull in flight before it reads the goodbye.
+    for (auto& p : pending_) {
+      for (CommWork& w : p->works) w.wait();
+    }
+    pending_.clear();
+    const PsPush bye{.kind = PsKind::goodbye};
+    roles_.world().send(&bye, sizeof bye, DType::u8, peer_);
+  } catch (...) {
+    // The server is gone; nothing is left to tell it.
+  }
+}
+
+void ParameterServerClient::connect() {
+  Communicator& world = roles_.world();
+  const PsHello hello{.layout_hash = ps_layout_hash(layout_), .worker = roles_.index()};
+  world.send(&hello, sizeof hello, DType::u8, peer_);
+  connected_ = true;
+  PsStatus status;
+  world.recv(&status, sizeof status, DType::u8, peer_);
+  if (status.ok == 0) throw Error(status.text);
+}
+
+float* ParameterServerClient::window(UnitId u, ArrayKind kind) {
+  // Parameters are full at stages 1/2, gradients at stage 1: window w.
+  const bool full = kind == ArrayKind::params ? stage_ < 3 : stage_ < 2;
+  auto* base = reinterpret_cast<float*>(store_.resident(u, {kind}));
+  ZS_CHECK(base != nullptr, "unit \"{}\": its {} are not in memory", layout_.unit(u).name,
+           kind == ArrayKind::params ? "parameters" : "gradients");
+  return full ? base + static_cast<std::size_t>(roles_.index()) * layout_.unit(u).shard : base;
+}
+
+void ParameterServerClient::push_array(ArrayKind kind) {
+  Communicator& world = roles_.world();
+  for (UnitId u = 0; u < static_cast<UnitId>(layout_.units().size()); ++u) {
+    const std::size_t n = layout_.unit(u).shard;
+    if (n == 0) continue;
+    HostBuffer holder;
+    // A stage 3 parameter shard may be on the host or nvme tier.
+    const void* src = kind == ArrayKind::params && stage_ == 3 ? store_.read(u, {kind}, holder) : window(u, kind);
+    world.send(src, n, DType::f32, peer_);
+    stats_.bytes_pushed += n * sizeof(float);
+  }
+}
+
+bool ParameterServerClient::step(std::int64_t step, float grad_scale) {
+  ZS_CHECK(connected_, "ParameterServerClient::step before connect()");
+  Communicator& world = roles_.world();
+  {
+    const TraceScope span(tracer_, "ps_push", TraceThread::engine, TimeCategory::comm_wait);
+    const auto t0 = std::chrono::steady_clock::now();
+    const PsPush push{
+        .kind = PsKind::step, .step = step, .grad_scale = grad_scale, .has_params = params_dirty_ ? 1 : 0};
+    world.send(&push, sizeof push, DType::u8, peer_);
+    if (params_dirty_) push_array(ArrayKind::params);
+    push_array(ArrayKind::grad);
+    params_dirty_ = false;
+    ++stats_.pushes;
+    stats_.push_s += seconds_since(t0);
+  }
+  auto p = std::make_unique<Pull>();
+  p->step = step;
+  p->works.push_back(world.irecv(&p->status, sizeof p->status, DType::u8, peer_));
+  p->shards.resize(layout_.units().size());
+  for (UnitId u = 0; u < static_cast<UnitId>(layout_.units().size()); ++u) {
+    const std::size_t n = layout_.unit(u).shard;
+    if (n == 0) continue;
+    auto& shard = p->shards[static_cast<std::size_t>(u)];
+    shard.resize(n);
+    p->works.push_back(world.irecv(shard.data(), n, DType::f32, peer_));
+  }
+  pending_.push_back(std::move(p));
+  bool changed = false;
+  while (!pending_.empty() && pending_.front()->step <= step - staleness_) {
+    install(*pending_.front(), step);
+    pending_.pop_front();
+    changed = true;
+  }
+  return changed;
+}
+
+bool ParameterServerClient::drain() {
+  const bool changed = !pending_.empty();
+  const std::int64_t at = pending_.empty() ? version_ : pending_.back()->step;
+  while (!pending_.empty()) {
+    install(*pending_.front(), at);
+    pending_.pop_front();
+  }
+  return changed;
+}
+
+void ParameterServerClient::install(Pull& p, std::int64_t at_step) {
+  {
+    const TraceScope span(tracer_, "ps_pull_wait", TraceThread::engine, TimeCategory::comm_wait);
+    const auto t0 = std::chrono::steady_clock::now();
+    for (CommWork& w : p.works) w.wait();
+    stats_.wait_s += seconds_since(t0);
+  }
+  if (p.status.ok == 0) {
+    p.status.text[kPsErrorBytes - 1] = '\0';
+    throw Error(p.status.text);
+  }
+  if (p.status.step != p.step) {
+    throw CommError(fmt::format("worker {}: the parameter server's reply is for step {}, not step {}", roles_.index(),
+                                p.status.step, p.step));
+  }
+  for (UnitId u = 0; u < static_cast<UnitId>(layout_.units().size()); ++u) {
+    const std::vector<float>& shard = p.shards[static_cast<std::size_t>(u)];
+    if (shard.empty()) continue;
+    stats_.bytes_pulled += shard.size() * sizeof(float);
+    if (stage_ == 3) {
+      store_.store(u, {ArrayKind::params}, shard.data());  // any tier
+    } else {
+      std::memcpy(window(u, ArrayKind::params), shard.data(), shard.size() * sizeof(float));
+    }
+  }
+  version_ = p.step;
+  stats_.lags.push_back(at_step - p.step);
+}
+
+}  // namespace zeroshard

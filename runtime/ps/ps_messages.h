@@ -1,0 +1,59 @@
+// The messages between a worker and its parameter server, in the order
+// they travel over the job's communicator (point-to-point, which MPI keeps
+// in order between two ranks):
+//   hello      worker -> server  PsHello, then server -> worker PsStatus
+//   push k     worker -> server  PsPush, [each unit's parameter shard when
+//                                has_params], each unit's gradient shard
+//   pull k     server -> worker  PsStatus, each unit's parameter shard
+//                                (zeros after an error), so that the
+//                                worker posts every receive at its push
+//   goodbye    worker -> server  PsPush with kind goodbye
+// Shards are fp32, FlatLayout::unit(u).shard elements each (units without
+// elements send nothing). Both ends run the same program, so the structs
+// travel as bytes.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+
+#include "runtime/sharding/flat_layout.h"
+
+namespace zeroshard {
+
+/// What a PsPush asks for.
+enum class PsKind : std::int64_t { step = 1, goodbye = 2 };
+
+/// A worker's first message: its layout, which must be the server's.
+struct PsHello {
+  std::uint64_t layout_hash = 0;  ///< ps_layout_hash of the worker's layout
+  std::int64_t worker = 0;        ///< the worker index w
+};
+
+/// A push's header.
+struct PsPush {
+  PsKind kind = PsKind::step;
+  std::int64_t step = 0;        ///< the 1-based optimizer step the gradient is for
+  double grad_scale = 0;        ///< the averaging and clip factor (a float's value)
+  std::int64_t has_params = 0;  ///< 1: the worker's parameter shards come first
+};
+
+/// Bytes of a PsStatus's error text, its terminating zero included.
+inline constexpr std::size_t kPsErrorBytes = 1024;
+
+/// A reply's header: ok, or the server's error (cut to kPsErrorBytes - 1
+/// bytes).
+struct PsStatus {
+  std::int64_t ok = 1;
+  std::int64_t step = 0;          ///< the step the reply is for (0: hello)
+  char text[kPsErrorBytes] = {};  ///< the error (ok == 0), zero-terminated
+};
+
+/// A failed status carrying `text` (cut to fit) for `step`.
+PsStatus ps_error(std::int64_t step, const std::string& text);
+
+/// FNV-1a over the layout's world size, units' names and element counts
+/// and parameters' names and shapes: equal layouts give equal hashes.
+std::uint64_t ps_layout_hash(const FlatLayout& layout);
+
+}  // namespace zeroshard

@@ -1,0 +1,269 @@
+// The parameter-server layout ([Note: parameter-server layout] in
+// runtime/ps/param_server.h): with staleness 0 the workers train bitwise as
+// the all-reduce engine on the same ranks (stages 1-3, servers' state in
+// memory or on nvme, 1 or 2 servers, gradient accumulation and clipping,
+// parameters set mid-run); with staleness s the forward of step k reads
+// exactly the parameters of step k - s, and a gather installs the newest;
+// roles follow the config; bad configs and another model are named.
+#include <cmath>
+#include <filesystem>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <doctest/doctest.h>
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+#include "comm/node_groups.h"
+#include "core/error.h"
+#include "runtime/engine/engine.h"
+#include "runtime/ps/ps_roles.h"
+#include "tests/support/test_world.h"
+
+using namespace zeroshard;
+using namespace zeroshard::testing;
+namespace fs = std::filesystem;
+
+namespace {
+
+// Odd sizes, an empty parameter, a unit of several 4096-element sub-groups.
+const std::vector<std::vector<std::vector<std::int64_t>>> kUnits = {
+    {{7}, {57}}, {{10001}}, {{3, 4100}, {1}}, {{0}, {5}}, {{1}}};
+
+fs::path swap_root() { return fs::temp_directory_path() / "zs-test-ps"; }
+
+// AdamW with weight decay and clipping (the scale comes from the whole
+// step's norm) at `stage`; the optimizer's state in host memory or on nvme.
+EngineConfig config(int stage, bool nvme, int accumulation, int servers, int staleness) {
+  OptimizerHyper h;
+  h.kind = OptimizerKind::adamw;
+  h.lr = 1e-2f;
+  h.weight_decay = 0.01f;
+  EngineConfig c = make_config(stage, h, accumulation, 0.05);
+  c.offload.optimizer.device = nvme ? OffloadDevice::nvme : OffloadDevice::cpu;
+  if (nvme) c.offload.optimizer.nvme_path = swap_root().string();
+  c.offload.sub_group_size = 4096;
+  c.parameter_server.servers = servers;
+  c.parameter_server.staleness = staleness;
+  return c;
+}
+
+struct Model {
+  Engine e;
+  std::vector<std::vector<ParamId>> params;  // per unit
+  std::vector<double> forward_sums;          // per micro-batch: every parameter the forward read
+
+  Model(const EngineConfig& c, Communicator& comm, bool extra_parameter = false) : e(c, comm) {
+    int p = 0;
+    for (std::size_t u = 0; u < kUnits.size(); ++u) {
+      const UnitId unit = e.add_unit(fmt::format("unit{}", u));
+      params.emplace_back();
+      for (const auto& shape : kUnits[u])
+        params.back().push_back(e.add_parameter(unit, fmt::format("p{}", p++), shape));
+    }
+    if (extra_parameter) e.add_parameter(0, "extra", {3});
+    e.finalize();
+    if (!e.is_parameter_server()) set_parameters(e, params, sine_init_value);
+  }
+
+  void step(int s) {
+    for (int m = 0; m < e.config().gradient_accumulation_steps; ++m) {
+      double sum = 0;
+      for (UnitId u = 0; u < static_cast<UnitId>(params.size()); ++u) {
+        e.unshard(u);
+        for (ParamId id : params[static_cast<std::size_t>(u)]) {
+          const std::span<const float> v = e.param(id);
+          for (float x : v) sum += x;
+        }
+        e.reshard(u);
+      }
+      forward_sums.push_back(sum);
+      for (UnitId u = static_cast<UnitId>(params.size()) - 1; u >= 0; --u) {
+        e.unshard(u);
+        for (ParamId id : params[static_cast<std::size_t>(u)]) {
+          const std::span<float> g = e.grad(id);
+          for (std::size_t i = 0; i < g.size(); ++i) g[i] += cosine_grad_value(s, m, e.rank(), id, i);
+        }
+        e.reduce_gradients(u);
+        e.reshard(u);
+      }
+      e.step();
+    }
+  }
+
+  std::vector<std::vector<float>> gathered() {
+    std::vector<std::vector<float>> out;
+    for (const auto& list : params) {
+      for (ParamId id : list) out.push_back(e.gather_parameter(id));
+    }
+    return out;
+  }
+};
+
+// What the workers saw and ended with.
+struct Run {
+  std::vector<double> forward_sums;
+  std::vector<std::vector<float>> params;
+};
+
+// `steps` steps; after step `reset_at` (0: never) parameter p1 is set
+// again on every worker. On a server: serve() until the workers end.
+std::optional<Run> train(const EngineConfig& c, Communicator& comm, int steps, int reset_at = 0) {
+  Model m(c, comm);
+  if (m.e.is_parameter_server()) {
+    m.e.serve();
+    return std::nullopt;
+  }
+  for (int s = 1; s <= steps; ++s) {
+    m.step(s);
+    if (s == reset_at) {
+      std::vector<float> v(m.e.layout().param(1).numel);
+      for (std::size_t i = 0; i < v.size(); ++i) v[i] = 0.25f - 0.01f * static_cast<float>(i % 13);
+      m.e.set_parameter(1, v);
+    }
+  }
+  return Run{m.forward_sums, m.gathered()};
+}
+
+// The workers' communicator as the default placement makes it: the first
+// world - S ranks (null on a server).
+std::unique_ptr<Communicator> workers_of(int servers) {
+  const bool server = world().rank() >= world().world_size() - servers;
+  auto comm = world().split(server ? 1 : 0, world().rank());
+  if (server) return nullptr;
+  return comm;
+}
+
+}  // namespace
+
+TEST_CASE("parameter_server: synchronous servers train bitwise as the all-reduce engine") {
+  const int N = world().world_size();
+  for (int servers = 1; servers <= 2 && servers < N; ++servers) {
+    const std::unique_ptr<Communicator> workers = workers_of(servers);
+    for (int stage = 1; stage <= 3; ++stage) {
+      for (const bool nvme : {false, true}) {
+        for (const int accumulation : {1, 2}) {
+          if (accumulation == 2 && (nvme || stage != 2)) continue;  // one accumulating case
+          CAPTURE(servers);
+          CAPTURE(stage);
+          CAPTURE(nvme);
+          CAPTURE(accumulation);
+          const EngineConfig ps = config(stage, nvme, accumulation, servers, 0);
+          EngineConfig plain = ps;
+          plain.parameter_server = ParameterServerConfig{};
+          const std::optional<Run> got = train(ps, world(), 4, 2);
+          if (workers == nullptr) {
+            CHECK(!got.has_value());
+            continue;
+          }
+          const std::optional<Run> want = train(plain, *workers, 4, 2);
+          REQUIRE(got.has_value());
+          CHECK(got->forward_sums == want->forward_sums);
+          CHECK(got->params == want->params);
+          // The run trained: the last forward read other values than the first.
+          CHECK(got->forward_sums.front() != got->forward_sums.back());
+        }
+      }
+    }
+  }
+  world().barrier();
+}
+
+TEST_CASE("parameter_server: with staleness s the forward of step k reads the parameters of step k - s") {
+  const int N = world().world_size();
+  const int servers = 1;
+  const std::unique_ptr<Communicator> workers = workers_of(servers);
+  for (const int stage : {1, 3}) {
+    // The gradients do not depend on the parameters, so the servers' updates
+    // are the synchronous run's, s steps late on the workers.
+    const std::optional<Run> sync = train(config(stage, false, 1, servers, 0), world(), 6);
+    for (const int s : {1, 2, 4}) {
+      CAPTURE(stage);
+      CAPTURE(s);
+      const std::optional<Run> stale = train(config(stage, false, 1, servers, s), world(), 6);
+      if (workers == nullptr) continue;
+      REQUIRE(stale->forward_sums.size() == sync->forward_sums.size());
+      for (std::size_t k = 0; k < stale->forward_sums.size(); ++k) {
+        const std::size_t version = k >= static_cast<std::size_t>(s) ? k - static_cast<std::size_t>(s) : 0;
+        CHECK(stale->forward_sums[k] == sync->forward_sums[version]);
+      }
+      // The gather installs every pull in flight: the servers' last update.
+      CHECK(stale->params == sync->params);
+    }
+  }
+  (void)N;
+  world().barrier();
+}
+
+TEST_CASE("parameter_server: roles, the workers' world and the refused calls") {
+  const int N = world().world_size();
+  EngineConfig c = config(2, false, 1, 1, 0);
+  {
+    Model m(c, world());  // its workers say goodbye when it goes, ending serve()
+    CHECK(m.e.is_parameter_server() == (world().rank() == N - 1));
+    if (m.e.is_parameter_server()) {
+      CHECK_THROWS_AS(m.e.step(), InvariantError);
+      m.e.serve();
+    } else {
+      CHECK(m.e.world_size() == N - 1);
+      CHECK(m.e.rank() == world().rank());
+      CHECK_THROWS_WITH_AS(m.e.save_checkpoint((swap_root() / "ckpt").string(), {}),
+                           doctest::Contains("parameter_server.servers"), ConfigError);
+      CHECK_THROWS_AS(m.e.serve(), InvariantError);
+    }
+  }
+  world().barrier();
+}
+
+TEST_CASE("parameter_server: bad configurations name their key") {
+  const auto parse = [](const std::string& text) {
+    return EngineConfig::from_json(nlohmann::json::parse(text), "ps.json");
+  };
+  CHECK_THROWS_WITH_AS(
+      parse(R"({"zero_optimization": {"stage": 2}, "parameter_server": {"servers": 1, "staleness": -1}})"),
+      doctest::Contains("\"parameter_server.staleness\" = -1"), ConfigError);
+  CHECK_THROWS_WITH_AS(parse(R"({"zero_optimization": {"stage": 2}, "parameter_server": {"servers": -2}})"),
+                       doctest::Contains("\"parameter_server.servers\" = -2"), ConfigError);
+  CHECK_THROWS_WITH_AS(parse(R"({"zero_optimization": {"stage": 0}, "parameter_server": {"servers": 1}})"),
+                       doctest::Contains("zero_optimization.stage 1, 2 or 3"), ConfigError);
+  CHECK_THROWS_WITH_AS(
+      parse(R"({"bf16": {"enabled": true}, "zero_optimization": {"stage": 2}, "parameter_server": {"servers": 1}})"),
+      doctest::Contains("needs fp32 training"), ConfigError);
+  CHECK_THROWS_WITH_AS(
+      parse(R"({"zero_optimization": {"stage": 2}, "parameter_server": {"servers": 1, "placement": [3]}})"),
+      doctest::Contains("parameter_server.placement"), ConfigError);
+  // World-dependent: no worker left, a host that runs no rank.
+  const int N = world().world_size();
+  EngineConfig all = config(2, false, 1, N, 0);
+  const std::string no_worker = fmt::format("\"parameter_server.servers\" = {}", N);
+  CHECK_THROWS_WITH_AS(Engine(all, world()), doctest::Contains(no_worker.c_str()), ConfigError);
+  EngineConfig nowhere = config(2, false, 1, 1, 0);
+  nowhere.parameter_server.placement = {"no-such-host.invalid"};
+  CHECK_THROWS_WITH_AS(Engine(nowhere, world()),
+                       doctest::Contains("\"parameter_server.placement\"[0] = \"no-such-host.invalid\""), ConfigError);
+  // This host: its lowest rank serves.
+  EngineConfig here = config(2, false, 1, 1, 0);
+  here.parameter_server.placement = {this_host_id()};
+  {
+    ParameterServerRoles roles(world(), here.parameter_server, "test");
+    CHECK(roles.servers() == 1);
+    CHECK(roles.server_rank(0) == 0);
+    CHECK(roles.is_server() == (world().rank() == 0));
+    CHECK(roles.workers() == N - 1);
+    if (N > 1) CHECK(roles.worker_rank(0) == 1);
+  }
+  world().barrier();
+}
+
+TEST_CASE("parameter_server: a server that declared another model is named on every worker") {
+  EngineConfig c = config(2, false, 1, 1, 0);
+  const bool server = world().rank() == world().world_size() - 1;
+  if (server) {
+    Model m(c, world(), true);
+    m.e.serve();  // returns once the workers' engines are gone
+  } else {
+    CHECK_THROWS_WITH(Model(c, world()), doctest::Contains("declared another model than the server's"));
+  }
+  world().barrier();
+}
