@@ -5,6 +5,7 @@
 // parameters set mid-run); with staleness s the forward of step k reads
 // exactly the parameters of step k - s, and a gather installs the newest;
 // roles follow the config; bad configs and another model are named.
+#include <cerrno>
 #include <cmath>
 #include <filesystem>
 #include <optional>
@@ -15,8 +16,11 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
+#include "comm/collective_error.h"
 #include "comm/node_groups.h"
+#include "core/memory_ledger.h"
 #include "core/error.h"
+#include "offload/io/fault_injection.h"
 #include "runtime/engine/engine.h"
 #include "runtime/ps/ps_roles.h"
 #include "tests/support/test_world.h"
@@ -264,6 +268,60 @@ TEST_CASE("parameter_server: a server that declared another model is named on ev
     m.e.serve();  // returns once the workers' engines are gone
   } else {
     CHECK_THROWS_WITH(Model(c, world()), doctest::Contains("declared another model than the server's"));
+  }
+  world().barrier();
+}
+
+TEST_CASE("parameter_server: the optimizer state is on the servers, in their ledger") {
+  const int N = world().world_size();
+  const EngineConfig c = config(2, false, 1, 1, 0);
+  Model m(c, world());
+  const MemoryLedger& l = m.e.ledger();
+  std::uint64_t padded = 0;
+  for (const UnitInfo& u : m.e.layout().units()) padded += u.padded;
+  if (m.e.is_parameter_server()) {
+    // Every worker's shard: parameters, gradients, exp_avg and exp_avg_sq (fp32).
+    CHECK(l.current(MemCategory::optimizer_states) == 2 * padded * sizeof(float));
+    CHECK(l.current(MemCategory::parameters) == padded * sizeof(float));
+    CHECK(l.current(MemCategory::gradients) == padded * sizeof(float));
+    m.e.serve();
+  } else {
+    CHECK(l.current(MemCategory::optimizer_states) == 0);
+    CHECK(l.current(MemCategory::master_weights) == 0);
+    CHECK(l.current(MemCategory::parameters) == padded * sizeof(float));  // stage 2: full parameters
+    CHECK(l.current(MemCategory::gradients) == padded / static_cast<std::size_t>(N - 1) * sizeof(float));
+    m.step(1);
+  }
+}
+
+TEST_CASE("parameter_server: a server's I/O error is the same error on every worker, s steps later") {
+  const int servers = 1;
+  const bool server = world().rank() >= world().world_size() - servers;
+  for (const int s : {0, 1}) {
+    CAPTURE(s);
+    // The server's first swap write (a worker's first gradient) fails.
+    if (server) inject_io_fault(IoFault{.op = IoOp::write, .nth = 1, .err = EIO});
+    Model m(config(2, true, 1, servers, s), world());
+    if (m.e.is_parameter_server()) {
+      m.e.serve();  // answers every push (with the error) until the workers go
+      clear_io_fault();
+      continue;
+    }
+    int failed_at = 0;
+    std::string what;
+    for (int k = 1; k <= 3 && failed_at == 0; ++k) {
+      try {
+        m.step(k);
+      } catch (const Error& e) {
+        CHECK(dynamic_cast<const AgreedError*>(&e) != nullptr);
+        failed_at = k;
+        what = e.what();
+      }
+    }
+    CHECK(failed_at == 1 + s);
+    CHECK(what.find("parameter server 0") != std::string::npos);
+    CHECK(what.find("'s step 1: ") != std::string::npos);  // the worker whose push arrived first
+    CHECK_THROWS_WITH(m.step(4), doctest::Contains("unusable"));
   }
   world().barrier();
 }
