@@ -21,6 +21,7 @@
 
 #include <CLI/CLI.hpp>
 #include <algorithm>
+#include <array>
 #include <cerrno>
 #include <charconv>
 #include <cstdio>
@@ -77,6 +78,12 @@ struct Options {
   int keep_last = 0;            ///< newest checkpoints kept (0: all)
   bool resume = false;          ///< continue from the latest checkpoint in save_dir
   std::string device = "cpu";   ///< --device: cpu or cuda (compute_device.h)
+  /// --parameter-servers / --staleness: parameter_server.servers and
+  /// .staleness over the config's (-1: the config's).
+  std::int64_t servers = -1;
+  std::int64_t staleness = -1;
+  int slow_rank = -1;        ///< --slow-rank: a straggler among the training ranks (-1: none)
+  double slow_factor = 2.0;  ///< --slow-factor: its compute stretched this many times
 };
 
 /// Hidden layer widths from "1024,1024" (empty string: no hidden layer).
@@ -121,7 +128,34 @@ EngineConfig make_config(const Options& o, int world_size) {
     const std::int64_t steps = o.epochs * (kFashionMnistTrainImages / std::max<std::int64_t>(1, global_batch));
     return o.max_steps > 0 ? std::min(steps, o.max_steps) : steps;
   };
-  return make_job_config(o.config, p, std::move(defaults), world_size, unpin_host_engine, steps_for_batch);
+  EngineConfig c = make_job_config(o.config, p, std::move(defaults), world_size, unpin_host_engine, steps_for_batch);
+  if (o.servers >= 0) c.parameter_server.servers = o.servers;
+  if (o.staleness >= 0) c.parameter_server.staleness = o.staleness;
+  c.validate();  // the flags' combinations with the file (fp32, stage >= 1)
+  return c;
+}
+
+/// One line per training rank of a parameter-server run: bytes pushed and
+/// pulled per step, seconds in step() (idle for the others and the
+/// servers), and the mean staleness of its pulls; `figures` holds each
+/// world rank's 7 values (is_server, pushes, bytes pushed, bytes pulled,
+/// engine step seconds, pull wait seconds, mean lag).
+std::string parameter_server_lines(const std::vector<double>& figures, int world, const EngineConfig& c) {
+  std::string out =
+      fmt::format("parameter servers: {}, staleness {}\n", c.parameter_server.servers, c.parameter_server.staleness);
+  for (int r = 0; r < world; ++r) {
+    const double* f = figures.data() + 7 * r;
+    if (f[0] != 0.0) {
+      out += fmt::format("  rank {}: server\n", r);
+      continue;
+    }
+    const double steps = std::max(f[1], 1.0);
+    out += fmt::format(
+        "  rank {}: worker, {:.2f} MB pushed and {:.2f} MB pulled per step, {:.1f} ms per step in step(), "
+        "{:.1f} ms of it waiting for pulls, mean staleness {:.2f} steps\n",
+        r, f[2] / steps / 1e6, f[3] / steps / 1e6, 1e3 * f[4] / steps, 1e3 * f[5] / steps, f[6]);
+  }
+  return out;
 }
 
 /// Rank 0 opens the report file before training, so that a bad path fails
@@ -156,7 +190,12 @@ int run(const Options& o) {
   share_cores_among_ranks(split_by_node(*comm).local_size);
   // Every rank reads the same flags and file: one agreed error, printed once.
   EngineConfig config;
-  run_agreed(*comm, [&] { config = make_config(o, world); });
+  run_agreed(*comm, [&] {
+    config = make_config(o, world);
+    // The batch keys count the ranks that train: the world less the servers.
+    const std::int64_t servers = config.parameter_server.servers;
+    if (servers > 0 && servers < world) config = make_config(o, world - static_cast<int>(servers));
+  });
   std::optional<MachineRates> rates;
   if (!o.config.calibration_path.empty()) rates = MachineRates::from_file(o.config.calibration_path);
   if (rank == 0) print_config_notes("fashion_mnist", config);
@@ -195,16 +234,23 @@ int run(const Options& o) {
   spec.train.keep_last = o.keep_last;
   spec.resume = o.resume;
   spec.device = device;
+  spec.train.slow_rank = o.slow_rank;
+  spec.train.slow_factor = o.slow_factor;
 
   if (rank == 0) {
+    // A parameter-server job's servers train nothing: the batch counts the workers.
+    const std::int64_t servers = config.parameter_server.servers;
+    const std::int64_t trainers = world - servers;
     fmt::print(
-        "fashion_mnist: {} train / {} test images, layers {}, world size {} ({}), {} {}, "
+        "fashion_mnist: {} train / {} test images, layers {}, world size {} ({}{}), {} {}, "
         "micro-batch {} x accumulation {} x {} ranks = global batch {}, device {}{}\n",
         train.size(), test.size(), fmt::join(spec.layer_sizes, "-"), world, comm->backend(),
+        servers > 0 ? fmt::format(", {} parameter servers, staleness {}", servers, config.parameter_server.staleness)
+                    : "",
         o.compare ? "stages 0-3" : fmt::format("stage {}", config.zero.stage), examples::optimizer_summary(config),
-        config.train_micro_batch_size_per_gpu, config.gradient_accumulation_steps, world,
-        config.train_micro_batch_size_per_gpu * config.gradient_accumulation_steps * world,
-        device_text, world > 1 && device == ComputeDevice::cuda ? " on rank 0" : "");
+        config.train_micro_batch_size_per_gpu, config.gradient_accumulation_steps, trainers,
+        config.train_micro_batch_size_per_gpu * config.gradient_accumulation_steps * trainers, device_text,
+        world > 1 && device == ComputeDevice::cuda ? " on rank 0" : "");
     std::fflush(stdout);
   }
 
@@ -229,20 +275,40 @@ int run(const Options& o) {
                                       current_per_rank(r.ranks)));
       }
       write_text_atomically(chart_path(o.report_path, "memory"), stacked_bar_svg(panels));
+      write_json_file(o.report_path, report);
     }
   } else {
     LedgerFigures mine;
     std::string table, predicted;
     nlohmann::json observe;
+    ParameterServerClientStats ps;
     const RunOutcome outcome = train_fresh(config, *comm, train, test, spec, [&](Engine& engine) {
       mine = LedgerFigures::of(engine.ledger());
       table = engine.ledger().table(
           fmt::format("memory ledger, rank {} of {}, stage {}", rank, world, engine.stage()));
+      if (engine.is_parameter_server()) return;
       observe = finish_observed_run(engine);
       if (rates) predicted = predicted_beside_measured(engine, *rates);
+      ps = engine.parameter_server_stats();
     });
     const auto all = gather_ledger_figures(*comm, mine);
-    if (rank == 0) {
+    // The first training rank reports (a parameter server trains nothing).
+    std::vector<double> ps_figures(7 * static_cast<std::size_t>(world));
+    if (config.parameter_server.enabled()) {
+      double lag = 0;
+      for (std::int64_t l : ps.lags) lag += static_cast<double>(l);
+      const std::array<double, 7> mine_ps = {outcome.server ? 1.0 : 0.0,
+                                             static_cast<double>(ps.pushes),
+                                             static_cast<double>(ps.bytes_pushed),
+                                             static_cast<double>(ps.bytes_pulled),
+                                             outcome.result.engine_step_seconds,
+                                             ps.wait_s,
+                                             ps.lags.empty() ? 0.0 : lag / static_cast<double>(ps.lags.size())};
+      comm->all_gather(mine_ps.data(), ps_figures.data(), mine_ps.size(), DType::f64);
+    }
+    int printer = 0;
+    while (printer < world && ps_figures[7 * static_cast<std::size_t>(printer)] != 0.0) ++printer;
+    if (rank == printer) {
       fmt::print("final test accuracy {:.4f} after {} optimizer steps, {:.1f} s\n\n{}",
                  outcome.result.final_accuracy, outcome.result.optimizer_steps,
                  outcome.result.wall_seconds, table);
@@ -255,6 +321,7 @@ int run(const Options& o) {
       for (const LedgerFigures& f : all) states.push_back(f.now(MemCategory::optimizer_states));
       fmt::print("optimizer-state bytes per rank ({} states): {}\n",
                  state_dtype_name(config.optimizer.states.dtype), fmt::join(states, " "));
+      if (config.parameter_server.enabled()) fmt::print("{}", parameter_server_lines(ps_figures, world, config));
     }
     nlohmann::json per_rank = nlohmann::json::array();
     for (const LedgerFigures& f : all) per_rank.push_back(f.model_state);
@@ -269,16 +336,19 @@ int run(const Options& o) {
     report["optimizer_state_bytes_per_rank"] = state_bytes;
     report["optimizer_state_format"] = std::string(state_dtype_name(config.optimizer.states.dtype));
     report["observe"] = observe;
-    if (rank == 0 && !o.report_path.empty()) {
+    report["engine_step_seconds"] = outcome.result.engine_step_seconds;
+    if (config.parameter_server.enabled()) report["parameter_server_figures"] = ps_figures;
+    report["printer_rank"] = printer;
+    if (rank == printer && !o.report_path.empty()) {
       const std::string what = fmt::format("stage {}, {} ranks", config.zero.stage, world);
       write_text_atomically(chart_path(o.report_path, "memory"),
                             stacked_bar_svg(memory_chart(what + ": memory per rank", current_per_rank(all))));
       write_text_atomically(chart_path(o.report_path, "steps"),
                             stacked_bar_svg(step_chart(what + ": mean step time per rank", observe)));
       write_monitor_charts(o.report_path, config.observe.csv_monitor, "fashion_mnist, " + what);
+      write_json_file(o.report_path, report);
     }
   }
-  if (rank == 0 && !o.report_path.empty()) write_json_file(o.report_path, report);
   std::fflush(stdout);
   return 0;
 }
@@ -360,6 +430,22 @@ int main(int argc, char** argv) {
                  "swap folder of --compare-stages' nvme offload row (\"\": leave the row out); offload "
                  "for a single run is set in --config (zero_optimization.offload_optimizer/offload_param)")
       ->capture_default_str();
+  auto* servers = app.add_option("--parameter-servers", o.servers,
+                                 "parameter_server.servers: this many ranks (the last ones) hold the optimizer "
+                                 "state and serve the others, which train (runtime/ps/param_server.h)")
+                      ->check(CLI::NonNegativeNumber);
+  app.add_option("--staleness", o.staleness,
+                 "parameter_server.staleness: after step k the workers train on the parameters of step k - s "
+                 "(0: synchronous)")
+      ->check(CLI::NonNegativeNumber);
+  app.add_option("--slow-rank", o.slow_rank,
+                 "a straggler: this training rank sleeps after each micro-batch's compute so that it takes "
+                 "--slow-factor times as long (-1: none)")
+      ->capture_default_str();
+  app.add_option("--slow-factor", o.slow_factor, "how much slower --slow-rank computes")
+      ->capture_default_str()
+      ->check(CLI::Range(1.0, 100.0));
+  app.get_option("--compare-stages")->excludes(servers);
   app.add_option("--device", o.device,
                  "where the MLP's forward and backward run: cpu (OpenBLAS) or cuda (cuBLAS, one "
                  "GPU per rank chosen by the node-local rank; the Engine stays in host memory)")

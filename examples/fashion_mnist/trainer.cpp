@@ -1,12 +1,14 @@
 #include "examples/fashion_mnist/trainer.h"
 
 #include <fmt/format.h>
+#include <thread>
 
 #include <algorithm>
 #include <array>
 #include <chrono>
 #include <memory>
 #include <optional>
+#include <thread>
 
 #include "core/error.h"
 #include "examples/report/plan_lines.h"
@@ -163,10 +165,17 @@ TrainResult Trainer::run() {
       const auto step_start = Clock::now();
       for (std::size_t k = 0; k < accumulation; ++k) {
         gather_samples(train_, sampler_.micro_batch(step, k), x, y);
+        const auto compute_start = Clock::now();
         const double loss = mlp_.forward_backward(x, y, micro);
+        if (comm_.rank() == options_.slow_rank && options_.slow_factor > 1.0) {
+          const double took = seconds_since(compute_start);
+          std::this_thread::sleep_for(std::chrono::duration<double>(took * (options_.slow_factor - 1.0)));
+        }
         engine_.report_loss(loss);  // the csv_monitor's train_loss (rank 0's)
         step_loss += loss;
+        const auto engine_start = Clock::now();
         sr = engine_.step();
+        result.engine_step_seconds += seconds_since(engine_start);
         ++micro_count;
       }
       result.step_seconds.push_back(seconds_since(step_start));
@@ -265,13 +274,23 @@ double median_step_seconds(const TrainResult& result, std::size_t warmup) {
   return 0.5 * (*mid + *std::max_element(t.begin(), mid));
 }
 
-RunOutcome train_fresh(const EngineConfig& config, Communicator& comm, const LabeledImages& train,
-                       const LabeledImages& test, const RunSpec& spec,
-                       const std::function<void(Engine&)>& after) {
-  Engine engine(config, comm);
+RunOutcome train_fresh(const EngineConfig& config, Communicator& world, const LabeledImages& train,
+                       const LabeledImages& test, const RunSpec& spec, const std::function<void(Engine&)>& after) {
+  Engine engine(config, world);
   Mlp mlp(engine, spec.layer_sizes,
           std::max(std::size_t(config.train_micro_batch_size_per_gpu), spec.train.eval_batch));
   engine.finalize();
+  RunOutcome outcome;
+  outcome.num_parameters = mlp.num_parameters();
+  if (engine.is_parameter_server()) {
+    // [Note: parameter-server layout]: this rank's loop is the server's.
+    outcome.server = true;
+    engine.serve();
+    if (after) after(engine);
+    return outcome;
+  }
+  // The ranks that train (a parameter-server job's workers).
+  Communicator& comm = engine.dp_communicator();
   if (comm.rank() == 0 && spec.train.print_epochs) {
     fmt::print("{}", estimate_beside_ledger(engine));
     std::fflush(stdout);
@@ -292,11 +311,8 @@ RunOutcome train_fresh(const EngineConfig& config, Communicator& comm, const Lab
     options.seed = r.seed;
   }
   const std::unique_ptr<Classifier> on_device = make_device_classifier(mlp, spec.device);
-  Trainer trainer(engine, on_device ? *on_device : static_cast<Classifier&>(mlp), comm, train, test,
-                  options);
-  RunOutcome outcome;
+  Trainer trainer(engine, on_device ? *on_device : static_cast<Classifier&>(mlp), comm, train, test, options);
   outcome.result = trainer.run();
-  outcome.num_parameters = mlp.num_parameters();
   if (after) after(engine);
   return outcome;
 }

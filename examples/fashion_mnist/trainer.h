@@ -38,6 +38,12 @@ struct TrainOptions {
   std::int64_t save_every = 0;       ///< also save every this many optimizer steps (0: only at the end)
   int keep_last = 0;                 ///< keep the newest this many checkpoints (0: all)
   DataPosition start;                ///< where training starts (a resumed run: the saved position)
+  /// --slow-rank / --slow-factor: the rank (of the trainer's communicator)
+  /// whose compute of every micro-batch is stretched to slow_factor times
+  /// its length by a sleep after it: a straggler for the benchmarks (-1:
+  /// none).
+  int slow_rank = -1;
+  double slow_factor = 1.0;
 };
 
 /// Figures of one epoch, identical on every rank (reduced over ranks).
@@ -65,6 +71,10 @@ struct TrainResult {
   /// its first micro-batch's forward to its boundary step() returning
   /// (logging, checkpoints and evaluation excluded).
   std::vector<double> step_seconds;
+  /// Seconds this rank spent inside engine.step() (the reductions' and
+  /// the parameter servers' waits, the update): where a fast rank idles
+  /// for a slow one.
+  double engine_step_seconds = 0.0;
   /// This rank's step breakdown of each optimizer step of this run
   /// (Engine::last_step_figures(), ms; [Note: step breakdown]); empty
   /// unless wall_clock_breakdown or zeroshard.trace is on.
@@ -139,9 +149,12 @@ double median_step_seconds(const TrainResult& result, std::size_t warmup);
 struct RunOutcome {
   TrainResult result;
   std::size_t num_parameters = 0;  ///< Psi
+  /// This rank was a parameter server (config.parameter_server): it served
+  /// the workers and trained nothing (`result` is empty).
+  bool server = false;
 };
 
-/// Builds a fresh Engine (config over comm), an Mlp declared in it and
+/// Builds a fresh Engine (config over `world`), an Mlp declared in it and
 /// initialised from spec.init_seed, computed on spec.device
 /// (make_device_classifier), trains it with a Trainer and returns the
 /// figures; `after` (if set) is called with the engine after training, before
@@ -151,9 +164,11 @@ struct RunOutcome {
 /// rank 0 prints "resumed from DIR/TAG at epoch E step S (saved by N ranks,
 /// now M)". Collective. Throws what the Engine throws (ConfigError for a
 /// config the world size cannot run), what resume_latest throws, and what
-/// make_device_classifier throws.
-RunOutcome train_fresh(const EngineConfig& config, Communicator& comm, const LabeledImages& train,
-                       const LabeledImages& test, const RunSpec& spec,
-                       const std::function<void(Engine&)>& after = {});
+/// make_device_classifier throws. With config.parameter_server the
+/// training runs on the engine's workers (Engine::dp_communicator); a
+/// server rank serves until they end, calls `after` and returns an outcome
+/// marked `server`.
+RunOutcome train_fresh(const EngineConfig& config, Communicator& world, const LabeledImages& train,
+                       const LabeledImages& test, const RunSpec& spec, const std::function<void(Engine&)>& after = {});
 
 }  // namespace zeroshard::examples

@@ -127,7 +127,12 @@ void refuse_parameter_server(const EngineConfig& config, const char* where) {
 std::unique_ptr<ParameterServerRoles> make_roles(const EngineConfig& config, Communicator& comm) {
   if (!config.parameter_server.enabled()) return nullptr;
   config.validate();  // the same problems on every rank, before the split's collectives
-  return std::make_unique<ParameterServerRoles>(comm, config.parameter_server, config.source);
+  // Every rank reaches the same roles or the same error: agreed, so that a
+  // job reports it once.
+  std::unique_ptr<ParameterServerRoles> roles;
+  run_agreed(comm,
+             [&] { roles = std::make_unique<ParameterServerRoles>(comm, config.parameter_server, config.source); });
+  return roles;
 }
 
 // The configuration a rank's EngineState keeps: a parameter-server worker
@@ -517,6 +522,15 @@ void refuse_with_servers(const EngineState& s, const char* call) {
 }
 
 bool Engine::is_parameter_server() const { return roles_ != nullptr && roles_->is_server(); }
+
+ParameterServerClientStats Engine::parameter_server_stats() const {
+  return s_->ps_client ? s_->ps_client->stats() : ParameterServerClientStats{};
+}
+
+Communicator& Engine::dp_communicator() {
+  if (roles_ != nullptr) return roles_->group();
+  return s_->comms.raw_dp();
+}
 
 void Engine::serve() {
   EngineState& s = *s_;

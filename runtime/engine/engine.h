@@ -30,13 +30,14 @@
 
 #include <nlohmann/json.hpp>
 
-#include "runtime/update/param_group.h"
 #include "comm/communicator.h"
-#include "runtime/config/config.h"
-#include "runtime/sharding/flat_layout.h"
-#include "runtime/observe/step_breakdown.h"
 #include "core/memory_ledger.h"
 #include "core/tracer.h"
+#include "runtime/config/config.h"
+#include "runtime/observe/step_breakdown.h"
+#include "runtime/ps/ps_messages.h"
+#include "runtime/sharding/flat_layout.h"
+#include "runtime/update/param_group.h"
 
 // [Note: gradient semantics]
 // engine.grad(p) is an accumulation buffer, as torch's param.grad: code adds
@@ -665,6 +666,16 @@ class Engine {
   /// True on a server rank of a parameter_server job (whose training-loop
   /// calls throw InvariantError: it runs serve()).
   bool is_parameter_server() const;
+  /// What this parameter-server worker pushed, pulled and waited for, and
+  /// the staleness of each installed pull (runtime/ps/ps_messages.h);
+  /// empty on a server, before finalize() and without parameter_server.
+  ParameterServerClientStats parameter_server_stats() const;
+  /// The ranks that train together, untraced: on a parameter-server worker
+  /// the workers' group (W ranks, worker index order), where the loop runs
+  /// its own reductions (evaluation counts); on a server the servers'
+  /// group; otherwise the data-parallel communicator the engine was built
+  /// on (the mesh's dp group on a mesh).
+  Communicator& dp_communicator();
   /// A server rank after finalize(): holds its workers' optimizer shards
   /// and answers their pushes until every one of them has destroyed its
   /// engine. Throws InvariantError on a worker or before finalize(),

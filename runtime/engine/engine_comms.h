@@ -60,6 +60,8 @@ class EngineComms {
   /// The data-parallel group, for the arrays' collectives.
   Communicator& dp() { return *dp_; }
   const Communicator& dp() const { return *dp_; }
+  /// The data-parallel group unwrapped (Engine::dp_communicator).
+  Communicator& raw_dp() { return dp_->inner(); }
   /// The data-parallel group's host messages (dp() itself on the cpu device).
   Communicator& host() { return host_ ? *host_ : *dp_; }
   /// On a mesh: the world, the tensor-parallel and the pipeline-parallel

@@ -17,18 +17,6 @@
 
 namespace zeroshard {
 
-/// What a worker sent and waited for (since construction). Plain value.
-struct ParameterServerClientStats {
-  std::int64_t pushes = 0;
-  std::uint64_t bytes_pushed = 0;  ///< gradient and parameter bytes sent to the server
-  std::uint64_t bytes_pulled = 0;  ///< parameter bytes received from it
-  double push_s = 0;               ///< seconds in the pushes' sends
-  double wait_s = 0;               ///< seconds waiting for a pull that was due
-  /// Per installed pull: the step it installed at minus the step it
-  /// updated (the staleness the worker then trained at).
-  std::vector<std::int64_t> lags;
-};
-
 /// The worker side. The store is a cpu engine's (every array host
 /// addressable) at the workers' stage: parameters full at stages 1/2 (this
 /// worker's window w is pushed and pulled), the shard at stage 3;

@@ -16,6 +16,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "runtime/sharding/flat_layout.h"
 
@@ -51,6 +52,18 @@ struct PsStatus {
 
 /// A failed status carrying `text` (cut to fit) for `step`.
 PsStatus ps_error(std::int64_t step, const std::string& text);
+
+/// What a worker sent and waited for (since construction). Plain value.
+struct ParameterServerClientStats {
+  std::int64_t pushes = 0;
+  std::uint64_t bytes_pushed = 0;  ///< gradient and parameter bytes sent to the server
+  std::uint64_t bytes_pulled = 0;  ///< parameter bytes received from it
+  double push_s = 0;               ///< seconds in the pushes' sends
+  double wait_s = 0;               ///< seconds waiting for a pull that was due
+  /// Per installed pull: the step it installed at minus the step it
+  /// updated (the staleness the worker then trained at).
+  std::vector<std::int64_t> lags;
+};
 
 /// FNV-1a over the layout's world size, units' names and element counts
 /// and parameters' names and shapes: equal layouts give equal hashes.
