@@ -135,14 +135,16 @@ EngineConfig make_config(const Options& o, int world_size) {
   return c;
 }
 
-/// One line per training rank of a parameter-server run: bytes pushed and
+/// One line per training rank of a parameter-server run (or of a run with
+/// --slow-rank, whose ranks push nothing): bytes pushed and
 /// pulled per step, seconds in step() (idle for the others and the
 /// servers), and the mean staleness of its pulls; `figures` holds each
-/// world rank's 7 values (is_server, pushes, bytes pushed, bytes pulled,
+/// world rank's 7 values (is_server, optimizer steps of the run, bytes pushed, bytes pulled,
 /// engine step seconds, pull wait seconds, mean lag).
 std::string parameter_server_lines(const std::vector<double>& figures, int world, const EngineConfig& c) {
-  std::string out =
-      fmt::format("parameter servers: {}, staleness {}\n", c.parameter_server.servers, c.parameter_server.staleness);
+  std::string out = c.parameter_server.enabled() ? fmt::format("parameter servers: {}, staleness {}\n",
+                                                               c.parameter_server.servers, c.parameter_server.staleness)
+                                                 : std::string("no parameter servers (all-reduce among the ranks):\n");
   for (int r = 0; r < world; ++r) {
     const double* f = figures.data() + 7 * r;
     if (f[0] != 0.0) {
@@ -294,11 +296,12 @@ int run(const Options& o) {
     const auto all = gather_ledger_figures(*comm, mine);
     // The first training rank reports (a parameter server trains nothing).
     std::vector<double> ps_figures(7 * static_cast<std::size_t>(world));
-    if (config.parameter_server.enabled()) {
+    const bool per_rank_lines = config.parameter_server.enabled() || o.slow_rank >= 0;
+    if (per_rank_lines) {
       double lag = 0;
       for (std::int64_t l : ps.lags) lag += static_cast<double>(l);
       const std::array<double, 7> mine_ps = {outcome.server ? 1.0 : 0.0,
-                                             static_cast<double>(ps.pushes),
+                                             static_cast<double>(outcome.result.step_seconds.size()),
                                              static_cast<double>(ps.bytes_pushed),
                                              static_cast<double>(ps.bytes_pulled),
                                              outcome.result.engine_step_seconds,
@@ -321,7 +324,7 @@ int run(const Options& o) {
       for (const LedgerFigures& f : all) states.push_back(f.now(MemCategory::optimizer_states));
       fmt::print("optimizer-state bytes per rank ({} states): {}\n",
                  state_dtype_name(config.optimizer.states.dtype), fmt::join(states, " "));
-      if (config.parameter_server.enabled()) fmt::print("{}", parameter_server_lines(ps_figures, world, config));
+      if (per_rank_lines) fmt::print("{}", parameter_server_lines(ps_figures, world, config));
     }
     nlohmann::json per_rank = nlohmann::json::array();
     for (const LedgerFigures& f : all) per_rank.push_back(f.model_state);
@@ -337,7 +340,7 @@ int run(const Options& o) {
     report["optimizer_state_format"] = std::string(state_dtype_name(config.optimizer.states.dtype));
     report["observe"] = observe;
     report["engine_step_seconds"] = outcome.result.engine_step_seconds;
-    if (config.parameter_server.enabled()) report["parameter_server_figures"] = ps_figures;
+    if (per_rank_lines) report["parameter_server_figures"] = ps_figures;
     report["printer_rank"] = printer;
     if (rank == printer && !o.report_path.empty()) {
       const std::string what = fmt::format("stage {}, {} ranks", config.zero.stage, world);

@@ -1,0 +1,75 @@
+#!/usr/bin/env bash
+# The parameter-server layout with a straggler, on test hosts
+# (scripts/testbed; [Note: parameter-server layout] in
+# runtime/ps/param_server.h). Usage:
+#   bench/ps/run_bench.sh BUILD_ROOT [EPOCHS]
+# Three test hosts: zs-host0 runs the server (parameter_server.placement),
+# zs-host1 and zs-host2 one worker each; worker 1 computes 2x slower
+# (--slow-rank 1 --slow-factor 2). fashion_mnist at stage 2 (AdamW, micro
+# 32, hidden 1024,1024) for EPOCHS (default 1) with the all-reduce engine
+# on the two worker hosts, synchronous servers, and staleness 1, 2 and 4,
+# in that order; then the table: samples/s, final accuracy, the ratio to
+# synchronous servers, the collectives' bytes per step between hosts (comms
+# log), the bytes each worker pushed and pulled per step, and each worker's
+# time in step() per step (its idle time: waiting for the other worker and
+# the server). Needs root (network namespaces), like the multinode tests.
+set -euo pipefail
+build="${1:?usage: run_bench.sh BUILD_ROOT [EPOCHS]}"
+epochs="${2:-1}"
+src="$(cd "$(dirname "$0")/../.." && pwd)"
+export ZS_TESTBED_PREFIX="${ZS_TESTBED_PREFIX:-zspsb}"
+export ZS_TESTBED_NET="${ZS_TESTBED_NET:-10.213.6}"
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+export OMPI_MCA_rmaps_base_oversubscribe=1 OMPI_MCA_mpi_yield_when_idle=1 OPENBLAS_NUM_THREADS=1
+testbed="$src/scripts/testbed"
+work=$(mktemp -d /tmp/zs-ps-bench.XXXXXX)
+trap '"$testbed" down >/dev/null; rm -rf "$work"' EXIT
+"$testbed" up 3
+python3 "$src/bench/cpu_info.py" 2>/dev/null || true
+
+fm=("$build/examples/fashion_mnist" --epochs "$epochs" --slow-rank 1 --slow-factor 2)
+base='"train_micro_batch_size_per_gpu": 32, "steps_per_print": 100000, "comms_logger": {"enabled": true},
+  "zero_optimization": {"stage": 2}'
+for variant in allreduce sync s1 s2 s4; do
+  case $variant in
+    allreduce) echo "{$base}" >"$work/$variant.json"; hosts=zs-host1:1,zs-host2:1; np=2 ;;
+    sync) s=0 ;;
+    s1) s=1 ;;
+    s2) s=2 ;;
+    s4) s=4 ;;
+  esac
+  if [ "$variant" != allreduce ]; then
+    echo "{$base, \"parameter_server\": {\"servers\": 1, \"staleness\": $s, \"placement\": [\"zs-host0\"]}}" \
+      >"$work/$variant.json"
+    hosts=zs-host0:1,zs-host1:1,zs-host2:1
+    np=3
+  fi
+  echo "== $variant"
+  "$testbed" mpirun -np "$np" --host "$hosts" "${fm[@]}" --config "$work/$variant.json" \
+    --report "$work/$variant.report.json" >"$work/$variant.out" 2>&1 || { tail -20 "$work/$variant.out"; exit 1; }
+  grep -aE "^epoch|^final test|^cross-host|^  rank" "$work/$variant.out"
+done
+
+python3 - "$work" <<'PY'
+import json, sys
+work = sys.argv[1]
+rows = []
+for v in ["allreduce", "sync", "s1", "s2", "s4"]:
+    r = json.load(open(f"{work}/{v}.report.json"))
+    run = r["run"]
+    rate = sum(e["samples"] for e in run["epochs"]) / sum(e["seconds"] for e in run["epochs"])
+    f = r["parameter_server_figures"]
+    workers = [f[7 * i:7 * i + 7] for i in range(len(f) // 7) if f[7 * i] == 0.0]
+    steps = max(run["optimizer_steps"], 1)
+    cross = run.get("cross_host_bytes", {}).get("measured_per_step", -1)
+    rows.append((v, rate, r["final_accuracy"], cross,
+                 [(w[2] + w[3]) / max(w[1], 1) / 1e6 for w in workers],
+                 [1e3 * w[4] / steps for w in workers]))
+sync = rows[1][1]
+print("\n| run | samples/s | x sync servers | final accuracy | collective bytes/step between hosts | "
+      "pushed + pulled MB/step per worker | ms/step in step() per worker |")
+print("|---|---|---|---|---|---|---|")
+for v, rate, acc, cross, mb, idle in rows:
+    print(f"| {v} | {rate:.0f} | {rate / sync:.2f} | {acc:.4f} | {cross} | "
+          f"{' / '.join(f'{x:.2f}' for x in mb)} | {' / '.join(f'{x:.1f}' for x in idle)} |")
+PY
