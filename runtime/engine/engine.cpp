@@ -312,10 +312,18 @@ EngineParts::EngineParts(EngineState& s, const SwapSharers& sharers)
             [&] {
               // The options the memory estimator uses too (runtime/plan/memory_estimate.h).
               const ArrayPlanOptions plan = engine_array_plan_options(s.config, s.rank());
-              return ArrayStoreOptions{.stage = plan.stage, .rank = plan.rank, .dtype = plan.dtype,
-                                       .grad_accum_dtype = plan.grad_accum_dtype, .state_count = plan.state_count, .states = plan.states,
-                                       .muon = plan.muon, .muon_params = plan.muon_params, .offload = plan.offload,
-                                       .swap_sharers = sharers, .source = plan.source};
+              return ArrayStoreOptions{.stage = plan.stage,
+                                       .rank = plan.rank,
+                                       .dtype = plan.dtype,
+                                       .grad_accum_dtype = plan.grad_accum_dtype,
+                                       .state_count = plan.state_count,
+                                       .states = plan.states,
+                                       .muon = plan.muon,
+                                       .muon_params = plan.muon_params,
+                                       .remote_optimizer = plan.remote_optimizer,
+                                       .offload = plan.offload,
+                                       .swap_sharers = sharers,
+                                       .source = plan.source};
             }()),
       link(store, s.comms.host(), s.progress, s.config.gradient_accumulation_steps),
       // The options the memory estimator replays a step with (runtime/plan/memory_estimate.h).
@@ -512,12 +520,12 @@ std::vector<std::byte> gather_host(EngineState& s, UnitId u, const void* shard, 
   return full;
 }
 
-void refuse_with_servers(const EngineState& s, const char* call) {
+void refuse_with_servers(const EngineState& s, const char* call, const char* why) {
   if (s.roles != nullptr) {
     throw ConfigError(
-        fmt::format("{}: {} with \"parameter_server.servers\" = {}: checkpoints of the "
-                    "parameter-server layout are not available in this build",
-                    s.config.source, call, s.config.parameter_server.servers));
+        fmt::format("{}: {} with \"parameter_server.servers\" = {}: not available for the "
+                    "parameter-server layout ({})",
+                    s.config.source, call, s.config.parameter_server.servers, why));
   }
 }
 
@@ -645,6 +653,7 @@ int Engine::pp_rank() const { return s_->comms.pp_rank(); }
 
 std::vector<float> Engine::optimizer_state(UnitId u, int index) const {
   EngineState& s = *s_;
+  refuse_with_servers(s, "optimizer_state()", "the optimizer state is on the servers; a checkpoint holds it");
   const int states = s.store().options().state_count;
   ZS_CHECK(index >= 0 && index < states, "optimizer state index {} out of range ({} states)", index, states);
   join_deferred_step(s);

@@ -282,6 +282,7 @@ bool has_nvme_array(EngineState& s, UnitId u) {
   const ArrayStore& store = s.store();
   if (store.tier(u, {ArrayKind::params}) == MemTier::nvme) return true;
   if (s.mixed() && store.tier(u, {ArrayKind::master}) == MemTier::nvme) return true;
+  if (store.options().remote_optimizer) return false;  // on the parameter server
   for (int k = 0; k < store.states(u).arrays(); ++k) {
     if (store.tier(u, {ArrayKind::state, k}) == MemTier::nvme) return true;
   }
@@ -366,6 +367,16 @@ void commit_unit(EngineState& s, UnitId u, LoadedUnit& lu) {
   ArrayStore& store = s.store();
   store.zero_grads(u);
   store.store(u, {ArrayKind::params}, lu.params.data());
+  if (ParameterServerClient* client = s.ps_client.get()) {
+    // [Note: parameter-server layout]: the master values (the parameters
+    // in fp32 training) and the states of this rank's window go to its
+    // server.
+    const std::size_t shard = s.info(u).shard;
+    const float* params = lu.params.as<float>() + (s.stage() < 3 ? static_cast<std::size_t>(s.rank()) * shard : 0);
+    client->put_piece(std::as_bytes(std::span<const float>(params, shard)));
+    for (const std::vector<std::byte>& state : lu.states) client->put_piece(state);
+    return;
+  }
   if (s.mixed()) store.store(u, {ArrayKind::master}, lu.master.data());
   for (std::size_t k = 0; k < lu.states.size(); ++k) {
     store.store(u, {ArrayKind::state, static_cast<int>(k)}, lu.states[k].data());
@@ -450,8 +461,9 @@ std::string newest_common_tag(EngineState& s, const std::string& mesh_save_dir) 
 
 json Engine::load_checkpoint(const std::string& mesh_save_dir, const std::string& tag_in) {
   EngineState& s = *s_;
-  refuse_with_servers(s, "load_checkpoint()");
   finish_async_checkpoint(s);  // a save in flight commits first: the load may be of it
+  // Pulls in flight would overwrite what the load restores.
+  if (s.finalized()) settle_parameter_server(s, "load_checkpoint()");
   discard_deferred_step(s);    // the load replaces what it wrote, or failed to
   std::string chosen = tag_in;
   if (tag_in.empty() && mesh_checkpoint_root(s.comms.mesh_position(), mesh_save_dir) != mesh_save_dir) {
@@ -551,11 +563,18 @@ json Engine::load_checkpoint(const std::string& mesh_save_dir, const std::string
         s, fmt::format("load_checkpoint(\"{}\")", dir),
         [&] {
           begin_commit(s);
-          for (std::size_t u = 0; u < loaded.size(); ++u) {
-            if (streamed[u]) loaded[u] = read_unit(s, m, names, reader, u);
-            commit_unit(s, static_cast<UnitId>(u), loaded[u]);
-            loaded[u] = LoadedUnit{};
+          if (s.ps_client) s.ps_client->begin_put_state();
+          try {
+            for (std::size_t u = 0; u < loaded.size(); ++u) {
+              if (streamed[u]) loaded[u] = read_unit(s, m, names, reader, u);
+              commit_unit(s, static_cast<UnitId>(u), loaded[u]);
+              loaded[u] = LoadedUnit{};
+            }
+          } catch (...) {
+            if (s.ps_client) s.ps_client->abort_put_state();  // the server's stream ends too
+            throw;
           }
+          if (s.ps_client) s.ps_client->end_put_state();
         },
         true);
     s.unusable.clear();

@@ -7,18 +7,18 @@
 namespace zeroshard {
 
 ArrayPlanOptions engine_array_plan_options(const EngineConfig& config, int rank) {
-  return ArrayPlanOptions{
-      .stage = config.zero.stage,
-      .rank = rank,
-      .dtype = config.compute_dtype,
-      .grad_accum_dtype = config.accumulation_dtype(),
-      // A parameter-server worker's states are on its server.
-      .state_count = config.parameter_server.enabled() ? 0 : optimizer_state_count(config.optimizer),
-      .states = config.optimizer.states,
-      .muon = config.optimizer.kind == OptimizerKind::muon,
-      .muon_params = config.optimizer.muon.params,
-      .offload = config.offload,
-      .source = config.source};
+  return ArrayPlanOptions{.stage = config.zero.stage,
+                          .rank = rank,
+                          .dtype = config.compute_dtype,
+                          .grad_accum_dtype = config.accumulation_dtype(),
+                          .state_count = optimizer_state_count(config.optimizer),
+                          .states = config.optimizer.states,
+                          .muon = config.optimizer.kind == OptimizerKind::muon,
+                          .muon_params = config.optimizer.muon.params,
+                          // A parameter-server worker's states are on its server.
+                          .remote_optimizer = config.parameter_server.enabled(),
+                          .offload = config.offload,
+                          .source = config.source};
 }
 
 GradReducerOptions engine_grad_reducer_options(const EngineConfig& config, int world_size) {

@@ -13,8 +13,9 @@
 namespace zeroshard {
 
 /// The array-plan options an Engine with `config` uses on `rank`: stage,
-/// compute dtype, accumulation dtype, optimizer_state_count(config.optimizer) (0 on a
-/// parameter-server worker: parameter_server.servers > 0), offload and
+/// compute dtype, accumulation dtype, optimizer_state_count(config.optimizer),
+/// remote_optimizer on a parameter-server worker (parameter_server.servers
+/// > 0), offload and
 /// source. The Engine's finalize() builds its ArrayStore from these.
 ArrayPlanOptions engine_array_plan_options(const EngineConfig& config, int rank);
 

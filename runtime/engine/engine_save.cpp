@@ -250,8 +250,39 @@ void check_and_sink(const std::byte* data, std::size_t bytes, FiniteCheck check,
 
 }  // namespace
 
+// produce_rank_file of a parameter-server worker: its windows of the
+// master values and optimizer states, as its server holds them for its
+// rank ([Note: parameter-server layout]), in the same order and checks.
+void produce_server_rank_file(EngineState& s, const Manifest& m, const std::string& file, const ByteSink& sink,
+                              const std::function<void(UnitId)>& after_unit) {
+  const int r = s.rank();
+  auto expected = [&](UnitId u, int k) -> std::uint64_t {
+    if (k < 0) return s.info(u).shard * sizeof(float);
+    return s.optimizer.state_window_range(s.store(), u, k, r).second;
+  };
+  s.ps_client->fetch_state(expected, [&](UnitId u, int k, std::span<const std::byte> bytes) {
+    if (k < 0) {
+      const StateSource source{.file = file,
+                               .m = &m,
+                               .unit = static_cast<std::size_t>(u),
+                               .tensor = "master",
+                               .first = static_cast<std::uint64_t>(r) * s.info(u).shard,
+                               .stride = 1};
+      check_and_sink(bytes.data(), bytes.size(), FiniteCheck::f32, source, sink);
+    } else {
+      check_and_sink(bytes.data(), bytes.size(), state_check(s.store().states(u), k), state_source(s, m, u, k, file),
+                     sink);
+    }
+    if (k + 1 == s.store().states(u).arrays()) after_unit(u);
+  });
+}
+
 void produce_rank_file(EngineState& s, const Manifest& m, const std::string& file, const ByteSink& sink,
                        const std::function<void(UnitId)>& after_unit, const LinkHook& link) {
+  if (s.ps_client) {
+    produce_server_rank_file(s, m, file, sink, after_unit);
+    return;
+  }
   const int r = s.rank();
   for (UnitId u = 0; u < s.units(); ++u) {
     const std::size_t shard = s.info(u).shard;
@@ -521,12 +552,12 @@ void commit_mesh_save(EngineState& s, const SaveTarget& t, int keep_last) {
 std::string Engine::save_checkpoint(const std::string& mesh_save_dir, const json& client_state, int keep_last,
                                     const std::string& tag_in) {
   EngineState& s = *s_;
-  refuse_with_servers(s, "save_checkpoint()");
   const TraceScope span(s.tracer(), "checkpoint_save", TraceThread::engine, TimeCategory::checkpoint, tag_in);
   finish_async_checkpoint(s);  // a save in flight commits first
   // A failure in one (pipeline stage, tp rank)'s group ends every rank of the mesh together.
   const SaveTarget t = s.comms.agreed_over_world([&] {
     settle_deferred_step(s, "save_checkpoint()");
+    settle_parameter_server(s, "save_checkpoint()");  // the servers' state is the parameters'
     const SaveTarget target = begin_save(s, "save_checkpoint()", mesh_save_dir, tag_in);
     try {
       write_checkpoint(s, target, client_state, keep_last);
@@ -544,6 +575,7 @@ std::string Engine::save_checkpoint(const std::string& mesh_save_dir, const json
 
 std::vector<float> Engine::gather_optimizer_state(ParamId p, int index) {
   EngineState& s = *s_;
+  refuse_with_servers(s, "gather_optimizer_state()", "the optimizer state is on the servers; a checkpoint holds it");
   const ParamInfo& info = s.layout.param(p);
   ZS_CHECK(index >= 0 && index < s.store().options().state_count, "optimizer state index {} out of range", index);
   settle_deferred_step(s, "gather_optimizer_state()");

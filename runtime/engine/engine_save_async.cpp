@@ -218,7 +218,8 @@ std::size_t checkpoint_staging_bytes(const EngineState& s) {
 CheckpointHandle Engine::save_checkpoint_async(const std::string& mesh_save_dir, const json& client_state,
                                                int keep_last, const std::string& tag_in) {
   EngineState& s = *s_;
-  refuse_with_servers(s, "save_checkpoint_async()");
+  refuse_with_servers(s, "save_checkpoint_async()",
+                      "the servers' state travels to the workers' files during the save; use save_checkpoint()");
   AsyncCheckpoint& a = async_state(s);
   if (a.in_flight) {
     if (s.config.checkpoint.in_flight == AsyncInFlight::refuse) {

@@ -210,10 +210,10 @@ void settle_deferred_step(EngineState& s, const char* call);
 /// Collective over the workers then (every worker has the same pulls in
 /// flight); no-op otherwise. Defined in engine_step.cpp.
 void settle_parameter_server(EngineState& s, const char* call);
-/// Throws ConfigError naming parameter_server.servers for `call`, which
-/// the parameter-server layout does not offer (checkpoints). Defined in
+/// Throws ConfigError naming parameter_server.servers and `why` for
+/// `call`, which the parameter-server layout does not offer. Defined in
 /// engine.cpp.
-void refuse_with_servers(const EngineState& s, const char* call);
+void refuse_with_servers(const EngineState& s, const char* call, const char* why);
 /// For calls on one rank that read its arrays (optimizer_state,
 /// param_shard, offload_stats): waits for the deferred step's thread
 /// without closing the step (the next collective call settles it). Throws

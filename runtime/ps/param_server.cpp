@@ -108,6 +108,10 @@ void ParameterServer::serve() {
       any = true;
       if (!h.said_hello) {
         answer_hello(h);
+      } else if (h.push.kind == PsKind::state) {
+        answer_state(h);
+      } else if (h.push.kind == PsKind::put_state) {
+        answer_put_state(h);
       } else if (h.push.kind == PsKind::goodbye) {
         h.done = true;
         --open;
@@ -209,6 +213,83 @@ void ParameterServer::answer_push(Hosted& h, const PsPush& push) {
     world.send(params, n, DType::f32, h.peer);
     stats_.bytes_sent += n * sizeof(float);
   }
+}
+
+void ParameterServer::answer_state(Hosted& h) {
+  Communicator& world = roles_.world();
+  ArrayStore& store = *h.store;
+  auto piece = [&](const void* data, std::uint64_t bytes) {
+    world.send(&bytes, sizeof bytes, DType::u8, h.peer);
+    if (bytes > 0) world.send(data, bytes, DType::u8, h.peer);
+    stats_.bytes_sent += bytes;
+  };
+  try {
+    if (!h.error.empty()) throw Error(h.error);
+    for (UnitId u = 0; u < static_cast<UnitId>(layout_.units().size()); ++u) {
+      HostBuffer holder;
+      piece(store.read(u, {ArrayKind::params}, holder), layout_.unit(u).shard * sizeof(float));
+      for (int k = 0; k < store.states(u).arrays(); ++k) {
+        h.optimizer->with_state_array_window(
+            store, u, k, h.worker, [&](std::span<const std::byte> bytes) { piece(bytes.data(), bytes.size()); });
+      }
+    }
+  } catch (const CommError&) {
+    throw;
+  } catch (const std::exception& e) {
+    // A read failed: the worker learns it in place of the next piece.
+    const std::uint64_t failed = kPsFailed;
+    world.send(&failed, sizeof failed, DType::u8, h.peer);
+    const PsStatus status = ps_error(0, fmt::format("parameter server {} (rank {}), worker {}'s optimizer state: {}",
+                                                    roles_.index(), world.rank(), h.worker, e.what()));
+    world.send(&status, sizeof status, DType::u8, h.peer);
+  }
+}
+
+void ParameterServer::answer_put_state(Hosted& h) {
+  Communicator& world = roles_.world();
+  ArrayStore& store = *h.store;
+  std::string error;
+  std::vector<std::byte> buf;
+  bool aborted = false;  // the worker's load failed: no more pieces come
+  // Every piece is received whatever fails, so that the stream ends in step.
+  auto piece = [&](UnitId u, ArrayRef a) {
+    if (aborted) return;
+    std::uint64_t bytes = 0;
+    world.recv(&bytes, sizeof bytes, DType::u8, h.peer);
+    if (bytes == kPsFailed) {
+      aborted = true;
+      if (error.empty()) error = "the worker's load failed before it sent all of its state";
+      return;
+    }
+    buf.resize(bytes);
+    if (bytes > 0) world.recv(buf.data(), bytes, DType::u8, h.peer);
+    stats_.bytes_received += bytes;
+    if (!error.empty()) return;
+    const std::uint64_t want = store.numel(u, a) * dtype_size(store.dtype(u, a));
+    try {
+      if (bytes != want) {
+        throw InvariantError(
+            fmt::format("unit \"{}\": {} bytes for an array of {}", layout_.unit(u).name, bytes, want));
+      }
+      store.store(u, a, buf.data());
+    } catch (const std::exception& e) {
+      error = e.what();
+    }
+  };
+  for (UnitId u = 0; u < static_cast<UnitId>(layout_.units().size()); ++u) {
+    piece(u, {ArrayKind::params});
+    for (int k = 0; k < store.states(u).arrays(); ++k) piece(u, {ArrayKind::state, k});
+  }
+  if (error.empty()) {
+    h.error.clear();  // the loaded state replaces what an update left partly written
+    const PsStatus ok{};
+    world.send(&ok, sizeof ok, DType::u8, h.peer);
+    return;
+  }
+  h.error = fmt::format("parameter server {} (rank {}), worker {}'s loaded state: {}", roles_.index(), world.rank(),
+                        h.worker, error);
+  const PsStatus status = ps_error(0, h.error);
+  world.send(&status, sizeof status, DType::u8, h.peer);
 }
 
 }  // namespace zeroshard

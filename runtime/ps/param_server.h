@@ -55,7 +55,15 @@
 // A server's error (an I/O error of its nvme tier) is its reply's status:
 // every worker agrees on it at the step that installs that reply (the
 // engine is unusable then), and the server answers every later push with
-// the same error until its workers say goodbye.
+// the same error until its workers say goodbye. A process that dies ends
+// the MPI job (Open MPI names it); the run resumes from its checkpoint.
+//
+// Checkpoints are the all-reduce engine's format at W ranks: a worker's
+// save writes its rank file from what its server sends (the master values
+// and the state windows of rank w, in the file's order), so that the
+// checkpoint loads into an all-reduce run or a job with another number of
+// servers (resharded as any checkpoint); a worker's load sends the windows
+// it read to its server. Asynchronous saves are refused.
 
 namespace zeroshard {
 
@@ -105,6 +113,8 @@ class ParameterServer {
   struct Hosted;
   void answer_hello(Hosted& h);
   void answer_push(Hosted& h, const PsPush& push);
+  void answer_state(Hosted& h);
+  void answer_put_state(Hosted& h);
   const ParameterServerRoles& roles_;
   const FlatLayout& layout_;
   std::vector<std::unique_ptr<Hosted>> hosted_;

@@ -3,6 +3,7 @@
 
 #include <chrono>
 #include <cstring>
+#include <exception>
 
 #include <fmt/format.h>
 
@@ -156,6 +157,83 @@ void ParameterServerClient::install(Pull& p, std::int64_t at_step) {
   }
   version_ = p.step;
   stats_.lags.push_back(at_step - p.step);
+}
+
+void ParameterServerClient::fetch_state(const std::function<std::uint64_t(UnitId u, int k)>& expected,
+                                        const StatePiece& use) {
+  ZS_CHECK(connected_, "ParameterServerClient::fetch_state before connect()");
+  ZS_CHECK(pending_.empty(), "fetch_state with {} pulls in flight: drain() first", pending_.size());
+  Communicator& world = roles_.world();
+  const PsPush ask{.kind = PsKind::state};
+  world.send(&ask, sizeof ask, DType::u8, peer_);
+  std::vector<std::byte> buf;
+  std::exception_ptr failed;
+  for (UnitId u = 0; u < static_cast<UnitId>(layout_.units().size()); ++u) {
+    for (int k = -1; k < store_.states(u).arrays(); ++k) {
+      std::uint64_t bytes = 0;
+      world.recv(&bytes, sizeof bytes, DType::u8, peer_);
+      if (bytes == kPsFailed) {
+        PsStatus status;
+        world.recv(&status, sizeof status, DType::u8, peer_);
+        status.text[kPsErrorBytes - 1] = '\0';
+        throw Error(status.text);
+      }
+      buf.resize(bytes);
+      if (bytes > 0) world.recv(buf.data(), bytes, DType::u8, peer_);
+      stats_.bytes_pulled += bytes;
+      // After a failure the stream is still read to its end, so that the
+      // next message is the next reply.
+      if (failed) continue;
+      try {
+        const std::uint64_t want = expected(u, k);
+        if (bytes != want) {
+          throw InvariantError(fmt::format("worker {}: unit \"{}\"'s {} from the parameter server has {} bytes, not {}",
+                                           roles_.index(), layout_.unit(u).name,
+                                           k < 0 ? std::string("parameter shard") : fmt::format("state array {}", k),
+                                           bytes, want));
+        }
+        use(u, k, std::span<const std::byte>(buf.data(), buf.size()));
+      } catch (...) {
+        failed = std::current_exception();
+      }
+    }
+  }
+  if (failed) std::rethrow_exception(failed);
+}
+
+void ParameterServerClient::begin_put_state() {
+  ZS_CHECK(connected_, "ParameterServerClient::begin_put_state before connect()");
+  ZS_CHECK(pending_.empty(), "begin_put_state with {} pulls in flight: drain() first", pending_.size());
+  const PsPush put{.kind = PsKind::put_state};
+  roles_.world().send(&put, sizeof put, DType::u8, peer_);
+}
+
+void ParameterServerClient::put_piece(std::span<const std::byte> bytes) {
+  const std::uint64_t n = bytes.size();
+  roles_.world().send(&n, sizeof n, DType::u8, peer_);
+  if (n > 0) roles_.world().send(bytes.data(), n, DType::u8, peer_);
+  stats_.bytes_pushed += n;
+}
+
+void ParameterServerClient::end_put_state() {
+  PsStatus status;
+  roles_.world().recv(&status, sizeof status, DType::u8, peer_);
+  params_dirty_ = false;  // the server holds the parameters just sent
+  if (status.ok == 0) {
+    status.text[kPsErrorBytes - 1] = '\0';
+    throw Error(status.text);
+  }
+}
+
+void ParameterServerClient::abort_put_state() noexcept {
+  try {
+    const std::uint64_t failed = kPsFailed;
+    roles_.world().send(&failed, sizeof failed, DType::u8, peer_);
+    PsStatus status;
+    roles_.world().recv(&status, sizeof status, DType::u8, peer_);
+  } catch (...) {
+    // The server is gone; the caller's error stands.
+  }
 }
 
 }  // namespace zeroshard

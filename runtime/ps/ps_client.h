@@ -6,7 +6,9 @@
 
 #include <cstdint>
 #include <deque>
+#include <functional>
 #include <memory>
+#include <span>
 #include <vector>
 
 #include "core/tracer.h"
@@ -46,6 +48,32 @@ class ParameterServerClient {
   /// Installs every pull in flight. Returns true when the parameters
   /// changed. Throws as step().
   bool drain();
+  /// One piece of this worker's state on its server: unit u's parameter
+  /// shard (k = -1, fp32) or state array k's window, as stored; valid
+  /// during the call.
+  using StatePiece = std::function<void(UnitId u, int k, std::span<const std::byte> bytes)>;
+  /// Asks the server for this worker's parameter shards and optimizer
+  /// state windows and hands them to `use` in order (units in order; in
+  /// each the parameters, then the state arrays), each piece's size
+  /// checked against `expected(u, k)` (bytes). The pulls in flight must be
+  /// installed first (InvariantError). Local; throws the server's error
+  /// (Error), CommError, InvariantError for a size other than expected, or
+  /// what `use` throws, after reading the rest of the stream (no piece is
+  /// handed over after the first failure).
+  void fetch_state(const std::function<std::uint64_t(UnitId u, int k)>& expected, const StatePiece& use);
+  /// Sends this worker's state to its server (a loaded checkpoint):
+  /// begin_put_state(), then for each unit in order its parameter shard
+  /// (fp32, shard elements) and each state array's window as stored
+  /// (put_piece), then end_put_state(), which waits until the server
+  /// stored them all. The pulls in flight must be installed first
+  /// (InvariantError). Local; end_put_state throws the server's error
+  /// (Error), every call CommError.
+  void begin_put_state();
+  void put_piece(std::span<const std::byte> bytes);
+  void end_put_state();
+  /// Ends a put begun by begin_put_state() early (the caller's load
+  /// failed): the server keeps an error until the next put. Never throws.
+  void abort_put_state() noexcept;
   /// The next push carries this worker's parameter shard (after the
   /// parameters were set outside the protocol).
   void mark_params_dirty() { params_dirty_ = true; }

@@ -7,6 +7,17 @@
 //   pull k     server -> worker  PsStatus, each unit's parameter shard
 //                                (zeros after an error), so that the
 //                                worker posts every receive at its push
+//   state      worker -> server  PsPush with kind state; the server sends
+//                                for each unit the parameter shard, then
+//                                each optimizer state array's window w as
+//                                stored, each piece a u64 byte count and
+//                                the bytes (the rank file of a checkpoint);
+//                                a count of kPsFailed is followed by a
+//                                PsStatus with the error, and nothing more
+//   put state  worker -> server  PsPush with kind put_state, then the same
+//                                pieces as `state` sends (a checkpoint
+//                                loaded by the worker); server -> worker
+//                                PsStatus once all are stored
 //   goodbye    worker -> server  PsPush with kind goodbye
 // Shards are fp32, FlatLayout::unit(u).shard elements each (units without
 // elements send nothing). Both ends run the same program, so the structs
@@ -23,7 +34,10 @@
 namespace zeroshard {
 
 /// What a PsPush asks for.
-enum class PsKind : std::int64_t { step = 1, goodbye = 2 };
+enum class PsKind : std::int64_t { step = 1, goodbye = 2, state = 3, put_state = 4 };
+
+/// A state piece's byte count that says the server failed instead.
+inline constexpr std::uint64_t kPsFailed = ~std::uint64_t{0};
 
 /// A worker's first message: its layout, which must be the server's.
 struct PsHello {

@@ -91,6 +91,7 @@ std::uint64_t UnitTiers::subgroup_bytes(ArrayDtypes dtypes, ArrayRef a, std::siz
 std::vector<ArrayRef> unit_arrays(const ArrayPlanOptions& o, const UnitStates& states) {
   std::vector<ArrayRef> out{{ArrayKind::params}, {ArrayKind::grad}};
   if (o.micro_grad()) out.push_back({ArrayKind::micro_grad});
+  if (o.remote_optimizer) return out;  // on the parameter server
   if (o.mixed()) out.push_back({ArrayKind::master});
   for (int k = 0; k < states.arrays(); ++k) out.push_back({ArrayKind::state, k});
   return out;

@@ -65,6 +65,11 @@ struct ArrayPlanOptions {
   /// Muon's default-group matrices (is_muon_parameter).
   bool muon = false;
   std::vector<std::string> muon_params;
+  /// A parameter-server worker ([Note: parameter-server layout] in
+  /// runtime/ps/param_server.h): its master weights and optimizer states
+  /// are on its server, so its units have no master or state array; their
+  /// UnitStates still say how the server stores them (checkpoints).
+  bool remote_optimizer = false;
   OffloadConfig offload;          ///< tiers, sub_group_size, offload_param.max_in_cpu / buffer_size
   std::string source = "config";  ///< the configuration's name, for messages
   bool mixed() const { return dtype != DType::f32; }
@@ -120,7 +125,8 @@ struct UnitTiers {
 
 /// The arrays of a unit in the store's order: params, grad, micro_grad
 /// (ArrayPlanOptions::micro_grad() only), master (mixed precision only),
-/// then the state arrays 0 .. states.arrays() - 1.
+/// then the state arrays 0 .. states.arrays() - 1 (neither master nor
+/// states with remote_optimizer).
 std::vector<ArrayRef> unit_arrays(const ArrayPlanOptions& options, const UnitStates& states);
 
 /// One resident (or swap-file) array of one unit, as the ledger records it.

@@ -74,15 +74,24 @@ struct ArrayStoreOptions {
   StateFormat states;             ///< their storage (optimizer/state_format.h)
   bool muon = false;              ///< Muon: packed states (ArrayPlanOptions::muon)
   std::vector<std::string> muon_params;  ///< Muon's name patterns (ArrayPlanOptions::muon_params)
+  bool remote_optimizer = false;         ///< no master or state arrays (ArrayPlanOptions::remote_optimizer)
   OffloadConfig offload;          ///< tiers, sub_group_size, swap paths, aio settings
   SwapSharers swap_sharers;       ///< ranks sharing each swap file system (free-space check)
   std::string source = "config";  ///< the configuration's name, for messages
   bool mixed() const { return dtype != DType::f32; }
   /// The part of these options the array sizes depend on.
   ArrayPlanOptions plan_options() const {
-    return ArrayPlanOptions{.stage = stage, .rank = rank, .dtype = dtype, .grad_accum_dtype = grad_accum_dtype,
-                            .state_count = state_count, .states = states, .muon = muon, .muon_params = muon_params,
-                            .offload = offload, .source = source};
+    return ArrayPlanOptions{.stage = stage,
+                            .rank = rank,
+                            .dtype = dtype,
+                            .grad_accum_dtype = grad_accum_dtype,
+                            .state_count = state_count,
+                            .states = states,
+                            .muon = muon,
+                            .muon_params = muon_params,
+                            .remote_optimizer = remote_optimizer,
+                            .offload = offload,
+                            .source = source};
   }
 };
 

@@ -11,7 +11,11 @@
 #      zs-host1 and zs-host2: the run's losses and final accuracy must equal
 #      those of the all-reduce engine on the two worker hosts alone, and
 #      the servers' line must name rank 0 as the server;
-#  (c) a placement naming a host that runs no rank: the job fails naming
+#  (c) the same job saving every 20 steps with its server killed (SIGKILL)
+#      after the first checkpoint: the job ends within 120 s, not 0, and
+#      resumes from the checkpoint with a server and as an all-reduce run
+#      on the two worker hosts;
+#  (d) a placement naming a host that runs no rank: the job fails naming
 #      parameter_server.placement.
 # Exits 77 (Meson's "skipped") where network namespaces cannot be created,
 # as run_multinode.sh.
@@ -31,7 +35,8 @@ step "bringing up 3 test hosts"
 run 300 "test_parameter_server, 3 hosts x 1 rank" "$testbed" mpirun -np 3 --host zs-host0:1,zs-host1:1,zs-host2:1 \
   "$build/tests/test_parameter_server" --minimal --no-colors
 
-fm=("$build/examples/fashion_mnist" --epochs 1 --max-steps 60 --hidden 128)
+fm_base=("$build/examples/fashion_mnist" --epochs 1 --hidden 128)
+fm=("${fm_base[@]}" --max-steps 60)
 echo '{"train_micro_batch_size_per_gpu": 32, "steps_per_print": 20, "zero_optimization": {"stage": 2}}' >"$work/allreduce.json"
 echo '{"train_micro_batch_size_per_gpu": 32, "steps_per_print": 20, "zero_optimization": {"stage": 2},
   "parameter_server": {"servers": 1, "placement": ["zs-host0"]}}' >"$work/ps.json"
@@ -46,6 +51,38 @@ cat "$work/ps.lines"
 diff "$work/allreduce.lines" "$work/ps.lines" || { echo "ps: FAILED: the servers' run differs from all-reduce" >&2; exit 1; }
 grep -aq "^  rank 0: server" "$work/ps.out" || { echo "ps: FAILED: rank 0 is not the server" >&2; tail -20 "$work/ps.out" >&2; exit 1; }
 grep -a "^  rank [0-9]: " "$work/ps.out"
+
+step "the server killed mid-run: the job ends, and resumes from its checkpoint"
+rm -rf "$work/ckpt"
+"$testbed" mpirun -np 3 --host zs-host0:1,zs-host1:1,zs-host2:1 "$build/examples/fashion_mnist" --epochs 1 \
+  --max-steps 100000 --hidden 128 --config "$work/ps.json" --save-dir "$work/ckpt" --save-every 20 \
+  >"$work/killed.out" 2>&1 &
+job_pid=$!
+# The server is world rank 0: find it by its Open MPI rank once a checkpoint exists.
+for _ in $(seq 600); do [ -e "$work/ckpt/latest" ] && break; sleep 0.1; done
+[ -e "$work/ckpt/latest" ] || { echo "ps: FAILED: no checkpoint was written" >&2; tail -20 "$work/killed.out" >&2; exit 1; }
+server=""
+for p in $(pgrep -f "$build/examples/fashion_mnist"); do
+  tr '\0' '\n' <"/proc/$p/environ" 2>/dev/null | grep -qx OMPI_COMM_WORLD_RANK=0 && server=$p
+done
+[ -n "$server" ] || { echo "ps: FAILED: the server process was not found" >&2; exit 1; }
+kill -9 "$server"
+t_kill=$SECONDS
+rc=0
+timeout 120 tail --pid="$job_pid" -f /dev/null || { echo "ps: FAILED: the job did not end within 120 s of the kill" >&2; exit 1; }
+wait "$job_pid" || rc=$?
+[ "$rc" != 0 ] || { echo "ps: FAILED: the job exited 0 after its server was killed" >&2; exit 1; }
+echo "ps: the job ended (exit status $rc) $((SECONDS - t_kill)) s after the server was killed:"
+grep -a "rank 0\b.*\(signal\|killed\|Killed\)" "$work/killed.out" | head -3 || true
+run 150 "resume with the server on zs-host0" \
+  sh -c "$testbed mpirun -np 3 --host zs-host0:1,zs-host1:1,zs-host2:1 ${fm_base[*]} --max-steps 100 --config $work/ps.json \
+    --save-dir $work/ckpt --resume > $work/resumed.out 2>&1"
+grep -a "^resumed from" "$work/resumed.out" || { echo "ps: FAILED: no resume line" >&2; tail -20 "$work/resumed.out" >&2; exit 1; }
+grep -a "^final test accuracy" "$work/resumed.out"
+run 150 "resume as an all-reduce run on the two worker hosts" \
+  sh -c "$testbed mpirun -np 2 --host zs-host1:1,zs-host2:1 ${fm_base[*]} --max-steps 120 --config $work/allreduce.json \
+    --save-dir $work/ckpt --resume > $work/resumed-ar.out 2>&1"
+grep -a "^resumed from" "$work/resumed-ar.out" || { echo "ps: FAILED: no resume line" >&2; tail -20 "$work/resumed-ar.out" >&2; exit 1; }
 
 echo '{"zero_optimization": {"stage": 2}, "parameter_server": {"servers": 1, "placement": ["zs-host7"]}}' >"$work/nowhere.json"
 step "a placement host that runs no rank is named"
