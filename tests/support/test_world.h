@@ -56,6 +56,12 @@ inline EngineConfig sgd_config(int stage, double clipping) {
   return c;
 }
 
+/// Shapes of a model's parameters, unit by unit, for engine tests: odd
+/// sizes, an empty parameter, and a unit of several 4096-element
+/// sub-groups at every world size.
+inline const std::vector<std::vector<std::vector<std::int64_t>>> kOddUnits = {
+    {{7}, {57}}, {{10001}}, {{3, 4100}, {1}}, {{0}, {5}}, {{1}}};
+
 /// Parameter p's initial element i, 0.5 sin(0.7 i + p): deterministic,
 /// different for every parameter, in (-0.5, 0.5).
 inline float sine_init_value(int p, std::size_t i) {
