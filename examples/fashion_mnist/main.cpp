@@ -196,7 +196,13 @@ int run(const Options& o) {
     config = make_config(o, world);
     // The batch keys count the ranks that train: the world less the servers.
     const std::int64_t servers = config.parameter_server.servers;
-    if (servers > 0 && servers < world) config = make_config(o, world - static_cast<int>(servers));
+    if (servers >= world) {
+      throw ConfigError(
+          fmt::format("\"parameter_server.servers\" (--parameter-servers) = {} leaves no rank to train "
+                      "among the job's {} (it must be below the world size)",
+                      servers, world));
+    }
+    if (servers > 0) config = make_config(o, world - static_cast<int>(servers));
   });
   std::optional<MachineRates> rates;
   if (!o.config.calibration_path.empty()) rates = MachineRates::from_file(o.config.calibration_path);
@@ -436,11 +442,11 @@ int main(int argc, char** argv) {
   auto* servers = app.add_option("--parameter-servers", o.servers,
                                  "parameter_server.servers: this many ranks (the last ones) hold the optimizer "
                                  "state and serve the others, which train (runtime/ps/param_server.h)")
-                      ->check(CLI::NonNegativeNumber);
+                      ->check(CLI::Range(std::int64_t{0}, std::int64_t{1} << 20));
   app.add_option("--staleness", o.staleness,
                  "parameter_server.staleness: after step k the workers train on the parameters of step k - s "
                  "(0: synchronous)")
-      ->check(CLI::NonNegativeNumber);
+      ->check(CLI::Range(std::int64_t{0}, std::int64_t{1} << 20));
   app.add_option("--slow-rank", o.slow_rank,
                  "a straggler: this training rank sleeps after each micro-batch's compute so that it takes "
                  "--slow-factor times as long (-1: none)")

@@ -62,5 +62,12 @@ count "fashion_mnist: error:" 1
 run 1 "$mpirun" -np 2 "$fm" --data-dir "$data" --hidden 99999999999 --max-steps 1
 expect "fashion_mnist: error: rank 0: --hidden \"99999999999\": the model would have"
 count "fashion_mnist: error:" 1
+# Parameter servers that leave no rank to train, and a dtype they do not carry.
+run 1 "$mpirun" -np 2 "$fm" "${fmargs[@]}" --parameter-servers 2
+expect "fashion_mnist: error: rank 0: \"parameter_server.servers\" (--parameter-servers) = 2 leaves no rank to train"
+count "fashion_mnist: error:" 1
+run 1 "$mpirun" -np 2 "$fm" "${fmargs[@]}" --parameter-servers 1 --bf16
+expect "\"parameter_server.servers\" = 1 needs fp32 training"
+count "fashion_mnist: error:" 1
 
 echo "job error tests passed"
