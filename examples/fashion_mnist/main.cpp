@@ -6,6 +6,7 @@
 //   mpirun -np 4 fashion_mnist --save-dir ckpt --save-every 200 --max-steps 400
 //   mpirun -np 2 fashion_mnist --save-dir ckpt --resume --max-steps 800
 //   mpirun -np 8 fashion_mnist --device cuda --epochs 1      # one rank per GPU
+//   mpirun -np 3 fashion_mnist --stage 2 --parameter-servers 1 --staleness 1
 //
 // Rank 0 prints per-epoch loss, test accuracy and throughput, then the memory
 // ledger; --save-dir saves sharded checkpoints (every --save-every
@@ -14,7 +15,9 @@
 // of model-state bytes per rank at stages 0-3 against the ZeRO paper's
 // prediction. --device cuda runs the MLP's GEMMs with cuBLAS on the GPU of
 // the rank's node-local rank (the Engine stays in host memory; see
-// cuda_mlp.h).
+// cuda_mlp.h). --parameter-servers S makes the last S ranks parameter
+// servers holding the optimizer state (runtime/ps/param_server.h); the
+// others train, and print their pushes, pulls and waits.
 #include <cblas.h>
 #include <fmt/format.h>
 #include <fmt/ranges.h>
