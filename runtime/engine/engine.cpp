@@ -297,22 +297,6 @@ void check_muon_patterns(const EngineState& s) {
 
 // The tp group's size and each parameter's split dimension, for Muon's
 // whole-matrix gather ([Note: Muon on a tensor-parallel mesh]).
-// The ArrayStore's options for `plan` with the swap folders' sharers.
-ArrayStoreOptions store_options(const ArrayPlanOptions& plan, const SwapSharers& sharers) {
-  return ArrayStoreOptions{.stage = plan.stage,
-                           .rank = plan.rank,
-                           .dtype = plan.dtype,
-                           .grad_accum_dtype = plan.grad_accum_dtype,
-                           .state_count = plan.state_count,
-                           .states = plan.states,
-                           .muon = plan.muon,
-                           .muon_params = plan.muon_params,
-                           .remote_optimizer = plan.remote_optimizer,
-                           .offload = plan.offload,
-                           .swap_sharers = sharers,
-                           .source = plan.source};
-}
-
 MuonTensorParallel muon_tensor_parallel(const EngineState& s) {
   MuonTensorParallel tp{.size = s.comms.tp_size(), .split_dims = {}};
   for (std::size_t p = 0; p < s.layout.params().size(); ++p) {
@@ -325,7 +309,8 @@ MuonTensorParallel muon_tensor_parallel(const EngineState& s) {
 
 EngineParts::EngineParts(EngineState& s, const SwapSharers& sharers)
     // The options the memory estimator uses too (runtime/plan/memory_estimate.h).
-    : store(s.layout, *s.ops, s.ledger, store_options(engine_array_plan_options(s.config, s.rank()), sharers)),
+    : store(s.layout, *s.ops, s.ledger,
+            ArrayStoreOptions::from_plan(engine_array_plan_options(s.config, s.rank()), sharers)),
       link(store, s.comms.host(), s.progress, s.config.gradient_accumulation_steps),
       // The options the memory estimator replays a step with (runtime/plan/memory_estimate.h).
       reducer(s.comms.dp(), s.layout, *s.ops, s.pool, engine_grad_reducer_options(s.config, s.world()), link,
@@ -400,7 +385,7 @@ void finalize_server(EngineState& s, const ParameterServerRoles& roles) {
     EngineConfig plain = s.config;
     plain.parameter_server = ParameterServerConfig{};
     ParameterServerOptions o{.optimizer = shard_optimizer_options(plain, 0),
-                             .store = store_options(engine_array_plan_options(plain, 0), sharers),
+                             .store = ArrayStoreOptions::from_plan(engine_array_plan_options(plain, 0), sharers),
                              .groups = {s.optimizer.groups().begin() + 1, s.optimizer.groups().end()}};
     s.server = std::make_unique<ParameterServer>(roles, s.layout, *s.ops, s.ledger, o, s.tracer());
   });

@@ -26,37 +26,6 @@ struct ParameterServer::Hosted {
   CommWork posted;
 };
 
-namespace {}  // namespace
-
-PsStatus ps_error(std::int64_t step, const std::string& text) {
-  PsStatus s{.ok = 0, .step = step};
-  const std::size_t n = std::min(text.size(), kPsErrorBytes - 1);
-  std::memcpy(s.text, text.data(), n);
-  s.text[n] = '\0';
-  return s;
-}
-
-std::uint64_t ps_layout_hash(const FlatLayout& layout) {
-  std::uint64_t h = 1469598103934665603ull;
-  auto mix = [&](const void* data, std::size_t n) {
-    const auto* b = static_cast<const unsigned char*>(data);
-    for (std::size_t i = 0; i < n; ++i) h = (h ^ b[i]) * 1099511628211ull;
-  };
-  auto mix_int = [&](std::int64_t v) { mix(&v, sizeof v); };
-  mix_int(layout.world_size());
-  for (const UnitInfo& u : layout.units()) {
-    mix(u.name.data(), u.name.size());
-    mix_int(static_cast<std::int64_t>(u.numel));
-    for (ParamId p : u.params) {
-      const ParamInfo& info = layout.param(p);
-      mix(info.name.data(), info.name.size());
-      for (std::int64_t d : info.shape) mix_int(d);
-      mix_int(info.group);
-    }
-  }
-  return h;
-}
-
 ParameterServer::ParameterServer(const ParameterServerRoles& roles, const FlatLayout& layout, DeviceOps& ops,
                                  MemoryLedger& ledger, const ParameterServerOptions& options, Tracer* tracer)
     : roles_(roles), layout_(layout), layout_hash_(ps_layout_hash(layout)), tracer_(tracer) {
@@ -219,8 +188,7 @@ void ParameterServer::answer_state(Hosted& h) {
   Communicator& world = roles_.world();
   ArrayStore& store = *h.store;
   auto piece = [&](const void* data, std::uint64_t bytes) {
-    world.send(&bytes, sizeof bytes, DType::u8, h.peer);
-    if (bytes > 0) world.send(data, bytes, DType::u8, h.peer);
+    ps_send_piece(world, h.peer, std::span<const std::byte>(static_cast<const std::byte*>(data), bytes));
     stats_.bytes_sent += bytes;
   };
   try {
@@ -254,15 +222,12 @@ void ParameterServer::answer_put_state(Hosted& h) {
   // Every piece is received whatever fails, so that the stream ends in step.
   auto piece = [&](UnitId u, ArrayRef a) {
     if (aborted) return;
-    std::uint64_t bytes = 0;
-    world.recv(&bytes, sizeof bytes, DType::u8, h.peer);
+    const std::uint64_t bytes = ps_recv_piece(world, h.peer, buf);
     if (bytes == kPsFailed) {
       aborted = true;
       if (error.empty()) error = "the worker's load failed before it sent all of its state";
       return;
     }
-    buf.resize(bytes);
-    if (bytes > 0) world.recv(buf.data(), bytes, DType::u8, h.peer);
     stats_.bytes_received += bytes;
     if (!error.empty()) return;
     const std::uint64_t want = store.numel(u, a) * dtype_size(store.dtype(u, a));

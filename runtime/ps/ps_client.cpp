@@ -170,16 +170,13 @@ void ParameterServerClient::fetch_state(const std::function<std::uint64_t(UnitId
   std::exception_ptr failed;
   for (UnitId u = 0; u < static_cast<UnitId>(layout_.units().size()); ++u) {
     for (int k = -1; k < store_.states(u).arrays(); ++k) {
-      std::uint64_t bytes = 0;
-      world.recv(&bytes, sizeof bytes, DType::u8, peer_);
+      const std::uint64_t bytes = ps_recv_piece(world, peer_, buf);
       if (bytes == kPsFailed) {
         PsStatus status;
         world.recv(&status, sizeof status, DType::u8, peer_);
         status.text[kPsErrorBytes - 1] = '\0';
         throw Error(status.text);
       }
-      buf.resize(bytes);
-      if (bytes > 0) world.recv(buf.data(), bytes, DType::u8, peer_);
       stats_.bytes_pulled += bytes;
       // After a failure the stream is still read to its end, so that the
       // next message is the next reply.
@@ -209,10 +206,8 @@ void ParameterServerClient::begin_put_state() {
 }
 
 void ParameterServerClient::put_piece(std::span<const std::byte> bytes) {
-  const std::uint64_t n = bytes.size();
-  roles_.world().send(&n, sizeof n, DType::u8, peer_);
-  if (n > 0) roles_.world().send(bytes.data(), n, DType::u8, peer_);
-  stats_.bytes_pushed += n;
+  ps_send_piece(roles_.world(), peer_, bytes);
+  stats_.bytes_pushed += bytes.size();
 }
 
 void ParameterServerClient::end_put_state() {

@@ -26,9 +26,11 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <span>
 #include <string>
 #include <vector>
 
+#include "comm/communicator.h"
 #include "runtime/sharding/flat_layout.h"
 
 namespace zeroshard {
@@ -78,6 +80,14 @@ struct ParameterServerClientStats {
   /// updated (the staleness the worker then trained at).
   std::vector<std::int64_t> lags;
 };
+
+/// Sends one piece of a state stream to `peer`: its byte count (u64),
+/// then the bytes. Throws CommError.
+void ps_send_piece(Communicator& world, int peer, std::span<const std::byte> bytes);
+/// Receives one piece from `peer` into `buf` (resized to it) and returns
+/// its byte count, or kPsFailed (then only a PsStatus follows and `buf`
+/// is unchanged). Throws CommError.
+std::uint64_t ps_recv_piece(Communicator& world, int peer, std::vector<std::byte>& buf);
 
 /// FNV-1a over the layout's world size, units' names and element counts
 /// and parameters' names and shapes: equal layouts give equal hashes.

@@ -79,6 +79,22 @@ struct ArrayStoreOptions {
   SwapSharers swap_sharers;       ///< ranks sharing each swap file system (free-space check)
   std::string source = "config";  ///< the configuration's name, for messages
   bool mixed() const { return dtype != DType::f32; }
+  /// Options holding `plan`'s fields and the swap folders' `sharers`:
+  /// the inverse of plan_options().
+  static ArrayStoreOptions from_plan(const ArrayPlanOptions& plan, const SwapSharers& sharers) {
+    return ArrayStoreOptions{.stage = plan.stage,
+                             .rank = plan.rank,
+                             .dtype = plan.dtype,
+                             .grad_accum_dtype = plan.grad_accum_dtype,
+                             .state_count = plan.state_count,
+                             .states = plan.states,
+                             .muon = plan.muon,
+                             .muon_params = plan.muon_params,
+                             .remote_optimizer = plan.remote_optimizer,
+                             .offload = plan.offload,
+                             .swap_sharers = sharers,
+                             .source = plan.source};
+  }
   /// The part of these options the array sizes depend on.
   ArrayPlanOptions plan_options() const {
     return ArrayPlanOptions{.stage = stage,
