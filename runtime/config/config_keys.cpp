@@ -40,8 +40,7 @@ std::vector<ConfigKey> make_table() {
       // top level
       impl("train_batch_size", T::int64, "micro x accumulation x world size",
            "global batch per optimizer step; any two of the three batch keys give the third at the world size "
-           "(EngineConfig::resolve_batch), all three must agree",
-           true),
+           "(EngineConfig::resolve_batch), all three must agree", true),
       impl("train_micro_batch_size_per_gpu", T::int64, "1", "samples per rank per micro-batch (>= 1)", true),
       impl("gradient_accumulation_steps", T::int64, "1", "micro-batches per optimizer step (>= 1)", true),
       impl("gradient_clipping", T::float64, "0", "max global L2 norm of the gradients (torch clip_grad_norm_); 0 = off",
@@ -61,38 +60,34 @@ std::vector<ConfigKey> make_table() {
            "Adam, AdamW, SGD, Lion, Adagrad or Muon (case-insensitive); as in DeepSpeed, Adam means AdamW unless "
            "adam_w_mode is false. Muon (torch.optim.Muon's update on whole matrices, any ZeRO stage) needs "
            "muon_params and adamw. AdamW8bit / Adam8bit (bitsandbytes' names): the same update with 8-bit "
-           "blockwise exp_avg and exp_avg_sq (block_size, min_8bit_size). Other DeepSpeed optimizers (Lamb, "
-           "OneBitAdam, OneBitLamb, ZeroOneAdam, MuAdam, "
+           "blockwise exp_avg and exp_avg_sq (block_size, min_8bit_size). Other DeepSpeed optimizers (Lamb, OneBitAdam, OneBitLamb, ZeroOneAdam, MuAdam, "
            "...) are refused"),
       impl("optimizer.params", T::section, "", "the optimizer's hyper-parameters"),
       impl("optimizer.params.lr", T::float32, "0.001 (Adagrad 0.01)",
            "learning rate (>= 0); Muon: its matrices' (optimizer.params.adamw.lr: the others')", true),
       impl("optimizer.params.betas", T::betas, "[0.9, 0.999]",
            "Adam's or Lion's beta1, beta2, each in [0, 1) (Lion: beta1 mixes the update's sign, beta2 the "
-           "momentum)",
-           true, betas),
-      impl("optimizer.params.eps", T::float32, "1e-8 (Adagrad 1e-10)", "Adam's or Adagrad's epsilon (> 0)", true, eps),
+           "momentum)", true, betas),
+      impl("optimizer.params.eps", T::float32, "1e-8 (Adagrad 1e-10)", "Adam's or Adagrad's epsilon (> 0)", true,
+           eps),
       impl("optimizer.params.weight_decay", T::float32, "0 (Muon 0.1)",
            "decoupled (AdamW, Lion, Muon) or L2 (Adam, SGD, Adagrad) decay (>= 0)", true),
       impl("optimizer.params.adam_w_mode", T::boolean, "true",
            "Adam: false selects Adam with L2 decay; AdamW stays AdamW whatever it says, as in DeepSpeed (Accelerate's "
-           "templates set it)",
-           false, "Adam,AdamW,Adam8bit,AdamW8bit"),
+           "templates set it)", false, "Adam,AdamW,Adam8bit,AdamW8bit"),
       impl("optimizer.params.block_size", T::int64, "256",
-           "8-bit states: elements per quantization block, one fp32 absmax each (power of two, 64 to 4096)", false, q8),
+           "8-bit states: elements per quantization block, one fp32 absmax each (power of two, 64 to 4096)", false,
+           q8),
       impl("optimizer.params.min_8bit_size", T::int64, "4096",
            "8-bit states: units (flat parameter buffers) with fewer elements keep fp32 states (>= 0), as "
-           "bitsandbytes' min_8bit_size for tensors",
-           false, q8),
+           "bitsandbytes' min_8bit_size for tensors", false, q8),
       impl("optimizer.params.state_dtype", T::string, "fp32",
            "Adam/AdamW state storage: fp32, or bf16 (exp_avg and exp_avg_sq kept as bf16, 2 bytes each; the "
            "parameters stay fp32; round to nearest even unless stochastic_rounding); 8-bit states are chosen by "
-           "optimizer.type",
-           false, fp_adam),
+           "optimizer.type", false, fp_adam),
       impl("optimizer.params.stochastic_rounding", T::boolean, "false",
            "bf16 states: stochastic rounding instead of round-to-nearest-even, seeded by seed and the same at "
-           "every ZeRO stage, offload tier and world size",
-           false, fp_adam),
+           "every ZeRO stage, offload tier and world size", false, fp_adam),
       impl("optimizer.params.seed", T::int64, "0", "bf16 states: seed of the stochastic rounding (>= 0)", false,
            fp_adam),
       impl("optimizer.params.momentum", T::float32, "0 (Muon 0.95)",
@@ -104,16 +99,14 @@ std::vector<ConfigKey> make_table() {
       impl("optimizer.params.ns_steps", T::int32, "5", "Muon: Newton-Schulz iterations (0 to 100)", false, "Muon"),
       impl("optimizer.params.adjust_lr_fn", T::string, "original",
            "Muon's update scale, as torch.optim.Muon: \"original\" sqrt(max(1, rows / cols)), or "
-           "\"match_rms_adamw\" 0.2 sqrt(max(rows, cols)) (Moonshot AI 2025)",
-           false, "Muon"),
+           "\"match_rms_adamw\" 0.2 sqrt(max(rows, cols)) (Moonshot AI 2025)", false, "Muon"),
       impl("optimizer.params.ns_dtype", T::string, "fp32",
            "Muon: the Newton-Schulz iteration's dtype, fp32 or bf16 (fp32 accumulation, as the reference)", false,
            "Muon"),
       impl("optimizer.params.muon_params", T::any, "(required)",
            "Muon: list of fnmatch patterns of the parameter names Muon updates (2-D matrices of the default "
            "parameter group; other groups keep theirs); the others train with AdamW; a pattern that names no "
-           "such parameter is an error",
-           false, "Muon"),
+           "such parameter is an error", false, "Muon"),
       impl("optimizer.params.adamw", T::section, "(required)",
            "Muon: the AdamW of the parameters muon_params does not name (embeddings, LM head, biases, norms)", false,
            "Muon"),
@@ -121,15 +114,14 @@ std::vector<ConfigKey> make_table() {
       impl("optimizer.params.adamw.betas", T::betas, "[0.9, 0.999]", "Muon's AdamW: beta1, beta2, each in [0, 1)",
            false, "Muon"),
       impl("optimizer.params.adamw.eps", T::float32, "1e-8", "Muon's AdamW: epsilon (> 0)", false, "Muon"),
-      impl("optimizer.params.adamw.weight_decay", T::float32, "0", "Muon's AdamW: decoupled weight decay (>= 0)", false,
-           "Muon"),
+      impl("optimizer.params.adamw.weight_decay", T::float32, "0", "Muon's AdamW: decoupled weight decay (>= 0)",
+           false, "Muon"),
       impl("optimizer.params.lr_decay", T::float32, "0",
            "Adagrad's learning-rate decay (>= 0): step t uses lr / (1 + (t - 1) * lr_decay), as torch.optim.Adagrad",
            false, "Adagrad"),
       impl("optimizer.params.initial_accumulator_value", T::float32, "0",
            "Adagrad's starting sum of squared gradients (>= 0), as torch.optim.Adagrad", false, "Adagrad"),
-      quiet("optimizer.params.torch_adam", T::boolean,
-            "DeepSpeed's choice of torch's Adam over its fused kernel; "
+      quiet("optimizer.params.torch_adam", T::boolean, "DeepSpeed's choice of torch's Adam over its fused kernel; "
             "same update"),
       quiet("optimizer.params.bias_correction", T::boolean, "zeroshard's Adam always bias-corrects", "true"),
       quiet("optimizer.params.amsgrad", T::boolean, "zeroshard has no AMSGrad variant", "false"),
@@ -162,8 +154,7 @@ std::vector<ConfigKey> make_table() {
       impl("bf16.enabled", T::boolean, "false", "parameters and gradients in bf16", true),
       // DeepSpeed reads only enabled (and immediate_grad_update) from bf16;
       // templates copy the fp16 section's loss-scale keys into it.
-      quiet("bf16.loss_scale", T::float64,
-            "DeepSpeed ignores loss scaling keys under bf16 (bf16 is never scaled); so does zeroshard"),
+      quiet("bf16.loss_scale", T::float64, "DeepSpeed ignores loss scaling keys under bf16 (bf16 is never scaled); so does zeroshard"),
       quiet("bf16.initial_scale_power", T::int32, "as bf16.loss_scale"),
       quiet("bf16.loss_scale_window", T::int64, "as bf16.loss_scale"),
       quiet("bf16.hysteresis", T::int32, "as bf16.loss_scale"),
@@ -174,8 +165,7 @@ std::vector<ConfigKey> make_table() {
       impl("zero_optimization.reduce_bucket_size", T::count, "5e8",
            "gradient elements per reduction bucket (> 0); results are bitwise the same for any size with "
            "zeroshard.reduction_order \"rank\" (the default; runtime/sharding/grad_reducer.h). \"auto\" with "
-           "ConfigOptions::hidden_size: hidden^2",
-           true),
+           "ConfigOptions::hidden_size: hidden^2", true),
       impl("zero_optimization.allgather_bucket_size", T::count, "5e8",
            "parameter elements per bucket of the stage 1/2 post-step all-gather (> 0)"),
       impl("zero_optimization.overlap_comm", T::boolean, "true at stage 3, else false",
@@ -206,8 +196,7 @@ std::vector<ConfigKey> make_table() {
            "shard elements kept in host memory although device is nvme"),
       impl("zero_optimization.offload_param.pin_memory", T::boolean, "false", "as for offload_optimizer"),
       legacy("zero_optimization.cpu_offload", T::boolean, "offload_optimizer.device \"cpu\" (true) or nothing (false)"),
-      legacy("zero_optimization.cpu_offload_param", T::boolean,
-             "offload_param.device \"cpu\" (true) or nothing (false)"),
+      legacy("zero_optimization.cpu_offload_param", T::boolean, "offload_param.device \"cpu\" (true) or nothing (false)"),
       legacy("zero_optimization.cpu_offload_use_pin_memory", T::boolean,
              "pin_memory of the tiers cpu_offload / cpu_offload_param turn on"),
       quiet("zero_optimization.allgather_partitions", T::boolean,
@@ -240,8 +229,7 @@ std::vector<ConfigKey> make_table() {
       impl("zero_optimization.stage3_prefetch_bucket_size", T::count, "1",
            "stage 3: the prefetch all-gathers the units the recorded order uses next while those walked weigh less "
            "than this many elements: 1 = the next unit, 0 = none (DeepSpeed's default 5e7 prefetches far ahead; "
-           "runtime/sharding/unsharder.h)",
-           true),
+           "runtime/sharding/unsharder.h)", true),
       impl("zero_optimization.stage3_max_live_parameters", T::count, "1e9",
            "stage 3: the most gathered elements (padded, of units not persistent) that prefetches and kept units "
            "may make; only units the loop holds unsharded itself pass it"),
@@ -252,8 +240,7 @@ std::vector<ConfigKey> make_table() {
       impl("zero_optimization.stage3_param_persistence_threshold", T::count, "0",
            "stage 3: a unit whose parameters all have at most this many elements stays gathered on every rank, "
            "re-gathered once after each optimizer step (ledger: persistent units); 0 = none (DeepSpeed's 1e5 "
-           "applies per tensor; zeroshard gathers per unit)",
-           true),
+           "applies per tensor; zeroshard gathers per unit)", true),
       impl("zero_optimization.stage3_model_persistence_threshold", T::count, "unlimited",
            "stage 3: the most parameter elements of all persistent units together (units in declaration order)"),
       legacy("zero_optimization.prefetch_bucket_size", T::count, "zero_optimization.stage3_prefetch_bucket_size"),
@@ -267,8 +254,7 @@ std::vector<ConfigKey> make_table() {
            "save_checkpoint also writes model.safetensors into the checkpoint: every parameter's full tensor in the "
            "compute dtype (F32, BF16 or F16), gathered to rank 0 one unit at a time at stage 3; on a tp > 1 mesh "
            "each tp rank's slices in its tp-NN checkpoint (docs/checkpoint-format.md, \"Consolidated weights\"); "
-           "any stage",
-           true),
+           "any stage", true),
       legacy("zero_optimization.stage3_gather_fp16_weights_on_model_save", T::boolean,
              "zero_optimization.stage3_gather_16bit_weights_on_model_save"),
       legacy("zero_optimization.gather_16bit_weights_on_model_save", T::boolean,
@@ -295,8 +281,7 @@ std::vector<ConfigKey> make_table() {
       impl("zeroshard.strict", T::boolean, "false",
            "true: keys accepted without effect and legacy spellings are errors (also ConfigOptions::strict)"),
       impl("zeroshard.trace", T::section, "", "Chrome traces per rank and merged (Engine::write_trace)"),
-      impl("zeroshard.trace.enabled", T::boolean, "false",
-           "record spans of collectives, waits, optimizer, swap I/O and the loop"),
+      impl("zeroshard.trace.enabled", T::boolean, "false", "record spans of collectives, waits, optimizer, swap I/O and the loop"),
       impl("zeroshard.trace.output_path", T::string, "\"zeroshard-trace\"",
            "directory of trace-rank<r>.json and the merged trace.json"),
       impl("zeroshard.collective_check", T::boolean, "false",
@@ -308,8 +293,7 @@ std::vector<ConfigKey> make_table() {
       impl("zeroshard.reduction_order", T::string, "\"rank\"",
            "\"rank\": every gradient reduction sums each element's contributions rank 0 + rank 1 + ... left to "
            "right (all-to-all, local sum, all-gather), so bucket sizes, overlap_comm, offload tiers and, without "
-           "gradient accumulation, stages 0-3 give bitwise the same results at a world size; \"native\": MPI's / "
-           "NCCL's own all-reduce and "
+           "gradient accumulation, stages 0-3 give bitwise the same results at a world size; \"native\": MPI's / NCCL's own all-reduce and "
            "reduce-scatter, whose order depends on the stage and message size (comm/ordered_reduce.h)"),
       impl("zeroshard.zeropp", T::section, "", "the wire formats of ZeRO++'s options (runtime/config/zeropp_config.h)"),
       impl("zeroshard.zeropp.weight_bits", T::int32, "8", "qwZ's code width: 8 or 4 bits"),
@@ -375,8 +359,7 @@ std::vector<ConfigKey> make_table() {
       quiet("flops_profiler", T::object,
             "DeepSpeed's FLOPs profiler prints a per-module profile; zeroshard has none (wall_clock_breakdown prints "
             "its step breakdown)"),
-      impl("csv_monitor", T::section, "",
-           "DeepSpeed's CSV monitor (runtime/observe/csv_monitor.h): one file per "
+      impl("csv_monitor", T::section, "", "DeepSpeed's CSV monitor (runtime/observe/csv_monitor.h): one file per "
            "series under output_path/job_name, written by world rank 0 at each optimizer step"),
       impl("csv_monitor.enabled", T::boolean, "false",
            "write Train/Samples/train_loss (when the loop reports its loss), lr, loss_scale (fp16), and zeroshard's "
@@ -400,13 +383,11 @@ std::vector<ConfigKey> make_table() {
             "DeepSpeed does not read this key: comms_config is the name under which it prints its comms_logger "
             "settings; write comms_logger for the communication log"),
       impl("comms_logger", T::section, "", "the communication log (comm/traced/comms_log.h)"),
-      impl("comms_logger.enabled", T::boolean, "false",
-           "count, bytes, latency, algbw and busbw per collective kind and size"),
+      impl("comms_logger.enabled", T::boolean, "false", "count, bytes, latency, algbw and busbw per collective kind and size"),
       impl("comms_logger.verbose", T::boolean, "false", "print each logged collective as it completes"),
       impl("comms_logger.prof_all", T::boolean, "true", "log every collective kind (false: only prof_ops)"),
       impl("comms_logger.prof_ops", T::any, "[]",
-           "kinds logged when prof_all is false: all_reduce, reduce_scatter, all_gather, all_to_all, broadcast, "
-           "barrier"),
+           "kinds logged when prof_all is false: all_reduce, reduce_scatter, all_gather, all_to_all, broadcast, barrier"),
       impl("comms_logger.debug", T::boolean, "false", "verbose lines name the unit of each collective"),
       quiet("autotuning", T::object, "DeepSpeed's launcher-side tuner"),
       impl("checkpoint", T::section, "", "checkpoint saving (runtime/engine/engine_save_async.cpp)"),
@@ -418,18 +399,14 @@ std::vector<ConfigKey> make_table() {
            "consolidated weights); a larger snapshot is a ConfigError; 0 = no limit"),
       impl("checkpoint.async_in_flight", T::string, "\"wait\"",
            "a save_checkpoint_async while one is in flight: \"wait\" finishes that one first, \"refuse\" throws"),
-      quiet("checkpoint.tag_validation", T::string,
-            "DeepSpeed's check that ranks save the same tag: zeroshard's "
+      quiet("checkpoint.tag_validation", T::string, "DeepSpeed's check that ranks save the same tag: zeroshard's "
             "saves agree on the tag always"),
-      quiet("checkpoint.load_universal", T::boolean,
-            "DeepSpeed's universal checkpoints: zeroshard's checkpoints "
+      quiet("checkpoint.load_universal", T::boolean, "DeepSpeed's universal checkpoints: zeroshard's checkpoints "
             "reshard to any world size as they are"),
-      quiet("checkpoint.use_node_local_storage", T::boolean,
-            "DeepSpeed's per-node saves: each rank writes its own "
+      quiet("checkpoint.use_node_local_storage", T::boolean, "DeepSpeed's per-node saves: each rank writes its own "
             "file here"),
       quiet("checkpoint.parallel_write", T::object, "DeepSpeed's pipeline-stage write pipelining"),
-      quiet("checkpoint.writer", T::object,
-            "DeepSpeed's checkpoint writer choice (fast, decoupled): zeroshard "
+      quiet("checkpoint.writer", T::object, "DeepSpeed's checkpoint writer choice (fast, decoupled): zeroshard "
             "writes in the background with checkpoint.async"),
       quiet("zero_allow_untested_optimizer", T::boolean, "zeroshard uses its own optimizers"),
       quiet("dataloader_drop_last", T::boolean,
