@@ -38,4 +38,11 @@ void ParameterServerConfig::collect_problems(int stage, DType compute_dtype, boo
   if (overlap_optimizer_step) bad("servers", s, "and zeroshard.overlap_optimizer_step cannot be combined");
 }
 
+std::vector<int> ps_hosted_workers(int workers, int servers, int server) {
+  std::vector<int> out;
+  if (server < 0 || server >= servers) return out;
+  for (int w = server; w < workers; w += servers) out.push_back(w);
+  return out;
+}
+
 }  // namespace zeroshard

@@ -37,4 +37,9 @@ struct ParameterServerConfig {
                         ConfigDiagnostics& d) const;
 };
 
+/// The workers whose shards server `server` of `servers` holds among
+/// `workers` workers, in increasing order: w with w % servers == server
+/// (empty for a server index outside [0, servers)). Pure.
+std::vector<int> ps_hosted_workers(int workers, int servers, int server);
+
 }  // namespace zeroshard

@@ -139,9 +139,7 @@ std::unique_ptr<ParameterServerRoles> make_roles(const EngineConfig& config, Com
 // keeps no optimizer state, so nothing of it is offloaded there.
 EngineConfig role_config(const EngineConfig& config, const ParameterServerRoles* roles) {
   if (roles == nullptr || roles->is_server()) return config;
-  EngineConfig worker = config;
-  worker.offload.optimizer = OffloadOptimizerConfig{};
-  return worker;
+  return ps_worker_config(config);
 }
 
 // The mesh constructor's checks before any state exists.
@@ -385,7 +383,7 @@ void finalize_server(EngineState& s, const ParameterServerRoles& roles) {
     EngineConfig plain = s.config;
     plain.parameter_server = ParameterServerConfig{};
     ParameterServerOptions o{.optimizer = shard_optimizer_options(plain, 0),
-                             .store = ArrayStoreOptions::from_plan(engine_array_plan_options(plain, 0), sharers),
+                             .store = ArrayStoreOptions::from_plan(ps_server_array_plan_options(s.config, 0), sharers),
                              .groups = {s.optimizer.groups().begin() + 1, s.optimizer.groups().end()}};
     s.server = std::make_unique<ParameterServer>(roles, s.layout, *s.ops, s.ledger, o, s.tracer());
   });

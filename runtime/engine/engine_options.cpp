@@ -55,4 +55,19 @@ UnsharderOptions engine_unsharder_options(const EngineConfig& config) {
                           .hpz_partition_size = static_cast<int>(z.zeropp.hpz_partition_size)};
 }
 
+EngineConfig ps_worker_config(const EngineConfig& config) {
+  EngineConfig worker = config;
+  worker.offload.optimizer = OffloadOptimizerConfig{};
+  return worker;
+}
+
+ArrayPlanOptions ps_server_array_plan_options(const EngineConfig& config, int worker) {
+  EngineConfig plain = config;
+  plain.parameter_server = ParameterServerConfig{};
+  ArrayPlanOptions o = engine_array_plan_options(plain, worker);
+  o.stage = 3;
+  o.offload.param = OffloadParamConfig{};
+  return o;
+}
+
 }  // namespace zeroshard

@@ -33,4 +33,16 @@ GradReducerOptions engine_grad_reducer_options(const EngineConfig& config, int w
 /// (zero_quantized_weights) and hpZ's partition size. Pure.
 UnsharderOptions engine_unsharder_options(const EngineConfig& config);
 
+/// The configuration a parameter-server worker's Engine keeps: `config`
+/// without offload_optimizer, whose state is on its server ([Note:
+/// parameter-server layout] in runtime/ps/param_server.h). Pure.
+EngineConfig ps_worker_config(const EngineConfig& config);
+
+/// The array-plan options of the store a parameter server keeps for worker
+/// `worker`: the plain engine's (no parameter_server section) at stage 3
+/// and that worker's rank, with offload_param off (the server's parameter
+/// copy stays in its memory; offload_optimizer's tier holds the rest).
+/// The ParameterServer and the memory estimate use it. Pure.
+ArrayPlanOptions ps_server_array_plan_options(const EngineConfig& config, int worker);
+
 }  // namespace zeroshard

@@ -35,11 +35,7 @@ ParameterServer::ParameterServer(const ParameterServerRoles& roles, const FlatLa
     h->worker = w;
     h->peer = roles.worker_rank(w);
     ArrayStoreOptions so = options.store;
-    so.stage = 3;
     so.rank = w;
-    // The server's parameter copy stays in its memory; the optimizer tier
-    // holds the rest (master weights are the parameters in fp32 training).
-    so.offload.param = OffloadParamConfig{};
     h->store = std::make_unique<ArrayStore>(layout, ops, ledger, so);
     h->store->set_tracer(tracer);
     ShardOptimizerOptions oo = options.optimizer;

@@ -72,8 +72,9 @@ struct ParameterServerOptions {
   /// The update's settings as the workers' engine would use them (stage
   /// and rank are set per hosted worker).
   ShardOptimizerOptions optimizer;
-  /// The store's settings (stage 3 and the rank are set per hosted worker;
-  /// offload_optimizer's tier is the server's).
+  /// The store's settings at stage 3 (ps_server_array_plan_options in
+  /// runtime/engine/engine_options.h: offload_optimizer's tier is the
+  /// server's, offload_param off); the rank is set per hosted worker.
   ArrayStoreOptions store;
   /// The parameter groups after group 0, as ShardOptimizer::groups() lists
   /// them on the workers.

@@ -95,10 +95,6 @@ ParameterServerRoles::ParameterServerRoles(Communicator& world, const ParameterS
   group_ = world.split(server_ ? 1 : 0, index_);
 }
 
-std::vector<int> ParameterServerRoles::hosted_workers(int s) const {
-  std::vector<int> out;
-  for (int w = s; w < workers(); w += servers()) out.push_back(w);
-  return out;
-}
+std::vector<int> ParameterServerRoles::hosted_workers(int s) const { return ps_hosted_workers(workers(), servers(), s); }
 
 }  // namespace zeroshard
