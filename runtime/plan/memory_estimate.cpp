@@ -2,6 +2,10 @@
 #include "runtime/plan/memory_estimate.h"
 
 #include <algorithm>
+#include <utility>
+#include <vector>
+
+#include <fmt/format.h>
 
 #include "core/error.h"
 #include "optimizer/optimizer.h"
@@ -42,7 +46,20 @@ std::uint64_t async_checkpoint_staging_bytes(const FlatLayout& layout, const Eng
   return limit > 0 && bytes > static_cast<std::uint64_t>(limit) ? 0 : bytes;
 }
 
-MemoryEstimate estimate_memory(const FlatLayout& layout, const EngineConfig& config, int rank, int ranks_per_node) {
+namespace {
+
+void set_layout_counts(const FlatLayout& layout, MemoryEstimate& e) {
+  e.parameter_count = layout.total_numel();
+  e.padded_count = layout.total_padded();
+  for (const UnitInfo& u : layout.units()) e.largest_unit = std::max<std::uint64_t>(e.largest_unit, u.padded);
+}
+
+}  // namespace
+
+MemoryEstimate estimate_memory(const FlatLayout& layout, const EngineConfig& job_config, int rank,
+                               int ranks_per_node) {
+  // A parameter-server worker's Engine keeps no offload_optimizer.
+  const EngineConfig config = job_config.parameter_server.enabled() ? ps_worker_config(job_config) : job_config;
   ZS_CHECK(layout.world_size() > 0, "estimate_memory: the layout is not finalized");
   ZS_CHECK(rank >= 0 && rank < layout.world_size(), "estimate_memory: rank {} outside a world of {}", rank,
            layout.world_size());
@@ -66,16 +83,53 @@ MemoryEstimate estimate_memory(const FlatLayout& layout, const EngineConfig& con
   const std::uint64_t residual = error_feedback_bytes(layout, engine_grad_reducer_options(config, layout.world_size()));
   if (secondary > 0) e.after_finalize.add(MemCategory::secondary, MemTier::device, secondary);
   if (residual > 0) e.after_finalize.add(MemCategory::residual, MemTier::device, residual);
-  e.parameter_count = layout.total_numel();
-  e.padded_count = layout.total_padded();
-  for (const UnitInfo& u : layout.units()) e.largest_unit = std::max<std::uint64_t>(e.largest_unit, u.padded);
+  set_layout_counts(layout, e);
+  return e;
+}
+
+MemoryEstimate estimate_server_memory(const FlatLayout& layout, const EngineConfig& config, int server) {
+  const std::int64_t servers = config.parameter_server.servers;
+  if (servers <= 0) {
+    throw ConfigError(fmt::format("{}: estimate_server_memory without \"parameter_server.servers\"", config.source));
+  }
+  ZS_CHECK(layout.world_size() > 0, "estimate_server_memory: the layout is not finalized");
+  ZS_CHECK(server >= 0 && server < servers, "estimate_server_memory: server {} outside {} servers", server, servers);
+  config.validate_for_world(layout.world_size());
+  MemoryEstimate e;
+  e.world_size = layout.world_size();
+  e.rank = server;
+  e.server = server;
+  e.hosted_workers = ps_hosted_workers(layout.world_size(), static_cast<int>(servers), server);
+  // ParameterServer's constructor allocates each hosted worker's store in
+  // turn; then one push to each (ParameterServer::answer_push).
+  std::vector<std::pair<ArrayPlanOptions, ArrayPlan>> stores;
+  for (int w : e.hosted_workers) {
+    ArrayPlanOptions o = ps_server_array_plan_options(config, w);
+    ArrayPlan plan = plan_arrays(layout, o);
+    for (const ArrayAllocation& x : plan.arrays) e.after_finalize.add(x.category, x.tier, x.bytes, x.padding);
+    stores.emplace_back(std::move(o), std::move(plan));
+  }
+  e.after_step = e.after_finalize;
+  for (const auto& [o, plan] : stores) replay_server_push(layout, config, plan, o, e.after_step);
+  if (!stores.empty()) e.plan = stores.front().second;
+  set_layout_counts(layout, e);
   return e;
 }
 
 MemoryEstimate estimate_memory(const ModelDescription& model, const EngineConfig& config, int world_size, int rank,
                                int ranks_per_node) {
   ZS_CHECK(world_size >= 1, "estimate_memory: world size {}", world_size);
-  return estimate_memory(model.layout(world_size), config, rank, ranks_per_node);
+  const std::int64_t servers = config.parameter_server.servers;
+  if (servers <= 0) return estimate_memory(model.layout(world_size), config, rank, ranks_per_node);
+  if (servers >= world_size) {
+    throw ConfigError(fmt::format("{}: \"parameter_server.servers\" = {} leaves no worker among {} ranks",
+                                  config.source, servers, world_size));
+  }
+  const int workers = world_size - static_cast<int>(servers);
+  ZS_CHECK(rank >= 0 && rank < world_size, "estimate_memory: rank {} outside a world of {}", rank, world_size);
+  const FlatLayout layout = model.layout(workers);
+  if (rank < workers) return estimate_memory(layout, config, rank, ranks_per_node);
+  return estimate_server_memory(layout, config, rank - workers);
 }
 
 }  // namespace zeroshard

@@ -31,6 +31,7 @@
 #pragma once
 
 #include <cstdint>
+#include <vector>
 
 #include "core/memory_ledger.h"
 #include "runtime/sharding/array_plan.h"
@@ -61,6 +62,11 @@ struct MemoryEstimate {
   std::uint64_t parameter_count = 0;   ///< Psi: parameter elements of all units
   std::uint64_t padded_count = 0;      ///< elements of all units' padded flat buffers
   std::uint64_t largest_unit = 0;      ///< padded elements of the largest unit (stage 3 gathers it whole)
+  /// A parameter server's estimate (estimate_server_memory): its index
+  /// and the workers whose shards it holds (plan is the first one's);
+  /// -1 and empty for a training rank.
+  int server = -1;
+  std::vector<int> hosted_workers;
 };
 
 /// Host bytes that finalize() leases for async checkpoints on `rank` with
@@ -84,11 +90,30 @@ std::uint64_t async_checkpoint_staging_bytes(const FlatLayout& layout, const Eng
 /// runtime/plan/memory_replay.h). With checkpoint.async the staging area
 /// of async saves is resident from finalize() on
 /// (async_checkpoint_staging_bytes). Pure; thread safe.
+/// With parameter_server.servers set, `layout` is the workers' (W ranks)
+/// and this is worker `rank`'s estimate: its configuration without
+/// offload_optimizer (ps_worker_config), no master or state arrays.
 MemoryEstimate estimate_memory(const FlatLayout& layout, const EngineConfig& config, int rank,
                                int ranks_per_node = 0);
 
-/// The estimate for rank `rank` of `world_size` ranks of `model`. Throws as
-/// above and as ModelDescription::layout.
+/// The estimate of parameter server `server` of a job with `config`'s
+/// parameter_server.servers = S ([Note: parameter-server layout] in
+/// runtime/ps/param_server.h): after_finalize holds, for each worker w it
+/// serves (ps_hosted_workers), the stage-3 store of rank w
+/// (ps_server_array_plan_options); after_step adds each store's host
+/// staging of one push (replay_server_push). `layout` is the workers' (W
+/// ranks). Equal byte for byte to the server Engine's ledger. Throws
+/// ConfigError without parameter servers, InvariantError for a server
+/// index outside [0, S). Pure; thread safe.
+MemoryEstimate estimate_server_memory(const FlatLayout& layout, const EngineConfig& config, int server);
+
+/// The estimate for rank `rank` of `world_size` ranks of `model`. With
+/// parameter_server.servers = S the ranks are laid out as the default
+/// placement lays them out: ranks [0, W = world_size - S) train (the
+/// estimate of that worker at W ranks) and rank W + s is server s
+/// (estimate_server_memory); ConfigError naming
+/// parameter_server.servers when S >= world_size. Throws as above and as
+/// ModelDescription::layout.
 MemoryEstimate estimate_memory(const ModelDescription& model, const EngineConfig& config, int world_size, int rank,
                                int ranks_per_node = 0);
 

@@ -244,26 +244,38 @@ void replay_optimizer(const FlatLayout& layout, const EngineConfig& config, cons
 // stored (momentum_part), then the parameters and, in mixed precision, the
 // master weights read and both stored (apply_part); holders released in
 // reverse order of their reads.
+// The host staging of ArrayStore::read and ArrayStore::store of unit u's
+// array a: a buffer of the array's size from the pool when it is on nvme
+// (read: held until the caller releases it; store: released at once).
+struct StagedAccess {
+  const FlatLayout& layout;
+  const ArrayPlan& plan;
+  const ArrayPlanOptions& o;
+  HostPoolSizes& host;
+
+  std::size_t bytes(UnitId u, ArrayRef a) const {
+    const UnitTiers& t = plan.units[static_cast<std::size_t>(u)];
+    if (t.tier(o.stage, a) != MemTier::nvme) return 0;
+    return array_numel(o.stage, o.rank, layout.unit(u), t.states, a) * dtype_size(array_dtype(o.dtypes(), t.states, a));
+  }
+  HostLeaseSize read(UnitId u, ArrayRef a) const {
+    const std::size_t n = bytes(u, a);
+    return n == 0 ? HostLeaseSize{} : host.acquire(n, MemCategory::unsharded);
+  }
+  void store(UnitId u, ArrayRef a) const {
+    HostLeaseSize l = read(u, a);
+    host.release(l);
+  }
+};
+
 void replay_muon(const FlatLayout& layout, const EngineConfig& config, const ArrayPlan& plan,
                  const ArrayPlanOptions& o, HostPoolSizes& host) {
   const std::vector<MuonParam> matrices = muon_matrices(layout, config.optimizer, config.source);
+  const StagedAccess access{layout, plan, o, host};
   for (UnitId u = 0; u < static_cast<UnitId>(layout.units().size()); ++u) {
     if (std::none_of(matrices.begin(), matrices.end(), [&](const MuonParam& p) { return p.unit == u; })) continue;
-    const UnitTiers& t = plan.units[static_cast<std::size_t>(u)];
-    const auto staged = [&](ArrayRef a) -> std::size_t {
-      if (t.tier(o.stage, a) != MemTier::nvme) return 0;
-      return array_numel(o.stage, o.rank, layout.unit(u), t.states, a) * dtype_size(array_dtype(o.dtypes(), t.states, a));
-    };
-    const auto read = [&](ArrayRef a) {
-      const std::size_t bytes = staged(a);
-      return bytes == 0 ? HostLeaseSize{} : host.acquire(bytes, MemCategory::unsharded);
-    };
-    const auto store = [&](ArrayRef a) {
-      if (const std::size_t bytes = staged(a); bytes > 0) {
-        HostLeaseSize l = host.acquire(bytes, MemCategory::unsharded);
-        host.release(l);
-      }
-    };
+    const auto read = [&](ArrayRef a) { return access.read(u, a); };
+    const auto store = [&](ArrayRef a) { access.store(u, a); };
     const std::size_t n = muon_unit_buffer_elements(layout, matrices, o.stage, o.rank, 0, u);
     HostLeaseSize buffer = n == 0 ? HostLeaseSize{} : host.acquire(n * sizeof(float), MemCategory::unsharded);
     const ArrayRef grad{ArrayKind::grad}, momentum{ArrayKind::state, 0}, params{ArrayKind::params},
@@ -285,6 +297,27 @@ void replay_muon(const FlatLayout& layout, const EngineConfig& config, const Arr
 }
 
 }  // namespace
+
+void replay_server_push(const FlatLayout& layout, const EngineConfig& config, const ArrayPlan& plan,
+                        const ArrayPlanOptions& o, MemoryLedger& ledger) {
+  HostPoolSizes host(ledger);
+  const StagedAccess access{layout, plan, o, host};
+  const UnitId n = static_cast<UnitId>(layout.units().size());
+  // ParameterServer::answer_push: the pushed shards stored unit by unit
+  // (the first push carries the parameters), the update, then the
+  // parameter shards read unit by unit for the pull.
+  for (ArrayKind kind : {ArrayKind::params, ArrayKind::grad}) {
+    for (UnitId u = 0; u < n; ++u) {
+      if (layout.unit(u).shard > 0) access.store(u, {kind});
+    }
+  }
+  replay_optimizer(layout, config, plan, o, host);
+  for (UnitId u = 0; u < n; ++u) {
+    if (layout.unit(u).shard == 0) continue;
+    HostLeaseSize l = access.read(u, {ArrayKind::params});
+    host.release(l);
+  }
+}
 
 int qgz_ranks_per_node(const EngineConfig& config, int world_size, int ranks_per_node) {
   const std::int64_t configured = config.zero.zeropp.ranks_per_node;

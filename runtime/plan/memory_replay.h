@@ -65,6 +65,17 @@ namespace zeroshard {
 void replay_step(const FlatLayout& layout, const EngineConfig& config, int rank, const ArrayPlan& plan,
                  MemoryLedger& ledger, int ranks_per_node = 0);
 
+/// Replays the first push a parameter server answers for one hosted
+/// worker ([Note: parameter-server layout] in runtime/ps/param_server.h)
+/// on `ledger`: the staging of the pushed parameter and gradient shards
+/// into the worker's store, the update (its swap pipeline), and the
+/// staging of the parameter shards read for the pull, all from that
+/// store's own host pool. `o` is ps_server_array_plan_options(config,
+/// worker) and `plan` plan_arrays(layout, o); `layout` is the workers'.
+/// Pure apart from `ledger`.
+void replay_server_push(const FlatLayout& layout, const EngineConfig& config, const ArrayPlan& plan,
+                        const ArrayPlanOptions& o, MemoryLedger& ledger);
+
 /// The ranks per node qgZ runs with for `config` at `world_size`:
 /// zeroshard.zeropp.ranks_per_node when set, else `ranks_per_node` (the
 /// hosts' layout), else (0) the whole world. Throws ConfigError naming the

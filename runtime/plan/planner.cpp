@@ -147,6 +147,11 @@ Plan make_plan(const PlanRequest& r) {
   base.erase("train_batch_size");
   const EngineConfig base_config = EngineConfig::from_json(base, "the base ds_config", {});
   if (micros.empty()) micros.push_back(base_config.train_micro_batch_size_per_gpu);
+  if (base_config.parameter_server.enabled()) {
+    throw ConfigError(
+        "plan: the base ds_config has \"parameter_server.servers\": the planner plans jobs whose ranks all train; "
+        "zs_plan without --budget-* gives a parameter-server job's bytes per worker and server");
+  }
   const FlatLayout layout = r.model.layout(r.world_size);
   Plan plan;
   plan.ranked_by_time = r.rates.has_value();

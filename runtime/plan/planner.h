@@ -115,7 +115,8 @@ struct Plan {
 
 /// Plans (see [Note: planner]). Throws ConfigError for an invalid request
 /// (world size < 1, a micro-batch < 1, a base config that does not load
-/// even unchanged) naming it, and as estimate_memory and predict_step.
+/// even unchanged, a base config with parameter_server.servers) naming
+/// it, and as estimate_memory and predict_step.
 /// Pure apart from reading nothing; thread safe.
 Plan make_plan(const PlanRequest& request);
 

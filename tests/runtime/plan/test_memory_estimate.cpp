@@ -6,6 +6,7 @@
 // smaller than it. Run at 1-3 ranks: every rank compares its own ledger
 // with the estimate for its rank, which the estimator computes without a
 // communicator. The step is the loop runtime/plan/memory_replay.h states.
+// Parameter-server jobs too: workers and servers (default placement).
 #include <algorithm>
 #include <cstdint>
 #include <cstring>
@@ -150,7 +151,8 @@ Matches compare_with_engine(const ModelDescription& model, const EngineConfig& c
   e.finalize();
   Matches m;
   m.finalize = same_ledger(e.ledger(), est.after_finalize);
-  run_step(e);
+  // A parameter server answers its workers' steps until they end.
+  e.is_parameter_server() ? e.serve() : run_step(e);
   m.step = same_ledger(e.ledger(), est.after_step);
   if (!m.step && ++shown <= 3) {
     MESSAGE((e.ledger().table("engine after a step") + est.after_step.table("estimate after a step")));
@@ -505,4 +507,47 @@ TEST_CASE("the estimate equals the ledger with ZeRO++'s options: hpZ's secondary
   }
   CHECK(checked == 2 * 2 * 2 * 6 * 2);
   CHECK(mismatches == 0);
+}
+
+TEST_CASE("with parameter servers the estimate equals each worker's and each server's ledger") {
+  // The last S ranks serve (estimate_memory's rank order); workers keep
+  // parameters and gradients only, a server each hosted worker's stage-3
+  // store on offload_optimizer's tier, nvme staged through its own pool.
+  Communicator& comm = world();
+  const int N = comm.world_size();
+  if (N < 2) return;  // a server needs a worker
+  int checked = 0, shown = 0;
+  for (int servers = 1; servers < N && servers <= 2; ++servers) {
+    for (int stage = 1; stage <= 3; ++stage) {
+      for (OffloadDevice tier : {OffloadDevice::none, OffloadDevice::cpu, OffloadDevice::nvme}) {
+        EngineConfig c = make_config(stage);
+        c.parameter_server.servers = servers;
+        c.offload.optimizer.device = tier;
+        if (tier == OffloadDevice::nvme) c.offload.optimizer.nvme_path = swap_root().string();
+        CAPTURE(servers);
+        CAPTURE(stage);
+        CAPTURE(offload_device_name(tier));
+        const Matches m = compare_with_engine(layered_model(), c, comm, shown);
+        CHECK(m.finalize);
+        CHECK(m.step);
+        ++checked;
+      }
+    }
+  }
+  CHECK(checked == (N >= 3 ? 18 : 9));
+  // A server's figures: one store per hosted worker, all fp32 and sharded
+  // over the W workers (padding aside, 16 B per parameter over W at AdamW).
+  EngineConfig c = make_config(3);
+  c.parameter_server.servers = 1;
+  const MemoryEstimate server = estimate_memory(layered_model(), c, N, N - 1);
+  CHECK(server.server == 0);
+  CHECK(server.hosted_workers.size() == static_cast<std::size_t>(N - 1));
+  CHECK(server.after_finalize.current(MemCategory::optimizer_states) == 2 * server.padded_count * sizeof(float));
+  CHECK(server.after_finalize.current(MemCategory::parameters) == server.padded_count * sizeof(float));
+  const MemoryEstimate worker = estimate_memory(layered_model(), c, N, 0);
+  CHECK(worker.server == -1);
+  CHECK(worker.after_finalize.current(MemCategory::optimizer_states) == 0);
+  c.parameter_server.servers = N;
+  CHECK_THROWS_WITH_AS(estimate_memory(layered_model(), c, N, 0), doctest::Contains("parameter_server.servers"),
+                       ConfigError);
 }

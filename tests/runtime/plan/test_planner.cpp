@@ -147,6 +147,12 @@ TEST_CASE("the chosen ds_config loads, with the base config's other keys") {
   CHECK(c.gradient_clipping == 1.0);
 }
 
+TEST_CASE("a parameter-server base config is refused, naming the key") {
+  PlanRequest r = request();
+  r.base_config["parameter_server"] = {{"servers", 1}};
+  CHECK_THROWS_WITH_AS(make_plan(r), doctest::Contains("\"parameter_server.servers\""), ConfigError);
+}
+
 TEST_CASE("a budget below the smallest footprint is answered with that footprint") {
   PlanRequest r = request();
   r.budget = {1000, 1000, 0};
