@@ -139,6 +139,33 @@ TEST_CASE("the report of a small model") {
   CHECK(text.find("24 padding elements in all, 384 bytes of them in this rank's arrays") != std::string::npos);
 }
 
+TEST_CASE("the report of a parameter-server job names each rank's role and its bytes") {
+  // The small model at 3 ranks, one of them a server: 2 workers at stage 3
+  // hold parameter and gradient shards of 128 elements per unit (8 B
+  // each); the server holds both workers' stores (16 B each, AdamW).
+  const ModelDescription m = ModelDescription::generated(1000, 4);
+  EngineConfig c;
+  c.zero.stage = 3;
+  c.parameter_server.servers = 1;
+  CHECK(tools::largest_rank(m, c, 3) == 2);  // the server
+  std::string text = tools::plan_report(m, "small", c, 3, 2);
+  CAPTURE(text);
+  CHECK(text.find("ranks 0-1 train, rank 2 serve") != std::string::npos);
+  CHECK(text.find("this rank is server 0, holding workers 0, 1") != std::string::npos);
+  CHECK(ends_with(line_with(text, "worker (last of 2): parameters and gradients"), " 4096 (4.00 KiB)"));
+  CHECK(ends_with(line_with(text, "server 0: 2 workers' fp32 shards and optimizer states"), " 16384 (16.00 KiB)"));
+  CHECK(ends_with(line_with(text, "all-reduce engine at 2 ranks, same config (last rank)"), " 8192 (8.00 KiB)"));
+  CHECK(text.find("rank 2 of 3") != std::string::npos);
+  CHECK(text.find("optimizer states       8.00 KiB") != std::string::npos);
+  CHECK(text.find("ZeRO paper") == std::string::npos);  // the formulas are for ranks that all train
+  text = tools::plan_report(m, "small", c, 3, 0);
+  CHECK(text.find("this rank is worker 0 of 2") != std::string::npos);
+  CHECK(text.find("optimizer states            0 B") != std::string::npos);
+  c.parameter_server.servers = 3;
+  CHECK_THROWS_WITH_AS(tools::plan_report(m, "small", c, 3, 0), doctest::Contains("leaves no worker among 3 ranks"),
+                       ConfigError);
+}
+
 TEST_CASE("the report shows the fp32 gradient accumulator of bf16 training") {
   // 1000 parameters in 4 units of 250 at 2 ranks, bf16 AdamW: units padded
   // to 256, shards of 128. Stage 1: the bf16 buffer (4 x 256 x 2 B) and the

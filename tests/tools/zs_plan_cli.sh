@@ -88,4 +88,16 @@ rc=0
   >"$work/twice.out" 2>&1 || rc=$?
 [ "$rc" = 1 ] && grep -q "give one" "$work/twice.out" ||
   fail "activations from the shape and the flag: exit status $rc, $(cat "$work/twice.out")"
+# A parameter-server config: the batch counts the 3 workers of 4 ranks (24
+# = 8 x 3), the default report is the server's, and no worker at all is named.
+echo '{"train_batch_size": 24, "train_micro_batch_size_per_gpu": 8, "zero_optimization": {"stage": 3},
+  "parameter_server": {"servers": 1}}' >"$work/ps.json"
+"$zs_plan" --params 1e6 --units 4 --world 4 --config "$work/ps.json" >"$work/ps.out" 2>&1 ||
+  fail "parameter-server estimate: $(cat "$work/ps.out")"
+grep -q "this rank is server 0, holding workers 0, 1, 2" "$work/ps.out" ||
+  fail "parameter-server estimate: no server line in $(cat "$work/ps.out")"
+rc=0
+"$zs_plan" --params 1e6 --units 4 --world 1 --config "$work/ps.json" >"$work/ps1.out" 2>&1 || rc=$?
+[ "$rc" = 1 ] && grep -q '"parameter_server.servers" = 1 leaves no worker among 1 ranks' "$work/ps1.out" ||
+  fail "servers without workers: exit status $rc, $(cat "$work/ps1.out")"
 echo "zs_plan_cli: all passed"

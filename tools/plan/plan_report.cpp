@@ -6,6 +6,7 @@
 #include <utility>
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include "core/error.h"
 #include "optimizer/optimizer.h"
@@ -18,6 +19,44 @@ namespace {
 
 std::string bytes_text(std::uint64_t b) { return fmt::format("{:>15} ({})", b, format_bytes(b)); }
 
+// "rank 3" or "ranks 0-2": the ranks [begin, end).
+std::string rank_range(int begin, int end) {
+  return end - begin == 1 ? fmt::format("rank {}", begin) : fmt::format("ranks {}-{}", begin, end - 1);
+}
+
+// The roles of a parameter-server job and each role's model states beside
+// the all-reduce engine's at W ranks, for the report of `est` (the rank's
+// estimate).
+std::string parameter_server_text(const ModelDescription& model, const EngineConfig& config, int world,
+                                  const MemoryEstimate& est) {
+  const int servers = static_cast<int>(config.parameter_server.servers);
+  const int workers = world - servers;
+  EngineConfig plain = config;
+  plain.parameter_server = ParameterServerConfig{};
+  const FlatLayout layout = model.layout(workers);
+  const std::uint64_t worker = estimate_memory(layout, config, workers - 1).after_finalize.model_state_bytes();
+  const std::uint64_t server = estimate_server_memory(layout, config, 0).after_finalize.model_state_bytes();
+  const std::uint64_t alone = estimate_memory(layout, plain, workers - 1).after_finalize.model_state_bytes();
+  std::string out = fmt::format(
+      "parameter-server job (parameter_server.servers = {}): {} train, {} serve (the default placement, the last "
+      "ranks; placement hosts choose others); server s holds the optimizer shards of the workers w with w % {} == "
+      "s\n",
+      servers, rank_range(0, workers), rank_range(workers, world), servers);
+  out += est.server >= 0 ? fmt::format("this rank is server {}, holding workers {}\n\n", est.server,
+                                       fmt::join(est.hosted_workers, ", "))
+                         : fmt::format("this rank is worker {} of {}\n\n", est.rank, workers);
+  out += "model states per rank by role (bytes, all tiers):\n";
+  out += fmt::format("  {:<58} {}\n", fmt::format("worker (last of {}): parameters and gradients", workers),
+                     bytes_text(worker));
+  out += fmt::format("  {:<58} {}\n",
+                     fmt::format("server 0: {} workers' fp32 shards and optimizer states",
+                                 ps_hosted_workers(workers, servers, 0).size()),
+                     bytes_text(server));
+  out += fmt::format("  {:<58} {}\n", fmt::format("all-reduce engine at {} ranks, same config (last rank)", workers),
+                     bytes_text(alone));
+  return out;
+}
+
 }  // namespace
 
 int largest_rank(const ModelDescription& model, const EngineConfig& config, int world) {
@@ -26,6 +65,21 @@ int largest_rank(const ModelDescription& model, const EngineConfig& config, int 
   // padding: the last rank's shards hold each unit's tail. Comparing the
   // first and the last rank is then exact, where laying out every rank
   // took time linear in the world size (87 s for 1e7 ranks).
+  if (config.parameter_server.enabled()) {
+    // The last worker (its shards hold the padding) or a server: server 0
+    // holds the most workers, the last server may hold the padded one.
+    const int workers = world - static_cast<int>(config.parameter_server.servers);
+    int best = -1;
+    std::uint64_t most = 0;
+    for (int r : {workers - 1, workers, world - 1}) {
+      const std::uint64_t total = estimate_memory(model, config, world, r).after_finalize.current_total();
+      if (best < 0 || total >= most) {
+        best = r;
+        most = total;
+      }
+    }
+    return best;
+  }
   const FlatLayout layout = model.layout(world);
   const std::uint64_t first = estimate_memory(layout, config, 0).after_finalize.current_total();
   const std::uint64_t last = estimate_memory(layout, config, world - 1).after_finalize.current_total();
@@ -76,6 +130,7 @@ std::string plan_report(const ModelDescription& model, const std::string& model_
                      config.source, stage, dtype_name(config.compute_dtype), optimizer_type_name(config.optimizer),
                      state_text, offload_device_name(config.offload.optimizer.device),
                      offload_device_name(config.offload.param.device));
+  if (config.parameter_server.enabled()) out += parameter_server_text(model, config, world, est);
   out += l.table(fmt::format("memory ledger after finalize(), rank {} of {} (bytes):", rank, world));
   out += fmt::format("total: device {}, host {}, nvme {}\n", l.current_total(MemTier::device),
                      l.current_total(MemTier::host), l.current_total(MemTier::nvme));
@@ -84,6 +139,9 @@ std::string plan_report(const ModelDescription& model, const std::string& model_
                      "staging included): device {}, host {}, nvme {}; transient buffers at their peak {}\n\n",
                      s.peak_total(MemTier::device), s.peak_total(MemTier::host), s.peak_total(MemTier::nvme),
                      bytes_text(s.peak(MemCategory::unsharded)));
+
+  // The published formulas are for ranks that all train.
+  if (config.parameter_server.enabled()) return out;
 
   // Side by side: model states per rank.
   const double k = state_bytes_per_element(sf, states) + (mixed ? 4.0 : 0.0);

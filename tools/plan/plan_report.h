@@ -15,8 +15,9 @@ namespace zeroshard::tools {
 
 /// The rank whose estimate holds the most bytes after finalize() among
 /// `world` ranks; on a tie (shards are equal in size, so usually) the
-/// highest such rank, whose shards hold the padding. Throws as
-/// estimate_memory.
+/// highest such rank, whose shards hold the padding. With parameter
+/// servers (the last S ranks) the largest of the last worker, the first
+/// and the last server. Throws as estimate_memory.
 int largest_rank(const ModelDescription& model, const EngineConfig& config, int world);
 
 /// The report for rank `rank` of `world` ranks: a header naming the model
@@ -28,7 +29,10 @@ int largest_rank(const ModelDescription& model, const EngineConfig& config, int 
 /// With `ranks_per_node` below the world size (hosts of that many
 /// consecutive ranks) the estimate uses those hosts for qgZ's buffers and
 /// the report adds the bytes a steady step moves between hosts
-/// (cross_host_traffic, runtime/plan/cost_model.h).
+/// (cross_host_traffic, runtime/plan/cost_model.h). With
+/// parameter_server.servers the report names the rank's role (the last S
+/// ranks serve) and each role's model states beside the all-reduce
+/// engine's at W = world - S ranks, in place of the published formulas.
 std::string plan_report(const ModelDescription& model, const std::string& model_name, const EngineConfig& config,
                         int world, int rank, int ranks_per_node = 0);
 

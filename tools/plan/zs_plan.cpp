@@ -234,7 +234,14 @@ int main(int argc, char** argv) {
     EngineConfig config;
     if (!config_path.empty()) {
       ConfigOptions options;
-      options.world_size = world;
+      // The batch keys count the ranks that train: the world less the
+      // servers, which a read without the batch arithmetic gives.
+      const std::int64_t servers = EngineConfig::from_file(config_path, options).parameter_server.servers;
+      if (servers >= world) {
+        throw ConfigError(fmt::format("{}: \"parameter_server.servers\" = {} leaves no worker among {} ranks",
+                                      config_path, servers, world));
+      }
+      options.world_size = world - static_cast<int>(std::max<std::int64_t>(servers, 0));
       config = EngineConfig::from_file(config_path, options);
     }
     const int r = rank.value_or(tools::largest_rank(model, config, world));
