@@ -469,8 +469,9 @@ class Engine {
   /// wall_clock_breakdown or zeroshard.trace is on).
   const StepFigures& last_step_figures() const;
   /// The run so far: {"steps", "per_rank_mean_ms" (every rank's mean
-  /// compute, comm_wait, optimizer, io_wait, checkpoint, other, wall and
-  /// hidden_comm),
+  /// compute, comm_wait, optimizer, io_wait, checkpoint, other, wall,
+  /// hidden_comm and a parameter-server worker's ps_push, ps_pull_wait and
+  /// ps_staleness: StepFigures::names()),
   /// "overlap_fraction", "slowest_rank", "straggler" {late_ms, last_count,
   /// straggler_steps, text}, "clock" {offset_ns, bound_ns}, "comms" (the
   /// comms_logger rows: kind, message_bytes, count, total_bytes, total_ms,

@@ -1,6 +1,7 @@
 // Engine: the observability calls (runtime/config/observe_config.h): the
 // observer's start, the end of an observed step (breakdown, straggler view,
-// memory counters), the run report and the Chrome traces. The traced
+// memory counters, a parameter-server worker's push, pull wait and
+// staleness), the run report and the Chrome traces. The traced
 // communicators are EngineComms' (runtime/engine/engine_comms.h).
 #include <filesystem>
 #include <iostream>
@@ -46,6 +47,10 @@ void end_observed_step(EngineState& s) {
   std::vector<Interval> intervals;
   std::vector<std::int64_t> arrivals;
   s.comms.take_step_records(intervals, arrivals);
+  if (const ParameterServerClient* client = s.ps_client.get()) {
+    const ParameterServerClientStats& st = client->stats();
+    s.observer->note_parameter_server(st.push_s, st.wait_s, client->pushed() - client->version());
+  }
   s.observer->end_step(s.progress.boundary_steps, intervals, arrivals, std::cout);
 }
 

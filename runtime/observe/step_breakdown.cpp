@@ -2,6 +2,8 @@
 
 #include <algorithm>
 #include <limits>
+#include <string>
+#include <string_view>
 
 #include <fmt/format.h>
 
@@ -10,17 +12,19 @@
 namespace zeroshard {
 
 const std::array<const char*, StepFigures::kFields>& StepFigures::names() {
-  static const std::array<const char*, kFields> n = {"compute", "comm_wait", "optimizer", "io_wait",
-                                                     "checkpoint", "other", "wall", "hidden_comm"};
+  static const std::array<const char*, kFields> n = {
+      "compute", "comm_wait", "optimizer", "io_wait", "checkpoint", "other",
+      "wall",    "hidden_comm", "ps_push", "ps_pull_wait", "ps_staleness"};
   return n;
 }
 
 std::array<double, StepFigures::kFields> StepFigures::as_array() const {
-  return {compute, comm_wait, optimizer, io_wait, checkpoint, other, wall, hidden_comm};
+  return {compute, comm_wait, optimizer, io_wait, checkpoint, other, wall, hidden_comm, ps_push, ps_pull_wait,
+          ps_staleness};
 }
 
 StepFigures StepFigures::from_array(const std::array<double, kFields>& a) {
-  return StepFigures{a[0], a[1], a[2], a[3], a[4], a[5], a[6], a[7]};
+  return StepFigures{a[0], a[1], a[2], a[3], a[4], a[5], a[6], a[7], a[8], a[9], a[10]};
 }
 
 double StepFigures::overlap_fraction() const {
@@ -100,9 +104,13 @@ std::string format_breakdown(const BreakdownSummary& s) {
   std::string out = fmt::format("{:<30}{:>9}{:>9}{:>9}  {}\n", fmt::format("step {} breakdown, ms", s.step), "min",
                                 "median", "max", "(rank of max)");
   const auto& n = StepFigures::names();
+  const bool servers = s.field("ps_push").max > 0;
   for (std::size_t f = 0; f < n.size(); ++f) {
     const FieldStats& st = s.fields[f];
-    out += fmt::format("  {:<28}{:>9.2f}{:>9.2f}{:>9.2f}  ({})\n", n[f], st.min, st.median, st.max, st.max_rank);
+    const bool ps_row = std::string_view(n[f]).starts_with("ps_");
+    if (ps_row && !servers) continue;
+    const std::string label = std::string(n[f]) + (std::string_view(n[f]) == "ps_staleness" ? " (steps)" : "");
+    out += fmt::format("  {:<28}{:>9.2f}{:>9.2f}{:>9.2f}  ({})\n", label, st.min, st.median, st.max, st.max_rank);
   }
   const double hidden = s.field("hidden_comm").median, exposed = s.field("comm_wait").median;
   out += fmt::format("  overlap (hidden / all comm, median rank) {:.2f}; slowest rank {}\n",

@@ -27,7 +27,7 @@
 // The straggler view takes, for each collective of the step, every rank's
 // arrival (issue) time on rank 0's clock (comm/traced/clock_sync.h): the rank that
 // arrived last made the others wait for (its arrival - the earliest
-// arrival). Summed per rank over a step and over a run, that names the
+// arrival). A parameter-server worker adds its ps_* figures (StepFigures). Summed per rank over a step and over a run, that names the
 // ranks that hold the others back (data skew, a slow host).
 #pragma once
 
@@ -42,11 +42,17 @@ namespace zeroshard {
 /// One rank's figures for one optimizer step, in milliseconds (see
 /// [Note: step breakdown]). Plain value type.
 struct StepFigures {
-  static constexpr std::size_t kFields = 8;
+  static constexpr std::size_t kFields = 11;
   /// Field names, in as_array() order.
   static const std::array<const char*, kFields>& names();
 
   double compute = 0, comm_wait = 0, optimizer = 0, io_wait = 0, checkpoint = 0, other = 0, wall = 0, hidden_comm = 0;
+  /// A parameter-server worker's step ([Note: parameter-server layout] in
+  /// runtime/ps/param_server.h), parts of comm_wait, not of the sum: the
+  /// sends of its push (ms), the wait for a pull that was due (ms), and
+  /// its staleness after the step (steps: the step count minus the step
+  /// whose update its parameters hold). Zero without servers.
+  double ps_push = 0, ps_pull_wait = 0, ps_staleness = 0;
 
   std::array<double, kFields> as_array() const;
   static StepFigures from_array(const std::array<double, kFields>& a);
@@ -83,8 +89,9 @@ struct BreakdownSummary {
 BreakdownSummary summarize(std::int64_t step, const std::vector<StepFigures>& per_rank);
 
 /// The table rank 0 prints: one row per field with min / median / max over
-/// ranks (ms) and the rank of the max, then the overlap fraction and the
-/// slowest rank.
+/// ranks (ms; ps_staleness in steps) and the rank of the max, then the
+/// overlap fraction and the slowest rank. The ps_* rows only when a rank
+/// pushed to a parameter server.
 std::string format_breakdown(const BreakdownSummary& summary);
 
 /// Who arrived last at the collectives of one step (see [Note: step

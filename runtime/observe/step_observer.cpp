@@ -19,6 +19,16 @@ void StepObserver::start(Communicator& gather_comm, std::int64_t offset_ns, std:
   origin_ns_ = origin_ns;
 }
 
+void StepObserver::note_parameter_server(double push_s_total, double wait_s_total, std::int64_t staleness) {
+  ps_push_s_ = push_s_total;
+  ps_wait_s_ = wait_s_total;
+  ps_staleness_ = staleness;
+  if (tracer_.spans_on()) {
+    tracer_.add_counter(TraceCounter{"parameter server", Tracer::now_ns(),
+                                     {{"staleness (steps)", static_cast<double>(staleness)}}});
+  }
+}
+
 void StepObserver::end_step(std::int64_t step, const std::vector<Interval>& collectives,
                             const std::vector<std::int64_t>& arrivals_ns, std::ostream& out) {
   if (!gathering()) return;
@@ -34,6 +44,11 @@ void StepObserver::end_step(std::int64_t step, const std::vector<Interval>& coll
   f.other = ms(t[TimeCategory::other]);
   f.wall = ms(t.wall_ns);
   f.hidden_comm = ms(overlap_ns(collectives, t.compute_intervals));
+  f.ps_push = (ps_push_s_ - ps_push_taken_s_) * 1e3;
+  f.ps_pull_wait = (ps_wait_s_ - ps_wait_taken_s_) * 1e3;
+  f.ps_staleness = static_cast<double>(ps_staleness_);
+  ps_push_taken_s_ = ps_push_s_;
+  ps_wait_taken_s_ = ps_wait_s_;
   last_ = f;
 
   // Figures plus this rank's collective count, from every rank.

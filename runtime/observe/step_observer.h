@@ -55,6 +55,14 @@ class StepObserver {
   void end_step(std::int64_t step, const std::vector<Interval>& collectives,
                 const std::vector<std::int64_t>& arrivals_ns, std::ostream& out);
 
+  /// A parameter-server worker's figures for the step end_step ends next:
+  /// its client's totals since start-up (seconds in pushes, waiting for
+  /// pulls; ParameterServerClientStats) and its staleness after the step
+  /// (steps). end_step takes this step's share of the totals into
+  /// StepFigures::ps_push and ps_pull_wait, and adds the staleness to the
+  /// trace as a counter when spans are on.
+  void note_parameter_server(double push_s_total, double wait_s_total, std::int64_t staleness);
+
   /// This rank's figures of the last step (zero before the first).
   const StepFigures& last_figures() const { return last_; }
   /// The last step's summary over ranks (empty before the first gathered step).
@@ -74,6 +82,9 @@ class StepObserver {
   Tracer tracer_;
   std::int64_t offset_ns_ = 0, bound_ns_ = 0, origin_ns_ = 0;
   StepFigures last_{};
+  /// note_parameter_server's figures: the totals at the last end_step and now.
+  double ps_push_s_ = 0, ps_wait_s_ = 0, ps_push_taken_s_ = 0, ps_wait_taken_s_ = 0;
+  std::int64_t ps_staleness_ = 0;
   std::vector<BreakdownSummary> summaries_;
   std::vector<std::array<double, StepFigures::kFields>> sums_;  ///< per rank
   std::int64_t gathered_steps_ = 0;

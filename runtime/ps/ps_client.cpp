@@ -99,6 +99,7 @@ bool ParameterServerClient::step(std::int64_t step, float grad_scale) {
     ++stats_.pushes;
     stats_.push_s += seconds_since(t0);
   }
+  pushed_ = step;
   auto p = std::make_unique<Pull>();
   p->step = step;
   p->works.push_back(world.irecv(&p->status, sizeof p->status, DType::u8, peer_));

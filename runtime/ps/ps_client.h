@@ -79,6 +79,9 @@ class ParameterServerClient {
   void mark_params_dirty() { params_dirty_ = true; }
   /// The step whose update the installed parameters hold (0: none yet).
   std::int64_t version() const { return version_; }
+  /// The last step pushed (0: none yet); pushed() - version() is the
+  /// staleness of the parameters the worker trains on next.
+  std::int64_t pushed() const { return pushed_; }
   /// Steps pushed whose pulls are not installed.
   std::size_t in_flight() const { return pending_.size(); }
   const ParameterServerClientStats& stats() const { return stats_; }
@@ -98,6 +101,7 @@ class ParameterServerClient {
   bool params_dirty_ = true;
   bool connected_ = false;
   std::int64_t version_ = 0;
+  std::int64_t pushed_ = 0;
   std::deque<std::unique_ptr<Pull>> pending_;
   ParameterServerClientStats stats_;
   Tracer* tracer_ = nullptr;

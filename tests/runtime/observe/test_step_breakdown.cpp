@@ -116,6 +116,20 @@ TEST_CASE("summarize: min, median, max over ranks and the slowest rank") {
   const std::string text = format_breakdown(s);
   CHECK(text.find("slowest rank 1") != std::string::npos);
   CHECK(text.find("hidden_comm") != std::string::npos);
+  CHECK(text.find("ps_push") == std::string::npos);  // no parameter server: no ps_* rows
+  // A parameter-server worker's rows: push, pull wait and staleness.
+  r[2].ps_push = 0.5;
+  r[0].ps_pull_wait = 2;
+  for (StepFigures& f : r) f.ps_staleness = 2;
+  const BreakdownSummary ps = summarize(8, r);
+  CHECK(ps.field("ps_pull_wait").max_rank == 0);
+  CHECK(ps.field("ps_staleness").median == 2);
+  const std::string ps_text = format_breakdown(ps);
+  CAPTURE(ps_text);
+  CHECK(ps_text.find("  ps_push                          0.00     0.00     0.50  (2)") != std::string::npos);
+  CHECK(ps_text.find("  ps_pull_wait                     0.00     0.00     2.00  (0)") != std::string::npos);
+  CHECK(ps_text.find("  ps_staleness (steps)             2.00     2.00     2.00  (0)") != std::string::npos);
+  CHECK(StepFigures::from_array(r[2].as_array()).ps_push == 0.5);
   CHECK_THROWS_AS(summarize(1, {}), InvariantError);
   CHECK_THROWS_AS((void)s.field("nope"), InvariantError);
 }

@@ -196,6 +196,35 @@ TEST_CASE("parameter_server: with staleness s the forward of step k reads the pa
   world().barrier();
 }
 
+TEST_CASE("parameter_server: the step breakdown shows each worker's push, pull wait and staleness") {
+  // wall_clock_breakdown on: after step k a worker with staleness s holds
+  // the update of step max(0, k - s), so its staleness is min(k, s); the
+  // push's sends took time, and the run report has the fields per rank.
+  for (const int s : {0, 2}) {
+    CAPTURE(s);
+    EngineConfig c = config(2, false, 1, 1, s);
+    c.observe.wall_clock_breakdown = true;
+    c.steps_per_print = 1000;  // gathered, not printed
+    Model m(c, world());
+    if (m.e.is_parameter_server()) {
+      m.e.serve();
+      continue;
+    }
+    for (int k = 1; k <= 4; ++k) {
+      m.step(k);
+      const StepFigures& f = m.e.last_step_figures();
+      CHECK(f.ps_staleness == std::min(k, s));
+      CHECK(f.ps_push > 0);
+      CHECK(f.ps_push <= f.comm_wait);
+      CHECK(f.ps_pull_wait <= f.comm_wait);
+    }
+    const nlohmann::json report = m.e.observe_report();
+    REQUIRE(report["per_rank_mean_ms"].size() == static_cast<std::size_t>(world().world_size() - 1));
+    CHECK(report["per_rank_mean_ms"][0]["ps_staleness"].get<double>() == doctest::Approx(s == 0 ? 0.0 : 1.75));
+  }
+  world().barrier();
+}
+
 TEST_CASE("parameter_server: roles, the workers' world and the refused calls") {
   const int N = world().world_size();
   EngineConfig c = config(2, false, 1, 1, 0);
