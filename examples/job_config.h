@@ -8,6 +8,7 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <cstdio>
 #include <functional>
@@ -16,8 +17,10 @@
 #include <string>
 #include <vector>
 
+#include "core/durable_file.h"
 #include "core/error.h"
 #include "runtime/config/config.h"
+#include "runtime/config/config_diagnostics.h"
 
 namespace zeroshard::examples {
 
@@ -98,6 +101,33 @@ inline ConfigOptions config_fills(const ConfigFlags& f, const ProgramValues& p) 
     fill.fill(kv.substr(0, eq), v, "--fill");
   }
   return fill;
+}
+
+/// The job's parameter_server.servers: `servers_flag` when given (>= 0),
+/// else the integer --config's JSON has there, else 0. Taken before the
+/// file is read whole, as its batch keys count only the ranks that train;
+/// that read checks the key (a wrong type is its error). Throws
+/// ConfigError for a file that is not JSON, naming
+/// parameter_server.servers when no rank of `world_size` would train;
+/// IoError for an unreadable file.
+inline std::int64_t job_servers(const ConfigFlags& f, std::int64_t servers_flag, int world_size) {
+  std::int64_t servers = servers_flag;
+  if (servers < 0 && !f.config_path.empty()) {
+    const nlohmann::json doc = parse_config_text(read_text_file(f.config_path), f.config_path);
+    const nlohmann::json* v = nullptr;
+    if (doc.is_object() && doc.contains("parameter_server") && doc["parameter_server"].is_object() &&
+        doc["parameter_server"].contains("servers")) {
+      v = &doc["parameter_server"]["servers"];
+    }
+    servers = v != nullptr && v->is_number_integer() ? v->get<std::int64_t>() : 0;
+  }
+  servers = std::max<std::int64_t>(servers, 0);
+  if (servers >= world_size) {
+    throw ConfigError(fmt::format("\"parameter_server.servers\" = {} leaves no rank to train among the job's {} "
+                                  "(it must be below the world size)",
+                                  servers, world_size));
+  }
+  return servers;
 }
 
 /// For a program whose Engine keeps its state in host memory (the cpu

@@ -196,16 +196,9 @@ int run(const Options& o) {
   // Every rank reads the same flags and file: one agreed error, printed once.
   EngineConfig config;
   run_agreed(*comm, [&] {
-    config = make_config(o, world);
     // The batch keys count the ranks that train: the world less the servers.
-    const std::int64_t servers = config.parameter_server.servers;
-    if (servers >= world) {
-      throw ConfigError(
-          fmt::format("\"parameter_server.servers\" (--parameter-servers) = {} leaves no rank to train "
-                      "among the job's {} (it must be below the world size)",
-                      servers, world));
-    }
-    if (servers > 0) config = make_config(o, world - static_cast<int>(servers));
+    const std::int64_t servers = job_servers(o.config, o.servers, world);
+    config = make_config(o, world - static_cast<int>(servers));
   });
   std::optional<MachineRates> rates;
   if (!o.config.calibration_path.empty()) rates = MachineRates::from_file(o.config.calibration_path);

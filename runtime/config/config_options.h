@@ -67,6 +67,8 @@ struct ConfigOptions {
   std::optional<std::int64_t> hidden_size;
   /// World size: when set, the reader does the batch arithmetic
   /// (EngineConfig::resolve_batch) and reports its errors with the rest.
+  /// The ranks that train: a parameter-server job's workers, without its
+  /// servers (the Engine checks the batch over those).
   std::optional<int> world_size;
   /// Keys accepted without effect and legacy spellings become errors (the
   /// file's "zeroshard": {"strict": true} does the same).

@@ -64,8 +64,16 @@ expect "fashion_mnist: error: rank 0: --hidden \"99999999999\": the model would 
 count "fashion_mnist: error:" 1
 # Parameter servers that leave no rank to train, and a dtype they do not carry.
 run 1 "$mpirun" -np 2 "$fm" "${fmargs[@]}" --parameter-servers 2
-expect "fashion_mnist: error: rank 0: \"parameter_server.servers\" (--parameter-servers) = 2 leaves no rank to train"
+expect "fashion_mnist: error: rank 0: \"parameter_server.servers\" = 2 leaves no rank to train"
 count "fashion_mnist: error:" 1
+# The file's servers count out of its batch keys: 32 = 32 x 1 worker of 2 ranks.
+echo '{"train_batch_size": 32, "train_micro_batch_size_per_gpu": 32, "zero_optimization": {"stage": 2},
+  "parameter_server": {"servers": 1}}' > "$work/ps_batch.json"
+run 0 "$mpirun" -np 2 "$fm" "${fmargs[@]}" --config "$work/ps_batch.json"
+expect "micro-batch 32 x accumulation 1 x 1 ranks = global batch 32"
+echo '{"parameter_server": {"servers": 2}}' > "$work/ps_all.json"
+run 1 "$mpirun" -np 2 "$fm" "${fmargs[@]}" --config "$work/ps_all.json"
+expect "\"parameter_server.servers\" = 2 leaves no rank to train among the job's 2"
 run 1 "$mpirun" -np 2 "$fm" "${fmargs[@]}" --parameter-servers 1 --bf16
 expect "\"parameter_server.servers\" = 1 needs fp32 training"
 count "fashion_mnist: error:" 1
