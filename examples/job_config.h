@@ -123,9 +123,10 @@ inline std::int64_t job_servers(const ConfigFlags& f, std::int64_t servers_flag,
   }
   servers = std::max<std::int64_t>(servers, 0);
   if (servers >= world_size) {
-    throw ConfigError(fmt::format("\"parameter_server.servers\" = {} leaves no rank to train among the job's {} "
-                                  "(it must be below the world size)",
-                                  servers, world_size));
+    throw ConfigError(
+        fmt::format("\"parameter_server.servers\" = {} leaves no rank to train among the job's {} "
+                    "(it must be below the world size)",
+                    servers, world_size));
   }
   return servers;
 }

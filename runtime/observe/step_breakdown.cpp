@@ -12,15 +12,15 @@
 namespace zeroshard {
 
 const std::array<const char*, StepFigures::kFields>& StepFigures::names() {
-  static const std::array<const char*, kFields> n = {
-      "compute", "comm_wait", "optimizer", "io_wait", "checkpoint", "other",
-      "wall",    "hidden_comm", "ps_push", "ps_pull_wait", "ps_staleness"};
+  static const std::array<const char*, kFields> n = {"compute",    "comm_wait",    "optimizer",   "io_wait",
+                                                     "checkpoint", "other",        "wall",        "hidden_comm",
+                                                     "ps_push",    "ps_pull_wait", "ps_staleness"};
   return n;
 }
 
 std::array<double, StepFigures::kFields> StepFigures::as_array() const {
-  return {compute, comm_wait, optimizer, io_wait, checkpoint, other, wall, hidden_comm, ps_push, ps_pull_wait,
-          ps_staleness};
+  return {compute, comm_wait,   optimizer, io_wait,      checkpoint,  other,
+          wall,    hidden_comm, ps_push,   ps_pull_wait, ps_staleness};
 }
 
 StepFigures StepFigures::from_array(const std::array<double, kFields>& a) {

@@ -24,8 +24,8 @@ void StepObserver::note_parameter_server(double push_s_total, double wait_s_tota
   ps_wait_s_ = wait_s_total;
   ps_staleness_ = staleness;
   if (tracer_.spans_on()) {
-    tracer_.add_counter(TraceCounter{"parameter server", Tracer::now_ns(),
-                                     {{"staleness (steps)", static_cast<double>(staleness)}}});
+    tracer_.add_counter(
+        TraceCounter{"parameter server", Tracer::now_ns(), {{"staleness (steps)", static_cast<double>(staleness)}}});
   }
 }
 

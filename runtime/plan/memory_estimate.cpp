@@ -56,8 +56,7 @@ void set_layout_counts(const FlatLayout& layout, MemoryEstimate& e) {
 
 }  // namespace
 
-MemoryEstimate estimate_memory(const FlatLayout& layout, const EngineConfig& job_config, int rank,
-                               int ranks_per_node) {
+MemoryEstimate estimate_memory(const FlatLayout& layout, const EngineConfig& job_config, int rank, int ranks_per_node) {
   // A parameter-server worker's Engine keeps no offload_optimizer.
   const EngineConfig config = job_config.parameter_server.enabled() ? ps_worker_config(job_config) : job_config;
   ZS_CHECK(layout.world_size() > 0, "estimate_memory: the layout is not finalized");

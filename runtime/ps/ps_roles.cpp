@@ -95,6 +95,8 @@ ParameterServerRoles::ParameterServerRoles(Communicator& world, const ParameterS
   group_ = world.split(server_ ? 1 : 0, index_);
 }
 
-std::vector<int> ParameterServerRoles::hosted_workers(int s) const { return ps_hosted_workers(workers(), servers(), s); }
+std::vector<int> ParameterServerRoles::hosted_workers(int s) const {
+  return ps_hosted_workers(workers(), servers(), s);
+}
 
 }  // namespace zeroshard
