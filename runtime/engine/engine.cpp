@@ -508,6 +508,10 @@ ParameterServerClientStats Engine::parameter_server_stats() const {
   return s_->ps_client ? s_->ps_client->stats() : ParameterServerClientStats{};
 }
 
+ParameterServerStats Engine::served_stats() const {
+  return s_->server ? s_->server->stats() : ParameterServerStats{};
+}
+
 Communicator& Engine::dp_communicator() {
   if (roles_ != nullptr) return roles_->group();
   return s_->comms.raw_dp();

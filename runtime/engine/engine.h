@@ -671,6 +671,10 @@ class Engine {
   /// the staleness of each installed pull (runtime/ps/ps_messages.h);
   /// empty on a server, before finalize() and without parameter_server.
   ParameterServerClientStats parameter_server_stats() const;
+  /// What this parameter server applied and moved, and the largest lag of
+  /// a push it applied (runtime/ps/ps_messages.h); empty on a worker,
+  /// before finalize() and without parameter_server.
+  ParameterServerStats served_stats() const;
   /// The ranks that train together, untraced: on a parameter-server worker
   /// the workers' group (W ranks, worker index order), where the loop runs
   /// its own reductions (evaluation counts); on a server the servers'

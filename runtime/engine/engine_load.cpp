@@ -574,7 +574,7 @@ json Engine::load_checkpoint(const std::string& mesh_save_dir, const std::string
             if (s.ps_client) s.ps_client->abort_put_state();  // the server's stream ends too
             throw;
           }
-          if (s.ps_client) s.ps_client->end_put_state();
+          if (s.ps_client) s.ps_client->end_put_state(m.optimizer_steps);
         },
         true);
     s.unusable.clear();

@@ -21,6 +21,7 @@ struct ParameterServer::Hosted {
   bool said_hello = false;
   bool done = false;
   std::string error;  // the first failed update's, answered to every later push
+  std::int64_t last_step = 0;  // the step of the last push applied
   PsHello hello;      // receive buffers of the message posted
   PsPush push;
   CommWork posted;
@@ -138,11 +139,17 @@ void ParameterServer::answer_push(Hosted& h, const PsPush& push) {
     if (push.has_params != 0) receive_into(ArrayKind::params);
     receive_into(ArrayKind::grad);
   }
+  if (error.empty() && push.step <= h.last_step) {
+    error = fmt::format("a push for step {} after one for step {}: steps must increase", push.step, h.last_step);
+  }
   if (error.empty()) {
-    const TraceScope span(tracer_, "optimizer", TraceThread::engine, TimeCategory::optimizer);
+    const TraceScope span(tracer_, "optimizer", TraceThread::engine, TimeCategory::optimizer,
+                          fmt::format("worker {}, step {}, version {}", h.worker, push.step, push.version));
     try {
       h.optimizer->step(store, push.step, static_cast<float>(push.grad_scale));
       ++stats_.pushes;
+      h.last_step = push.step;
+      stats_.max_lag = std::max(stats_.max_lag, push.step - 1 - push.version);
     } catch (const std::exception& e) {
       error = e.what();
     }
@@ -242,7 +249,8 @@ void ParameterServer::answer_put_state(Hosted& h) {
     for (int k = 0; k < store.states(u).arrays(); ++k) piece(u, {ArrayKind::state, k});
   }
   if (error.empty()) {
-    h.error.clear();  // the loaded state replaces what an update left partly written
+    h.error.clear();     // the loaded state replaces what an update left partly written
+    h.last_step = 0;     // the steps go on from the checkpoint's
     const PsStatus ok{};
     world.send(&ok, sizeof ok, DType::u8, h.peer);
     return;

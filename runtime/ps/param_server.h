@@ -81,13 +81,6 @@ struct ParameterServerOptions {
   std::vector<ParamGroup> groups;
 };
 
-/// What a server did (since construction). Plain value.
-struct ParameterServerStats {
-  std::int64_t pushes = 0;           ///< step pushes applied (all hosted workers)
-  std::uint64_t bytes_received = 0;  ///< gradient and parameter bytes pushed to it
-  std::uint64_t bytes_sent = 0;      ///< parameter bytes pulled from it
-};
-
 /// The server side (see the Note). Thread safety: one thread.
 class ParameterServer {
  public:
@@ -101,7 +94,11 @@ class ParameterServer {
   ~ParameterServer();
 
   /// Answers the hosted workers' hellos, then their pushes in arrival
-  /// order, until every one said goodbye. Throws CommError when a message
+  /// order, until every one said goodbye. A worker's pushes must come in
+  /// increasing step order (a push that does not is answered with an
+  /// error naming both steps). Each update records the step and the
+  /// version it used in the trace (the "optimizer" span's unit: "worker
+  /// w, step k, version v") and in stats().max_lag. Throws CommError when a message
   /// cannot be received; a failed update is the reply's status instead
   /// (see the Note). A hello whose layout differs is answered with an error
   /// naming the worker, and serving goes on.

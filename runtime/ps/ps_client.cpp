@@ -90,8 +90,11 @@ bool ParameterServerClient::step(std::int64_t step, float grad_scale) {
   {
     const TraceScope span(tracer_, "ps_push", TraceThread::engine, TimeCategory::comm_wait);
     const auto t0 = std::chrono::steady_clock::now();
-    const PsPush push{
-        .kind = PsKind::step, .step = step, .grad_scale = grad_scale, .has_params = params_dirty_ ? 1 : 0};
+    const PsPush push{.kind = PsKind::step,
+                      .step = step,
+                      .grad_scale = grad_scale,
+                      .has_params = params_dirty_ ? 1 : 0,
+                      .version = version_};
     world.send(&push, sizeof push, DType::u8, peer_);
     if (params_dirty_) push_array(ArrayKind::params);
     push_array(ArrayKind::grad);
@@ -211,10 +214,11 @@ void ParameterServerClient::put_piece(std::span<const std::byte> bytes) {
   stats_.bytes_pushed += bytes.size();
 }
 
-void ParameterServerClient::end_put_state() {
+void ParameterServerClient::end_put_state(std::int64_t version) {
   PsStatus status;
   roles_.world().recv(&status, sizeof status, DType::u8, peer_);
   params_dirty_ = false;  // the server holds the parameters just sent
+  version_ = pushed_ = version;
   if (status.ok == 0) {
     status.text[kPsErrorBytes - 1] = '\0';
     throw Error(status.text);

@@ -66,11 +66,13 @@ class ParameterServerClient {
   /// (fp32, shard elements) and each state array's window as stored
   /// (put_piece), then end_put_state(), which waits until the server
   /// stored them all. The pulls in flight must be installed first
-  /// (InvariantError). Local; end_put_state throws the server's error
-  /// (Error), every call CommError.
+  /// (InvariantError). `version` is the step whose update the state holds
+  /// (the checkpoint's optimizer steps): version() and pushed() become it.
+  /// Local; end_put_state throws the server's error (Error), every call
+  /// CommError.
   void begin_put_state();
   void put_piece(std::span<const std::byte> bytes);
-  void end_put_state();
+  void end_put_state(std::int64_t version);
   /// Ends a put begun by begin_put_state() early (the caller's load
   /// failed): the server keeps an error until the next put. Never throws.
   void abort_put_state() noexcept;

@@ -2,7 +2,8 @@
 // they travel over the job's communicator (point-to-point, which MPI keeps
 // in order between two ranks):
 //   hello      worker -> server  PsHello, then server -> worker PsStatus
-//   push k     worker -> server  PsPush, [each unit's parameter shard when
+//   push k     worker -> server  PsPush (the step and the version it was
+//                                computed on), [each unit's parameter shard when
 //                                has_params], each unit's gradient shard
 //   pull k     server -> worker  PsStatus, each unit's parameter shard
 //                                (zeros after an error), so that the
@@ -53,6 +54,9 @@ struct PsPush {
   std::int64_t step = 0;        ///< the 1-based optimizer step the gradient is for
   double grad_scale = 0;        ///< the averaging and clip factor (a float's value)
   std::int64_t has_params = 0;  ///< 1: the worker's parameter shards come first
+  /// The version the gradient was computed on: the step whose update the
+  /// worker's parameters held (0: the initial ones).
+  std::int64_t version = 0;
 };
 
 /// Bytes of a PsStatus's error text, its terminating zero included.
@@ -79,6 +83,17 @@ struct ParameterServerClientStats {
   /// Per installed pull: the step it installed at minus the step it
   /// updated (the staleness the worker then trained at).
   std::vector<std::int64_t> lags;
+};
+
+/// What a server did (since construction). Plain value.
+struct ParameterServerStats {
+  std::int64_t pushes = 0;           ///< step pushes applied (all hosted workers)
+  /// The largest lag of an applied push: its step - 1 - the version its
+  /// gradient was computed on (the updates its parameters missed; at most
+  /// parameter_server.staleness).
+  std::int64_t max_lag = 0;
+  std::uint64_t bytes_received = 0;  ///< gradient and parameter bytes pushed to it
+  std::uint64_t bytes_sent = 0;      ///< parameter bytes pulled from it
 };
 
 /// Sends one piece of a state stream to `peer`: its byte count (u64),

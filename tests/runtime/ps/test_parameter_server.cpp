@@ -108,11 +108,14 @@ struct Run {
 };
 
 // `steps` steps; after step `reset_at` (0: never) parameter p1 is set
-// again on every worker. On a server: serve() until the workers end.
-std::optional<Run> train(const EngineConfig& c, Communicator& comm, int steps, int reset_at = 0) {
+// again on every worker. On a server: serve() until the workers end, then
+// (when given) its stats into `served`.
+std::optional<Run> train(const EngineConfig& c, Communicator& comm, int steps, int reset_at = 0,
+                         ParameterServerStats* served = nullptr) {
   Model m(c, comm);
   if (m.e.is_parameter_server()) {
     m.e.serve();
+    if (served != nullptr) *served = m.e.served_stats();
     return std::nullopt;
   }
   for (int s = 1; s <= steps; ++s) {
@@ -181,8 +184,16 @@ TEST_CASE("parameter_server: with staleness s the forward of step k reads the pa
     for (const int s : {1, 2, 4}) {
       CAPTURE(stage);
       CAPTURE(s);
-      const std::optional<Run> stale = train(config(stage, false, 1, servers, s), world(), 6);
-      if (workers == nullptr) continue;
+      ParameterServerStats served;
+      const std::optional<Run> stale = train(config(stage, false, 1, servers, s), world(), 6, 0, &served);
+      if (workers == nullptr) {
+        // Each update records the version it was computed on: step k's
+        // gradient saw the update of step max(0, k - 1 - s), so the
+        // largest lag over 6 steps is s.
+        CHECK(served.pushes == 6 * (N - servers));
+        CHECK(served.max_lag == s);
+        continue;
+      }
       REQUIRE(stale->forward_sums.size() == sync->forward_sums.size());
       for (std::size_t k = 0; k < stale->forward_sums.size(); ++k) {
         const std::size_t version = k >= static_cast<std::size_t>(s) ? k - static_cast<std::size_t>(s) : 0;
