@@ -161,6 +161,14 @@ TEST_CASE("the report of a parameter-server job names each rank's role and its b
   text = tools::plan_report(m, "small", c, 3, 0);
   CHECK(text.find("this rank is worker 0 of 2") != std::string::npos);
   CHECK(text.find("optimizer states            0 B") != std::string::npos);
+  // More servers than workers: the last holds nothing, and says so.
+  c.parameter_server.servers = 2;
+  text = tools::plan_report(m, "small", c, 3, 2);
+  CHECK(text.find("this rank is server 1, holding no worker: with more servers than workers (2 > 1)") !=
+        std::string::npos);
+  CHECK(ends_with(line_with(text, "server 1: 0 workers' fp32 shards and optimizer states"), " 0 (0 B)"));
+  CHECK(text.find("between hosts") == std::string::npos);
+  CHECK(tools::plan_report(m, "small", c, 3, 2, 1).find("between hosts: not modelled") != std::string::npos);
   c.parameter_server.servers = 3;
   CHECK_THROWS_WITH_AS(tools::plan_report(m, "small", c, 3, 0), doctest::Contains("leaves no worker among 3 ranks"),
                        ConfigError);

@@ -34,23 +34,36 @@ std::string parameter_server_text(const ModelDescription& model, const EngineCon
   EngineConfig plain = config;
   plain.parameter_server = ParameterServerConfig{};
   const FlatLayout layout = model.layout(workers);
+  const int shown = std::max(est.server, 0);  // the rank's server, else server 0
+  const std::size_t hosted = ps_hosted_workers(workers, servers, shown).size();
   const std::uint64_t worker = estimate_memory(layout, config, workers - 1).after_finalize.model_state_bytes();
-  const std::uint64_t server = estimate_server_memory(layout, config, 0).after_finalize.model_state_bytes();
+  const std::uint64_t server = estimate_server_memory(layout, config, shown).after_finalize.model_state_bytes();
   const std::uint64_t alone = estimate_memory(layout, plain, workers - 1).after_finalize.model_state_bytes();
   std::string out = fmt::format(
       "parameter-server job (parameter_server.servers = {}): {} train, {} serve (the default placement, the last "
       "ranks; placement hosts choose others); server s holds the optimizer shards of the workers w with w % {} == "
       "s\n",
       servers, rank_range(0, workers), rank_range(workers, world), servers);
-  out += est.server >= 0 ? fmt::format("this rank is server {}, holding workers {}\n\n", est.server,
-                                       fmt::join(est.hosted_workers, ", "))
-                         : fmt::format("this rank is worker {} of {}\n\n", est.rank, workers);
+  if (!config.parameter_server.placement.empty()) {
+    out += "(parameter_server.placement names hosts: at run time the servers are the ranks on them; the figures "
+           "per role are the same)\n";
+  }
+  if (est.server < 0) {
+    out += fmt::format("this rank is worker {} of {}\n\n", est.rank, workers);
+  } else if (est.hosted_workers.empty()) {
+    out += fmt::format("this rank is server {}, holding no worker: with more servers than workers ({} > {}) the "
+                       "servers past the first {} hold nothing\n\n",
+                       est.server, servers, workers, workers);
+  } else {
+    out += fmt::format("this rank is server {}, holding workers {}\n\n", est.server,
+                       fmt::join(est.hosted_workers, ", "));
+  }
   out += "model states per rank by role (bytes, all tiers):\n";
   out += fmt::format("  {:<58} {}\n", fmt::format("worker (last of {}): parameters and gradients", workers),
                      bytes_text(worker));
   out += fmt::format("  {:<58} {}\n",
-                     fmt::format("server 0: {} workers' fp32 shards and optimizer states",
-                                 ps_hosted_workers(workers, servers, 0).size()),
+                     fmt::format("server {}: {} worker{}' fp32 shards and optimizer states", shown, hosted,
+                                 hosted == 1 ? "" : "s"),
                      bytes_text(server));
   out += fmt::format("  {:<58} {}\n", fmt::format("all-reduce engine at {} ranks, same config (last rank)", workers),
                      bytes_text(alone));
@@ -141,7 +154,13 @@ std::string plan_report(const ModelDescription& model, const std::string& model_
                      bytes_text(s.peak(MemCategory::unsharded)));
 
   // The published formulas are for ranks that all train.
-  if (config.parameter_server.enabled()) return out;
+  if (config.parameter_server.enabled()) {
+    if (ranks_per_node > 0 && ranks_per_node < world) {
+      out += "\nbetween hosts: not modelled for a parameter-server job (its pushes and pulls go between the "
+             "workers' and the servers' hosts); the ps bench measures them (bench/ps/README.md)\n";
+    }
+    return out;
+  }
 
   // Side by side: model states per rank.
   const double k = state_bytes_per_element(sf, states) + (mixed ? 4.0 : 0.0);

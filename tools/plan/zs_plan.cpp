@@ -238,11 +238,20 @@ int main(int argc, char** argv) {
       // servers, which a read without the batch arithmetic gives.
       const std::int64_t servers = EngineConfig::from_file(config_path, options).parameter_server.servers;
       if (servers >= world) {
-        throw ConfigError(fmt::format("{}: \"parameter_server.servers\" = {} leaves no worker among {} ranks",
-                                      config_path, servers, world));
+        throw ConfigError(fmt::format(
+            "{}: \"parameter_server.servers\" = {} leaves no worker among {} ranks (--world gives the job's ranks, "
+            "servers included)",
+            config_path, servers, world));
       }
       options.world_size = world - static_cast<int>(std::max<std::int64_t>(servers, 0));
-      config = EngineConfig::from_file(config_path, options);
+      try {
+        config = EngineConfig::from_file(config_path, options);
+      } catch (const ConfigError& e) {
+        if (servers <= 0) throw;
+        throw ConfigError(fmt::format("{} (with {} parameter server{}, the world size here is the {} ranks that "
+                                      "train: --world {} less the servers)",
+                                      e.what(), servers, servers == 1 ? "" : "s", world - servers, world));
+      }
     }
     const int r = rank.value_or(tools::largest_rank(model, config, world));
     if (r < 0 || r >= world) throw ConfigError(fmt::format("--rank {} outside a world of {}", r, world));
