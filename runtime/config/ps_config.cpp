@@ -23,7 +23,13 @@ void ParameterServerConfig::collect_problems(int stage, DType compute_dtype, boo
     bad("placement", fmt::format("{} hosts", placement.size()),
         fmt::format("names more hosts than parameter_server.servers ({})", servers));
   }
-  if (!enabled()) return;
+  if (!enabled()) {
+    if (staleness > 0) {
+      d.warn(fmt::format("\"parameter_server.staleness\" = {} has no effect without parameter_server.servers",
+                         staleness));
+    }
+    return;
+  }
   const std::string s = std::to_string(servers);
   if (stage < 1) {
     bad("servers", s, "needs zero_optimization.stage 1, 2 or 3 (the servers hold the workers' optimizer shards)");

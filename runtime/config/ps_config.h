@@ -32,7 +32,8 @@ struct ParameterServerConfig {
   /// Records each range or combination problem in `d`, naming the keys:
   /// servers or staleness negative, placement naming no host, and what
   /// the layout does not carry (a stage below 1, a compute dtype other
-  /// than fp32, Muon, zeroshard.overlap_optimizer_step).
+  /// than fp32, Muon, zeroshard.overlap_optimizer_step); a warning for a
+  /// staleness without servers.
   void collect_problems(int stage, DType compute_dtype, bool muon, bool overlap_optimizer_step,
                         ConfigDiagnostics& d) const;
 };
