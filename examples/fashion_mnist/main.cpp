@@ -134,6 +134,11 @@ EngineConfig make_config(const Options& o, int world_size) {
   EngineConfig c = make_job_config(o.config, p, std::move(defaults), world_size, unpin_host_engine, steps_for_batch);
   if (o.servers >= 0) c.parameter_server.servers = o.servers;
   if (o.staleness >= 0) c.parameter_server.staleness = o.staleness;
+  if (o.staleness > 0 && !c.parameter_server.enabled()) {
+    c.warnings.push_back(fmt::format("--staleness {} has no effect without parameter servers (--parameter-servers "
+                                     "or parameter_server.servers)",
+                                     o.staleness));
+  }
   c.validate();  // the flags' combinations with the file (fp32, stage >= 1)
   return c;
 }
@@ -198,7 +203,21 @@ int run(const Options& o) {
   run_agreed(*comm, [&] {
     // The batch keys count the ranks that train: the world less the servers.
     const std::int64_t servers = job_servers(o.config, o.servers, world);
-    config = make_config(o, world - static_cast<int>(servers));
+    try {
+      config = make_config(o, world - static_cast<int>(servers));
+    } catch (const ConfigError& e) {
+      if (servers == 0) throw;
+      throw ConfigError(fmt::format("{} (with {} parameter server{}, the world size here is the {} ranks that train)",
+                                    e.what(), servers, servers == 1 ? "" : "s", world - servers));
+    }
+    if (o.compare && servers > 0) {
+      throw ConfigError(fmt::format("{}: \"parameter_server.servers\" = {} with --compare-stages, which trains "
+                                    "every stage 0-3 without servers: remove the parameter_server section",
+                                    o.config.config_path, servers));
+    }
+    if (o.slow_rank >= world) {
+      throw ConfigError(fmt::format("--slow-rank {}: the job has ranks 0-{}", o.slow_rank, world - 1));
+    }
   });
   std::optional<MachineRates> rates;
   if (!o.config.calibration_path.empty()) rates = MachineRates::from_file(o.config.calibration_path);

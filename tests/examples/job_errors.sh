@@ -71,9 +71,14 @@ echo '{"train_batch_size": 32, "train_micro_batch_size_per_gpu": 32, "zero_optim
   "parameter_server": {"servers": 1}}' > "$work/ps_batch.json"
 run 0 "$mpirun" -np 2 "$fm" "${fmargs[@]}" --config "$work/ps_batch.json"
 expect "micro-batch 32 x accumulation 1 x 1 ranks = global batch 32"
+echo '{"zero_optimization": {"stage": 2}, "parameter_server": {"servers": 1}}' > "$work/ps_one.json"
+run 1 "$mpirun" -np 2 "$fm" "${fmargs[@]}" --config "$work/ps_one.json" --compare-stages
+expect "ps_one.json: \"parameter_server.servers\" = 1 with --compare-stages"
+run 1 "$mpirun" -np 2 "$fm" "${fmargs[@]}" --slow-rank 2
+expect "--slow-rank 2: the job has ranks 0-1"
 echo '{"parameter_server": {"servers": 2}}' > "$work/ps_all.json"
 run 1 "$mpirun" -np 2 "$fm" "${fmargs[@]}" --config "$work/ps_all.json"
-expect "\"parameter_server.servers\" = 2 leaves no rank to train among the job's 2"
+expect "ps_all.json: \"parameter_server.servers\" = 2 leaves no rank to train among the job's 2"
 run 1 "$mpirun" -np 2 "$fm" "${fmargs[@]}" --parameter-servers 1 --bf16
 expect "\"parameter_server.servers\" = 1 needs fp32 training"
 count "fashion_mnist: error:" 1
