@@ -218,6 +218,11 @@ int run(const Options& o) {
     if (o.slow_rank >= world) {
       throw ConfigError(fmt::format("--slow-rank {}: the job has ranks 0-{}", o.slow_rank, world - 1));
     }
+    if (servers > 0 && config.parameter_server.placement.empty() && o.slow_rank >= world - servers) {
+      throw ConfigError(fmt::format("--slow-rank {}: a parameter server (the last {} of the {} ranks serve), which "
+                                    "computes nothing to slow down",
+                                    o.slow_rank, servers, world));
+    }
   });
   std::optional<MachineRates> rates;
   if (!o.config.calibration_path.empty()) rates = MachineRates::from_file(o.config.calibration_path);

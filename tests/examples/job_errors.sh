@@ -76,6 +76,8 @@ run 1 "$mpirun" -np 2 "$fm" "${fmargs[@]}" --config "$work/ps_one.json" --compar
 expect "ps_one.json: \"parameter_server.servers\" = 1 with --compare-stages"
 run 1 "$mpirun" -np 2 "$fm" "${fmargs[@]}" --slow-rank 2
 expect "--slow-rank 2: the job has ranks 0-1"
+run 1 "$mpirun" -np 2 "$fm" "${fmargs[@]}" --parameter-servers 1 --slow-rank 1
+expect "--slow-rank 1: a parameter server (the last 1 of the 2 ranks serve)"
 echo '{"parameter_server": {"servers": 2}}' > "$work/ps_all.json"
 run 1 "$mpirun" -np 2 "$fm" "${fmargs[@]}" --config "$work/ps_all.json"
 expect "ps_all.json: \"parameter_server.servers\" = 2 leaves no rank to train among the job's 2"
