@@ -45,7 +45,10 @@
 // later), so after step k a worker trains on the parameters of step
 // max(0, k - s), the server updates with gradients s steps stale
 // (delayed SGD), and the pull's transfer and the server's update overlap
-// the workers' next s steps. Which version is installed when depends on
+// the workers' next s steps. Each push names the version its gradient was
+// computed on; the server applies a worker's pushes in increasing step
+// order and keeps the largest lag (ParameterServerStats::max_lag, s once
+// the run is past step s). Which version is installed when depends on
 // the step count only, so two runs give the same bits. The workers still
 // reduce among themselves every step, so a slow worker delays every
 // worker's step as it does without servers; calls that read or write the
