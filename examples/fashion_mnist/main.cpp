@@ -135,9 +135,10 @@ EngineConfig make_config(const Options& o, int world_size) {
   if (o.servers >= 0) c.parameter_server.servers = o.servers;
   if (o.staleness >= 0) c.parameter_server.staleness = o.staleness;
   if (o.staleness > 0 && !c.parameter_server.enabled()) {
-    c.warnings.push_back(fmt::format("--staleness {} has no effect without parameter servers (--parameter-servers "
-                                     "or parameter_server.servers)",
-                                     o.staleness));
+    c.warnings.push_back(
+        fmt::format("--staleness {} has no effect without parameter servers (--parameter-servers "
+                    "or parameter_server.servers)",
+                    o.staleness));
   }
   c.validate();  // the flags' combinations with the file (fp32, stage >= 1)
   return c;
@@ -211,17 +212,19 @@ int run(const Options& o) {
                                     e.what(), servers, servers == 1 ? "" : "s", world - servers));
     }
     if (o.compare && servers > 0) {
-      throw ConfigError(fmt::format("{}: \"parameter_server.servers\" = {} with --compare-stages, which trains "
-                                    "every stage 0-3 without servers: remove the parameter_server section",
-                                    o.config.config_path, servers));
+      throw ConfigError(
+          fmt::format("{}: \"parameter_server.servers\" = {} with --compare-stages, which trains "
+                      "every stage 0-3 without servers: remove the parameter_server section",
+                      o.config.config_path, servers));
     }
     if (o.slow_rank >= world) {
       throw ConfigError(fmt::format("--slow-rank {}: the job has ranks 0-{}", o.slow_rank, world - 1));
     }
     if (servers > 0 && config.parameter_server.placement.empty() && o.slow_rank >= world - servers) {
-      throw ConfigError(fmt::format("--slow-rank {}: a parameter server (the last {} of the {} ranks serve), which "
-                                    "computes nothing to slow down",
-                                    o.slow_rank, servers, world));
+      throw ConfigError(
+          fmt::format("--slow-rank {}: a parameter server (the last {} of the {} ranks serve), which "
+                      "computes nothing to slow down",
+                      o.slow_rank, servers, world));
     }
   });
   std::optional<MachineRates> rates;

@@ -25,8 +25,8 @@ void ParameterServerConfig::collect_problems(int stage, DType compute_dtype, boo
   }
   if (!enabled()) {
     if (staleness > 0) {
-      d.warn(fmt::format("\"parameter_server.staleness\" = {} has no effect without parameter_server.servers",
-                         staleness));
+      d.warn(
+          fmt::format("\"parameter_server.staleness\" = {} has no effect without parameter_server.servers", staleness));
     }
     return;
   }

@@ -508,9 +508,7 @@ ParameterServerClientStats Engine::parameter_server_stats() const {
   return s_->ps_client ? s_->ps_client->stats() : ParameterServerClientStats{};
 }
 
-ParameterServerStats Engine::served_stats() const {
-  return s_->server ? s_->server->stats() : ParameterServerStats{};
-}
+ParameterServerStats Engine::served_stats() const { return s_->server ? s_->server->stats() : ParameterServerStats{}; }
 
 Communicator& Engine::dp_communicator() {
   if (roles_ != nullptr) return roles_->group();

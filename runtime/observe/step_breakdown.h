@@ -27,8 +27,9 @@
 // The straggler view takes, for each collective of the step, every rank's
 // arrival (issue) time on rank 0's clock (comm/traced/clock_sync.h): the rank that
 // arrived last made the others wait for (its arrival - the earliest
-// arrival). A parameter-server worker adds its ps_* figures (StepFigures). Summed per rank over a step and over a run,
-// that names the ranks that hold the others back (data skew, a slow host).
+// arrival). Summed per rank over a step and over a run, that names the
+// ranks that hold the others back (data skew, a slow host). A
+// parameter-server worker adds its ps_* figures (StepFigures).
 #pragma once
 
 #include <array>

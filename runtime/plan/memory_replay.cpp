@@ -236,14 +236,6 @@ void replay_optimizer(const FlatLayout& layout, const EngineConfig& config, cons
   for (HostLeaseSize& h : handoffs) host.release(h);
 }
 
-// Muon's step before the optimizer's (MuonStep::step in
-// runtime/update/muon_step.cpp): for each unit with Muon matrices, one
-// host-pool buffer held over the unit, and inside it the whole-array reads
-// and writes of ArrayStore::read / store, which stage an nvme array through
-// the pool: the gradient and the momentum (state 0) read and the momentum
-// stored (momentum_part), then the parameters and, in mixed precision, the
-// master weights read and both stored (apply_part); holders released in
-// reverse order of their reads.
 // The host staging of ArrayStore::read and ArrayStore::store of unit u's
 // array a: a buffer of the array's size from the pool when it is on nvme
 // (read: held until the caller releases it; store: released at once).
@@ -268,6 +260,14 @@ struct StagedAccess {
   }
 };
 
+// Muon's step before the optimizer's (MuonStep::step in
+// runtime/update/muon_step.cpp): for each unit with Muon matrices, one
+// host-pool buffer held over the unit, and inside it the whole-array reads
+// and writes of ArrayStore::read / store, which stage an nvme array through
+// the pool: the gradient and the momentum (state 0) read and the momentum
+// stored (momentum_part), then the parameters and, in mixed precision, the
+// master weights read and both stored (apply_part); holders released in
+// reverse order of their reads.
 void replay_muon(const FlatLayout& layout, const EngineConfig& config, const ArrayPlan& plan,
                  const ArrayPlanOptions& o, HostPoolSizes& host) {
   const std::vector<MuonParam> matrices = muon_matrices(layout, config.optimizer, config.source);

@@ -249,8 +249,8 @@ void ParameterServer::answer_put_state(Hosted& h) {
     for (int k = 0; k < store.states(u).arrays(); ++k) piece(u, {ArrayKind::state, k});
   }
   if (error.empty()) {
-    h.error.clear();     // the loaded state replaces what an update left partly written
-    h.last_step = 0;     // the steps go on from the checkpoint's
+    h.error.clear();  // the loaded state replaces what an update left partly written
+    h.last_step = 0;  // the steps go on from the checkpoint's
     const PsStatus ok{};
     world.send(&ok, sizeof ok, DType::u8, h.peer);
     return;

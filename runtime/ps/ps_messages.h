@@ -87,7 +87,7 @@ struct ParameterServerClientStats {
 
 /// What a server did (since construction). Plain value.
 struct ParameterServerStats {
-  std::int64_t pushes = 0;           ///< step pushes applied (all hosted workers)
+  std::int64_t pushes = 0;  ///< step pushes applied (all hosted workers)
   /// The largest lag of an applied push: its step - 1 - the version its
   /// gradient was computed on (the updates its parameters missed; at most
   /// parameter_server.staleness).

@@ -45,26 +45,28 @@ std::string parameter_server_text(const ModelDescription& model, const EngineCon
       "s\n",
       servers, rank_range(0, workers), rank_range(workers, world), servers);
   if (!config.parameter_server.placement.empty()) {
-    out += "(parameter_server.placement names hosts: at run time the servers are the ranks on them; the figures "
-           "per role are the same)\n";
+    out +=
+        "(parameter_server.placement names hosts: at run time the servers are the ranks on them; the figures "
+        "per role are the same)\n";
   }
   if (est.server < 0) {
     out += fmt::format("this rank is worker {} of {}\n\n", est.rank, workers);
   } else if (est.hosted_workers.empty()) {
-    out += fmt::format("this rank is server {}, holding no worker: with more servers than workers ({} > {}) the "
-                       "servers past the first {} hold nothing\n\n",
-                       est.server, servers, workers, workers);
+    out += fmt::format(
+        "this rank is server {}, holding no worker: with more servers than workers ({} > {}) the "
+        "servers past the first {} hold nothing\n\n",
+        est.server, servers, workers, workers);
   } else {
-    out += fmt::format("this rank is server {}, holding workers {}\n\n", est.server,
-                       fmt::join(est.hosted_workers, ", "));
+    out +=
+        fmt::format("this rank is server {}, holding workers {}\n\n", est.server, fmt::join(est.hosted_workers, ", "));
   }
   out += "model states per rank by role (bytes, all tiers):\n";
   out += fmt::format("  {:<58} {}\n", fmt::format("worker (last of {}): parameters and gradients", workers),
                      bytes_text(worker));
-  out += fmt::format("  {:<58} {}\n",
-                     fmt::format("server {}: {} worker{}' fp32 shards and optimizer states", shown, hosted,
-                                 hosted == 1 ? "" : "s"),
-                     bytes_text(server));
+  out += fmt::format(
+      "  {:<58} {}\n",
+      fmt::format("server {}: {} worker{}' fp32 shards and optimizer states", shown, hosted, hosted == 1 ? "" : "s"),
+      bytes_text(server));
   out += fmt::format("  {:<58} {}\n", fmt::format("all-reduce engine at {} ranks, same config (last rank)", workers),
                      bytes_text(alone));
   return out;
@@ -156,8 +158,9 @@ std::string plan_report(const ModelDescription& model, const std::string& model_
   // The published formulas are for ranks that all train.
   if (config.parameter_server.enabled()) {
     if (ranks_per_node > 0 && ranks_per_node < world) {
-      out += "\nbetween hosts: not modelled for a parameter-server job (its pushes and pulls go between the "
-             "workers' and the servers' hosts); the ps bench measures them (bench/ps/README.md)\n";
+      out +=
+          "\nbetween hosts: not modelled for a parameter-server job (its pushes and pulls go between the "
+          "workers' and the servers' hosts); the ps bench measures them (bench/ps/README.md)\n";
     }
     return out;
   }

@@ -248,9 +248,10 @@ int main(int argc, char** argv) {
         config = EngineConfig::from_file(config_path, options);
       } catch (const ConfigError& e) {
         if (servers <= 0) throw;
-        throw ConfigError(fmt::format("{} (with {} parameter server{}, the world size here is the {} ranks that "
-                                      "train: --world {} less the servers)",
-                                      e.what(), servers, servers == 1 ? "" : "s", world - servers, world));
+        throw ConfigError(
+            fmt::format("{} (with {} parameter server{}, the world size here is the {} ranks that "
+                        "train: --world {} less the servers)",
+                        e.what(), servers, servers == 1 ? "" : "s", world - servers, world));
       }
     }
     const int r = rank.value_or(tools::largest_rank(model, config, world));

@@ -277,8 +277,9 @@ TEST_CASE("parameter_server: bad configurations name their key") {
       doctest::Contains("parameter_server.placement"), ConfigError);
   const EngineConfig idle = parse(R"({"zero_optimization": {"stage": 2}, "parameter_server": {"staleness": 2}})");
   REQUIRE(idle.warnings.size() == 1);
-  CHECK(idle.warnings[0] == "ps.json: \"parameter_server.staleness\" = 2 has no effect without "
-                            "parameter_server.servers");
+  CHECK(idle.warnings[0] ==
+        "ps.json: \"parameter_server.staleness\" = 2 has no effect without "
+        "parameter_server.servers");
   // World-dependent: no worker left, a host that runs no rank.
   const int N = world().world_size();
   EngineConfig all = config(2, false, 1, N, 0);
