@@ -147,9 +147,11 @@ EngineConfig make_config(const Options& o, int world_size) {
 /// One line per training rank of a parameter-server run (or of a run with
 /// --slow-rank, whose ranks push nothing): bytes pushed and
 /// pulled per step, seconds in step() (idle for the others and the
-/// servers), and the mean staleness of its pulls; `figures` holds each
-/// world rank's 7 values (is_server, optimizer steps of the run, bytes pushed, bytes pulled,
-/// engine step seconds, pull wait seconds, mean lag).
+/// servers), and the mean staleness of its pulls; a server's updates,
+/// bytes and largest lag. `figures` holds each world rank's 7 values
+/// (is_server, optimizer steps of the run, bytes pushed, bytes pulled,
+/// engine step seconds, pull wait seconds, mean lag; a server's: 1,
+/// updates applied, bytes received, bytes sent, 0, 0, largest lag).
 std::string parameter_server_lines(const std::vector<double>& figures, int world, const EngineConfig& c) {
   std::string out = c.parameter_server.enabled() ? fmt::format("parameter servers: {}, staleness {}\n",
                                                                c.parameter_server.servers, c.parameter_server.staleness)
@@ -157,7 +159,11 @@ std::string parameter_server_lines(const std::vector<double>& figures, int world
   for (int r = 0; r < world; ++r) {
     const double* f = figures.data() + 7 * r;
     if (f[0] != 0.0) {
-      out += fmt::format("  rank {}: server\n", r);
+      const double updates = std::max(f[1], 1.0);
+      out += fmt::format(
+          "  rank {}: server, {:.0f} updates applied, {:.2f} MB received and {:.2f} MB sent per update, largest "
+          "lag {:.0f} steps\n",
+          r, f[1], f[2] / updates / 1e6, f[3] / updates / 1e6, f[6]);
       continue;
     }
     const double steps = std::max(f[1], 1.0);
@@ -313,11 +319,15 @@ int run(const Options& o) {
     std::string table, predicted;
     nlohmann::json observe;
     ParameterServerClientStats ps;
+    ParameterServerStats served;  // on a server rank
     const RunOutcome outcome = train_fresh(config, *comm, train, test, spec, [&](Engine& engine) {
       mine = LedgerFigures::of(engine.ledger());
       table = engine.ledger().table(
           fmt::format("memory ledger, rank {} of {}, stage {}", rank, world, engine.stage()));
-      if (engine.is_parameter_server()) return;
+      if (engine.is_parameter_server()) {
+        served = engine.served_stats();
+        return;
+      }
       observe = finish_observed_run(engine);
       if (rates) predicted = predicted_beside_measured(engine, *rates);
       ps = engine.parameter_server_stats();
@@ -329,13 +339,21 @@ int run(const Options& o) {
     if (per_rank_lines) {
       double lag = 0;
       for (std::int64_t l : ps.lags) lag += static_cast<double>(l);
-      const std::array<double, 7> mine_ps = {outcome.server ? 1.0 : 0.0,
-                                             static_cast<double>(outcome.result.step_seconds.size()),
-                                             static_cast<double>(ps.bytes_pushed),
-                                             static_cast<double>(ps.bytes_pulled),
-                                             outcome.result.engine_step_seconds,
-                                             ps.wait_s,
-                                             ps.lags.empty() ? 0.0 : lag / static_cast<double>(ps.lags.size())};
+      const std::array<double, 7> mine_ps =
+          outcome.server ? std::array<double, 7>{1.0,
+                                                 static_cast<double>(served.pushes),
+                                                 static_cast<double>(served.bytes_received),
+                                                 static_cast<double>(served.bytes_sent),
+                                                 0.0,
+                                                 0.0,
+                                                 static_cast<double>(served.max_lag)}
+                         : std::array<double, 7>{0.0,
+                                                 static_cast<double>(outcome.result.step_seconds.size()),
+                                                 static_cast<double>(ps.bytes_pushed),
+                                                 static_cast<double>(ps.bytes_pulled),
+                                                 outcome.result.engine_step_seconds,
+                                                 ps.wait_s,
+                                                 ps.lags.empty() ? 0.0 : lag / static_cast<double>(ps.lags.size())};
       comm->all_gather(mine_ps.data(), ps_figures.data(), mine_ps.size(), DType::f64);
     }
     int printer = 0;

@@ -49,7 +49,8 @@ for f in allreduce ps; do grep -aE "^  step +[0-9]+ \| loss|^final test accuracy
 cat "$work/ps.lines"
 [ -s "$work/ps.lines" ] || { echo "ps: FAILED: no loss lines" >&2; tail -20 "$work/ps.out" >&2; exit 1; }
 diff "$work/allreduce.lines" "$work/ps.lines" || { echo "ps: FAILED: the servers' run differs from all-reduce" >&2; exit 1; }
-grep -aq "^  rank 0: server" "$work/ps.out" || { echo "ps: FAILED: rank 0 is not the server" >&2; tail -20 "$work/ps.out" >&2; exit 1; }
+grep -aq "^  rank 0: server, [0-9]* updates applied, .* largest lag 0 steps" "$work/ps.out" ||
+  { echo "ps: FAILED: rank 0 is not the server, or its line is wrong" >&2; tail -20 "$work/ps.out" >&2; exit 1; }
 grep -a "^  rank [0-9]: " "$work/ps.out"
 
 step "the server killed mid-run: the job ends, and resumes from its checkpoint"
