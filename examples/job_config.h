@@ -8,7 +8,6 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
-#include <algorithm>
 #include <cstdint>
 #include <cstdio>
 #include <functional>
@@ -122,14 +121,7 @@ inline std::int64_t job_servers(const ConfigFlags& f, std::int64_t servers_flag,
     servers = v != nullptr && v->is_number_integer() ? v->get<std::int64_t>() : 0;
   }
   const bool from_file = servers_flag < 0 && servers > 0;
-  servers = std::max<std::int64_t>(servers, 0);
-  if (servers >= world_size) {
-    throw ConfigError(
-        fmt::format("{}\"parameter_server.servers\" = {} leaves no rank to train among the job's {} "
-                    "(it must be below the world size)",
-                    from_file ? f.config_path + ": " : "", servers, world_size));
-  }
-  return servers;
+  return world_size - ps_training_ranks(servers, world_size, from_file ? f.config_path : "");
 }
 
 /// For a program whose Engine keeps its state in host memory (the cpu

@@ -3,6 +3,7 @@
 
 #include <fmt/format.h>
 
+#include "core/error.h"
 #include "runtime/config/config_diagnostics.h"
 
 namespace zeroshard {
@@ -42,6 +43,16 @@ void ParameterServerConfig::collect_problems(int stage, DType compute_dtype, boo
   }
   if (muon) bad("servers", s, "is not supported with optimizer.type \"Muon\" (its matrices span shards)");
   if (overlap_optimizer_step) bad("servers", s, "and zeroshard.overlap_optimizer_step cannot be combined");
+}
+
+int ps_training_ranks(std::int64_t servers, int world_size, const std::string& source) {
+  if (servers <= 0) return world_size;
+  if (servers >= world_size) {
+    throw ConfigError(fmt::format("{}\"parameter_server.servers\" = {} leaves no worker among the job's {} ranks (it "
+                                  "must be below the world size)",
+                                  source.empty() ? "" : source + ": ", servers, world_size));
+  }
+  return world_size - static_cast<int>(servers);
 }
 
 std::vector<int> ps_hosted_workers(int workers, int servers, int server) {

@@ -38,6 +38,12 @@ struct ParameterServerConfig {
                         ConfigDiagnostics& d) const;
 };
 
+/// W = world_size - servers: the ranks that train in a job of `world_size`
+/// ranks of which `servers` are parameter servers (all of them for
+/// servers <= 0). Throws ConfigError naming parameter_server.servers,
+/// prefixed by `source` unless it is empty, when none would train. Pure.
+int ps_training_ranks(std::int64_t servers, int world_size, const std::string& source);
+
 /// The workers whose shards server `server` of `servers` holds among
 /// `workers` workers, in increasing order: w with w % servers == server
 /// (empty for a server index outside [0, servers)). Pure.

@@ -118,13 +118,10 @@ MemoryEstimate estimate_server_memory(const FlatLayout& layout, const EngineConf
 MemoryEstimate estimate_memory(const ModelDescription& model, const EngineConfig& config, int world_size, int rank,
                                int ranks_per_node) {
   ZS_CHECK(world_size >= 1, "estimate_memory: world size {}", world_size);
-  const std::int64_t servers = config.parameter_server.servers;
-  if (servers <= 0) return estimate_memory(model.layout(world_size), config, rank, ranks_per_node);
-  if (servers >= world_size) {
-    throw ConfigError(fmt::format("{}: \"parameter_server.servers\" = {} leaves no worker among {} ranks",
-                                  config.source, servers, world_size));
+  if (!config.parameter_server.enabled()) {
+    return estimate_memory(model.layout(world_size), config, rank, ranks_per_node);
   }
-  const int workers = world_size - static_cast<int>(servers);
+  const int workers = ps_training_ranks(config.parameter_server.servers, world_size, config.source);
   ZS_CHECK(rank >= 0 && rank < world_size, "estimate_memory: rank {} outside a world of {}", rank, world_size);
   const FlatLayout layout = model.layout(workers);
   if (rank < workers) return estimate_memory(layout, config, rank, ranks_per_node);

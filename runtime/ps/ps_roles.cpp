@@ -19,13 +19,7 @@ namespace {
 // per placement host, at r * hosts.
 std::vector<int> choose_servers(const ParameterServerConfig& c, int world, const std::vector<std::uint8_t>& on_host,
                                 const std::string& source) {
-  const int S = static_cast<int>(c.servers);
-  if (S >= world) {
-    throw ConfigError(
-        fmt::format("{}: \"parameter_server.servers\" = {} leaves no worker among the job's {} ranks "
-                    "(it must be below the world size)",
-                    source, S, world));
-  }
+  const int S = world - ps_training_ranks(c.servers, world, source);
   std::vector<int> out;
   if (c.placement.empty()) {
     for (int r = world - S; r < world; ++r) out.push_back(r);

@@ -64,7 +64,7 @@ expect "fashion_mnist: error: rank 0: --hidden \"99999999999\": the model would 
 count "fashion_mnist: error:" 1
 # Parameter servers that leave no rank to train, and a dtype they do not carry.
 run 1 "$mpirun" -np 2 "$fm" "${fmargs[@]}" --parameter-servers 2
-expect "fashion_mnist: error: rank 0: \"parameter_server.servers\" = 2 leaves no rank to train"
+expect "fashion_mnist: error: rank 0: \"parameter_server.servers\" = 2 leaves no worker among the job's 2 ranks"
 count "fashion_mnist: error:" 1
 # The file's servers count out of its batch keys: 32 = 32 x 1 worker of 2 ranks.
 echo '{"train_batch_size": 32, "train_micro_batch_size_per_gpu": 32, "zero_optimization": {"stage": 2},
@@ -80,7 +80,7 @@ run 1 "$mpirun" -np 2 "$fm" "${fmargs[@]}" --parameter-servers 1 --slow-rank 1
 expect "--slow-rank 1: a parameter server (the last 1 of the 2 ranks serve)"
 echo '{"parameter_server": {"servers": 2}}' > "$work/ps_all.json"
 run 1 "$mpirun" -np 2 "$fm" "${fmargs[@]}" --config "$work/ps_all.json"
-expect "ps_all.json: \"parameter_server.servers\" = 2 leaves no rank to train among the job's 2"
+expect "ps_all.json: \"parameter_server.servers\" = 2 leaves no worker among the job's 2 ranks"
 run 1 "$mpirun" -np 2 "$fm" "${fmargs[@]}" --parameter-servers 1 --bf16
 expect "\"parameter_server.servers\" = 1 needs fp32 training"
 count "fashion_mnist: error:" 1

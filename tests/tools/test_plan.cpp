@@ -170,7 +170,7 @@ TEST_CASE("the report of a parameter-server job names each rank's role and its b
   CHECK(text.find("between hosts") == std::string::npos);
   CHECK(tools::plan_report(m, "small", c, 3, 2, 1).find("between hosts: not modelled") != std::string::npos);
   c.parameter_server.servers = 3;
-  CHECK_THROWS_WITH_AS(tools::plan_report(m, "small", c, 3, 0), doctest::Contains("leaves no worker among 3 ranks"),
+  CHECK_THROWS_WITH_AS(tools::plan_report(m, "small", c, 3, 0), doctest::Contains("leaves no worker among the job's 3 ranks"),
                        ConfigError);
 }
 

@@ -98,6 +98,6 @@ grep -q "this rank is server 0, holding workers 0, 1, 2" "$work/ps.out" ||
   fail "parameter-server estimate: no server line in $(cat "$work/ps.out")"
 rc=0
 "$zs_plan" --params 1e6 --units 4 --world 1 --config "$work/ps.json" >"$work/ps1.out" 2>&1 || rc=$?
-[ "$rc" = 1 ] && grep -q '"parameter_server.servers" = 1 leaves no worker among 1 ranks' "$work/ps1.out" ||
+[ "$rc" = 1 ] && grep -qF "\"parameter_server.servers\" = 1 leaves no worker among the job's 1 ranks" "$work/ps1.out" ||
   fail "servers without workers: exit status $rc, $(cat "$work/ps1.out")"
 echo "zs_plan_cli: all passed"

@@ -237,13 +237,7 @@ int main(int argc, char** argv) {
       // The batch keys count the ranks that train: the world less the
       // servers, which a read without the batch arithmetic gives.
       const std::int64_t servers = EngineConfig::from_file(config_path, options).parameter_server.servers;
-      if (servers >= world) {
-        throw ConfigError(fmt::format(
-            "{}: \"parameter_server.servers\" = {} leaves no worker among {} ranks (--world gives the job's ranks, "
-            "servers included)",
-            config_path, servers, world));
-      }
-      options.world_size = world - static_cast<int>(std::max<std::int64_t>(servers, 0));
+      options.world_size = ps_training_ranks(servers, world, config_path);
       try {
         config = EngineConfig::from_file(config_path, options);
       } catch (const ConfigError& e) {
