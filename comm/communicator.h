@@ -79,6 +79,10 @@ class CommWork {
     virtual void wait() = 0;
     /// Returns true once complete (never blocks; drives progress).
     virtual bool test() = 0;
+    /// Cancels a pending point-to-point receive (MPI_Cancel) and returns
+    /// true once it is cancelled or complete; false where the backend
+    /// cannot cancel (then the handle stays pending). Never throws.
+    virtual bool cancel() noexcept { return false; }
   };
 
   CommWork() = default;
@@ -118,6 +122,16 @@ class CommWork {
   }
   /// True while the collective may still be running.
   bool pending() const { return impl_ != nullptr; }
+  /// Cancels a pending receive whose sender will never send (a peer that
+  /// left): afterwards the handle is empty and its buffer free. Returns
+  /// false, the handle unchanged, where the backend cannot cancel. Never
+  /// throws.
+  bool cancel() noexcept {
+    if (!impl_) return true;
+    if (!impl_->cancel()) return false;
+    impl_.reset();
+    return true;
+  }
 
  private:
   void finish_quietly() noexcept {

@@ -78,6 +78,15 @@ class MpiWork final : public CommWork::Impl {
     return done != 0;
   }
 
+  bool cancel() noexcept override {
+    if (request_ == MPI_REQUEST_NULL || mpi_finalized()) return true;
+    if (MPI_Cancel(&request_) != MPI_SUCCESS) return false;
+    MPI_Wait(&request_, MPI_STATUS_IGNORE);  // returns once cancelled (or completed)
+    request_ = MPI_REQUEST_NULL;
+    unregister();
+    return true;
+  }
+
  private:
   // A receive got exactly the elements it expected (a longer message is
   // MPI_ERR_TRUNCATE, reported by MPI_Wait itself).
