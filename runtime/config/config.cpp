@@ -572,6 +572,16 @@ void collect_range_problems(const EngineConfig& c, ConfigDiagnostics& d) {
 void read_parameter_server(const Reader& r, ParameterServerConfig& ps, ConfigDiagnostics& d) {
   r.get("parameter_server.servers", ps.servers);
   r.get("parameter_server.staleness", ps.staleness);
+  std::string push;
+  if (r.get("parameter_server.push", push)) {
+    if (push == "reduce" || push == "direct") {
+      ps.push = push == "direct" ? PsPushMode::direct : PsPushMode::reduce;
+    } else {
+      d.bad_value("parameter_server.push", push,
+                  "is invalid: use \"reduce\" (the gradient reduced among the workers, window w to server w % S) "
+                  "or \"direct\" (each worker's own gradient to every server, applied in arrival order)");
+    }
+  }
   const json* hosts = r.at("parameter_server.placement");
   if (hosts == nullptr) return;
   bool ok = hosts->is_array();

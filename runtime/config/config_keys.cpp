@@ -328,6 +328,11 @@ std::vector<ConfigKey> make_table() {
       impl("parameter_server.staleness", T::int64, "0",
            "s >= 0: after step k a worker trains on the parameters of step max(0, k - s); 0 is synchronous and "
            "bitwise the all-reduce engine's result"),
+      impl("parameter_server.push", T::string, "reduce",
+           "\"reduce\": the workers reduce the gradient among themselves and worker w pushes window w to server "
+           "w % S (deterministic; a slow worker delays every step); \"direct\": each worker pushes its own "
+           "gradient, window s to server s, and the servers apply every push as one update in arrival order "
+           "(asynchronous SGD within the staleness: a slow worker delays only itself; no checkpoints)"),
       impl("parameter_server.placement", T::any, "[]",
            "host names (gethostname) the servers run on: the servers are the lowest ranks on those hosts, taken "
            "host by host in this order; empty: the last S ranks"),

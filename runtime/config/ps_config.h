@@ -15,6 +15,19 @@ namespace zeroshard {
 
 class ConfigDiagnostics;
 
+/// parameter_server.push: what a worker sends its servers.
+enum class PsPushMode {
+  /// The gradient reduced among the workers first; worker w pushes window
+  /// w (1/W of it) to server w % S. Deterministic, bitwise the all-reduce
+  /// engine at staleness 0; a slow worker delays every step.
+  reduce,
+  /// Each worker's own gradient, window s to server s; the servers apply
+  /// every push as one update in arrival order (asynchronous SGD bounded
+  /// by the staleness), so a slow worker delays only itself. Not
+  /// deterministic across runs for W > 1.
+  direct,
+};
+
 /// The "parameter_server" keys. Plain value type.
 struct ParameterServerConfig {
   /// parameter_server.servers: server ranks S (0: off, every rank trains).
@@ -22,13 +35,18 @@ struct ParameterServerConfig {
   /// parameter_server.staleness: s >= 0. After optimizer step k a worker
   /// trains on the parameters of step max(0, k - s): 0 is synchronous
   /// (bitwise the all-reduce engine's result), s > 0 lets the pull of an
-  /// update overlap the next s steps' compute.
+  /// update overlap the next s steps' compute. With push "direct", the
+  /// update of the worker's own push of step max(0, k - s) (the servers
+  /// apply the other workers' pushes in between).
   std::int64_t staleness = 0;
   /// parameter_server.placement: host names (gethostname) the servers run
   /// on, in order; empty: the last S ranks are the servers.
   std::vector<std::string> placement;
+  /// parameter_server.push: "reduce" (default) or "direct" (PsPushMode).
+  PsPushMode push = PsPushMode::reduce;
 
   bool enabled() const { return servers > 0; }
+  bool direct() const { return enabled() && push == PsPushMode::direct; }
   /// Records each range or combination problem in `d`, naming the keys:
   /// servers or staleness negative, placement naming no host, and what
   /// the layout does not carry (a stage below 1, a compute dtype other
