@@ -85,6 +85,7 @@ struct Options {
   /// .staleness over the config's (-1: the config's).
   std::int64_t servers = -1;
   std::int64_t staleness = -1;
+  std::string ps_push;       ///< --ps-push: parameter_server.push ("": the config's)
   int slow_rank = -1;        ///< --slow-rank: a straggler among the training ranks (-1: none)
   double slow_factor = 2.0;  ///< --slow-factor: its compute stretched this many times
 };
@@ -134,6 +135,7 @@ EngineConfig make_config(const Options& o, int world_size) {
   EngineConfig c = make_job_config(o.config, p, std::move(defaults), world_size, unpin_host_engine, steps_for_batch);
   if (o.servers >= 0) c.parameter_server.servers = o.servers;
   if (o.staleness >= 0) c.parameter_server.staleness = o.staleness;
+  if (!o.ps_push.empty()) c.parameter_server.push = o.ps_push == "direct" ? PsPushMode::direct : PsPushMode::reduce;
   if (o.staleness > 0 && !c.parameter_server.enabled()) {
     c.warnings.push_back(
         fmt::format("--staleness {} has no effect without parameter servers (--parameter-servers "
@@ -153,9 +155,10 @@ EngineConfig make_config(const Options& o, int world_size) {
 /// engine step seconds, pull wait seconds, mean lag; a server's: 1,
 /// updates applied, bytes received, bytes sent, 0, 0, largest lag).
 std::string parameter_server_lines(const std::vector<double>& figures, int world, const EngineConfig& c) {
-  std::string out = c.parameter_server.enabled() ? fmt::format("parameter servers: {}, staleness {}\n",
-                                                               c.parameter_server.servers, c.parameter_server.staleness)
-                                                 : std::string("no parameter servers (all-reduce among the ranks):\n");
+  std::string out = c.parameter_server.enabled()
+                        ? fmt::format("parameter servers: {}, staleness {}, push {}\n", c.parameter_server.servers,
+                                      c.parameter_server.staleness, c.parameter_server.direct() ? "direct" : "reduce")
+                        : std::string("no parameter servers (all-reduce among the ranks):\n");
   for (int r = 0; r < world; ++r) {
     const double* f = figures.data() + 7 * r;
     if (f[0] != 0.0) {
@@ -488,6 +491,11 @@ int main(int argc, char** argv) {
                  "parameter_server.staleness: after step k the workers train on the parameters of step k - s "
                  "(0: synchronous)")
       ->check(CLI::Range(std::int64_t{0}, std::int64_t{1} << 20));
+  app.add_option("--ps-push", o.ps_push,
+                 "parameter_server.push: reduce (the workers reduce, then push their window; deterministic) or "
+                 "direct (each worker pushes its own gradient, applied in arrival order: a slow worker delays only "
+                 "itself)")
+      ->check(CLI::IsMember({"reduce", "direct"}));
   app.add_option("--slow-rank", o.slow_rank,
                  "a straggler: this training rank sleeps after each micro-batch's compute so that it takes "
                  "--slow-factor times as long (-1: none)")

@@ -127,6 +127,7 @@ void refuse_parameter_server(const EngineConfig& config, const char* where) {
 std::unique_ptr<ParameterServerRoles> make_roles(const EngineConfig& config, Communicator& comm) {
   if (!config.parameter_server.enabled()) return nullptr;
   config.validate();  // the same problems on every rank, before the split's collectives
+
   // Every rank reaches the same roles or the same error: agreed, so that a
   // job reports it once.
   std::unique_ptr<ParameterServerRoles> roles;
@@ -159,8 +160,8 @@ const EngineConfig& checked_for_mesh(const EngineConfig& config, const Mesh& mes
 
 Engine::Engine(const EngineConfig& config, Communicator& comm)
     : roles_(make_roles(config, comm)),
-      s_(std::make_unique<EngineState>(role_config(config, roles_.get()), roles_ ? roles_->group() : comm,
-                                       roles_ ? roles_->group() : comm, make_cpu_ops(), nullptr)) {
+      s_(std::make_unique<EngineState>(role_config(config, roles_.get()), roles_ ? roles_->engine_group() : comm,
+                                       roles_ ? roles_->engine_group() : comm, make_cpu_ops(), nullptr)) {
   s_->roles = roles_.get();
   init();
 }
@@ -191,8 +192,10 @@ Engine::Engine(const EngineConfig& config, Communicator& device_comm, Communicat
 
 void Engine::init() {
   const EngineConfig& config = s_->config;
-  // The batch keys count the ranks that train: a parameter-server job's workers.
-  config.validate_for_world(roles_ ? roles_->workers() : s_->world());
+  // The batch keys count the ranks that train: a parameter-server job's
+  // workers ("direct": a worker's Engine trains alone, its keys its own).
+  const bool alone = roles_ && roles_->direct() && !roles_->is_server();
+  config.validate_for_world(roles_ && !alone ? roles_->workers() : s_->world());
   if (config.compute_dtype == DType::f16) s_->progress.scaler = LossScaler(config.loss_scale);
 }
 
@@ -365,26 +368,30 @@ void finalize_engine(EngineState& s) {
 }
 
 // finalize() of a parameter server: the model checked among the servers,
-// the layout finalized for the W workers, and a ParameterServer holding
-// the optimizer shards of the workers it serves.
+// the layout finalized for the W workers ("direct": for the S servers),
+// and a ParameterServer holding the optimizer shards of the workers it
+// serves (its own window).
 void finalize_server(EngineState& s, const ParameterServerRoles& roles) {
   Communicator& host = s.comms.host();  // the servers' group
   check_same_model(host, s.config, s.layout, s.optimizer.groups().size());
   SwapSharers sharers = count_swap_sharers(host, s.config.offload);
   // Each server keeps one store per worker it serves on the same folders.
-  const int per_server = (roles.workers() + roles.servers() - 1) / roles.servers();
+  const int per_server = roles.direct() ? 1 : (roles.workers() + roles.servers() - 1) / roles.servers();
   sharers.optimizer *= per_server;
   run_agreed(host, [&] {
     // The engine's own ShardOptimizer keeps the groups only: each hosted
     // worker's is finalized for that worker's rank.
-    s.layout.finalize(roles.workers());
+    s.layout.finalize(roles.direct() ? roles.servers() : roles.workers());
     // The stores and updates of the workers' ranks as the plain engine
     // would make them (without the worker's parameter_server section).
     EngineConfig plain = s.config;
     plain.parameter_server = ParameterServerConfig{};
     ParameterServerOptions o{.optimizer = shard_optimizer_options(plain, 0),
                              .store = ArrayStoreOptions::from_plan(ps_server_array_plan_options(s.config, 0), sharers),
-                             .groups = {s.optimizer.groups().begin() + 1, s.optimizer.groups().end()}};
+                             .groups = {s.optimizer.groups().begin() + 1, s.optimizer.groups().end()},
+                             .left_after_s = s.config.observe.collective_timeout_s > 0
+                                                 ? s.config.observe.collective_timeout_s
+                                                 : kPsLeftAfterDefaultS};
     s.server = std::make_unique<ParameterServer>(roles, s.layout, *s.ops, s.ledger, o, s.tracer());
   });
 }
@@ -502,6 +509,15 @@ void refuse_with_servers(const EngineState& s, const char* call, const char* why
   }
 }
 
+void refuse_direct_push(const EngineState& s, const char* call) {
+  if (s.roles != nullptr && s.roles->direct()) {
+    throw ConfigError(fmt::format(
+        "{}: {} with \"parameter_server.push\" = \"direct\": not available (the servers hold one state that "
+        "every worker's pushes update, which no checkpoint rank file describes); use \"reduce\" to checkpoint",
+        s.config.source, call));
+  }
+}
+
 bool Engine::is_parameter_server() const { return roles_ != nullptr && roles_->is_server(); }
 
 ParameterServerClientStats Engine::parameter_server_stats() const {
@@ -532,6 +548,12 @@ void Engine::set_parameters(std::span<const ParamId> params, std::span<const std
   ZS_CHECK(s.finalized(), "set_parameters() before finalize()");
   settle_deferred_step(s, "set_parameters()");
   settle_parameter_server(s, "set_parameters()");
+  if (s.ps_client && s.ps_client->pushed() > 0 && s.roles->direct()) {
+    throw ConfigError(fmt::format(
+        "{}: set_parameters() after step {} with \"parameter_server.push\" = \"direct\": the servers take a "
+        "worker's parameters only before their first update (every worker's pushes update one copy)",
+        s.config.source, s.ps_client->pushed()));
+  }
   ZS_CHECK(params.size() == values.size(), "set_parameters(): {} parameters but {} value arrays", params.size(),
            values.size());
   if (params.empty()) return;

@@ -462,6 +462,7 @@ std::string newest_common_tag(EngineState& s, const std::string& mesh_save_dir) 
 json Engine::load_checkpoint(const std::string& mesh_save_dir, const std::string& tag_in) {
   EngineState& s = *s_;
   finish_async_checkpoint(s);  // a save in flight commits first: the load may be of it
+  refuse_direct_push(s, "load_checkpoint()");
   // Pulls in flight would overwrite what the load restores.
   if (s.finalized()) settle_parameter_server(s, "load_checkpoint()");
   discard_deferred_step(s);    // the load replaces what it wrote, or failed to

@@ -58,6 +58,10 @@ UnsharderOptions engine_unsharder_options(const EngineConfig& config) {
 EngineConfig ps_worker_config(const EngineConfig& config) {
   EngineConfig worker = config;
   worker.offload.optimizer = OffloadOptimizerConfig{};
+  // A "direct" worker's Engine trains alone: its batch is its own.
+  if (config.parameter_server.direct() && worker.train_batch_size) {
+    worker.train_batch_size = worker.train_micro_batch_size_per_gpu * worker.gradient_accumulation_steps;
+  }
   return worker;
 }
 

@@ -35,7 +35,10 @@ UnsharderOptions engine_unsharder_options(const EngineConfig& config);
 
 /// The configuration a parameter-server worker's Engine keeps: `config`
 /// without offload_optimizer, whose state is on its server ([Note:
-/// parameter-server layout] in runtime/ps/param_server.h). Pure.
+/// parameter-server layout] in runtime/ps/param_server.h); with
+/// parameter_server.push "direct", train_batch_size is the worker's own
+/// (micro x accumulation: its Engine trains alone). `config` must be
+/// resolved for the W workers. Pure.
 EngineConfig ps_worker_config(const EngineConfig& config);
 
 /// The array-plan options of the store a parameter server keeps for worker

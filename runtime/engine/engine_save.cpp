@@ -554,6 +554,7 @@ std::string Engine::save_checkpoint(const std::string& mesh_save_dir, const json
   EngineState& s = *s_;
   const TraceScope span(s.tracer(), "checkpoint_save", TraceThread::engine, TimeCategory::checkpoint, tag_in);
   finish_async_checkpoint(s);  // a save in flight commits first
+  refuse_direct_push(s, "save_checkpoint()");
   // A failure in one (pipeline stage, tp rank)'s group ends every rank of the mesh together.
   const SaveTarget t = s.comms.agreed_over_world([&] {
     settle_deferred_step(s, "save_checkpoint()");

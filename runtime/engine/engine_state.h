@@ -214,6 +214,10 @@ void settle_parameter_server(EngineState& s, const char* call);
 /// `call`, which the parameter-server layout does not offer. Defined in
 /// engine.cpp.
 void refuse_with_servers(const EngineState& s, const char* call, const char* why);
+/// Throws ConfigError naming `call` and parameter_server.push when this
+/// is a "direct" worker (its servers hold one state for every worker, in
+/// no rank's layout: no checkpoint carries it).
+void refuse_direct_push(const EngineState& s, const char* call);
 /// For calls on one rank that read its arrays (optimizer_state,
 /// param_shard, offload_stats): waits for the deferred step's thread
 /// without closing the step (the next collective call settles it). Throws

@@ -93,16 +93,25 @@ MemoryEstimate estimate_server_memory(const FlatLayout& layout, const EngineConf
   }
   ZS_CHECK(layout.world_size() > 0, "estimate_server_memory: the layout is not finalized");
   ZS_CHECK(server >= 0 && server < servers, "estimate_server_memory: server {} outside {} servers", server, servers);
-  config.validate_for_world(layout.world_size());
+  const bool direct = config.parameter_server.direct();
+  if (direct) {
+    // The servers' layout; the batch keys are the workers'.
+    ZS_CHECK(layout.world_size() == servers, "estimate_server_memory: a \"direct\" layout for {} ranks, not {}",
+             layout.world_size(), servers);
+    config.validate();
+  } else {
+    config.validate_for_world(layout.world_size());
+  }
   MemoryEstimate e;
   e.world_size = layout.world_size();
   e.rank = server;
   e.server = server;
-  e.hosted_workers = ps_hosted_workers(layout.world_size(), static_cast<int>(servers), server);
+  if (!direct) e.hosted_workers = ps_hosted_workers(layout.world_size(), static_cast<int>(servers), server);
   // ParameterServer's constructor allocates each hosted worker's store in
-  // turn; then one push to each (ParameterServer::answer_push).
+  // turn ("direct": its own window's); then one push to each
+  // (ParameterServer::answer_push).
   std::vector<std::pair<ArrayPlanOptions, ArrayPlan>> stores;
-  for (int w : e.hosted_workers) {
+  for (int w : direct ? std::vector<int>{server} : e.hosted_workers) {
     ArrayPlanOptions o = ps_server_array_plan_options(config, w);
     ArrayPlan plan = plan_arrays(layout, o);
     for (const ArrayAllocation& x : plan.arrays) e.after_finalize.add(x.category, x.tier, x.bytes, x.padding);
@@ -123,6 +132,13 @@ MemoryEstimate estimate_memory(const ModelDescription& model, const EngineConfig
   }
   const int workers = ps_training_ranks(config.parameter_server.servers, world_size, config.source);
   ZS_CHECK(rank >= 0 && rank < world_size, "estimate_memory: rank {} outside a world of {}", rank, world_size);
+  if (config.parameter_server.direct()) {
+    // A worker's Engine trains alone; a server holds its window of the
+    // servers' layout.
+    config.validate_for_world(workers);
+    if (rank < workers) return estimate_memory(model.layout(1), config, 0, ranks_per_node);
+    return estimate_server_memory(model.layout(world_size - workers), config, rank - workers);
+  }
   const FlatLayout layout = model.layout(workers);
   if (rank < workers) return estimate_memory(layout, config, rank, ranks_per_node);
   return estimate_server_memory(layout, config, rank - workers);

@@ -102,7 +102,9 @@ MemoryEstimate estimate_memory(const FlatLayout& layout, const EngineConfig& con
 /// serves (ps_hosted_workers), the stage-3 store of rank w
 /// (ps_server_array_plan_options); after_step adds each store's host
 /// staging of one push (replay_server_push). `layout` is the workers' (W
-/// ranks). Equal byte for byte to the server Engine's ledger. Throws
+/// ranks); with parameter_server.push "direct" the servers' (S ranks),
+/// and the one store is rank `server`'s (hosted_workers empty: it serves
+/// every worker). Equal byte for byte to the server Engine's ledger. Throws
 /// ConfigError without parameter servers, InvariantError for a server
 /// index outside [0, S). Pure; thread safe.
 MemoryEstimate estimate_server_memory(const FlatLayout& layout, const EngineConfig& config, int server);

@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstdio>
 #include <cstring>
 #include <string>
 #include <thread>
@@ -16,38 +17,56 @@ namespace zeroshard {
 struct ParameterServer::Hosted {
   int worker = 0;
   int peer = 0;  // the worker's world rank
-  std::unique_ptr<ArrayStore> store;
-  std::unique_ptr<ShardOptimizer> optimizer;
+  // The store and update the worker's pushes go to: its own ("reduce"),
+  // the server's one, shared by every worker ("direct").
+  ArrayStore* store = nullptr;
+  ShardOptimizer* optimizer = nullptr;
+  int layout_rank = 0;  // the store's rank in the layout
   bool said_hello = false;
   bool done = false;
-  std::string error;  // the first failed update's, answered to every later push
+  std::string error;           // the first failed update's, answered to every later push
   std::int64_t last_step = 0;  // the step of the last push applied
-  PsHello hello;      // receive buffers of the message posted
+  std::int64_t last_version = 0;                // the version that push was computed on
+  std::chrono::steady_clock::time_point heard;  // when its last message arrived
+  PsHello hello;                                // receive buffers of the message posted
   PsPush push;
   CommWork posted;
 };
 
 ParameterServer::ParameterServer(const ParameterServerRoles& roles, const FlatLayout& layout, DeviceOps& ops,
                                  MemoryLedger& ledger, const ParameterServerOptions& options, Tracer* tracer)
-    : roles_(roles), layout_(layout), layout_hash_(ps_layout_hash(layout)), tracer_(tracer) {
+    : roles_(roles), layout_(layout), layout_hash_(ps_layout_hash(layout)), left_after_s_(options.left_after_s),
+      tracer_(tracer) {
   ZS_CHECK(roles.is_server(), "ParameterServer on worker {}", roles.index());
+  ZS_CHECK(layout.world_size() == (roles.direct() ? roles.servers() : roles.workers()),
+           "a server's layout is for {} ranks", layout.world_size());
+  // One store and update per rank of the layout this server holds: each
+  // hosted worker's ("reduce"), or the server's own window ("direct").
+  auto add_rank = [&](int rank) {
+    ArrayStoreOptions so = options.store;
+    so.rank = rank;
+    stores_.push_back(std::make_unique<ArrayStore>(layout, ops, ledger, so));
+    stores_.back()->set_tracer(tracer);
+    ShardOptimizerOptions oo = options.optimizer;
+    oo.stage = 3;
+    oo.rank = rank;
+    auto optimizer = std::make_unique<ShardOptimizer>(layout, ops, oo);
+    for (const ParamGroup& g : options.groups) {
+      optimizer->add_group(g.name, ParamGroupOptions{.lr = g.lr, .weight_decay = g.weight_decay});
+    }
+    optimizer->finalize();
+    optimizer->set_tracer(tracer);
+    optimizers_.push_back(std::move(optimizer));
+  };
+  if (roles.direct()) add_rank(roles.index());
   for (int w : roles.hosted_workers(roles.index())) {
     auto h = std::make_unique<Hosted>();
     h->worker = w;
     h->peer = roles.worker_rank(w);
-    ArrayStoreOptions so = options.store;
-    so.rank = w;
-    h->store = std::make_unique<ArrayStore>(layout, ops, ledger, so);
-    h->store->set_tracer(tracer);
-    ShardOptimizerOptions oo = options.optimizer;
-    oo.stage = 3;
-    oo.rank = w;
-    h->optimizer = std::make_unique<ShardOptimizer>(layout, ops, oo);
-    for (const ParamGroup& g : options.groups) {
-      h->optimizer->add_group(g.name, ParamGroupOptions{.lr = g.lr, .weight_decay = g.weight_decay});
-    }
-    h->optimizer->finalize();
-    h->optimizer->set_tracer(tracer);
+    if (!roles.direct()) add_rank(w);
+    h->store = stores_.back().get();
+    h->optimizer = optimizers_.back().get();
+    h->layout_rank = roles.direct() ? roles.index() : w;
     hosted_.push_back(std::move(h));
   }
 }
@@ -57,43 +76,76 @@ ParameterServer::~ParameterServer() = default;
 ArrayStore& ParameterServer::store_of(int w) {
   for (auto& h : hosted_) {
     if (h->worker == w) return *h->store;
-  }
+  }  // direct: every worker's is the one store
   throw InvariantError(fmt::format("server {} does not hold worker {}'s shards", roles_.index(), w));
 }
 
 void ParameterServer::serve() {
   Communicator& world = roles_.world();
-  for (auto& h : hosted_) h->posted = world.irecv(&h->hello, sizeof(PsHello), DType::u8, h->peer);
+  const auto start = std::chrono::steady_clock::now();
+  for (auto& h : hosted_) {
+    h->posted = world.irecv(&h->hello, sizeof(PsHello), DType::u8, h->peer);
+    h->heard = start;
+  }
   std::size_t open = hosted_.size();
   int idle = 0;
   while (open > 0) {
     bool any = false;
     for (auto& hp : hosted_) {
       Hosted& h = *hp;
-      if (h.done || !h.posted.test()) continue;
-      any = true;
-      if (!h.said_hello) {
-        answer_hello(h);
-      } else if (h.push.kind == PsKind::state) {
-        answer_state(h);
-      } else if (h.push.kind == PsKind::put_state) {
-        answer_put_state(h);
-      } else if (h.push.kind == PsKind::goodbye) {
-        h.done = true;
+      if (h.done) continue;
+      try {
+        if (!h.posted.test()) continue;
+        any = true;
+        h.heard = std::chrono::steady_clock::now();
+        if (!h.said_hello) {
+          answer_hello(h);
+        } else if (h.push.kind == PsKind::state) {
+          answer_state(h);
+        } else if (h.push.kind == PsKind::put_state) {
+          answer_put_state(h);
+        } else if (h.push.kind == PsKind::goodbye) {
+          h.done = true;
+          --open;
+          continue;
+        } else {
+          answer_push(h, h.push);
+        }
+        h.posted = world.irecv(&h.push, sizeof(PsPush), DType::u8, h.peer);
+      } catch (const CommError& e) {
+        // "direct": a worker that cannot be reached has left; the others go on.
+        if (!roles_.direct()) throw;
+        leave(h, e.what());
         --open;
-        continue;
-      } else {
-        answer_push(h, h.push);
       }
-      h.posted = world.irecv(&h.push, sizeof(PsPush), DType::u8, h.peer);
     }
     // Nothing arrived: spin briefly, then yield the core to the workers.
     if (any) {
       idle = 0;
-    } else if (++idle > 64) {
-      std::this_thread::sleep_for(std::chrono::microseconds(50));
+      continue;
+    }
+    if (++idle > 64) std::this_thread::sleep_for(std::chrono::microseconds(50));
+    if (!roles_.direct() || left_after_s_ <= 0 || idle % 1024 != 0) continue;
+    const auto now = std::chrono::steady_clock::now();
+    for (auto& hp : hosted_) {
+      Hosted& h = *hp;
+      const double silent = std::chrono::duration<double>(now - h.heard).count();
+      if (h.done || silent <= left_after_s_) continue;
+      h.posted.cancel();
+      leave(h, fmt::format("no message for {:.0f} s (zeroshard.collective_timeout_s)", silent));
+      --open;
     }
   }
+}
+
+void ParameterServer::leave(Hosted& h, const std::string& why) {
+  h.done = true;
+  stats_.left.push_back({.worker = h.worker, .step = h.last_step, .version = h.last_version});
+  fmt::print(stderr,
+             "zeroshard: parameter server {} (rank {}): worker {} (rank {}) left after step {} (computed on version "
+             "{}): {}; serving the other workers\n",
+             roles_.index(), roles_.world().rank(), h.worker, h.peer, h.last_step, h.last_version, why);
+  std::fflush(stderr);
 }
 
 void ParameterServer::answer_hello(Hosted& h) {
@@ -119,14 +171,14 @@ void ParameterServer::answer_push(Hosted& h, const PsPush& push) {
   std::vector<float> buf;
   // Receive everything the push carries, whatever happens to the update.
   std::string error = h.error;
-  auto receive_into = [&](ArrayKind kind) {
+  auto receive_into = [&](ArrayKind kind, bool keep) {
     for (UnitId u = 0; u < units; ++u) {
       const std::size_t n = layout_.unit(u).shard;
       if (n == 0) continue;
       buf.resize(n);
       world.recv(buf.data(), n, DType::f32, h.peer);
       stats_.bytes_received += n * sizeof(float);
-      if (!error.empty()) continue;
+      if (!keep || !error.empty()) continue;
       try {
         store.store(u, {kind}, buf.data());
       } catch (const std::exception& e) {
@@ -136,19 +188,29 @@ void ParameterServer::answer_push(Hosted& h, const PsPush& push) {
   };
   {
     const TraceScope span(tracer_, "ps_receive", TraceThread::engine, TimeCategory::comm_wait);
-    if (push.has_params != 0) receive_into(ArrayKind::params);
-    receive_into(ArrayKind::grad);
+    // "direct": the parameters are the first to arrive before any update
+    // (every worker starts from the same ones); later ones are read and
+    // dropped.
+    if (push.has_params != 0) receive_into(ArrayKind::params, !roles_.direct() || updates_ == 0);
+    receive_into(ArrayKind::grad, true);
   }
   if (error.empty() && push.step <= h.last_step) {
     error = fmt::format("a push for step {} after one for step {}: steps must increase", push.step, h.last_step);
   }
   if (error.empty()) {
-    const TraceScope span(tracer_, "optimizer", TraceThread::engine, TimeCategory::optimizer,
-                          fmt::format("worker {}, step {}, version {}", h.worker, push.step, push.version));
+    // "direct": every push is the next update of the one shared state.
+    const std::int64_t update = roles_.direct() ? updates_ + 1 : push.step;
+    const TraceScope span(
+        tracer_, "optimizer", TraceThread::engine, TimeCategory::optimizer,
+        roles_.direct()
+            ? fmt::format("worker {}, step {}, version {}, update {}", h.worker, push.step, push.version, update)
+            : fmt::format("worker {}, step {}, version {}", h.worker, push.step, push.version));
     try {
-      h.optimizer->step(store, push.step, static_cast<float>(push.grad_scale));
+      h.optimizer->step(store, update, static_cast<float>(push.grad_scale));
+      updates_ = update;
       ++stats_.pushes;
       h.last_step = push.step;
+      h.last_version = push.version;
       stats_.max_lag = std::max(stats_.max_lag, push.step - 1 - push.version);
     } catch (const std::exception& e) {
       error = e.what();
@@ -201,7 +263,7 @@ void ParameterServer::answer_state(Hosted& h) {
       piece(store.read(u, {ArrayKind::params}, holder), layout_.unit(u).shard * sizeof(float));
       for (int k = 0; k < store.states(u).arrays(); ++k) {
         h.optimizer->with_state_array_window(
-            store, u, k, h.worker, [&](std::span<const std::byte> bytes) { piece(bytes.data(), bytes.size()); });
+            store, u, k, h.layout_rank, [&](std::span<const std::byte> bytes) { piece(bytes.data(), bytes.size()); });
       }
     }
   } catch (const CommError&) {

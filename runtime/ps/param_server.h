@@ -4,6 +4,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "core/memory_ledger.h"
@@ -61,6 +62,30 @@
 // the same error until its workers say goodbye. A process that dies ends
 // the MPI job (Open MPI names it); the run resumes from its checkpoint.
 //
+// parameter_server.push "direct" (opt-in): a worker's Engine trains
+// alone (a one-rank layout: its own gradient, norm and clip factor, no
+// reduction among the workers) and pushes window s of that gradient, in
+// the layout finalized for the S servers, to each server s. A server
+// holds one state, rank s of that layout, and applies every push as the
+// next update (the optimizer's step is the server's update count) in
+// arrival order: asynchronous SGD (Dean et al., NIPS 2012) whose
+// staleness is bounded on the worker's side as above, counted in the
+// worker's own steps (a push of step k was computed on the update of its
+// own push max(0, k - 1 - s)). A slow worker then delays only its own
+// steps; the result depends on the arrival order, so two runs with W > 1
+// differ (one worker: bitwise the one-rank engine). The first pushed
+// parameters before any update are the servers' (every worker sets the
+// same ones); set_parameters after a worker's first step and checkpoints
+// are refused. A worker that cannot be reached or sends nothing for
+// zeroshard.collective_timeout_s (kPsLeftAfterDefaultS when off) is taken
+// as gone: the server prints which worker left after which step and
+// version (ParameterServerStats::left), cancels its receive and serves
+// the others. Open MPI ends the whole job when a rank dies unless the job
+// is started with orte_enable_recovery, and its shared-memory transport
+// does not notice a dead peer (a server's reply to it hangs), so such a
+// job also runs over TCP: --mca btl tcp,self (tests/meson.build's
+// ps_worker_leaves).
+//
 // Checkpoints are the all-reduce engine's format at W ranks: a worker's
 // save writes its rank file from what its server sends (the master values
 // and the state windows of rank w, in the file's order), so that the
@@ -69,6 +94,10 @@
 // it read to its server. Asynchronous saves are refused.
 
 namespace zeroshard {
+
+/// "direct": the seconds a silent worker is served before it is taken as
+/// gone when zeroshard.collective_timeout_s is off.
+inline constexpr double kPsLeftAfterDefaultS = 300;
 
 /// What a ParameterServer is built with besides the layout. Plain value.
 struct ParameterServerOptions {
@@ -82,6 +111,9 @@ struct ParameterServerOptions {
   /// The parameter groups after group 0, as ShardOptimizer::groups() lists
   /// them on the workers.
   std::vector<ParamGroup> groups;
+  /// "direct": seconds without a message after which a worker is taken as
+  /// gone (<= 0: never).
+  double left_after_s = 0;
 };
 
 /// The server side (see the Note). Thread safety: one thread.
@@ -116,10 +148,15 @@ class ParameterServer {
   void answer_push(Hosted& h, const PsPush& push);
   void answer_state(Hosted& h);
   void answer_put_state(Hosted& h);
+  void leave(Hosted& h, const std::string& why);
   const ParameterServerRoles& roles_;
   const FlatLayout& layout_;
+  std::vector<std::unique_ptr<ArrayStore>> stores_;
+  std::vector<std::unique_ptr<ShardOptimizer>> optimizers_;
   std::vector<std::unique_ptr<Hosted>> hosted_;
   std::uint64_t layout_hash_ = 0;
+  double left_after_s_ = 0;
+  std::int64_t updates_ = 0;  ///< updates applied ("direct": the optimizer's step count)
   ParameterServerStats stats_;
   Tracer* tracer_ = nullptr;
 };

@@ -1,6 +1,7 @@
 // ParameterServerClient: see runtime/ps/ps_client.h.
 #include "runtime/ps/ps_client.h"
 
+#include <algorithm>
 #include <chrono>
 #include <cstring>
 #include <exception>
@@ -15,9 +16,9 @@ namespace zeroshard {
 // posted at the push.
 struct ParameterServerClient::Pull {
   std::int64_t step = 0;
-  PsStatus status;
-  std::vector<std::vector<float>> shards;  // per unit (empty: no elements)
-  std::vector<CommWork> works;             // the status's, then each shard's
+  std::vector<PsStatus> status;            // per link
+  std::vector<std::vector<float>> shards;  // per link and unit: [link * units + u] (empty: no elements)
+  std::vector<CommWork> works;             // per link, the status's, then each shard's
 };
 
 namespace {
@@ -30,11 +31,21 @@ double seconds_since(std::chrono::steady_clock::time_point t0) {
 
 ParameterServerClient::ParameterServerClient(const ParameterServerRoles& roles, const FlatLayout& layout,
                                              ArrayStore& store, int stage, std::int64_t staleness, Tracer* tracer)
-    : roles_(roles), layout_(layout), store_(store), stage_(stage), staleness_(staleness),
-      peer_(roles.server_rank(roles.server_of(roles.index()))), tracer_(tracer) {
+    : roles_(roles), layout_(layout),
+      server_layout_(roles.direct() ? std::make_unique<FlatLayout>(ps_relaid_layout(layout, roles.servers()))
+                                    : nullptr),
+      wire_(server_layout_ ? *server_layout_ : layout), store_(store), stage_(stage), staleness_(staleness),
+      tracer_(tracer) {
   ZS_CHECK(!roles.is_server(), "ParameterServerClient on server {}", roles.index());
   ZS_CHECK(stage >= 1 && stage <= 3, "ParameterServerClient at stage {}", stage);
   ZS_CHECK(store.device_ops().host_addressable(), "ParameterServerClient needs host-addressable arrays");
+  ZS_CHECK(!roles.direct() || layout.world_size() == 1, "a direct worker's layout is for {} ranks, not 1",
+           layout.world_size());
+  if (roles.direct()) {
+    for (int s = 0; s < roles.servers(); ++s) peers_.push_back(roles.server_rank(s));
+  } else {
+    peers_.push_back(roles.server_rank(roles.server_of(roles.index())));
+  }
 }
 
 ParameterServerClient::~ParameterServerClient() {
@@ -46,7 +57,7 @@ ParameterServerClient::~ParameterServerClient() {
     }
     pending_.clear();
     const PsPush bye{.kind = PsKind::goodbye};
-    roles_.world().send(&bye, sizeof bye, DType::u8, peer_);
+    for (int peer : peers_) roles_.world().send(&bye, sizeof bye, DType::u8, peer);
   } catch (...) {
     // The server is gone; nothing is left to tell it.
   }
@@ -54,32 +65,48 @@ ParameterServerClient::~ParameterServerClient() {
 
 void ParameterServerClient::connect() {
   Communicator& world = roles_.world();
-  const PsHello hello{.layout_hash = ps_layout_hash(layout_), .worker = roles_.index()};
-  world.send(&hello, sizeof hello, DType::u8, peer_);
+  const PsHello hello{.layout_hash = ps_layout_hash(wire_), .worker = roles_.index()};
+  for (int peer : peers_) world.send(&hello, sizeof hello, DType::u8, peer);
   connected_ = true;
-  PsStatus status;
-  world.recv(&status, sizeof status, DType::u8, peer_);
-  if (status.ok == 0) throw Error(status.text);
+  for (int peer : peers_) {
+    PsStatus status;
+    world.recv(&status, sizeof status, DType::u8, peer);
+    if (status.ok == 0) throw Error(status.text);
+  }
 }
 
 float* ParameterServerClient::window(UnitId u, ArrayKind kind) {
-  // Parameters are full at stages 1/2, gradients at stage 1: window w.
-  const bool full = kind == ArrayKind::params ? stage_ < 3 : stage_ < 2;
+  // Parameters are full at stages 1/2, gradients at stage 1: window w
+  // ("direct": the whole array, the layout being for one rank).
+  const bool full = !server_layout_ && (kind == ArrayKind::params ? stage_ < 3 : stage_ < 2);
   auto* base = reinterpret_cast<float*>(store_.resident(u, {kind}));
   ZS_CHECK(base != nullptr, "unit \"{}\": its {} are not in memory", layout_.unit(u).name,
            kind == ArrayKind::params ? "parameters" : "gradients");
   return full ? base + static_cast<std::size_t>(roles_.index()) * layout_.unit(u).shard : base;
 }
 
-void ParameterServerClient::push_array(ArrayKind kind) {
+void ParameterServerClient::push_array(std::size_t link, ArrayKind kind) {
   Communicator& world = roles_.world();
-  for (UnitId u = 0; u < static_cast<UnitId>(layout_.units().size()); ++u) {
-    const std::size_t n = layout_.unit(u).shard;
+  std::vector<float> padded;
+  for (UnitId u = 0; u < static_cast<UnitId>(units()); ++u) {
+    const std::size_t n = wire_.unit(u).shard;
     if (n == 0) continue;
     HostBuffer holder;
     // A stage 3 parameter shard may be on the host or nvme tier.
     const void* src = kind == ArrayKind::params && stage_ == 3 ? store_.read(u, {kind}, holder) : window(u, kind);
-    world.send(src, n, DType::f32, peer_);
+    if (server_layout_) {
+      // Window `link` of the full array; the servers' padding past it is zeros.
+      const std::size_t full = layout_.unit(u).shard, begin = link * n;
+      const float* base = static_cast<const float*>(src) + std::min(begin, full);
+      const std::size_t have = begin < full ? std::min(n, full - begin) : 0;
+      src = base;
+      if (have < n) {
+        padded.assign(n, 0.0f);
+        std::copy_n(base, have, padded.begin());
+        src = padded.data();
+      }
+    }
+    world.send(src, n, DType::f32, peers_[link]);
     stats_.bytes_pushed += n * sizeof(float);
   }
 }
@@ -95,9 +122,11 @@ bool ParameterServerClient::step(std::int64_t step, float grad_scale) {
                       .grad_scale = grad_scale,
                       .has_params = params_dirty_ ? 1 : 0,
                       .version = version_};
-    world.send(&push, sizeof push, DType::u8, peer_);
-    if (params_dirty_) push_array(ArrayKind::params);
-    push_array(ArrayKind::grad);
+    for (std::size_t link = 0; link < peers_.size(); ++link) {
+      world.send(&push, sizeof push, DType::u8, peers_[link]);
+      if (params_dirty_) push_array(link, ArrayKind::params);
+      push_array(link, ArrayKind::grad);
+    }
     params_dirty_ = false;
     ++stats_.pushes;
     stats_.push_s += seconds_since(t0);
@@ -105,14 +134,17 @@ bool ParameterServerClient::step(std::int64_t step, float grad_scale) {
   pushed_ = step;
   auto p = std::make_unique<Pull>();
   p->step = step;
-  p->works.push_back(world.irecv(&p->status, sizeof p->status, DType::u8, peer_));
-  p->shards.resize(layout_.units().size());
-  for (UnitId u = 0; u < static_cast<UnitId>(layout_.units().size()); ++u) {
-    const std::size_t n = layout_.unit(u).shard;
-    if (n == 0) continue;
-    auto& shard = p->shards[static_cast<std::size_t>(u)];
-    shard.resize(n);
-    p->works.push_back(world.irecv(shard.data(), n, DType::f32, peer_));
+  p->status.resize(peers_.size());
+  p->shards.resize(peers_.size() * units());
+  for (std::size_t link = 0; link < peers_.size(); ++link) {
+    p->works.push_back(world.irecv(&p->status[link], sizeof(PsStatus), DType::u8, peers_[link]));
+    for (UnitId u = 0; u < static_cast<UnitId>(units()); ++u) {
+      const std::size_t n = wire_.unit(u).shard;
+      if (n == 0) continue;
+      auto& shard = p->shards[link * units() + static_cast<std::size_t>(u)];
+      shard.resize(n);
+      p->works.push_back(world.irecv(shard.data(), n, DType::f32, peers_[link]));
+    }
   }
   pending_.push_back(std::move(p));
   bool changed = false;
@@ -141,43 +173,70 @@ void ParameterServerClient::install(Pull& p, std::int64_t at_step) {
     for (CommWork& w : p.works) w.wait();
     stats_.wait_s += seconds_since(t0);
   }
-  if (p.status.ok == 0) {
-    p.status.text[kPsErrorBytes - 1] = '\0';
-    throw Error(p.status.text);
+  for (PsStatus& status : p.status) {
+    if (status.ok == 0) {
+      status.text[kPsErrorBytes - 1] = '\0';
+      throw Error(status.text);
+    }
+    if (status.step != p.step) {
+      throw CommError(fmt::format("worker {}: the parameter server's reply is for step {}, not step {}", roles_.index(),
+                                  status.step, p.step));
+    }
   }
-  if (p.status.step != p.step) {
-    throw CommError(fmt::format("worker {}: the parameter server's reply is for step {}, not step {}", roles_.index(),
-                                p.status.step, p.step));
-  }
-  for (UnitId u = 0; u < static_cast<UnitId>(layout_.units().size()); ++u) {
-    const std::vector<float>& shard = p.shards[static_cast<std::size_t>(u)];
-    if (shard.empty()) continue;
-    stats_.bytes_pulled += shard.size() * sizeof(float);
-    if (stage_ == 3) {
-      store_.store(u, {ArrayKind::params}, shard.data());  // any tier
-    } else {
-      std::memcpy(window(u, ArrayKind::params), shard.data(), shard.size() * sizeof(float));
+  if (server_layout_) {
+    install_direct(p);
+  } else {
+    for (UnitId u = 0; u < static_cast<UnitId>(units()); ++u) {
+      const std::vector<float>& shard = p.shards[static_cast<std::size_t>(u)];
+      if (shard.empty()) continue;
+      stats_.bytes_pulled += shard.size() * sizeof(float);
+      if (stage_ == 3) {
+        store_.store(u, {ArrayKind::params}, shard.data());  // any tier
+      } else {
+        std::memcpy(window(u, ArrayKind::params), shard.data(), shard.size() * sizeof(float));
+      }
     }
   }
   version_ = p.step;
   stats_.lags.push_back(at_step - p.step);
 }
 
+void ParameterServerClient::install_direct(const Pull& p) {
+  std::vector<float> full;
+  for (UnitId u = 0; u < static_cast<UnitId>(units()); ++u) {
+    const std::size_t n = wire_.unit(u).shard, mine = layout_.unit(u).shard;
+    if (n == 0) continue;
+    // The servers' windows side by side, cut to this worker's array.
+    full.resize(mine);
+    for (std::size_t link = 0; link < peers_.size() && link * n < mine; ++link) {
+      const std::vector<float>& shard = p.shards[link * units() + static_cast<std::size_t>(u)];
+      std::copy_n(shard.begin(), std::min(n, mine - link * n), full.begin() + static_cast<std::ptrdiff_t>(link * n));
+    }
+    for (std::size_t link = 0; link < peers_.size(); ++link) stats_.bytes_pulled += n * sizeof(float);
+    if (stage_ == 3) {
+      store_.store(u, {ArrayKind::params}, full.data());  // any tier
+    } else {
+      std::memcpy(window(u, ArrayKind::params), full.data(), mine * sizeof(float));
+    }
+  }
+}
+
 void ParameterServerClient::fetch_state(const std::function<std::uint64_t(UnitId u, int k)>& expected,
                                         const StatePiece& use) {
   ZS_CHECK(connected_, "ParameterServerClient::fetch_state before connect()");
+  ZS_CHECK(!server_layout_, "fetch_state with parameter_server.push \"direct\"");
   ZS_CHECK(pending_.empty(), "fetch_state with {} pulls in flight: drain() first", pending_.size());
   Communicator& world = roles_.world();
   const PsPush ask{.kind = PsKind::state};
-  world.send(&ask, sizeof ask, DType::u8, peer_);
+  world.send(&ask, sizeof ask, DType::u8, peers_[0]);
   std::vector<std::byte> buf;
   std::exception_ptr failed;
-  for (UnitId u = 0; u < static_cast<UnitId>(layout_.units().size()); ++u) {
+  for (UnitId u = 0; u < static_cast<UnitId>(units()); ++u) {
     for (int k = -1; k < store_.states(u).arrays(); ++k) {
-      const std::uint64_t bytes = ps_recv_piece(world, peer_, buf);
+      const std::uint64_t bytes = ps_recv_piece(world, peers_[0], buf);
       if (bytes == kPsFailed) {
         PsStatus status;
-        world.recv(&status, sizeof status, DType::u8, peer_);
+        world.recv(&status, sizeof status, DType::u8, peers_[0]);
         status.text[kPsErrorBytes - 1] = '\0';
         throw Error(status.text);
       }
@@ -204,19 +263,20 @@ void ParameterServerClient::fetch_state(const std::function<std::uint64_t(UnitId
 
 void ParameterServerClient::begin_put_state() {
   ZS_CHECK(connected_, "ParameterServerClient::begin_put_state before connect()");
+  ZS_CHECK(!server_layout_, "begin_put_state with parameter_server.push \"direct\"");
   ZS_CHECK(pending_.empty(), "begin_put_state with {} pulls in flight: drain() first", pending_.size());
   const PsPush put{.kind = PsKind::put_state};
-  roles_.world().send(&put, sizeof put, DType::u8, peer_);
+  roles_.world().send(&put, sizeof put, DType::u8, peers_[0]);
 }
 
 void ParameterServerClient::put_piece(std::span<const std::byte> bytes) {
-  ps_send_piece(roles_.world(), peer_, bytes);
+  ps_send_piece(roles_.world(), peers_[0], bytes);
   stats_.bytes_pushed += bytes.size();
 }
 
 void ParameterServerClient::end_put_state(std::int64_t version) {
   PsStatus status;
-  roles_.world().recv(&status, sizeof status, DType::u8, peer_);
+  roles_.world().recv(&status, sizeof status, DType::u8, peers_[0]);
   params_dirty_ = false;  // the server holds the parameters just sent
   version_ = pushed_ = version;
   if (status.ok == 0) {
@@ -228,9 +288,9 @@ void ParameterServerClient::end_put_state(std::int64_t version) {
 void ParameterServerClient::abort_put_state() noexcept {
   try {
     const std::uint64_t failed = kPsFailed;
-    roles_.world().send(&failed, sizeof failed, DType::u8, peer_);
+    roles_.world().send(&failed, sizeof failed, DType::u8, peers_[0]);
     PsStatus status;
-    roles_.world().recv(&status, sizeof status, DType::u8, peer_);
+    roles_.world().recv(&status, sizeof status, DType::u8, peers_[0]);
   } catch (...) {
     // The server is gone; the caller's error stands.
   }

@@ -1,7 +1,9 @@
 // ParameterServerClient: a worker's side of the parameter-server layout
 // ([Note: parameter-server layout] in runtime/ps/param_server.h): the
 // hello, each step's push of the worker's gradient shard and the pull of
-// its updated parameter shard, installed `staleness` steps later.
+// its updated parameter shard, installed `staleness` steps later; with
+// parameter_server.push "direct", of the worker's whole gradient, window
+// s to each server s, and the pull of every server's window.
 #pragma once
 
 #include <cstdint>
@@ -22,12 +24,14 @@ namespace zeroshard {
 /// The worker side. The store is a cpu engine's (every array host
 /// addressable) at the workers' stage: parameters full at stages 1/2 (this
 /// worker's window w is pushed and pulled), the shard at stage 3;
-/// gradients full at stage 1, the shard at 2/3. Thread safety: one thread
-/// (the engine's).
+/// gradients full at stage 1, the shard at 2/3. A "direct" worker's
+/// engine runs alone (layout finalized for one rank: every array full);
+/// server s gets and returns window s of the layout finalized for the S
+/// servers. Thread safety: one thread (the engine's).
 class ParameterServerClient {
  public:
-  /// `roles`, `layout` (finalized for the W workers) and `store` must
-  /// outlive this object.
+  /// `roles`, `layout` (finalized for the W workers, or for 1 when
+  /// roles.direct()) and `store` must outlive this object.
   ParameterServerClient(const ParameterServerRoles& roles, const FlatLayout& layout, ArrayStore& store, int stage,
                         std::int64_t staleness, Tracer* tracer);
   /// Drains the pulls in flight and says goodbye; never throws.
@@ -52,8 +56,8 @@ class ParameterServerClient {
   /// shard (k = -1, fp32) or state array k's window, as stored; valid
   /// during the call.
   using StatePiece = std::function<void(UnitId u, int k, std::span<const std::byte> bytes)>;
-  /// Asks the server for this worker's parameter shards and optimizer
-  /// state windows and hands them to `use` in order (units in order; in
+  /// Asks the server ("reduce" only: InvariantError) for this worker's
+  /// parameter shards and optimizer state windows and hands them to `use` in order (units in order; in
   /// each the parameters, then the state arrays), each piece's size
   /// checked against `expected(u, k)` (bytes). The pulls in flight must be
   /// installed first (InvariantError). Local; throws the server's error
@@ -61,7 +65,8 @@ class ParameterServerClient {
   /// what `use` throws, after reading the rest of the stream (no piece is
   /// handed over after the first failure).
   void fetch_state(const std::function<std::uint64_t(UnitId u, int k)>& expected, const StatePiece& use);
-  /// Sends this worker's state to its server (a loaded checkpoint):
+  /// Sends this worker's state to its server ("reduce" only) (a loaded
+  /// checkpoint):
   /// begin_put_state(), then for each unit in order its parameter shard
   /// (fp32, shard elements) and each state array's window as stored
   /// (put_piece), then end_put_state(), which waits until the server
@@ -90,16 +95,22 @@ class ParameterServerClient {
 
  private:
   struct Pull;
-  void push_array(ArrayKind kind);
+  void push_array(std::size_t link, ArrayKind kind);
   void install(Pull& p, std::int64_t at_step);
+  void install_direct(const Pull& p);
   float* window(UnitId u, ArrayKind kind);
+  std::size_t units() const { return layout_.units().size(); }
 
   const ParameterServerRoles& roles_;
   const FlatLayout& layout_;
+  /// "direct": the layout finalized for the S servers, whose shard sizes
+  /// travel; null for "reduce" (layout_'s travel).
+  std::unique_ptr<FlatLayout> server_layout_;
+  const FlatLayout& wire_;  ///< *server_layout_ or layout_
+  std::vector<int> peers_;  ///< the servers' world ranks, one per link
   ArrayStore& store_;
   int stage_ = 1;
   std::int64_t staleness_ = 0;
-  int peer_ = 0;
   bool params_dirty_ = true;
   bool connected_ = false;
   std::int64_t version_ = 0;

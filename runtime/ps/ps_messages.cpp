@@ -35,6 +35,15 @@ std::uint64_t ps_layout_hash(const FlatLayout& layout) {
   return h;
 }
 
+FlatLayout ps_relaid_layout(const FlatLayout& layout, int world_size) {
+  FlatLayout out;
+  for (const UnitInfo& u : layout.units()) out.add_unit(u.name);
+  // In id order, so that the ids are the same.
+  for (const ParamInfo& p : layout.params()) out.add_param(p.unit, p.name, p.shape, p.group);
+  out.finalize(world_size);
+  return out;
+}
+
 void ps_send_piece(Communicator& world, int peer, std::span<const std::byte> bytes) {
   const std::uint64_t n = bytes.size();
   world.send(&n, sizeof n, DType::u8, peer);

@@ -85,6 +85,13 @@ struct ParameterServerClientStats {
   std::vector<std::int64_t> lags;
 };
 
+/// A worker a "direct" server stopped serving before its goodbye.
+struct ParameterServerLeft {
+  int worker = 0;
+  std::int64_t step = 0;     ///< its last push applied (0: none)
+  std::int64_t version = 0;  ///< the version that push was computed on
+};
+
 /// What a server did (since construction). Plain value.
 struct ParameterServerStats {
   std::int64_t pushes = 0;  ///< step pushes applied (all hosted workers)
@@ -94,6 +101,8 @@ struct ParameterServerStats {
   std::int64_t max_lag = 0;
   std::uint64_t bytes_received = 0;  ///< gradient and parameter bytes pushed to it
   std::uint64_t bytes_sent = 0;      ///< parameter bytes pulled from it
+  /// "direct": the workers taken as gone, in the order they left.
+  std::vector<ParameterServerLeft> left;
 };
 
 /// Sends one piece of a state stream to `peer`: its byte count (u64),
@@ -103,6 +112,12 @@ void ps_send_piece(Communicator& world, int peer, std::span<const std::byte> byt
 /// its byte count, or kPsFailed (then only a PsStatus follows and `buf`
 /// is unchanged). Throws CommError.
 std::uint64_t ps_recv_piece(Communicator& world, int peer, std::vector<std::byte>& buf);
+
+/// `layout`'s units and parameters (same ids, names, shapes, groups) laid
+/// out anew for `world_size` ranks: the servers' layout of a "direct"
+/// worker's (parameter_server.push). Throws what FlatLayout::finalize
+/// throws.
+FlatLayout ps_relaid_layout(const FlatLayout& layout, int world_size);
 
 /// FNV-1a over the layout's world size, units' names and element counts
 /// and parameters' names and shapes: equal layouts give equal hashes.

@@ -67,7 +67,7 @@ std::vector<int> choose_servers(const ParameterServerConfig& c, int world, const
 
 ParameterServerRoles::ParameterServerRoles(Communicator& world, const ParameterServerConfig& config,
                                            const std::string& source)
-    : world_(world) {
+    : world_(world), direct_(config.push == PsPushMode::direct) {
   ZS_CHECK(config.enabled(), "ParameterServerRoles without parameter_server.servers");
   const std::size_t hosts = config.placement.size();
   std::vector<std::uint8_t> on_host(hosts * static_cast<std::size_t>(world.world_size()), 0);
@@ -87,9 +87,15 @@ ParameterServerRoles::ParameterServerRoles(Communicator& world, const ParameterS
   const std::vector<int>& mine = server_ ? server_ranks_ : worker_ranks_;
   index_ = static_cast<int>(std::lower_bound(mine.begin(), mine.end(), me) - mine.begin());
   group_ = world.split(server_ ? 1 : 0, index_);
+  if (direct_ && !server_) solo_ = group_->split(index_, 0);
 }
 
 std::vector<int> ParameterServerRoles::hosted_workers(int s) const {
+  if (direct_) {
+    std::vector<int> all;
+    for (int w = 0; s >= 0 && s < servers() && w < workers(); ++w) all.push_back(w);
+    return all;
+  }
   return ps_hosted_workers(workers(), servers(), s);
 }
 

@@ -96,6 +96,12 @@ echo '{"train_batch_size": 24, "train_micro_batch_size_per_gpu": 8, "zero_optimi
   fail "parameter-server estimate: $(cat "$work/ps.out")"
 grep -q "this rank is server 0, holding workers 0, 1, 2" "$work/ps.out" ||
   fail "parameter-server estimate: no server line in $(cat "$work/ps.out")"
+# push "direct": the server holds its window for every worker.
+sed 's/"servers": 1}/"servers": 1, "push": "direct"}/' "$work/ps.json" >"$work/direct.json"
+"$zs_plan" --params 1e6 --units 4 --world 4 --config "$work/direct.json" >"$work/direct.out" 2>&1 ||
+  fail "direct parameter-server estimate: $(cat "$work/direct.out")"
+grep -q "this rank is server 0, holding window 0 of 1 for every worker" "$work/direct.out" ||
+  fail "direct parameter-server estimate: no server line in $(cat "$work/direct.out")"
 rc=0
 "$zs_plan" --params 1e6 --units 4 --world 1 --config "$work/ps.json" >"$work/ps1.out" 2>&1 || rc=$?
 [ "$rc" = 1 ] && grep -qF "\"parameter_server.servers\" = 1 leaves no worker among the job's 1 ranks" "$work/ps1.out" ||

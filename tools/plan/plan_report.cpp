@@ -35,15 +35,20 @@ std::string parameter_server_text(const ModelDescription& model, const EngineCon
   plain.parameter_server = ParameterServerConfig{};
   const FlatLayout layout = model.layout(workers);
   const int shown = std::max(est.server, 0);  // the rank's server, else server 0
-  const std::size_t hosted = ps_hosted_workers(workers, servers, shown).size();
-  const std::uint64_t worker = estimate_memory(layout, config, workers - 1).after_finalize.model_state_bytes();
-  const std::uint64_t server = estimate_server_memory(layout, config, shown).after_finalize.model_state_bytes();
+  const bool direct = config.parameter_server.direct();
+  const std::size_t hosted = direct ? workers : ps_hosted_workers(workers, servers, shown).size();
+  const auto bytes = [&](int r) { return estimate_memory(model, config, world, r).after_finalize.model_state_bytes(); };
+  const std::uint64_t worker = bytes(workers - 1), server = bytes(workers + shown);
   const std::uint64_t alone = estimate_memory(layout, plain, workers - 1).after_finalize.model_state_bytes();
   std::string out = fmt::format(
       "parameter-server job (parameter_server.servers = {}): {} train, {} serve (the default placement, the last "
-      "ranks; placement hosts choose others); server s holds the optimizer shards of the workers w with w % {} == "
-      "s\n",
-      servers, rank_range(0, workers), rank_range(workers, world), servers);
+      "ranks; placement hosts choose others); {}\n",
+      servers, rank_range(0, workers), rank_range(workers, world),
+      direct ? fmt::format("push \"direct\": each worker trains alone and sends window s of its gradient to server "
+                           "s, which holds 1/{} of the fp32 parameters and optimizer states and applies every push "
+                           "as one update",
+                           servers)
+             : fmt::format("server s holds the optimizer shards of the workers w with w % {} == s", servers));
   if (!config.parameter_server.placement.empty()) {
     out +=
         "(parameter_server.placement names hosts: at run time the servers are the ranks on them; the figures "
@@ -51,6 +56,9 @@ std::string parameter_server_text(const ModelDescription& model, const EngineCon
   }
   if (est.server < 0) {
     out += fmt::format("this rank is worker {} of {}\n\n", est.rank, workers);
+  } else if (direct) {
+    out += fmt::format("this rank is server {}, holding window {} of {} for every worker\n\n", est.server, est.server,
+                       servers);
   } else if (est.hosted_workers.empty()) {
     out += fmt::format(
         "this rank is server {}, holding no worker: with more servers than workers ({} > {}) the "
@@ -63,10 +71,11 @@ std::string parameter_server_text(const ModelDescription& model, const EngineCon
   out += "model states per rank by role (bytes, all tiers):\n";
   out += fmt::format("  {:<58} {}\n", fmt::format("worker (last of {}): parameters and gradients", workers),
                      bytes_text(worker));
-  out += fmt::format(
-      "  {:<58} {}\n",
-      fmt::format("server {}: {} worker{}' fp32 shards and optimizer states", shown, hosted, hosted == 1 ? "" : "s"),
-      bytes_text(server));
+  out += fmt::format("  {:<58} {}\n",
+                     direct ? fmt::format("server {}: its window of the fp32 parameters and states", shown)
+                            : fmt::format("server {}: {} worker{}' fp32 shards and optimizer states", shown, hosted,
+                                          hosted == 1 ? "" : "s"),
+                     bytes_text(server));
   out += fmt::format("  {:<58} {}\n", fmt::format("all-reduce engine at {} ranks, same config (last rank)", workers),
                      bytes_text(alone));
   return out;

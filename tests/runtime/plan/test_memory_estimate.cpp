@@ -520,8 +520,12 @@ TEST_CASE("with parameter servers the estimate equals each worker's and each ser
   for (int servers = 1; servers < N && servers <= 2; ++servers) {
     for (int stage = 1; stage <= 3; ++stage) {
       for (OffloadDevice tier : {OffloadDevice::none, OffloadDevice::cpu, OffloadDevice::nvme}) {
+        // push "direct": a worker alone, a server its window of the servers' layout.
+        const PsPushMode push = stage == 2 ? PsPushMode::direct : PsPushMode::reduce;
         EngineConfig c = make_config(stage);
         c.parameter_server.servers = servers;
+        c.parameter_server.push = push;
+        CAPTURE(push == PsPushMode::direct);
         c.offload.optimizer.device = tier;
         if (tier == OffloadDevice::nvme) c.offload.optimizer.nvme_path = swap_root().string();
         CAPTURE(servers);
@@ -547,6 +551,12 @@ TEST_CASE("with parameter servers the estimate equals each worker's and each ser
   const MemoryEstimate worker = estimate_memory(layered_model(), c, N, 0);
   CHECK(worker.server == -1);
   CHECK(worker.after_finalize.current(MemCategory::optimizer_states) == 0);
+  // "direct": server 0 of 1 holds the whole fp32 state once, whatever W.
+  c.parameter_server.push = PsPushMode::direct;
+  const MemoryEstimate alone = estimate_memory(layered_model(), c, N, N - 1);
+  CHECK(alone.hosted_workers.empty());
+  CHECK(alone.after_finalize.current(MemCategory::parameters) == alone.padded_count * sizeof(float));
+  CHECK(alone.after_finalize.current(MemCategory::optimizer_states) == 2 * alone.padded_count * sizeof(float));
   c.parameter_server.servers = N;
   CHECK_THROWS_WITH_AS(estimate_memory(layered_model(), c, N, 0), doctest::Contains("parameter_server.servers"),
                        ConfigError);

@@ -18,127 +18,17 @@
 
 #include "comm/collective_error.h"
 #include "comm/node_groups.h"
-#include "core/memory_ledger.h"
 #include "core/error.h"
+#include "core/memory_ledger.h"
 #include "offload/io/fault_injection.h"
 #include "runtime/engine/engine.h"
 #include "runtime/ps/ps_roles.h"
+#include "tests/runtime/ps/ps_model.h"
 #include "tests/support/test_world.h"
 
 using namespace zeroshard;
 using namespace zeroshard::testing;
 namespace fs = std::filesystem;
-
-namespace {
-
-fs::path swap_root() { return fs::temp_directory_path() / "zs-test-ps"; }
-
-// AdamW with weight decay and clipping (the scale comes from the whole
-// step's norm) at `stage`; the optimizer's state in host memory or on nvme.
-EngineConfig config(int stage, bool nvme, int accumulation, int servers, int staleness) {
-  OptimizerHyper h;
-  h.kind = OptimizerKind::adamw;
-  h.lr = 1e-2f;
-  h.weight_decay = 0.01f;
-  EngineConfig c = make_config(stage, h, accumulation, 0.05);
-  c.offload.optimizer.device = nvme ? OffloadDevice::nvme : OffloadDevice::cpu;
-  if (nvme) c.offload.optimizer.nvme_path = swap_root().string();
-  c.offload.sub_group_size = 4096;
-  c.parameter_server.servers = servers;
-  c.parameter_server.staleness = staleness;
-  return c;
-}
-
-struct Model {
-  Engine e;
-  std::vector<std::vector<ParamId>> params;  // per unit
-  std::vector<double> forward_sums;          // per micro-batch: every parameter the forward read
-
-  Model(const EngineConfig& c, Communicator& comm, bool extra_parameter = false) : e(c, comm) {
-    int p = 0;
-    for (std::size_t u = 0; u < kOddUnits.size(); ++u) {
-      const UnitId unit = e.add_unit(fmt::format("unit{}", u));
-      params.emplace_back();
-      for (const auto& shape : kOddUnits[u])
-        params.back().push_back(e.add_parameter(unit, fmt::format("p{}", p++), shape));
-    }
-    if (extra_parameter) e.add_parameter(0, "extra", {3});
-    e.finalize();
-    if (!e.is_parameter_server()) set_parameters(e, params, sine_init_value);
-  }
-
-  void step(int s) {
-    for (int m = 0; m < e.config().gradient_accumulation_steps; ++m) {
-      double sum = 0;
-      for (UnitId u = 0; u < static_cast<UnitId>(params.size()); ++u) {
-        e.unshard(u);
-        for (ParamId id : params[static_cast<std::size_t>(u)]) {
-          const std::span<const float> v = e.param(id);
-          for (float x : v) sum += x;
-        }
-        e.reshard(u);
-      }
-      forward_sums.push_back(sum);
-      for (UnitId u = static_cast<UnitId>(params.size()) - 1; u >= 0; --u) {
-        e.unshard(u);
-        for (ParamId id : params[static_cast<std::size_t>(u)]) {
-          const std::span<float> g = e.grad(id);
-          for (std::size_t i = 0; i < g.size(); ++i) g[i] += cosine_grad_value(s, m, e.rank(), id, i);
-        }
-        e.reduce_gradients(u);
-        e.reshard(u);
-      }
-      e.step();
-    }
-  }
-
-  std::vector<std::vector<float>> gathered() {
-    std::vector<std::vector<float>> out;
-    for (const auto& list : params) {
-      for (ParamId id : list) out.push_back(e.gather_parameter(id));
-    }
-    return out;
-  }
-};
-
-// What the workers saw and ended with.
-struct Run {
-  std::vector<double> forward_sums;
-  std::vector<std::vector<float>> params;
-};
-
-// `steps` steps; after step `reset_at` (0: never) parameter p1 is set
-// again on every worker. On a server: serve() until the workers end, then
-// (when given) its stats into `served`.
-std::optional<Run> train(const EngineConfig& c, Communicator& comm, int steps, int reset_at = 0,
-                         ParameterServerStats* served = nullptr) {
-  Model m(c, comm);
-  if (m.e.is_parameter_server()) {
-    m.e.serve();
-    if (served != nullptr) *served = m.e.served_stats();
-    return std::nullopt;
-  }
-  for (int s = 1; s <= steps; ++s) {
-    m.step(s);
-    if (s == reset_at) {
-      std::vector<float> v(m.e.layout().param(1).numel);
-      for (std::size_t i = 0; i < v.size(); ++i) v[i] = 0.25f - 0.01f * static_cast<float>(i % 13);
-      m.e.set_parameter(1, v);
-    }
-  }
-  return Run{m.forward_sums, m.gathered()};
-}
-
-// The workers' communicator as the default placement makes it: the first
-// world - S ranks (null on a server).
-std::unique_ptr<Communicator> workers_of(int servers) {
-  const bool server = world().rank() >= world().world_size() - servers;
-  auto comm = world().split(server ? 1 : 0, world().rank());
-  if (server) return nullptr;
-  return comm;
-}
-
-}  // namespace
 
 TEST_CASE("parameter_server: synchronous servers train bitwise as the all-reduce engine") {
   const int N = world().world_size();

@@ -1,0 +1,190 @@
+// parameter_server.push "direct" ([Note: parameter-server layout] in
+// runtime/ps/param_server.h): one worker is bitwise the one-rank
+// all-reduce engine (stages 1 and 3, servers' state in memory or on nvme,
+// 1-3 servers); W workers' pushes are each one update (SGD's result is the
+// sum of every push, whatever their order), no worker trains on its own
+// update older than s steps; checkpoints and a late set_parameters are
+// refused by name; a worker that dies leaves the others training and is
+// named by the server (run by "ps_worker_leaves", which tells Open MPI to
+// keep the job going).
+#include <algorithm>
+#include <cmath>
+#include <csignal>
+#include <cstdlib>
+#include <limits>
+#include <memory>
+#include <optional>
+#include <vector>
+
+#include <doctest/doctest.h>
+#include <fmt/format.h>
+
+#include "core/error.h"
+#include "runtime/engine/engine.h"
+#include "tests/runtime/ps/ps_model.h"
+#include "tests/support/test_world.h"
+
+using namespace zeroshard;
+using namespace zeroshard::testing;
+
+namespace {
+
+EngineConfig direct(EngineConfig c, int servers, int staleness) {
+  c.parameter_server.servers = servers;
+  c.parameter_server.staleness = staleness;
+  c.parameter_server.push = PsPushMode::direct;
+  return c;
+}
+
+// The largest |a - b| over every element (infinity when the shapes differ).
+double max_difference(const std::vector<std::vector<float>>& a, const std::vector<std::vector<float>>& b) {
+  if (a.size() != b.size()) return std::numeric_limits<double>::infinity();
+  double worst = 0;
+  for (std::size_t p = 0; p < a.size(); ++p) {
+    if (a[p].size() != b[p].size()) return std::numeric_limits<double>::infinity();
+    for (std::size_t i = 0; i < a[p].size(); ++i) {
+      worst = std::max(worst, std::fabs(static_cast<double>(a[p][i]) - static_cast<double>(b[p][i])));
+    }
+  }
+  return worst;
+}
+
+}  // namespace
+
+TEST_CASE("parameter_server direct: one worker trains bitwise as the one-rank engine") {
+  const int N = world().world_size();
+  const int servers = N - 1;  // one worker at every world size
+  const std::unique_ptr<Communicator> alone = workers_of(servers);
+  for (const int stage : {1, 3}) {
+    for (const bool nvme : {false, true}) {
+      for (const int staleness : {0, 2}) {
+        CAPTURE(stage);
+        CAPTURE(nvme);
+        CAPTURE(staleness);
+        const EngineConfig c = config(stage, nvme, 1, 0, 0);
+        ParameterServerStats served;
+        const std::optional<Run> got = train(direct(c, servers, staleness), world(), 5, 0, &served);
+        if (alone == nullptr) {
+          CHECK(served.pushes == 5);
+          CHECK(served.max_lag == staleness);
+          CHECK(served.left.empty());
+          continue;
+        }
+        const std::optional<Run> want = train(c, *alone, 5);
+        REQUIRE(got.has_value());
+        // Step k's forward reads the parameters of step k - s.
+        REQUIRE(got->forward_sums.size() == want->forward_sums.size());
+        for (std::size_t k = 0; k < got->forward_sums.size(); ++k) {
+          const std::size_t version = k >= static_cast<std::size_t>(staleness) ? k - staleness : 0;
+          CHECK(got->forward_sums[k] == want->forward_sums[version]);
+        }
+        CHECK(got->params == want->params);
+        CHECK(got->forward_sums.front() != got->forward_sums.back());
+      }
+    }
+  }
+  world().barrier();
+}
+
+TEST_CASE("parameter_server direct: every worker's push is one update of the servers' state") {
+  const int N = world().world_size();
+  if (N < 3) return;  // two workers at least
+  for (const int servers : {1, 2}) {
+    if (N - servers < 2) continue;
+    const int W = N - servers;
+    const std::unique_ptr<Communicator> workers = workers_of(servers);
+    for (const int staleness : {0, 2}) {
+      for (const int stage : {1, 3}) {
+        CAPTURE(servers);
+        CAPTURE(staleness);
+        CAPTURE(stage);
+        // The gradients do not depend on the parameters: SGD's result is
+        // the initial values minus lr times the sum of every push, in any
+        // order; the all-reduce engine at lr x W subtracts the same sum.
+        const EngineConfig sgd = sgd_config(stage, 0.0);
+        EngineConfig scaled = sgd;
+        scaled.optimizer.lr = sgd.optimizer.lr * static_cast<float>(W);
+        ParameterServerStats served;
+        const int steps = 6;
+        const std::optional<Run> got = train(direct(sgd, servers, staleness), world(), steps, 0, &served);
+        if (workers == nullptr) {
+          CHECK(served.pushes == steps * W);
+          // A push of step k was computed on the worker's own update of
+          // step max(0, k - 1 - s).
+          CHECK(served.max_lag == staleness);
+          CHECK(served.left.empty());
+          continue;
+        }
+        const std::optional<Run> want = train(scaled, *workers, steps);
+        REQUIRE(got.has_value());
+        // The worker whose last push was applied last holds every update;
+        // the others miss the updates applied after their last push.
+        double closest = max_difference(got->params, want->params);
+        workers->all_reduce(&closest, 1, DType::f64, ReduceOp::min);
+        CHECK(closest < 1e-4);
+        CHECK(got->forward_sums.front() != got->forward_sums.back());
+      }
+    }
+  }
+  world().barrier();
+}
+
+TEST_CASE("parameter_server direct: checkpoints and a late set_parameters are refused by name") {
+  const int N = world().world_size();
+  {
+    Model m(direct(sgd_config(1, 0.0), N - 1, 1), world());
+    if (m.e.is_parameter_server()) {
+      m.e.serve();
+    } else {
+      CHECK_THROWS_WITH_AS(m.e.save_checkpoint((swap_root() / "direct").string(), {}),
+                           doctest::Contains("\"parameter_server.push\" = \"direct\""), ConfigError);
+      CHECK_THROWS_WITH_AS(m.e.load_checkpoint((swap_root() / "direct").string()),
+                           doctest::Contains("load_checkpoint()"), ConfigError);
+      m.step(1);
+      const std::vector<float> v(m.e.layout().param(1).numel, 0.5f);
+      CHECK_THROWS_WITH_AS(m.e.set_parameter(1, v), doctest::Contains("set_parameters() after step 1"), ConfigError);
+      m.step(2);  // still usable
+      CHECK(m.e.gather_parameter(1).size() == v.size());
+    }
+  }  // the workers' goodbyes
+  world().barrier();
+}
+
+// Run by the "ps_worker_leaves" test only (tests/meson.build), under an
+// mpirun told to keep the job going when a rank dies: worker 1 kills
+// itself before its push of step 3; the other workers train 8 steps and
+// the server names worker 1 and its last step once it has been silent
+// for the collective timeout.
+TEST_CASE("parameter_server direct: a worker that dies leaves the others training") {
+  if (std::getenv("ZS_TEST_PS_WORKER_LEAVES") == nullptr) return;
+  const int N = world().world_size();
+  REQUIRE(N >= 3);
+  EngineConfig c = direct(sgd_config(1, 0.0), 1, 2);
+  c.observe.collective_timeout_s = 3;
+  // Units small enough that every reply is sent eagerly: a reply to the
+  // dead worker does not wait for it (see the Note).
+  Model m(c, world(), false, {{{7}, {57}}, {{301}}, {{0}, {5}}});
+  if (m.e.is_parameter_server()) {
+    m.e.serve();
+    const ParameterServerStats served = m.e.served_stats();
+    REQUIRE(served.left.size() == 1);
+    CHECK(served.left[0].worker == 1);
+    CHECK(served.left[0].step == 2);     // its last push
+    CHECK(served.left[0].version == 0);  // computed on the initial parameters (s = 2)
+    CHECK(served.pushes == 8 * (N - 2) + 2);
+    fmt::print("server: {} pushes applied, worker {} left after step {}\n", served.pushes, served.left[0].worker,
+               served.left[0].step);
+    return;
+  }
+  for (int s = 1; s <= 8; ++s) {
+    if (s == 3 && m.e.dp_communicator().rank() == 1) std::raise(SIGKILL);
+    m.step(s);
+  }
+  const ParameterServerClientStats stats = m.e.parameter_server_stats();
+  CHECK(stats.pushes == 8);
+  for (std::int64_t lag : stats.lags) CHECK(lag <= 2);
+  for (const std::vector<float>& p : m.gathered()) {
+    for (float x : p) REQUIRE(std::isfinite(x));
+  }
+  fmt::print("worker {}: trained 8 steps\n", m.e.dp_communicator().rank());
+}
