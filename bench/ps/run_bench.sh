@@ -8,7 +8,10 @@
 # (--slow-rank 1 --slow-factor 2). fashion_mnist at stage 2 (AdamW, micro
 # 32, hidden 1024,1024) for EPOCHS (default 1) with the all-reduce engine
 # on the two worker hosts, synchronous servers, and staleness 1, 2 and 4,
-# in that order; then the table: samples/s, final accuracy, the ratio to
+# in that order, then parameter_server.push "direct" (each worker pushes
+# its own gradient; the servers apply each push as it comes, and an epoch
+# ends at 937 x 2 pushes, so the fast worker takes more steps) at
+# staleness 0 and 2; then the table: samples/s, final accuracy, the ratio to
 # synchronous servers, the collectives' bytes per step between hosts (comms
 # log), the bytes each worker pushed and pulled per step, and each worker's
 # time in step() per step (its idle time: waiting for the other worker and
@@ -30,17 +33,21 @@ python3 "$src/bench/cpu_info.py" 2>/dev/null || true
 fm=("$build/examples/fashion_mnist" --epochs "$epochs" --slow-rank 1 --slow-factor 2)
 base='"train_micro_batch_size_per_gpu": 32, "steps_per_print": 100000, "comms_logger": {"enabled": true},
   "zero_optimization": {"stage": 2}'
-for variant in allreduce sync s1 s2 s4; do
+variants=(allreduce sync s1 s2 s4 direct0 direct2)
+for variant in "${variants[@]}"; do
+  push=reduce
   case $variant in
     allreduce) echo "{$base}" >"$work/$variant.json"; hosts=zs-host1:1,zs-host2:1; np=2 ;;
     sync) s=0 ;;
     s1) s=1 ;;
     s2) s=2 ;;
     s4) s=4 ;;
+    direct0) s=0 push=direct ;;
+    direct2) s=2 push=direct ;;
   esac
   if [ "$variant" != allreduce ]; then
-    echo "{$base, \"parameter_server\": {\"servers\": 1, \"staleness\": $s, \"placement\": [\"zs-host0\"]}}" \
-      >"$work/$variant.json"
+    echo "{$base, \"parameter_server\": {\"servers\": 1, \"staleness\": $s, \"push\": \"$push\",
+      \"placement\": [\"zs-host0\"]}}" >"$work/$variant.json"
     hosts=zs-host0:1,zs-host1:1,zs-host2:1
     np=3
   fi
@@ -54,22 +61,22 @@ python3 - "$work" <<'PY'
 import json, sys
 work = sys.argv[1]
 rows = []
-for v in ["allreduce", "sync", "s1", "s2", "s4"]:
+for v in ["allreduce", "sync", "s1", "s2", "s4", "direct0", "direct2"]:
     r = json.load(open(f"{work}/{v}.report.json"))
     run = r["run"]
     rate = sum(e["samples"] for e in run["epochs"]) / sum(e["seconds"] for e in run["epochs"])
     f = r["parameter_server_figures"]
     workers = [f[7 * i:7 * i + 7] for i in range(len(f) // 7) if f[7 * i] == 0.0]
-    steps = max(run["optimizer_steps"], 1)
     cross = run.get("cross_host_bytes", {}).get("measured_per_step", -1)
     rows.append((v, rate, r["final_accuracy"], cross,
                  [(w[2] + w[3]) / max(w[1], 1) / 1e6 for w in workers],
-                 [1e3 * w[4] / steps for w in workers]))
+                 [1e3 * w[4] / max(w[1], 1) for w in workers], [int(w[1]) for w in workers]))
 sync = rows[1][1]
 print("\n| run | samples/s | x sync servers | final accuracy | collective bytes/step between hosts | "
-      "pushed + pulled MB/step per worker | ms/step in step() per worker |")
-print("|---|---|---|---|---|---|---|")
-for v, rate, acc, cross, mb, idle in rows:
+      "pushed + pulled MB/step per worker | ms/step in step() per worker | steps per worker |")
+print("|---|---|---|---|---|---|---|---|")
+for v, rate, acc, cross, mb, idle, steps in rows:
     print(f"| {v} | {rate:.0f} | {rate / sync:.2f} | {acc:.4f} | {cross} | "
-          f"{' / '.join(f'{x:.2f}' for x in mb)} | {' / '.join(f'{x:.1f}' for x in idle)} |")
+          f"{' / '.join(f'{x:.2f}' for x in mb)} | {' / '.join(f'{x:.1f}' for x in idle)} | "
+          f"{' / '.join(str(x) for x in steps)} |")
 PY

@@ -226,6 +226,12 @@ int run(const Options& o) {
                       "every stage 0-3 without servers: remove the parameter_server section",
                       o.config.config_path, servers));
     }
+    if (config.parameter_server.direct() && !o.save_dir.empty()) {
+      throw ConfigError(
+          fmt::format("--save-dir {} with parameter_server.push \"direct\": that mode has no "
+                      "checkpoints (its servers hold one state for every worker); use \"reduce\"",
+                      o.save_dir));
+    }
     if (o.slow_rank >= world) {
       throw ConfigError(fmt::format("--slow-rank {}: the job has ranks 0-{}", o.slow_rank, world - 1));
     }
@@ -276,6 +282,7 @@ int run(const Options& o) {
   spec.device = device;
   spec.train.slow_rank = o.slow_rank;
   spec.train.slow_factor = o.slow_factor;
+  spec.train.shared_updates = config.parameter_server.direct();
 
   if (rank == 0) {
     // A parameter-server job's servers train nothing: the batch counts the workers.

@@ -117,7 +117,12 @@ TrainResult Trainer::run() {
   std::int64_t last_saved = start.global_step;
   const bool saving = !options_.save_dir.empty();
   const auto max_reached = [&] {
-    return options_.max_steps > 0 && result.optimizer_steps >= options_.max_steps;
+    if (options_.max_steps <= 0) return false;
+    // TrainOptions::shared_updates: max_steps x W pushes over the workers.
+    if (options_.shared_updates) {
+      return engine_.parameter_server_stats().server_updates >= options_.max_steps * comm_.world_size();
+    }
+    return result.optimizer_steps >= options_.max_steps;
   };
   // The position to save after a step: the next epoch once no complete
   // global batch is left in this one.
@@ -156,15 +161,23 @@ TrainResult Trainer::run() {
     EpochStats stats;
     stats.epoch = epoch + 1;
     std::size_t micro_count = 0;
-    for (std::size_t step = 0; step < sampler_.steps_per_epoch(); ++step) {
+    // TrainOptions::shared_updates: the epoch's end is the servers' count.
+    const std::int64_t epoch_updates =
+        static_cast<std::int64_t>(sampler_.steps_per_epoch()) * (epoch + 1) * comm_.world_size();
+    const auto epoch_done = [&](std::size_t step) {
+      if (!options_.shared_updates) return step >= sampler_.steps_per_epoch();
+      return engine_.parameter_server_stats().server_updates >= epoch_updates;
+    };
+    for (std::size_t step = 0; !epoch_done(step); ++step) {
       if (max_reached()) break;
+      const std::size_t data_step = step % sampler_.steps_per_epoch();
       double step_loss = 0.0;
       StepResult sr;
       meter_.before_step();
       const bool writing = engine_.checkpoint_in_flight();  // an async save's write runs beside this step
       const auto step_start = Clock::now();
       for (std::size_t k = 0; k < accumulation; ++k) {
-        gather_samples(train_, sampler_.micro_batch(step, k), x, y);
+        gather_samples(train_, sampler_.micro_batch(data_step, k), x, y);
         const auto compute_start = Clock::now();
         const double loss = mlp_.forward_backward(x, y, micro);
         if (comm_.rank() == options_.slow_rank && options_.slow_factor > 1.0) {
@@ -200,7 +213,7 @@ TrainResult Trainer::run() {
       if (progress) progress->update(result.optimizer_steps - start.global_step, fmt::format("epoch {}", epoch + 1));
       if (options_.steps_per_print > 0 && result.optimizer_steps % options_.steps_per_print == 0) {
         std::array<double, 2> sums{print_loss_local, double(print_micro)};
-        sum_over_ranks(comm_, sums);
+        if (!options_.shared_updates) sum_over_ranks(comm_, sums);  // the ranks' steps differ otherwise
         if (rank0) {
           fmt::print(
               "  step {:6d} | loss {:.4f} (mean of the last {} steps) | grad norm {:.3f}"
@@ -221,9 +234,9 @@ TrainResult Trainer::run() {
         last_saved = pos.global_step;
       }
     }
-    stats.seconds = seconds_since(epoch_start);
     std::array<double, 2> sums{epoch_loss_local, double(micro_count)};
     sum_over_ranks(comm_, sums);
+    stats.seconds = seconds_since(epoch_start);  // every rank's steps (the sum waited for them)
     stats.train_loss = sums[1] > 0 ? sums[0] / sums[1] : 0.0;
     stats.samples = std::int64_t(sums[1]) * std::int64_t(micro);
     stats.samples_per_second = stats.seconds > 0 ? double(stats.samples) / stats.seconds : 0.0;

@@ -44,17 +44,23 @@ struct TrainOptions {
   /// none).
   int slow_rank = -1;
   double slow_factor = 1.0;
+  /// parameter_server.push "direct": the workers step at their own pace
+  /// and an epoch ends once the servers have applied steps_per_epoch x W
+  /// pushes (a fast worker takes more steps, cycling over its part of the
+  /// epoch), max_steps counts max_steps x W pushes; steps_per_print then
+  /// prints rank 0's own loss.
+  bool shared_updates = false;
 };
 
 /// Figures of one epoch, identical on every rank (reduced over ranks).
 struct EpochStats {
   int epoch = 0;                     ///< 1-based
-  std::int64_t optimizer_steps = 0;  ///< steps taken in this epoch
+  std::int64_t optimizer_steps = 0;  ///< steps taken in this epoch (rank 0's)
   std::int64_t samples = 0;          ///< training samples over all ranks
   double train_loss = 0.0;           ///< mean micro-batch loss over the epoch and ranks (nats)
   double test_loss = 0.0;            ///< mean cross-entropy on the test set (nats)
   double test_accuracy = 0.0;        ///< fraction of test samples classified correctly
-  double seconds = 0.0;              ///< training time of the epoch (rank 0's clock, no evaluation)
+  double seconds = 0.0;              ///< training time of the epoch (until every rank is done; no evaluation)
   double samples_per_second = 0.0;   ///< samples / seconds
 };
 

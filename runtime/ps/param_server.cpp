@@ -223,7 +223,8 @@ void ParameterServer::answer_push(Hosted& h, const PsPush& push) {
     }
   }
   const TraceScope span(tracer_, "ps_send", TraceThread::engine, TimeCategory::comm_wait);
-  const PsStatus status = h.error.empty() ? PsStatus{.ok = 1, .step = push.step} : ps_error(push.step, h.error);
+  const PsStatus status =
+      h.error.empty() ? PsStatus{.ok = 1, .step = push.step, .updates = stats_.pushes} : ps_error(push.step, h.error);
   world.send(&status, sizeof status, DType::u8, h.peer);
   // The shards follow whatever the status (zeros after an error), so that
   // the worker could post every receive at its push.

@@ -183,6 +183,9 @@ void ParameterServerClient::install(Pull& p, std::int64_t at_step) {
                                   status.step, p.step));
     }
   }
+  std::int64_t updates = p.status.front().updates;
+  for (const PsStatus& status : p.status) updates = std::min(updates, status.updates);
+  stats_.server_updates = std::max(stats_.server_updates, updates);
   if (server_layout_) {
     install_direct(p);
   } else {

@@ -67,6 +67,7 @@ inline constexpr std::size_t kPsErrorBytes = 1024;
 struct PsStatus {
   std::int64_t ok = 1;
   std::int64_t step = 0;          ///< the step the reply is for (0: hello)
+  std::int64_t updates = 0;       ///< the server's updates applied so far, this push's included
   char text[kPsErrorBytes] = {};  ///< the error (ok == 0), zero-terminated
 };
 
@@ -83,6 +84,10 @@ struct ParameterServerClientStats {
   /// Per installed pull: the step it installed at minus the step it
   /// updated (the staleness the worker then trained at).
   std::vector<std::int64_t> lags;
+  /// The updates its server(s) had applied when the newest installed pull
+  /// was sent ("direct": every worker's pushes; the fewest over the
+  /// servers).
+  std::int64_t server_updates = 0;
 };
 
 /// A worker a "direct" server stopped serving before its goodbye.

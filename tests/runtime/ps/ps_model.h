@@ -96,6 +96,7 @@ struct Model {
 struct Run {
   std::vector<double> forward_sums;
   std::vector<std::vector<float>> params;
+  ParameterServerClientStats client;  ///< after the gather (every pull installed)
 };
 
 // `steps` steps; after step `reset_at` (0: never) parameter p1 is set
@@ -117,7 +118,8 @@ inline std::optional<Run> train(const EngineConfig& c, Communicator& comm, int s
       m.e.set_parameter(1, v);
     }
   }
-  return Run{m.forward_sums, m.gathered()};
+  std::vector<std::vector<float>> params = m.gathered();
+  return Run{m.forward_sums, std::move(params), m.e.parameter_server_stats()};
 }
 
 // The workers' communicator as the default placement makes it: the first

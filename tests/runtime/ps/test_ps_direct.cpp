@@ -80,6 +80,7 @@ TEST_CASE("parameter_server direct: one worker trains bitwise as the one-rank en
         }
         CHECK(got->params == want->params);
         CHECK(got->forward_sums.front() != got->forward_sums.back());
+        CHECK(got->client.server_updates == 5);  // the last reply's count
       }
     }
   }
@@ -122,6 +123,12 @@ TEST_CASE("parameter_server direct: every worker's push is one update of the ser
         double closest = max_difference(got->params, want->params);
         workers->all_reduce(&closest, 1, DType::f64, ReduceOp::min);
         CHECK(closest < 1e-4);
+        // Each reply counts the updates applied so far: at least the
+        // worker's own, all of them in the reply to the last push applied.
+        CHECK(got->client.server_updates >= steps);
+        double newest = static_cast<double>(got->client.server_updates);
+        workers->all_reduce(&newest, 1, DType::f64, ReduceOp::max);
+        CHECK(newest == steps * W);
         CHECK(got->forward_sums.front() != got->forward_sums.back());
       }
     }
