@@ -27,6 +27,7 @@ struct ParameterServer::Hosted {
   std::string error;           // the first failed update's, answered to every later push
   std::int64_t last_step = 0;  // the step of the last push applied
   std::int64_t last_version = 0;                // the version that push was computed on
+  std::int64_t others_since = 0;                // messages from the other workers since its last
   std::chrono::steady_clock::time_point heard;  // when its last message arrived
   PsHello hello;                                // receive buffers of the message posted
   PsPush push;
@@ -75,8 +76,8 @@ ParameterServer::~ParameterServer() = default;
 
 ArrayStore& ParameterServer::store_of(int w) {
   for (auto& h : hosted_) {
-    if (h->worker == w) return *h->store;
-  }  // direct: every worker's is the one store
+    if (h->worker == w) return *h->store;  // "direct": every worker's is the one store
+  }
   throw InvariantError(fmt::format("server {} does not hold worker {}'s shards", roles_.index(), w));
 }
 
@@ -88,6 +89,7 @@ void ParameterServer::serve() {
     h->heard = start;
   }
   std::size_t open = hosted_.size();
+  auto last_goodbye = start;  // when the last worker said goodbye
   int idle = 0;
   while (open > 0) {
     bool any = false;
@@ -98,6 +100,8 @@ void ParameterServer::serve() {
         if (!h.posted.test()) continue;
         any = true;
         h.heard = std::chrono::steady_clock::now();
+        h.others_since = 0;
+        for (auto& o : hosted_) o->others_since += o.get() != &h ? 1 : 0;
         if (!h.said_hello) {
           answer_hello(h);
         } else if (h.push.kind == PsKind::state) {
@@ -106,6 +110,7 @@ void ParameterServer::serve() {
           answer_put_state(h);
         } else if (h.push.kind == PsKind::goodbye) {
           h.done = true;
+          last_goodbye = h.heard;
           --open;
           continue;
         } else {
@@ -126,11 +131,23 @@ void ParameterServer::serve() {
     }
     if (++idle > 64) std::this_thread::sleep_for(std::chrono::microseconds(50));
     if (!roles_.direct() || left_after_s_ <= 0 || idle % 1024 != 0) continue;
+    // A silent worker has left when the others went on meanwhile
+    // (kPsLeftAfterMessages each) or are all done (the timeout ago): a
+    // pause of all of them (an evaluation), or of the only one, is no
+    // one's departure.
     const auto now = std::chrono::steady_clock::now();
+    const auto silent_s = [&](const Hosted& h) { return std::chrono::duration<double>(now - h.heard).count(); };
     for (auto& hp : hosted_) {
       Hosted& h = *hp;
-      const double silent = std::chrono::duration<double>(now - h.heard).count();
-      if (h.done || silent <= left_after_s_) continue;
+      if (h.done || silent_s(h) <= left_after_s_) continue;
+      const bool others_go_on =
+          hosted_.size() > 1 && h.others_since >= kPsLeftAfterMessages * static_cast<std::int64_t>(hosted_.size() - 1);
+      // All others done, and this one silent for the timeout since.
+      const bool others_done =
+          hosted_.size() > 1 && std::chrono::duration<double>(now - last_goodbye).count() > left_after_s_ &&
+          std::all_of(hosted_.begin(), hosted_.end(), [&](const auto& o) { return o.get() == &h || o->done; });
+      if (!others_go_on && !others_done) continue;
+      const double silent = silent_s(h);
       h.posted.cancel();
       leave(h, fmt::format("no message for {:.0f} s (zeroshard.collective_timeout_s)", silent));
       --open;
@@ -140,7 +157,7 @@ void ParameterServer::serve() {
 
 void ParameterServer::leave(Hosted& h, const std::string& why) {
   h.done = true;
-  stats_.left.push_back({.worker = h.worker, .step = h.last_step, .version = h.last_version});
+  stats_.left.push_back({.worker = h.worker, .step = h.last_step, .version = h.last_version, .updates = updates_});
   fmt::print(stderr,
              "zeroshard: parameter server {} (rank {}): worker {} (rank {}) left after step {} (computed on version "
              "{}): {}; serving the other workers\n",

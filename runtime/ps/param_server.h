@@ -76,9 +76,12 @@
 // differ (one worker: bitwise the one-rank engine). The first pushed
 // parameters before any update are the servers' (every worker sets the
 // same ones); set_parameters after a worker's first step and checkpoints
-// are refused. A worker that cannot be reached or sends nothing for
-// zeroshard.collective_timeout_s (kPsLeftAfterDefaultS when off) is taken
-// as gone: the server prints which worker left after which step and
+// are refused. A worker that cannot be reached, or sends nothing for
+// zeroshard.collective_timeout_s (kPsLeftAfterDefaultS when off) while
+// the others went on (kPsLeftAfterMessages messages each) or all others
+// (at least one) are done, is
+// taken as gone (a step longer than that timeout is taken for a
+// departure): the server prints which worker left after which step and
 // version (ParameterServerStats::left), cancels its receive and serves
 // the others. Open MPI ends the whole job when a rank dies unless the job
 // is started with orte_enable_recovery, and its shared-memory transport
@@ -98,6 +101,10 @@ namespace zeroshard {
 /// "direct": the seconds a silent worker is served before it is taken as
 /// gone when zeroshard.collective_timeout_s is off.
 inline constexpr double kPsLeftAfterDefaultS = 300;
+/// "direct": the messages per other worker the server must have had
+/// since a silent worker's last before it takes that worker as gone
+/// (unless all others are done): a pause of every worker is no departure.
+inline constexpr std::int64_t kPsLeftAfterMessages = 8;
 
 /// What a ParameterServer is built with besides the layout. Plain value.
 struct ParameterServerOptions {
@@ -112,7 +119,7 @@ struct ParameterServerOptions {
   /// them on the workers.
   std::vector<ParamGroup> groups;
   /// "direct": seconds without a message after which a worker is taken as
-  /// gone (<= 0: never).
+  /// gone, once the others went on or are all done (<= 0: never).
   double left_after_s = 0;
 };
 

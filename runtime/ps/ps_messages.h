@@ -95,6 +95,7 @@ struct ParameterServerLeft {
   int worker = 0;
   std::int64_t step = 0;     ///< its last push applied (0: none)
   std::int64_t version = 0;  ///< the version that push was computed on
+  std::int64_t updates = 0;  ///< the server's updates applied when it was taken as gone
 };
 
 /// What a server did (since construction). Plain value.

@@ -8,12 +8,14 @@
 // named by the server (run by "ps_worker_leaves", which tells Open MPI to
 // keep the job going).
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <csignal>
 #include <cstdlib>
 #include <limits>
 #include <memory>
 #include <optional>
+#include <thread>
 #include <vector>
 
 #include <doctest/doctest.h>
@@ -157,11 +159,34 @@ TEST_CASE("parameter_server direct: checkpoints and a late set_parameters are re
   world().barrier();
 }
 
+TEST_CASE("parameter_server direct: a pause of every worker past the timeout is no departure") {
+  const int N = world().world_size();
+  EngineConfig c = direct(sgd_config(1, 0.0), 1, 1);
+  c.observe.collective_timeout_s = 1.5;
+  {
+    Model m(c, world());
+    if (m.e.is_parameter_server()) {
+      m.e.serve();
+      CHECK(m.e.served_stats().left.empty());
+      CHECK(m.e.served_stats().pushes == 4 * (N - 1));
+    } else {
+      for (int s = 1; s <= 4; ++s) {
+        // The workers push step 2 together, then every one pauses (an
+        // evaluation, say) for twice the timeout.
+        if (s == 2) m.e.dp_communicator().barrier();
+        if (s == 3) std::this_thread::sleep_for(std::chrono::milliseconds(3000));
+        m.step(s);
+      }
+    }
+  }  // the workers' goodbyes
+  world().barrier();
+}
+
 // Run by the "ps_worker_leaves" test only (tests/meson.build), under an
 // mpirun told to keep the job going when a rank dies: worker 1 kills
-// itself before its push of step 3; the other workers train 8 steps and
-// the server names worker 1 and its last step once it has been silent
-// for the collective timeout.
+// itself before its push of step 3; the other workers train 24 steps, 5 s
+// in all, and the server names worker 1 and its last step once it has
+// been silent for the collective timeout while they went on.
 TEST_CASE("parameter_server direct: a worker that dies leaves the others training") {
   if (std::getenv("ZS_TEST_PS_WORKER_LEAVES") == nullptr) return;
   const int N = world().world_size();
@@ -178,20 +203,22 @@ TEST_CASE("parameter_server direct: a worker that dies leaves the others trainin
     CHECK(served.left[0].worker == 1);
     CHECK(served.left[0].step == 2);     // its last push
     CHECK(served.left[0].version == 0);  // computed on the initial parameters (s = 2)
-    CHECK(served.pushes == 8 * (N - 2) + 2);
-    fmt::print("server: {} pushes applied, worker {} left after step {}\n", served.pushes, served.left[0].worker,
-               served.left[0].step);
+    CHECK(served.pushes == 24 * (N - 2) + 2);
+    CHECK(served.left[0].updates < served.pushes);  // taken as gone while the others trained
+    fmt::print("server: {} pushes applied, worker {} left after step {}, at update {}\n", served.pushes,
+               served.left[0].worker, served.left[0].step, served.left[0].updates);
     return;
   }
-  for (int s = 1; s <= 8; ++s) {
+  for (int s = 1; s <= 24; ++s) {
     if (s == 3 && m.e.dp_communicator().rank() == 1) std::raise(SIGKILL);
+    if (s > 3) std::this_thread::sleep_for(std::chrono::milliseconds(240));
     m.step(s);
   }
   const ParameterServerClientStats stats = m.e.parameter_server_stats();
-  CHECK(stats.pushes == 8);
+  CHECK(stats.pushes == 24);
   for (std::int64_t lag : stats.lags) CHECK(lag <= 2);
   for (const std::vector<float>& p : m.gathered()) {
     for (float x : p) REQUIRE(std::isfinite(x));
   }
-  fmt::print("worker {}: trained 8 steps\n", m.e.dp_communicator().rank());
+  fmt::print("worker {}: trained 24 steps\n", m.e.dp_communicator().rank());
 }
