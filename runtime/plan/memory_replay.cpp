@@ -204,9 +204,13 @@ void replay_optimizer(const FlatLayout& layout, const EngineConfig& config, cons
   // zeroshard.overlap_optimizer_step: beside the pipeline's buffers, the
   // updated parameter shards of DeferredStep (runtime/update/deferred_step.h):
   // at most kDeferredStepHandoffs untaken, one more while the engine waits
-  // for its unit, and the two adopted by the units in an all-gather (the
+  // for its unit, the two adopted by the units in an all-gather (the
   // unshard's and the prefetch's, stage3_prefetch_bucket_size's default of
-  // one unit ahead). Counted as that many of the largest shards, each at
+  // one unit ahead), and a prefetch's swap-in buffer started before its
+  // unit's handoff was ready, held until the adoption releases it (without
+  // it, and with the count capped at one buffer per unit, test_overlap_step
+  // saw 4-8 KiB more than the estimate in 1 run of 4). Counted as that many
+  // of the largest shards, each at
   // twice its size (the pool lends a cached buffer of up to twice the
   // request, and the two threads' leases interleave in no fixed order):
   // an estimate of the worst case, not a replay.
@@ -221,8 +225,10 @@ void replay_optimizer(const FlatLayout& layout, const EngineConfig& config, cons
                        dtype_size(array_dtype(o.dtypes(), t.states, p)));
     }
     std::sort(shards.rbegin(), shards.rend());
-    for (std::size_t k = 0; k < std::min<std::size_t>(kDeferredStepHandoffs + 3, shards.size()); ++k) {
-      handoffs.push_back(host.acquire(2 * shards[k], MemCategory::unsharded));
+    // With fewer units than buffers, a unit's handoff and its swap-in
+    // buffer coexist: the largest shard counts again.
+    for (std::size_t k = 0; k < kDeferredStepHandoffs + 4 && !shards.empty(); ++k) {
+      handoffs.push_back(host.acquire(2 * shards[k < shards.size() ? k : 0], MemCategory::unsharded));
     }
   }
   replay_swap_pipeline(host, options, MemCategory::unsharded, work.size(), [&](std::size_t i) {
