@@ -127,7 +127,6 @@ void refuse_parameter_server(const EngineConfig& config, const char* where) {
 std::unique_ptr<ParameterServerRoles> make_roles(const EngineConfig& config, Communicator& comm) {
   if (!config.parameter_server.enabled()) return nullptr;
   config.validate();  // the same problems on every rank, before the split's collectives
-
   // Every rank reaches the same roles or the same error: agreed, so that a
   // job reports it once.
   std::unique_ptr<ParameterServerRoles> roles;
