@@ -90,6 +90,7 @@ void ParameterServer::serve() {
   }
   std::size_t open = hosted_.size();
   auto last_goodbye = start;  // when the last worker said goodbye
+  auto last_scan = start;     // when the departures were last looked for
   int idle = 0;
   while (open > 0) {
     bool any = false;
@@ -127,15 +128,16 @@ void ParameterServer::serve() {
     // Nothing arrived: spin briefly, then yield the core to the workers.
     if (any) {
       idle = 0;
-      continue;
+    } else if (++idle > 64) {
+      std::this_thread::sleep_for(std::chrono::microseconds(50));
     }
-    if (++idle > 64) std::this_thread::sleep_for(std::chrono::microseconds(50));
-    if (!roles_.direct() || left_after_s_ <= 0 || idle % 1024 != 0) continue;
     // A silent worker has left when the others went on meanwhile
     // (kPsLeftAfterMessages each) or are all done (the timeout ago): a
     // pause of all of them (an evaluation), or of the only one, is no
-    // one's departure.
+    // one's departure. Looked at every 100 ms, busy or not.
     const auto now = std::chrono::steady_clock::now();
+    if (!roles_.direct() || left_after_s_ <= 0 || now - last_scan < std::chrono::milliseconds(100)) continue;
+    last_scan = now;
     const auto silent_s = [&](const Hosted& h) { return std::chrono::duration<double>(now - h.heard).count(); };
     for (auto& hp : hosted_) {
       Hosted& h = *hp;
