@@ -23,7 +23,7 @@ enum class PsPushMode {
   reduce,
   /// Each worker's own gradient, window s to server s; the servers apply
   /// every push as one update in arrival order (asynchronous SGD bounded
-  /// by the staleness), so a slow worker delays only itself. Not
+  /// by the staleness), so the others do not wait for a slow worker. Not
   /// deterministic across runs for W > 1.
   direct,
 };

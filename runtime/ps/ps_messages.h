@@ -103,7 +103,8 @@ struct ParameterServerStats {
   std::int64_t pushes = 0;  ///< step pushes applied (all hosted workers)
   /// The largest lag of an applied push: its step - 1 - the version its
   /// gradient was computed on (the updates its parameters missed; at most
-  /// parameter_server.staleness).
+  /// parameter_server.staleness). "direct": in the worker's own steps (the
+  /// other workers' updates in between are not counted).
   std::int64_t max_lag = 0;
   std::uint64_t bytes_received = 0;  ///< gradient and parameter bytes pushed to it
   std::uint64_t bytes_sent = 0;      ///< parameter bytes pulled from it
