@@ -114,6 +114,23 @@ void ParameterServerClient::push_array(std::size_t link, ArrayKind kind) {
 bool ParameterServerClient::step(std::int64_t step, float grad_scale) {
   ZS_CHECK(connected_, "ParameterServerClient::step before connect()");
   Communicator& world = roles_.world();
+  // The replies' receives first, so that no server's reply waits for this
+  // worker's push to another server.
+  auto p = std::make_unique<Pull>();
+  p->step = step;
+  p->status.resize(peers_.size());
+  p->shards.resize(peers_.size() * units());
+  for (std::size_t link = 0; link < peers_.size(); ++link) {
+    p->works.push_back(world.irecv(&p->status[link], sizeof(PsStatus), DType::u8, peers_[link]));
+    for (UnitId u = 0; u < static_cast<UnitId>(units()); ++u) {
+      const std::size_t n = wire_.unit(u).shard;
+      if (n == 0) continue;
+      auto& shard = p->shards[link * units() + static_cast<std::size_t>(u)];
+      shard.resize(n);
+      p->works.push_back(world.irecv(shard.data(), n, DType::f32, peers_[link]));
+    }
+  }
+  pending_.push_back(std::move(p));
   {
     const TraceScope span(tracer_, "ps_push", TraceThread::engine, TimeCategory::comm_wait);
     const auto t0 = std::chrono::steady_clock::now();
@@ -132,21 +149,6 @@ bool ParameterServerClient::step(std::int64_t step, float grad_scale) {
     stats_.push_s += seconds_since(t0);
   }
   pushed_ = step;
-  auto p = std::make_unique<Pull>();
-  p->step = step;
-  p->status.resize(peers_.size());
-  p->shards.resize(peers_.size() * units());
-  for (std::size_t link = 0; link < peers_.size(); ++link) {
-    p->works.push_back(world.irecv(&p->status[link], sizeof(PsStatus), DType::u8, peers_[link]));
-    for (UnitId u = 0; u < static_cast<UnitId>(units()); ++u) {
-      const std::size_t n = wire_.unit(u).shard;
-      if (n == 0) continue;
-      auto& shard = p->shards[link * units() + static_cast<std::size_t>(u)];
-      shard.resize(n);
-      p->works.push_back(world.irecv(shard.data(), n, DType::f32, peers_[link]));
-    }
-  }
-  pending_.push_back(std::move(p));
   bool changed = false;
   while (!pending_.empty() && pending_.front()->step <= step - staleness_) {
     install(*pending_.front(), step);
