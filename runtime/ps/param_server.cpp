@@ -190,6 +190,7 @@ void ParameterServer::answer_push(Hosted& h, const PsPush& push) {
   std::vector<float> buf;
   // Receive everything the push carries, whatever happens to the update.
   std::string error = h.error;
+  bool state_failed = false;  // the store or the update failed (not the protocol)
   auto receive_into = [&](ArrayKind kind, bool keep) {
     for (UnitId u = 0; u < units; ++u) {
       const std::size_t n = layout_.unit(u).shard;
@@ -202,6 +203,7 @@ void ParameterServer::answer_push(Hosted& h, const PsPush& push) {
         store.store(u, {kind}, buf.data());
       } catch (const std::exception& e) {
         error = e.what();
+        state_failed = true;
       }
     }
   };
@@ -233,12 +235,17 @@ void ParameterServer::answer_push(Hosted& h, const PsPush& push) {
       stats_.max_lag = std::max(stats_.max_lag, push.step - 1 - push.version);
     } catch (const std::exception& e) {
       error = e.what();
+      state_failed = true;
     }
   }
   if (!error.empty()) {
     if (h.error.empty()) {
       h.error = fmt::format("parameter server {} (rank {}), worker {}'s step {}: {}", roles_.index(), world.rank(),
                             h.worker, push.step, error);
+    }
+    // "direct": the state every worker updates is partly written.
+    for (auto& o : hosted_) {
+      if (roles_.direct() && state_failed && o->error.empty()) o->error = h.error;
     }
   }
   const TraceScope span(tracer_, "ps_send", TraceThread::engine, TimeCategory::comm_wait);

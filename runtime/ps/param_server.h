@@ -74,7 +74,8 @@
 // own push max(0, k - 1 - s)). The optimizer's step (bias correction,
 // lr schedule) is the server's update count. A slow worker then delays
 // the others only while a server receives from it (one push at a time);
-// the result depends on the arrival order, so two runs with W > 1
+// a failed update of the shared state is every worker's error; the
+// result depends on the arrival order, so two runs with W > 1
 // differ (one worker: bitwise the one-rank engine). The first pushed
 // parameters before any update are the servers' (every worker sets the
 // same ones); set_parameters after a worker's first step and checkpoints

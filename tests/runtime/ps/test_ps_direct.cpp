@@ -8,6 +8,7 @@
 // named by the server (run by "ps_worker_leaves", which tells Open MPI to
 // keep the job going).
 #include <algorithm>
+#include <cerrno>
 #include <chrono>
 #include <cmath>
 #include <csignal>
@@ -22,6 +23,7 @@
 #include <fmt/format.h>
 
 #include "core/error.h"
+#include "offload/io/fault_injection.h"
 #include "runtime/engine/engine.h"
 #include "tests/runtime/ps/ps_model.h"
 #include "tests/support/test_world.h"
@@ -156,6 +158,24 @@ TEST_CASE("parameter_server direct: checkpoints and a late set_parameters are re
       CHECK(m.e.gather_parameter(1).size() == v.size());
     }
   }  // the workers' goodbyes
+  world().barrier();
+}
+
+TEST_CASE("parameter_server direct: a server's I/O error reaches every worker, whose pushes share its state") {
+  const bool server = world().rank() == world().world_size() - 1;
+  // The server's first swap write (the first update's states) fails.
+  if (server) inject_io_fault(IoFault{.op = IoOp::write, .nth = 1, .err = EIO});
+  {
+    Model m(direct(config(2, true, 1, 0, 0), 1, 0), world());
+    if (m.e.is_parameter_server()) {
+      m.e.serve();  // answers every push (with the error) until the workers go
+      clear_io_fault();
+    } else {
+      // Every worker's first pull carries it, the first to arrive's or not.
+      CHECK_THROWS_WITH(m.step(1), doctest::Contains("parameter server 0"));
+      CHECK_THROWS_WITH(m.step(2), doctest::Contains("unusable"));
+    }
+  }
   world().barrier();
 }
 
