@@ -27,7 +27,7 @@ struct ParameterServer::Hosted {
   std::string error;           // the first failed update's, answered to every later push
   std::int64_t last_step = 0;  // the step of the last push applied
   std::int64_t last_version = 0;                // the version that push was computed on
-  std::int64_t others_since = 0;                // messages from the other workers since its last
+  std::int64_t heard_count = 0;                 // the server's message count at its last message
   std::chrono::steady_clock::time_point heard;  // when its last message arrived
   PsHello hello;                                // receive buffers of the message posted
   PsPush push;
@@ -91,6 +91,7 @@ void ParameterServer::serve() {
   std::size_t open = hosted_.size();
   auto last_goodbye = start;  // when the last worker said goodbye
   auto last_scan = start;     // when the departures were last looked for
+  std::int64_t messages = 0;  // messages received from all workers
   int idle = 0;
   while (open > 0) {
     bool any = false;
@@ -101,8 +102,7 @@ void ParameterServer::serve() {
         if (!h.posted.test()) continue;
         any = true;
         h.heard = std::chrono::steady_clock::now();
-        h.others_since = 0;
-        for (auto& o : hosted_) o->others_since += o.get() != &h ? 1 : 0;
+        h.heard_count = ++messages;
         if (!h.said_hello) {
           answer_hello(h);
         } else if (h.push.kind == PsKind::state) {
@@ -142,8 +142,10 @@ void ParameterServer::serve() {
     for (auto& hp : hosted_) {
       Hosted& h = *hp;
       if (h.done || silent_s(h) <= left_after_s_) continue;
+      // Every message since h's last is another worker's.
       const bool others_go_on =
-          hosted_.size() > 1 && h.others_since >= kPsLeftAfterMessages * static_cast<std::int64_t>(hosted_.size() - 1);
+          hosted_.size() > 1 &&
+          messages - h.heard_count >= kPsLeftAfterMessages * static_cast<std::int64_t>(hosted_.size() - 1);
       // All others done, and this one silent for the timeout since.
       const bool others_done =
           hosted_.size() > 1 && std::chrono::duration<double>(now - last_goodbye).count() > left_after_s_ &&
@@ -244,8 +246,10 @@ void ParameterServer::answer_push(Hosted& h, const PsPush& push) {
                             h.worker, push.step, error);
     }
     // "direct": the state every worker updates is partly written.
-    for (auto& o : hosted_) {
-      if (roles_.direct() && state_failed && o->error.empty()) o->error = h.error;
+    if (roles_.direct() && state_failed) {
+      for (auto& o : hosted_) {
+        if (o->error.empty()) o->error = h.error;
+      }
     }
   }
   const TraceScope span(tracer_, "ps_send", TraceThread::engine, TimeCategory::comm_wait);

@@ -217,7 +217,7 @@ void ParameterServerClient::install_direct(const Pull& p) {
       const std::vector<float>& shard = p.shards[link * units() + static_cast<std::size_t>(u)];
       std::copy_n(shard.begin(), std::min(n, mine - link * n), full.begin() + static_cast<std::ptrdiff_t>(link * n));
     }
-    for (std::size_t link = 0; link < peers_.size(); ++link) stats_.bytes_pulled += n * sizeof(float);
+    stats_.bytes_pulled += peers_.size() * n * sizeof(float);
     if (stage_ == 3) {
       store_.store(u, {ArrayKind::params}, full.data());  // any tier
     } else {
