@@ -473,8 +473,8 @@ void collect_range_problems(const EngineConfig& c, ConfigDiagnostics& d) {
   }
   c.offload.collect_problems(c.zero.stage, d);
   c.zero.zeropp.collect_problems(c.zero.stage, c.compute_dtype, c.loss_scale, d);
-  c.parameter_server.collect_problems(c.zero.stage, c.compute_dtype, c.optimizer.kind == OptimizerKind::muon,
-                                      c.overlap_optimizer_step, d);
+  c.parameter_server.collect_problems(c.zero.stage, c.compute_dtype, c.communication_data_type,
+                                      c.optimizer.kind == OptimizerKind::muon, c.overlap_optimizer_step, d);
   if (c.train_micro_batch_size_per_gpu < 1) {
     bad("train_micro_batch_size_per_gpu", std::to_string(c.train_micro_batch_size_per_gpu), "must be >= 1");
   }

@@ -332,7 +332,8 @@ std::vector<ConfigKey> make_table() {
            "\"reduce\": the workers reduce the gradient among themselves and worker w pushes window w to server "
            "w % S (deterministic; a slow worker delays every step); \"direct\": each worker pushes its own "
            "gradient, window s to server s, and the servers apply every push as one update in arrival order "
-           "(asynchronous SGD within the staleness: a slow worker delays only itself; no checkpoints)"),
+           "(asynchronous SGD within the staleness: a slow worker delays only itself; no checkpoints; with "
+           "communication_data_type bf16 the pushed gradients travel in bf16)"),
       impl("parameter_server.placement", T::any, "[]",
            "host names (gethostname) the servers run on: the servers are the lowest ranks on those hosts, taken "
            "host by host in this order; empty: the last S ranks"),

@@ -8,8 +8,9 @@
 
 namespace zeroshard {
 
-void ParameterServerConfig::collect_problems(int stage, DType compute_dtype, bool muon, bool overlap_optimizer_step,
-                                             ConfigDiagnostics& d) const {
+void ParameterServerConfig::collect_problems(int stage, DType compute_dtype,
+                                             std::optional<DType> communication_data_type, bool muon,
+                                             bool overlap_optimizer_step, ConfigDiagnostics& d) const {
   auto bad = [&](const std::string& key, const std::string& value, const std::string& why) {
     d.problem(fmt::format("\"parameter_server.{}\" = {} {}", key, value, why));
   };
@@ -43,6 +44,11 @@ void ParameterServerConfig::collect_problems(int stage, DType compute_dtype, boo
   }
   if (muon) bad("servers", s, "is not supported with optimizer.type \"Muon\" (its matrices span shards)");
   if (overlap_optimizer_step) bad("servers", s, "and zeroshard.overlap_optimizer_step cannot be combined");
+  if (direct() && communication_data_type == DType::f16) {
+    d.problem(
+        "\"communication_data_type\" = \"fp16\" cannot carry the gradients of \"parameter_server.push\" = "
+        "\"direct\" (fp32 training has no loss scale to keep them in fp16's range): use bf16 or fp32");
+  }
 }
 
 int ps_training_ranks(std::int64_t servers, int world_size, const std::string& source) {

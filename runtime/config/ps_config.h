@@ -6,6 +6,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -47,13 +48,23 @@ struct ParameterServerConfig {
 
   bool enabled() const { return servers > 0; }
   bool direct() const { return enabled() && push == PsPushMode::direct; }
+  /// The dtype pushed gradients travel in, given communication_data_type
+  /// (unset: fp32): bf16 for a "direct" push with bf16 (rounded to
+  /// nearest even by the worker, widened exactly by the server: half the
+  /// bytes), else fp32 ("reduce" pushes the shard the workers reduced in
+  /// that dtype, as the all-reduce engine updates with). Pure.
+  DType push_grad_dtype(std::optional<DType> communication_data_type) const {
+    return direct() && communication_data_type == DType::bf16 ? DType::bf16 : DType::f32;
+  }
   /// Records each range or combination problem in `d`, naming the keys:
   /// servers or staleness negative, placement naming no host, and what
   /// the layout does not carry (a stage below 1, a compute dtype other
-  /// than fp32, Muon, zeroshard.overlap_optimizer_step); a warning for a
-  /// staleness without servers.
-  void collect_problems(int stage, DType compute_dtype, bool muon, bool overlap_optimizer_step,
-                        ConfigDiagnostics& d) const;
+  /// than fp32, Muon, zeroshard.overlap_optimizer_step, a "direct" push
+  /// with communication_data_type fp16: fp32 training has no loss scale
+  /// to keep fp16 gradients in range); a warning for a staleness without
+  /// servers.
+  void collect_problems(int stage, DType compute_dtype, std::optional<DType> communication_data_type, bool muon,
+                        bool overlap_optimizer_step, ConfigDiagnostics& d) const;
 };
 
 /// W = world_size - servers: the ranks that train in a job of `world_size`

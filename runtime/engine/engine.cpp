@@ -385,12 +385,13 @@ void finalize_server(EngineState& s, const ParameterServerRoles& roles) {
     // would make them (without the worker's parameter_server section).
     EngineConfig plain = s.config;
     plain.parameter_server = ParameterServerConfig{};
-    ParameterServerOptions o{.optimizer = shard_optimizer_options(plain, 0),
-                             .store = ArrayStoreOptions::from_plan(ps_server_array_plan_options(s.config, 0), sharers),
-                             .groups = {s.optimizer.groups().begin() + 1, s.optimizer.groups().end()},
-                             .left_after_s = s.config.observe.collective_timeout_s > 0
-                                                 ? s.config.observe.collective_timeout_s
-                                                 : kPsLeftAfterDefaultS};
+    ParameterServerOptions o{
+        .optimizer = shard_optimizer_options(plain, 0),
+        .store = ArrayStoreOptions::from_plan(ps_server_array_plan_options(s.config, 0), sharers),
+        .groups = {s.optimizer.groups().begin() + 1, s.optimizer.groups().end()},
+        .left_after_s =
+            s.config.observe.collective_timeout_s > 0 ? s.config.observe.collective_timeout_s : kPsLeftAfterDefaultS,
+        .push_grad_dtype = s.config.parameter_server.push_grad_dtype(s.config.communication_data_type)};
     s.server = std::make_unique<ParameterServer>(roles, s.layout, *s.ops, s.ledger, o, s.tracer());
   });
 }
@@ -409,8 +410,9 @@ void Engine::finalize() {
   // workers' hellos come after, and the servers answer them in serve().
   run_agreed(roles_->world(), [&] { roles_->is_server() ? finalize_server(s, *roles_) : finalize_engine(s); });
   if (roles_->is_server()) return;
-  s.ps_client = std::make_unique<ParameterServerClient>(*roles_, s.layout, s.store(), s.stage(),
-                                                        s.config.parameter_server.staleness, s.tracer());
+  s.ps_client = std::make_unique<ParameterServerClient>(
+      *roles_, s.layout, s.store(), s.stage(), s.config.parameter_server.staleness,
+      s.config.parameter_server.push_grad_dtype(s.config.communication_data_type), s.tracer());
   run_agreed(s.comms.host(), [&] { s.ps_client->connect(); });
 }
 

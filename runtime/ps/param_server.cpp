@@ -9,8 +9,10 @@
 #include <thread>
 
 #include <fmt/format.h>
+#include <zlib.h>
 
 #include "core/error.h"
+#include "kernels/cpu/convert.h"
 
 namespace zeroshard {
 
@@ -32,12 +34,27 @@ struct ParameterServer::Hosted {
   PsHello hello;                                // receive buffers of the message posted
   PsPush push;
   CommWork posted;
+  // The last push's reply, sent without blocking: a copy of the shards
+  // (the next update, another worker's in "direct", rewrites the store)
+  // and the sends of it still in flight, declared after the buffers they
+  // read so that they are destroyed (waited for) first.
+  PsStatus reply_status;
+  std::vector<float> reply;
+  std::vector<CommWork> replying;
+  // Completes (progresses) the reply in flight; true when none is left.
+  // Throws CommError when the worker cannot be reached.
+  bool reply_sent() {
+    std::erase_if(replying, [](CommWork& w) { return w.test(); });
+    return replying.empty();
+  }
 };
 
 ParameterServer::ParameterServer(const ParameterServerRoles& roles, const FlatLayout& layout, DeviceOps& ops,
                                  MemoryLedger& ledger, const ParameterServerOptions& options, Tracer* tracer)
     : roles_(roles), layout_(layout), layout_hash_(ps_layout_hash(layout)), left_after_s_(options.left_after_s),
-      tracer_(tracer) {
+      grad_dtype_(options.push_grad_dtype), tracer_(tracer) {
+  ZS_CHECK(grad_dtype_ == DType::f32 || (grad_dtype_ == DType::bf16 && roles.direct()),
+           "pushed gradients as {} (\"direct\" pushes take fp32 or bf16, \"reduce\" fp32)", dtype_name(grad_dtype_));
   ZS_CHECK(roles.is_server(), "ParameterServer on worker {}", roles.index());
   ZS_CHECK(layout.world_size() == (roles.direct() ? roles.servers() : roles.workers()),
            "a server's layout is for {} ranks", layout.world_size());
@@ -99,6 +116,7 @@ void ParameterServer::serve() {
       Hosted& h = *hp;
       if (h.done) continue;
       try {
+        h.reply_sent();  // progress
         if (!h.posted.test()) continue;
         any = true;
         h.heard = std::chrono::steady_clock::now();
@@ -110,6 +128,7 @@ void ParameterServer::serve() {
         } else if (h.push.kind == PsKind::put_state) {
           answer_put_state(h);
         } else if (h.push.kind == PsKind::goodbye) {
+          for (CommWork& w : h.replying) w.wait();  // the worker waited for its pulls
           h.done = true;
           last_goodbye = h.heard;
           --open;
@@ -172,6 +191,17 @@ void ParameterServer::leave(Hosted& h, const std::string& why) {
 void ParameterServer::answer_hello(Hosted& h) {
   h.said_hello = true;
   Communicator& world = roles_.world();
+  if (h.hello.layout_hash == layout_hash_ && h.hello.worker == h.worker &&
+      h.hello.grad_dtype != static_cast<std::int64_t>(grad_dtype_)) {
+    h.error = fmt::format(
+        "parameter server {} (rank {}): worker {} (rank {}) pushes gradients as {}, the server reads {}: every rank "
+        "must read the same communication_data_type",
+        roles_.index(), world.rank(), h.worker, h.peer, dtype_name(static_cast<DType>(h.hello.grad_dtype)),
+        dtype_name(grad_dtype_));
+    const PsStatus status = ps_error(0, h.error);
+    world.send(&status, sizeof status, DType::u8, h.peer);
+    return;
+  }
   if (h.hello.layout_hash != layout_hash_ || h.hello.worker != h.worker) {
     h.error = fmt::format(
         "parameter server {} (rank {}): worker {} (rank {}) declared another model than the server's (layout hash "
@@ -190,16 +220,28 @@ void ParameterServer::answer_push(Hosted& h, const PsPush& push) {
   ArrayStore& store = *h.store;
   const UnitId units = static_cast<UnitId>(layout_.units().size());
   std::vector<float> buf;
+  std::vector<std::uint16_t> wire16;  // bf16 gradients as they arrive
   // Receive everything the push carries, whatever happens to the update.
   std::string error = h.error;
   bool state_failed = false;  // the store or the update failed (not the protocol)
+  uLong params_crc = crc32(0L, Z_NULL, 0);  // of the pushed parameters, in unit order
   auto receive_into = [&](ArrayKind kind, bool keep) {
     for (UnitId u = 0; u < units; ++u) {
       const std::size_t n = layout_.unit(u).shard;
       if (n == 0) continue;
       buf.resize(n);
-      world.recv(buf.data(), n, DType::f32, h.peer);
-      stats_.bytes_received += n * sizeof(float);
+      if (kind == ArrayKind::grad && grad_dtype_ == DType::bf16) {
+        wire16.resize(n);
+        world.recv(wire16.data(), n, DType::bf16, h.peer);
+        kernels::bf16_to_f32(wire16.data(), buf.data(), n);  // exact
+        stats_.bytes_received += n * sizeof(std::uint16_t);
+      } else {
+        world.recv(buf.data(), n, DType::f32, h.peer);
+        stats_.bytes_received += n * sizeof(float);
+      }
+      if (kind == ArrayKind::params && roles_.direct()) {
+        params_crc = crc32_z(params_crc, reinterpret_cast<const Bytef*>(buf.data()), n * sizeof(float));
+      }
       if (!keep || !error.empty()) continue;
       try {
         store.store(u, {kind}, buf.data());
@@ -209,13 +251,26 @@ void ParameterServer::answer_push(Hosted& h, const PsPush& push) {
       }
     }
   };
+  const auto received_from = std::chrono::steady_clock::now();
   {
     const TraceScope span(tracer_, "ps_receive", TraceThread::engine, TimeCategory::comm_wait);
-    // "direct": the parameters are the first to arrive before any update
-    // (every worker starts from the same ones); later ones are read and
-    // dropped.
-    if (push.has_params != 0) receive_into(ArrayKind::params, !roles_.direct() || updates_ == 0);
+    // "direct": the first parameters pushed are the servers'; every other
+    // worker's (its first push) must be the same (checked below).
+    if (push.has_params != 0) receive_into(ArrayKind::params, !roles_.direct() || !first_params_);
     receive_into(ArrayKind::grad, true);
+  }
+  const auto updated_from = std::chrono::steady_clock::now();
+  stats_.receive_s += std::chrono::duration<double>(updated_from - received_from).count();
+  if (roles_.direct() && push.has_params != 0) {
+    if (!first_params_) {
+      first_params_ = FirstParams{.worker = h.worker, .crc32 = params_crc};
+    } else if (first_params_->crc32 != params_crc && error.empty()) {
+      error = fmt::format(
+          "its parameters (CRC-32 {:08x} of this server's window) differ from worker {}'s ({:08x}), which the "
+          "servers hold: with \"parameter_server.push\" = \"direct\" every worker must start from the same "
+          "parameters (set_parameters on one worker after another's first push is not applied)",
+          params_crc, first_params_->worker, first_params_->crc32);
+    }
   }
   if (error.empty() && push.step <= h.last_step) {
     error = fmt::format("a push for step {} after one for step {}: steps must increase", push.step, h.last_step);
@@ -252,32 +307,49 @@ void ParameterServer::answer_push(Hosted& h, const PsPush& push) {
       }
     }
   }
+  // The reply goes out without blocking: a worker computing its next
+  // steps (staleness > 0) takes it in at its next call into the
+  // communicator, and the server serves the other workers meanwhile.
+  const auto sent_from = std::chrono::steady_clock::now();
+  stats_.update_s += std::chrono::duration<double>(sent_from - updated_from).count();
   const TraceScope span(tracer_, "ps_send", TraceThread::engine, TimeCategory::comm_wait);
-  const PsStatus status =
-      h.error.empty() ? PsStatus{.ok = 1, .step = push.step, .updates = stats_.pushes} : ps_error(push.step, h.error);
-  world.send(&status, sizeof status, DType::u8, h.peer);
+  for (CommWork& w : h.replying) w.wait();  // the previous reply reads the buffers
+  h.replying.clear();
+  std::size_t total = 0;
+  for (UnitId u = 0; u < units; ++u) total += layout_.unit(u).shard;
+  h.reply.resize(total);
   // The shards follow whatever the status (zeros after an error), so that
   // the worker could post every receive at its push.
+  std::size_t offset = 0;
   for (UnitId u = 0; u < units; ++u) {
     const std::size_t n = layout_.unit(u).shard;
+    float* dst = h.reply.data() + offset;
+    offset += n;
     if (n == 0) continue;
-    HostBuffer holder;
-    const void* params = nullptr;
+    bool read = false;
     if (h.error.empty()) {
       try {
-        params = store.read(u, {ArrayKind::params}, holder);
+        HostBuffer holder;
+        std::memcpy(dst, store.read(u, {ArrayKind::params}, holder), n * sizeof(float));
+        read = true;
       } catch (const std::exception& e) {
         h.error = fmt::format("parameter server {} (rank {}), worker {}'s step {}: {}", roles_.index(), world.rank(),
                               h.worker, push.step, e.what());
       }
     }
-    if (params == nullptr) {
-      buf.assign(n, 0.0f);
-      params = buf.data();
-    }
-    world.send(params, n, DType::f32, h.peer);
+    if (!read) std::fill_n(dst, n, 0.0f);
+  }
+  h.reply_status =
+      h.error.empty() ? PsStatus{.ok = 1, .step = push.step, .updates = stats_.pushes} : ps_error(push.step, h.error);
+  h.replying.push_back(world.isend(&h.reply_status, sizeof h.reply_status, DType::u8, h.peer));
+  offset = 0;
+  for (UnitId u = 0; u < units; ++u) {
+    const std::size_t n = layout_.unit(u).shard;
+    if (n > 0) h.replying.push_back(world.isend(h.reply.data() + offset, n, DType::f32, h.peer));
+    offset += n;
     stats_.bytes_sent += n * sizeof(float);
   }
+  stats_.send_s += std::chrono::duration<double>(std::chrono::steady_clock::now() - sent_from).count();
 }
 
 void ParameterServer::answer_state(Hosted& h) {

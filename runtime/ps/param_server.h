@@ -4,6 +4,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -46,7 +47,12 @@
 // later), so after step k a worker trains on the parameters of step
 // max(0, k - s), the server updates with gradients s steps stale
 // (delayed SGD), and the pull's transfer and the server's update overlap
-// the workers' next s steps. Each push names the version its gradient was
+// the workers' next s steps. A server sends each reply without blocking,
+// from a copy of the shards (one window per hosted worker; like a
+// worker's pulls in flight, (s + 1) windows, it is not in the memory
+// ledger), so that a worker busy with its next steps, which takes the
+// reply in only at its next call into MPI, holds up no other worker's
+// push. Each push names the version its gradient was
 // computed on; the server applies a worker's pushes in increasing step
 // order and keeps the largest lag (ParameterServerStats::max_lag, s once
 // the run is past step s). Which version is installed when depends on
@@ -76,10 +82,17 @@
 // the others only while a server receives from it (one push at a time);
 // a failed update of the shared state is every worker's error; the
 // result depends on the arrival order, so two runs with W > 1
-// differ (one worker: bitwise the one-rank engine). The first pushed
-// parameters before any update are the servers' (every worker sets the
-// same ones); set_parameters after a worker's first step and checkpoints
-// are refused. A worker that cannot be reached, or sends nothing for
+// differ (one worker: bitwise the one-rank engine). With
+// communication_data_type bf16 a worker rounds its gradient to bf16 once
+// (to nearest even) before the push and the server widens it exactly:
+// half the bytes of the push, the one rounding the update sees
+// (ParameterServerConfig::push_grad_dtype; "reduce" pushes stay fp32,
+// the shard the workers reduced). The first parameters pushed are the
+// servers'; every other worker's first push must carry the same (CRC-32
+// of the server's window), else that worker's step fails
+// naming both workers (as after set_parameters on one worker once another
+// pushed); set_parameters after a worker's own first step, and
+// checkpoints, are refused. A worker that cannot be reached, or sends nothing for
 // zeroshard.collective_timeout_s (kPsLeftAfterDefaultS when off) while
 // the others went on (kPsLeftAfterMessages messages each) or all others
 // (at least one) are done, is
@@ -124,6 +137,10 @@ struct ParameterServerOptions {
   /// "direct": seconds without a message after which a worker is taken as
   /// gone, once the others went on or are all done (<= 0: never).
   double left_after_s = 0;
+  /// The dtype pushed gradients travel in
+  /// (ParameterServerConfig::push_grad_dtype): fp32, or bf16 with
+  /// "direct" (widened exactly on arrival; InvariantError else).
+  DType push_grad_dtype = DType::f32;
 };
 
 /// The server side (see the Note). Thread safety: one thread.
@@ -166,7 +183,14 @@ class ParameterServer {
   std::vector<std::unique_ptr<Hosted>> hosted_;
   std::uint64_t layout_hash_ = 0;
   double left_after_s_ = 0;
+  DType grad_dtype_ = DType::f32;
   std::int64_t updates_ = 0;  ///< updates applied ("direct": the optimizer's step count)
+  /// "direct": who pushed the parameters the server holds, and their CRC-32.
+  struct FirstParams {
+    int worker = 0;
+    std::uint64_t crc32 = 0;
+  };
+  std::optional<FirstParams> first_params_;
   ParameterServerStats stats_;
   Tracer* tracer_ = nullptr;
 };

@@ -5,10 +5,12 @@
 #include <chrono>
 #include <cstring>
 #include <exception>
+#include <optional>
 
 #include <fmt/format.h>
 
 #include "core/error.h"
+#include "kernels/cpu/convert.h"
 
 namespace zeroshard {
 
@@ -30,12 +32,15 @@ double seconds_since(std::chrono::steady_clock::time_point t0) {
 }  // namespace
 
 ParameterServerClient::ParameterServerClient(const ParameterServerRoles& roles, const FlatLayout& layout,
-                                             ArrayStore& store, int stage, std::int64_t staleness, Tracer* tracer)
+                                             ArrayStore& store, int stage, std::int64_t staleness, DType grad_dtype,
+                                             Tracer* tracer)
     : roles_(roles), layout_(layout),
       server_layout_(roles.direct() ? std::make_unique<FlatLayout>(ps_relaid_layout(layout, roles.servers()))
                                     : nullptr),
       wire_(server_layout_ ? *server_layout_ : layout), store_(store), stage_(stage), staleness_(staleness),
-      tracer_(tracer) {
+      grad_dtype_(grad_dtype), tracer_(tracer) {
+  ZS_CHECK(grad_dtype == DType::f32 || (grad_dtype == DType::bf16 && roles.direct()),
+           "pushed gradients as {} (\"direct\" pushes take fp32 or bf16, \"reduce\" fp32)", dtype_name(grad_dtype));
   ZS_CHECK(!roles.is_server(), "ParameterServerClient on server {}", roles.index());
   ZS_CHECK(stage >= 1 && stage <= 3, "ParameterServerClient at stage {}", stage);
   ZS_CHECK(store.device_ops().host_addressable(), "ParameterServerClient needs host-addressable arrays");
@@ -65,13 +70,21 @@ ParameterServerClient::~ParameterServerClient() {
 
 void ParameterServerClient::connect() {
   Communicator& world = roles_.world();
-  const PsHello hello{.layout_hash = ps_layout_hash(wire_), .worker = roles_.index()};
+  const PsHello hello{.layout_hash = ps_layout_hash(wire_),
+                      .worker = roles_.index(),
+                      .grad_dtype = static_cast<std::int64_t>(grad_dtype_)};
   for (int peer : peers_) world.send(&hello, sizeof hello, DType::u8, peer);
   connected_ = true;
+  // Every server's answer, so that none is left for a later receive.
+  std::optional<PsStatus> failed;
   for (int peer : peers_) {
     PsStatus status;
     world.recv(&status, sizeof status, DType::u8, peer);
-    if (status.ok == 0) throw Error(status.text);
+    if (status.ok == 0 && !failed) failed = status;
+  }
+  if (failed) {
+    failed->text[kPsErrorBytes - 1] = '\0';
+    throw Error(failed->text);
   }
 }
 
@@ -88,6 +101,7 @@ float* ParameterServerClient::window(UnitId u, ArrayKind kind) {
 void ParameterServerClient::push_array(std::size_t link, ArrayKind kind) {
   Communicator& world = roles_.world();
   std::vector<float> padded;
+  std::vector<std::uint16_t> wire16;  // bf16 gradients
   for (UnitId u = 0; u < static_cast<UnitId>(units()); ++u) {
     const std::size_t n = wire_.unit(u).shard;
     if (n == 0) continue;
@@ -106,8 +120,15 @@ void ParameterServerClient::push_array(std::size_t link, ArrayKind kind) {
         src = padded.data();
       }
     }
-    world.send(src, n, DType::f32, peers_[link]);
-    stats_.bytes_pushed += n * sizeof(float);
+    if (kind == ArrayKind::grad && grad_dtype_ == DType::bf16) {
+      wire16.resize(n);
+      kernels::f32_to_bf16(static_cast<const float*>(src), wire16.data(), n);  // round to nearest even
+      world.send(wire16.data(), n, DType::bf16, peers_[link]);
+      stats_.bytes_pushed += n * sizeof(std::uint16_t);
+    } else {
+      world.send(src, n, DType::f32, peers_[link]);
+      stats_.bytes_pushed += n * sizeof(float);
+    }
   }
 }
 

@@ -31,9 +31,12 @@ namespace zeroshard {
 class ParameterServerClient {
  public:
   /// `roles`, `layout` (finalized for the W workers, or for 1 when
-  /// roles.direct()) and `store` must outlive this object.
+  /// roles.direct()) and `store` must outlive this object. `grad_dtype`:
+  /// what pushed gradients travel in
+  /// (ParameterServerConfig::push_grad_dtype: fp32, or bf16 with
+  /// "direct", rounded to nearest even here; InvariantError else).
   ParameterServerClient(const ParameterServerRoles& roles, const FlatLayout& layout, ArrayStore& store, int stage,
-                        std::int64_t staleness, Tracer* tracer);
+                        std::int64_t staleness, DType grad_dtype, Tracer* tracer);
   /// Drains the pulls in flight and says goodbye; never throws.
   ~ParameterServerClient();
   ParameterServerClient(const ParameterServerClient&) = delete;
@@ -111,6 +114,7 @@ class ParameterServerClient {
   ArrayStore& store_;
   int stage_ = 1;
   std::int64_t staleness_ = 0;
+  DType grad_dtype_ = DType::f32;  ///< what pushed gradients travel in
   bool params_dirty_ = true;
   bool connected_ = false;
   std::int64_t version_ = 0;

@@ -42,10 +42,12 @@ enum class PsKind : std::int64_t { step = 1, goodbye = 2, state = 3, put_state =
 /// A state piece's byte count that says the server failed instead.
 inline constexpr std::uint64_t kPsFailed = ~std::uint64_t{0};
 
-/// A worker's first message: its layout, which must be the server's.
+/// A worker's first message: its layout and the dtype its pushes'
+/// gradients travel in, which must be the server's.
 struct PsHello {
   std::uint64_t layout_hash = 0;  ///< ps_layout_hash of the worker's layout
   std::int64_t worker = 0;        ///< the worker index w
+  std::int64_t grad_dtype = 0;    ///< the DType of its pushed gradients, as an integer
 };
 
 /// A push's header.
@@ -108,6 +110,12 @@ struct ParameterServerStats {
   std::int64_t max_lag = 0;
   std::uint64_t bytes_received = 0;  ///< gradient and parameter bytes pushed to it
   std::uint64_t bytes_sent = 0;      ///< parameter bytes pulled from it
+  /// Seconds answering pushes: receiving them (after the header), the
+  /// updates, and copying and starting the replies (with the wait for a
+  /// worker's previous reply); the rest of serve() is waiting for pushes.
+  double receive_s = 0;
+  double update_s = 0;
+  double send_s = 0;
   /// "direct": the workers taken as gone, in the order they left.
   std::vector<ParameterServerLeft> left;
 };

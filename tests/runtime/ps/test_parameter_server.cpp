@@ -165,6 +165,17 @@ TEST_CASE("parameter_server: bad configurations name their key") {
   CHECK_THROWS_WITH_AS(
       parse(R"({"zero_optimization": {"stage": 2}, "parameter_server": {"servers": 1, "placement": [3]}})"),
       doctest::Contains("parameter_server.placement"), ConfigError);
+  CHECK_THROWS_WITH_AS(parse(R"({"communication_data_type": "fp16", "zero_optimization": {"stage": 2},
+                                 "parameter_server": {"servers": 1, "push": "direct"}})"),
+                       doctest::Contains("\"communication_data_type\" = \"fp16\" cannot carry"), ConfigError);
+  // bf16 makes a "direct" push's gradients bf16; "reduce" pushes stay fp32.
+  const EngineConfig bf16_direct = parse(R"({"communication_data_type": "bf16", "zero_optimization": {"stage": 2},
+                                            "parameter_server": {"servers": 1, "push": "direct"}})");
+  CHECK(bf16_direct.parameter_server.push_grad_dtype(bf16_direct.communication_data_type) == DType::bf16);
+  const EngineConfig bf16_reduce = parse(R"({"communication_data_type": "bf16", "zero_optimization": {"stage": 2},
+                                            "parameter_server": {"servers": 1}})");
+  CHECK(bf16_reduce.parameter_server.push_grad_dtype(bf16_reduce.communication_data_type) == DType::f32);
+  CHECK(bf16_direct.parameter_server.push_grad_dtype(std::nullopt) == DType::f32);
   const EngineConfig idle = parse(R"({"zero_optimization": {"stage": 2}, "parameter_server": {"staleness": 2}})");
   REQUIRE(idle.warnings.size() == 1);
   CHECK(idle.warnings[0] ==

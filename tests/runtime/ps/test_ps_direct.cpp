@@ -4,7 +4,9 @@
 // 1-3 servers); W workers' pushes are each one update (SGD's result is the
 // sum of every push, whatever their order), no worker trains on its own
 // update older than s steps; checkpoints and a late set_parameters are
-// refused by name; a worker that dies leaves the others training and is
+// refused by name, workers that start from different parameters named;
+// with communication_data_type bf16 the pushed gradients are rounded once
+// to bf16, and a server that reads another dtype names the worker; a worker that dies leaves the others training and is
 // named by the server (run by "ps_worker_leaves", which tells Open MPI to
 // keep the job going).
 #include <algorithm>
@@ -158,6 +160,82 @@ TEST_CASE("parameter_server direct: checkpoints and a late set_parameters are re
       CHECK(m.e.gather_parameter(1).size() == v.size());
     }
   }  // the workers' goodbyes
+  world().barrier();
+}
+
+TEST_CASE("parameter_server direct: communication_data_type bf16 pushes gradients rounded once to bf16") {
+  const int N = world().world_size();
+  EngineConfig c = direct(sgd_config(1, 0.0), N - 1, 0);  // one worker
+  c.communication_data_type = DType::bf16;
+  const int steps = 6;
+  const std::optional<Run> got = train(c, world(), steps);
+  if (got) {
+    // SGD on one worker: p = p - lr * g, step by step, g as the server
+    // widened it from bf16 (the gradients do not depend on p).
+    const float lr = c.optimizer.lr;
+    double from_bf16 = 0, from_f32 = 0;  // largest differences
+    for (std::size_t p = 0; p < got->params.size(); ++p) {
+      for (std::size_t i = 0; i < got->params[p].size(); ++i) {
+        float want = sine_init_value(static_cast<int>(p), i), unrounded = want;
+        for (int k = 1; k <= steps; ++k) {
+          const float g = cosine_grad_value(k, 0, 0, static_cast<int>(p), i);
+          want -= lr * bf16_to_float(float_to_bf16(g));
+          unrounded -= lr * g;
+        }
+        from_bf16 = std::max(from_bf16, static_cast<double>(std::fabs(got->params[p][i] - want)));
+        from_f32 = std::max(from_f32, static_cast<double>(std::fabs(got->params[p][i] - unrounded)));
+      }
+    }
+    CHECK(from_bf16 < 1e-6);
+    CHECK(from_f32 > 1e-5);  // the rounding is seen
+    // The first push's parameters in fp32, then every gradient in bf16.
+    std::uint64_t elements = 0;
+    for (const auto& p : got->params) elements += p.size();
+    CHECK(got->client.bytes_pushed >= elements * 4 + steps * elements * 2);
+    CHECK(got->client.bytes_pushed < elements * 4 + steps * elements * 3);
+  }
+  world().barrier();
+}
+
+TEST_CASE("parameter_server direct: a worker and a server that push gradients in different dtypes are named") {
+  const int N = world().world_size();
+  EngineConfig c = direct(sgd_config(1, 0.0), N - 1, 0);
+  if (world().rank() == 0) {
+    c.communication_data_type = DType::bf16;
+    CHECK_THROWS_WITH(Model(c, world()), doctest::Contains("pushes gradients as bf16, the server reads f32"));
+  } else {
+    Model m(c, world());
+    REQUIRE(m.e.is_parameter_server());
+    m.e.serve();
+  }
+  world().barrier();
+}
+
+TEST_CASE("parameter_server direct: workers that start from different parameters are named") {
+  const int N = world().world_size();
+  if (N < 3) return;  // one worker: nothing to disagree with
+  {
+    // Worker w's p1 differs from every other's: the first push to arrive
+    // sets the servers' parameters, every other worker's first step fails.
+    Model m(direct(sgd_config(1, 0.0), 1, 0), world());
+    if (m.e.is_parameter_server()) {
+      m.e.serve();
+    } else {
+      const int w = m.e.dp_communicator().rank();
+      m.e.set_parameter(1, std::vector<float>(m.e.layout().param(1).numel, 0.5f + static_cast<float>(w)));
+      double accepted = 0;
+      try {
+        m.step(1);
+        accepted = 1;
+      } catch (const Error& e) {
+        const std::string what = e.what();
+        CHECK(what.find(fmt::format("worker {}'s step 1: its parameters", w)) != std::string::npos);
+        CHECK(what.find("differ from worker") != std::string::npos);
+      }
+      m.e.dp_communicator().all_reduce(&accepted, 1, DType::f64, ReduceOp::sum);
+      CHECK(accepted == 1.0);
+    }
+  }
   world().barrier();
 }
 
