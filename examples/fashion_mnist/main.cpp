@@ -146,27 +146,32 @@ EngineConfig make_config(const Options& o, int world_size) {
   return c;
 }
 
+/// Figures per rank in the report's "parameter_server_figures".
+constexpr std::size_t kPsFigures = 8;
+
 /// One line per training rank of a parameter-server run (or of a run with
 /// --slow-rank, whose ranks push nothing): bytes pushed and
 /// pulled per step, seconds in step() (idle for the others and the
 /// servers), and the mean staleness of its pulls; a server's updates,
-/// bytes and largest lag. `figures` holds each world rank's 7 values
-/// (is_server, optimizer steps of the run, bytes pushed, bytes pulled,
-/// engine step seconds, pull wait seconds, mean lag; a server's: 1,
-/// updates applied, bytes received, bytes sent, 0, 0, largest lag).
+/// bytes, largest lag and time per update. `figures` holds each world
+/// rank's kPsFigures values (is_server, optimizer steps of the run, bytes
+/// pushed, bytes pulled, engine step seconds, pull wait seconds, mean lag,
+/// push seconds; a server's: 1, updates applied, bytes received, bytes
+/// sent, receive seconds, update seconds, largest lag, send seconds).
 std::string parameter_server_lines(const std::vector<double>& figures, int world, const EngineConfig& c) {
   std::string out = c.parameter_server.enabled()
                         ? fmt::format("parameter servers: {}, staleness {}, push {}\n", c.parameter_server.servers,
                                       c.parameter_server.staleness, c.parameter_server.direct() ? "direct" : "reduce")
                         : std::string("no parameter servers (all-reduce among the ranks):\n");
   for (int r = 0; r < world; ++r) {
-    const double* f = figures.data() + 7 * r;
+    const double* f = figures.data() + kPsFigures * static_cast<std::size_t>(r);
     if (f[0] != 0.0) {
       const double updates = std::max(f[1], 1.0);
       out += fmt::format(
           "  rank {}: server, {:.0f} updates applied, {:.2f} MB received and {:.2f} MB sent per update, largest "
-          "lag {:.0f} steps\n",
-          r, f[1], f[2] / updates / 1e6, f[3] / updates / 1e6, f[6]);
+          "lag {:.0f} steps, {:.1f} ms receiving, {:.1f} ms updating and {:.1f} ms replying per update\n",
+          r, f[1], f[2] / updates / 1e6, f[3] / updates / 1e6, f[6], 1e3 * f[4] / updates, 1e3 * f[5] / updates,
+          1e3 * f[7] / updates);
       continue;
     }
     const double steps = std::max(f[1], 1.0);
@@ -344,30 +349,33 @@ int run(const Options& o) {
     });
     const auto all = gather_ledger_figures(*comm, mine);
     // The first training rank reports (a parameter server trains nothing).
-    std::vector<double> ps_figures(7 * static_cast<std::size_t>(world));
+    std::vector<double> ps_figures(kPsFigures * static_cast<std::size_t>(world));
     const bool per_rank_lines = config.parameter_server.enabled() || o.slow_rank >= 0;
     if (per_rank_lines) {
       double lag = 0;
       for (std::int64_t l : ps.lags) lag += static_cast<double>(l);
-      const std::array<double, 7> mine_ps =
-          outcome.server ? std::array<double, 7>{1.0,
-                                                 static_cast<double>(served.pushes),
-                                                 static_cast<double>(served.bytes_received),
-                                                 static_cast<double>(served.bytes_sent),
-                                                 0.0,
-                                                 0.0,
-                                                 static_cast<double>(served.max_lag)}
-                         : std::array<double, 7>{0.0,
-                                                 static_cast<double>(outcome.result.step_seconds.size()),
-                                                 static_cast<double>(ps.bytes_pushed),
-                                                 static_cast<double>(ps.bytes_pulled),
-                                                 outcome.result.engine_step_seconds,
-                                                 ps.wait_s,
-                                                 ps.lags.empty() ? 0.0 : lag / static_cast<double>(ps.lags.size())};
+      const std::array<double, kPsFigures> mine_ps =
+          outcome.server
+              ? std::array<double, kPsFigures>{1.0,
+                                               static_cast<double>(served.pushes),
+                                               static_cast<double>(served.bytes_received),
+                                               static_cast<double>(served.bytes_sent),
+                                               served.receive_s,
+                                               served.update_s,
+                                               static_cast<double>(served.max_lag),
+                                               served.send_s}
+              : std::array<double, kPsFigures>{0.0,
+                                               static_cast<double>(outcome.result.step_seconds.size()),
+                                               static_cast<double>(ps.bytes_pushed),
+                                               static_cast<double>(ps.bytes_pulled),
+                                               outcome.result.engine_step_seconds,
+                                               ps.wait_s,
+                                               ps.lags.empty() ? 0.0 : lag / static_cast<double>(ps.lags.size()),
+                                               ps.push_s};
       comm->all_gather(mine_ps.data(), ps_figures.data(), mine_ps.size(), DType::f64);
     }
     int printer = 0;
-    while (printer < world && ps_figures[7 * static_cast<std::size_t>(printer)] != 0.0) ++printer;
+    while (printer < world && ps_figures[kPsFigures * static_cast<std::size_t>(printer)] != 0.0) ++printer;
     if (rank == printer) {
       fmt::print("final test accuracy {:.4f} after {} optimizer steps, {:.1f} s\n\n{}",
                  outcome.result.final_accuracy, outcome.result.optimizer_steps,
