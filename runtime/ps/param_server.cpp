@@ -171,7 +171,6 @@ void ParameterServer::serve() {
           std::all_of(hosted_.begin(), hosted_.end(), [&](const auto& o) { return o.get() == &h || o->done; });
       if (!others_go_on && !others_done) continue;
       const double silent = silent_s(h);
-      h.posted.cancel();
       leave(h, fmt::format("no message for {:.0f} s (zeroshard.collective_timeout_s)", silent));
       --open;
     }
@@ -180,6 +179,10 @@ void ParameterServer::serve() {
 
 void ParameterServer::leave(Hosted& h, const std::string& why) {
   h.done = true;
+  // Its next message will not come. A reply still in flight to it is
+  // waited for at destruction: the transport fails it once the worker is
+  // gone (a live worker taken for gone takes it in at its next call).
+  h.posted.cancel();
   stats_.left.push_back({.worker = h.worker, .step = h.last_step, .version = h.last_version, .updates = updates_});
   fmt::print(stderr,
              "zeroshard: parameter server {} (rank {}): worker {} (rank {}) left after step {} (computed on version "
@@ -225,6 +228,7 @@ void ParameterServer::answer_push(Hosted& h, const PsPush& push) {
   std::string error = h.error;
   bool state_failed = false;  // the store or the update failed (not the protocol)
   uLong params_crc = crc32(0L, Z_NULL, 0);  // of the pushed parameters, in unit order
+  bool params_stored = false;               // they replaced the server's
   auto receive_into = [&](ArrayKind kind, bool keep) {
     for (UnitId u = 0; u < units; ++u) {
       const std::size_t n = layout_.unit(u).shard;
@@ -256,14 +260,16 @@ void ParameterServer::answer_push(Hosted& h, const PsPush& push) {
     const TraceScope span(tracer_, "ps_receive", TraceThread::engine, TimeCategory::comm_wait);
     // "direct": the first parameters pushed are the servers'; every other
     // worker's (its first push) must be the same (checked below).
-    if (push.has_params != 0) receive_into(ArrayKind::params, !roles_.direct() || !first_params_);
+    const bool keep_params = !roles_.direct() || !first_params_;
+    if (push.has_params != 0) receive_into(ArrayKind::params, keep_params);
+    params_stored = push.has_params != 0 && keep_params && error.empty();
     receive_into(ArrayKind::grad, true);
   }
   const auto updated_from = std::chrono::steady_clock::now();
   stats_.receive_s += std::chrono::duration<double>(updated_from - received_from).count();
   if (roles_.direct() && push.has_params != 0) {
     if (!first_params_) {
-      first_params_ = FirstParams{.worker = h.worker, .crc32 = params_crc};
+      if (params_stored) first_params_ = FirstParams{.worker = h.worker, .crc32 = params_crc};
     } else if (first_params_->crc32 != params_crc && error.empty()) {
       error = fmt::format(
           "its parameters (CRC-32 {:08x} of this server's window) differ from worker {}'s ({:08x}), which the "

@@ -48,9 +48,9 @@
 // max(0, k - s), the server updates with gradients s steps stale
 // (delayed SGD), and the pull's transfer and the server's update overlap
 // the workers' next s steps. A server sends each reply without blocking,
-// from a copy of the shards (one window per hosted worker; like a
-// worker's pulls in flight, (s + 1) windows, it is not in the memory
-// ledger), so that a worker busy with its next steps, which takes the
+// from a copy of the shards (one window per hosted worker, so W windows
+// on a "direct" server; like a worker's pulls in flight, (s + 1)
+// windows, they are not in the memory ledger), so that a worker busy with its next steps, which takes the
 // reply in only at its next call into MPI, holds up no other worker's
 // push. Each push names the version its gradient was
 // computed on; the server applies a worker's pushes in increasing step
@@ -162,8 +162,8 @@ class ParameterServer {
   /// version it used in the trace (the "optimizer" span's unit: "worker
   /// w, step k, version v") and in stats().max_lag. Throws CommError when a message
   /// cannot be received; a failed update is the reply's status instead
-  /// (see the Note). A hello whose layout differs is answered with an error
-  /// naming the worker, and serving goes on.
+  /// (see the Note). A hello whose layout or pushed-gradient dtype differs
+  /// is answered with an error naming the worker, and serving goes on.
   void serve();
   const ParameterServerStats& stats() const { return stats_; }
   /// The store of hosted worker w (InvariantError when not hosted here).
