@@ -15,7 +15,6 @@
 #include <cmath>
 #include <csignal>
 #include <cstdlib>
-#include <limits>
 #include <memory>
 #include <optional>
 #include <thread>
@@ -40,19 +39,6 @@ EngineConfig direct(EngineConfig c, int servers, int staleness) {
   c.parameter_server.staleness = staleness;
   c.parameter_server.push = PsPushMode::direct;
   return c;
-}
-
-// The largest |a - b| over every element (infinity when the shapes differ).
-double max_difference(const std::vector<std::vector<float>>& a, const std::vector<std::vector<float>>& b) {
-  if (a.size() != b.size()) return std::numeric_limits<double>::infinity();
-  double worst = 0;
-  for (std::size_t p = 0; p < a.size(); ++p) {
-    if (a[p].size() != b[p].size()) return std::numeric_limits<double>::infinity();
-    for (std::size_t i = 0; i < a[p].size(); ++i) {
-      worst = std::max(worst, std::fabs(static_cast<double>(a[p][i]) - static_cast<double>(b[p][i])));
-    }
-  }
-  return worst;
 }
 
 }  // namespace
@@ -124,17 +110,30 @@ TEST_CASE("parameter_server direct: every worker's push is one update of the ser
         }
         const std::optional<Run> want = train(scaled, *workers, steps);
         REQUIRE(got.has_value());
-        // The worker whose last push was applied last holds every update;
-        // the others miss the updates applied after their last push.
-        double closest = max_difference(got->params, want->params);
-        workers->all_reduce(&closest, 1, DType::f64, ReduceOp::min);
-        CHECK(closest < 1e-4);
+        // Each server's window: the worker whose push it applied last
+        // holds every update of it; the others miss the updates applied
+        // after their last push. With 2 servers that need not be the same
+        // worker for both windows, so every element must be right on
+        // some worker.
+        std::vector<double> off;  // per element, |got - want|
+        REQUIRE(got->params.size() == want->params.size());
+        for (std::size_t p = 0; p < got->params.size(); ++p) {
+          REQUIRE(got->params[p].size() == want->params[p].size());
+          for (std::size_t i = 0; i < got->params[p].size(); ++i) {
+            off.push_back(std::fabs(static_cast<double>(got->params[p][i]) - want->params[p][i]));
+          }
+        }
+        workers->all_reduce(off.data(), off.size(), DType::f64, ReduceOp::min);
+        CHECK(*std::max_element(off.begin(), off.end()) < 1e-4);
         // Each reply counts the updates applied so far: at least the
-        // worker's own, all of them in the reply to the last push applied.
+        // worker's own, all of them in the reply to the last push applied
+        // (one server; with more, a worker's count is its servers'
+        // fewest).
         CHECK(got->client.server_updates >= steps);
         double newest = static_cast<double>(got->client.server_updates);
         workers->all_reduce(&newest, 1, DType::f64, ReduceOp::max);
-        CHECK(newest == steps * W);
+        if (servers == 1) CHECK(newest == steps * W);
+        CHECK(newest <= steps * W);
         CHECK(got->forward_sums.front() != got->forward_sums.back());
       }
     }
