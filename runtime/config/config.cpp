@@ -572,6 +572,7 @@ void collect_range_problems(const EngineConfig& c, ConfigDiagnostics& d) {
 void read_parameter_server(const Reader& r, ParameterServerConfig& ps, ConfigDiagnostics& d) {
   r.get("parameter_server.servers", ps.servers);
   r.get("parameter_server.staleness", ps.staleness);
+  r.get("parameter_server.staleness_aware_lr", ps.staleness_aware_lr);
   std::string push;
   if (r.get("parameter_server.push", push)) {
     if (push == "reduce" || push == "direct") {

@@ -326,8 +326,12 @@ std::vector<ConfigKey> make_table() {
            "server ranks S (0: off); the workers are the other world - S ranks. Stages 1-3, fp32 training; each "
            "server holds the shards of workers w with w % S equal to its index, on offload_optimizer's tier"),
       impl("parameter_server.staleness", T::int64, "0",
-           "s >= 0: after step k a worker trains on the parameters of step max(0, k - s); 0 is synchronous and "
-           "bitwise the all-reduce engine's result"),
+           "s >= 0: after step k a worker trains on the parameters of step max(0, k - s) (push \"direct\": or "
+           "of a later step, the newest reply that has arrived); 0 is synchronous and bitwise the all-reduce "
+           "engine's result"),
+      impl("parameter_server.staleness_aware_lr", T::boolean, "false",
+           "push \"direct\" only: a server applies a push whose parameters missed tau of its updates at "
+           "lr / max(1, tau) (staleness-aware async SGD, Zhang et al. 2016)"),
       impl("parameter_server.push", T::string, "reduce",
            "\"reduce\": the workers reduce the gradient among themselves and worker w pushes window w to server "
            "w % S (deterministic; a slow worker delays every step); \"direct\": each worker pushes its own "

@@ -37,9 +37,15 @@ struct ParameterServerConfig {
   /// trains on the parameters of step max(0, k - s): 0 is synchronous
   /// (bitwise the all-reduce engine's result), s > 0 lets the pull of an
   /// update overlap the next s steps' compute. With push "direct", the
-  /// update of the worker's own push of step max(0, k - s) (the servers
-  /// apply the other workers' pushes in between).
+  /// update of the worker's own push of step max(0, k - s) or a later one
+  /// (the newest reply that has arrived; the servers apply the other
+  /// workers' pushes in between).
   std::int64_t staleness = 0;
+  /// parameter_server.staleness_aware_lr (push "direct" only): a server
+  /// applies a push computed on parameters that missed tau of its updates
+  /// at lr / max(1, tau) (Zhang et al., "Staleness-aware Async-SGD for
+  /// Distributed Deep Learning", IJCAI 2016).
+  bool staleness_aware_lr = false;
   /// parameter_server.placement: host names (gethostname) the servers run
   /// on, in order; empty: the last S ranks are the servers.
   std::vector<std::string> placement;
@@ -61,8 +67,8 @@ struct ParameterServerConfig {
   /// the layout does not carry (a stage below 1, a compute dtype other
   /// than fp32, Muon, zeroshard.overlap_optimizer_step, a "direct" push
   /// with communication_data_type fp16: fp32 training has no loss scale
-  /// to keep fp16 gradients in range); a warning for a staleness without
-  /// servers.
+  /// to keep fp16 gradients in range; staleness_aware_lr without a
+  /// "direct" push); a warning for a staleness without servers.
   void collect_problems(int stage, DType compute_dtype, std::optional<DType> communication_data_type, bool muon,
                         bool overlap_optimizer_step, ConfigDiagnostics& d) const;
 };

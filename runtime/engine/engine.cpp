@@ -391,7 +391,8 @@ void finalize_server(EngineState& s, const ParameterServerRoles& roles) {
         .groups = {s.optimizer.groups().begin() + 1, s.optimizer.groups().end()},
         .left_after_s =
             s.config.observe.collective_timeout_s > 0 ? s.config.observe.collective_timeout_s : kPsLeftAfterDefaultS,
-        .push_grad_dtype = s.config.parameter_server.push_grad_dtype(s.config.communication_data_type)};
+        .push_grad_dtype = s.config.parameter_server.push_grad_dtype(s.config.communication_data_type),
+        .staleness_aware_lr = s.config.parameter_server.staleness_aware_lr};
     s.server = std::make_unique<ParameterServer>(roles, s.layout, *s.ops, s.ledger, o, s.tracer());
   });
 }

@@ -5,8 +5,10 @@
 #include <chrono>
 #include <cstdio>
 #include <cstring>
+#include <deque>
 #include <string>
 #include <thread>
+#include <utility>
 
 #include <fmt/format.h>
 #include <zlib.h>
@@ -30,6 +32,9 @@ struct ParameterServer::Hosted {
   std::int64_t last_step = 0;  // the step of the last push applied
   std::int64_t last_version = 0;                // the version that push was computed on
   std::int64_t heard_count = 0;                 // the server's message count at its last message
+  // "direct": the step of each reply sent and the updates it held, from
+  // the one the worker's last push was computed on (its version) on.
+  std::deque<std::pair<std::int64_t, std::int64_t>> replied;
   std::chrono::steady_clock::time_point heard;  // when its last message arrived
   PsHello hello;                                // receive buffers of the message posted
   PsPush push;
@@ -52,7 +57,8 @@ struct ParameterServer::Hosted {
 ParameterServer::ParameterServer(const ParameterServerRoles& roles, const FlatLayout& layout, DeviceOps& ops,
                                  MemoryLedger& ledger, const ParameterServerOptions& options, Tracer* tracer)
     : roles_(roles), layout_(layout), layout_hash_(ps_layout_hash(layout)), left_after_s_(options.left_after_s),
-      grad_dtype_(options.push_grad_dtype), tracer_(tracer) {
+      grad_dtype_(options.push_grad_dtype), staleness_aware_lr_(options.staleness_aware_lr), tracer_(tracer) {
+  ZS_CHECK(!staleness_aware_lr_ || roles.direct(), "staleness_aware_lr with a \"reduce\" push");
   ZS_CHECK(grad_dtype_ == DType::f32 || (grad_dtype_ == DType::bf16 && roles.direct()),
            "pushed gradients as {} (\"direct\" pushes take fp32 or bf16, \"reduce\" fp32)", dtype_name(grad_dtype_));
   ZS_CHECK(roles.is_server(), "ParameterServer on worker {}", roles.index());
@@ -281,21 +287,40 @@ void ParameterServer::answer_push(Hosted& h, const PsPush& push) {
   if (error.empty() && push.step <= h.last_step) {
     error = fmt::format("a push for step {} after one for step {}: steps must increase", push.step, h.last_step);
   }
+  // "direct": the updates the push's parameters missed (tau), from the
+  // reply they came from (version 0: the parameters before any update).
+  std::int64_t lag = 0;
+  if (roles_.direct() && error.empty()) {
+    while (!h.replied.empty() && h.replied.front().first < push.version) h.replied.pop_front();
+    if (push.version == 0) {
+      lag = updates_;
+    } else if (!h.replied.empty() && h.replied.front().first == push.version) {
+      lag = updates_ - h.replied.front().second;
+    } else {
+      error = fmt::format("its push of step {} was computed on the reply to step {}, which this server did not send",
+                          push.step, push.version);
+    }
+  }
   if (error.empty()) {
     // "direct": every push is the next update of the one shared state.
     const std::int64_t update = roles_.direct() ? updates_ + 1 : push.step;
-    const TraceScope span(
-        tracer_, "optimizer", TraceThread::engine, TimeCategory::optimizer,
-        roles_.direct()
-            ? fmt::format("worker {}, step {}, version {}, update {}", h.worker, push.step, push.version, update)
-            : fmt::format("worker {}, step {}, version {}", h.worker, push.step, push.version));
+    const double lr_scale = staleness_aware_lr_ ? 1.0 / static_cast<double>(std::max<std::int64_t>(1, lag)) : 1.0;
+    const TraceScope span(tracer_, "optimizer", TraceThread::engine, TimeCategory::optimizer,
+                          roles_.direct()
+                              ? fmt::format("worker {}, step {}, version {}, update {}, lag {}, lr x {:.3g}", h.worker,
+                                            push.step, push.version, update, lag, lr_scale)
+                              : fmt::format("worker {}, step {}, version {}", h.worker, push.step, push.version));
     try {
+      h.optimizer->set_lr_scale(lr_scale);
       h.optimizer->step(store, update, static_cast<float>(push.grad_scale));
       updates_ = update;
       ++stats_.pushes;
       h.last_step = push.step;
       h.last_version = push.version;
       stats_.max_lag = std::max(stats_.max_lag, push.step - 1 - push.version);
+      stats_.max_update_lag = std::max(stats_.max_update_lag, lag);
+      stats_.update_lag_sum += lag;
+      stats_.lr_scale_sum += lr_scale;
     } catch (const std::exception& e) {
       error = e.what();
       state_failed = true;
@@ -345,6 +370,7 @@ void ParameterServer::answer_push(Hosted& h, const PsPush& push) {
     }
     if (!read) std::fill_n(dst, n, 0.0f);
   }
+  if (roles_.direct()) h.replied.emplace_back(push.step, updates_);
   h.reply_status =
       h.error.empty() ? PsStatus{.ok = 1, .step = push.step, .updates = stats_.pushes} : ps_error(push.step, h.error);
   h.replying.push_back(world.isend(&h.reply_status, sizeof h.reply_status, DType::u8, h.peer));

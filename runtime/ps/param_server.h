@@ -77,12 +77,21 @@
 // arrival order: asynchronous SGD (Dean et al., NIPS 2012) whose
 // staleness is bounded on the worker's side as above, counted in the
 // worker's own steps (a push of step k was computed on the update of its
-// own push max(0, k - 1 - s)). The optimizer's step (bias correction,
+// own push max(0, k - 1 - s) or a later one: at each push the worker also
+// installs every reply that has arrived, so it trains on the freshest
+// parameters it has, as stale synchronous parallel allows; Ho et al.,
+// NIPS 2013). The optimizer's step (bias correction,
 // lr schedule) is the server's update count. A slow worker then delays
 // the others only while a server receives from it (one push at a time);
 // a failed update of the shared state is every worker's error; the
-// result depends on the arrival order, so two runs with W > 1
-// differ (one worker: bitwise the one-rank engine). With
+// result depends on the arrival order and, at s > 0, on when replies
+// arrive, so two runs with W > 1 or s > 0 differ (one worker at
+// staleness 0: bitwise the one-rank engine). With
+// parameter_server.staleness_aware_lr a server applies a push whose
+// parameters missed tau of its updates (from the reply they came from,
+// the other workers' updates included) at lr / max(1, tau) (Zhang et
+// al., "Staleness-aware Async-SGD for Distributed Deep Learning", IJCAI
+// 2016; ShardOptimizer::set_lr_scale). With
 // communication_data_type bf16 a worker rounds its gradient to bf16 once
 // (to nearest even) before the push and the server widens it exactly:
 // half the bytes of the push, the one rounding the update sees
@@ -141,6 +150,9 @@ struct ParameterServerOptions {
   /// (ParameterServerConfig::push_grad_dtype): fp32, or bf16 with
   /// "direct" (widened exactly on arrival; InvariantError else).
   DType push_grad_dtype = DType::f32;
+  /// ParameterServerConfig::staleness_aware_lr ("direct" only:
+  /// InvariantError else).
+  bool staleness_aware_lr = false;
 };
 
 /// The server side (see the Note). Thread safety: one thread.
@@ -160,7 +172,8 @@ class ParameterServer {
   /// increasing step order (a push that does not is answered with an
   /// error naming both steps). Each update records the step and the
   /// version it used in the trace (the "optimizer" span's unit: "worker
-  /// w, step k, version v") and in stats().max_lag. Throws CommError when a message
+  /// w, step k, version v"; "direct" adds the update, the updates its
+  /// parameters missed and the lr scale) and in stats(). Throws CommError when a message
   /// cannot be received; a failed update is the reply's status instead
   /// (see the Note). A hello whose layout or pushed-gradient dtype differs
   /// is answered with an error naming the worker, and serving goes on.
@@ -184,6 +197,7 @@ class ParameterServer {
   std::uint64_t layout_hash_ = 0;
   double left_after_s_ = 0;
   DType grad_dtype_ = DType::f32;
+  bool staleness_aware_lr_ = false;
   std::int64_t updates_ = 0;  ///< updates applied ("direct": the optimizer's step count)
   /// "direct": who pushed the parameters the server holds, and their CRC-32.
   struct FirstParams {

@@ -176,7 +176,18 @@ bool ParameterServerClient::step(std::int64_t step, float grad_scale) {
     pending_.pop_front();
     changed = true;
   }
+  // "direct": also every newer reply that has arrived, so that the worker
+  // trains on the freshest parameters it has (at most s steps old).
+  while (server_layout_ && !pending_.empty() && arrived(*pending_.front())) {
+    install(*pending_.front(), step);
+    pending_.pop_front();
+    changed = true;
+  }
   return changed;
+}
+
+bool ParameterServerClient::arrived(Pull& p) {
+  return std::all_of(p.works.begin(), p.works.end(), [](CommWork& w) { return w.test(); });
 }
 
 bool ParameterServerClient::drain() {

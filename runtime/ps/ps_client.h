@@ -48,7 +48,8 @@ class ParameterServerClient {
   void connect();
   /// Pushes step `step`'s gradient shard with `grad_scale` (and the
   /// parameter shard when marked), posts the receive of its pull, and
-  /// installs every pull due (steps up to step - staleness). Returns true
+  /// installs every pull due (steps up to step - staleness) and, with
+  /// "direct", every later one that has arrived. Returns true
   /// when the parameters changed. Local; throws the server's error
   /// (Error), CommError, IoError (nvme parameters at stage 3).
   bool step(std::int64_t step, float grad_scale);
@@ -99,6 +100,8 @@ class ParameterServerClient {
  private:
   struct Pull;
   void push_array(std::size_t link, ArrayKind kind);
+  /// True when every receive of `p` is complete (tests each, in order).
+  bool arrived(Pull& p);
   void install(Pull& p, std::int64_t at_step);
   void install_direct(const Pull& p);
   float* window(UnitId u, ArrayKind kind);

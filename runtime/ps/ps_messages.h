@@ -108,6 +108,14 @@ struct ParameterServerStats {
   /// parameter_server.staleness). "direct": in the worker's own steps (the
   /// other workers' updates in between are not counted).
   std::int64_t max_lag = 0;
+  /// "direct": the largest and the summed lag of the applied pushes in
+  /// the server's own updates (tau: the updates applied after those the
+  /// push's parameters held, the other workers' included), and the summed
+  /// learning-rate scale (1 / max(1, tau) a push with
+  /// parameter_server.staleness_aware_lr, else 1).
+  std::int64_t max_update_lag = 0;
+  std::int64_t update_lag_sum = 0;
+  double lr_scale_sum = 0;
   std::uint64_t bytes_received = 0;  ///< gradient and parameter bytes pushed to it
   std::uint64_t bytes_sent = 0;      ///< parameter bytes pulled from it
   /// Seconds answering pushes: receiving them (after the header), the

@@ -2,6 +2,7 @@
 #include "runtime/update/shard_optimizer.h"
 
 #include <algorithm>
+#include <cmath>
 #include <cstring>
 
 #include <fmt/format.h>
@@ -102,7 +103,12 @@ const ParamGroup& ShardOptimizer::group(GroupId g) const {
 }
 
 double ShardOptimizer::lr_at(GroupId g, std::int64_t k) const {
-  return o_.schedule.lr_at(k, g, static_cast<int>(groups_.size()), groups_[static_cast<std::size_t>(g)].lr);
+  return lr_scale_ * o_.schedule.lr_at(k, g, static_cast<int>(groups_.size()), groups_[static_cast<std::size_t>(g)].lr);
+}
+
+void ShardOptimizer::set_lr_scale(double scale) {
+  ZS_CHECK(std::isfinite(scale) && scale > 0, "learning-rate scale {} (must be finite and > 0)", scale);
+  lr_scale_ = scale;
 }
 
 void ShardOptimizer::finalize() {

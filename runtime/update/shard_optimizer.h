@@ -92,9 +92,15 @@ class ShardOptimizer {
   /// Group g (InvariantError when unknown).
   const ParamGroup& group(GroupId g) const;
   /// Learning rate of group g at applied step k (0-based): the schedule's
-  /// value, scaling the group's lr. Throws ConfigError when the schedule's
-  /// per-group list does not match the groups.
+  /// value, scaling the group's lr, times lr_scale(). Throws ConfigError
+  /// when the schedule's per-group list does not match the groups.
   double lr_at(GroupId g, std::int64_t k) const;
+  /// Multiplies every group's learning rate by `scale` (1: as configured)
+  /// from the next step() on: a parameter server's staleness-aware lr
+  /// (ParameterServerConfig::staleness_aware_lr). Throws InvariantError
+  /// unless scale is finite and > 0.
+  void set_lr_scale(double scale);
+  double lr_scale() const { return lr_scale_; }
 
   /// After the layout is finalized: each unit's parameter runs (without
   /// the Muon group's), and the schedule checked against every group
@@ -165,6 +171,7 @@ class ShardOptimizer {
   std::vector<std::vector<ShardSegment>> segments_;  // per unit, made by finalize()
   std::vector<bool> leaves_muon_;  // per unit: some of its segments are Muon's (MuonStep updates them)
   Tracer* tracer_ = nullptr;
+  double lr_scale_ = 1;  // set_lr_scale
 };
 
 }  // namespace zeroshard

@@ -55,10 +55,10 @@ struct Model {
     if (!e.is_parameter_server()) set_parameters(e, params, sine_init_value);
   }
 
-  void step(int s) {
-    // The worker's index among the ranks that train (a "direct" worker's
-    // Engine runs alone: its rank is 0).
-    const int data_rank = e.dp_communicator().rank();
+  /// `grad_rank`: the rank the gradients are made for (-1: this worker's
+  /// index among the ranks that train).
+  void step(int s, int grad_rank = -1) {
+    const int data_rank = grad_rank >= 0 ? grad_rank : e.dp_communicator().rank();
     for (int m = 0; m < e.config().gradient_accumulation_steps; ++m) {
       double sum = 0;
       for (UnitId u = 0; u < static_cast<UnitId>(params.size()); ++u) {

@@ -168,6 +168,12 @@ TEST_CASE("parameter_server: bad configurations name their key") {
   CHECK_THROWS_WITH_AS(parse(R"({"communication_data_type": "fp16", "zero_optimization": {"stage": 2},
                                  "parameter_server": {"servers": 1, "push": "direct"}})"),
                        doctest::Contains("\"communication_data_type\" = \"fp16\" cannot carry"), ConfigError);
+  CHECK_THROWS_WITH_AS(parse(R"({"zero_optimization": {"stage": 2},
+                                 "parameter_server": {"servers": 1, "staleness_aware_lr": true}})"),
+                       doctest::Contains("\"parameter_server.staleness_aware_lr\" = true needs"), ConfigError);
+  CHECK(parse(R"({"zero_optimization": {"stage": 2},
+                  "parameter_server": {"servers": 1, "push": "direct", "staleness_aware_lr": true}})")
+            .parameter_server.staleness_aware_lr);
   // bf16 makes a "direct" push's gradients bf16; "reduce" pushes stay fp32.
   const EngineConfig bf16_direct = parse(R"({"communication_data_type": "bf16", "zero_optimization": {"stage": 2},
                                             "parameter_server": {"servers": 1, "push": "direct"}})");

@@ -14,6 +14,7 @@
 // state windows read back as fp32 equal the reference's widened or
 // dequantized states, and fp32 / bf16 values written back give the stored
 // bytes. A wrong group, window or rounding position changes bits.
+#include <cmath>
 #include <cstring>
 #include <memory>
 #include <vector>
@@ -292,6 +293,12 @@ TEST_CASE("ShardOptimizer: parameter groups and the schedule") {
   CHECK(opt.group(1).lr == kLr[0]);
   CHECK(opt.group(1).weight_decay == 0.0);
   CHECK(opt.lr_at(1, 5) == kLr[0]);  // no schedule: the group's lr
+  opt.set_lr_scale(0.25);            // a parameter server's staleness-aware lr
+  CHECK(opt.lr_at(1, 5) == 0.25 * kLr[0]);
+  CHECK_THROWS_AS(opt.set_lr_scale(0.0), InvariantError);
+  CHECK_THROWS_AS(opt.set_lr_scale(std::nan("")), InvariantError);
+  CHECK(opt.lr_scale() == 0.25);
+  opt.set_lr_scale(1.0);
   CHECK_THROWS_WITH_AS(opt.add_group("bad", ParamGroupOptions{.lr = -1.0, .weight_decay = std::nullopt}), doctest::Contains("parameter group \"bad\""),
                        ConfigError);
   CHECK_THROWS_AS(opt.group(2), InvariantError);
