@@ -147,17 +147,19 @@ EngineConfig make_config(const Options& o, int world_size) {
 }
 
 /// Figures per rank in the report's "parameter_server_figures".
-constexpr std::size_t kPsFigures = 8;
+constexpr std::size_t kPsFigures = 10;
 
 /// One line per training rank of a parameter-server run (or of a run with
 /// --slow-rank, whose ranks push nothing): bytes pushed and
 /// pulled per step, seconds in step() (idle for the others and the
 /// servers), and the mean staleness of its pulls; a server's updates,
-/// bytes, largest lag and time per update. `figures` holds each world
+/// bytes, largest lag and time per update ("direct": also the mean lag in
+/// its own updates and the mean lr scale). `figures` holds each world
 /// rank's kPsFigures values (is_server, optimizer steps of the run, bytes
 /// pushed, bytes pulled, engine step seconds, pull wait seconds, mean lag,
-/// push seconds; a server's: 1, updates applied, bytes received, bytes
-/// sent, receive seconds, update seconds, largest lag, send seconds).
+/// push seconds, 0, 0; a server's: 1, updates applied, bytes received,
+/// bytes sent, receive seconds, update seconds, largest lag, send seconds,
+/// summed lag in updates, summed lr scale).
 std::string parameter_server_lines(const std::vector<double>& figures, int world, const EngineConfig& c) {
   std::string out = c.parameter_server.enabled()
                         ? fmt::format("parameter servers: {}, staleness {}, push {}\n", c.parameter_server.servers,
@@ -172,6 +174,9 @@ std::string parameter_server_lines(const std::vector<double>& figures, int world
           "lag {:.0f} steps, {:.1f} ms receiving, {:.1f} ms updating and {:.1f} ms replying per update\n",
           r, f[1], f[2] / updates / 1e6, f[3] / updates / 1e6, f[6], 1e3 * f[4] / updates, 1e3 * f[5] / updates,
           1e3 * f[7] / updates);
+      if (c.parameter_server.direct()) {
+        out += fmt::format("    mean lag {:.2f} updates, mean lr scale {:.3f}\n", f[8] / updates, f[9] / updates);
+      }
       continue;
     }
     const double steps = std::max(f[1], 1.0);
@@ -363,7 +368,9 @@ int run(const Options& o) {
                                                served.receive_s,
                                                served.update_s,
                                                static_cast<double>(served.max_lag),
-                                               served.send_s}
+                                               served.send_s,
+                                               static_cast<double>(served.update_lag_sum),
+                                               served.lr_scale_sum}
               : std::array<double, kPsFigures>{0.0,
                                                static_cast<double>(outcome.result.step_seconds.size()),
                                                static_cast<double>(ps.bytes_pushed),
@@ -371,7 +378,9 @@ int run(const Options& o) {
                                                outcome.result.engine_step_seconds,
                                                ps.wait_s,
                                                ps.lags.empty() ? 0.0 : lag / static_cast<double>(ps.lags.size()),
-                                               ps.push_s};
+                                               ps.push_s,
+                                               0.0,
+                                               0.0};
       comm->all_gather(mine_ps.data(), ps_figures.data(), mine_ps.size(), DType::f64);
     }
     int printer = 0;
