@@ -513,7 +513,7 @@ int main(int argc, char** argv) {
                       ->check(CLI::Range(std::int64_t{0}, std::int64_t{1} << 20));
   app.add_option("--staleness", o.staleness,
                  "parameter_server.staleness: after step k the workers train on the parameters of step k - s "
-                 "(0: synchronous)")
+                 "(--ps-push direct: or of a later step, the newest that has arrived; 0: synchronous)")
       ->check(CLI::Range(std::int64_t{0}, std::int64_t{1} << 20));
   app.add_option("--ps-push", o.ps_push,
                  "parameter_server.push: reduce (the workers reduce, then push their window; deterministic) or "

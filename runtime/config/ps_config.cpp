@@ -25,12 +25,15 @@ void ParameterServerConfig::collect_problems(int stage, DType compute_dtype,
     bad("placement", fmt::format("{} hosts", placement.size()),
         fmt::format("names more hosts than parameter_server.servers ({})", servers));
   }
-  if (staleness_aware_lr && !direct()) {
+  if (staleness_aware_lr && push != PsPushMode::direct) {
     bad("staleness_aware_lr", "true",
         "needs \"parameter_server.push\" = \"direct\" (a \"reduce\" push's parameters miss exactly "
         "parameter_server.staleness updates, the same for every push)");
   }
   if (!enabled()) {
+    if (staleness_aware_lr && push == PsPushMode::direct) {
+      d.warn("\"parameter_server.staleness_aware_lr\" has no effect without parameter_server.servers");
+    }
     if (staleness > 0) {
       d.warn(
           fmt::format("\"parameter_server.staleness\" = {} has no effect without parameter_server.servers", staleness));

@@ -44,7 +44,9 @@ struct ParameterServerConfig {
   /// parameter_server.staleness_aware_lr (push "direct" only): a server
   /// applies a push computed on parameters that missed tau of its updates
   /// at lr / max(1, tau) (Zhang et al., "Staleness-aware Async-SGD for
-  /// Distributed Deep Learning", IJCAI 2016).
+  /// Distributed Deep Learning", IJCAI 2016), AdamW's decoupled weight
+  /// decay with it; each server counts its own updates, so with S > 1
+  /// the windows of one push may be scaled differently.
   bool staleness_aware_lr = false;
   /// parameter_server.placement: host names (gethostname) the servers run
   /// on, in order; empty: the last S ranks are the servers.

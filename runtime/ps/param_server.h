@@ -91,7 +91,10 @@
 // parameters missed tau of its updates (from the reply they came from,
 // the other workers' updates included) at lr / max(1, tau) (Zhang et
 // al., "Staleness-aware Async-SGD for Distributed Deep Learning", IJCAI
-// 2016; ShardOptimizer::set_lr_scale). With
+// 2016; ShardOptimizer::set_lr_scale; the decoupled weight decay scales
+// with it). Each server counts its own updates: with S > 1 the servers
+// may apply two workers' pushes in different orders, and then scale one
+// push's windows differently. With
 // communication_data_type bf16 a worker rounds its gradient to bf16 once
 // (to nearest even) before the push and the server widens it exactly:
 // half the bytes of the push, the one rounding the update sees

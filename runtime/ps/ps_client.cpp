@@ -176,11 +176,15 @@ bool ParameterServerClient::step(std::int64_t step, float grad_scale) {
     pending_.pop_front();
     changed = true;
   }
-  // "direct": also every newer reply that has arrived, so that the worker
-  // trains on the freshest parameters it has (at most s steps old).
-  while (server_layout_ && !pending_.empty() && arrived(*pending_.front())) {
-    install(*pending_.front(), step);
-    pending_.pop_front();
+  // "direct": also the newest reply that has arrived, so that the worker
+  // trains on the freshest parameters it has (at most s steps old); the
+  // ones before it are only checked.
+  std::size_t have = 0;
+  while (server_layout_ && have < pending_.size() && arrived(*pending_[have])) ++have;
+  if (have > 0) {
+    for (std::size_t i = 0; i + 1 < have; ++i) settle(*pending_[i]);
+    install(*pending_[have - 1], step);
+    pending_.erase(pending_.begin(), pending_.begin() + static_cast<std::ptrdiff_t>(have));
     changed = true;
   }
   return changed;
@@ -200,7 +204,7 @@ bool ParameterServerClient::drain() {
   return changed;
 }
 
-void ParameterServerClient::install(Pull& p, std::int64_t at_step) {
+void ParameterServerClient::settle(Pull& p) {
   {
     const TraceScope span(tracer_, "ps_pull_wait", TraceThread::engine, TimeCategory::comm_wait);
     const auto t0 = std::chrono::steady_clock::now();
@@ -220,6 +224,10 @@ void ParameterServerClient::install(Pull& p, std::int64_t at_step) {
   std::int64_t updates = p.status.front().updates;
   for (const PsStatus& status : p.status) updates = std::min(updates, status.updates);
   stats_.server_updates = std::max(stats_.server_updates, updates);
+}
+
+void ParameterServerClient::install(Pull& p, std::int64_t at_step) {
+  settle(p);
   if (server_layout_) {
     install_direct(p);
   } else {

@@ -3,7 +3,8 @@
 // hello, each step's push of the worker's gradient shard and the pull of
 // its updated parameter shard, installed `staleness` steps later; with
 // parameter_server.push "direct", of the worker's whole gradient, window
-// s to each server s, and the pull of every server's window.
+// s to each server s, and the pull of every server's window, installed
+// once it has arrived and at most `staleness` steps later.
 #pragma once
 
 #include <cstdint>
@@ -49,7 +50,8 @@ class ParameterServerClient {
   /// Pushes step `step`'s gradient shard with `grad_scale` (and the
   /// parameter shard when marked), posts the receive of its pull, and
   /// installs every pull due (steps up to step - staleness) and, with
-  /// "direct", every later one that has arrived. Returns true
+  /// "direct", the newest later one that has arrived (those before it
+  /// only checked). Returns true
   /// when the parameters changed. Local; throws the server's error
   /// (Error), CommError, IoError (nvme parameters at stage 3).
   bool step(std::int64_t step, float grad_scale);
@@ -102,6 +104,10 @@ class ParameterServerClient {
   void push_array(std::size_t link, ArrayKind kind);
   /// True when every receive of `p` is complete (tests each, in order).
   bool arrived(Pull& p);
+  /// Waits for `p` and checks its status (throws the server's error,
+  /// CommError for a reply to another step).
+  void settle(Pull& p);
+  /// settle(), then copies its shards into the parameters.
   void install(Pull& p, std::int64_t at_step);
   void install_direct(const Pull& p);
   float* window(UnitId u, ArrayKind kind);

@@ -84,7 +84,8 @@ struct ParameterServerClientStats {
   double push_s = 0;               ///< seconds in the pushes' sends
   double wait_s = 0;               ///< seconds waiting for a pull that was due
   /// Per installed pull: the step it installed at minus the step it
-  /// updated (the staleness the worker then trained at).
+  /// updated (the staleness the worker then trained at; a "direct"
+  /// reply replaced by a newer one that arrived with it is not listed).
   std::vector<std::int64_t> lags;
   /// The updates its server(s) had applied when the newest installed pull
   /// was sent ("direct": every worker's pushes; the fewest over the
@@ -109,10 +110,10 @@ struct ParameterServerStats {
   /// other workers' updates in between are not counted).
   std::int64_t max_lag = 0;
   /// "direct": the largest and the summed lag of the applied pushes in
-  /// the server's own updates (tau: the updates applied after those the
-  /// push's parameters held, the other workers' included), and the summed
-  /// learning-rate scale (1 / max(1, tau) a push with
-  /// parameter_server.staleness_aware_lr, else 1).
+  /// this server's own updates (tau: the updates it applied after those
+  /// the push's parameters held, the other workers' included; each server
+  /// counts its own), and the summed learning-rate scale over every push
+  /// (1 / max(1, tau) with parameter_server.staleness_aware_lr, else 1).
   std::int64_t max_update_lag = 0;
   std::int64_t update_lag_sum = 0;
   double lr_scale_sum = 0;

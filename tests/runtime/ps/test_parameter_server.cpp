@@ -187,6 +187,11 @@ TEST_CASE("parameter_server: bad configurations name their key") {
   CHECK(idle.warnings[0] ==
         "ps.json: \"parameter_server.staleness\" = 2 has no effect without "
         "parameter_server.servers");
+  const EngineConfig idle_lr = parse(R"({"zero_optimization": {"stage": 2},
+                                         "parameter_server": {"push": "direct", "staleness_aware_lr": true}})");
+  REQUIRE(idle_lr.warnings.size() == 1);
+  CHECK(idle_lr.warnings[0] ==
+        "ps.json: \"parameter_server.staleness_aware_lr\" has no effect without parameter_server.servers");
   // World-dependent: no worker left, a host that runs no rank.
   const int N = world().world_size();
   EngineConfig all = config(2, false, 1, N, 0);
