@@ -224,6 +224,7 @@ void ParameterServerClient::settle(Pull& p) {
   std::int64_t updates = p.status.front().updates;
   for (const PsStatus& status : p.status) updates = std::min(updates, status.updates);
   stats_.server_updates = std::max(stats_.server_updates, updates);
+  for (const std::vector<float>& shard : p.shards) stats_.bytes_pulled += shard.size() * sizeof(float);
 }
 
 void ParameterServerClient::install(Pull& p, std::int64_t at_step) {
@@ -234,7 +235,6 @@ void ParameterServerClient::install(Pull& p, std::int64_t at_step) {
     for (UnitId u = 0; u < static_cast<UnitId>(units()); ++u) {
       const std::vector<float>& shard = p.shards[static_cast<std::size_t>(u)];
       if (shard.empty()) continue;
-      stats_.bytes_pulled += shard.size() * sizeof(float);
       if (stage_ == 3) {
         store_.store(u, {ArrayKind::params}, shard.data());  // any tier
       } else {
@@ -257,7 +257,6 @@ void ParameterServerClient::install_direct(const Pull& p) {
       const std::vector<float>& shard = p.shards[link * units() + static_cast<std::size_t>(u)];
       std::copy_n(shard.begin(), std::min(n, mine - link * n), full.begin() + static_cast<std::ptrdiff_t>(link * n));
     }
-    stats_.bytes_pulled += peers_.size() * n * sizeof(float);
     if (stage_ == 3) {
       store_.store(u, {ArrayKind::params}, full.data());  // any tier
     } else {

@@ -104,8 +104,8 @@ class ParameterServerClient {
   void push_array(std::size_t link, ArrayKind kind);
   /// True when every receive of `p` is complete (tests each, in order).
   bool arrived(Pull& p);
-  /// Waits for `p` and checks its status (throws the server's error,
-  /// CommError for a reply to another step).
+  /// Waits for `p`, checks its status (throws the server's error,
+  /// CommError for a reply to another step) and counts its bytes.
   void settle(Pull& p);
   /// settle(), then copies its shards into the parameters.
   void install(Pull& p, std::int64_t at_step);
