@@ -170,24 +170,18 @@ bool ParameterServerClient::step(std::int64_t step, float grad_scale) {
     stats_.push_s += seconds_since(t0);
   }
   pushed_ = step;
-  bool changed = false;
-  while (!pending_.empty() && pending_.front()->step <= step - staleness_) {
-    install(*pending_.front(), step);
-    pending_.pop_front();
-    changed = true;
-  }
-  // "direct": also the newest reply that has arrived, so that the worker
-  // trains on the freshest parameters it has (at most s steps old); the
-  // ones before it are only checked.
-  std::size_t have = 0;
-  while (server_layout_ && have < pending_.size() && arrived(*pending_[have])) ++have;
-  if (have > 0) {
-    for (std::size_t i = 0; i + 1 < have; ++i) settle(*pending_[i]);
-    install(*pending_[have - 1], step);
-    pending_.erase(pending_.begin(), pending_.begin() + static_cast<std::ptrdiff_t>(have));
-    changed = true;
-  }
-  return changed;
+  // The pulls due (steps up to step - staleness) and, with "direct", every
+  // later one that has arrived, so that the worker trains on the freshest
+  // parameters it has (at most s steps old): the newest of them is
+  // installed, the ones before it only checked.
+  std::size_t retire = 0;
+  while (retire < pending_.size() && pending_[retire]->step <= step - staleness_) ++retire;
+  while (server_layout_ && retire < pending_.size() && arrived(*pending_[retire])) ++retire;
+  if (retire == 0) return false;
+  for (std::size_t i = 0; i + 1 < retire; ++i) settle(*pending_[i]);
+  install(*pending_[retire - 1], step);
+  pending_.erase(pending_.begin(), pending_.begin() + static_cast<std::ptrdiff_t>(retire));
+  return true;
 }
 
 bool ParameterServerClient::arrived(Pull& p) {

@@ -49,9 +49,9 @@ class ParameterServerClient {
   void connect();
   /// Pushes step `step`'s gradient shard with `grad_scale` (and the
   /// parameter shard when marked), posts the receive of its pull, and
-  /// installs every pull due (steps up to step - staleness) and, with
-  /// "direct", the newest later one that has arrived (those before it
-  /// only checked). Returns true
+  /// installs the newest of the pulls due (steps up to step - staleness)
+  /// and, with "direct", the later ones that have arrived (those before
+  /// it only checked). Returns true
   /// when the parameters changed. Local; throws the server's error
   /// (Error), CommError, IoError (nvme parameters at stage 3).
   bool step(std::int64_t step, float grad_scale);

@@ -186,9 +186,10 @@ TEST_CASE("parameter_server direct: staleness_aware_lr applies a push that misse
   const int W = N - 1;
   const std::unique_ptr<Communicator> workers = workers_of(1);
   // Every push carries step 1's gradient g of rank 0 (the model's
-  // gradients do not depend on the parameters), so SGD ends at p0 - lr g (the sum of the
-  // pushes' lr scales) in any order. Worker 1 pauses after each step while
-  // the others go on, so its pushes miss their updates.
+  // gradients do not depend on the parameters), so SGD ends at
+  // p0 - lr g (the sum of the pushes' lr scales) in any order. Worker 1
+  // pauses after each step while the others go on, so its pushes miss
+  // their updates.
   EngineConfig c = direct(sgd_config(1, 0.0), 1, 2);
   c.parameter_server.staleness_aware_lr = true;
   const int steps = 6;
@@ -207,11 +208,13 @@ TEST_CASE("parameter_server direct: staleness_aware_lr applies a push that misse
       }
       got = m.gathered();
     }
-  }                                                                    // the workers' goodbyes
-  world().broadcast(served.data(), served.size(), DType::f64, N - 1);  // the server: the last rank
+  }  // the workers' goodbyes
+  // The server is the last rank.
+  world().broadcast(served.data(), served.size(), DType::f64, N - 1);
   CHECK(served[2] == steps * W);
-  CHECK(served[1] >= 2);                                                  // some push missed two updates or more
-  CHECK(served[0] < served[2] - 0.49);                                    // so its scale was 1/2 or less
+  // Some push missed two updates or more, so its scale was 1/2 or less.
+  CHECK(served[1] >= 2);
+  CHECK(served[0] < served[2] - 0.49);
   if (workers != nullptr) {
     // The worker whose push was applied last holds every update.
     const float lr = c.optimizer.lr;
