@@ -16,6 +16,7 @@
 
 #include "kernels/cpu/adam/adam-inl.h"
 #include "kernels/cpu/adam/adam_bf16_state.h"
+#include "kernels/cpu/adam/split_order-inl.h"
 #include "kernels/cpu/adam/stochastic_round.h"
 #include "kernels/cpu/convert-inl.h"
 #include "kernels/cpu/convert.h"
@@ -98,6 +99,50 @@ struct Bf16StateStep {
   std::uint64_t first_index;  // the global index of element 0
 };
 
+#if HWY_TARGET == HWY_AVX2
+// Stores the bf16 bits of two vectors in split order as 16 consecutive
+// values (one unordered compare finds a NaN; only then the per-lane NaN
+// handling runs).
+template <class DF>
+HWY_INLINE void StoreSplitBf16(DF df, hn::Vec<DF> a, hn::Vec<DF> b, std::uint16_t* HWY_RESTRICT p) {
+  const hn::RebindToUnsigned<DF> du;
+  if (HWY_LIKELY(!AnyNaN(a, b))) {
+    StoreSplitLow16(du, Bf16BitsNotNaN(df, a), Bf16BitsNotNaN(df, b), p);
+  } else {
+    StoreSplitLow16(du, Bf16Bits(df, a), Bf16Bits(df, b), p);
+  }
+}
+
+// Round-to-nearest updates of elements [0, n - n % 16) in steps of 16, two
+// vectors in split order ([Note: bf16 states in split order]); the same
+// arithmetic per element as Bf16StateStep. c: a local copy (stores through
+// the bf16 arrays could alias a caller's struct and force reloads).
+template <bool kDecoupled, Fmt kGrad, Fmt kCopy, class DF>
+std::size_t Bf16StatePairs(DF df, const AdamVecScalars<DF> c, std::size_t n, float* HWY_RESTRICT p,
+                           const void* HWY_RESTRICT g, void* HWY_RESTRICT copy, std::uint16_t* HWY_RESTRICT m,
+                           std::uint16_t* HWY_RESTRICT v) {
+  std::size_t i = 0;
+  for (; i + 16 <= n; i += 16) {
+    hn::Vec<DF> ma, mb, va, vb, ga, gb;
+    LoadSplitBf16(df, m + i, ma, mb);
+    LoadSplitBf16(df, v + i, va, vb);
+    LoadSplitAsF32<kGrad>(df, g, i, ga, gb);
+    auto pa = LoadSplitF32(df, p + i, 0);
+    auto pb = LoadSplitF32(df, p + i, 1);
+    AdamVec<kDecoupled>(df, c, ga, pa, ma, va);
+    AdamVec<kDecoupled>(df, c, gb, pb, mb, vb);
+    StoreSplitF32(df, pa, p + i, 0);
+    StoreSplitF32(df, pb, p + i, 1);
+    if constexpr (kCopy == Fmt::bf16) {
+      StoreSplitBf16(df, pa, pb, static_cast<std::uint16_t*>(copy) + i);
+    }
+    StoreSplitBf16(df, ma, mb, m + i);
+    StoreSplitBf16(df, va, vb, v + i);
+  }
+  return i;
+}
+#endif
+
 template <bool kDecoupled, bool kStochastic>
 void Bf16StateMode(float* p, const void* g, DType grad_dtype, std::uint16_t* m, std::uint16_t* v,
                    void* copy, DType copy_dtype, std::size_t n, const AdamScalars& s,
@@ -107,7 +152,15 @@ void Bf16StateMode(float* p, const void* g, DType grad_dtype, std::uint16_t* m, 
   const Bf16StateStep<kDecoupled, kStochastic, DF> step{
       df, AdamVecScalars<DF>(df, s), stochastic_key(r.seed, r.step), r.first_index};
   DispatchFormats(grad_dtype, copy, copy_dtype, [&]<Fmt kGrad, Fmt kCopy>() {
-    UpdateLoop<kGrad, kCopy>(df, step, n, p, g, copy, m, v);
+    std::size_t done = 0;  // elements updated in split order (index 0 of the rest: unused then)
+#if HWY_TARGET == HWY_AVX2
+    if constexpr (!kStochastic && kGrad != Fmt::f16 && kCopy != Fmt::f16) {
+      done = Bf16StatePairs<kDecoupled, kGrad, kCopy>(df, step.c, n, p, g, copy, m, v);
+    }
+#endif
+    constexpr std::size_t gs = fmt_size(kGrad), cs = fmt_size(kCopy);
+    UpdateLoop<kGrad, kCopy>(df, step, n - done, p + done, Advance(g, done, gs), Advance(copy, done, cs), m + done,
+                             v + done);
   });
 }
 
