@@ -107,7 +107,7 @@ template <class DF>
 HWY_INLINE void StoreSplitBf16(DF df, hn::Vec<DF> a, hn::Vec<DF> b, std::uint16_t* HWY_RESTRICT p) {
   const hn::RebindToUnsigned<DF> du;
   if (HWY_LIKELY(!AnyNaN(a, b))) {
-    StoreSplitLow16(du, Bf16BitsNotNaN(df, a), Bf16BitsNotNaN(df, b), p);
+    StoreSplitBf16NotNaN(df, a, b, p);
   } else {
     StoreSplitLow16(du, Bf16Bits(df, a), Bf16Bits(df, b), p);
   }

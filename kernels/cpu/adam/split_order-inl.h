@@ -42,11 +42,12 @@ namespace hn = hwy::HWY_NAMESPACE;
 // gives 16 values back in natural order; so only the fp32 arrays take the
 // split order, as two 128-bit halves per vector. NaN lanes, which round
 // differently, are found by one unordered compare per two vectors and are
-// then rounded with the per-lane NaN handling. In cache the loop went from
-// 21.7 to 16.9 cycles per 8 elements (3.2 GHz), and 100M parameters at 1
-// thread from 86 to 70 ms (fp32: 63 ms): 0.91x, short of the 1.0x issue 34
-// asks for. What is left is the rounding itself (five integer operations
-// per state and vector; truncating instead ran at 13.5 cycles). Used by
+// then rounded with the per-lane NaN handling; the other pairs round on
+// 16-bit lanes (nine operations per 16 values instead of eleven). In cache
+// the loop went from 21.7 to 16.4 cycles per 8 elements (3.2 GHz), and
+// 100M parameters at 1 thread from 86 to 68-70 ms (fp32: 60-63 ms):
+// 0.88-0.91x, short of the 1.0x issue 34 asks for. What is left is mostly
+// the rounding (truncating instead ran at 13.5 cycles). Used by
 // adam_bf16_state_simd.cpp for round-to-nearest; stochastic rounding
 // hashes each element's index and keeps the one-vector loop.
 
@@ -90,6 +91,25 @@ HWY_INLINE void LoadSplitAsF32(DF df, const void* HWY_RESTRICT base, std::size_t
 template <class DU>
 HWY_INLINE void StoreSplitLow16(DU, hn::Vec<DU> a, hn::Vec<DU> b, std::uint16_t* HWY_RESTRICT p) {
   _mm256_storeu_si256(reinterpret_cast<__m256i*>(p), _mm256_packus_epi32(a.raw, b.raw));
+}
+
+/// fp32 values of halves 0 and 1 (none NaN) rounded to bf16, nearest even,
+/// as zeroshard::float_to_bf16 -> 16 consecutive values at p. Rounds on
+/// 16-bit lanes: each vector's low and high halves gathered in-lane (one
+/// byte shuffle), the two vectors' 64-bit groups interleaved (natural
+/// order), then hi + (lo + (hi & 1) > 0x8000).
+template <class DF>
+HWY_INLINE void StoreSplitBf16NotNaN(DF, hn::Vec<DF> a, hn::Vec<DF> b, std::uint16_t* HWY_RESTRICT p) {
+  const __m256i halves = _mm256_setr_epi8(0, 1, 4, 5, 8, 9, 12, 13, 2, 3, 6, 7, 10, 11, 14, 15,  //
+                                          0, 1, 4, 5, 8, 9, 12, 13, 2, 3, 6, 7, 10, 11, 14, 15);
+  const __m256i xa = _mm256_shuffle_epi8(_mm256_castps_si256(a.raw), halves);
+  const __m256i xb = _mm256_shuffle_epi8(_mm256_castps_si256(b.raw), halves);
+  const __m256i lo = _mm256_unpacklo_epi64(xa, xb);
+  const __m256i hi = _mm256_unpackhi_epi64(xa, xb);
+  const __m256i lo_lsb = _mm256_adds_epu16(lo, _mm256_and_si256(hi, _mm256_set1_epi16(1)));
+  // lo + lsb > 0x8000 (unsigned) as a signed compare of lo + lsb - 0x8000.
+  const __m256i up = _mm256_cmpgt_epi16(_mm256_xor_si256(lo_lsb, _mm256_set1_epi16(-0x8000)), _mm256_setzero_si256());
+  _mm256_storeu_si256(reinterpret_cast<__m256i*>(p), _mm256_sub_epi16(hi, up));
 }
 
 /// Whether a lane of a or b is NaN (one unordered compare).
