@@ -1,6 +1,5 @@
 #include "examples/fashion_mnist/mlp.h"
 
-#include <cblas.h>
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -9,6 +8,7 @@
 
 #include "core/error.h"
 #include "kernels/cpu/cast.h"
+#include "parallel/gemm.h"
 
 namespace zeroshard::examples {
 namespace {
@@ -144,8 +144,7 @@ void Mlp::accumulate_grads(int l, const float* delta, const float* h_below, std:
   float* gw = fp32 ? engine_.grad(w).data() : wide_gw_.data();
   float* gb = fp32 ? engine_.grad(b).data() : wide_gb_.data();
   // dW[out, in] (+)= delta[n, out]^T * h_below[n, in]
-  cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, int(out), int(in), int(n), 1.0f, delta,
-              int(out), h_below, int(in), fp32 ? 1.0f : 0.0f, gw, int(in));
+  parallel::sgemm(parallel::Trans::yes, parallel::Trans::no, out, in, n, 1.0f, delta, h_below, fp32 ? 1.0f : 0.0f, gw);
   // db[out] (+)= column sums of delta
   if (!fp32) std::fill_n(gb, out, 0.0f);
   for (std::size_t i = 0; i < n; ++i) {
@@ -191,8 +190,7 @@ const float* Mlp::forward(const float* x, std::size_t n) {
       const float* b = bias_f32(l);
       float* z = acts_[std::size_t(l)].data();
       // z[n, out] = h[n, in] * W[out, in]^T
-      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, int(n), int(out), int(in), 1.0f, h,
-                  int(in), w, int(in), 0.0f, z, int(out));
+      parallel::sgemm(parallel::Trans::no, parallel::Trans::yes, n, out, in, 1.0f, h, w, 0.0f, z);
       add_bias_activate(z, b, n, out, /*relu=*/l + 1 < num_layers());
     }
     h = acts_[std::size_t(l)].data();
@@ -223,8 +221,8 @@ double Mlp::forward_backward(std::span<const float> x, std::span<const std::uint
     accumulate_grads(l, delta, h_below, n);
     if (l > 0) {
       // dh[n, in] = delta[n, out] * W[out, in]; through ReLU: zero where h <= 0.
-      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, int(n), int(in), int(out), 1.0f, delta,
-                  int(out), weight_f32(l), int(in), 0.0f, delta_below, int(in));
+      parallel::sgemm(parallel::Trans::no, parallel::Trans::no, n, in, out, 1.0f, delta, weight_f32(l), 0.0f,
+                      delta_below);
       for (std::size_t k = 0; k < n * in; ++k) {
         if (!(h_below[k] > 0.0f)) delta_below[k] = 0.0f;
       }
