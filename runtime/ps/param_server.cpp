@@ -59,8 +59,7 @@ ParameterServer::ParameterServer(const ParameterServerRoles& roles, const FlatLa
     : roles_(roles), layout_(layout), layout_hash_(ps_layout_hash(layout)), left_after_s_(options.left_after_s),
       grad_dtype_(options.push_grad_dtype), staleness_aware_lr_(options.staleness_aware_lr), tracer_(tracer) {
   ZS_CHECK(!staleness_aware_lr_ || roles.direct(), "staleness_aware_lr with a \"reduce\" push");
-  ZS_CHECK(grad_dtype_ == DType::f32 || (grad_dtype_ == DType::bf16 && roles.direct()),
-           "pushed gradients as {} (\"direct\" pushes take fp32 or bf16, \"reduce\" fp32)", dtype_name(grad_dtype_));
+  roles.check_push_grad_dtype(grad_dtype_);
   ZS_CHECK(roles.is_server(), "ParameterServer on worker {}", roles.index());
   ZS_CHECK(layout.world_size() == (roles.direct() ? roles.servers() : roles.workers()),
            "a server's layout is for {} ranks", layout.world_size());
@@ -200,28 +199,21 @@ void ParameterServer::leave(Hosted& h, const std::string& why) {
 void ParameterServer::answer_hello(Hosted& h) {
   h.said_hello = true;
   Communicator& world = roles_.world();
-  if (h.hello.layout_hash == layout_hash_ && h.hello.worker == h.worker &&
-      h.hello.grad_dtype != static_cast<std::int64_t>(grad_dtype_)) {
+  const bool same_model = h.hello.layout_hash == layout_hash_ && h.hello.worker == h.worker;
+  if (!same_model) {
+    h.error = fmt::format(
+        "parameter server {} (rank {}): worker {} (rank {}) declared another model than the server's (layout hash "
+        "{:016x}, the server's {:016x}): every rank must declare the same units and parameters",
+        roles_.index(), world.rank(), h.worker, h.peer, h.hello.layout_hash, layout_hash_);
+  } else if (h.hello.grad_dtype != static_cast<std::int64_t>(grad_dtype_)) {
     h.error = fmt::format(
         "parameter server {} (rank {}): worker {} (rank {}) pushes gradients as {}, the server reads {}: every rank "
         "must read the same communication_data_type",
         roles_.index(), world.rank(), h.worker, h.peer, dtype_name(static_cast<DType>(h.hello.grad_dtype)),
         dtype_name(grad_dtype_));
-    const PsStatus status = ps_error(0, h.error);
-    world.send(&status, sizeof status, DType::u8, h.peer);
-    return;
   }
-  if (h.hello.layout_hash != layout_hash_ || h.hello.worker != h.worker) {
-    h.error = fmt::format(
-        "parameter server {} (rank {}): worker {} (rank {}) declared another model than the server's (layout hash "
-        "{:016x}, the server's {:016x}): every rank must declare the same units and parameters",
-        roles_.index(), world.rank(), h.worker, h.peer, h.hello.layout_hash, layout_hash_);
-    const PsStatus status = ps_error(0, h.error);
-    world.send(&status, sizeof status, DType::u8, h.peer);
-    return;
-  }
-  const PsStatus ok{};
-  world.send(&ok, sizeof ok, DType::u8, h.peer);
+  const PsStatus status = h.error.empty() ? PsStatus{} : ps_error(0, h.error);
+  world.send(&status, sizeof status, DType::u8, h.peer);
 }
 
 void ParameterServer::answer_push(Hosted& h, const PsPush& push) {

@@ -39,8 +39,7 @@ ParameterServerClient::ParameterServerClient(const ParameterServerRoles& roles, 
                                     : nullptr),
       wire_(server_layout_ ? *server_layout_ : layout), store_(store), stage_(stage), staleness_(staleness),
       grad_dtype_(grad_dtype), tracer_(tracer) {
-  ZS_CHECK(grad_dtype == DType::f32 || (grad_dtype == DType::bf16 && roles.direct()),
-           "pushed gradients as {} (\"direct\" pushes take fp32 or bf16, \"reduce\" fp32)", dtype_name(grad_dtype));
+  roles.check_push_grad_dtype(grad_dtype);
   ZS_CHECK(!roles.is_server(), "ParameterServerClient on server {}", roles.index());
   ZS_CHECK(stage >= 1 && stage <= 3, "ParameterServerClient at stage {}", stage);
   ZS_CHECK(store.device_ops().host_addressable(), "ParameterServerClient needs host-addressable arrays");

@@ -90,6 +90,11 @@ ParameterServerRoles::ParameterServerRoles(Communicator& world, const ParameterS
   if (direct_ && !server_) solo_ = group_->split(index_, 0);
 }
 
+void ParameterServerRoles::check_push_grad_dtype(DType grad_dtype) const {
+  ZS_CHECK(grad_dtype == DType::f32 || (grad_dtype == DType::bf16 && direct_),
+           "pushed gradients as {} (\"direct\" pushes take fp32 or bf16, \"reduce\" fp32)", dtype_name(grad_dtype));
+}
+
 std::vector<int> ParameterServerRoles::hosted_workers(int s) const {
   if (direct_) {
     std::vector<int> all;

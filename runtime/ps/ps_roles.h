@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "comm/communicator.h"
+#include "core/dtype.h"
 #include "runtime/config/ps_config.h"
 
 namespace zeroshard {
@@ -38,6 +39,10 @@ class ParameterServerRoles {
   int server_rank(int s) const { return server_ranks_.at(static_cast<std::size_t>(s)); }
   /// parameter_server.push is "direct": every server serves every worker.
   bool direct() const { return direct_; }
+  /// Throws InvariantError, naming `grad_dtype`, unless this job's pushes
+  /// can carry gradients in it: fp32, or bf16 with "direct" pushes. The
+  /// server's and the worker's constructors check it.
+  void check_push_grad_dtype(DType grad_dtype) const;
   /// The server that holds worker w's shards: w % S ("reduce" only).
   int server_of(int w) const { return w % servers(); }
   /// The workers server s serves, in increasing order: w % S == s
