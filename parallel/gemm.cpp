@@ -2,12 +2,38 @@
 
 #include <algorithm>
 #include <limits>
+#include <string_view>
 
 #include <cblas.h>
 
 #include "core/error.h"
 
+// OpenBLAS's name for its kernel set; a weak reference, null with another
+// BLAS library.
+extern "C" char* openblas_get_corename(void);
+#pragma weak openblas_get_corename
+
 namespace zeroshard::parallel {
+namespace {
+
+// Whether the BLAS zeroes C for beta == 0 one float at a time: OpenBLAS's
+// Haswell and Zen kernel sets do (sgemm_beta; 5% of the GPT's step on an AMD
+// EPYC), then accumulate into C as with beta == 1, so zeroing C here with
+// memset and passing beta 1 is the same arithmetic, faster. Its AVX-512
+// sets have a vector beta pass and beta-0 kernels of their own (direct and
+// small-matrix ones), and other BLAS libraries are not known: C is left to
+// them.
+bool blas_zeroes_c_slowly() {
+  static const bool slow = [] {
+    if (&openblas_get_corename == nullptr) return false;  // not OpenBLAS
+    const char* core = openblas_get_corename();
+    const std::string_view name = core == nullptr ? "" : core;
+    return name == "Haswell" || name == "Zen";
+  }();
+  return slow;
+}
+
+}  // namespace
 
 void sgemm(Trans ta, Trans tb, std::size_t m, std::size_t n, std::size_t k, float alpha, const float* a,
            std::size_t lda, const float* b, std::size_t ldb, float beta, float* c, std::size_t ldc) {
@@ -33,11 +59,7 @@ void sgemm(Trans ta, Trans tb, std::size_t m, std::size_t n, std::size_t k, floa
   constexpr auto kMax = static_cast<std::size_t>(std::numeric_limits<int>::max());
   ZS_CHECK(m <= kMax && n <= kMax && k <= kMax && lda <= kMax && ldb <= kMax && ldc <= kMax,
            "sgemm: sizes m={} n={} k={} or strides {}, {}, {} exceed the BLAS integer range", m, n, k, lda, ldb, ldc);
-  // beta == 0: C zeroed here and accumulated into (beta 1), the same
-  // arithmetic as OpenBLAS's own beta == 0 path, which zeroes C first too,
-  // but with scalar stores (sgemm_beta for Haswell/Zen: 5% of the GPT's step
-  // on an AMD EPYC).
-  if (beta == 0.0f) {
+  if (beta == 0.0f && blas_zeroes_c_slowly()) {
     if (ldc == n) {
       std::fill_n(c, m * n, 0.0f);
     } else {

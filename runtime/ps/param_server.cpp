@@ -199,20 +199,23 @@ void ParameterServer::leave(Hosted& h, const std::string& why) {
 void ParameterServer::answer_hello(Hosted& h) {
   h.said_hello = true;
   Communicator& world = roles_.world();
-  const bool same_model = h.hello.layout_hash == layout_hash_ && h.hello.worker == h.worker;
-  if (!same_model) {
-    h.error = fmt::format(
+  // A refusal here; h.error may already hold a shared update's failure
+  // ("direct"), which the worker hears at its first push, not at hello.
+  std::string refusal;
+  if (h.hello.layout_hash != layout_hash_ || h.hello.worker != h.worker) {
+    refusal = fmt::format(
         "parameter server {} (rank {}): worker {} (rank {}) declared another model than the server's (layout hash "
         "{:016x}, the server's {:016x}): every rank must declare the same units and parameters",
         roles_.index(), world.rank(), h.worker, h.peer, h.hello.layout_hash, layout_hash_);
   } else if (h.hello.grad_dtype != static_cast<std::int64_t>(grad_dtype_)) {
-    h.error = fmt::format(
+    refusal = fmt::format(
         "parameter server {} (rank {}): worker {} (rank {}) pushes gradients as {}, the server reads {}: every rank "
         "must read the same communication_data_type",
         roles_.index(), world.rank(), h.worker, h.peer, dtype_name(static_cast<DType>(h.hello.grad_dtype)),
         dtype_name(grad_dtype_));
   }
-  const PsStatus status = h.error.empty() ? PsStatus{} : ps_error(0, h.error);
+  if (!refusal.empty()) h.error = refusal;
+  const PsStatus status = refusal.empty() ? PsStatus{} : ps_error(0, refusal);
   world.send(&status, sizeof status, DType::u8, h.peer);
 }
 

@@ -1,8 +1,8 @@
 // AVX2 loads and stores of 16 consecutive elements as two vectors in "split
 // order" (A = elements 0-3 and 8-11, B = 4-7 and 12-15), the order in which
-// in-lane unpacks widen 16 bf16 values and in which one saturating pack
-// narrows two vectors back to 16 consecutive bf16 values
-// ([Note: bf16 states in split order]). Element-wise kernels that run every
+// in-lane unpacks widen 16 bf16 values and from which in-lane packs (or
+// byte shuffles and 64-bit unpacks) narrow two vectors back to 16
+// consecutive bf16 values ([Note: bf16 states in split order]). Element-wise kernels that run every
 // array through these helpers compute each element as in natural order, so
 // their results are bit for bit those of the one-vector loop. Highway's
 // toggle guard for "-inl.h" headers, as convert-inl.h.
@@ -38,7 +38,8 @@ namespace hn = hwy::HWY_NAMESPACE;
 // narrowing it with a pack and a VPERMQ per state and vector took the
 // bf16-state loop to 21.7 cycles. Widening 16 values at once with the
 // in-lane VPUNPCKLWD / VPUNPCKHWD (a zero below each value) crosses no lane
-// but yields the split order, and VPACKUSDW of two vectors in that order
+// but yields the split order, and narrowing two vectors in that order
+// with in-lane operations (VPACKUSDW, or byte shuffles and 64-bit unpacks)
 // gives 16 values back in natural order; so only the fp32 arrays take the
 // split order, as two 128-bit halves per vector. NaN lanes, which round
 // differently, are found by one unordered compare per two vectors and are
