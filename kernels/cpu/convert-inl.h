@@ -94,27 +94,19 @@ HWY_INLINE void StoreLow16(DF, hn::Vec<hn::RebindToUnsigned<DF>> v, std::uint16_
   hn::StoreU(hn::DemoteTo(d16, hn::BitCast(di, v)), d16, p);
 }
 
-/// fp32 -> bf16 bits per lane for lanes that are not NaN, as
-/// zeroshard::float_to_bf16 (round to nearest even, Inf kept), in the low 16
-/// bits of each u32 lane (the high 16 are 0). A NaN lane gets a wrong value:
-/// callers that rule NaNs out (or mend them) use it.
-template <class DF>
-HWY_INLINE hn::Vec<hn::RebindToUnsigned<DF>> Bf16BitsNotNaN(DF df, hn::Vec<DF> v) {
-  const hn::RebindToUnsigned<DF> du;
-  (void)df;
-  const auto u = hn::BitCast(du, v);
-  const auto bias = hn::Add(hn::Set(du, 0x7fffu), hn::And(hn::ShiftRight<16>(u), hn::Set(du, 1u)));
-  return hn::ShiftRight<16>(hn::Add(u, bias));
-}
-
 /// fp32 -> bf16 bits per lane, as zeroshard::float_to_bf16, in the low 16
 /// bits of each u32 lane (the high 16 are 0).
 template <class DF>
 HWY_INLINE hn::Vec<hn::RebindToUnsigned<DF>> Bf16Bits(DF df, hn::Vec<DF> v) {
   const hn::RebindToUnsigned<DF> du;
+  (void)df;
+  const auto u = hn::BitCast(du, v);
   const auto is_nan = hn::RebindMask(du, hn::IsNaN(v));  // an unordered compare: no FP state
-  const auto nan = hn::Or(hn::ShiftRight<16>(hn::BitCast(du, v)), hn::Set(du, 0x0040u));
-  return hn::IfThenElse(is_nan, nan, Bf16BitsNotNaN(df, v));
+  const auto hi = hn::ShiftRight<16>(u);
+  const auto nan = hn::Or(hi, hn::Set(du, 0x0040u));
+  const auto bias = hn::Add(hn::Set(du, 0x7fffu), hn::And(hi, hn::Set(du, 1u)));
+  const auto rounded = hn::ShiftRight<16>(hn::Add(u, bias));
+  return hn::IfThenElse(is_nan, nan, rounded);
 }
 
 /// fp32 -> bf16 bits, as zeroshard::float_to_bf16.

@@ -100,19 +100,6 @@ struct Bf16StateStep {
 };
 
 #if HWY_TARGET == HWY_AVX2
-// Stores the bf16 bits of two vectors in split order as 16 consecutive
-// values (one unordered compare finds a NaN; only then the per-lane NaN
-// handling runs).
-template <class DF>
-HWY_INLINE void StoreSplitBf16(DF df, hn::Vec<DF> a, hn::Vec<DF> b, std::uint16_t* HWY_RESTRICT p) {
-  const hn::RebindToUnsigned<DF> du;
-  if (HWY_LIKELY(!AnyNaN(a, b))) {
-    StoreSplitBf16NotNaN(df, a, b, p);
-  } else {
-    StoreSplitLow16(du, Bf16Bits(df, a), Bf16Bits(df, b), p);
-  }
-}
-
 // Round-to-nearest updates of elements [0, n - n % 16) in steps of 16, two
 // vectors in split order ([Note: bf16 states in split order]); the same
 // arithmetic per element as Bf16StateStep. c: a local copy (stores through

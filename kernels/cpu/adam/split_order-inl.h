@@ -2,10 +2,11 @@
 // order" (A = elements 0-3 and 8-11, B = 4-7 and 12-15), the order in which
 // in-lane unpacks widen 16 bf16 values and from which in-lane packs (or
 // byte shuffles and 64-bit unpacks) narrow two vectors back to 16
-// consecutive bf16 values ([Note: bf16 states in split order]). Element-wise kernels that run every
-// array through these helpers compute each element as in natural order, so
-// their results are bit for bit those of the one-vector loop. Highway's
-// toggle guard for "-inl.h" headers, as convert-inl.h.
+// consecutive bf16 values ([Note: bf16 states in split order]).
+// Element-wise kernels that run every array through these helpers compute
+// each element as in natural order, so their results are bit for bit those
+// of the one-vector loop. Highway's toggle guard for "-inl.h" headers, as
+// convert-inl.h.
 #if defined(ZEROSHARD_KERNELS_CPU_SPLIT_ORDER_INL_H_) == defined(HWY_TARGET_TOGGLE)
 #ifdef ZEROSHARD_KERNELS_CPU_SPLIT_ORDER_INL_H_
 #undef ZEROSHARD_KERNELS_CPU_SPLIT_ORDER_INL_H_
@@ -117,6 +118,18 @@ HWY_INLINE void StoreSplitBf16NotNaN(DF, hn::Vec<DF> a, hn::Vec<DF> b, std::uint
 template <class V>
 HWY_INLINE bool AnyNaN(V a, V b) {
   return _mm256_movemask_ps(_mm256_cmp_ps(a.raw, b.raw, _CMP_UNORD_Q)) != 0;
+}
+
+/// Halves 0 and 1 rounded to bf16 as zeroshard::float_to_bf16 -> 16
+/// consecutive values at p: one unordered compare finds a NaN, and only
+/// then the per-lane NaN handling (Bf16Bits) runs.
+template <class DF>
+HWY_INLINE void StoreSplitBf16(DF df, hn::Vec<DF> a, hn::Vec<DF> b, std::uint16_t* HWY_RESTRICT p) {
+  if (HWY_LIKELY(!AnyNaN(a, b))) {
+    StoreSplitBf16NotNaN(df, a, b, p);
+  } else {
+    StoreSplitLow16(hn::RebindToUnsigned<DF>(), Bf16Bits(df, a), Bf16Bits(df, b), p);
+  }
 }
 
 #endif  // HWY_TARGET == HWY_AVX2
