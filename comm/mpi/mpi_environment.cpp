@@ -7,6 +7,7 @@
 #include <mutex>
 
 #include "comm/mpi/mpi_check.h"
+#include "comm/mpi/mpi_leak_scope.h"
 #include "core/error.h"
 
 namespace zeroshard {
@@ -21,7 +22,10 @@ void finalize_at_exit() {
   int finalized = 0;
   MPI_Initialized(&initialized);
   MPI_Finalized(&finalized);
-  if (initialized && !finalized) MPI_Finalize();
+  if (initialized && !finalized) {
+    check_leaks_before_mpi_finalize();  // [Note: leak checks beside OpenMPI]
+    MPI_Finalize();
+  }
 }
 
 }  // namespace
@@ -43,7 +47,10 @@ int mpi_init_once() {
   ZS_MPI_CALL(-1, MPI_Initialized, &initialized);
   if (!initialized) {
     int provided = MPI_THREAD_SINGLE;
-    ZS_MPI_CALL(-1, MPI_Init_thread, nullptr, nullptr, MPI_THREAD_MULTIPLE, &provided);
+    {
+      const MpiLeakScope openmpi_allocations;  // [Note: leak checks beside OpenMPI]
+      ZS_MPI_CALL(-1, MPI_Init_thread, nullptr, nullptr, MPI_THREAD_MULTIPLE, &provided);
+    }
     g_provided = provided;
     ZS_MPI_CALL(-1, MPI_Comm_set_errhandler, MPI_COMM_WORLD, MPI_ERRORS_RETURN);
     ZS_MPI_CALL(-1, MPI_Comm_set_errhandler, MPI_COMM_SELF, MPI_ERRORS_RETURN);

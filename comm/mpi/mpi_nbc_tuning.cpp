@@ -5,6 +5,7 @@
 #include <mpi.h>
 
 #include "comm/mpi/mpi_environment.h"
+#include "comm/mpi/mpi_leak_scope.h"
 
 namespace zeroshard {
 
@@ -31,6 +32,7 @@ class IallreduceAlgorithm {
   // The caller holds mutex().
   void set(int value) {
     if (!active_ || value == current_ || mpi_finalized()) return;
+    const MpiLeakScope openmpi_allocations;  // [Note: leak checks beside OpenMPI]
     if (MPI_T_cvar_write(handle_, &value) == MPI_SUCCESS) {
       current_ = value;
     } else {
@@ -40,6 +42,7 @@ class IallreduceAlgorithm {
 
  private:
   IallreduceAlgorithm() {
+    const MpiLeakScope openmpi_allocations;  // [Note: leak checks beside OpenMPI]
     int provided = MPI_THREAD_SINGLE;
     if (MPI_T_init_thread(MPI_THREAD_MULTIPLE, &provided) != MPI_SUCCESS) return;
     t_initialized_ = true;
@@ -62,6 +65,7 @@ class IallreduceAlgorithm {
     std::lock_guard<std::mutex> lock(mu_);
     active_ = false;
     if (mpi_finalized()) return;
+    const MpiLeakScope openmpi_allocations;  // [Note: leak checks beside OpenMPI]
     if (have_handle_) MPI_T_cvar_handle_free(&handle_);
     have_handle_ = false;
     if (t_initialized_) MPI_T_finalize();
