@@ -46,7 +46,9 @@ class MpiLeakScope {
   MpiLeakScope() { __lsan_disable(); }
   ~MpiLeakScope() { __lsan_enable(); }
 #else
-  MpiLeakScope() = default;
+  // User-provided, so that a scope object is never an unused variable.
+  MpiLeakScope() {}
+  ~MpiLeakScope() {}
 #endif
   MpiLeakScope(const MpiLeakScope&) = delete;
   MpiLeakScope& operator=(const MpiLeakScope&) = delete;
