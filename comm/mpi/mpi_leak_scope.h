@@ -14,8 +14,8 @@
 // mpi_nbc_tuning.cpp), and (2) runs the process's leak check from its exit
 // handler just before MPI_Finalize, while OpenMPI's tables are still
 // reachable (LeakSanitizer's own check at exit then does not run again).
-// What escapes both, allocations on OpenMPI's and PMIx's own threads, is
-// suppressed by module in scripts/sanitizers/lsan.supp. A leak of
+// What escapes both, 2 allocations on PMIx's own thread during MPI_Init,
+// is suppressed by module in scripts/sanitizers/lsan.supp. A leak of
 // zeroshard's own is reported with its (fast-unwound) stack. Not checked:
 // what static destructors allocate after the handler. Other builds compile
 // none of this.
