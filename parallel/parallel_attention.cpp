@@ -13,11 +13,11 @@ namespace zeroshard::parallel {
 
 namespace {
 
-constexpr const char* kName = "ParallelSelfAttention";
+constexpr const char* kAttentionName = "ParallelSelfAttention";
 
 std::size_t checked_head_dim(std::size_t dim, std::size_t heads) {
   if (dim == 0 || heads == 0 || dim % heads != 0) {
-    throw ConfigError(fmt::format("{}: dim={} must be a positive multiple of heads={}", kName, dim, heads));
+    throw ConfigError(fmt::format("{}: dim={} must be a positive multiple of heads={}", kAttentionName, dim, heads));
   }
   return dim / heads;
 }
@@ -36,8 +36,8 @@ void ParallelSelfAttention::forward(std::span<const float> x, std::size_t batch,
   const std::size_t lh = heads_slice_.size;
   const std::size_t w3 = 3 * hd_ * lh;  // row length of the local qkv
   const std::size_t wc = hd_ * lh;      // row length of the local context
-  check_size(kName, "forward x", x.size(), tokens * dim_);
-  check_size(kName, "forward y", y.size(), tokens * dim_);
+  check_size(kAttentionName, "forward x", x.size(), tokens * dim_);
+  check_size(kAttentionName, "forward y", y.size(), tokens * dim_);
   // Sized only: every element is written below (a reused AttentionSaved
   // keeps its buffers).
   saved.qkv.resize(tokens * w3);
@@ -70,12 +70,12 @@ void ParallelSelfAttention::backward(std::span<const float> x, std::span<const f
   const std::size_t lh = heads_slice_.size;
   const std::size_t w3 = 3 * hd_ * lh;
   const std::size_t wc = hd_ * lh;
-  check_size(kName, "backward x", x.size(), tokens * dim_);
-  check_size(kName, "backward dy", dy.size(), tokens * dim_);
-  check_size(kName, "backward dx", dx.size(), tokens * dim_);
-  check_size(kName, "backward saved qkv", saved.qkv.size(), tokens * w3);
-  check_size(kName, "backward saved probs", saved.probs.size(), batch * lh * seq * seq);
-  check_size(kName, "backward saved context", saved.context.size(), tokens * wc);
+  check_size(kAttentionName, "backward x", x.size(), tokens * dim_);
+  check_size(kAttentionName, "backward dy", dy.size(), tokens * dim_);
+  check_size(kAttentionName, "backward dx", dx.size(), tokens * dim_);
+  check_size(kAttentionName, "backward saved qkv", saved.qkv.size(), tokens * w3);
+  check_size(kAttentionName, "backward saved probs", saved.probs.size(), batch * lh * seq * seq);
+  check_size(kAttentionName, "backward saved context", saved.context.size(), tokens * wc);
 
   // Scratch of this thread, kept between calls: every element is written
   // below before it is read (products with beta 0, whole blocks), so

@@ -10,14 +10,14 @@
 namespace zeroshard::parallel {
 
 namespace {
-constexpr const char* kName = "VocabParallelCrossEntropy";
+constexpr const char* kCrossEntropyName = "VocabParallelCrossEntropy";
 }
 
 VocabParallelCrossEntropy::VocabParallelCrossEntropy(Communicator& tp_group, std::size_t vocab)
     : tp_(tp_group), vocab_(vocab) {
   if (vocab_ == 0 || vocab_ > static_cast<std::size_t>(std::numeric_limits<std::int32_t>::max())) {
-    throw ConfigError(fmt::format("{}: vocab={} must be in [1, {}] (the int32 id range)", kName,
-                                  vocab_, std::numeric_limits<std::int32_t>::max()));
+    throw ConfigError(fmt::format("{}: vocab={} must be in [1, {}] (the int32 id range)", kCrossEntropyName, vocab_,
+                                  std::numeric_limits<std::int32_t>::max()));
   }
   slice_ = split_slice(vocab_, tp_.world_size(), tp_.rank());
 }
@@ -26,8 +26,8 @@ CrossEntropyForward VocabParallelCrossEntropy::forward(
     std::span<const float> logits, std::span<const std::int32_t> targets) const {
   const std::size_t tokens = targets.size();
   const std::size_t lv = slice_.size;
-  check_token_ids(kName, "target", targets, vocab_);
-  check_size(kName, "forward logits", logits.size(), tokens * lv);
+  check_token_ids(kCrossEntropyName, "target", targets, vocab_);
+  check_size(kCrossEntropyName, "forward logits", logits.size(), tokens * lv);
 
   // m_i: the row maximum over the whole vocabulary (-inf on a rank with an
   // empty slice; some rank holds at least one column since vocab >= 1).
@@ -69,10 +69,10 @@ void VocabParallelCrossEntropy::backward(std::span<const float> logits,
                                          std::span<float> dlogits) const {
   const std::size_t tokens = targets.size();
   const std::size_t lv = slice_.size;
-  check_token_ids(kName, "target", targets, vocab_);
-  check_size(kName, "backward logits", logits.size(), tokens * lv);
-  check_size(kName, "backward log_sum_exp", saved.log_sum_exp.size(), tokens);
-  check_size(kName, "backward dlogits", dlogits.size(), tokens * lv);
+  check_token_ids(kCrossEntropyName, "target", targets, vocab_);
+  check_size(kCrossEntropyName, "backward logits", logits.size(), tokens * lv);
+  check_size(kCrossEntropyName, "backward log_sum_exp", saved.log_sum_exp.size(), tokens);
+  check_size(kCrossEntropyName, "backward dlogits", dlogits.size(), tokens * lv);
   if (tokens == 0) return;
   const double scale = static_cast<double>(grad_scale) / static_cast<double>(tokens);
   for (std::size_t i = 0; i < tokens; ++i) {

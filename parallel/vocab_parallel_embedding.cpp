@@ -10,7 +10,7 @@
 namespace zeroshard::parallel {
 
 namespace {
-constexpr const char* kName = "VocabParallelEmbedding";
+constexpr const char* kEmbeddingName = "VocabParallelEmbedding";
 }
 
 VocabParallelEmbedding::VocabParallelEmbedding(Communicator& tp_group, std::size_t vocab,
@@ -18,18 +18,19 @@ VocabParallelEmbedding::VocabParallelEmbedding(Communicator& tp_group, std::size
     : tp_(tp_group), vocab_(vocab), dim_(dim) {
   if (vocab_ == 0 || dim_ == 0 ||
       vocab_ > static_cast<std::size_t>(std::numeric_limits<std::int32_t>::max())) {
-    throw ConfigError(fmt::format("{}: vocab={} and dim={} must both be >= 1 (and vocab at "
-                                  "most {}, the int32 id range)",
-                                  kName, vocab_, dim_, std::numeric_limits<std::int32_t>::max()));
+    throw ConfigError(
+        fmt::format("{}: vocab={} and dim={} must both be >= 1 (and vocab at "
+                    "most {}, the int32 id range)",
+                    kEmbeddingName, vocab_, dim_, std::numeric_limits<std::int32_t>::max()));
   }
   slice_ = split_slice(vocab_, tp_.world_size(), tp_.rank());
 }
 
 void VocabParallelEmbedding::forward(std::span<const std::int32_t> ids,
                                      std::span<const float> weight, std::span<float> out) const {
-  check_token_ids(kName, "id", ids, vocab_);
-  check_size(kName, "forward weight", weight.size(), weight_elements());
-  check_size(kName, "forward out", out.size(), ids.size() * dim_);
+  check_token_ids(kEmbeddingName, "id", ids, vocab_);
+  check_size(kEmbeddingName, "forward weight", weight.size(), weight_elements());
+  check_size(kEmbeddingName, "forward out", out.size(), ids.size() * dim_);
   for (std::size_t t = 0; t < ids.size(); ++t) {
     float* row = out.data() + t * dim_;
     const auto id = static_cast<std::size_t>(ids[t]);
@@ -44,9 +45,9 @@ void VocabParallelEmbedding::forward(std::span<const std::int32_t> ids,
 
 void VocabParallelEmbedding::backward(std::span<const std::int32_t> ids,
                                       std::span<const float> dout, std::span<float> dweight) const {
-  check_token_ids(kName, "id", ids, vocab_);
-  check_size(kName, "backward dout", dout.size(), ids.size() * dim_);
-  check_size(kName, "backward dweight", dweight.size(), weight_elements());
+  check_token_ids(kEmbeddingName, "id", ids, vocab_);
+  check_size(kEmbeddingName, "backward dout", dout.size(), ids.size() * dim_);
+  check_size(kEmbeddingName, "backward dweight", dweight.size(), weight_elements());
   for (std::size_t t = 0; t < ids.size(); ++t) {
     const auto id = static_cast<std::size_t>(ids[t]);
     if (!slice_.contains(id)) continue;

@@ -183,7 +183,7 @@ namespace {
 
 // What each rank sends in the norm exchange: the two sums, then the fields
 // every rank needs from every other one.
-enum Field : std::size_t { sum_of_squares, nonfinite, first_unit, hash_high, hash_low, dp_group, fields };
+enum NormField : std::size_t { sum_of_squares, nonfinite, first_unit, hash_high, hash_low, dp_group, fields };
 
 }  // namespace
 

@@ -32,7 +32,7 @@ struct AttnCase {
   std::size_t dim, heads, batch, seq;
 };
 
-const std::vector<AttnCase> kCases = {{12, 3, 2, 5}, {20, 5, 1, 7}, {8, 1, 2, 3}};
+const std::vector<AttnCase> kAttentionCases = {{12, 3, 2, 5}, {20, 5, 1, 7}, {8, 1, 2, 3}};
 
 // The full (unsplit) weights, in the head-major layout of [Note: attention
 // head layout].
@@ -161,8 +161,8 @@ TEST_CASE("ParallelSelfAttention matches causal multi-head attention, forward an
   const double rel = 1e-4;
   for (MeshShape shape : tptest::factorisations(tptest::world().world_size())) {
     Mesh mesh(tptest::world(), shape);
-    for (std::size_t k = 0; k < kCases.size(); ++k) {
-      const AttnCase& c = kCases[k];
+    for (std::size_t k = 0; k < kAttentionCases.size(); ++k) {
+      const AttnCase& c = kAttentionCases[k];
       const std::string what =
           fmt::format("attention dp={} tp={} (tp_rank {}) dim={} heads={} batch={} seq={}",
                       shape.dp, shape.tp, mesh.tp_rank(), c.dim, c.heads, c.batch, c.seq);

@@ -39,7 +39,7 @@ struct LinearCase {
 
 // tokens 0 (an empty batch) and sizes that tp = 2, 3, 4 split unevenly;
 // out = 1 and in = 3 leave ranks without rows or columns at tp = 4.
-const std::vector<LinearCase> kCases = {
+const std::vector<LinearCase> kLinearCases = {
     {5, 7, 57, true}, {3, 57, 7, true}, {9, 300, 257, true}, {4, 257, 300, false},
     {0, 7, 57, true}, {6, 3, 1, true},  {1, 1, 2, true},
 };
@@ -130,8 +130,8 @@ TEST_CASE("ColumnParallelLinear matches the unsplit layer, forward and backward"
   for (MeshShape shape : tptest::factorisations(tptest::world().world_size())) {
     Mesh mesh(tptest::world(), shape);
     const std::size_t tp = static_cast<std::size_t>(shape.tp);
-    for (std::size_t k = 0; k < kCases.size(); ++k) {
-      const LinearCase& c = kCases[k];
+    for (std::size_t k = 0; k < kLinearCases.size(); ++k) {
+      const LinearCase& c = kLinearCases[k];
       const std::string what = label("column", mesh, c);
       const auto seed = static_cast<std::uint32_t>(1000 * k + 100 * mesh.dp_rank());
       const LinearData d = make_data(c, seed);
@@ -170,8 +170,8 @@ TEST_CASE("RowParallelLinear matches the unsplit layer, forward and backward") {
   for (MeshShape shape : tptest::factorisations(tptest::world().world_size())) {
     Mesh mesh(tptest::world(), shape);
     const std::size_t tp = static_cast<std::size_t>(shape.tp);
-    for (std::size_t k = 0; k < kCases.size(); ++k) {
-      const LinearCase& c = kCases[k];
+    for (std::size_t k = 0; k < kLinearCases.size(); ++k) {
+      const LinearCase& c = kLinearCases[k];
       const std::string what = label("row", mesh, c);
       const auto seed = static_cast<std::uint32_t>(500 + 1000 * k + 100 * mesh.dp_rank());
       const LinearData d = make_data(c, seed);

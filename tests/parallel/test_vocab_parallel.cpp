@@ -32,7 +32,7 @@ struct VocabCase {
   std::size_t vocab, dim, tokens;
 };
 
-const std::vector<VocabCase> kCases = {
+const std::vector<VocabCase> kVocabCases = {
     {7, 57, 5}, {57, 7, 57}, {257, 300, 57}, {3, 7, 5}, {1, 7, 3}, {57, 7, 0}, {257, 1, 1},
 };
 
@@ -45,8 +45,8 @@ std::string label(const char* what, const Mesh& mesh, const VocabCase& c) {
 TEST_CASE("VocabParallelEmbedding equals the unsplit lookup bit for bit, forward and backward") {
   for (MeshShape shape : tptest::factorisations(tptest::world().world_size())) {
     Mesh mesh(tptest::world(), shape);
-    for (std::size_t k = 0; k < kCases.size(); ++k) {
-      const VocabCase& c = kCases[k];
+    for (std::size_t k = 0; k < kVocabCases.size(); ++k) {
+      const VocabCase& c = kVocabCases[k];
       const std::string what = label("embedding", mesh, c);
       const auto seed = static_cast<std::uint32_t>(3000 + 1000 * k + 100 * mesh.dp_rank());
       const std::vector<float> e = random_floats(c.vocab * c.dim, seed + 1);
@@ -134,8 +134,8 @@ TEST_CASE("VocabParallelCrossEntropy matches the unsplit cross-entropy and its g
   Communicator& w = tptest::world();
   for (MeshShape shape : tptest::factorisations(w.world_size())) {
     Mesh mesh(w, shape);
-    for (std::size_t k = 0; k < kCases.size(); ++k) {
-      const VocabCase& c = kCases[k];
+    for (std::size_t k = 0; k < kVocabCases.size(); ++k) {
+      const VocabCase& c = kVocabCases[k];
       const std::string what = label("cross-entropy", mesh, c);
       const auto seed = static_cast<std::uint32_t>(7000 + 1000 * k + 100 * mesh.dp_rank());
       // Spread of +-8 so the softmax is far from uniform and the max matters.

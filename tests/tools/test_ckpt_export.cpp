@@ -4,7 +4,6 @@
 // and fp16; corrupted or truncated rank files are refused before anything is
 // written; zs_ckpt_inspect --verify's exit codes (the programs' paths come in
 // ZS_CKPT_INSPECT / ZS_CKPT_EXPORT; without them those cases only log).
-#include <sys/wait.h>
 
 #include <cmath>
 #include <cstdlib>
@@ -18,12 +17,13 @@
 
 #include "comm/mesh.h"
 #include "core/error.h"
-#include "tools/checkpoint/checkpoint_verify.h"
-#include "tools/checkpoint/safetensors_export.h"
 #include "runtime/engine/engine.h"
 #include "tests/support/safetensors_reader.h"
 #include "tests/support/scratch_files.h"
+#include "tests/support/shell_status.h"
 #include "tests/support/test_world.h"
+#include "tools/checkpoint/checkpoint_verify.h"
+#include "tools/checkpoint/safetensors_export.h"
 
 using namespace zeroshard;
 using namespace zeroshard::testing;
@@ -84,12 +84,6 @@ std::string fresh_dir(const std::string& name) {
   const std::string dir = fmt::format("ckpt-export-{}-np{}", name, world().world_size());
   make_empty_dir_on_rank0(world(), dir);
   return dir;
-}
-
-/// Runs `command` through the shell; its exit status (-1 if it did not exit).
-int run_status(const std::string& command) {
-  const int status = std::system(command.c_str());
-  return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
 }
 
 /// The output the programs wrote to <dir>/log.txt (run_status with a redirect).

@@ -8,7 +8,6 @@
 // included, never converted); a deep client_state, or a number a double
 // cannot hold, is refused at its byte offset; a version 1 manifest (no
 // checksum) still reads.
-#include <sys/wait.h>
 
 #include <cstdint>
 #include <cstdlib>
@@ -20,16 +19,17 @@
 #include <doctest/doctest.h>
 #include <nlohmann/json.hpp>
 
-#include "core/error.h"
-#include "tools/checkpoint/checkpoint_verify.h"
-#include "tools/checkpoint/safetensors_export.h"
-#include "core/durable_file.h"
-#include "runtime/checkpoint/checkpoint_manifest.h"
 #include "comm/collective_error.h"
+#include "core/durable_file.h"
+#include "core/error.h"
+#include "runtime/checkpoint/checkpoint_manifest.h"
 #include "runtime/engine/engine.h"
 #include "tests/support/ckpt_model.h"
 #include "tests/support/scratch_files.h"
+#include "tests/support/shell_status.h"
 #include "tests/support/test_world.h"
+#include "tools/checkpoint/checkpoint_verify.h"
+#include "tools/checkpoint/safetensors_export.h"
 
 using namespace zeroshard;
 using namespace zeroshard::testing;
@@ -43,11 +43,6 @@ std::string slurp(const std::string& path) {
 }
 
 void spit(const std::string& path, const std::string& text) { std::ofstream(path, std::ios::trunc) << text; }
-
-int run_status(const std::string& command) {
-  const int status = std::system(command.c_str());
-  return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-}
 
 // A checkpoint saved by this process group; returns the checkpoint directory.
 std::string saved_checkpoint(const std::string& name) {
