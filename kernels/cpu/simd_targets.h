@@ -12,8 +12,13 @@
 // Include this header right after fp_strict.h, before any Highway header.
 #pragma once
 
+// ZS_HWY_EXTRA_DISABLED_TARGETS: more targets to leave out (scripts/sanitize
+// leaves out those the build machine cannot run).
+#ifndef ZS_HWY_EXTRA_DISABLED_TARGETS
+#define ZS_HWY_EXTRA_DISABLED_TARGETS 0
+#endif
 #ifndef HWY_DISABLED_TARGETS
-#define HWY_DISABLED_TARGETS (HWY_SSSE3 | HWY_SSE4)
+#define HWY_DISABLED_TARGETS (HWY_SSSE3 | HWY_SSE4 | ZS_HWY_EXTRA_DISABLED_TARGETS)
 #endif
 
 #include <cstdint>
